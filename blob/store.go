@@ -1,0 +1,211 @@
+// Package blob is the store of object bytes on a local directory, and the
+// in-memory index of its names. The store mirrors the mounted namespace
+// one to one under data/, so its files are the objects, a hard link is a
+// second name of one inode, and the bytes it holds are exactly the bytes
+// kvfs charges. It never imports FUSE.
+//
+// Layout of a store directory:
+//
+//	kvfs.lock   flock(2)ed by the daemon that serves the store
+//	data/       the namespace: directories and regular files
+//	writing/    one extra hard link, named by object ID, per file that
+//	            has a write handle open; what is still here at start-up
+//	            was being written at a crash and is reclaimed
+package blob
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvfs/kvfs/ledger"
+	"golang.org/x/sys/unix"
+)
+
+// Names of the entries of a store directory.
+const (
+	LockName    = "kvfs.lock"
+	DataName    = "data"
+	WritingName = "writing"
+)
+
+// RootID is the ID of the namespace's root directory.
+const RootID ledger.ID = 1
+
+var (
+	// ErrLocked means another live daemon serves the store.
+	ErrLocked = errors.New("store is already served by another kvfs daemon")
+	// ErrNotFound means the name is not in the namespace.
+	ErrNotFound = errors.New("no such name")
+)
+
+// Store is one store directory and the index of its namespace. Every
+// method that changes the namespace changes the index and the directory
+// together under mu, so the two never disagree.
+type Store struct {
+	dir     string
+	lock    *os.File
+	data    *os.File
+	writing *os.File
+	nextID  atomic.Uint64
+
+	// Lock order: mu before the ledger's lock; nothing here calls the
+	// ledger.
+	mu sync.RWMutex
+	// GUARDED_BY(mu). INVARIANT: every directory and regular file under
+	// data/ that kvfs made or loaded is in the index, and nothing else is.
+	dirs  map[ledger.ID]*dir
+	files map[ledger.ID]*file
+}
+
+// Open takes the store directory for this process, creating its layout,
+// and fails with ErrLocked if a live daemon already holds it.
+func Open(dir string) (*Store, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, err
+	}
+	lock, err := lockStore(abs)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{dir: abs, lock: lock}
+	if err := s.openLayout(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.resetIndex()
+	s.nextID.Store(uint64(RootID))
+	return s, nil
+}
+
+func lockStore(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
+		}
+		return nil, err
+	}
+	f.Truncate(0)
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	return f, nil
+}
+
+func (s *Store) openLayout() error {
+	var err error
+	if s.data, err = openDir(filepath.Join(s.dir, DataName)); err != nil {
+		return err
+	}
+	s.writing, err = openDir(filepath.Join(s.dir, WritingName))
+	return err
+}
+
+func openDir(path string) (*os.File, error) {
+	if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+}
+
+// Close releases the store and its lock.
+func (s *Store) Close() error {
+	for _, f := range []*os.File{s.data, s.writing, s.lock} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	return nil
+}
+
+// Dir is the store directory.
+func (s *Store) Dir() string { return s.dir }
+
+// NewID hands out a fresh inode ID.
+func (s *Store) NewID() ledger.ID { return ledger.ID(s.nextID.Add(1)) }
+
+// BackingPath is the absolute path of a name relative to data/.
+func (s *Store) BackingPath(rel string) string {
+	return filepath.Join(s.dir, DataName, rel)
+}
+
+// openBeneath opens a path relative to data/ without following any
+// symlink and without leaving data/, whatever a name or the store holds.
+func (s *Store) openBeneath(rel string, flags int, mode uint32) (*os.File, error) {
+	how := unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW),
+		Mode:    uint64(mode),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	for {
+		fd, err := unix.Openat2(int(s.data.Fd()), rel, &how)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: rel, Err: err}
+		}
+		return os.NewFile(uintptr(fd), s.BackingPath(rel)), nil
+	}
+}
+
+// stat reads the attributes of a path relative to data/.
+func (s *Store) stat(rel string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(int(s.data.Fd()), rel, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return st, &os.PathError{Op: "stat", Path: rel, Err: err}
+	}
+	return st, nil
+}
+
+func writingName(id ledger.ID) string { return strconv.FormatUint(uint64(id), 16) }
+
+// MarkWriting records that id has a write handle open, durably enough to
+// survive a crash of the daemon: a hard link to f under writing/.
+func (s *Store) MarkWriting(f *os.File, id ledger.ID) error {
+	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()),
+		int(s.writing.Fd()), writingName(id), unix.AT_SYMLINK_FOLLOW)
+	if err == unix.EEXIST || err == unix.ENOENT {
+		// Already marked, or the file has no name left to lose.
+		return nil
+	}
+	if err != nil {
+		return &os.PathError{Op: "mark writing", Path: writingName(id), Err: err}
+	}
+	return nil
+}
+
+// ClearWriting records that id is complete again.
+func (s *Store) ClearWriting(id ledger.ID) error {
+	err := unix.Unlinkat(int(s.writing.Fd()), writingName(id), 0)
+	if err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "clear writing", Path: writingName(id), Err: err}
+	}
+	return nil
+}
+
+// SyncDir makes a directory's entries durable.
+func (s *Store) SyncDir(id ledger.ID) error {
+	rel, ok := s.Path(id)
+	if !ok {
+		return ErrNotFound
+	}
+	f, err := s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}

@@ -1,0 +1,329 @@
+package blob
+
+import (
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/kvfs/kvfs/ledger"
+	"golang.org/x/sys/unix"
+)
+
+// dir is a directory of the namespace. Directories are few, so paths are
+// built by walking parents rather than stored.
+type dir struct {
+	id     ledger.ID
+	parent *dir
+	name   string
+	kids   map[string]ledger.ID
+}
+
+// file is an inode of the namespace: its names, usually one.
+type file struct {
+	links []Name
+}
+
+// Name is one directory entry: a name in a parent directory.
+type Name struct {
+	Parent ledger.ID
+	Name   string
+}
+
+// Entry is what a name refers to.
+type Entry struct {
+	ID  ledger.ID
+	Dir bool
+}
+
+// DirEntry is one entry of a directory listing.
+type DirEntry struct {
+	Name string
+	Entry
+}
+
+func (s *Store) resetIndex() {
+	s.dirs = map[ledger.ID]*dir{RootID: {id: RootID, kids: map[string]ledger.ID{}}}
+	s.files = make(map[ledger.ID]*file)
+}
+
+// Lookup resolves a name in a directory.
+func (s *Store) Lookup(parent ledger.ID, name string) (Entry, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	d, ok := s.dirs[parent]
+	if !ok {
+		return Entry{}, ErrNotFound
+	}
+	id, ok := d.kids[name]
+	if !ok {
+		return Entry{}, ErrNotFound
+	}
+	return s.entry(id), nil
+}
+
+// entry describes id; mu held.
+func (s *Store) entry(id ledger.ID) Entry {
+	_, isDir := s.dirs[id]
+	return Entry{ID: id, Dir: isDir}
+}
+
+// Path is a name of id relative to data/: the first name of a file.
+func (s *Store) Path(id ledger.ID) (string, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.path(id)
+}
+
+// path builds id's path; mu held.
+func (s *Store) path(id ledger.ID) (string, bool) {
+	if d, ok := s.dirs[id]; ok {
+		return s.dirPath(d), true
+	}
+	f, ok := s.files[id]
+	if !ok || len(f.links) == 0 {
+		return "", false
+	}
+	return s.childPath(f.links[0].Parent, f.links[0].Name), true
+}
+
+func (s *Store) dirPath(d *dir) string {
+	if d.parent == nil {
+		return "."
+	}
+	var parts []string
+	for ; d.parent != nil; d = d.parent {
+		parts = append(parts, d.name)
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return strings.Join(parts, "/")
+}
+
+func (s *Store) childPath(parent ledger.ID, name string) string {
+	d := s.dirs[parent]
+	if d.parent == nil {
+		return name
+	}
+	return s.dirPath(d) + "/" + name
+}
+
+// Links reports how many names id has.
+func (s *Store) Links(id ledger.ID) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if f, ok := s.files[id]; ok {
+		return len(f.links)
+	}
+	return 0
+}
+
+// Stat reads id's attributes from the store.
+func (s *Store) Stat(id ledger.ID) (unix.Stat_t, error) {
+	rel, ok := s.Path(id)
+	if !ok {
+		return unix.Stat_t{}, ErrNotFound
+	}
+	return s.stat(rel)
+}
+
+// Open opens the stored bytes of an existing file.
+func (s *Store) Open(id ledger.ID, flags int) (*os.File, error) {
+	rel, ok := s.Path(id)
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return s.openBeneath(rel, flags, 0)
+}
+
+// List returns a directory's entries in name order, so that concurrent
+// readers of one directory see one stable sequence.
+func (s *Store) List(parent ledger.ID) ([]DirEntry, error) {
+	s.mu.RLock()
+	d, ok := s.dirs[parent]
+	if !ok {
+		s.mu.RUnlock()
+		return nil, ErrNotFound
+	}
+	out := make([]DirEntry, 0, len(d.kids))
+	for name, id := range d.kids {
+		out = append(out, DirEntry{Name: name, Entry: s.entry(id)})
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Owner is who a new inode belongs to; negative fields leave the
+// daemon's own.
+type Owner struct{ UID, GID int }
+
+// Create makes a new empty file, exclusively, and opens it read-write.
+// The file is born under writing/ and only then linked to its name, so a
+// crash at any point leaves it marked incomplete until its writer
+// finishes (ClearWriting).
+func (s *Store) Create(parent ledger.ID, name string, mode uint32, who Owner) (ledger.ID, *os.File, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := s.freeName(parent, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	id := s.NewID()
+	wfd, wname := int(s.writing.Fd()), writingName(id)
+	fd, err := unix.Openat(wfd, wname, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return 0, nil, &os.PathError{Op: "create", Path: wname, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), wname)
+	if who.UID >= 0 {
+		f.Chown(who.UID, who.GID)
+	}
+	rel := s.childPath(parent, name)
+	if err := unix.Linkat(wfd, wname, int(s.data.Fd()), rel, 0); err != nil {
+		unix.Unlinkat(wfd, wname, 0)
+		f.Close()
+		return 0, nil, &os.PathError{Op: "create", Path: rel, Err: err}
+	}
+	d.kids[name] = id
+	s.files[id] = &file{links: []Name{{parent, name}}}
+	return id, f, nil
+}
+
+// freeName checks that name is free in parent; mu held.
+func (s *Store) freeName(parent ledger.ID, name string) (*dir, error) {
+	d, ok := s.dirs[parent]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	if _, taken := d.kids[name]; taken {
+		return nil, unix.EEXIST
+	}
+	return d, nil
+}
+
+// Mkdir makes a new directory.
+func (s *Store) Mkdir(parent ledger.ID, name string, mode uint32, who Owner) (ledger.ID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := s.freeName(parent, name)
+	if err != nil {
+		return 0, err
+	}
+	rel := s.childPath(parent, name)
+	if err := unix.Mkdirat(int(s.data.Fd()), rel, mode); err != nil {
+		return 0, &os.PathError{Op: "mkdir", Path: rel, Err: err}
+	}
+	if who.UID >= 0 {
+		unix.Fchownat(int(s.data.Fd()), rel, who.UID, who.GID, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	id := s.NewID()
+	d.kids[name] = id
+	s.dirs[id] = &dir{id: id, parent: d, name: name, kids: map[string]ledger.ID{}}
+	return id, nil
+}
+
+// Link gives file id another name.
+func (s *Store) Link(id, parent ledger.ID, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.files[id]
+	if !ok || len(f.links) == 0 {
+		return ErrNotFound
+	}
+	d, err := s.freeName(parent, name)
+	if err != nil {
+		return err
+	}
+	old, rel := s.childPath(f.links[0].Parent, f.links[0].Name), s.childPath(parent, name)
+	if err := unix.Linkat(int(s.data.Fd()), old, int(s.data.Fd()), rel, 0); err != nil {
+		return &os.PathError{Op: "link", Path: rel, Err: err}
+	}
+	d.kids[name] = id
+	f.links = append(f.links, Name{parent, name})
+	return nil
+}
+
+// Unlink removes a file's name and returns the file's ID. A name whose
+// stored file already vanished is still removed from the index.
+func (s *Store) Unlink(parent ledger.ID, name string) (ledger.ID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.dirs[parent]
+	if !ok {
+		return 0, ErrNotFound
+	}
+	id, ok := d.kids[name]
+	if !ok {
+		return 0, ErrNotFound
+	}
+	if _, isDir := s.dirs[id]; isDir {
+		return 0, unix.EISDIR
+	}
+	rel := s.childPath(parent, name)
+	if err := unix.Unlinkat(int(s.data.Fd()), rel, 0); err != nil && err != unix.ENOENT {
+		return 0, &os.PathError{Op: "unlink", Path: rel, Err: err}
+	}
+	s.dropName(id, d, name)
+	return id, nil
+}
+
+// dropName removes one name of file id from the index; mu held.
+func (s *Store) dropName(id ledger.ID, d *dir, name string) {
+	delete(d.kids, name)
+	f := s.files[id]
+	for i, l := range f.links {
+		if l.Parent == d.id && l.Name == name {
+			f.links = append(f.links[:i], f.links[i+1:]...)
+			break
+		}
+	}
+	if len(f.links) == 0 {
+		delete(s.files, id)
+	}
+}
+
+// Rmdir removes an empty directory.
+func (s *Store) Rmdir(parent ledger.ID, name string) (ledger.ID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.dirs[parent]
+	if !ok {
+		return 0, ErrNotFound
+	}
+	id, ok := d.kids[name]
+	if !ok {
+		return 0, ErrNotFound
+	}
+	child, isDir := s.dirs[id]
+	if !isDir {
+		return 0, unix.ENOTDIR
+	}
+	if len(child.kids) > 0 {
+		return 0, unix.ENOTEMPTY
+	}
+	rel := s.childPath(parent, name)
+	if err := unix.Unlinkat(int(s.data.Fd()), rel, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+		return 0, &os.PathError{Op: "rmdir", Path: rel, Err: err}
+	}
+	delete(d.kids, name)
+	delete(s.dirs, id)
+	return id, nil
+}
+
+// Drop removes every name of file id, from the store and the index, and
+// returns them so the caller can tell the kernel.
+func (s *Store) Drop(id ledger.ID) []Name {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.files[id]
+	if !ok {
+		return nil
+	}
+	names := append([]Name(nil), f.links...)
+	for _, n := range names {
+		unix.Unlinkat(int(s.data.Fd()), s.childPath(n.Parent, n.Name), 0)
+		s.dropName(id, s.dirs[n.Parent], n.Name)
+	}
+	return names
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/mount"
+	"golang.org/x/sys/unix"
+)
+
+func cmdStats(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
+	if err != nil {
+		return err
+	}
+	st, err := readStats(rest[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, st)
+	}
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	for _, kv := range []struct {
+		k string
+		v int64
+	}{
+		{"capacity_bytes", st.CapacityBytes}, {"used_bytes", st.UsedBytes},
+		{"objects", st.Objects}, {"pinned_objects", st.PinnedObjects},
+		{"pinned_bytes", st.PinnedBytes}, {"shadow_bytes", st.ShadowBytes},
+		{"evictions", st.Evictions}, {"evicted_bytes", st.EvictedBytes},
+		{"admission_failures", st.AdmissionFailures}, {"reconciliations", st.Reconciliations},
+	} {
+		fmt.Fprintf(w, "%s\t%d\n", kv.k, kv.v)
+	}
+	return w.Flush()
+}
+
+// readStats asks a live mount for its ledger through the root's stats
+// extended attribute.
+func readStats(mp string) (ledger.Stats, error) {
+	var st ledger.Stats
+	if _, err := os.Stat(mp); err != nil {
+		return st, mount.Usagef("%v", err)
+	}
+	buf := make([]byte, 4096)
+	n, err := unix.Getxattr(mp, fusefs.StatsXattr, buf)
+	if err != nil {
+		if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP) {
+			return st, mount.Usagef("%s is not the root of a kvfs mount", mp)
+		}
+		return st, fmt.Errorf("reading stats of %s: %w", mp, err)
+	}
+	if err := json.Unmarshal(buf[:n], &st); err != nil {
+		return st, fmt.Errorf("reading stats of %s: %w", mp, err)
+	}
+	return st, nil
+}
+
+func cmdFsck(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("fsck", flag.ContinueOnError)
+	store := fs.String("store", "", "store directory to check (required)")
+	repair := fs.Bool("repair", false, "fix what can be fixed safely")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parse(fs, args, 0, "no arguments besides flags"); err != nil {
+		return err
+	}
+	if *store == "" {
+		return mount.Usagef("--store DIR is required")
+	}
+	if st, err := os.Stat(*store); err != nil || !st.IsDir() {
+		return mount.Usagef("store %s is not a directory", *store)
+	}
+	rep, err := blob.Fsck(*store, *repair)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := printJSON(stdout, rep); err != nil {
+			return err
+		}
+	} else {
+		for _, p := range rep.Problems {
+			fmt.Fprintln(stdout, "problem:", p)
+		}
+		fmt.Fprintf(stdout, "%s: %d objects, %d bytes charged, %d directories, %d problems",
+			*store, rep.Objects, rep.Bytes, rep.Dirs, len(rep.Problems))
+		if rep.Repaired {
+			fmt.Fprint(stdout, ", repaired")
+		}
+		fmt.Fprintln(stdout)
+	}
+	if len(rep.Problems) > 0 && !rep.Repaired {
+		return errors.New("the store has problems; run with --repair to fix them")
+	}
+	return nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

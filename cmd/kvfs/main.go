@@ -1,0 +1,175 @@
+// Command kvfs mounts, unmounts, inspects and checks kvfs, the on-disk
+// tier of an LLM KV cache. It only parses flags and wires packages
+// together.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/kvfs/kvfs/mount"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+const usage = `usage:
+  kvfs mount [--store DIR] [--capacity SIZE] [flags] MOUNTPOINT
+  kvfs unmount MOUNTPOINT
+  kvfs stats [--json] MOUNTPOINT
+  kvfs fsck --store DIR [--repair] [--json]
+Run "kvfs COMMAND -h" for a command's flags.`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one command and returns the exit status: 0 success, 1 a
+// failure while doing it, 2 a bad command line.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return 2
+	}
+	cmds := map[string]func([]string, io.Writer) error{
+		"mount":   cmdMount,
+		"unmount": cmdUnmount,
+		"umount":  cmdUnmount,
+		"stats":   cmdStats,
+		"fsck":    cmdFsck,
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			fmt.Fprintln(stdout, usage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "kvfs: unknown command %q\n%s\n", args[0], usage)
+		return 2
+	}
+	err := cmd(args[1:], stdout)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, mount.ErrUsage):
+		fmt.Fprintf(stderr, "kvfs %s: %v\n", args[0], err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "kvfs %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// parse parses a command's flags and requires exactly n positional
+// arguments (n < 0: at least one).
+func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, mount.Usagef("%v", err)
+	}
+	rest := fs.Args()
+	if (n >= 0 && len(rest) != n) || (n < 0 && len(rest) == 0) {
+		return nil, mount.Usagef("want %s, got %d arguments", what, len(rest))
+	}
+	return rest, nil
+}
+
+// sizeFlag is a flag.Value for sizes like 64MiB.
+type sizeFlag struct{ v *int64 }
+
+func (s sizeFlag) String() string {
+	if s.v == nil {
+		return "0"
+	}
+	return fmt.Sprint(*s.v)
+}
+
+func (s sizeFlag) Set(v string) error {
+	n, err := mount.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s.v = n
+	return nil
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	var lvl zapcore.Level
+	if err := lvl.Set(level); err != nil {
+		return nil, mount.Usagef("bad --log-level %q", level)
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.Encoding = "console"
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	cfg.Sampling = nil
+	return cfg.Build()
+}
+
+func cmdMount(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("mount", flag.ContinueOnError)
+	var o mount.Options
+	fs.StringVar(&o.Store, "store", "", "store directory (default: MOUNTPOINT.kvfs-store beside the mount point)")
+	fs.Var(sizeFlag{&o.Capacity}, "capacity", "capacity, like 64GiB (default: 90% of the store's free space)")
+	fs.DurationVar(&o.Grace, "grace", mount.DefaultGrace, "how long a just-closed object is safe from eviction")
+	fs.DurationVar(&o.WaitLimit, "wait-limit", mount.DefaultWaitLimit, "how long a write waits for space before ENOSPC")
+	fs.DurationVar(&o.CacheTimeout, "cache-timeout", mount.DefaultCacheTimeout, "kernel name and attribute cache timeout")
+	fs.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the mounter in")
+	noPassthrough := fs.Bool("no-passthrough", false, "serve reads through FUSE even where passthrough works")
+	fs.BoolVar(&o.DebugFUSE, "debug-fuse", false, "log every FUSE request")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
+	if err != nil {
+		return err
+	}
+	o.Mountpoint = rest[0]
+	o.Passthrough = !*noPassthrough
+	log, err := newLogger(*level)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	o.Logger = log.Named("mount")
+	m, err := mount.Start(o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
+		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		for range sigs {
+			if err := m.Unmount(); err != nil {
+				log.Error("unmount", zap.Error(err))
+			}
+		}
+	}()
+	m.Wait()
+	fmt.Fprintf(stdout, "kvfs: unmounted %s\n", m.Mountpoint)
+	return nil
+}
+
+func cmdUnmount(args []string, stdout io.Writer) error {
+	rest, err := parse(flag.NewFlagSet("unmount", flag.ContinueOnError), args, 1, "one MOUNTPOINT")
+	if err != nil {
+		return err
+	}
+	mp, err := filepath.Abs(rest[0])
+	if err != nil {
+		return mount.Usagef("%v", err)
+	}
+	return mount.Unmount(mp)
+}

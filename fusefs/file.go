@@ -1,0 +1,128 @@
+package fusefs
+
+import (
+	"context"
+	"os"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// fsyncDataOnly is FUSE_FSYNC_FDATASYNC in FSYNC's flags.
+const fsyncDataOnly = 1
+
+// handle is an open object. Its pin in the ledger lives exactly as long
+// as the handle: taken at open or create, dropped at release.
+type handle struct {
+	n     *fileNode
+	f     *os.File
+	write bool
+	// active: h may have written since its last flush; see beginWrite.
+	active atomic.Bool
+}
+
+// passthroughHandle is a read-only handle whose reads the kernel serves
+// from the stored file directly.
+type passthroughHandle struct{ *handle }
+
+func (h *passthroughHandle) PassthroughFd() (int, bool) { return int(h.f.Fd()), true }
+
+// fuseFlags: writers use direct I/O, so every byte passes the ledger and
+// the inode never enters the kernel's cached mode, which would refuse
+// passthrough readers; readers keep the page cache across opens.
+func (h *handle) fuseFlags() uint32 {
+	if h.write {
+		return fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
+	}
+	return fuse.FOPEN_KEEP_CACHE
+}
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return fuse.ReadResultFd(h.f.Fd(), off, len(dest)), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (_ uint32, errno syscall.Errno) {
+	fs := h.n.fs
+	defer fs.guard("write", &errno)
+	if err := fs.grow(ctx, h.n.id, off+int64(len(data))); err != nil {
+		return 0, fs.errno("write", err)
+	}
+	if err := h.n.beginWrite(h, false); err != nil {
+		return 0, fs.errno("write", err)
+	}
+	n, err := h.f.WriteAt(data, off)
+	if err != nil {
+		fs.settle(h.n.id, h.f)
+		return uint32(n), fs.errno("write", err)
+	}
+	return uint32(n), 0
+}
+
+// Flush runs on every close(2) of the handle, before close returns: the
+// object is complete once its last writer flushes.
+func (h *handle) Flush(ctx context.Context) (errno syscall.Errno) {
+	defer h.n.fs.guard("flush", &errno)
+	if !h.write {
+		return 0
+	}
+	return h.n.fs.errno("flush", h.n.endWrite(h))
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) (errno syscall.Errno) {
+	defer h.n.fs.guard("fsync", &errno)
+	var err error
+	if flags&fsyncDataOnly != 0 {
+		err = unix.Fdatasync(int(h.f.Fd()))
+	} else {
+		err = h.f.Sync()
+	}
+	return h.n.fs.errno("fsync", err)
+}
+
+// Release drops the pin; the kernel ignores its result, so nothing here
+// can fail. Closing the file before unpinning means an unlinked inode's
+// bytes are gone from the store before its charge is.
+func (h *handle) Release(ctx context.Context) (errno syscall.Errno) {
+	fs := h.n.fs
+	defer fs.guard("release", &errno)
+	if h.write {
+		h.n.endWrite(h)
+	}
+	h.n.forget(h)
+	h.f.Close()
+	fs.ledger.Close(h.n.id, h.write)
+	return 0
+}
+
+func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) (errno syscall.Errno) {
+	defer h.n.fs.guard("getattr", &errno)
+	return h.n.fs.errno("getattr", h.n.fs.fileAttr(h.n.id, h.f, &out.Attr))
+}
+
+// Allocate supports plain preallocation, charged like a write, and hole
+// punching, which keeps the size and so the charge.
+func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (errno syscall.Errno) {
+	fs := h.n.fs
+	defer fs.guard("fallocate", &errno)
+	switch mode {
+	case 0:
+		if err := fs.grow(ctx, h.n.id, int64(off+size)); err != nil {
+			return fs.errno("fallocate", err)
+		}
+	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE:
+	default:
+		return syscall.EOPNOTSUPP
+	}
+	if err := unix.Fallocate(int(h.f.Fd()), mode, int64(off), int64(size)); err != nil {
+		fs.settle(h.n.id, h.f)
+		return fs.errno("fallocate", err)
+	}
+	return 0
+}
+
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	n, err := unix.Seek(int(h.f.Fd()), int64(off), int(whence))
+	return uint64(n), h.n.fs.errno("lseek", err)
+}

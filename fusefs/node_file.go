@@ -1,0 +1,253 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/ledger"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// BackingXattr is a file's extended attribute that names its stored file,
+// for loaders that read it directly while holding a handle on the mount.
+const BackingXattr = "user.kvfs.backing"
+
+// fileNode is an object: one inode, any number of names.
+type fileNode struct {
+	fs.Inode
+	fs *FS
+	id ledger.ID
+
+	mu sync.Mutex
+	// GUARDED_BY(mu). handles are the open handles, so an inode with no
+	// name left can still be reached through one of their files.
+	handles []*handle
+	// GUARDED_BY(mu). INVARIANT: writers counts handles with active set,
+	// and the store's writing marker exists while it is above zero.
+	writers int
+}
+
+// fileAttr reads an object's attributes: through f when given, else from
+// the store. A size that disagrees with the ledger while no writer is
+// open means the store changed behind kvfs's back: the ledger follows the
+// store, and evicts if that put it over capacity.
+func (f *FS) fileAttr(id ledger.ID, file *os.File, out *fuse.Attr) error {
+	var st unix.Stat_t
+	var err error
+	if file != nil {
+		st, err = fstat(file)
+	} else if st, err = f.store.Stat(id); errors.Is(err, syscall.ENOENT) {
+		f.vanished(id, err)
+		return blob.ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	size, charge, ok := f.ledger.Size(id)
+	if !ok {
+		return ledger.ErrGone
+	}
+	if size != st.Size && f.ledger.Writers(id) == 0 && f.ledger.Reconcile(id, st.Size) {
+		f.log.Warn("object size changed behind kvfs; ledger reconciled",
+			zap.Uint64("id", uint64(id)), zap.Int64("ledger", size), zap.Int64("store", st.Size))
+		f.evict(f.ledger.Trim())
+		charge = ledger.Charge(st.Size)
+	}
+	fillAttr(out, &st, id, charge)
+	out.Nlink = uint32(f.store.Links(id))
+	return nil
+}
+
+// anyFile is the stored file of some open handle, or nil.
+func (n *fileNode) anyFile() *os.File {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.handles) == 0 {
+		return nil
+	}
+	return n.handles[0].f
+}
+
+func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno) {
+	defer n.fs.guard("getattr", &errno)
+	file := n.anyFile()
+	if h, ok := fh.(*handle); ok {
+		file = h.f
+	}
+	return n.fs.errno("getattr", n.fs.fileAttr(n.id, file, &out.Attr))
+}
+
+func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
+	defer n.fs.guard("setattr", &errno)
+	h, _ := fh.(*handle)
+	if size, ok := in.GetSize(); ok {
+		if errno := n.truncate(ctx, h, int64(size)); errno != 0 {
+			return errno
+		}
+	}
+	if h != nil {
+		if err := applyAttrs(h.f, in); err != nil {
+			return n.fs.errno("setattr", err)
+		}
+		return n.Getattr(ctx, fh, out)
+	}
+	f, err := n.openStored(unix.O_RDONLY)
+	if err != nil {
+		return n.fs.errno("setattr", err)
+	}
+	defer f.Close()
+	if err := applyAttrs(f, in); err != nil {
+		return n.fs.errno("setattr", err)
+	}
+	return n.Getattr(ctx, nil, out)
+}
+
+// truncate sets the size, admitted by the ledger first. The inode is
+// pinned as written meanwhile, so it is neither evicted nor reconciled
+// half-way.
+func (n *fileNode) truncate(ctx context.Context, h *handle, size int64) syscall.Errno {
+	if err := n.fs.ledger.Open(n.id, true); err != nil {
+		return n.fs.errno("truncate", err)
+	}
+	defer n.fs.ledger.Close(n.id, true)
+	var f *os.File
+	if h != nil && h.write {
+		f = h.f
+	} else {
+		var err error
+		if f, err = n.openStored(unix.O_WRONLY); err != nil {
+			return n.fs.errno("truncate", err)
+		}
+		defer f.Close()
+	}
+	if err := n.fs.setSize(ctx, n.id, size); err != nil {
+		return n.fs.errno("truncate", err)
+	}
+	if err := f.Truncate(size); err != nil {
+		n.fs.settle(n.id, f)
+		return n.fs.errno("truncate", err)
+	}
+	n.fs.queue(notice{inode: n.EmbeddedInode()})
+	return 0
+}
+
+// openStored opens the stored file: by name, or, for an inode with no
+// name left, through a file an open handle holds.
+func (n *fileNode) openStored(flags int) (*os.File, error) {
+	f, err := n.fs.store.Open(n.id, flags)
+	if !errors.Is(err, blob.ErrNotFound) {
+		return f, err
+	}
+	held := n.anyFile()
+	if held == nil {
+		return nil, err
+	}
+	return os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(held.Fd())), flags|unix.O_CLOEXEC, 0)
+}
+
+func (n *fileNode) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
+	defer n.fs.guard("open", &errno)
+	write := writable(flags)
+	if err := n.fs.ledger.Open(n.id, write); err != nil {
+		return nil, 0, n.fs.errno("open", err)
+	}
+	f, err := n.openStored(openFlags(flags))
+	if err != nil {
+		n.fs.ledger.Close(n.id, write)
+		if errors.Is(err, syscall.ENOENT) {
+			n.fs.vanished(n.id, err)
+		}
+		return nil, 0, n.fs.errno("open", err)
+	}
+	h := n.adopt(f, flags, false)
+	if n.fs.cfg.Passthrough && !write {
+		return &passthroughHandle{h}, h.fuseFlags(), 0
+	}
+	return h, h.fuseFlags(), 0
+}
+
+// adopt makes a handle of an opened stored file. marked says the store's
+// writing marker is already set for it (a fresh create).
+func (n *fileNode) adopt(f *os.File, flags uint32, marked bool) *handle {
+	h := &handle{n: n, f: f, write: writable(flags)}
+	n.mu.Lock()
+	n.handles = append(n.handles, h)
+	n.mu.Unlock()
+	if h.write {
+		n.beginWrite(h, marked)
+	}
+	return h
+}
+
+func (n *fileNode) forget(h *handle) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, x := range n.handles {
+		if x == h {
+			n.handles = append(n.handles[:i], n.handles[i+1:]...)
+			return
+		}
+	}
+}
+
+// beginWrite records that h may change the object, so a crash from now
+// until the matching endWrite leaves it marked incomplete.
+func (n *fileNode) beginWrite(h *handle, marked bool) error {
+	if h.active.Load() {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h.active.Swap(true) {
+		return nil
+	}
+	n.writers++
+	if n.writers == 1 && !marked {
+		return n.fs.store.MarkWriting(h.f, n.id)
+	}
+	return nil
+}
+
+// endWrite is the close of a writer: when no writer is left the object
+// is complete, and cached pages of it may be stale.
+func (n *fileNode) endWrite(h *handle) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !h.active.Swap(false) {
+		return nil
+	}
+	n.writers--
+	if n.writers > 0 {
+		return nil
+	}
+	n.fs.queue(notice{inode: n.EmbeddedInode()})
+	return n.fs.store.ClearWriting(n.id)
+}
+
+func (n *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if attr != BackingXattr {
+		return 0, syscall.ENODATA
+	}
+	rel, ok := n.fs.store.Path(n.id)
+	if !ok {
+		return 0, syscall.ENODATA
+	}
+	return copyXattr([]byte(n.fs.store.BackingPath(rel)), dest)
+}
+
+// settle sets the ledger to what the store holds after a failed write or
+// truncate left less than was admitted.
+func (f *FS) settle(id ledger.ID, file *os.File) {
+	st, err := fstat(file)
+	if size, _, _ := f.ledger.Size(id); err == nil && st.Size < size {
+		f.ledger.SetSize(id, st.Size)
+	}
+}

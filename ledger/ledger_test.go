@@ -1,0 +1,945 @@
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const blk = BlockSize
+
+// fakeClock is an injectable Config.Now; atomic so that the concurrency
+// test may read it while another goroutine advances it.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newClock() *fakeClock {
+	c := &fakeClock{}
+	// Not the Unix epoch: lastClose == 0 means "never closed".
+	c.ns.Store(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+const testGrace = 100 * time.Millisecond
+
+func newTest(t testing.TB, capacity int64) (*Ledger, *fakeClock) {
+	t.Helper()
+	c := newClock()
+	l := New(Config{Capacity: capacity, Grace: testGrace, Now: c.Now})
+	mustOK(t, l)
+	return l, c
+}
+
+func mustOK(t testing.TB, l *Ledger) {
+	t.Helper()
+	if err := l.CheckInvariants(); err != nil {
+		t.Fatalf("invariants: %v", err)
+	}
+}
+
+// put creates id with the given size and closes it, then lets the grace
+// period pass so that it is evictable.
+func put(t *testing.T, l *Ledger, c *fakeClock, id ID, size int64) {
+	t.Helper()
+	if err := l.Create(id, true); err != nil {
+		t.Fatalf("Create(%d): %v", id, err)
+	}
+	mustOK(t, l)
+	if v, err := l.Grow(id, size); err != nil || len(v) != 0 {
+		t.Fatalf("Grow(%d, %d) = %v, %v", id, size, v, err)
+	}
+	mustOK(t, l)
+	if l.Close(id, true) {
+		t.Fatalf("Close(%d) released a linked inode", id)
+	}
+	mustOK(t, l)
+	c.Advance(testGrace + time.Millisecond)
+}
+
+func ids(v []Victim) []ID {
+	out := make([]ID, 0, len(v))
+	for _, x := range v {
+		out = append(out, x.ID)
+	}
+	return out
+}
+
+func sameIDs(a, b []ID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func wantStats(t *testing.T, l *Ledger, want Stats) {
+	t.Helper()
+	if got := l.Stats(); got != want {
+		t.Fatalf("stats\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestCharge(t *testing.T) {
+	for _, tc := range []struct{ size, want int64 }{
+		{-1, 0},
+		{0, 0},
+		{1, blk},
+		{blk - 1, blk},
+		{blk, blk},
+		{blk + 1, 2 * blk},
+		{10 * blk, 10 * blk},
+		{1 << 40, 1 << 40},
+		{math.MaxInt64 - (blk - 1), math.MaxInt64 - (blk - 1)},
+		// Rounding up would overflow: saturate rather than go negative.
+		{math.MaxInt64 - (blk - 2), math.MaxInt64},
+		{math.MaxInt64, math.MaxInt64},
+	} {
+		if got := Charge(tc.size); got != tc.want {
+			t.Errorf("Charge(%d) = %d, want %d", tc.size, got, tc.want)
+		}
+	}
+}
+
+func TestHugeSizeRefused(t *testing.T) {
+	l, _ := newTest(t, 256*blk)
+	if err := l.Create(1, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int64{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - blk, 1 << 62} {
+		if _, err := l.Grow(1, size); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("Grow(%d) = %v, want ErrTooLarge", size, err)
+		}
+		mustOK(t, l)
+		if _, err := l.SetSize(1, size); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("SetSize(%d) = %v, want ErrTooLarge", size, err)
+		}
+		mustOK(t, l)
+	}
+	if st := l.Stats(); st.UsedBytes != 0 || st.AdmissionFailures != 8 {
+		t.Fatalf("stats after refusals: %+v", st)
+	}
+	if v, err := l.Restore(2, math.MaxInt64, 1); err != nil || len(v) != 1 || v[0].ID != 2 {
+		t.Fatalf("Restore(huge) = %v, %v", v, err)
+	}
+	mustOK(t, l)
+}
+
+func TestPins(t *testing.T) {
+	l, _ := newTest(t, 16*blk)
+	if err := l.Create(1, true); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, l)
+	if err := l.Create(1, false); !errors.Is(err, ErrExists) {
+		t.Fatalf("second Create = %v, want ErrExists", err)
+	}
+	mustOK(t, l)
+	wantStats(t, l, Stats{CapacityBytes: 16 * blk, Objects: 1, PinnedObjects: 1})
+	if _, err := l.Grow(1, 5000); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, l)
+	wantStats(t, l, Stats{CapacityBytes: 16 * blk, UsedBytes: 2 * blk, Objects: 1, PinnedObjects: 1, PinnedBytes: 2 * blk})
+
+	steps := []struct {
+		name        string
+		do          func() bool
+		writers     int
+		pinnedObjs  int64
+		pinnedBytes int64
+	}{
+		{"open read", func() bool { return l.Open(1, false) == nil }, 1, 1, 2 * blk},
+		{"open write", func() bool { return l.Open(1, true) == nil }, 2, 1, 2 * blk},
+		{"close write", func() bool { return !l.Close(1, true) }, 1, 1, 2 * blk},
+		{"close write", func() bool { return !l.Close(1, true) }, 0, 1, 2 * blk},
+		{"close read", func() bool { return !l.Close(1, false) }, 0, 0, 0},
+		{"close unpinned", func() bool { return !l.Close(1, false) }, 0, 0, 0},
+		{"close unpinned write", func() bool { return !l.Close(1, true) }, 0, 0, 0},
+		{"open after close", func() bool { return l.Open(1, false) == nil }, 0, 1, 2 * blk},
+		{"grow pinned", func() bool { _, err := l.Grow(1, 3*blk); return err == nil }, 0, 1, 3 * blk},
+		{"close again", func() bool { return !l.Close(1, false) }, 0, 0, 0},
+	}
+	for _, s := range steps {
+		if !s.do() {
+			t.Fatalf("%s: unexpected result", s.name)
+		}
+		mustOK(t, l)
+		st := l.Stats()
+		if l.Writers(1) != s.writers || st.PinnedObjects != s.pinnedObjs || st.PinnedBytes != s.pinnedBytes {
+			t.Fatalf("%s: writers %d pinned %d/%d, want %d %d/%d", s.name,
+				l.Writers(1), st.PinnedObjects, st.PinnedBytes, s.writers, s.pinnedObjs, s.pinnedBytes)
+		}
+	}
+	if err := l.Open(2, false); !errors.Is(err, ErrGone) {
+		t.Fatalf("Open(unknown) = %v, want ErrGone", err)
+	}
+	mustOK(t, l)
+}
+
+func TestGrowAndSetSize(t *testing.T) {
+	l, _ := newTest(t, 16*blk)
+	if err := l.Create(1, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		op         string
+		arg        int64
+		size, used int64
+	}{
+		{"grow", 1, 1, blk},
+		{"grow", 4096, 4096, blk},
+		{"grow", 4097, 4097, 2 * blk},
+		{"grow", 100, 4097, 2 * blk}, // out-of-order write: never shrinks
+		{"grow", 0, 4097, 2 * blk},
+		{"set", 100, 100, blk},
+		{"set", 0, 0, 0},
+		{"set", 3*blk + 1, 3*blk + 1, 4 * blk},
+		{"grow", 3 * blk, 3*blk + 1, 4 * blk},
+		{"set", 16 * blk, 16 * blk, 16 * blk},
+		{"set", 2 * blk, 2 * blk, 2 * blk},
+	} {
+		var err error
+		if s.op == "grow" {
+			_, err = l.Grow(1, s.arg)
+		} else {
+			_, err = l.SetSize(1, s.arg)
+		}
+		if err != nil {
+			t.Fatalf("%s(%d): %v", s.op, s.arg, err)
+		}
+		mustOK(t, l)
+		size, charge, ok := l.Size(1)
+		if !ok || size != s.size || charge != Charge(s.size) || l.Stats().UsedBytes != s.used {
+			t.Fatalf("%s(%d): size %d charge %d used %d, want size %d used %d",
+				s.op, s.arg, size, charge, l.Stats().UsedBytes, s.size, s.used)
+		}
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	l, _ := newTest(t, 4*blk)
+	if err := l.Create(1, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grow(1, 2*blk); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range []func() ([]Victim, error){
+		func() ([]Victim, error) { return l.Grow(1, 4*blk+1) },
+		func() ([]Victim, error) { return l.SetSize(1, 5*blk) },
+		func() ([]Victim, error) { return l.Grow(1, 1<<40) },
+	} {
+		v, err := f()
+		if !errors.Is(err, ErrTooLarge) || v != nil {
+			t.Fatalf("case %d: %v, %v; want ErrTooLarge", i, v, err)
+		}
+		mustOK(t, l)
+		if size, _, _ := l.Size(1); size != 2*blk {
+			t.Fatalf("case %d: size changed to %d", i, size)
+		}
+		if got := l.Stats().AdmissionFailures; got != int64(i+1) {
+			t.Fatalf("case %d: admission_failures %d", i, got)
+		}
+	}
+	// Exactly the capacity fits.
+	if _, err := l.Grow(1, 4*blk); err != nil {
+		t.Fatalf("Grow to capacity: %v", err)
+	}
+	mustOK(t, l)
+	// Too large on restore: the object itself is the victim, uncharged.
+	v, err := l.Restore(2, 4*blk+1, 1)
+	if err != nil || len(v) != 1 || v[0] != (Victim{ID: 2}) {
+		t.Fatalf("Restore(too large) = %v, %v", v, err)
+	}
+	mustOK(t, l)
+	if _, _, ok := l.Size(2); ok {
+		t.Fatal("too-large restore was admitted")
+	}
+}
+
+func TestEvictLRUOrder(t *testing.T) {
+	l, c := newTest(t, 4*blk)
+	for id := ID(1); id <= 4; id++ {
+		put(t, l, c, id, blk)
+	}
+	// LRU: 1 2 3 4. Opening and closing 1 makes it most recent.
+	if err := l.Open(1, false); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, l)
+	l.Close(1, false)
+	mustOK(t, l)
+	c.Advance(testGrace + time.Millisecond)
+	// LRU: 2 3 4 1. Touch 2 too.
+	l.Touch(2)
+	mustOK(t, l)
+	// LRU: 3 4 1 2.
+	if err := l.Create(5, true); err != nil {
+		t.Fatal(err)
+	}
+	v, err := l.Grow(5, blk)
+	if err != nil || !sameIDs(ids(v), []ID{3}) || v[0].Charge != blk {
+		t.Fatalf("Grow(5) victims %v, %v; want [3]", v, err)
+	}
+	mustOK(t, l)
+	// Open (pinned) 4: skipped; next coldest are 1 then 2.
+	if err := l.Open(4, false); err != nil {
+		t.Fatal(err)
+	}
+	v, err = l.Grow(5, 3*blk)
+	if err != nil || !sameIDs(ids(v), []ID{1, 2}) {
+		t.Fatalf("Grow(5, 3 blocks) victims %v, %v; want [1 2]", v, err)
+	}
+	mustOK(t, l)
+	wantStats(t, l, Stats{
+		CapacityBytes: 4 * blk, UsedBytes: 4 * blk, Objects: 2,
+		PinnedObjects: 2, PinnedBytes: 4 * blk,
+		Evictions: 3, EvictedBytes: 3 * blk,
+	})
+	for _, id := range []ID{1, 2, 3} {
+		if _, _, ok := l.Size(id); ok {
+			t.Fatalf("victim %d still present", id)
+		}
+		if err := l.Open(id, false); !errors.Is(err, ErrGone) {
+			t.Fatalf("Open(victim %d) = %v, want ErrGone", id, err)
+		}
+	}
+}
+
+func TestPinnedAndGraceNotEvicted(t *testing.T) {
+	l, c := newTest(t, 3*blk)
+	// 1: read-pinned; 2: write-pinned; 3: closed just now.
+	put(t, l, c, 1, blk)
+	if err := l.Open(1, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Create(2, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grow(2, blk); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Create(3, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grow(3, blk); err != nil {
+		t.Fatal(err)
+	}
+	l.Close(3, true)
+	mustOK(t, l)
+	if err := l.Create(4, true); err != nil {
+		t.Fatal(err)
+	}
+	before := l.Stats()
+	c.Advance(testGrace - time.Millisecond)
+	v, err := l.Grow(4, 1)
+	if !errors.Is(err, ErrNoSpace) || v != nil {
+		t.Fatalf("within grace: %v, %v; want ErrNoSpace", v, err)
+	}
+	mustOK(t, l)
+	if hint := l.WaitHint(blk); hint <= 0 {
+		t.Fatalf("WaitHint with grace-held space = %v, want > 0", hint)
+	}
+	after := l.Stats()
+	before.AdmissionFailures++
+	if after != before {
+		t.Fatalf("refusal changed stats\n got %+v\nwant %+v", after, before)
+	}
+	c.Advance(2 * time.Millisecond) // now past the grace period
+	v, err = l.Grow(4, 1)
+	if err != nil || !sameIDs(ids(v), []ID{3}) {
+		t.Fatalf("after grace: %v, %v; want victim 3", v, err)
+	}
+	mustOK(t, l)
+}
+
+func TestNoSpaceEvictsNothing(t *testing.T) {
+	l, c := newTest(t, 4*blk)
+	put(t, l, c, 1, blk)
+	put(t, l, c, 2, blk)
+	if err := l.Create(3, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grow(3, 2*blk); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, l)
+	if err := l.Create(4, true); err != nil {
+		t.Fatal(err)
+	}
+	before := l.Stats()
+	// 3 blocks needed, only 2 evictable: nothing may be evicted.
+	for _, f := range []func() ([]Victim, error){
+		func() ([]Victim, error) { return l.Grow(4, 3*blk) },
+		func() ([]Victim, error) { return l.SetSize(4, 3*blk) },
+		func() ([]Victim, error) { return l.SetSize(4, 4*blk) },
+	} {
+		v, err := f()
+		if !errors.Is(err, ErrNoSpace) || v != nil {
+			t.Fatalf("got %v, %v; want nil, ErrNoSpace", v, err)
+		}
+		mustOK(t, l)
+	}
+	after := l.Stats()
+	if after.Evictions != before.Evictions || after.EvictedBytes != before.EvictedBytes ||
+		after.UsedBytes != before.UsedBytes || after.Objects != before.Objects ||
+		after.AdmissionFailures != before.AdmissionFailures+3 {
+		t.Fatalf("refusals changed stats\nbefore %+v\n after %+v", before, after)
+	}
+	for _, id := range []ID{1, 2} {
+		if _, _, ok := l.Size(id); !ok {
+			t.Fatalf("%d lost by a refused admission", id)
+		}
+	}
+	// Writers hold the rest: retrying cannot help.
+	if hint := l.WaitHint(3 * blk); hint != 0 {
+		t.Fatalf("WaitHint = %v, want 0", hint)
+	}
+}
+
+func TestLinkCountsOnce(t *testing.T) {
+	l, _ := newTest(t, 16*blk)
+	if err := l.Create(1, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grow(1, 10000); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := l.Link(1); err != nil {
+			t.Fatal(err)
+		}
+		mustOK(t, l)
+	}
+	if err := l.Link(2); !errors.Is(err, ErrGone) {
+		t.Fatalf("Link(unknown) = %v", err)
+	}
+	l.Close(1, true)
+	mustOK(t, l)
+	wantStats(t, l, Stats{CapacityBytes: 16 * blk, UsedBytes: 3 * blk, Objects: 1})
+	for i := 0; i < 3; i++ {
+		if l.Unlink(1) {
+			t.Fatalf("Unlink %d of 4 released", i+1)
+		}
+		mustOK(t, l)
+		if got := l.Stats().UsedBytes; got != 3*blk {
+			t.Fatalf("used %d after unlink %d", got, i+1)
+		}
+	}
+	if !l.Unlink(1) {
+		t.Fatal("last Unlink of a closed inode did not release")
+	}
+	mustOK(t, l)
+	if l.Unlink(1) {
+		t.Fatal("Unlink after release released again")
+	}
+	wantStats(t, l, Stats{CapacityBytes: 16 * blk})
+}
+
+func TestShadowBytes(t *testing.T) {
+	l, _ := newTest(t, 16*blk)
+	if err := l.Create(1, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grow(1, 2*blk); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Open(1, false); err != nil {
+		t.Fatal(err)
+	}
+	if l.Unlink(1) {
+		t.Fatal("Unlink of an open inode released it")
+	}
+	mustOK(t, l)
+	wantStats(t, l, Stats{CapacityBytes: 16 * blk, UsedBytes: 2 * blk, Objects: 1,
+		PinnedObjects: 1, PinnedBytes: 2 * blk, ShadowBytes: 2 * blk})
+	if l.Unlink(1) { // no names left: harmless
+		t.Fatal("second Unlink released")
+	}
+	mustOK(t, l)
+	// A write through the open handle grows the shadow too.
+	if _, err := l.Grow(1, 3*blk); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, l)
+	if st := l.Stats(); st.ShadowBytes != 3*blk || st.UsedBytes != 3*blk {
+		t.Fatalf("after grow: %+v", st)
+	}
+	if l.Close(1, true) {
+		t.Fatal("Close with a handle left released")
+	}
+	mustOK(t, l)
+	released := 0
+	for i := 0; i < 3; i++ {
+		if l.Close(1, false) {
+			released++
+		}
+		mustOK(t, l)
+	}
+	if released != 1 {
+		t.Fatalf("released %d times, want once", released)
+	}
+	wantStats(t, l, Stats{CapacityBytes: 16 * blk})
+}
+
+func TestLinkRevivesShadow(t *testing.T) {
+	l, _ := newTest(t, 16*blk)
+	if err := l.Create(1, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grow(1, blk); err != nil {
+		t.Fatal(err)
+	}
+	l.Unlink(1)
+	mustOK(t, l)
+	if err := l.Link(1); err != nil { // linkat of an O_TMPFILE-style inode
+		t.Fatal(err)
+	}
+	mustOK(t, l)
+	if st := l.Stats(); st.ShadowBytes != 0 || st.UsedBytes != blk {
+		t.Fatalf("after relink: %+v", st)
+	}
+	if l.Close(1, true) {
+		t.Fatal("Close of a relinked inode released it")
+	}
+	mustOK(t, l)
+}
+
+func TestUnknownIDsHarmless(t *testing.T) {
+	l, c := newTest(t, 4*blk)
+	put(t, l, c, 1, blk)
+	before := l.Stats()
+	const x = ID(99)
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"Unlink", !l.Unlink(x)},
+		{"Close read", !l.Close(x, false)},
+		{"Close write", !l.Close(x, true)},
+		{"Forget", !l.Forget(x)},
+		{"Reconcile", !l.Reconcile(x, blk)},
+		{"Open", errors.Is(l.Open(x, false), ErrGone)},
+		{"Link", errors.Is(l.Link(x), ErrGone)},
+		{"Writers", l.Writers(x) == 0},
+	}
+	l.Touch(x)
+	for _, f := range []func() ([]Victim, error){
+		func() ([]Victim, error) { return l.Grow(x, blk) },
+		func() ([]Victim, error) { return l.SetSize(x, blk) },
+	} {
+		v, err := f()
+		checks = append(checks, struct {
+			name string
+			ok   bool
+		}{"resize", v == nil && errors.Is(err, ErrGone)})
+	}
+	_, _, ok := l.Size(x)
+	checks = append(checks, struct {
+		name string
+		ok   bool
+	}{"Size", !ok})
+	for _, ck := range checks {
+		if !ck.ok {
+			t.Errorf("%s on unknown ID misbehaved", ck.name)
+		}
+	}
+	mustOK(t, l)
+	wantStats(t, l, before)
+}
+
+func TestRestore(t *testing.T) {
+	l, _ := newTest(t, 3*blk)
+	var evicted []ID
+	for id := ID(1); id <= 5; id++ {
+		v, err := l.Restore(id, blk, 1)
+		if err != nil {
+			t.Fatalf("Restore(%d): %v", id, err)
+		}
+		mustOK(t, l)
+		evicted = append(evicted, ids(v)...)
+	}
+	if !sameIDs(evicted, []ID{1, 2}) {
+		t.Fatalf("restore evicted %v, want the coldest [1 2]", evicted)
+	}
+	if _, err := l.Restore(3, blk, 1); !errors.Is(err, ErrExists) {
+		t.Fatalf("duplicate Restore = %v", err)
+	}
+	mustOK(t, l)
+	// A multi-block restore evicts several, coldest first; links count once.
+	v, err := l.Restore(6, 2*blk, 2)
+	if err != nil || !sameIDs(ids(v), []ID{3, 4}) {
+		t.Fatalf("Restore(6) = %v, %v; want [3 4]", v, err)
+	}
+	mustOK(t, l)
+	wantStats(t, l, Stats{CapacityBytes: 3 * blk, UsedBytes: 3 * blk, Objects: 2,
+		Evictions: 4, EvictedBytes: 4 * blk})
+	if l.Unlink(6) || !l.Unlink(6) {
+		t.Fatal("restored nlink 2 not honoured")
+	}
+	mustOK(t, l)
+	// Restore after start-up with only pinned objects: refused, nothing lost.
+	if err := l.Create(7, true); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := l.Grow(7, 2*blk); err != nil || v != nil {
+		t.Fatalf("Grow(7) = %v, %v", v, err)
+	}
+	if err := l.Open(5, false); err != nil {
+		t.Fatal(err)
+	}
+	if l.Capacity() != 3*blk {
+		t.Fatalf("Capacity() = %d", l.Capacity())
+	}
+	v, err = l.Restore(8, blk, 1)
+	if !errors.Is(err, ErrNoSpace) || v != nil {
+		t.Fatalf("Restore with all pinned = %v, %v; want ErrNoSpace", v, err)
+	}
+	mustOK(t, l)
+	if _, _, ok := l.Size(8); ok || l.Stats().UsedBytes != 3*blk {
+		t.Fatalf("refused restore changed the ledger: %+v", l.Stats())
+	}
+}
+
+func TestReconcileTrim(t *testing.T) {
+	l, c := newTest(t, 4*blk)
+	for id := ID(1); id <= 4; id++ {
+		put(t, l, c, id, blk)
+	}
+	if l.Trim() != nil {
+		t.Fatal("Trim under capacity evicted")
+	}
+	if l.Reconcile(4, blk) {
+		t.Fatal("Reconcile to the same size reported a change")
+	}
+	if !l.Reconcile(4, 3*blk) {
+		t.Fatal("Reconcile did not apply")
+	}
+	mustOK(t, l) // over capacity is allowed once reconciled
+	if st := l.Stats(); st.UsedBytes != 6*blk || st.Reconciliations != 1 {
+		t.Fatalf("after reconcile: %+v", st)
+	}
+	v := l.Trim()
+	mustOK(t, l)
+	if !sameIDs(ids(v), []ID{1, 2}) {
+		t.Fatalf("Trim victims %v, want [1 2]", v)
+	}
+	if st := l.Stats(); st.UsedBytes != 4*blk || st.UsedBytes > st.CapacityBytes {
+		t.Fatalf("after trim: %+v", st)
+	}
+	if l.Trim() != nil {
+		t.Fatal("second Trim evicted")
+	}
+	// Reconcile shrinking needs no trim.
+	if !l.Reconcile(4, 0) {
+		t.Fatal("Reconcile to 0 did not apply")
+	}
+	mustOK(t, l)
+	if st := l.Stats(); st.UsedBytes != blk || st.Reconciliations != 2 {
+		t.Fatalf("after shrink: %+v", st)
+	}
+}
+
+func TestForget(t *testing.T) {
+	l, c := newTest(t, 8*blk)
+	put(t, l, c, 1, blk)
+	if err := l.Create(2, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grow(2, 2*blk); err != nil {
+		t.Fatal(err)
+	}
+	l.Unlink(2) // shadow and pinned
+	mustOK(t, l)
+	for _, id := range []ID{1, 2} {
+		if !l.Forget(id) {
+			t.Fatalf("Forget(%d) = false", id)
+		}
+		mustOK(t, l)
+		if l.Forget(id) {
+			t.Fatalf("second Forget(%d) = true", id)
+		}
+	}
+	if l.Close(2, true) {
+		t.Fatal("Close after Forget released")
+	}
+	mustOK(t, l)
+	wantStats(t, l, Stats{CapacityBytes: 8 * blk, Reconciliations: 2})
+}
+
+func TestWaitHint(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		setup  func(*testing.T, *Ledger, *fakeClock)
+		n      int64
+		waitOK bool
+	}{
+		{"read pin", func(t *testing.T, l *Ledger, c *fakeClock) {
+			put(t, l, c, 1, 4*blk)
+			if err := l.Open(1, false); err != nil {
+				t.Fatal(err)
+			}
+		}, blk, true},
+		{"grace", func(t *testing.T, l *Ledger, c *fakeClock) {
+			put(t, l, c, 1, 4*blk)
+			l.Open(1, true)
+			l.Close(1, true) // closed now, within the grace period
+		}, blk, true},
+		{"writer", func(t *testing.T, l *Ledger, c *fakeClock) {
+			l.Create(1, true)
+			l.Grow(1, 4*blk)
+		}, blk, false},
+		{"writer and reader", func(t *testing.T, l *Ledger, c *fakeClock) {
+			l.Create(1, true)
+			l.Grow(1, 2*blk)
+			put(t, l, c, 2, 2*blk)
+			l.Open(2, false)
+		}, 2 * blk, true},
+		{"more than writers leave", func(t *testing.T, l *Ledger, c *fakeClock) {
+			l.Create(1, true)
+			l.Grow(1, 2*blk)
+			put(t, l, c, 2, 2*blk)
+			l.Open(2, false)
+		}, 3 * blk, false},
+		{"larger than capacity", func(t *testing.T, l *Ledger, c *fakeClock) {}, 5 * blk, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, c := newTest(t, 4*blk)
+			tc.setup(t, l, c)
+			mustOK(t, l)
+			got := l.WaitHint(tc.n)
+			if tc.waitOK && got <= 0 || !tc.waitOK && got != 0 {
+				t.Fatalf("WaitHint(%d) = %v, want wait %v", tc.n, got, tc.waitOK)
+			}
+		})
+	}
+}
+
+func TestStatsJSON(t *testing.T) {
+	l, c := newTest(t, 8*blk)
+	put(t, l, c, 1, 1)
+	b, err := json.Marshal(l.Stats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]int64
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{
+		"capacity_bytes": 8 * blk, "used_bytes": blk, "objects": 1,
+		"pinned_objects": 0, "pinned_bytes": 0, "shadow_bytes": 0,
+		"evictions": 0, "evicted_bytes": 0, "admission_failures": 0,
+	}
+	for k, v := range want {
+		got, ok := m[k]
+		if !ok {
+			t.Errorf("stats JSON lacks %q: %s", k, b)
+		} else if got != v {
+			t.Errorf("%s = %d, want %d", k, got, v)
+		}
+	}
+}
+
+// TestConcurrent is for -race: private and shared IDs under contention,
+// with a checker taking snapshots mid-flight.
+func TestConcurrent(t *testing.T) {
+	const (
+		workers  = 8
+		ops      = 1500
+		shared   = 16
+		capacity = 64 * blk
+	)
+	c := newClock()
+	l := New(Config{Capacity: capacity, Grace: time.Millisecond, Now: c.Now})
+	for id := ID(1); id <= shared; id++ {
+		if err := l.Create(id, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Grow(id, blk); err != nil {
+			t.Fatal(err)
+		}
+		l.Close(id, true)
+	}
+	mustOK(t, l)
+
+	var wg sync.WaitGroup
+	errc := make(chan error, workers+1)
+	stop := make(chan struct{})
+	go func() { // checker and clock
+		defer close(errc)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c.Advance(time.Millisecond)
+			if err := l.CheckInvariants(); err != nil {
+				errc <- err
+				return
+			}
+			if st := l.Stats(); st.UsedBytes > st.CapacityBytes {
+				errc <- fmt.Errorf("used %d > capacity %d", st.UsedBytes, st.CapacityBytes)
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := uint64(w)*0x9e3779b97f4a7c15 + 1
+			next := func(n int) int {
+				rng ^= rng << 13
+				rng ^= rng >> 7
+				rng ^= rng << 17
+				return int(rng % uint64(n))
+			}
+			base := ID(1000 + w*10*ops) // private, never reused
+			mine := base
+			for i := 0; i < ops; i++ {
+				switch next(4) {
+				case 0: // private object: create, write, maybe unlink open
+					mine++
+					if err := l.Create(mine, true); err != nil {
+						panic(err)
+					}
+					for k := 0; k < 3; k++ {
+						l.Grow(mine, int64(next(8*blk)))
+					}
+					if next(3) == 0 {
+						l.Unlink(mine)
+					}
+					l.Close(mine, true)
+				case 1: // shared reader
+					id := ID(1 + next(shared))
+					if l.Open(id, false) == nil {
+						l.Grow(id, int64(next(4*blk)))
+						l.Close(id, false)
+					}
+				case 2: // shared links
+					id := ID(1 + next(shared))
+					if l.Link(id) == nil {
+						l.Unlink(id)
+					}
+				case 3: // reopen a recent private object, or unlink it
+					id := mine - ID(next(4))
+					if id <= base {
+						break
+					}
+					if next(2) == 0 {
+						l.Unlink(id)
+					} else if l.Open(id, true) == nil {
+						l.SetSize(id, int64(next(4*blk)))
+						l.Close(id, true)
+					}
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(stop)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	mustOK(t, l)
+	st := l.Stats()
+	if st.UsedBytes > st.CapacityBytes || st.PinnedObjects != 0 || st.ShadowBytes != 0 {
+		t.Fatalf("final stats: %+v", st)
+	}
+	if st.Evictions == 0 {
+		t.Fatalf("test exerted no eviction pressure: %+v", st)
+	}
+}
+
+func BenchmarkGrow(b *testing.B) {
+	b.Run("noevict", func(b *testing.B) {
+		l := New(Config{Capacity: math.MaxInt64})
+		l.Create(1, true)
+		var end int64
+		for b.Loop() {
+			end += 512
+			if _, err := l.Grow(1, end); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("evict", func(b *testing.B) {
+		// Full ledger: every new block evicts the coldest object.
+		const n = 10000
+		l := New(Config{Capacity: n * blk})
+		for id := ID(0); id < n; id++ {
+			l.Restore(id, blk, 1)
+		}
+		id := ID(n)
+		for b.Loop() {
+			l.Create(id, true)
+			if _, err := l.Grow(id, blk); err != nil {
+				b.Fatal(err)
+			}
+			l.Close(id, true)
+			id++
+		}
+	})
+}
+
+func BenchmarkOpenClose(b *testing.B) {
+	const n = 1024
+	l := New(Config{Capacity: n * blk})
+	for id := ID(0); id < n; id++ {
+		l.Restore(id, blk, 1)
+	}
+	var i ID
+	for b.Loop() {
+		id := i % n
+		if err := l.Open(id, false); err != nil {
+			b.Fatal(err)
+		}
+		l.Close(id, false)
+		i++
+	}
+}
+
+// BenchmarkRestore1M measures a restart over a million objects: ns/op is
+// the whole restore, B/obj the heap the ledger keeps per object.
+func BenchmarkRestore1M(b *testing.B) {
+	const n = 1_000_000
+	var bytesPerObj float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		l := New(Config{Capacity: n * blk})
+		for id := ID(0); id < n; id++ {
+			if _, err := l.Restore(id, blk, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if got := l.Stats().Objects; got != n {
+			b.Fatalf("objects %d", got)
+		}
+		bytesPerObj = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n
+		runtime.KeepAlive(l)
+		b.StartTimer()
+	}
+	b.ReportMetric(bytesPerObj, "B/obj")
+}

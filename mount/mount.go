@@ -1,0 +1,234 @@
+package mount
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/ledger"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// FSType is the mount's type in /proc/self/mountinfo.
+const FSType = "fuse.kvfs"
+
+// Mount is a live kvfs mount.
+type Mount struct {
+	Options
+	Loaded   blob.LoadReport
+	Evicted  int // objects evicted at start-up to fit the capacity
+	server   *fuse.Server
+	fs       *fusefs.FS
+	store    *blob.Store
+	log      *zap.Logger
+	unmounts chan struct{}
+}
+
+// Start validates the options, loads the store (reclaiming what a crash
+// left half-written), rebuilds the ledger and mounts. It changes nothing
+// on disk before every check on the arguments has passed.
+func Start(o Options) (*Mount, error) {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	log := o.Logger
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkMountpoint(o.Mountpoint, log); err != nil {
+		return nil, err
+	}
+	// Modes come from the kernel with the caller's umask applied already.
+	unix.Umask(0)
+	store, err := blob.Open(o.Store)
+	if err != nil {
+		if errors.Is(err, blob.ErrLocked) {
+			return nil, usagef("%v", err)
+		}
+		return nil, fmt.Errorf("opening store: %w", err)
+	}
+	m := &Mount{Options: o, store: store, log: log, unmounts: make(chan struct{}, 1)}
+	if err := m.load(); err != nil {
+		store.Close()
+		return nil, err
+	}
+	if err := m.mount(); err != nil {
+		m.fs.Close()
+		store.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// load rebuilds the index and the ledger from the store, coldest first so
+// LRU order survives as well as access times recorded it.
+func (m *Mount) load() error {
+	start := time.Now()
+	objects, rep, err := m.store.Load()
+	if err != nil {
+		return fmt.Errorf("loading store: %w", err)
+	}
+	m.Loaded = rep
+	if m.Capacity == 0 {
+		if m.Capacity, err = capacityFor(m.Store, rep.Bytes); err != nil {
+			return fmt.Errorf("sizing capacity: %w", err)
+		}
+	}
+	sort.Slice(objects, func(i, j int) bool { return objects[i].Atime < objects[j].Atime })
+	l := ledger.New(ledger.Config{Capacity: m.Capacity, Grace: m.Grace})
+	for _, o := range objects {
+		victims, err := l.Restore(o.ID, o.Size, o.Links)
+		if err != nil {
+			return fmt.Errorf("restoring ledger: %w", err)
+		}
+		for _, v := range victims {
+			m.store.Drop(v.ID)
+		}
+		m.Evicted += len(victims)
+	}
+	m.log.Info("store loaded", zap.String("store", m.Store), zap.Int64("objects", rep.Objects),
+		zap.Int64("bytes", rep.Bytes), zap.Int64("incomplete_reclaimed", rep.Incomplete),
+		zap.Int64("foreign_removed", rep.Foreign), zap.Int("evicted_to_fit", m.Evicted),
+		zap.Duration("took", time.Since(start)))
+	m.fs = fusefs.New(m.store, l, fusefs.Config{
+		WaitLimit:   m.WaitLimit,
+		Passthrough: m.Passthrough,
+		Logger:      m.log.Named("fusefs"),
+	})
+	return nil
+}
+
+func (m *Mount) mount() error {
+	timeout, negative := m.CacheTimeout, m.CacheTimeout
+	opts := &fs.Options{
+		MountOptions: fuse.MountOptions{
+			Name:                 "kvfs",
+			FsName:               m.Store,
+			AllowOther:           m.AllowOther,
+			Options:              []string{"default_permissions"},
+			MaxWrite:             1 << 20,
+			MaxBackground:        64,
+			DirectMount:          os.Geteuid() == 0,
+			IgnoreSecurityLabels: true,
+			ExtraCapabilities:    fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+			Debug:                m.DebugFUSE,
+			Logger:               zap.NewStdLog(m.log.Named("fuse")),
+		},
+		EntryTimeout:    &timeout,
+		AttrTimeout:     &timeout,
+		NegativeTimeout: &negative,
+		Logger:          zap.NewStdLog(m.log.Named("fs")),
+	}
+	server, err := fs.Mount(m.Mountpoint, m.fs.Root(), opts)
+	if err != nil {
+		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
+	}
+	m.server = server
+	m.log.Info("mounted", zap.String("mountpoint", m.Mountpoint), zap.Int64("capacity", m.Capacity),
+		zap.Bool("passthrough", m.PassthroughActive()))
+	return nil
+}
+
+// PassthroughActive says whether the kernel accepted FUSE passthrough.
+func (m *Mount) PassthroughActive() bool {
+	return m.Passthrough && m.server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0
+}
+
+// Stats is the ledger's snapshot.
+func (m *Mount) Stats() ledger.Stats { return m.fs.Stats() }
+
+// Wait serves until the file system is unmounted, then releases the
+// store.
+func (m *Mount) Wait() {
+	m.server.Wait()
+	m.fs.Close()
+	m.store.Close()
+}
+
+// Unmount asks the kernel to unmount, retrying while files are busy and
+// detaching lazily in the end so the daemon can always exit.
+func (m *Mount) Unmount() error {
+	var err error
+	for i := 0; i < 10; i++ {
+		if err = m.server.Unmount(); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m.log.Warn("unmount busy; detaching lazily", zap.Error(err))
+	return detach(m.Mountpoint)
+}
+
+// Unmount unmounts the kvfs mount at mountpoint; its daemon then exits.
+func Unmount(mountpoint string) error {
+	mounted, fstype := mountedAt(mountpoint)
+	if !mounted {
+		return usagef("%s is not mounted", mountpoint)
+	}
+	if fstype != FSType {
+		return usagef("%s is a %s mount, not kvfs", mountpoint, fstype)
+	}
+	if err := unix.Unmount(mountpoint, 0); err == nil {
+		return nil
+	} else if !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("unmounting %s: %w", mountpoint, err)
+	}
+	out, err := exec.Command("fusermount3", "-u", mountpoint).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("unmounting %s: %s", mountpoint, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// detach lazily unmounts, as root or through fusermount3.
+func detach(mp string) error {
+	if err := unix.Unmount(mp, unix.MNT_DETACH); err == nil || !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	out, err := exec.Command("fusermount3", "-u", "-z", mp).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s", strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// mountedAt reports whether mp is a mount point, and its type.
+func mountedAt(mp string) (bool, string) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, ""
+	}
+	defer f.Close()
+	found, fstype := false, ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options... - fstype source
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || unescape(fields[4]) != mp {
+			continue
+		}
+		for i, f := range fields {
+			if f == "-" && i+1 < len(fields) {
+				found, fstype = true, fields[i+1]
+			}
+		}
+	}
+	return found, fstype
+}
+
+// unescape undoes mountinfo's octal escapes of space, tab, newline and
+// backslash.
+func unescape(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}

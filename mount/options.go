@@ -1,0 +1,191 @@
+// Package mount owns a kvfs mount's options and lifecycle: validating
+// what the user asked for, loading the store, mounting, cleaning up a
+// mount point left dead by a crashed daemon, and unmounting.
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvfs/kvfs/ledger"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Options is what `kvfs mount` was asked for.
+type Options struct {
+	Mountpoint string
+	// Store is the store directory; empty means DefaultStore(Mountpoint).
+	Store string
+	// Capacity in bytes; zero derives it from the store's free space.
+	Capacity int64
+	// Grace protects a just-closed object from eviction, so the publish
+	// step after close (link or rename) cannot lose it.
+	Grace time.Duration
+	// WaitLimit bounds how long a write waits for space to free up.
+	WaitLimit time.Duration
+	// CacheTimeout is how long the kernel may cache names and attributes;
+	// kvfs invalidates them itself when it evicts.
+	CacheTimeout time.Duration
+	AllowOther   bool
+	Passthrough  bool
+	DebugFUSE    bool
+	Logger       *zap.Logger
+}
+
+// Defaults for the options a user leaves out.
+const (
+	DefaultGrace        = 2 * time.Second
+	DefaultWaitLimit    = 5 * time.Second
+	DefaultCacheTimeout = time.Minute
+	// DefaultCapacityShare is the part of the store's free space (plus
+	// what it already holds) a capacity defaults to.
+	DefaultCapacityShare = 0.9
+)
+
+// ErrUsage marks errors in what the user asked for (exit status 2), as
+// opposed to failures while doing it: errors.Is(err, ErrUsage).
+var ErrUsage = errors.New("usage")
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string        { return e.msg }
+func (e usageError) Is(target error) bool { return target == ErrUsage }
+
+// Usagef makes an ErrUsage error with a message of its own.
+func Usagef(format string, args ...any) error { return usagef(format, args...) }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Sprintf(format, args...)}
+}
+
+// DefaultStore is the store directory used when none is given: beside
+// the mount point, named after it.
+func DefaultStore(mountpoint string) string {
+	clean := filepath.Clean(mountpoint)
+	return filepath.Join(filepath.Dir(clean), filepath.Base(clean)+".kvfs-store")
+}
+
+// ParseSize reads a size: plain bytes, or a number with K, M, G or T, with
+// or without "iB" or "B" (all binary: 64MiB, 64M and 64MB are 64<<20).
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	upper := strings.ToUpper(t)
+	upper = strings.TrimSuffix(strings.TrimSuffix(upper, "IB"), "B")
+	shift := 0
+	if n := len(upper); n > 0 {
+		if i := strings.IndexByte("KMGTP", upper[n-1]); i >= 0 {
+			shift = 10 * (i + 1)
+			upper = upper[:n-1]
+		}
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(upper), 10, 63)
+	if err != nil || t == "" {
+		return 0, usagef("bad size %q: want bytes or a number with K, M, G or T (like 64MiB or 10G)", s)
+	}
+	if shift > 0 && v > (1<<63-1)>>shift {
+		return 0, usagef("size %q is too large", s)
+	}
+	return int64(v << shift), nil
+}
+
+// validate checks the paths and numbers before anything is touched.
+func (o *Options) validate() error {
+	if o.Mountpoint == "" {
+		return usagef("no mount point given")
+	}
+	mp, err := filepath.Abs(o.Mountpoint)
+	if err != nil {
+		return usagef("mount point %q: %v", o.Mountpoint, err)
+	}
+	o.Mountpoint = mp
+	if o.Store == "" {
+		o.Store = DefaultStore(mp)
+	}
+	if o.Store, err = filepath.Abs(o.Store); err != nil {
+		return usagef("store %q: %v", o.Store, err)
+	}
+	if within(o.Store, mp) || within(mp, o.Store) {
+		return usagef("store %s and mount point %s must not contain each other", o.Store, mp)
+	}
+	if o.Capacity < 0 || (o.Capacity > 0 && o.Capacity < ledger.BlockSize) {
+		return usagef("capacity %d is below one block (%d bytes)", o.Capacity, ledger.BlockSize)
+	}
+	if o.Grace < 0 || o.WaitLimit < 0 || o.CacheTimeout < 0 {
+		return usagef("durations must not be negative")
+	}
+	if st, err := os.Stat(o.Store); err == nil && !st.IsDir() {
+		return usagef("store %s is not a directory", o.Store)
+	}
+	return nil
+}
+
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// checkMountpoint requires an existing, empty directory that is not
+// already a live mount; a mount point a crashed daemon left dead
+// ("transport endpoint is not connected") is detached first.
+func checkMountpoint(mp string, log *zap.Logger) error {
+	var st unix.Stat_t
+	err := unix.Stat(mp, &st)
+	if err == nil && isDeadMount(mp) {
+		err = unix.ENOTCONN
+	}
+	if errors.Is(err, unix.ENOTCONN) {
+		log.Warn("mount point is dead (crashed daemon?); detaching it", zap.String("mountpoint", mp))
+		if err := detach(mp); err != nil {
+			return fmt.Errorf("cleaning up dead mount %s: %w", mp, err)
+		}
+		err = unix.Stat(mp, &st)
+	}
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return usagef("mount point %s does not exist", mp)
+	case err != nil:
+		return usagef("mount point %s: %v", mp, err)
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return usagef("mount point %s is not a directory", mp)
+	}
+	if mounted, fstype := mountedAt(mp); mounted {
+		return usagef("%s is already a mount point (%s); unmount it first", mp, fstype)
+	}
+	ents, err := os.ReadDir(mp)
+	if err != nil {
+		return usagef("mount point %s: %v", mp, err)
+	}
+	if len(ents) > 0 {
+		return usagef("mount point %s is not empty (%d entries); kvfs would hide them", mp, len(ents))
+	}
+	return nil
+}
+
+// isDeadMount: a FUSE mount whose daemon died still answers stat of its
+// root from the kernel's cache, but nothing that needs the daemon.
+func isDeadMount(mp string) bool {
+	mounted, fstype := mountedAt(mp)
+	if !mounted || !strings.HasPrefix(fstype, "fuse") {
+		return false
+	}
+	var sf unix.Statfs_t
+	return errors.Is(unix.Statfs(mp, &sf), unix.ENOTCONN)
+}
+
+// capacityFor derives a capacity from the store's file system: a share
+// of its free space plus what the store already holds.
+func capacityFor(store string, held int64) (int64, error) {
+	var sf unix.Statfs_t
+	if err := unix.Statfs(store, &sf); err != nil {
+		return 0, err
+	}
+	free := int64(sf.Bavail) * sf.Bsize
+	c := int64(float64(free+held) * DefaultCapacityShare)
+	return c / ledger.BlockSize * ledger.BlockSize, nil
+}
