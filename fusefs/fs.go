@@ -182,3 +182,6 @@ func (f *FS) setSize(ctx context.Context, id ledger.ID, size int64) error {
 func (f *FS) unlinked(id ledger.ID) {
 	f.ledger.Unlink(id)
 }
+
+// CheckInvariants checks the ledger's invariants; tests call it.
+func (f *FS) CheckInvariants() error { return f.ledger.CheckInvariants() }

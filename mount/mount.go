@@ -232,3 +232,6 @@ func unescape(s string) string {
 	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
 	return r.Replace(s)
 }
+
+// CheckInvariants checks the ledger's invariants; tests call it.
+func (m *Mount) CheckInvariants() error { return m.fs.CheckInvariants() }

@@ -1,0 +1,44 @@
+# kvfs: `make run` mounts a cache with defaults, `make test` runs the suite.
+GO      ?= go
+BIN     := bin/kvfs
+MNT     ?= /tmp/kvfs
+FUZZTIME ?= 20s
+export KVFS_BIN := $(abspath $(BIN))
+
+.PHONY: all build run test unit fuse integration fuzz bench vet clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/kvfs
+
+# Mounts at $(MNT) with the store beside it ($(MNT).kvfs-store) and a
+# capacity of 90% of that disk's free space; Ctrl-C unmounts.
+run: build
+	mkdir -p $(MNT)
+	$(BIN) mount $(ARGS) $(MNT)
+
+vet:
+	$(GO) vet ./...
+
+# The whole suite: the core under the race detector and a short fuzz run,
+# in-process mounts, then the built binary mounted for real.
+test: build vet unit fuzz fuse integration
+
+unit:
+	$(GO) test -race -count=1 ./ledger/ ./blob/ ./mount/ ./cmd/...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzLedger -fuzztime $(FUZZTIME) ./ledger/
+
+fuse:
+	$(GO) test -race -count=1 -timeout 15m ./fusefs/
+
+integration: build
+	$(GO) test -count=1 -timeout 30m ./tests/
+
+bench: build
+	$(GO) run ./cmd/kvfs-bench $(ARGS)
+
+clean:
+	rm -rf bin
