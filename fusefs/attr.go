@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"os"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -73,7 +72,14 @@ func applyTimes(fd int, in *fuse.SetAttrIn) error {
 	if mok {
 		ts[1] = timespec(mtime)
 	}
-	return unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), ts, 0)
+	return unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH)
+}
+
+// touch records an open in the stored file's atime, which is how LRU
+// order survives a restart.
+func touch(f *os.File) {
+	ts := []unix.Timespec{timespec(time.Now()), {Nsec: unix.UTIME_OMIT}}
+	unix.UtimesNanoAt(int(f.Fd()), "", ts, unix.AT_EMPTY_PATH)
 }
 
 func timespec(t time.Time) unix.Timespec {

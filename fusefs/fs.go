@@ -25,7 +25,10 @@ type Config struct {
 	// Passthrough lets read-only handles of complete objects be served
 	// by the kernel straight from the store (FUSE passthrough).
 	Passthrough bool
-	Logger      *zap.Logger
+	// AuditInterval is how often the store is walked for changes made
+	// behind kvfs's back; zero never.
+	AuditInterval time.Duration
+	Logger        *zap.Logger
 }
 
 // FS is one mounted kvfs: the store, the ledger, and the kernel-facing
@@ -72,6 +75,10 @@ func New(store *blob.Store, l *ledger.Ledger, cfg Config) *FS {
 	}
 	f.wg.Add(1)
 	go f.notifyLoop()
+	if cfg.AuditInterval > 0 {
+		f.wg.Add(1)
+		go f.auditLoop(cfg.AuditInterval)
+	}
 	return f
 }
 

@@ -168,6 +168,9 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ u
 		return nil, 0, n.fs.errno("open", err)
 	}
 	h := n.adopt(f, flags, false)
+	if !write {
+		touch(f)
+	}
 	if n.fs.cfg.Passthrough && !write {
 		return &passthroughHandle{h}, h.fuseFlags(), 0
 	}

@@ -136,6 +136,19 @@ func (l *Ledger) Restore(id ID, size int64, nlink int) ([]Victim, error) {
 	return victims, nil
 }
 
+// Adopt adds an inode that appeared in the store behind kvfs's back, as
+// most recently used, evicting others if it does not fit. It counts as a
+// reconciliation.
+func (l *Ledger) Adopt(id ID, size int64, nlink int) ([]Victim, error) {
+	victims, err := l.Restore(id, size, nlink)
+	if err == nil {
+		l.mu.Lock()
+		l.reconciled++
+		l.mu.Unlock()
+	}
+	return victims, err
+}
+
 // Create adds a new empty inode with one name, pinned by the handle that
 // created it.
 func (l *Ledger) Create(id ID, write bool) error {

@@ -31,7 +31,6 @@ type Mount struct {
 	fs       *fusefs.FS
 	store    *blob.Store
 	log      *zap.Logger
-	unmounts chan struct{}
 }
 
 // Start validates the options, loads the store (reclaiming what a crash
@@ -57,7 +56,8 @@ func Start(o Options) (*Mount, error) {
 		}
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
-	m := &Mount{Options: o, store: store, log: log, unmounts: make(chan struct{}, 1)}
+	warnVolatile(o.Store, log)
+	m := &Mount{Options: o, store: store, log: log}
 	if err := m.load(); err != nil {
 		store.Close()
 		return nil, err
@@ -101,9 +101,10 @@ func (m *Mount) load() error {
 		zap.Int64("foreign_removed", rep.Foreign), zap.Int("evicted_to_fit", m.Evicted),
 		zap.Duration("took", time.Since(start)))
 	m.fs = fusefs.New(m.store, l, fusefs.Config{
-		WaitLimit:   m.WaitLimit,
-		Passthrough: m.Passthrough,
-		Logger:      m.log.Named("fusefs"),
+		WaitLimit:     m.WaitLimit,
+		Passthrough:   m.Passthrough,
+		AuditInterval: m.AuditInterval,
+		Logger:        m.log.Named("fusefs"),
 	})
 	return nil
 }
@@ -188,6 +189,15 @@ func Unmount(mountpoint string) error {
 		return fmt.Errorf("unmounting %s: %s", mountpoint, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// warnVolatile says so when the store lives in memory: it works, but the
+// cache is gone at reboot and its bytes compete with the page cache.
+func warnVolatile(store string, log *zap.Logger) {
+	var sf unix.Statfs_t
+	if unix.Statfs(store, &sf) == nil && sf.Type == unix.TMPFS_MAGIC {
+		log.Warn("store is on tmpfs: objects do not survive a reboot", zap.String("store", store))
+	}
 }
 
 // detach lazily unmounts, as root or through fusermount3.

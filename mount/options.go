@@ -32,17 +32,21 @@ type Options struct {
 	// CacheTimeout is how long the kernel may cache names and attributes;
 	// kvfs invalidates them itself when it evicts.
 	CacheTimeout time.Duration
-	AllowOther   bool
-	Passthrough  bool
-	DebugFUSE    bool
-	Logger       *zap.Logger
+	// AuditInterval is how often the store is walked for changes made
+	// behind kvfs's back; zero never.
+	AuditInterval time.Duration
+	AllowOther    bool
+	Passthrough   bool
+	DebugFUSE     bool
+	Logger        *zap.Logger
 }
 
 // Defaults for the options a user leaves out.
 const (
-	DefaultGrace        = 2 * time.Second
-	DefaultWaitLimit    = 5 * time.Second
-	DefaultCacheTimeout = time.Minute
+	DefaultGrace         = 2 * time.Second
+	DefaultWaitLimit     = 5 * time.Second
+	DefaultCacheTimeout  = time.Minute
+	DefaultAuditInterval = 10 * time.Minute
 	// DefaultCapacityShare is the part of the store's free space (plus
 	// what it already holds) a capacity defaults to.
 	DefaultCapacityShare = 0.9
@@ -116,7 +120,7 @@ func (o *Options) validate() error {
 	if o.Capacity < 0 || (o.Capacity > 0 && o.Capacity < ledger.BlockSize) {
 		return usagef("capacity %d is below one block (%d bytes)", o.Capacity, ledger.BlockSize)
 	}
-	if o.Grace < 0 || o.WaitLimit < 0 || o.CacheTimeout < 0 {
+	if o.Grace < 0 || o.WaitLimit < 0 || o.CacheTimeout < 0 || o.AuditInterval < 0 {
 		return usagef("durations must not be negative")
 	}
 	if st, err := os.Stat(o.Store); err == nil && !st.IsDir() {
