@@ -25,12 +25,12 @@ const FSType = "fuse.kvfs"
 // Mount is a live kvfs mount.
 type Mount struct {
 	Options
-	Loaded   blob.LoadReport
-	Evicted  int // objects evicted at start-up to fit the capacity
-	server   *fuse.Server
-	fs       *fusefs.FS
-	store    *blob.Store
-	log      *zap.Logger
+	Loaded  blob.LoadReport
+	Evicted int // objects evicted at start-up to fit the capacity
+	server  *fuse.Server
+	fs      *fusefs.FS
+	store   *blob.Store
+	log     *zap.Logger
 }
 
 // Start validates the options, loads the store (reclaiming what a crash
