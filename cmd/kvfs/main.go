@@ -131,6 +131,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	noPassthrough := fs.Bool("no-passthrough", false, "serve reads through FUSE even where passthrough works")
 	fs.BoolVar(&o.DebugFUSE, "debug-fuse", false, "log every FUSE request")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon to this file")
 	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
 	if err != nil {
 		return err
@@ -143,6 +144,13 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	defer log.Sync()
 	o.Logger = log.Named("mount")
+	if *cpuProfile != "" {
+		stop, err := startProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	m, err := mount.Start(o)
 	if err != nil {
 		return err
