@@ -77,7 +77,7 @@ func (s *Store) openWriting() (*os.File, error) {
 
 type loader struct {
 	s          *Store
-	incomplete map[uint64]bool
+	incomplete map[uint64]bool      // inodes marked in writing/; false once counted
 	seen       map[uint64]ledger.ID // inodes with several names
 	objects    []Object
 	rep        *LoadReport
@@ -125,9 +125,13 @@ func (l *loader) addFile(dirfd int, d *dir, name string) {
 	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return
 	}
-	if l.incomplete[st.Ino] {
-		l.rep.Incomplete++
-		l.rep.IncompleteByte += st.Size
+	if uncounted, marked := l.incomplete[st.Ino]; marked {
+		// Counted once per inode, however many names it had.
+		if uncounted {
+			l.incomplete[st.Ino] = false
+			l.rep.Incomplete++
+			l.rep.IncompleteByte += st.Size
+		}
 		unix.Unlinkat(dirfd, name, 0)
 		return
 	}

@@ -29,8 +29,11 @@ func (s *Store) Rename(parent ledger.ID, name string, newParent ledger.ID, newNa
 		return 0, nil
 	}
 	oldRel, newRel := s.childPath(parent, name), s.childPath(newParent, newName)
-	if err := unix.Renameat2(int(s.data.Fd()), oldRel, int(s.data.Fd()), newRel, uint(flags)); err != nil {
-		return 0, &os.LinkError{Op: "rename", Old: oldRel, New: newRel, Err: err}
+	err = s.at2(oldRel, newRel, func(da int, na string, db int, nb string) error {
+		return unix.Renameat2(da, na, db, nb, uint(flags))
+	})
+	if err != nil {
+		return 0, &os.LinkError{Op: "rename", Old: oldRel, New: newRel, Err: underlying(err)}
 	}
 	if flags&unix.RENAME_EXCHANGE != 0 {
 		s.moveName(dst, to, newName, from, name)

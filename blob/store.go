@@ -17,8 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -160,14 +162,49 @@ func (s *Store) openBeneath(rel string, flags int, mode uint32) (*os.File, error
 	}
 }
 
+// at runs op on the directory holding rel, resolved beneath data/
+// without following symlinks, and rel's last name, so a symlink planted
+// in the store in place of a directory never leads a change outside it.
+// Names directly under data/ need no resolving.
+func (s *Store) at(rel string, op func(dirfd int, name string) error) error {
+	dir, name := path.Split(rel)
+	if dir == "" {
+		return op(int(s.data.Fd()), name)
+	}
+	d, err := s.openBeneath(strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return op(int(d.Fd()), name)
+}
+
+// at2 is at for operations on two names.
+func (s *Store) at2(a, b string, op func(dirA int, nameA string, dirB int, nameB string) error) error {
+	return s.at(a, func(dirA int, nameA string) error {
+		return s.at(b, func(dirB int, nameB string) error { return op(dirA, nameA, dirB, nameB) })
+	})
+}
+
 // stat reads the attributes of a path relative to data/.
 func (s *Store) stat(rel string) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	err := unix.Fstatat(int(s.data.Fd()), rel, &st, unix.AT_SYMLINK_NOFOLLOW)
+	err := s.at(rel, func(dirfd int, name string) error {
+		return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	})
 	if err != nil {
-		return st, &os.PathError{Op: "stat", Path: rel, Err: err}
+		return st, &os.PathError{Op: "stat", Path: rel, Err: underlying(err)}
 	}
 	return st, nil
+}
+
+// underlying unwraps a PathError so callers can wrap with their own op.
+func underlying(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func writingName(id ledger.ID) string { return strconv.FormatUint(uint64(id), 16) }

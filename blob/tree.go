@@ -180,10 +180,11 @@ func (s *Store) Create(parent ledger.ID, name string, mode uint32, who Owner) (l
 		f.Chown(who.UID, who.GID)
 	}
 	rel := s.childPath(parent, name)
-	if err := unix.Linkat(wfd, wname, int(s.data.Fd()), rel, 0); err != nil {
+	err = s.at(rel, func(dirfd int, name string) error { return unix.Linkat(wfd, wname, dirfd, name, 0) })
+	if err != nil {
 		unix.Unlinkat(wfd, wname, 0)
 		f.Close()
-		return 0, nil, &os.PathError{Op: "create", Path: rel, Err: err}
+		return 0, nil, &os.PathError{Op: "create", Path: rel, Err: underlying(err)}
 	}
 	d.kids[name] = id
 	s.files[id] = &file{links: []Name{{parent, name}}}
@@ -211,11 +212,17 @@ func (s *Store) Mkdir(parent ledger.ID, name string, mode uint32, who Owner) (le
 		return 0, err
 	}
 	rel := s.childPath(parent, name)
-	if err := unix.Mkdirat(int(s.data.Fd()), rel, mode); err != nil {
-		return 0, &os.PathError{Op: "mkdir", Path: rel, Err: err}
-	}
-	if who.UID >= 0 {
-		unix.Fchownat(int(s.data.Fd()), rel, who.UID, who.GID, unix.AT_SYMLINK_NOFOLLOW)
+	err = s.at(rel, func(dirfd int, name string) error {
+		if err := unix.Mkdirat(dirfd, name, mode); err != nil {
+			return err
+		}
+		if who.UID >= 0 {
+			unix.Fchownat(dirfd, name, who.UID, who.GID, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, &os.PathError{Op: "mkdir", Path: rel, Err: underlying(err)}
 	}
 	id := s.NewID()
 	d.kids[name] = id
@@ -236,8 +243,11 @@ func (s *Store) Link(id, parent ledger.ID, name string) error {
 		return err
 	}
 	old, rel := s.childPath(f.links[0].Parent, f.links[0].Name), s.childPath(parent, name)
-	if err := unix.Linkat(int(s.data.Fd()), old, int(s.data.Fd()), rel, 0); err != nil {
-		return &os.PathError{Op: "link", Path: rel, Err: err}
+	err = s.at2(old, rel, func(da int, na string, db int, nb string) error {
+		return unix.Linkat(da, na, db, nb, 0)
+	})
+	if err != nil {
+		return &os.PathError{Op: "link", Path: rel, Err: underlying(err)}
 	}
 	d.kids[name] = id
 	f.links = append(f.links, Name{parent, name})
@@ -261,7 +271,7 @@ func (s *Store) Unlink(parent ledger.ID, name string) (ledger.ID, error) {
 		return 0, unix.EISDIR
 	}
 	rel := s.childPath(parent, name)
-	if err := unix.Unlinkat(int(s.data.Fd()), rel, 0); err != nil && err != unix.ENOENT {
+	if err := s.unlinkAt(rel, 0); err != nil {
 		return 0, &os.PathError{Op: "unlink", Path: rel, Err: err}
 	}
 	s.dropName(id, d, name)
@@ -281,6 +291,18 @@ func (s *Store) dropName(id ledger.ID, d *dir, name string) {
 	if len(f.links) == 0 {
 		delete(s.files, id)
 	}
+}
+
+// unlinkAt removes a stored name; one already gone is not an error: the
+// index is what callers change, and it must follow.
+func (s *Store) unlinkAt(rel string, flags int) error {
+	err := underlying(s.at(rel, func(dirfd int, name string) error {
+		return unix.Unlinkat(dirfd, name, flags)
+	}))
+	if err == unix.ENOENT {
+		return nil
+	}
+	return err
 }
 
 // Rmdir removes an empty directory.
@@ -303,7 +325,7 @@ func (s *Store) Rmdir(parent ledger.ID, name string) (ledger.ID, error) {
 		return 0, unix.ENOTEMPTY
 	}
 	rel := s.childPath(parent, name)
-	if err := unix.Unlinkat(int(s.data.Fd()), rel, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+	if err := s.unlinkAt(rel, unix.AT_REMOVEDIR); err != nil {
 		return 0, &os.PathError{Op: "rmdir", Path: rel, Err: err}
 	}
 	delete(d.kids, name)
@@ -322,7 +344,7 @@ func (s *Store) Drop(id ledger.ID) []Name {
 	}
 	names := append([]Name(nil), f.links...)
 	for _, n := range names {
-		unix.Unlinkat(int(s.data.Fd()), s.childPath(n.Parent, n.Name), 0)
+		s.unlinkAt(s.childPath(n.Parent, n.Name), 0)
 		s.dropName(id, s.dirs[n.Parent], n.Name)
 	}
 	return names

@@ -1,0 +1,185 @@
+package blob
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kvfs/kvfs/ledger"
+)
+
+func TestFsckCleanStore(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	d := mustMkdir(t, s, RootID, "d")
+	mustMkdir(t, s, d, "e")
+	a := mustCreate(t, s, d, "a", make([]byte, 5000))
+	must(t, "Link", s.Link(a, RootID, "alink"))
+	mustCreate(t, s, RootID, "b", []byte("b"))
+	mustCreate(t, s, RootID, "zero", nil)
+	s.Close()
+
+	before := treeSnapshot(t, dir)
+	rep, err := Fsck(dir, false)
+	must(t, "Fsck", err)
+	want := FsckReport{Objects: 3, Bytes: ledger.Charge(5000) + ledger.Charge(1), Dirs: 2}
+	if len(rep.Problems) != 0 || rep.Objects != want.Objects || rep.Bytes != want.Bytes || rep.Dirs != want.Dirs || rep.Repaired {
+		t.Fatalf("Fsck of a clean store = %+v, want %+v", rep, want)
+	}
+	if !slices.Equal(before, treeSnapshot(t, dir)) {
+		t.Fatal("Fsck changed a clean store")
+	}
+
+	// Repair of a clean store has nothing to do.
+	rep, err = Fsck(dir, true)
+	if err != nil || len(rep.Problems) != 0 || rep.Repaired {
+		t.Fatalf("Fsck --repair of a clean store = %+v, %v", rep, err)
+	}
+	if !slices.Equal(before, treeSnapshot(t, dir)) {
+		t.Fatal("Fsck --repair changed a clean store")
+	}
+
+	// Fsck and start-up agree on what the store holds.
+	s, err = Open(dir)
+	must(t, "Open", err)
+	defer s.Close()
+	_, loaded, err := s.Load()
+	must(t, "Load", err)
+	if loaded.Objects != rep.Objects || loaded.Bytes != rep.Bytes || loaded.Dirs != rep.Dirs {
+		t.Fatalf("Load says %+v, Fsck %+v", loaded, rep)
+	}
+}
+
+func TestFsckFindsCrashLeftovers(t *testing.T) {
+	c := crashStore(t)
+	before := treeSnapshot(t, c.dir)
+	rep, err := Fsck(c.dir, false)
+	must(t, "Fsck", err)
+	if !slices.Equal(before, treeSnapshot(t, c.dir)) {
+		t.Fatal("Fsck without --repair changed the store")
+	}
+	if rep.Repaired {
+		t.Fatal("Fsck without --repair says it repaired")
+	}
+	var want []string
+	for _, rel := range c.incomplete {
+		want = append(want, "incomplete object "+rel+" (")
+	}
+	for _, rel := range c.foreign {
+		want = append(want, "foreign entry "+rel+" (")
+	}
+	for range c.stale {
+		want = append(want, "stale write marker "+WritingName+"/")
+	}
+	wantProblems(t, rep.Problems, want)
+	if rep.Objects != c.wantReport.Objects || rep.Bytes != c.wantReport.Bytes || rep.Dirs != c.wantReport.Dirs {
+		t.Fatalf("Fsck counts %+v, want those of %+v", rep, c.wantReport)
+	}
+}
+
+// wantProblems checks that each problem starts with one prefix of want,
+// one to one.
+func wantProblems(t *testing.T, got, want []string) {
+	t.Helper()
+	left := slices.Clone(got)
+	for _, w := range want {
+		i := slices.IndexFunc(left, func(p string) bool { return strings.HasPrefix(p, w) })
+		if i < 0 {
+			t.Fatalf("no problem starting %q in %q", w, got)
+		}
+		left = slices.Delete(left, i, i+1)
+	}
+	if len(left) > 0 {
+		t.Fatalf("unexpected problems %q", left)
+	}
+}
+
+func TestFsckRepair(t *testing.T) {
+	c := crashStore(t)
+	rep, err := Fsck(c.dir, true)
+	must(t, "Fsck --repair", err)
+	if !rep.Repaired || len(rep.Problems) == 0 {
+		t.Fatalf("Fsck --repair = %+v", rep)
+	}
+	if rep.Objects != c.wantReport.Objects || rep.Bytes != c.wantReport.Bytes || rep.Dirs != c.wantReport.Dirs {
+		t.Fatalf("repaired counts %+v, want those of %+v", rep, c.wantReport)
+	}
+	if got := dataNames(t, c.dir); !slices.Equal(got, c.kept) {
+		t.Fatalf("data/ after repair = %v, want %v", got, c.kept)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(c.dir, WritingName)); len(ents) != 0 {
+		t.Fatalf("writing/ after repair holds %d entries", len(ents))
+	}
+
+	again, err := Fsck(c.dir, false)
+	must(t, "Fsck after repair", err)
+	if len(again.Problems) != 0 || again.Objects != rep.Objects || again.Bytes != rep.Bytes || again.Dirs != rep.Dirs {
+		t.Fatalf("Fsck after repair = %+v, repair said %+v", again, rep)
+	}
+
+	// The repair let go of the store: a daemon can take it.
+	s, err := Open(c.dir)
+	must(t, "Open after repair", err)
+	defer s.Close()
+	_, loaded, err := s.Load()
+	must(t, "Load", err)
+	if loaded.Incomplete != 0 || loaded.Foreign != 0 || loaded.Objects != rep.Objects {
+		t.Fatalf("Load after repair = %+v", loaded)
+	}
+	checkIndex(t, s)
+}
+
+func TestFsckLockedStore(t *testing.T) {
+	c := crashStore(t)
+	s, err := Open(c.dir)
+	must(t, "Open", err)
+	defer s.Close()
+	before := treeSnapshot(t, c.dir)
+	for _, repair := range []bool{false, true} {
+		_, err := Fsck(c.dir, repair)
+		if err == nil || !strings.Contains(err.Error(), "live kvfs daemon") {
+			t.Fatalf("Fsck(repair=%v) of a served store: %v", repair, err)
+		}
+	}
+	if !slices.Equal(before, treeSnapshot(t, c.dir)) {
+		t.Fatal("Fsck changed a served store")
+	}
+}
+
+func TestFsckNotAStore(t *testing.T) {
+	empty := t.TempDir()
+	for _, repair := range []bool{false, true} {
+		if _, err := Fsck(empty, repair); err == nil || !strings.Contains(err.Error(), "not a kvfs store") {
+			t.Fatalf("Fsck(repair=%v) of an empty directory: %v", repair, err)
+		}
+	}
+	if ents, _ := os.ReadDir(empty); len(ents) != 0 {
+		t.Fatalf("Fsck of a non-store left %d entries", len(ents))
+	}
+	if _, err := Fsck(filepath.Join(empty, "absent"), false); err == nil {
+		t.Fatal("Fsck of an absent directory succeeded")
+	}
+	fileData := t.TempDir()
+	must(t, "write", os.WriteFile(filepath.Join(fileData, DataName), nil, 0o644))
+	if _, err := Fsck(fileData, false); err == nil {
+		t.Fatal("Fsck of a directory whose data is a file succeeded")
+	}
+}
+
+// A store whose writing/ is missing (never had a writer, or was removed
+// by hand) is still a store.
+func TestFsckWithoutWriting(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	mustCreate(t, s, RootID, "a", []byte("a"))
+	s.Close()
+	must(t, "remove", os.Remove(filepath.Join(dir, WritingName)))
+	rep, err := Fsck(dir, false)
+	if err != nil || len(rep.Problems) != 0 || rep.Objects != 1 {
+		t.Fatalf("Fsck without writing/ = %+v, %v", rep, err)
+	}
+}

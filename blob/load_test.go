@@ -1,0 +1,272 @@
+package blob
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/ledger"
+	"golang.org/x/sys/unix"
+)
+
+// crashed is a store left as a daemon's crash leaves it, and what a
+// start-up should make of it.
+type crashed struct {
+	dir string
+	// Complete files by one of their names, and what Load must report.
+	objects map[string]Object
+	// Every name that must remain in data/, and nothing else.
+	kept []string
+	// Names in data/ of files still being written at the crash.
+	incomplete []string
+	// Entries that are neither directories nor regular files.
+	foreign []string
+	// Markers in writing/ whose file has no name in data/.
+	stale      int
+	wantReport LoadReport
+}
+
+var (
+	atimeLater = time.Unix(1_700_000_100, 123_456_789)
+	mtimeLater = time.Unix(1_700_000_200, 987_654_321)
+	earlier    = time.Unix(1_700_000_000, 0)
+)
+
+// crashStore builds a crashed store: complete files (one with three names
+// in three directories, one empty), files with a writer open at the crash
+// (one new, one hard-linked, one reopened for writing), a marker whose
+// file lost its name, and a planted symlink, fifo and relative symlink.
+func crashStore(t *testing.T) crashed {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	d := mustMkdir(t, s, RootID, "d")
+	e := mustMkdir(t, s, d, "e")
+	mustCreate(t, s, RootID, "c1", bytes.Repeat([]byte{1}, 10))
+	c2 := mustCreate(t, s, d, "c2", bytes.Repeat([]byte{2}, 5000))
+	must(t, "Link", s.Link(c2, e, "c2b"))
+	must(t, "Link", s.Link(c2, RootID, "c2c"))
+	mustCreate(t, s, e, "empty", nil)
+
+	writeOpen := func(parent ledger.ID, name string, n int) ledger.ID {
+		id, f, err := s.Create(parent, name, 0o644, nobody)
+		must(t, "Create", err)
+		_, err = f.Write(bytes.Repeat([]byte{9}, n))
+		must(t, "write", err)
+		f.Close() // the daemon died before ClearWriting
+		return id
+	}
+	writeOpen(RootID, "inc1", 100)
+	inc2 := writeOpen(d, "inc2", 3000)
+	must(t, "Link", s.Link(inc2, e, "inc2b"))
+	re := mustCreate(t, s, RootID, "reopened", bytes.Repeat([]byte{3}, 50))
+	f, err := s.Open(re, os.O_RDWR|os.O_APPEND)
+	must(t, "Open", err)
+	must(t, "MarkWriting", s.MarkWriting(f, re))
+	_, err = f.Write(bytes.Repeat([]byte{4}, 30))
+	must(t, "write", err)
+	f.Close()
+	writeOpen(RootID, "stale", 7)
+	_, err = s.Unlink(RootID, "stale")
+	must(t, "Unlink", err)
+	checkIndex(t, s)
+	s.Close()
+
+	data := filepath.Join(dir, DataName)
+	must(t, "symlink", os.Symlink("/etc", filepath.Join(data, "d", "evil")))
+	must(t, "mkfifo", unix.Mkfifo(filepath.Join(data, "d", "e", "fifo"), 0o644))
+	must(t, "symlink", os.Symlink("c1", filepath.Join(data, "tolink")))
+	must(t, "chtimes", os.Chtimes(filepath.Join(data, "c1"), atimeLater, earlier))
+	must(t, "chtimes", os.Chtimes(filepath.Join(data, "d", "c2"), earlier, mtimeLater))
+	must(t, "chtimes", os.Chtimes(filepath.Join(data, "d", "e", "empty"), earlier, earlier))
+
+	return crashed{
+		dir: dir,
+		objects: map[string]Object{
+			"c1":        {Size: 10, Links: 1, Atime: atimeLater.UnixNano()},
+			"d/c2":      {Size: 5000, Links: 3, Atime: mtimeLater.UnixNano()},
+			"d/e/empty": {Size: 0, Links: 1, Atime: earlier.UnixNano()},
+		},
+		kept:       []string{"c1", "c2c", "d", "d/c2", "d/e", "d/e/c2b", "d/e/empty"},
+		incomplete: []string{"d/e/inc2b", "d/inc2", "inc1", "reopened"},
+		foreign:    []string{"d/e/fifo", "d/evil", "tolink"},
+		stale:      1,
+		wantReport: LoadReport{
+			Objects:        3,
+			Bytes:          ledger.Charge(10) + ledger.Charge(5000),
+			Dirs:           2,
+			Incomplete:     3, // inodes, however many names each had
+			IncompleteByte: 100 + 3000 + 80,
+			Foreign:        3,
+		},
+	}
+}
+
+func dataNames(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	for _, line := range treeSnapshot(t, filepath.Join(dir, DataName)) {
+		if name, _, _ := strings.Cut(line, " "); name != "." {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestLoadAfterCrash(t *testing.T) {
+	c := crashStore(t)
+	s, err := Open(c.dir)
+	must(t, "Open", err)
+	defer s.Close()
+	objs, rep, err := s.Load()
+	must(t, "Load", err)
+	checkIndex(t, s)
+
+	if rep != c.wantReport {
+		t.Errorf("LoadReport = %+v\nwant         %+v", rep, c.wantReport)
+	}
+	if got := dataNames(t, c.dir); !slices.Equal(got, c.kept) {
+		t.Errorf("data/ after Load = %v\nwant %v", got, c.kept)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(c.dir, WritingName)); len(ents) != 0 {
+		t.Errorf("writing/ after Load holds %d entries", len(ents))
+	}
+	if _, err := os.Stat("/etc"); err != nil {
+		t.Fatal("Load followed the planted symlink")
+	}
+
+	// Each complete inode once, under the ID its names resolve to.
+	if len(objs) != len(c.objects) {
+		t.Fatalf("Load returned %d objects, want %d: %+v", len(objs), len(c.objects), objs)
+	}
+	byID := map[ledger.ID]Object{}
+	for _, o := range objs {
+		if _, dup := byID[o.ID]; dup || o.ID <= RootID {
+			t.Fatalf("object ID %d twice or invalid", o.ID)
+		}
+		byID[o.ID] = o
+	}
+	for rel, want := range c.objects {
+		id := lookupPath(t, s, rel)
+		got, ok := byID[id]
+		want.ID = id
+		if !ok || got != want {
+			t.Errorf("object %s = %+v, want %+v", rel, got, want)
+		}
+	}
+	c2 := lookupPath(t, s, "d/c2")
+	for _, rel := range []string{"c2c", "d/e/c2b"} {
+		if id := lookupPath(t, s, rel); id != c2 {
+			t.Errorf("%s is id %d, d/c2 is %d", rel, id, c2)
+		}
+	}
+
+	// The loaded store works: new names, links, renames, removal.
+	d := lookupPath(t, s, "d")
+	n := mustCreate(t, s, d, "new", []byte("n"))
+	if n <= c2 {
+		t.Errorf("new id %d not above the loaded ones", n)
+	}
+	must(t, "Link", s.Link(c2, d, "c2d"))
+	if s.Links(c2) != 4 {
+		t.Errorf("Links = %d", s.Links(c2))
+	}
+	mustRename(t, s, RootID, "d", RootID, "moved", 0)
+	wantPath(t, s, n, "moved/new")
+	if got := s.Drop(c2); len(got) != 4 {
+		t.Errorf("Drop returned %d names", len(got))
+	}
+	checkIndex(t, s)
+}
+
+// lookupPath resolves a slash-separated path through the index.
+func lookupPath(t *testing.T, s *Store, rel string) ledger.ID {
+	t.Helper()
+	id := RootID
+	for _, name := range strings.Split(rel, "/") {
+		e, err := s.Lookup(id, name)
+		if err != nil {
+			t.Fatalf("Lookup %s (at %q): %v", rel, name, err)
+		}
+		id = e.ID
+	}
+	return id
+}
+
+func TestLoadIsIdempotent(t *testing.T) {
+	c := crashStore(t)
+	s, err := Open(c.dir)
+	must(t, "Open", err)
+	first, _, err := s.Load()
+	must(t, "Load", err)
+	names := dataNames(t, c.dir)
+	s.Close()
+
+	s, err = Open(c.dir)
+	must(t, "Open", err)
+	defer s.Close()
+	again, rep, err := s.Load()
+	must(t, "second Load", err)
+	checkIndex(t, s)
+	want := c.wantReport
+	want.Incomplete, want.IncompleteByte, want.Foreign = 0, 0, 0
+	if rep != want {
+		t.Errorf("second LoadReport = %+v, want %+v", rep, want)
+	}
+	if len(again) != len(first) {
+		t.Errorf("second Load found %d objects, first %d", len(again), len(first))
+	}
+	if got := dataNames(t, c.dir); !slices.Equal(got, names) {
+		t.Errorf("second Load changed data/: %v, was %v", got, names)
+	}
+	// Load on a store in use replaces the index wholesale.
+	if _, _, err := s.Load(); err != nil {
+		t.Fatal(err)
+	}
+	checkIndex(t, s)
+}
+
+func TestLoadEmptyStore(t *testing.T) {
+	s := newStore(t)
+	objs, rep, err := s.Load()
+	if err != nil || len(objs) != 0 || rep != (LoadReport{}) {
+		t.Fatalf("Load of an empty store = %v, %+v, %v", objs, rep, err)
+	}
+	checkIndex(t, s)
+}
+
+// A clean stop (every writer finished) loses nothing, and the loaded
+// namespace is the one that was served, hard links included.
+func TestLoadRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	a := mustMkdir(t, s, RootID, "a")
+	b := mustMkdir(t, s, a, "b")
+	x := mustCreate(t, s, b, "x", []byte("xyz"))
+	must(t, "Link", s.Link(x, RootID, "xl"))
+	mustCreate(t, s, a, "y", make([]byte, 4097))
+	mustMkdir(t, s, RootID, "emptydir")
+	want := namespace(s)
+	s.Close()
+
+	s, err = Open(dir)
+	must(t, "Open", err)
+	defer s.Close()
+	objs, rep, err := s.Load()
+	must(t, "Load", err)
+	checkIndex(t, s)
+	if got := namespace(s); !slices.Equal(got, want) {
+		t.Fatalf("loaded namespace %v\nwant %v", got, want)
+	}
+	if len(objs) != 2 || rep.Objects != 2 || rep.Bytes != 4096+8192 || rep.Dirs != 3 {
+		t.Fatalf("Load = %+v, %+v", objs, rep)
+	}
+}
