@@ -289,7 +289,9 @@ func (r *fuzzRun) do(op, slot int, arg byte) (reconciled bool) {
 		if write {
 			o.writers--
 		}
-		o.lastClose = m.now
+		if write {
+			o.lastClose = m.now
+		}
 		m.touch(id)
 		r.released(id, got, o.pins == 0 && o.nlink == 0)
 	case 5, 6: // Grow

@@ -1,0 +1,304 @@
+package tests
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountCache serves a fresh store under a temp dir and returns the
+// daemon; flags come after --store.
+func mountCache(t *testing.T, flags ...string) *daemon {
+	t.Helper()
+	requireRoot(t)
+	dir := t.TempDir()
+	mp := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return startDaemon(t, mp, append([]string{"--store", filepath.Join(dir, "store")}, flags...)...)
+}
+
+// putFile stores data at path with a plain create, write, close.
+func putFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatalf("storing %s: %v", path, err)
+	}
+}
+
+// flood stores n objects of size bytes through fs_native, every one of
+// which must succeed: backpressure may slow them, nothing may fail.
+func flood(t *testing.T, mp, prefix string, n, size int) {
+	t.Helper()
+	cl := &fsNative{base: mp, seq: &atomic.Int64{}}
+	buf := make([]byte, size)
+	for i := range n {
+		key := fmt.Sprintf("%s-%03d", prefix, i)
+		fillObject(buf, key)
+		if wrote, err := cl.store(key, buf); err != nil || !wrote {
+			t.Fatalf("flood store %d of %d: wrote %v, %v", i, n, wrote, err)
+		}
+	}
+}
+
+// TestOpenStoreSurvivesFlood: a store whose temp file is still open for
+// writing is never evicted, however much else is stored meanwhile; it
+// then completes, publishes and reads back exact.
+func TestOpenStoreSurvivesFlood(t *testing.T) {
+	const capacity, size = 32 * MiB, 8 * MiB
+	d := mountCache(t, "--capacity", "32MiB", "--grace", "200ms")
+	key := "held-open"
+	data := objectBytes(key, size)
+	final := finalPath(d.mp, key)
+	tmp := filepath.Join(d.mp, tmpPrefix+"held.1")
+	fd, err := unix.Open(tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}()
+	for off := 0; off < size/2; off += sliceSize {
+		if err := writeFull(fd, data[off:off+sliceSize]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := stats(t, d.mp)
+
+	flood(t, d.mp, "flood", 4*capacity/(4*MiB), 4*MiB) // 4x the capacity
+	during := stats(t, d.mp)
+	t.Logf("flood of %d MiB: evictions %d -> %d, evicted bytes %d -> %d",
+		4*capacity/MiB, before.Evictions, during.Evictions, before.EvictedBytes, during.EvictedBytes)
+	if during.Evictions <= before.Evictions || during.EvictedBytes-before.EvictedBytes < 3*capacity-size {
+		t.Errorf("evictions did not grow with the flood: before %+v, after %+v", before, during)
+	}
+	if during.PinnedObjects < 1 || during.PinnedBytes < size/2 {
+		t.Errorf("the open store is not pinned: %+v", during)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(tmp, &st); err != nil || st.Size != size/2 {
+		t.Fatalf("open temp file after the flood: size %d, %v", st.Size, err)
+	}
+
+	for off := size / 2; off < size; off += sliceSize {
+		if err := writeFull(fd, data[off:off+sliceSize]); err != nil {
+			t.Fatalf("finishing the held store: %v", err)
+		}
+	}
+	if err := unix.Close(fd); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	fd = -1
+	if err := unix.Link(tmp, final); err != nil {
+		t.Fatalf("publishing the held store: %v", err)
+	}
+	if err := unix.Unlink(tmp); err != nil {
+		t.Fatalf("unlink temp: %v", err)
+	}
+	got, err := (&fsNative{base: d.mp}).load(key)
+	if err == nil {
+		err = checkObject(got, key, size)
+	}
+	if err != nil {
+		t.Fatalf("held store after publishing: %v", err)
+	}
+	assertQuietEqual(t, d)
+	d.stop()
+}
+
+// TestEvictedNameStillCached: names whose objects were evicted while the
+// kernel had them cached behave as absent: unlink succeeds (or ENOENT),
+// open and stat say ENOENT, an exclusive re-create works, and no charge
+// is left behind.
+func TestEvictedNameStillCached(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--grace", "100ms")
+	names := []string{"unlinked.data", "unlinked-twice.data", "opened.data", "statted.data", "recreated.data"}
+	for _, n := range names {
+		putFile(t, filepath.Join(d.mp, n), objectBytes(n, 2*MiB+100))
+	}
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(d.mp, n), &st); err != nil || st.Size != 2*MiB+100 {
+			t.Fatalf("stat %s: %v (size %d)", n, err, st.Size)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // past the grace period
+	flood(t, d.mp, "flood", 8, 2*MiB)
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(d.store, "data", n)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s was not evicted from the store (%v); the test needs it evicted", n, err)
+		}
+	}
+	path := func(n string) string { return filepath.Join(d.mp, n) }
+	absentOK := func(err error) bool { return err == nil || err == unix.ENOENT }
+
+	if err := unix.Unlink(path("unlinked.data")); !absentOK(err) {
+		t.Errorf("unlink of an evicted name: %v", err)
+	}
+	for i := range 2 {
+		if err := unix.Unlink(path("unlinked-twice.data")); !absentOK(err) {
+			t.Errorf("unlink %d of an evicted name: %v", i+1, err)
+		}
+	}
+	if _, err := unix.Open(path("opened.data"), unix.O_RDONLY, 0); err != unix.ENOENT {
+		t.Errorf("open of an evicted name: %v, want ENOENT", err)
+	}
+	if err := unix.Stat(path("statted.data"), new(unix.Stat_t)); err != unix.ENOENT {
+		t.Errorf("stat of an evicted name: %v, want ENOENT", err)
+	}
+	fd, err := unix.Open(path("recreated.data"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		t.Fatalf("exclusive re-create of an evicted name: %v", err)
+	}
+	data := objectBytes("recreated.data", 3*MiB)
+	err = writeFull(fd, data)
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("re-store: %v", err)
+	}
+	if got, err := os.ReadFile(path("recreated.data")); err != nil || checkObject(got, "recreated.data", 3*MiB) != nil {
+		t.Errorf("re-stored object reads back wrong: %v", err)
+	}
+	ents, err := os.ReadDir(d.mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		for _, n := range names[:4] {
+			if e.Name() == n {
+				t.Errorf("evicted name %s still listed", n)
+			}
+		}
+	}
+	assertQuietEqual(t, d)
+	d.stop()
+}
+
+// TestShadowBytes: an unlinked object that is still open stays charged
+// as shadow bytes until its last close, then is released, once.
+func TestShadowBytes(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	const size = 3*MiB + 100
+	p := filepath.Join(d.mp, "obj.data")
+	putFile(t, p, objectBytes("obj", size))
+	other := filepath.Join(d.mp, "other.data")
+	putFile(t, other, objectBytes("other", 5000))
+	base := assertQuietEqual(t, d)
+
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatalf("unlink of an open object: %v", err)
+	}
+	st := stats(t, d.mp)
+	if st.ShadowBytes != ceil4096(size) || st.UsedBytes != base.UsedBytes {
+		t.Errorf("while unlinked and open: shadow %d used %d, want shadow %d used %d", st.ShadowBytes, st.UsedBytes, ceil4096(size), base.UsedBytes)
+	}
+	if df, _ := dfUsed(d.mp); df != base.UsedBytes {
+		t.Errorf("df used %d while the unlinked object is open, want %d", df, base.UsedBytes)
+	}
+	got := make([]byte, size+1)
+	n, _ := f.ReadAt(got, 0)
+	if err := checkObject(got[:n], "obj", size); err != nil {
+		t.Errorf("reading the unlinked object: %v", err)
+	}
+	f.Close()
+	after := assertQuietEqual(t, d)
+	if after.UsedBytes != base.UsedBytes-ceil4096(size) || after.Objects != base.Objects-1 {
+		t.Errorf("after the last close: used %d objects %d, want %d and %d", after.UsedBytes, after.Objects, base.UsedBytes-ceil4096(size), base.Objects-1)
+	}
+
+	// The same with the writer: it keeps writing after the unlink.
+	w, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := objectBytes("chunk", MiB)
+	if _, err := w.Write(chunk); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(chunk); err != nil {
+		t.Fatalf("write after unlink: %v", err)
+	}
+	if st := stats(t, d.mp); st.ShadowBytes != 2*MiB || st.UsedBytes != after.UsedBytes+2*MiB {
+		t.Errorf("unlinked writer: shadow %d used %d, want %d and %d", st.ShadowBytes, st.UsedBytes, 2*MiB, after.UsedBytes+2*MiB)
+	}
+	w.Close()
+	if st := assertQuietEqual(t, d); st.UsedBytes != after.UsedBytes {
+		t.Errorf("after closing the unlinked writer: used %d, want %d", st.UsedBytes, after.UsedBytes)
+	}
+	d.stop()
+}
+
+// TestLRUOrder: eviction takes the least recently used object; opening
+// (and reading) an object touches it, stat does not; the order survives
+// a restart, from the store's access times.
+func TestLRUOrder(t *testing.T) {
+	const size = 4 * MiB
+	d := mountCache(t, "--capacity", "16MiB", "--grace", "50ms")
+	flags := []string{"--store", d.store, "--capacity", "16MiB", "--grace", "50ms"}
+	path := func(n string) string { return filepath.Join(d.mp, n) }
+	put := func(n string) {
+		time.Sleep(100 * time.Millisecond) // past the grace period, and distinct times
+		putFile(t, path(n), objectBytes(n, size))
+	}
+	touch := func(n string) {
+		time.Sleep(100 * time.Millisecond)
+		if data, err := os.ReadFile(path(n)); err != nil || checkObject(data, n, size) != nil {
+			t.Fatalf("reading %s: %v", n, err)
+		}
+	}
+	statOnly := func(n string) {
+		if err := unix.Stat(path(n), new(unix.Stat_t)); err != nil {
+			t.Fatalf("stat %s: %v", n, err)
+		}
+	}
+	present := func(want ...string) {
+		t.Helper()
+		ents, err := os.ReadDir(d.mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range ents {
+			got = append(got, e.Name())
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("objects present: %v, want %v", got, want)
+		}
+	}
+	for _, n := range []string{"a", "b", "c", "d"} {
+		put(n) // full: 4 x 4 MiB
+	}
+	statOnly("a")
+	touch("b") // LRU order a c d b
+	put("e")   // evicts a
+	present("b", "c", "d", "e")
+	statOnly("c")
+	touch("d") // c b e d
+	time.Sleep(100 * time.Millisecond)
+	assertQuietEqual(t, d)
+	d.stop()
+
+	d = startDaemon(t, d.mp, flags...)
+	put("f") // evicts c if the order survived
+	present("b", "d", "e", "f")
+	assertQuietEqual(t, d)
+	d.stop()
+}

@@ -1,0 +1,247 @@
+package tests
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// listing describes a directory tree (names, types, sizes, mtimes) so a
+// test can see that a command changed nothing in it; "absent" if it does
+// not exist.
+func listing(t *testing.T, dir string) string {
+	t.Helper()
+	if _, err := os.Lstat(dir); os.IsNotExist(err) {
+		return "absent"
+	}
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out = append(out, rel+" "+info.Mode().String()+" "+strconv.FormatInt(info.Size(), 10)+" "+info.ModTime().Format(time.RFC3339Nano))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("listing %s: %v", dir, err)
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+// requireUsageError: exit status 2 and exactly one line on stderr that
+// contains every one of want.
+func requireUsageError(t *testing.T, res result, want ...string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(res.stderr, "\n"), "\n")
+	if res.code != 2 || len(lines) != 1 || lines[0] == "" || !strings.HasSuffix(res.stderr, "\n") {
+		t.Fatalf("exit %d, stderr %q: want exit 2 and one line", res.code, res.stderr)
+	}
+	t.Logf("stderr: %s", lines[0])
+	for _, w := range want {
+		if !strings.Contains(lines[0], w) {
+			t.Errorf("error %q does not mention %q", lines[0], w)
+		}
+	}
+}
+
+// makeStore leaves a real, unmounted store with one object at dir.
+func makeStore(t *testing.T, store string) {
+	t.Helper()
+	mp := store + "-mnt"
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", store, "--capacity", "16MiB")
+	putFile(t, filepath.Join(mp, "obj"), objectBytes("obj", 10000))
+	d.stop()
+}
+
+// TestMountBadArguments: each mistake exits 2 with one line naming it,
+// mounts nothing and leaves the store (or its absence) as it was.
+func TestMountBadArguments(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store")
+	makeStore(t, store)
+	cases := []struct {
+		name  string
+		setup func(dir string) // makes what the case needs under its dir
+		args  func(dir string) []string
+		want  []string
+	}{
+		{"bad size suffix", nil, func(d string) []string { return []string{"--store", store, "--capacity", "12X", d + "/mp"} }, []string{"12X"}},
+		{"negative size", nil, func(d string) []string { return []string{"--store", store, "--capacity", "-1", d + "/mp"} }, []string{"-1"}},
+		{"size below a block", nil, func(d string) []string { return []string{"--store", store, "--capacity", "100", d + "/mp"} }, []string{"capacity"}},
+		{"unknown flag", nil, func(d string) []string { return []string{"--store", store, "--bogus", d + "/mp"} }, []string{"bogus"}},
+		{"no mount point", nil, func(d string) []string { return []string{"--store", store} }, []string{"MOUNTPOINT"}},
+		{"two mount points", nil, func(d string) []string { return []string{"--store", store, d + "/mp", d + "/mp2"} }, []string{"2 arguments"}},
+		{"missing mount point", nil, func(d string) []string { return []string{"--store", store, d + "/nope"} }, []string{"nope", "does not exist"}},
+		{"missing mount point, default store", nil, func(d string) []string { return []string{d + "/nope"} }, []string{"nope", "does not exist"}},
+		{"mount point is a file", func(d string) { os.WriteFile(d+"/file", []byte("x"), 0o644) },
+			func(d string) []string { return []string{"--store", store, d + "/file"} }, []string{"file", "not a directory"}},
+		{"mount point not empty", func(d string) { os.WriteFile(d+"/mp/x", []byte("x"), 0o644) },
+			func(d string) []string { return []string{"--store", store, d + "/mp"} }, []string{"mp", "not empty"}},
+		{"store inside mount point", nil, func(d string) []string { return []string{"--store", d + "/mp/store", d + "/mp"} }, []string{"must not contain"}},
+		{"mount point inside store", func(d string) { os.MkdirAll(d+"/st/mp", 0o755) },
+			func(d string) []string { return []string{"--store", d + "/st", d + "/st/mp"} }, []string{"must not contain"}},
+		{"store is a file", func(d string) { os.WriteFile(d+"/storefile", []byte("x"), 0o644) },
+			func(d string) []string { return []string{"--store", d + "/storefile", d + "/mp"} }, []string{"storefile", "not a directory"}},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			d := t.TempDir()
+			if err := os.Mkdir(d+"/mp", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if c.setup != nil {
+				c.setup(d)
+			}
+			args := c.args(d)
+			watched := []string{store, d}
+			before := map[string]string{}
+			for _, w := range watched {
+				before[w] = listing(t, w)
+			}
+			res := runKvfsTimeout(t, 10*time.Second, append([]string{"mount"}, args...)...)
+			for _, a := range args {
+				if _, ok := mountAt(absPath(t, a)); ok && strings.HasPrefix(a, d) {
+					unix.Unmount(a, unix.MNT_DETACH)
+					t.Errorf("%s got mounted", a)
+				}
+			}
+			requireUsageError(t, res, c.want...)
+			for _, w := range watched {
+				if after := listing(t, w); after != before[w] {
+					t.Errorf("%s changed:\nbefore\n%s\nafter\n%s", w, before[w], after)
+				}
+			}
+		})
+	}
+}
+
+// TestSecondDaemonRefused: a store has one owner; a second daemon on it
+// exits 2 saying so, and the first keeps serving.
+func TestSecondDaemonRefused(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	putFile(t, filepath.Join(d.mp, "before"), objectBytes("before", 5000))
+	mp2 := filepath.Join(filepath.Dir(d.mp), "mnt2")
+	if err := os.Mkdir(mp2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := listing(t, d.store)
+	res := runKvfsTimeout(t, 10*time.Second, "mount", "--store", d.store, "--capacity", "16MiB", mp2)
+	if _, ok := mountAt(mp2); ok {
+		unix.Unmount(mp2, unix.MNT_DETACH)
+		t.Fatalf("a second daemon mounted the served store at %s", mp2)
+	}
+	requireUsageError(t, res, "already served")
+	if after := listing(t, d.store); after != before {
+		t.Errorf("the refused daemon changed the store:\nbefore\n%s\nafter\n%s", before, after)
+	}
+	putFile(t, filepath.Join(d.mp, "after"), objectBytes("after", 7000))
+	for _, k := range []string{"before", "after"} {
+		data, err := os.ReadFile(filepath.Join(d.mp, k))
+		if err == nil {
+			err = checkObject(data, k, len(data))
+		}
+		if err != nil {
+			t.Errorf("first daemon after the refusal: %v", err)
+		}
+	}
+	if st := assertQuietEqual(t, d); st.Objects != 2 {
+		t.Errorf("first daemon has %d objects, want 2", st.Objects)
+	}
+	d.stop()
+}
+
+// TestStatsNotKvfs: kvfs stats of a directory that is not a kvfs mount
+// is a usage error.
+func TestStatsNotKvfs(t *testing.T) {
+	dir := t.TempDir()
+	requireUsageError(t, runKvfs(t, "stats", "--json", dir), dir, "not")
+	requireUsageError(t, runKvfs(t, "stats", filepath.Join(dir, "nope")), "nope")
+	requireUsageError(t, runKvfs(t, "stats"), "MOUNTPOINT")
+	requireUsageError(t, runKvfs(t, "unmount", dir), dir, "not mounted")
+}
+
+// TestMountinfoType: the mount is type fuse.kvfs with the store as its
+// source.
+func TestMountinfoType(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	m, ok := mountAt(d.mp)
+	if !ok || m.fstype != "fuse.kvfs" || m.source != d.store {
+		t.Errorf("mountinfo for %s: %+v, want fuse.kvfs from %s", d.mp, m, d.store)
+	}
+	var sf unix.Statfs_t
+	if err := unix.Statfs(d.mp, &sf); err != nil {
+		t.Fatal(err)
+	}
+	if sf.Bsize != 4096 || sf.Namelen != 255 || int64(sf.Blocks)*sf.Frsize != 16*MiB {
+		t.Errorf("statfs: bsize %d namelen %d blocks %d", sf.Bsize, sf.Namelen, sf.Blocks)
+	}
+	d.stop()
+}
+
+// TestMountDefaults: kvfs mount MOUNTPOINT alone works: the store goes
+// beside the mount point and the capacity comes from free space.
+func TestMountDefaults(t *testing.T) {
+	parent := t.TempDir()
+	mp := filepath.Join(parent, "cache")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp)
+	store := filepath.Join(parent, "cache.kvfs-store")
+	if d.store != store {
+		t.Fatalf("helper thinks the store is %s", d.store)
+	}
+	putFile(t, filepath.Join(mp, "obj"), objectBytes("obj", 12345))
+	if data, err := os.ReadFile(filepath.Join(store, "data", "obj")); err != nil || checkObject(data, "obj", 12345) != nil {
+		t.Errorf("object not in the default store %s: %v", store, err)
+	}
+	st := assertQuietEqual(t, d)
+	var sf unix.Statfs_t
+	if err := unix.Statfs(parent, &sf); err != nil {
+		t.Fatal(err)
+	}
+	if disk := int64(sf.Blocks) * sf.Bsize; st.CapacityBytes <= 0 || st.CapacityBytes%4096 != 0 || st.CapacityBytes > disk {
+		t.Errorf("default capacity %d (disk %d)", st.CapacityBytes, disk)
+	}
+	d.stop()
+}
+
+// TestSignalsUnmount: SIGTERM and SIGINT unmount cleanly and exit 0.
+func TestSignalsUnmount(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		d := mountCache(t, "--capacity", "16MiB")
+		putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))
+		if err := d.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-d.exited:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%v: daemon still running after 15s", sig)
+		}
+		if d.waitErr != nil {
+			t.Errorf("%v: daemon exited with %v", sig, d.waitErr)
+		}
+		if m, ok := mountAt(d.mp); ok && m.id == d.mountID {
+			t.Errorf("%v: %s still mounted", sig, d.mp)
+		}
+	}
+}

@@ -1,0 +1,472 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// kvfsBin is the binary under test.
+var kvfsBin string
+
+// started records every mount point a test served, so TestMain can fail
+// the run if any of them is still mounted at the end.
+var started sync.Map // mount point -> struct{}
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	if bin := os.Getenv("KVFS_BIN"); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			fmt.Fprintf(os.Stderr, "KVFS_BIN=%s: %v (run `make build` first)\n", bin, err)
+			return 1
+		}
+		kvfsBin = bin
+	} else {
+		dir, err := os.MkdirTemp("", "kvfs-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		kvfsBin = filepath.Join(dir, "kvfs")
+		build := exec.Command("go", "build", "-o", kvfsBin, "github.com/kvfs/kvfs/cmd/kvfs")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "building kvfs: %v\n", err)
+			return 1
+		}
+	}
+	code := m.Run()
+	started.Range(func(k, _ any) bool {
+		if _, ok := mountAt(k.(string)); ok {
+			fmt.Fprintf(os.Stderr, "leftover mount at %s\n", k)
+			code = 1
+		}
+		return true
+	})
+	return code
+}
+
+// requireRoot skips tests that mount: they need /dev/fuse and root (the
+// daemon mounts directly, and the tests read the store behind it).
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts kvfs through /dev/fuse and inspects its store directly")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("needs /dev/fuse: %v", err)
+	}
+}
+
+// lockedBuffer collects a daemon's output from its two pipes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// daemon is one `kvfs mount` process serving mp in the foreground.
+type daemon struct {
+	t       testing.TB
+	mp      string
+	store   string
+	cmd     *exec.Cmd
+	out     *lockedBuffer
+	mountID int
+	exited  chan struct{}
+	waitErr error // valid once exited is closed
+}
+
+// startDaemon runs `kvfs mount FLAGS MP` and returns once a new fuse.kvfs
+// mount is at mp (a dead one left there by a killed daemon does not
+// count). store is taken from --store, else the default beside mp. The
+// test's cleanup leaves neither the mount nor the process behind.
+func startDaemon(t testing.TB, mp string, flags ...string) *daemon {
+	t.Helper()
+	requireRoot(t)
+	mp = absPath(t, mp)
+	d := &daemon{t: t, mp: mp, store: mp + ".kvfs-store", out: &lockedBuffer{}, exited: make(chan struct{})}
+	for i, f := range flags {
+		if f == "--store" && i+1 < len(flags) {
+			d.store = absPath(t, flags[i+1])
+		}
+	}
+	// A mount point left dead by a killed daemon is replaced, and the new
+	// mount may reuse its ID: it counts once statfs, done before reading
+	// mountinfo, stops failing with ENOTCONN.
+	old, hadOld := mountAt(mp)
+	d.cmd = exec.Command(kvfsBin, append(append([]string{"mount"}, flags...), mp)...)
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	// Should the test binary die (a panic, a -timeout), the daemon gets
+	// SIGTERM and unmounts itself instead of outliving it.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("starting kvfs: %v", err)
+	}
+	started.Store(mp, struct{}{})
+	go func() {
+		d.waitErr = d.cmd.Wait()
+		close(d.exited)
+	}()
+	t.Cleanup(d.cleanup)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sfErr := unix.Statfs(mp, new(unix.Statfs_t))
+		if m, ok := mountAt(mp); ok && m.fstype == "fuse.kvfs" && (!hadOld || m.id != old.id || sfErr == nil) {
+			d.mountID = m.id
+			return d
+		}
+		select {
+		case <-d.exited:
+			t.Fatalf("kvfs mount %s exited before mounting (%v); output:\n%s", mp, d.waitErr, d.out)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not mounted as fuse.kvfs after 10s; output:\n%s", mp, d.out)
+		}
+	}
+}
+
+func absPath(t testing.TB, p string) string {
+	t.Helper()
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+func (d *daemon) alive() bool {
+	select {
+	case <-d.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop unmounts with `kvfs unmount` and requires the daemon to exit 0
+// and the mount to be gone.
+func (d *daemon) stop() {
+	t := d.t
+	t.Helper()
+	if fds := openFDsUnder(d.mp); len(fds) > 0 {
+		t.Errorf("test leaked file descriptors into %s: %v", d.mp, fds)
+	}
+	res := runKvfs(t, "unmount", d.mp)
+	if res.code != 0 {
+		t.Fatalf("kvfs unmount %s: exit %d, stderr %q", d.mp, res.code, res.stderr)
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("daemon for %s still running 15s after unmount; output:\n%s", d.mp, d.out)
+	}
+	if d.waitErr != nil {
+		t.Fatalf("daemon for %s exited with %v; output:\n%s", d.mp, d.waitErr, d.out)
+	}
+	if m, ok := mountAt(d.mp); ok && m.id == d.mountID {
+		t.Fatalf("%s still mounted after the daemon exited", d.mp)
+	}
+}
+
+// kill9 SIGKILLs the daemon, leaving its mount point dead.
+func (d *daemon) kill9() {
+	d.t.Helper()
+	if err := d.cmd.Process.Kill(); err != nil {
+		d.t.Fatalf("kill -9: %v", err)
+	}
+	<-d.exited
+}
+
+// cleanup leaves no process and no mount of this daemon behind, whatever
+// state the test left it in.
+func (d *daemon) cleanup() {
+	if d.alive() {
+		runKvfs(nil, "unmount", d.mp)
+		select {
+		case <-d.exited:
+		case <-time.After(5 * time.Second):
+			unix.Unmount(d.mp, unix.MNT_DETACH)
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.exited:
+			case <-time.After(5 * time.Second):
+				d.cmd.Process.Kill()
+				<-d.exited
+			}
+		}
+	}
+	for i := 0; i < 50; i++ {
+		m, ok := mountAt(d.mp)
+		if !ok || m.id != d.mountID {
+			break
+		}
+		if err := unix.Unmount(d.mp, unix.MNT_DETACH); err != nil {
+			exec.Command("umount", "-l", d.mp).Run()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d.t.Failed() {
+		d.t.Logf("kvfs daemon output for %s:\n%s", d.mp, d.out)
+	}
+}
+
+// result is what one kvfs command did.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runKvfs runs the kvfs binary to completion (30s at most). t may be nil.
+func runKvfs(t testing.TB, args ...string) result {
+	return runKvfsTimeout(t, 30*time.Second, args...)
+}
+
+func runKvfsTimeout(t testing.TB, limit time.Duration, args ...string) result {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kvfsBin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee) && ee.Exited():
+		r.code = ee.ExitCode()
+	case t != nil:
+		t.Fatalf("kvfs %s: %v (stderr %q)", strings.Join(args, " "), err, r.stderr)
+	default:
+		r.code = -1
+	}
+	return r
+}
+
+// mountInfo is one line of /proc/self/mountinfo.
+type mountInfo struct {
+	id     int
+	fstype string
+	source string
+}
+
+// mountAt is the topmost mount at mp, if any.
+func mountAt(mp string) (mountInfo, bool) {
+	var top mountInfo
+	found := false
+	for _, m := range mountsAt(mp) {
+		top, found = m, true
+	}
+	return top, found
+}
+
+// mountsAt lists the mounts at mp, bottom first.
+func mountsAt(mp string) []mountInfo {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []mountInfo
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options... - fstype source super
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || unescapeMountinfo(fields[4]) != mp {
+			continue
+		}
+		m := mountInfo{}
+		m.id, _ = strconv.Atoi(fields[0])
+		for i, f := range fields {
+			if f == "-" && i+2 < len(fields) {
+				m.fstype, m.source = fields[i+1], unescapeMountinfo(fields[i+2])
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func unescapeMountinfo(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
+// openFDsUnder lists this process's descriptors open on files under dir.
+func openFDsUnder(dir string) []string {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	var out []string
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err == nil && (target == dir || strings.HasPrefix(target, dir+"/")) {
+			out = append(out, e.Name()+" -> "+target)
+		}
+	}
+	return out
+}
+
+// kvfsStats is `kvfs stats --json`.
+type kvfsStats struct {
+	CapacityBytes     int64 `json:"capacity_bytes"`
+	UsedBytes         int64 `json:"used_bytes"`
+	Objects           int64 `json:"objects"`
+	PinnedObjects     int64 `json:"pinned_objects"`
+	PinnedBytes       int64 `json:"pinned_bytes"`
+	ShadowBytes       int64 `json:"shadow_bytes"`
+	Evictions         int64 `json:"evictions"`
+	EvictedBytes      int64 `json:"evicted_bytes"`
+	AdmissionFailures int64 `json:"admission_failures"`
+}
+
+var statsFields = []string{"capacity_bytes", "used_bytes", "objects", "pinned_objects",
+	"pinned_bytes", "shadow_bytes", "evictions", "evicted_bytes", "admission_failures"}
+
+// stats runs `kvfs stats --json MP` and requires every field the spec
+// names.
+func stats(t testing.TB, mp string) kvfsStats {
+	t.Helper()
+	res := runKvfs(t, "stats", "--json", mp)
+	if res.code != 0 {
+		t.Fatalf("kvfs stats --json %s: exit %d, stderr %q", mp, res.code, res.stderr)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(res.stdout), &raw); err != nil {
+		t.Fatalf("kvfs stats --json: %v in %q", err, res.stdout)
+	}
+	for _, f := range statsFields {
+		if _, ok := raw[f]; !ok {
+			t.Fatalf("kvfs stats --json lacks %q: %s", f, res.stdout)
+		}
+	}
+	var st kvfsStats
+	if err := json.Unmarshal([]byte(res.stdout), &st); err != nil {
+		t.Fatalf("kvfs stats --json: %v in %q", err, res.stdout)
+	}
+	return st
+}
+
+// dfUsed is what df reports used on the mount.
+func dfUsed(mp string) (int64, error) {
+	var sf unix.Statfs_t
+	if err := unix.Statfs(mp, &sf); err != nil {
+		return 0, err
+	}
+	return int64(sf.Blocks-sf.Bfree) * sf.Frsize, nil
+}
+
+// duBytes is `du -s` of the mount computed by walking it: st_blocks of
+// every inode, counted once however many names it has.
+func duBytes(root string) (int64, error) {
+	seen := map[uint64]bool{}
+	var total int64
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if !seen[st.Ino] {
+			seen[st.Ino] = true
+			total += st.Blocks * 512
+		}
+		return nil
+	})
+	return total, err
+}
+
+// duCommand runs du -sB1 itself.
+func duCommand(dir string) (int64, error) {
+	out, err := exec.Command("du", "-sB1", dir).Output()
+	if err != nil {
+		return 0, fmt.Errorf("du -sB1 %s: %v", dir, err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("du -sB1 %s printed %q", dir, out)
+	}
+	return strconv.ParseInt(f[0], 10, 64)
+}
+
+func ceil4096(n int64) int64 { return (n + 4095) / 4096 * 4096 }
+
+// storeBytes is what the store holds for objects: each inode under
+// data/ once, its size rounded up to a block.
+func storeBytes(store string) (int64, error) {
+	seen := map[uint64]bool{}
+	var total int64
+	err := filepath.WalkDir(filepath.Join(store, "data"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if !seen[st.Ino] {
+			seen[st.Ino] = true
+			total += ceil4096(st.Size)
+		}
+		return nil
+	})
+	return total, err
+}
+
+// assertQuietEqual checks the drift equation of a mount with nothing
+// open: df used == du -s == used_bytes == bytes the store holds, and no
+// pins or shadow bytes. Handles are released asynchronously after close,
+// so it waits a little for the ledger to settle before failing.
+func assertQuietEqual(t testing.TB, d *daemon) kvfsStats {
+	t.Helper()
+	var msg string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := stats(t, d.mp)
+		df, errDf := dfUsed(d.mp)
+		du, errDu := duBytes(d.mp)
+		sb, errSb := storeBytes(d.store)
+		duCmd, errCmd := duCommand(d.mp)
+		if err := errors.Join(errDf, errDu, errSb, errCmd); err != nil {
+			t.Fatalf("measuring %s: %v", d.mp, err)
+		}
+		if df == du && du == duCmd && du == st.UsedBytes && du == sb &&
+			st.PinnedObjects == 0 && st.PinnedBytes == 0 && st.ShadowBytes == 0 && st.UsedBytes <= st.CapacityBytes {
+			return st
+		}
+		msg = fmt.Sprintf("df used %d, du walk %d, du -sB1 %d, used_bytes %d, store %d; pinned %d/%d bytes, shadow %d, capacity %d",
+			df, du, duCmd, st.UsedBytes, sb, st.PinnedObjects, st.PinnedBytes, st.ShadowBytes, st.CapacityBytes)
+		if time.Now().After(deadline) {
+			t.Fatalf("drift on a quiet mount: %s", msg)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,366 @@
+package tests
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// object is a file the tests expect to find: its content is objectBytes
+// of key at size.
+type object struct {
+	key  string
+	size int
+}
+
+// populate stores completed objects of awkward sizes, at depth, with a
+// hard link and through fs_native, and returns what each path (relative
+// to mp) must hold.
+func populate(t *testing.T, mp string) map[string]object {
+	t.Helper()
+	want := map[string]object{}
+	put := func(rel string, size int) {
+		putFile(t, filepath.Join(mp, rel), objectBytes(rel, size))
+		want[rel] = object{rel, size}
+	}
+	for _, dir := range []string{"top", "a/b/c", "empty/dir"} {
+		if err := os.MkdirAll(filepath.Join(mp, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, size := range []int{0, 1, 4095, 4096, 4097, MiB + 3, 5 * MiB} {
+		put(filepath.Join("top", "obj"+string(rune('a'+i))), size)
+	}
+	put(filepath.Join("a", "b", "c", "deep"), 3*MiB+17)
+	put("linked", 2*MiB)
+	if err := os.Link(filepath.Join(mp, "linked"), filepath.Join(mp, "a", "second-name")); err != nil {
+		t.Fatal(err)
+	}
+	want[filepath.Join("a", "second-name")] = want["linked"]
+	cl := &fsNative{base: mp, seq: &atomic.Int64{}}
+	for _, k := range workloadKeys(4, MiB, 2*MiB) {
+		data := objectBytes(k.key, k.size)
+		if _, err := cl.store(k.key, data); err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(mp, finalPath(mp, k.key))
+		want[rel] = object{k.key, k.size}
+	}
+	return want
+}
+
+// verifyTree requires mp to hold exactly the files of want, byte for
+// byte, with paths sharing a key being one inode.
+func verifyTree(t *testing.T, mp string, want map[string]object) {
+	t.Helper()
+	got := map[string]bool{}
+	inodes := map[string]uint64{}
+	err := filepath.WalkDir(mp, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(mp, p)
+		got[rel] = true
+		o, ok := want[rel]
+		if !ok {
+			t.Errorf("unexpected file %s", rel)
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err == nil {
+			err = checkObject(data, o.key, o.size)
+		}
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return err
+		}
+		if ino, ok := inodes[o.key]; ok && ino != st.Ino {
+			t.Errorf("%s is no longer the same inode as its other name", rel)
+		}
+		inodes[o.key] = st.Ino
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walking %s: %v", mp, err)
+	}
+	for rel := range want {
+		if !got[rel] {
+			t.Errorf("%s is missing", rel)
+		}
+	}
+}
+
+// fsckReport is `kvfs fsck --json`.
+type fsckReport struct {
+	Objects  int64    `json:"objects"`
+	Bytes    int64    `json:"bytes"`
+	Problems []string `json:"problems"`
+	Repaired bool     `json:"repaired"`
+}
+
+func fsck(t *testing.T, store string, args ...string) (fsckReport, result) {
+	t.Helper()
+	res := runKvfs(t, append([]string{"fsck", "--store", store, "--json"}, args...)...)
+	var rep fsckReport
+	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
+		t.Fatalf("kvfs fsck --json: %v in %q (exit %d, stderr %q)", err, res.stdout, res.code, res.stderr)
+	}
+	return rep, res
+}
+
+// requireCleanFsck: fsck of the unmounted store exits 0 with no
+// problems and agrees with what the mount charged.
+func requireCleanFsck(t *testing.T, store string, st kvfsStats) {
+	t.Helper()
+	rep, res := fsck(t, store)
+	if res.code != 0 || len(rep.Problems) != 0 {
+		t.Fatalf("fsck: exit %d, problems %q, stderr %q", res.code, rep.Problems, res.stderr)
+	}
+	if rep.Objects != st.Objects || rep.Bytes != st.UsedBytes {
+		t.Errorf("fsck counts %d objects / %d bytes, the mount had %d / %d", rep.Objects, rep.Bytes, st.Objects, st.UsedBytes)
+	}
+}
+
+// mtimes lists every file's mtime, to see a restart keeps them.
+func mtimes(t *testing.T, mp string) string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(mp, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			var st unix.Stat_t
+			unix.Stat(p, &st)
+			out = append(out, p+"@"+strconv.FormatInt(st.Mtim.Nano(), 10))
+		}
+		return err
+	})
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+// TestRestartAfterCleanUnmount: every object comes back byte for byte,
+// with the same accounting and mtimes, and fsck finds the store clean.
+func TestRestartAfterCleanUnmount(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	flags := []string{"--store", d.store, "--capacity", "64MiB"}
+	want := populate(t, d.mp)
+	st := assertQuietEqual(t, d)
+	times := mtimes(t, d.mp)
+	d.stop()
+	requireCleanFsck(t, d.store, st)
+
+	d = startDaemon(t, d.mp, flags...)
+	verifyTree(t, d.mp, want)
+	if got := mtimes(t, d.mp); got != times {
+		t.Errorf("mtimes changed across the restart:\nbefore\n%s\nafter\n%s", times, got)
+	}
+	if st2 := assertQuietEqual(t, d); st2.UsedBytes != st.UsedBytes || st2.Objects != st.Objects {
+		t.Errorf("after restart used %d objects %d, before %d and %d", st2.UsedBytes, st2.Objects, st.UsedBytes, st.Objects)
+	}
+	d.stop()
+}
+
+// openWriters leaves a plain store and an fs_native temp file open for
+// writing, part written, and returns their descriptors.
+func openWriters(t *testing.T, mp string) []int {
+	t.Helper()
+	var fds []int
+	for _, rel := range []string{"partial.data", tmpPrefix + "4242.1"} {
+		fd, err := unix.Open(filepath.Join(mp, rel), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := writeFull(fd, objectBytes(rel, 3*MiB)); err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+	}
+	return fds
+}
+
+// crash SIGKILLs the daemon with writers open and requires the mount
+// point to be left dead.
+func crash(t *testing.T, d *daemon, fds []int) {
+	t.Helper()
+	// kvfs stats is a fork and exec of this process: the child closes
+	// its inherited copies of the writers' descriptors, which the kernel
+	// sends kvfs as flushes, and the objects must stay incomplete.
+	if st := stats(t, d.mp); st.PinnedObjects != int64(len(fds)) {
+		t.Fatalf("%d pinned objects before the crash, want %d", st.PinnedObjects, len(fds))
+	}
+	d.kill9()
+	for _, fd := range fds {
+		unix.Close(fd) // the connection is gone; the error is expected
+	}
+	if m, ok := mountAt(d.mp); !ok || m.id != d.mountID {
+		t.Fatalf("no dead mount left at %s after kill -9", d.mp)
+	}
+	if err := unix.Statfs(d.mp, new(unix.Statfs_t)); !errors.Is(err, unix.ENOTCONN) {
+		t.Fatalf("statfs of the dead mount: %v, want ENOTCONN", err)
+	}
+}
+
+// TestRestartAfterKill9: kvfs mount on the dead mount point of a killed
+// daemon serves every completed object exactly and not the ones still
+// being written; fsck then finds the store clean.
+func TestRestartAfterKill9(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	flags := []string{"--store", d.store, "--capacity", "64MiB"}
+	want := populate(t, d.mp)
+	completed := assertQuietEqual(t, d)
+	crash(t, d, openWriters(t, d.mp))
+
+	d = startDaemon(t, d.mp, flags...)
+	if n := len(mountsAt(d.mp)); n != 1 {
+		t.Errorf("%d mounts stacked at %s, want the dead one replaced", n, d.mp)
+	}
+	verifyTree(t, d.mp, want) // partial.data and the temp file are absent
+	st := assertQuietEqual(t, d)
+	if st.UsedBytes != completed.UsedBytes || st.Objects != completed.Objects {
+		t.Errorf("after the crash used %d objects %d, completed were %d and %d", st.UsedBytes, st.Objects, completed.UsedBytes, completed.Objects)
+	}
+	d.stop()
+	requireCleanFsck(t, d.store, st)
+}
+
+// TestFsckAfterKill9: fsck of a crashed store reports the incomplete
+// objects and fails until --repair reclaims them; then the mount serves
+// exactly the completed objects.
+func TestFsckAfterKill9(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	flags := []string{"--store", d.store, "--capacity", "64MiB"}
+	want := populate(t, d.mp)
+	completed := assertQuietEqual(t, d)
+	crash(t, d, openWriters(t, d.mp))
+
+	rep, res := fsck(t, d.store)
+	t.Logf("fsck after the crash: exit %d, %+v", res.code, rep)
+	if res.code == 0 || rep.Repaired {
+		t.Errorf("fsck of a crashed store exited %d", res.code)
+	}
+	for _, name := range []string{"partial.data", tmpPrefix + "4242.1"} {
+		if !strings.Contains(strings.Join(rep.Problems, "\n"), "incomplete object "+name) {
+			t.Errorf("fsck does not report %s as incomplete: %q", name, rep.Problems)
+		}
+	}
+	plain := runKvfs(t, "fsck", "--store", d.store)
+	if plain.code == 0 || !strings.Contains(plain.stdout, "partial.data") {
+		t.Errorf("fsck without --json: exit %d, stdout %q", plain.code, plain.stdout)
+	}
+
+	rep, res = fsck(t, d.store, "--repair")
+	if res.code != 0 || !rep.Repaired || rep.Objects != completed.Objects || rep.Bytes != completed.UsedBytes {
+		t.Errorf("fsck --repair: exit %d, %+v, stderr %q; want %d objects, %d bytes", res.code, rep, res.stderr, completed.Objects, completed.UsedBytes)
+	}
+	requireCleanFsck(t, d.store, completed)
+
+	d = startDaemon(t, d.mp, flags...)
+	verifyTree(t, d.mp, want)
+	if st := assertQuietEqual(t, d); st.UsedBytes != completed.UsedBytes || st.Objects != completed.Objects {
+		t.Errorf("after repair and remount: %+v, completed %+v", st, completed)
+	}
+	d.stop()
+}
+
+// TestRestartWithSmallerCapacity: a store holding more than the new
+// capacity is cut down to it at start-up, coldest first, exactly.
+func TestRestartWithSmallerCapacity(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	want := populate(t, d.mp)
+	assertQuietEqual(t, d)
+	d.stop()
+
+	d = startDaemon(t, d.mp, "--store", d.store, "--capacity", "8MiB")
+	st := assertQuietEqual(t, d)
+	if st.UsedBytes > 8*MiB || st.Objects == 0 {
+		t.Errorf("after restarting smaller: %+v", st)
+	}
+	survivors := map[string]object{}
+	filepath.WalkDir(d.mp, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			rel, _ := filepath.Rel(d.mp, p)
+			survivors[rel] = want[rel]
+		}
+		return err
+	})
+	verifyTree(t, d.mp, survivors) // fails on anything not in want
+	t.Logf("%d of %d names survive in %d bytes", len(survivors), len(want), st.UsedBytes)
+	d.stop()
+}
+
+// TestKill9UnderLoad: kill -9 in the middle of concurrent fs_native
+// stores; after a restart every file served is complete and exact,
+// whatever name it has, and the accounting is exact.
+func TestKill9UnderLoad(t *testing.T) {
+	d := mountCache(t, "--capacity", "48MiB", "--grace", "300ms")
+	flags := []string{"--store", d.store, "--capacity", "48MiB", "--grace", "300ms"}
+	keys := workloadKeys(16, MiB, 6*MiB)
+	var stop atomic.Bool
+	var stored atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 4 {
+		cl := &fsNative{base: d.mp, direct: w%2 == 1, whole: w >= 2, seq: &atomic.Int64{}}
+		buf := alignedBuffer(t, 6*MiB)
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 9))
+			for !stop.Load() {
+				k := keys[r.IntN(len(keys))]
+				fillObject(buf[:k.size], k.key)
+				if ok, err := cl.store(k.key, buf[:k.size]); ok && err == nil {
+					stored.Add(1)
+				}
+				if r.IntN(4) == 0 {
+					cl.remove(keys[r.IntN(len(keys))].key)
+				}
+			}
+		})
+	}
+	time.Sleep(1500 * time.Millisecond)
+	d.kill9()
+	stop.Store(true)
+	wg.Wait() // the writers' calls fail with ENOTCONN now
+	t.Logf("%d stores published before the crash", stored.Load())
+
+	d = startDaemon(t, d.mp, flags...)
+	files := 0
+	err := filepath.WalkDir(d.mp, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		files++
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		key, size, ok := objectKey(data)
+		if !ok {
+			t.Errorf("%s: no object header (%d bytes): served incomplete", p, len(data))
+			return nil
+		}
+		if err := checkObject(data, key, size); err != nil {
+			t.Errorf("%s after the crash: %v", p, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := assertQuietEqual(t, d)
+	t.Logf("after the restart: %d files, %+v", files, st)
+	d.stop()
+	requireCleanFsck(t, d.store, st)
+}
