@@ -3,10 +3,14 @@ package fusefs
 import (
 	"context"
 	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
+	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,8 +23,14 @@ type handle struct {
 	n     *fileNode
 	f     *os.File
 	write bool
+	// opener is the thread that opened h, as FUSE reports callers; see
+	// Flush.
+	opener uint32
 	// active: h may have written since its last flush; see beginWrite.
 	active atomic.Bool
+	// passthrough: reads of h are served by the kernel from f; set once
+	// by mayJoin.
+	passthrough bool
 }
 
 // passthroughHandle is a read-only handle whose reads the kernel serves
@@ -28,6 +38,14 @@ type handle struct {
 type passthroughHandle struct{ *handle }
 
 func (h *passthroughHandle) PassthroughFd() (int, bool) { return int(h.f.Fd()), true }
+
+// served is h as go-fuse is to see it: with or without passthrough.
+func (h *handle) served() fs.FileHandle {
+	if h.passthrough {
+		return &passthroughHandle{h}
+	}
+	return h
+}
 
 // fuseFlags: writers use direct I/O, so every byte passes the ledger and
 // the inode never enters the kernel's cached mode, which would refuse
@@ -61,13 +79,46 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (_ uint32, e
 }
 
 // Flush runs on every close(2) of the handle, before close returns: the
-// object is complete once its last writer flushes.
+// object is complete once its last writer flushes. A close by another
+// process is only a copy of the descriptor going away (a child closing
+// what it inherited, at exec or exit) while the writer may go on writing:
+// the object stays incomplete until the writer's own close, or release.
 func (h *handle) Flush(ctx context.Context) (errno syscall.Errno) {
 	defer h.n.fs.guard("flush", &errno)
-	if !h.write {
+	if !h.write || !sameProcess(callerPid(ctx), h.opener) {
 		return 0
 	}
 	return h.n.fs.errno("flush", h.n.endWrite(h))
+}
+
+// callerPid is the thread that made a request; 0 when unknown.
+func callerPid(ctx context.Context) uint32 {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Pid
+	}
+	return 0
+}
+
+// sameProcess says whether two calling threads belong to one process;
+// unknown callers count as the same, as before there was a check.
+func sameProcess(a, b uint32) bool {
+	if a == b || a == 0 || b == 0 {
+		return true
+	}
+	ta, tb := tgid(a), tgid(b)
+	return ta != 0 && ta == tb
+}
+
+// tgid is the process a thread belongs to, or 0 once it is gone.
+func tgid(tid uint32) int {
+	data, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(tid), 10) + "/status")
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(data), "\nTgid:")
+	line, _, _ := strings.Cut(rest, "\n")
+	n, _ := strconv.Atoi(strings.TrimSpace(line))
+	return n
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) (errno syscall.Errno) {
@@ -101,8 +152,9 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) (errno syscall.
 	return h.n.fs.errno("getattr", h.n.fs.fileAttr(h.n.id, h.f, &out.Attr))
 }
 
-// Allocate supports plain preallocation, charged like a write, and hole
-// punching, which keeps the size and so the charge.
+// Allocate supports plain preallocation, charged like a write, hole
+// punching, and preallocation that keeps the size within the blocks
+// already charged.
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (errno syscall.Errno) {
 	fs := h.n.fs
 	defer fs.guard("fallocate", &errno)
@@ -112,6 +164,13 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (e
 			return fs.errno("fallocate", err)
 		}
 	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE:
+	case unix.FALLOC_FL_KEEP_SIZE:
+		// Blocks within the charge (the size rounded up to a block) are
+		// paid for already; past it they would be store bytes that no
+		// charge covers.
+		if _, charge, _ := fs.ledger.Size(h.n.id); ledger.Charge(int64(off+size)) > charge {
+			return syscall.EOPNOTSUPP
+		}
 	default:
 		return syscall.EOPNOTSUPP
 	}

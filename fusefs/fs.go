@@ -6,6 +6,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -64,6 +65,12 @@ func New(store *blob.Store, l *ledger.Ledger, cfg Config) *FS {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if os.Geteuid() != 0 {
+		// Registering a backing file takes CAP_SYS_ADMIN; without it
+		// go-fuse serves every handle plainly, and a reader counted as
+		// passthrough would only hold writers off (see mayJoin).
+		cfg.Passthrough = false
 	}
 	f := &FS{
 		store:   store,
@@ -165,6 +172,7 @@ func (f *FS) admit(ctx context.Context, id ledger.ID, resize func() ([]ledger.Vi
 		if wait == 0 || time.Now().Add(wait).After(deadline) {
 			return err
 		}
+		f.ledger.Retried()
 		select {
 		case <-ctx.Done():
 			return syscall.EINTR

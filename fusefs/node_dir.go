@@ -71,6 +71,16 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if err != nil {
 		return nil, n.fs.errno("lookup", err)
 	}
+	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Ino == uint64(e.ID) {
+		// Known already (READDIRPLUS looks up every entry again):
+		// go-fuse would keep this inode and drop a new one, which
+		// must not replace it in fs.dirs, or eviction's notices for
+		// names in it would reach no inode the kernel knows.
+		if e.Dir {
+			n.fs.dirs.Store(e.ID, ch)
+		}
+		return ch, 0
+	}
 	return n.child(ctx, e), 0
 }
 
@@ -141,6 +151,15 @@ func (n *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint3
 	}
 	data, _ := json.Marshal(n.fs.ledger.Stats())
 	return copyXattr(data, dest)
+}
+
+// Setxattr is refused, as on files (see fileNode.Setxattr).
+func (n *dirNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
+func (n *dirNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return syscall.ENOTSUP
 }
 
 // copyXattr answers a getxattr, or its size query when dest is empty.

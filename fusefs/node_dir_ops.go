@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/blob"
+	"go.uber.org/zap"
 )
 
 // owner is who a new inode belongs to: the caller, when the daemon runs
@@ -35,14 +36,23 @@ func (n *dirNode) Create(ctx context.Context, name string, flags, mode uint32, o
 	if err != nil {
 		return nil, nil, 0, n.fs.errno("create", err)
 	}
-	n.fs.ledger.Create(id, true)
+	write := writable(flags)
+	n.fs.ledger.Create(id, write)
+	if !write {
+		// Born marked incomplete, but no writer will ever finish it:
+		// an empty file created read-only (open(O_CREAT|O_RDONLY)) is
+		// complete now.
+		if err := n.fs.store.ClearWriting(id); err != nil {
+			n.fs.log.Warn("create: clearing the writing marker", zap.Uint64("id", uint64(id)), zap.Error(err))
+		}
+	}
 	if err := n.fs.fileAttr(id, f, &out.Attr); err != nil {
 		f.Close()
 		return nil, nil, 0, n.fs.errno("create", err)
 	}
 	ch := n.child(ctx, blob.Entry{ID: id})
-	h := ch.Operations().(*fileNode).adopt(f, flags, true)
-	return ch, h, h.fuseFlags(), 0
+	h := ch.Operations().(*fileNode).adopt(f, flags, true, callerPid(ctx))
+	return ch, h.served(), h.fuseFlags(), 0
 }
 
 // openExisting answers an O_CREAT without O_EXCL that lost a race with

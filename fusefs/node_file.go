@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -66,23 +67,39 @@ func (f *FS) fileAttr(id ledger.ID, file *os.File, out *fuse.Attr) error {
 	return nil
 }
 
-// anyFile is the stored file of some open handle, or nil.
-func (n *fileNode) anyFile() *os.File {
+// withAnyFile runs fn on the stored file of some open handle, under n.mu
+// so that the handle's release cannot close the file (and free its
+// descriptor number for reuse) meanwhile; fn must not take n.mu. It
+// reports false, without calling fn, when no handle is open.
+func (n *fileNode) withAnyFile(fn func(*os.File)) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.handles) == 0 {
-		return nil
+		return false
 	}
-	return n.handles[0].f
+	fn(n.handles[0].f)
+	return true
 }
 
 func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno) {
 	defer n.fs.guard("getattr", &errno)
-	file := n.anyFile()
-	if h, ok := fh.(*handle); ok {
-		file = h.f
+	// go-fuse keeps fh from being released while this call runs.
+	switch h := fh.(type) {
+	case *handle:
+		return n.fs.errno("getattr", n.fs.fileAttr(n.id, h.f, &out.Attr))
+	case *passthroughHandle:
+		return n.fs.errno("getattr", n.fs.fileAttr(n.id, h.f, &out.Attr))
 	}
-	return n.fs.errno("getattr", n.fs.fileAttr(n.id, file, &out.Attr))
+	var err error
+	if !n.withAnyFile(func(f *os.File) { err = n.fs.fileAttr(n.id, f, &out.Attr) }) {
+		err = n.fs.fileAttr(n.id, nil, &out.Attr)
+		if errors.Is(err, blob.ErrNotFound) {
+			// No name and no handle left: the kernel reached the
+			// inode by a path that has changed since (see Open).
+			return syscall.ESTALE
+		}
+	}
+	return n.fs.errno("getattr", err)
 }
 
 func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
@@ -146,11 +163,10 @@ func (n *fileNode) openStored(flags int) (*os.File, error) {
 	if !errors.Is(err, blob.ErrNotFound) {
 		return f, err
 	}
-	held := n.anyFile()
-	if held == nil {
-		return nil, err
-	}
-	return os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(held.Fd())), flags|unix.O_CLOEXEC, 0)
+	n.withAnyFile(func(held *os.File) {
+		f, err = os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(held.Fd())), flags|unix.O_CLOEXEC, 0)
+	})
+	return f, err
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
@@ -165,29 +181,81 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ u
 		if errors.Is(err, syscall.ENOENT) {
 			n.fs.vanished(n.id, err)
 		}
+		if errors.Is(err, blob.ErrNotFound) {
+			// The inode lost its last name after the kernel resolved
+			// the path (a rename replaced it): ESTALE makes the kernel
+			// look the name up again and open what it names now.
+			return nil, 0, syscall.ESTALE
+		}
 		return nil, 0, n.fs.errno("open", err)
 	}
-	h := n.adopt(f, flags, false)
+	h := n.adoptWaiting(ctx, f, flags)
+	if h == nil {
+		f.Close()
+		n.fs.ledger.Close(n.id, write)
+		return nil, 0, syscall.ETXTBSY
+	}
 	if !write {
 		touch(f)
 	}
-	if n.fs.cfg.Passthrough && !write {
-		return &passthroughHandle{h}, h.fuseFlags(), 0
-	}
-	return h, h.fuseFlags(), 0
+	return h.served(), h.fuseFlags(), 0
 }
 
-// adopt makes a handle of an opened stored file. marked says the store's
-// writing marker is already set for it (a fresh create).
-func (n *fileNode) adopt(f *os.File, flags uint32, marked bool) *handle {
-	h := &handle{n: n, f: f, write: writable(flags)}
+// adopt makes a handle of an opened stored file for the calling thread
+// opener, or returns nil for a writer that must wait (see mayJoin).
+// marked says the store's writing marker is already set for it (a fresh
+// create).
+func (n *fileNode) adopt(f *os.File, flags uint32, marked bool, opener uint32) *handle {
+	h := &handle{n: n, f: f, write: writable(flags), opener: opener}
 	n.mu.Lock()
+	if !n.mayJoin(h) {
+		n.mu.Unlock()
+		return nil
+	}
 	n.handles = append(n.handles, h)
 	n.mu.Unlock()
 	if h.write {
 		n.beginWrite(h, marked)
 	}
 	return h
+}
+
+// adoptWaiting is adopt for Open: a writer that passthrough handles hold
+// off waits for them, up to the wait limit, since readers that clients
+// have closed reach kvfs as releases only a moment after close(2).
+func (n *fileNode) adoptWaiting(ctx context.Context, f *os.File, flags uint32) *handle {
+	deadline := time.Now().Add(n.fs.cfg.WaitLimit)
+	for {
+		if h := n.adopt(f, flags, false, callerPid(ctx)); h != nil || time.Now().After(deadline) {
+			return h
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// mayJoin decides, with n.mu held, whether reader h is served by
+// passthrough, and refuses writer h while passthrough handles are open.
+// The open handles of an inode are all passthrough or none is: the
+// kernel fails (EIO) a plain open of an inode that has passthrough ones,
+// and go-fuse drops the inode's shared backing file at the release of
+// any handle, passthrough or not, after which the next passthrough open
+// fails (EIO) until every handle is closed.
+func (n *fileNode) mayJoin(h *handle) bool {
+	pt := 0
+	for _, x := range n.handles {
+		if x.passthrough {
+			pt++
+		}
+	}
+	if h.write {
+		return pt == 0
+	}
+	h.passthrough = n.fs.cfg.Passthrough && pt == len(n.handles)
+	return true
 }
 
 func (n *fileNode) forget(h *handle) {
@@ -244,6 +312,17 @@ func (n *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 		return 0, syscall.ENODATA
 	}
 	return copyXattr([]byte(n.fs.store.BackingPath(rel)), dest)
+}
+
+// Setxattr is refused: kvfs keeps no extended attributes of its own, and
+// ENOTSUP (not go-fuse's default ENODATA) is what lets cp -a, rsync -X
+// and the like carry on without them.
+func (n *fileNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
+func (n *fileNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return syscall.ENOTSUP
 }
 
 // settle sets the ledger to what the store holds after a failed write or

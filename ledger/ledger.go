@@ -177,7 +177,10 @@ func (l *Ledger) Open(id ID, write bool) error {
 }
 
 // Close drops a handle's pin. It reports whether the inode had no names
-// left and is now released, so its stored bytes can go.
+// left and is now released, so its stored bytes can go. The close of a
+// writer starts the grace period, which covers the publish step after a
+// store (link or rename of the temp file); a reader's close does not, so
+// hot readers cannot make a cache unevictable.
 func (l *Ledger) Close(id ID, write bool) (released bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -186,7 +189,9 @@ func (l *Ledger) Close(id ID, write bool) (released bool) {
 		return false
 	}
 	l.unpin(e, write)
-	e.lastClose = l.now().UnixNano()
+	if write {
+		e.lastClose = l.now().UnixNano()
+	}
 	l.lru.moveToBack(e)
 	if e.pins == 0 && e.nlink == 0 {
 		l.remove(e)
@@ -343,4 +348,15 @@ func (l *Ledger) WaitHint(n int64) time.Duration {
 		return 0
 	}
 	return time.Duration(l.grace)/4 + time.Millisecond
+}
+
+// Retried takes back the refusal just counted for a reservation that the
+// caller turns into a wait and a retry: admission_failures counts the
+// ENOSPC answers clients get, not backpressure.
+func (l *Ledger) Retried() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refusals > 0 {
+		l.refusals--
+	}
 }

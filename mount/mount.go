@@ -130,8 +130,12 @@ func (m *Mount) mount() error {
 		NegativeTimeout: &negative,
 		Logger:          zap.NewStdLog(m.log.Named("fs")),
 	}
-	server, err := fs.Mount(m.Mountpoint, m.fs.Root(), opts)
+	server, err := fuse.NewServer(m.fs.RawFS(opts), m.Mountpoint, &opts.MountOptions)
 	if err != nil {
+		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
 	}
 	m.server = server

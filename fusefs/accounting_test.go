@@ -1,0 +1,455 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/ledger"
+	"golang.org/x/sys/unix"
+)
+
+// The accounting tests run on a small cache so that floods of a few
+// times the capacity are quick.
+const (
+	smallCap = 8 * mib
+	grace    = 50 * time.Millisecond
+)
+
+func mountSmall(t *testing.T, opts ...mountOpt) *kvfsMount {
+	return mountKVFS(t, append([]mountOpt{withCapacity(smallCap), withGrace(grace), withWait(time.Second)}, opts...)...)
+}
+
+// pastGrace waits until objects closed so far are evictable.
+func pastGrace() { time.Sleep(2 * grace) }
+
+// exists reports whether p is on the mount, failing on errors other
+// than ENOENT.
+func exists(t *testing.T, p string) bool {
+	t.Helper()
+	var st unix.Stat_t
+	err := unix.Lstat(p, &st)
+	if err != nil && err != unix.ENOENT {
+		t.Fatalf("lstat %s: %v", p, err)
+	}
+	return err == nil
+}
+
+// flood stores n objects of size bytes each under prefix, from writers
+// goroutines, failing the test on any error: with nothing pinned beyond
+// what the test holds, room is always made by eviction or by waiting.
+func flood(t *testing.T, k *kvfsMount, prefix string, n, size, writers int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += writers {
+				if err := writeObject(k.path(fmt.Sprintf("%s%03d", prefix, i)), pattern(1000+i, size)); err != nil {
+					errs <- fmt.Errorf("flood object %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestLRUOrder: eviction takes the least recently used object first;
+// opening an object touches it, stat does not. The kernel caches nothing
+// here, so every stat reaches kvfs.
+func TestLRUOrder(t *testing.T) {
+	k := mountSmall(t, withCache(0))
+	for i := range 8 {
+		mustWrite(t, k.path(fmt.Sprintf("obj%d", i)), pattern(i, mib))
+	}
+	if st := k.M.Stats(); st.UsedBytes != smallCap {
+		t.Fatalf("used %d after filling, want %d", st.UsedBytes, smallCap)
+	}
+	pastGrace()
+	f, err := os.Open(k.path("obj0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Read(make([]byte, 1))
+	f.Close()
+	for range 3 {
+		lstat(t, k.path("obj1"))
+		if _, err := os.ReadDir(k.Mnt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pastGrace()
+
+	mustWrite(t, k.path("new0"), pattern(100, mib))
+	if exists(t, k.path("obj1")) || !exists(t, k.path("obj0")) {
+		t.Errorf("after one eviction: obj1 present %v, obj0 present %v; want obj1 (stat only) evicted and obj0 (opened) kept",
+			exists(t, k.path("obj1")), exists(t, k.path("obj0")))
+	}
+	mustWrite(t, k.path("new1"), pattern(101, mib))
+	for i, want := range []bool{true, false, false, true, true, true, true, true} {
+		if got := exists(t, k.path(fmt.Sprintf("obj%d", i))); got != want {
+			t.Errorf("after two evictions obj%d present %v, want %v", i, got, want)
+		}
+	}
+	mustRead(t, k.path("obj0"), pattern(0, mib))
+	if st := k.M.Stats(); st.Evictions != 2 || st.EvictedBytes != 2*mib || st.UsedBytes != smallCap {
+		t.Errorf("stats after two evictions: %+v", st)
+	}
+}
+
+// TestOpenHandlesNeverEvicted: while a flood five times the capacity is
+// stored, an object open for reading and one open for writing (a store
+// in progress) stay, byte for byte; the writer then finishes.
+func TestOpenHandlesNeverEvicted(t *testing.T) {
+	k := mountSmall(t)
+	rdata := pattern(1, 2*mib)
+	mustWrite(t, k.path("reading"), rdata)
+	r, err := os.Open(k.path("reading"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	wdata := pattern(2, 2*mib)
+	w, err := os.OpenFile(k.path("writing"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write(wdata[:mib]); err != nil {
+		t.Fatal(err)
+	}
+	pastGrace()
+
+	s := sampleCapacity(k)
+	flood(t, k, "flood", 5*smallCap/mib, mib, 2)
+	s.check(t)
+
+	if !exists(t, k.path("reading")) || !exists(t, k.path("writing")) {
+		t.Fatalf("an open object was evicted: reading present %v, writing present %v", exists(t, k.path("reading")), exists(t, k.path("writing")))
+	}
+	if _, err := w.Write(wdata[mib:]); err != nil {
+		t.Fatalf("finishing the open store after the flood: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(rdata))
+	if _, err := r.ReadAt(got, 0); err != nil || !bytes.Equal(got, rdata) {
+		t.Errorf("the open reader's bytes changed (%v)", err)
+	}
+	r.Close()
+	mustRead(t, k.path("reading"), rdata)
+	mustRead(t, k.path("writing"), wdata)
+	st := k.M.Stats()
+	if st.Evictions < 5*smallCap/mib-8 || st.AdmissionFailures != 0 {
+		t.Errorf("after the flood: %d evictions, %d admission failures", st.Evictions, st.AdmissionFailures)
+	}
+}
+
+// TestEvictionRemovesEveryName: evicting a hard-linked inode removes all
+// its names from kvfs, the store and the kernel's caches, which would
+// otherwise answer stat for a minute (the production cache timeout).
+func TestEvictionRemovesEveryName(t *testing.T) {
+	k := mountSmall(t)
+	if err := os.Mkdir(k.path("sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"a", "b", "sub/c"}
+	mustWrite(t, k.path("a"), pattern(1, mib))
+	for _, n := range names[1:] {
+		if err := os.Link(k.path("a"), k.path(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range names {
+		lstat(t, k.path(n)) // cache the entries and attributes
+	}
+	pastGrace()
+	flood(t, k, "flood", smallCap/mib, mib, 1)
+
+	gone := eventually(2*time.Second, func() bool {
+		for _, n := range names {
+			if exists(t, k.path(n)) {
+				return false
+			}
+		}
+		return true
+	})
+	if !gone {
+		for _, n := range names {
+			t.Errorf("%s still answers stat after its inode was evicted", n)
+		}
+	}
+	for _, n := range names {
+		wantAbsent(t, k.storePath(n))
+		wantErrno(t, "open "+n, func() error { _, err := os.Open(k.path(n)); return err }(), syscall.ENOENT)
+	}
+	if ents, _ := os.ReadDir(k.path("sub")); len(ents) != 0 {
+		t.Errorf("sub still lists %d entries", len(ents))
+	}
+	if st := k.M.Stats(); st.Evictions != 1 || st.EvictedBytes != mib {
+		t.Errorf("evicted %d objects, %d bytes; want the one linked inode, once", st.Evictions, st.EvictedBytes)
+	}
+}
+
+// TestUnlinkRacingEviction: unlinks of names that eviction removes at the
+// same moment (their kernel entries cached, the invalidation on its way)
+// succeed or get ENOENT, never anything else, and leave no charge behind;
+// so do several clients deleting one key.
+func TestUnlinkRacingEviction(t *testing.T) {
+	k := mountSmall(t)
+	const n, floodN = 64, 32
+	for i := range n {
+		mustWrite(t, k.path(fmt.Sprintf("old%02d", i)), pattern(i, smallCap/n))
+	}
+	for i := range n {
+		lstat(t, k.path(fmt.Sprintf("old%02d", i)))
+	}
+	pastGrace()
+	s := sampleCapacity(k)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		flood(t, k, "new", floodN, smallCap/16, 1)
+	}()
+	// Start deleting once eviction is under way, from the coldest
+	// objects up, so that the first unlinks meet names just evicted.
+	if !eventually(5*time.Second, func() bool { return k.M.Stats().Evictions >= 4 }) {
+		t.Fatalf("the flood evicted nothing")
+	}
+	results := make([]error, n)
+	for i := range n {
+		results[i] = os.Remove(k.path(fmt.Sprintf("old%02d", i)))
+	}
+	wg.Wait()
+	s.check(t)
+	removed, absent := 0, 0
+	for i, err := range results {
+		switch {
+		case err == nil:
+			removed++
+		case errnoOf(err) == syscall.ENOENT:
+			absent++
+		default:
+			t.Errorf("unlink old%02d: %v, want success or ENOENT", i, err)
+		}
+	}
+	st := k.M.Stats()
+	t.Logf("unlinks: %d succeeded, %d ENOENT; %d evictions", removed, absent, st.Evictions)
+	for i := range n {
+		wantAbsent(t, k.path(fmt.Sprintf("old%02d", i)))
+	}
+
+	mustWrite(t, k.path("key"), pattern(7, 100*kib))
+	results = make([]error, 8)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = os.Remove(k.path("key"))
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range results {
+		if err == nil {
+			ok++
+		} else if errnoOf(err) != syscall.ENOENT {
+			t.Errorf("concurrent unlink of one key: %v", err)
+		}
+	}
+	if ok == 0 {
+		t.Errorf("no concurrent unlink of the key succeeded")
+	}
+	var want int64
+	for i := range floodN {
+		if exists(t, k.path(fmt.Sprintf("new%03d", i))) {
+			want += smallCap / 16
+		}
+	}
+	if st := k.settled(func(st ledger.Stats) bool { return st.UsedBytes == want }); st.UsedBytes != want || st.Objects != want/(smallCap/16) {
+		t.Errorf("used %d in %d objects; the surviving objects hold %d: a charge was left behind", st.UsedBytes, st.Objects, want)
+	}
+}
+
+// TestShadowBytes: an unlinked inode that is still open stays charged as
+// shadow bytes, readable and writable through its handles, and is
+// released once, at its last close.
+func TestShadowBytes(t *testing.T) {
+	k := mountSmall(t)
+	data := pattern(1, mib+1)
+	charge := ceil4096(int64(len(data)))
+	mustWrite(t, k.path("obj"), data)
+	r, err := os.Open(k.path("obj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := os.Remove(k.path("obj")); err != nil {
+		t.Fatal(err)
+	}
+	wantAbsent(t, k.path("obj"))
+	wantAbsent(t, k.storePath("obj"))
+	if st := k.M.Stats(); st.ShadowBytes != charge || st.UsedBytes != charge || st.Objects != 1 {
+		t.Errorf("unlinked while open: shadow %d used %d objects %d; want shadow = used = %d, 1 object", st.ShadowBytes, st.UsedBytes, st.Objects, charge)
+	}
+	var sf unix.Statfs_t
+	if err := unix.Statfs(k.Mnt, &sf); err != nil || int64(sf.Blocks-sf.Bfree)*4096 != charge {
+		t.Errorf("statfs used %d (%v), want the shadow charge %d", int64(sf.Blocks-sf.Bfree)*4096, err, charge)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(r.Fd()), &st); err != nil || st.Nlink != 0 || st.Blocks != charge/512 {
+		t.Errorf("fstat of the unlinked object: nlink %d blocks %d (%v), want 0 and %d", st.Nlink, st.Blocks, err, charge/512)
+	}
+	got := make([]byte, len(data))
+	if _, err := r.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("reading the unlinked object: %v", err)
+	}
+
+	// A writer keeps writing after its object lost its name.
+	w, err := os.OpenFile(k.path("w"), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write(pattern(2, 512*kib)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(k.path("w")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(pattern(3, 512*kib)); err != nil {
+		t.Fatalf("writing to an unlinked open object: %v", err)
+	}
+	if st := k.M.Stats(); st.ShadowBytes != charge+mib {
+		t.Errorf("shadow %d with both open, want %d", st.ShadowBytes, charge+mib)
+	}
+	before := k.M.Stats()
+	w.Close()
+	r.Close()
+	if !eventually(2*time.Second, func() bool { return k.M.Stats().Objects == 0 }) {
+		t.Fatalf("unlinked objects not released after their last close: %+v", k.M.Stats())
+	}
+	after := k.M.Stats()
+	if after.UsedBytes != 0 || after.ShadowBytes != 0 || after.Evictions != before.Evictions {
+		t.Errorf("after the last closes: %+v, want nothing used and no evictions", after)
+	}
+	mustWrite(t, k.path("next"), pattern(4, 10000))
+	if got := k.M.Stats().UsedBytes; got != ceil4096(10000) {
+		t.Errorf("used %d after one more object, want %d: a release counted twice", got, ceil4096(10000))
+	}
+}
+
+// TestNoSpace: a truncate or fallocate that cannot fit even after
+// evicting all that is evictable, or that is larger than the capacity,
+// fails with ENOSPC and loses nothing already stored.
+func TestNoSpace(t *testing.T) {
+	k := mountSmall(t, withWait(300*time.Millisecond))
+	keep := pattern(1, mib)
+	mustWrite(t, k.path("keep"), keep)
+	held := map[string][]byte{"w1": pattern(2, 3*mib), "w2": pattern(3, 3*mib)}
+	for name, data := range held {
+		f, err := os.OpenFile(k.path(name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := os.OpenFile(k.path("d"), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pastGrace()
+	// 7 MiB held by writers, 1 MiB evictable ("keep"), nothing free.
+	fd := int(d.Fd())
+	wantErrno(t, "ftruncate past the capacity", unix.Ftruncate(fd, smallCap+1), syscall.ENOSPC)
+	wantErrno(t, "ftruncate to more than can be freed", unix.Ftruncate(fd, 3*mib), syscall.ENOSPC)
+	wantErrno(t, "fallocate past the capacity", unix.Fallocate(fd, 0, 0, smallCap+4096), syscall.ENOSPC)
+	wantErrno(t, "fallocate of more than can be freed", unix.Fallocate(fd, 0, 0, 3*mib), syscall.ENOSPC)
+	wantErrno(t, "truncate by path past the capacity", os.Truncate(k.path("keep"), smallCap+4096), syscall.ENOSPC)
+	if st := lstat(t, k.path("d")); st.Size != 0 || st.Blocks != 0 {
+		t.Errorf("refused object has size %d blocks %d, want 0", st.Size, st.Blocks)
+	}
+	mustRead(t, k.path("keep"), keep)
+	for name, data := range held {
+		mustRead(t, k.path(name), data)
+	}
+	st := k.M.Stats()
+	if st.Evictions != 0 || st.AdmissionFailures < 5 || st.UsedBytes != 7*mib {
+		t.Errorf("after refusals: %+v; want no evictions, 5 admission failures, 7 MiB used", st)
+	}
+
+	// What does fit is admitted by evicting first.
+	if err := unix.Fallocate(fd, 0, 0, 2*mib); err != nil {
+		t.Errorf("fallocate that fits by evicting: %v", err)
+	}
+	if exists(t, k.path("keep")) {
+		t.Errorf("keep should have been evicted to admit the fallocate")
+	}
+	if st := lstat(t, k.path("d")); st.Size != 2*mib || st.Blocks != 2*mib/512 {
+		t.Errorf("after fallocate: size %d blocks %d", st.Size, st.Blocks)
+	}
+}
+
+// TestWriteLargerThanCapacity: a write(2) larger than the capacity fails
+// with ENOSPC. When the write fits one FUSE request it fails at once and
+// evicts nothing; a larger one reaches kvfs in max_write pieces, so the
+// kernel reports a short write for what was admitted and ENOSPC for the
+// rest, and the capacity still holds throughout.
+func TestWriteLargerThanCapacity(t *testing.T) {
+	t.Run("one request", func(t *testing.T) {
+		k := mountKVFS(t, withCapacity(256*kib), withGrace(grace))
+		mustWrite(t, k.path("a"), pattern(1, 64*kib))
+		mustWrite(t, k.path("b"), pattern(2, 64*kib))
+		pastGrace()
+		f, err := os.OpenFile(k.path("big"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		n, err := unix.Write(int(f.Fd()), pattern(3, 512*kib))
+		if errnoOf(err) != syscall.ENOSPC {
+			t.Errorf("write of 512 KiB on a 256 KiB cache: n=%d err=%v, want ENOSPC", n, err)
+		}
+		mustRead(t, k.path("a"), pattern(1, 64*kib))
+		mustRead(t, k.path("b"), pattern(2, 64*kib))
+		if st := k.M.Stats(); st.Evictions != 0 {
+			t.Errorf("%d evictions for a write that could never fit", st.Evictions)
+		}
+	})
+	t.Run("split by the kernel", func(t *testing.T) {
+		k := mountSmall(t)
+		s := sampleCapacity(k)
+		f, err := os.OpenFile(k.path("big"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		data := pattern(3, smallCap+4096)
+		n, err := f.Write(data)
+		if errnoOf(err) != syscall.ENOSPC {
+			t.Errorf("write of capacity+4096: n=%d err=%v, want ENOSPC", n, err)
+		}
+		s.check(t)
+		t.Logf("write(2) of %d on a %d cache: %d bytes admitted, then %v", len(data), smallCap, n, err)
+		if st := lstat(t, k.path("big")); st.Size > smallCap || st.Size != int64(n) {
+			t.Errorf("refused object holds %d bytes, write reported %d", st.Size, n)
+		}
+	})
+}

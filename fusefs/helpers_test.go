@@ -1,0 +1,430 @@
+package fusefs_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/mount"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	kib = 1 << 10
+	mib = 1 << 20
+)
+
+// kvfsMount is one in-process kvfs mount made by mountKVFS.
+type kvfsMount struct {
+	t     *testing.T
+	Mnt   string // the mount point
+	Store string // the store directory
+	M     *mount.Mount
+	Opts  mount.Options
+	errs  *observer.ObservedLogs // what kvfs logged at Error level
+}
+
+// mountOpt adjusts the options of a mount before it starts.
+type mountOpt func(*mount.Options)
+
+func withCapacity(n int64) mountOpt       { return func(o *mount.Options) { o.Capacity = n } }
+func withGrace(d time.Duration) mountOpt  { return func(o *mount.Options) { o.Grace = d } }
+func withWait(d time.Duration) mountOpt   { return func(o *mount.Options) { o.WaitLimit = d } }
+func withCache(d time.Duration) mountOpt  { return func(o *mount.Options) { o.CacheTimeout = d } }
+func withPassthrough(on bool) mountOpt    { return func(o *mount.Options) { o.Passthrough = on } }
+func ceil4096(n int64) int64              { return ledger.Charge(n) }
+func blocksFor(size int64) int64          { return ceil4096(size) / 512 }
+func errnoOf(err error) (e syscall.Errno) { errors.As(err, &e); return e }
+
+// mountKVFS mounts a fresh kvfs (64 MiB, 50ms grace, 1s wait limit, the
+// production cache timeout, passthrough on) in a temporary directory and
+// serves it until the test ends. Cleanup checks the ledger's invariants
+// and the drift equality, unmounts, waits for the server to stop, and
+// fails the test on a leftover mount, a leaked descriptor or an
+// Error-level log line.
+func mountKVFS(t *testing.T, opts ...mountOpt) *kvfsMount {
+	t.Helper()
+	base := t.TempDir()
+	fdsBefore := openFDs(t)
+	obsCore, errs := observer.New(zapcore.ErrorLevel)
+	log := zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))
+	o := mount.Options{
+		Mountpoint:   filepath.Join(base, "mnt"),
+		Store:        filepath.Join(base, "store"),
+		Capacity:     64 * mib,
+		Grace:        50 * time.Millisecond,
+		WaitLimit:    time.Second,
+		CacheTimeout: mount.DefaultCacheTimeout,
+		Passthrough:  true,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.Logger = zap.New(zapcore.NewTee(log.Core(), obsCore))
+	if err := os.MkdirAll(o.Mountpoint, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, err := mount.Start(o)
+	if err != nil {
+		t.Fatalf("mount.Start: %v", err)
+	}
+	k := &kvfsMount{t: t, Mnt: m.Mountpoint, Store: m.Store, M: m, Opts: m.Options, errs: errs}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		m.Wait()
+	}()
+	t.Cleanup(func() { k.teardown(served, fdsBefore) })
+	return k
+}
+
+// teardown is mountKVFS's cleanup.
+func (k *kvfsMount) teardown(served chan struct{}, fdsBefore map[string]string) {
+	t := k.t
+	t.Helper()
+	if err := k.M.CheckInvariants(); err != nil {
+		t.Errorf("ledger invariants before unmount: %v", err)
+	}
+	assertNoDrift(t, k.Mnt, k.M, k.Store)
+	if err := k.M.Unmount(); err != nil {
+		t.Errorf("unmount %s: %v", k.Mnt, err)
+	}
+	select {
+	case <-served:
+	case <-time.After(30 * time.Second):
+		t.Errorf("server of %s still running 30s after unmount", k.Mnt)
+	}
+	if isKVFSMount(k.Mnt) {
+		t.Errorf("a fuse.kvfs mount is left at %s; detaching it", k.Mnt)
+		unix.Unmount(k.Mnt, unix.MNT_DETACH)
+	}
+	// go-fuse's Serve closes /dev/fuse just after Wait returns, so give
+	// it a moment.
+	var leaked []string
+	eventually(2*time.Second, func() bool {
+		leaked = newFDs(fdsBefore, openFDs(t))
+		return len(leaked) == 0
+	})
+	if len(leaked) > 0 {
+		t.Errorf("file descriptors leaked by the mount or the test: %v", leaked)
+	}
+	// kvfs logs at Error level only what it could not map to an errno
+	// (answered EIO) and panics in handlers.
+	for _, e := range k.errs.All() {
+		t.Errorf("kvfs logged at error level: %s %v", e.Message, e.ContextMap())
+	}
+}
+
+// isKVFSMount reports whether /proc/self/mountinfo lists a fuse.kvfs
+// mount at mp.
+func isKVFSMount(mp string) bool {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || unescapeMountinfo(fields[4]) != mp {
+			continue
+		}
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == mount.FSType {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func unescapeMountinfo(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
+// openFDs maps the test process's open descriptors to what they point at.
+func openFDs(t *testing.T) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("listing fds: %v", err)
+	}
+	fds := make(map[string]string, len(ents))
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+			fds[e.Name()] = target
+		}
+	}
+	return fds
+}
+
+// newFDs lists descriptors open now that were not before, apart from
+// those opened once per process and kept: the Go runtime's poller, and
+// go-fuse's splice pipe pool and the /dev/null it drains pipes into.
+func newFDs(before, after map[string]string) []string {
+	var leaked []string
+	for fd, target := range after {
+		if before[fd] == target || target == os.DevNull ||
+			strings.HasPrefix(target, "anon_inode:[event") || strings.HasPrefix(target, "pipe:") {
+			continue
+		}
+		leaked = append(leaked, fd+" -> "+target)
+	}
+	return leaked
+}
+
+// driftReport is the four numbers the drift check compares.
+type driftReport struct{ statfs, du, ledger, store int64 }
+
+func (d driftReport) equal() bool {
+	return d.statfs == d.du && d.du == d.ledger && d.ledger == d.store
+}
+
+// assertNoDrift checks SPEC's drift equality with nothing open: statfs
+// used == du of the mount == used_bytes == the charge of what the store
+// holds under data/. Releases reach the daemon after close(2) returns,
+// so it allows them a moment to land.
+func assertNoDrift(t *testing.T, mnt string, m *mount.Mount, storeDir string) {
+	t.Helper()
+	var d driftReport
+	var err error
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		d, err = measureDrift(mnt, m, storeDir)
+		if err == nil && d.equal() && m.Stats().PinnedObjects == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Errorf("drift check: %v", err)
+		return
+	}
+	if !d.equal() {
+		t.Errorf("drift: statfs used %d, du of mount %d, ledger used %d, store holds %d", d.statfs, d.du, d.ledger, d.store)
+	}
+	if st := m.Stats(); st.PinnedObjects != 0 || st.ShadowBytes != 0 {
+		t.Errorf("with nothing open: %d objects still pinned (%d bytes), shadow %d", st.PinnedObjects, st.PinnedBytes, st.ShadowBytes)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(storeDir, "writing")); len(ents) != 0 {
+		t.Errorf("with nothing open the store's writing/ still holds %d markers", len(ents))
+	}
+}
+
+func measureDrift(mnt string, m *mount.Mount, storeDir string) (driftReport, error) {
+	var d driftReport
+	var sf unix.Statfs_t
+	if err := unix.Statfs(mnt, &sf); err != nil {
+		return d, fmt.Errorf("statfs: %w", err)
+	}
+	d.statfs = int64(sf.Blocks-sf.Bfree) * sf.Bsize
+	var err error
+	if d.du, err = duBlocks(mnt); err != nil {
+		return d, fmt.Errorf("du of mount: %w", err)
+	}
+	d.ledger = m.Stats().UsedBytes
+	if d.store, err = storeCharge(filepath.Join(storeDir, "data")); err != nil {
+		return d, fmt.Errorf("store walk: %w", err)
+	}
+	return d, nil
+}
+
+// duBlocks is `du -s --block-size=1`: st_blocks*512 of each inode once.
+func duBlocks(root string) (int64, error) {
+	seen := map[uint64]bool{}
+	var total int64
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if !seen[st.Ino] {
+			seen[st.Ino] = true
+			total += st.Blocks * 512
+		}
+		return nil
+	})
+	return total, err
+}
+
+// storeCharge sums ceil4096(size) of each regular inode under dir once.
+func storeCharge(dir string) (int64, error) {
+	seen := map[uint64]bool{}
+	var total int64
+	err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
+		if err != nil || !de.Type().IsRegular() {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if !seen[st.Ino] {
+			seen[st.Ino] = true
+			total += ceil4096(st.Size)
+		}
+		return nil
+	})
+	return total, err
+}
+
+// pattern is n deterministic bytes that differ per seed and per offset,
+// so a misplaced or stale block shows up.
+func pattern(seed, n int) []byte {
+	b := make([]byte, n)
+	x := uint32(seed)*2654435761 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}
+
+// writeObject stores data at path the way a connector does: create,
+// write, close, reporting every error.
+func writeObject(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func mustWrite(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := writeObject(path, data); err != nil {
+		t.Fatalf("storing %s: %v", path, err)
+	}
+}
+
+// mustRead checks that path holds exactly want.
+func mustRead(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading %s: %v", path, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: read %d bytes that differ from the %d stored (first difference at %d)", path, len(got), len(want), firstDiff(got, want))
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// wantErrno checks that err is exactly the errno want.
+func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {
+	t.Helper()
+	if got := errnoOf(err); got != want {
+		t.Errorf("%s: got %v, want %v", what, err, want)
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// settled returns the ledger's stats once cond holds, or after 2s: the
+// kernel sends a release after close(2) has returned, so an unlinked
+// object can stay charged as shadow bytes for a moment.
+func (k *kvfsMount) settled(cond func(ledger.Stats) bool) ledger.Stats {
+	var st ledger.Stats
+	eventually(2*time.Second, func() bool {
+		st = k.M.Stats()
+		return cond(st)
+	})
+	return st
+}
+
+// capSampler samples the ledger and statfs while a flood runs and
+// records the worst over-capacity moment.
+type capSampler struct {
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	samples atomic.Int64
+	worst   atomic.Int64 // most used seen
+	bad     atomic.Value // string: first violation
+}
+
+func sampleCapacity(k *kvfsMount) *capSampler {
+	s := &capSampler{stop: make(chan struct{})}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			st := k.M.Stats()
+			var sf unix.Statfs_t
+			statfsErr := unix.Statfs(k.Mnt, &sf)
+			s.samples.Add(1)
+			if st.UsedBytes > s.worst.Load() {
+				s.worst.Store(st.UsedBytes)
+			}
+			if st.UsedBytes > st.CapacityBytes {
+				s.bad.CompareAndSwap(nil, fmt.Sprintf("used %d > capacity %d", st.UsedBytes, st.CapacityBytes))
+			}
+			if statfsErr == nil && sf.Bfree > sf.Blocks {
+				s.bad.CompareAndSwap(nil, fmt.Sprintf("statfs bfree %d > blocks %d", sf.Bfree, sf.Blocks))
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	return s
+}
+
+// check stops the sampler and fails the test on any violation.
+func (s *capSampler) check(t *testing.T) {
+	t.Helper()
+	close(s.stop)
+	s.wg.Wait()
+	if v := s.bad.Load(); v != nil {
+		t.Errorf("capacity exceeded during the flood: %s", v)
+	}
+	t.Logf("capacity sampler: %d samples, most used %d", s.samples.Load(), s.worst.Load())
+}

@@ -1,0 +1,403 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// alignedBuf is page-aligned anonymous memory, as O_DIRECT wants.
+func alignedBuf(t *testing.T, n int) []byte {
+	t.Helper()
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatalf("mmap: %v", err)
+	}
+	t.Cleanup(func() { unix.Munmap(b) })
+	return b
+}
+
+// TestODirect: O_DIRECT writes and reads of 4 KiB-aligned transfers round
+// trip, through passthrough readers and through FUSE.
+func TestODirect(t *testing.T) {
+	for _, pt := range []bool{true, false} {
+		t.Run(fmt.Sprintf("passthrough=%v", pt), func(t *testing.T) {
+			k := mountKVFS(t, withPassthrough(pt))
+			p := k.path("direct")
+			const size = 4 * mib
+			want := pattern(1, size+64*kib)
+			w := alignedBuf(t, len(want))
+			copy(w, want)
+			fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0o644)
+			if err != nil {
+				t.Fatalf("open O_DIRECT for writing: %v", err)
+			}
+			if n, err := unix.Write(fd, w[:size]); err != nil || n != size {
+				t.Fatalf("one O_DIRECT write of %d: %d, %v", size, n, err)
+			}
+			if n, err := unix.Pwrite(fd, w[size:], size); err != nil || n != 64*kib {
+				t.Fatalf("O_DIRECT pwrite at %d: %d, %v", size, n, err)
+			}
+			if err := unix.Close(fd); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+
+			fd, err = unix.Open(p, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatalf("open O_DIRECT for reading: %v", err)
+			}
+			r := alignedBuf(t, len(want)+4096)
+			if n, err := unix.Read(fd, r); err != nil || n != len(want) || !bytes.Equal(r[:n], want) {
+				t.Errorf("O_DIRECT read: %d bytes, %v; equal %v", n, err, bytes.Equal(r[:len(want)], want))
+			}
+			if n, err := unix.Pread(fd, r[:8192], 3*4096); err != nil || n != 8192 || !bytes.Equal(r[:n], want[3*4096:5*4096]) {
+				t.Errorf("O_DIRECT pread at 12 KiB: %d, %v", n, err)
+			}
+			unix.Close(fd)
+
+			// Overwrite one block in place and read it back on the same
+			// handle, O_DIRECT both ways.
+			fd, err = unix.Open(p, unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatalf("open O_RDWR|O_DIRECT: %v", err)
+			}
+			copy(w[:4096], pattern(2, 4096))
+			copy(want[8192:], w[:4096])
+			if n, err := unix.Pwrite(fd, w[:4096], 8192); err != nil || n != 4096 {
+				t.Errorf("O_DIRECT overwrite: %d, %v", n, err)
+			}
+			if n, err := unix.Pread(fd, r[:4096], 8192); err != nil || n != 4096 || !bytes.Equal(r[:4096], w[:4096]) {
+				t.Errorf("O_DIRECT read back on the same handle: %d, %v", n, err)
+			}
+			if err := unix.Close(fd); err != nil {
+				t.Errorf("close: %v", err)
+			}
+			mustRead(t, p, want)
+			mustRead(t, k.storePath("direct"), want)
+			if st := lstat(t, p); st.Blocks != blocksFor(int64(len(want))) {
+				t.Errorf("st_blocks %d, want %d", st.Blocks, blocksFor(int64(len(want))))
+			}
+		})
+	}
+}
+
+// noGC runs f with the collector off: a goroutine that faults on a page
+// of a FUSE-backed mapping blocks its thread in the kernel, and a
+// stop-the-world waiting for it would also stop the goroutines that
+// serve the fault (go-fuse's api.go, "Deadlocks").
+func noGC(f func()) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	f()
+}
+
+// TestSharedMmap: a shared writable mapping of an object on the mount
+// writes through (msync, munmap, then a fresh open reads the bytes), as
+// LMCache's GDS fallback does; readers may open meanwhile.
+func TestSharedMmap(t *testing.T) {
+	k := mountKVFS(t)
+	p := k.path("mapped")
+	const size = 2*mib + 4096
+	want := pattern(1, size)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		t.Fatalf("ftruncate before mapping: %v", err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("mmap MAP_SHARED of a writable handle: %v", err)
+	}
+	noGC(func() {
+		copy(m, want)
+		err = unix.Msync(m, unix.MS_SYNC)
+	})
+	if err != nil {
+		t.Errorf("msync: %v", err)
+	}
+	if r, err := os.Open(p); err != nil {
+		t.Errorf("open for reading while mapped for writing: %v", err)
+	} else {
+		r.Close()
+	}
+	if err := unix.Munmap(m); err != nil {
+		t.Errorf("munmap: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	mustRead(t, p, want)
+	mustRead(t, k.storePath("mapped"), want)
+
+	// A read-only shared mapping of the committed object.
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ro, err := unix.Mmap(int(r.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("mmap read-only: %v", err)
+	}
+	var same bool
+	noGC(func() { same = bytes.Equal(ro, want) })
+	if !same {
+		t.Errorf("read-only mapping differs from the stored bytes")
+	}
+	unix.Munmap(ro)
+	if st := k.M.Stats(); st.UsedBytes != ceil4096(size) {
+		t.Errorf("used %d, want %d", st.UsedBytes, ceil4096(size))
+	}
+}
+
+// TestConcurrentStoresAndLoads: writers store multi-MiB objects the way
+// LMCache's fs_native does (temp file, 1 MiB slices, link, unlink; some
+// keys by two writers at once) on a cache smaller than all of them, while
+// readers load published keys: every load is exact or a miss (evicted).
+func TestConcurrentStoresAndLoads(t *testing.T) {
+	const (
+		size    = 3 * mib
+		writers = 3
+		perW    = 5
+		readers = 3
+	)
+	k := mountKVFS(t, withCapacity(32*mib))
+	keys := writers*perW - writers // adjacent writers share keys
+	objs := make([][]byte, keys+writers)
+	for i := range objs {
+		objs[i] = pattern(100+i, size)
+	}
+	var mu sync.Mutex
+	var published []int
+	var done atomic.Bool
+	var loads, misses, lost atomic.Int64
+	s := sampleCapacity(k)
+	var wg, rg sync.WaitGroup
+	errs := make(chan error, writers+readers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range perW {
+				key := (w*(perW-1) + j) % len(objs)
+				ok, err := storeLikeLMCache(k, w, key, objs[key])
+				if err != nil {
+					errs <- fmt.Errorf("writer %d key %d: %w", w, key, err)
+					return
+				}
+				if !ok {
+					lost.Add(1)
+				}
+				mu.Lock()
+				published = append(published, key)
+				mu.Unlock()
+			}
+		}()
+	}
+	for r := range readers {
+		rg.Add(1)
+		go func() {
+			defer rg.Done()
+			rng := rand.New(rand.NewPCG(uint64(r), 1))
+			for !done.Load() {
+				mu.Lock()
+				n := len(published)
+				key := -1
+				if n > 0 {
+					key = published[rng.IntN(n)]
+				}
+				mu.Unlock()
+				if key < 0 {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				got, err := os.ReadFile(k.path(fmt.Sprintf("key%02d.data", key)))
+				switch {
+				case errors.Is(err, os.ErrNotExist):
+					misses.Add(1)
+				case err != nil:
+					errs <- fmt.Errorf("reader %d loading key %d: %w", r, key, err)
+					return
+				case !bytes.Equal(got, objs[key]):
+					errs <- fmt.Errorf("reader %d: key %d has %d bytes that differ from the stored (first at %d)", r, key, len(got), firstDiff(got, objs[key]))
+					return
+				default:
+					loads.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	done.Store(true)
+	rg.Wait()
+	s.check(t)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st := k.M.Stats()
+	t.Logf("%d exact loads, %d misses, %d publishes lost to eviction; stats %+v", loads.Load(), misses.Load(), lost.Load(), st)
+	if loads.Load() == 0 || st.Evictions == 0 {
+		t.Errorf("the workload did not exercise loads (%d) and eviction (%d)", loads.Load(), st.Evictions)
+	}
+	for key, obj := range objs {
+		if got, err := os.ReadFile(k.path(fmt.Sprintf("key%02d.data", key))); err == nil && !bytes.Equal(got, obj) {
+			t.Errorf("key %d holds other bytes after the run", key)
+		}
+	}
+}
+
+// storeLikeLMCache stores data under key as fs_native does. It reports
+// false when the temp file was evicted before its link (a lost publish,
+// which the grace period makes rare; the caller counts them).
+func storeLikeLMCache(k *kvfsMount, w, key int, data []byte) (bool, error) {
+	final := k.path(fmt.Sprintf("key%02d.data", key))
+	if _, err := os.Stat(final); err == nil {
+		return true, nil
+	}
+	tmp := k.path(fmt.Sprintf(".lmcache-write.tmp.%d.%d", w, key))
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return false, err
+	}
+	for off := 0; off < len(data); off += mib {
+		if _, err := f.Write(data[off:min(off+mib, len(data))]); err != nil {
+			f.Close()
+			return false, err
+		}
+	}
+	if err := f.Close(); err != nil {
+		return false, err
+	}
+	err = os.Link(tmp, final)
+	switch {
+	case errnoOf(err) == syscall.ENOENT:
+		return false, nil
+	case err != nil && errnoOf(err) != syscall.EEXIST:
+		return false, err
+	}
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
+}
+
+// TestPassthroughRead: as root, read-only handles of committed objects
+// are served by FUSE passthrough, byte for byte, with concurrent readers
+// of one object and a writer of another; and handles of one object that
+// cannot share passthrough (readers and writers) never meet EIO.
+func TestPassthroughRead(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("FUSE passthrough needs root (CAP_SYS_ADMIN to register backing files)")
+	}
+	k := mountKVFS(t)
+	if !k.M.PassthroughActive() {
+		t.Skip("the kernel did not grant FUSE passthrough (Linux 6.9 or later needed)")
+	}
+	const size = 32 * mib
+	want := pattern(1, size)
+	mustWrite(t, k.path("big"), want)
+	mustRead(t, k.path("big"), want)
+
+	other := pattern(2, 8*mib)
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Open(k.path("big"))
+			if err != nil {
+				errs <- fmt.Errorf("reader %d open: %w", r, err)
+				return
+			}
+			defer f.Close()
+			got := make([]byte, size)
+			for off := 0; off < size; off += mib {
+				if _, err := f.ReadAt(got[off:off+mib], int64(off)); err != nil && err != io.EOF {
+					errs <- fmt.Errorf("reader %d at %d: %w", r, off, err)
+					return
+				}
+			}
+			if !bytes.Equal(got, want) {
+				errs <- fmt.Errorf("reader %d: bytes differ at %d", r, firstDiff(got, want))
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := writeObject(k.path("other"), other); err != nil {
+			errs <- fmt.Errorf("writer of another object: %w", err)
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	mustRead(t, k.path("other"), other)
+
+	// A reader opened while the object is open for writing, then a
+	// second one after the writer closed, with the first still open.
+	w, err := os.OpenFile(k.path("other"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := os.Open(k.path("other"))
+	if err != nil {
+		t.Fatalf("reader while a writer is open: %v", err)
+	}
+	defer r1.Close()
+	copy(other[:4096], pattern(3, 4096))
+	if _, err := w.WriteAt(other[:4096], 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	r2, err := os.Open(k.path("other"))
+	if err != nil {
+		t.Fatalf("reader after the writer closed, an earlier reader open: %v", err)
+	}
+	got, err := io.ReadAll(r2)
+	r2.Close()
+	if err != nil || !bytes.Equal(got, other) {
+		t.Errorf("second reader: %d bytes, %v, equal %v", len(got), err, bytes.Equal(got, other))
+	}
+	r1.Close()
+
+	// A writer of an object that passthrough readers hold is told to wait
+	// (ETXTBSY), not failed with EIO, and later readers are unharmed.
+	r1, err = os.Open(k.path("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = os.OpenFile(k.path("big"), os.O_WRONLY, 0)
+	wantErrno(t, "open for writing while passthrough readers are open", err, syscall.ETXTBSY)
+	r2, err = os.Open(k.path("big"))
+	if err != nil {
+		t.Fatalf("reader after a refused writer: %v", err)
+	}
+	r2.Close()
+	r1.Close()
+	if !eventually(2*time.Second, func() bool {
+		w, err = os.OpenFile(k.path("big"), os.O_WRONLY, 0)
+		return err == nil
+	}) {
+		t.Fatalf("open for writing after the readers closed: %v", err)
+	}
+	w.Close()
+	mustRead(t, k.path("big"), want)
+}
