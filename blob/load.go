@@ -3,6 +3,7 @@ package blob
 import (
 	"os"
 	"path"
+	"sync"
 
 	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
@@ -39,8 +40,8 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 	if err != nil {
 		return nil, rep, err
 	}
-	l := loader{s: s, incomplete: incomplete, seen: map[uint64]ledger.ID{}, rep: &rep}
-	if err := l.walk(s.dirs[RootID], "."); err != nil {
+	l := loader{s: s, incomplete: incomplete, counted: map[uint64]bool{}, seen: map[uint64]ledger.ID{}, rep: &rep}
+	if err := l.run(s.dirs[RootID]); err != nil {
 		return nil, rep, err
 	}
 	for i := range l.objects {
@@ -75,77 +76,144 @@ func (s *Store) openWriting() (*os.File, error) {
 	return os.OpenFile(s.writing.Name(), os.O_RDONLY|unix.O_DIRECTORY, 0)
 }
 
+// loaderWorkers bounds the directories read at once: enough to keep a
+// cold disk's queue busy, few enough not to thrash a warm cache.
+const loaderWorkers = 32
+
+// loader walks data/ with one goroutine a directory, loaderWorkers at a
+// time reading the disk, and builds the index under its own lock (the
+// store's is held by Load throughout).
 type loader struct {
 	s          *Store
-	incomplete map[uint64]bool      // inodes marked in writing/; false once counted
-	seen       map[uint64]ledger.ID // inodes with several names
-	objects    []Object
-	rep        *LoadReport
+	incomplete map[uint64]bool // inodes marked in writing/; read-only during the walk
+	sem        chan struct{}
+	wg         sync.WaitGroup
+
+	mu sync.Mutex
+	// GUARDED_BY(mu), the fields below and the index.
+	counted map[uint64]bool      // incomplete inodes already counted
+	seen    map[uint64]ledger.ID // inodes with several names
+	objects []Object
+	rep     *LoadReport
+	err     error
 }
 
-func (l *loader) walk(d *dir, rel string) error {
-	f, err := l.s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return err
+// entry is one name read from a directory; st is set for regular files.
+type entry struct {
+	name string
+	dir  bool
+	st   unix.Stat_t
+}
+
+func (l *loader) run(root *dir) error {
+	l.sem = make(chan struct{}, loaderWorkers)
+	l.wg.Add(1)
+	go l.walk(root, ".")
+	l.wg.Wait()
+	return l.err
+}
+
+func (l *loader) walk(d *dir, rel string) {
+	defer l.wg.Done()
+	l.sem <- struct{}{}
+	ents, err := l.read(rel)
+	<-l.sem
+	l.mu.Lock()
+	if err != nil && l.err == nil {
+		l.err = err
 	}
-	defer f.Close()
-	ents, err := f.ReadDir(-1)
-	if err != nil {
-		return err
-	}
-	fd := int(f.Fd())
-	for _, e := range ents {
-		name := e.Name()
-		switch {
-		case e.IsDir():
-			if err := l.addDir(d, rel, name); err != nil {
-				return err
-			}
-		case e.Type().IsRegular():
-			l.addFile(fd, d, name)
-		default:
-			l.rep.Foreign++
-			unix.Unlinkat(fd, name, 0)
+	var subdirs []*dir
+	for i := range ents {
+		if ents[i].dir {
+			subdirs = append(subdirs, l.addDir(d, ents[i].name))
+		} else {
+			l.addFile(d, &ents[i])
 		}
 	}
-	return nil
+	l.mu.Unlock()
+	for _, sub := range subdirs {
+		l.wg.Add(1)
+		go l.walk(sub, path.Join(rel, sub.name))
+	}
 }
 
-func (l *loader) addDir(parent *dir, rel, name string) error {
+// read lists a directory and stats its files, deleting on the way what
+// is neither a directory nor a regular file, and what was being written
+// at the crash; it touches no shared state but the report's counters.
+func (l *loader) read(rel string) ([]entry, error) {
+	f, err := l.s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	des, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, err
+	}
+	fd := int(f.Fd())
+	out := make([]entry, 0, len(des))
+	for _, de := range des {
+		e := entry{name: de.Name(), dir: de.IsDir()}
+		switch {
+		case e.dir:
+		case !de.Type().IsRegular():
+			unix.Unlinkat(fd, e.name, 0)
+			l.count(func(r *LoadReport) { r.Foreign++ })
+			continue
+		case unix.Fstatat(fd, e.name, &e.st, unix.AT_SYMLINK_NOFOLLOW) != nil:
+			continue
+		case l.incomplete[e.st.Ino]:
+			unix.Unlinkat(fd, e.name, 0)
+			l.countIncomplete(&e.st)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (l *loader) count(f func(*LoadReport)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f(l.rep)
+}
+
+// countIncomplete counts a reclaimed inode once, however many names it
+// had.
+func (l *loader) countIncomplete(st *unix.Stat_t) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.counted[st.Ino] {
+		l.counted[st.Ino] = true
+		l.rep.Incomplete++
+		l.rep.IncompleteByte += st.Size
+	}
+}
+
+// addDir indexes a directory; mu held.
+func (l *loader) addDir(parent *dir, name string) *dir {
 	id := l.s.NewID()
 	d := &dir{id: id, parent: parent, name: name, kids: map[string]ledger.ID{}}
 	parent.kids[name] = id
 	l.s.dirs[id] = d
 	l.rep.Dirs++
-	return l.walk(d, path.Join(rel, name))
+	return d
 }
 
-func (l *loader) addFile(dirfd int, d *dir, name string) {
-	var st unix.Stat_t
-	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-		return
-	}
-	if uncounted, marked := l.incomplete[st.Ino]; marked {
-		// Counted once per inode, however many names it had.
-		if uncounted {
-			l.incomplete[st.Ino] = false
-			l.rep.Incomplete++
-			l.rep.IncompleteByte += st.Size
-		}
-		unix.Unlinkat(dirfd, name, 0)
-		return
-	}
+// addFile indexes a regular file, once per inode; mu held.
+func (l *loader) addFile(d *dir, e *entry) {
+	st := &e.st
 	if id, ok := l.seen[st.Ino]; ok {
-		d.kids[name] = id
-		l.s.files[id].links = append(l.s.files[id].links, Name{d.id, name})
+		d.kids[e.name] = id
+		l.s.files[id].links = append(l.s.files[id].links, Name{d.id, e.name})
 		return
 	}
 	id := l.s.NewID()
 	if st.Nlink > 1 {
 		l.seen[st.Ino] = id
 	}
-	d.kids[name] = id
-	l.s.files[id] = &file{links: []Name{{d.id, name}}}
+	d.kids[e.name] = id
+	l.s.files[id] = &file{links: []Name{{d.id, e.name}}}
 	l.objects = append(l.objects, Object{ID: id, Size: st.Size, Atime: max(ts(st.Atim), ts(st.Mtim))})
 	l.rep.Objects++
 	l.rep.Bytes += ledger.Charge(st.Size)
