@@ -75,13 +75,6 @@ func applyTimes(fd int, in *fuse.SetAttrIn) error {
 	return unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH)
 }
 
-// touch records an open in the stored file's atime, which is how LRU
-// order survives a restart.
-func touch(f *os.File) {
-	ts := []unix.Timespec{timespec(time.Now()), {Nsec: unix.UTIME_OMIT}}
-	unix.UtimesNanoAt(int(f.Fd()), "", ts, unix.AT_EMPTY_PATH)
-}
-
 func timespec(t time.Time) unix.Timespec {
 	return unix.NsecToTimespec(t.UnixNano())
 }
