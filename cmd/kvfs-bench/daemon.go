@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kvfs/kvfs/ledger"
+	"golang.org/x/sys/unix"
+)
+
+// daemon is one `kvfs mount` process the bench started.
+type daemon struct {
+	bin, mp, store string
+	cmd            *exec.Cmd
+	started        time.Time
+	exited         chan struct{}
+	waitErr        error
+
+	mu     sync.Mutex
+	log    bytes.Buffer // stderr, then stdout, as they came
+	passth *bool        // from the "mounted" log line
+	loaded string       // the "store loaded" log line
+}
+
+// startDaemon execs `kvfs mount` in its own process group, so a Ctrl-C
+// at the terminal reaches only the bench, which then unmounts in order.
+// Pdeathsig stops the daemon (cleanly, by SIGTERM) if the bench is
+// killed outright; workers never end on a locked OS thread, so the
+// thread that forked it lives as long as the bench does.
+func startDaemon(bin, store, mp string, capacity int64, noPassthrough bool) (*daemon, error) {
+	args := []string{"mount", "--store", store, "--capacity", fmt.Sprint(capacity)}
+	if noPassthrough {
+		args = append(args, "--no-passthrough")
+	}
+	args = append(args, mp)
+	d := &daemon{bin: bin, mp: mp, store: store, exited: make(chan struct{})}
+	d.cmd = exec.Command(bin, args...)
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	stderr, err := d.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := d.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	d.started = time.Now()
+	if err := d.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	var pipes sync.WaitGroup
+	pipes.Add(2)
+	go d.capture(stderr, &pipes)
+	go d.capture(stdout, &pipes)
+	go func() {
+		pipes.Wait()
+		d.waitErr = d.cmd.Wait()
+		close(d.exited)
+	}()
+	return d, nil
+}
+
+func (d *daemon) capture(r io.Reader, wg *sync.WaitGroup) {
+	defer wg.Done()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		d.mu.Lock()
+		d.log.WriteString(line + "\n")
+		if strings.Contains(line, "\tmounted\t") || strings.Contains(line, " mounted ") {
+			p := strings.Contains(line, `"passthrough": true`)
+			d.passth = &p
+		}
+		if strings.Contains(line, "store loaded") {
+			d.loaded = line
+		}
+		d.mu.Unlock()
+	}
+}
+
+// Log is what the daemon printed so far.
+func (d *daemon) Log() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.log.String()
+}
+
+// Passthrough reports the daemon's own word on passthrough: "true",
+// "false", or "unknown" if it never logged its "mounted" line.
+func (d *daemon) Passthrough() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.passth == nil {
+		return "unknown"
+	}
+	return fmt.Sprint(*d.passth)
+}
+
+// waitMounted polls /proc/self/mountinfo until the mount shows as
+// fuse.kvfs, the daemon exits, or the timeout passes.
+func (d *daemon) waitMounted(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if mountedType(d.mp) == "fuse.kvfs" {
+			return nil
+		}
+		select {
+		case <-d.exited:
+			return fmt.Errorf("kvfs mount exited before mounting (%v):\n%s", d.waitErr, tail(d.Log(), 2000))
+		case <-time.After(2 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kvfs mount of %s not in mountinfo after %v:\n%s", d.mp, timeout, tail(d.Log(), 2000))
+		}
+	}
+}
+
+// stop unmounts with `kvfs unmount`, waits for the daemon to exit, and
+// escalates (SIGTERM, lazy detach, SIGKILL) if it does not. It never
+// returns with the mount still in place unless the kernel refuses.
+func (d *daemon) stop() error {
+	var errs []error
+	if mountedType(d.mp) == "fuse.kvfs" {
+		out, err := exec.Command(d.bin, "unmount", d.mp).CombinedOutput()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kvfs unmount %s: %v: %s", d.mp, err, strings.TrimSpace(string(out))))
+		}
+	}
+	if !d.waitExit(15 * time.Second) {
+		errs = append(errs, fmt.Errorf("daemon for %s still running 15s after unmount; SIGTERM", d.mp))
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		if !d.waitExit(5 * time.Second) {
+			d.cmd.Process.Kill()
+			d.waitExit(5 * time.Second)
+		}
+	}
+	if mountedType(d.mp) != "" {
+		errs = append(errs, fmt.Errorf("%s still mounted after the daemon exited; detaching", d.mp))
+		if err := unix.Unmount(d.mp, unix.MNT_DETACH); err != nil {
+			exec.Command("fusermount3", "-u", "-z", d.mp).Run()
+		}
+	}
+	if d.waitErr != nil {
+		errs = append(errs, fmt.Errorf("daemon for %s exited with %v:\n%s", d.mp, d.waitErr, tail(d.Log(), 2000)))
+	}
+	return errors.Join(errs...)
+}
+
+func (d *daemon) waitExit(timeout time.Duration) bool {
+	select {
+	case <-d.exited:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// rssBytes is the daemon's resident memory, from /proc.
+func (d *daemon) rssBytes() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:")), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// stats runs `kvfs stats --json` against the mount.
+func (d *daemon) stats() (ledger.Stats, error) {
+	var st ledger.Stats
+	out, err := exec.Command(d.bin, "stats", "--json", d.mp).Output()
+	if err != nil {
+		return st, fmt.Errorf("kvfs stats %s: %w", d.mp, err)
+	}
+	return st, json.Unmarshal(out, &st)
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var (
+	mWarm   = metric{name: "warm read 32MiB: open, 1 read(), close", unit: "MB/s", higher: true, bar: 0.9}
+	mOpen   = metric{name: "  open+close of such an object, no read", unit: "us/op"}
+	mKept   = metric{name: "  read() only, object kept open", unit: "MB/s", higher: true}
+	mCold   = metric{name: "cold read 32MiB (caches dropped)", unit: "MB/s", higher: true, bar: 0.9}
+	mStore  = metric{name: "fs_native store 32MiB, 1MiB writes", unit: "MB/s", higher: true, bar: 0.8}
+	mMixW   = metric{name: "mixed: writers' aggregate", unit: "MB/s", higher: true, bar: 0.8, barTxt: " (store)"}
+	mMixR   = metric{name: "mixed: readers' aggregate", unit: "MB/s", higher: true, bar: 0.9, barTxt: " (read)"}
+	mMixT   = metric{name: "mixed: total", unit: "MB/s", higher: true}
+	mStat   = metric{name: "stat of a known object", unit: "ns/op", bar: 0.5, barTxt: " (2x)"}
+	mSmall  = metric{name: "small store: create, write 64KiB, close", unit: "us/op", bar: 0.25, barTxt: " (4x)"}
+	mUnlink = metric{name: "unlink of a small object", unit: "us/op", bar: 0.25, barTxt: " (4x)"}
+)
+
+// measure runs the selected workloads in order: the ones on mounts, the
+// end-of-run accounting check, then (mounts stopped, so they do not
+// compete for the CPUs) the in-process ledger and the restarts.
+func (b *bench) measure() error {
+	sizeName := fmt.Sprintf("%dMiB", b.cfg.objSize>>20)
+	for _, m := range []*metric{&mWarm, &mCold, &mStore} {
+		m.name = strings.Replace(m.name, "32MiB", sizeName, 1)
+	}
+	mMixW.name = fmt.Sprintf("mixed %dW+%dR: writers' aggregate", b.cfg.writers, b.cfg.readers)
+	mMixR.name = fmt.Sprintf("mixed %dW+%dR: readers' aggregate", b.cfg.writers, b.cfg.readers)
+	mMixT.name = fmt.Sprintf("mixed %dW+%dR: total (both share the CPUs)", b.cfg.writers, b.cfg.readers)
+	mSmall.name = fmt.Sprintf("small store: create, write %dKiB, close", b.cfg.smallSize>>10)
+	w := b.cfg.workloads
+	if w["read"] || w["cold"] || w["mixed"] {
+		if err := b.forEach("preparing read objects", b.prepareReads); err != nil {
+			return err
+		}
+	}
+	steps := []struct {
+		key     string
+		metrics []metric
+		fn      func(*target, int) ([]float64, error)
+	}{
+		{"read", []metric{mWarm, mOpen, mKept}, b.warmRead},
+		{"cold", []metric{mCold}, b.coldRead},
+		{"store", []metric{mStore}, b.storeRound},
+		{"mixed", []metric{mMixW, mMixR, mMixT}, b.mixed},
+		{"stat", []metric{mStat}, b.statKnown},
+		{"small", []metric{mSmall, mUnlink}, b.smallRound},
+	}
+	for _, s := range steps {
+		if !w[s.key] {
+			continue
+		}
+		if s.key == "cold" {
+			if ok, why := canDropCaches(); !ok {
+				b.skipRow(mCold.name, why)
+				continue
+			}
+		}
+		if s.key == "stat" {
+			if err := b.forEach("preparing stat objects", b.prepareStats); err != nil {
+				return err
+			}
+		}
+		if err := b.compare(s.metrics, s.fn); err != nil {
+			return err
+		}
+	}
+	for _, t := range b.kvfs {
+		b.accounting(t)
+		b.stopTarget(t)
+	}
+	if w["ledger"] {
+		if err := b.ledgerRows(); err != nil {
+			return err
+		}
+	}
+	if w["restart"] {
+		return b.restartRows()
+	}
+	return nil
+}
+
+func (b *bench) forEach(what string, fn func(*target) error) error {
+	b.progress("%s", what)
+	for _, t := range b.all {
+		if err := fn(t); err != nil {
+			return fmt.Errorf("%s on %s: %w", what, t.name, err)
+		}
+	}
+	return nil
+}
+
+// compare measures every target each round, the order rotated from
+// round to round (plain, kvfs; kvfs, plain; ...) so that drift and
+// order effects cancel, and adds a row per metric and kvfs target.
+func (b *bench) compare(ms []metric, fn func(*target, int) ([]float64, error)) error {
+	samples := map[*target][][]float64{}
+	for r := 0; r < b.cfg.rounds; r++ {
+		for i := range b.all {
+			t := b.all[(i+r)%len(b.all)]
+			if err := b.ctx.Err(); err != nil {
+				return err
+			}
+			vs, err := fn(t, r)
+			if err != nil {
+				return fmt.Errorf("%s on %s, round %d: %w", ms[0].name, t.name, r+1, err)
+			}
+			samples[t] = append(samples[t], vs)
+			var parts []string
+			for j, m := range ms {
+				parts = append(parts, fmt.Sprintf("%s %s", num(vs[j], true), m.unit))
+			}
+			b.progress("%s | round %d/%d %-9s %s", ms[0].name, r+1, b.cfg.rounds, t.name, strings.Join(parts, ", "))
+		}
+	}
+	for j, m := range ms {
+		for _, k := range b.kvfs {
+			b.pairRow(m, k.mode, column(samples[b.plain], j), column(samples[k], j))
+		}
+	}
+	return nil
+}
+
+func column(rows [][]float64, j int) []float64 {
+	out := make([]float64, len(rows))
+	for i, r := range rows {
+		out[i] = r[j]
+	}
+	return out
+}
+
+// accounting checks the spec's drift equality on a mount with nothing
+// open: used_bytes == df used == du of the mount == du of the store's
+// data, and that nothing was evicted or refused during the bench.
+func (b *bench) accounting(t *target) {
+	if t.d == nil {
+		return
+	}
+	time.Sleep(200 * time.Millisecond) // FUSE release is asynchronous
+	st, err := t.d.stats()
+	if err != nil {
+		b.check("FAIL %s: %v", t.name, err)
+		return
+	}
+	duMount, err1 := duBytes(t.root)
+	duStore, err2 := duBytes(filepath.Join(t.d.store, "data"))
+	var sf unix.Statfs_t
+	err3 := unix.Statfs(t.root, &sf)
+	if err1 != nil || err2 != nil || err3 != nil {
+		b.check("FAIL %s: du/df: %v %v %v", t.name, err1, err2, err3)
+		return
+	}
+	df := int64(sf.Blocks-sf.Bfree) * sf.Frsize
+	ok := st.UsedBytes == duMount && duMount == duStore && df == st.UsedBytes &&
+		st.Evictions == 0 && st.AdmissionFailures == 0 && st.PinnedObjects == 0 && st.ShadowBytes == 0
+	b.check("%s %s: used_bytes %d, df used %d, du mount %d, du store %d; objects %d, evictions %d, admission_failures %d, pinned %d, shadow %d",
+		passFail(ok), t.name, st.UsedBytes, df, duMount, duStore, st.Objects, st.Evictions,
+		st.AdmissionFailures, st.PinnedObjects, st.ShadowBytes)
+}
