@@ -3,6 +3,9 @@ package blob
 import (
 	"os"
 	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/kvfs/kvfs/ledger"
@@ -34,19 +37,21 @@ type LoadReport struct {
 func (s *Store) Load() ([]Object, LoadReport, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.resetIndex()
+	hint := s.readHint()
+	s.resetIndex(hint)
 	var rep LoadReport
 	incomplete, err := s.takeWriting()
 	if err != nil {
 		return nil, rep, err
 	}
-	l := loader{s: s, incomplete: incomplete, counted: map[uint64]bool{}, seen: map[uint64]ledger.ID{}, rep: &rep}
+	l := loader{objects: make([]Object, 0, hint), s: s, incomplete: incomplete, counted: map[uint64]bool{}, seen: map[uint64]ledger.ID{}, rep: &rep}
 	if err := l.run(s.dirs[RootID]); err != nil {
 		return nil, rep, err
 	}
 	for i := range l.objects {
 		l.objects[i].Links = len(s.files[l.objects[i].ID].links)
 	}
+	s.writeHint(len(l.objects))
 	return l.objects, rep, nil
 }
 
@@ -220,3 +225,25 @@ func (l *loader) addFile(d *dir, e *entry) {
 }
 
 func ts(t unix.Timespec) int64 { return t.Sec*1e9 + t.Nsec }
+
+// HintName is a file in the store directory that remembers how many
+// objects the last start-up found, so the next one sizes its tables once
+// instead of growing them a million times. Only a hint: wrong or missing
+// costs time, never correctness.
+const HintName = "kvfs.hint"
+
+func (s *Store) readHint() int {
+	data, err := os.ReadFile(filepath.Join(s.dir, HintName))
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || n < 0 || n > 1<<30 {
+		return 0
+	}
+	return n
+}
+
+func (s *Store) writeHint(n int) {
+	os.WriteFile(filepath.Join(s.dir, HintName), []byte(strconv.Itoa(n)+"\n"), 0o644)
+}

@@ -83,7 +83,7 @@ func Open(dir string) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
-	s.resetIndex()
+	s.resetIndex(0)
 	s.nextID.Store(uint64(RootID))
 	return s, nil
 }

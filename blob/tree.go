@@ -41,9 +41,9 @@ type DirEntry struct {
 	Entry
 }
 
-func (s *Store) resetIndex() {
+func (s *Store) resetIndex(hint int) {
 	s.dirs = map[ledger.ID]*dir{RootID: {id: RootID, kids: map[string]ledger.ID{}}}
-	s.files = make(map[ledger.ID]*file)
+	s.files = make(map[ledger.ID]*file, hint)
 }
 
 // Lookup resolves a name in a directory.
@@ -118,13 +118,26 @@ func (s *Store) Links(id ledger.ID) int {
 	return 0
 }
 
-// Stat reads id's attributes from the store.
+// Stat reads id's attributes from the store. A name that now holds
+// something of another type (a symlink planted in place of a file) is
+// reported gone, so kvfs neither serves nor charges it.
 func (s *Store) Stat(id ledger.ID) (unix.Stat_t, error) {
-	rel, ok := s.Path(id)
+	s.mu.RLock()
+	rel, ok := s.path(id)
+	_, isDir := s.dirs[id]
+	s.mu.RUnlock()
 	if !ok {
 		return unix.Stat_t{}, ErrNotFound
 	}
-	return s.stat(rel)
+	want := uint32(unix.S_IFREG)
+	if isDir {
+		want = unix.S_IFDIR
+	}
+	st, err := s.stat(rel)
+	if err == nil && st.Mode&unix.S_IFMT != want {
+		return st, &os.PathError{Op: "stat", Path: rel, Err: unix.ENOENT}
+	}
+	return st, err
 }
 
 // Open opens the stored bytes of an existing file.

@@ -56,6 +56,8 @@ type Config struct {
 	Capacity int64
 	Grace    time.Duration
 	Now      func() time.Time
+	// SizeHint is how many inodes to make room for up front.
+	SizeHint int
 }
 
 // Ledger is safe for concurrent use; every method takes mu once and does
@@ -106,7 +108,7 @@ func New(cfg Config) *Ledger {
 		capacity: cfg.Capacity,
 		grace:    int64(cfg.Grace),
 		now:      now,
-		entries:  make(map[ID]*entry),
+		entries:  make(map[ID]*entry, cfg.SizeHint),
 	}
 	l.lru.init()
 	return l

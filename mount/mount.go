@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -74,6 +75,9 @@ func Start(o Options) (*Mount, error) {
 // LRU order survives as well as access times recorded it.
 func (m *Mount) load() error {
 	start := time.Now()
+	// Start-up builds a few hundred bytes of index per object and frees
+	// little: collecting garbage while it runs is wasted work.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	objects, rep, err := m.store.Load()
 	if err != nil {
 		return fmt.Errorf("loading store: %w", err)
@@ -85,7 +89,7 @@ func (m *Mount) load() error {
 		}
 	}
 	sort.Slice(objects, func(i, j int) bool { return objects[i].Atime < objects[j].Atime })
-	l := ledger.New(ledger.Config{Capacity: m.Capacity, Grace: m.Grace})
+	l := ledger.New(ledger.Config{Capacity: m.Capacity, Grace: m.Grace, SizeHint: len(objects)})
 	for _, o := range objects {
 		victims, err := l.Restore(o.ID, o.Size, o.Links)
 		if err != nil {
