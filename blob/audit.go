@@ -23,7 +23,8 @@ type Audit struct {
 	Adopted []Object
 	// Linked files got new names behind kvfs's back, one entry a name.
 	Linked []ledger.ID
-	// Names dropped from the index for vanished files, for the kernel.
+	// Names dropped from the index for vanished files and directories,
+	// for the kernel.
 	Dropped []Name
 }
 
@@ -54,6 +55,11 @@ func (s *Store) Audit() (Audit, error) {
 	for id, f := range s.files {
 		s.auditFile(id, f, onDisk, known, &a)
 	}
+	for _, d := range s.dirs {
+		if d.parent != nil && s.dirs[d.id] == d {
+			s.auditDir(d, &a)
+		}
+	}
 	adopted := map[uint64]int{} // inode -> index in a.Adopted
 	for rel, st := range onDisk {
 		s.adopt(rel, st, known, adopted, &a)
@@ -70,9 +76,10 @@ func (s *Store) auditFile(id ledger.ID, f *file, onDisk map[string]unix.Stat_t, 
 		st, seen := onDisk[rel]
 		delete(onDisk, rel)
 		if !seen {
-			// Created through the mount after the walk passed, perhaps.
+			// Created through the mount after the walk passed, perhaps;
+			// anything but a regular file there now means it is gone.
 			var err error
-			if st, err = s.stat(rel); err != nil {
+			if st, err = s.stat(rel); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 				continue
 			}
 		}
@@ -90,8 +97,36 @@ func (s *Store) auditFile(id ledger.ID, f *file, onDisk map[string]unix.Stat_t, 
 	}
 }
 
-// adopt indexes a file that appeared in data/ behind kvfs's back, if its
-// directory is known and it is still there; mu held.
+// auditDir drops an indexed directory that is no longer a directory in
+// data/ (removed, or replaced by a symlink, behind kvfs's back) with
+// everything under it, so it is neither listed nor walked into; mu held.
+func (s *Store) auditDir(d *dir, a *Audit) {
+	if st, err := s.stat(s.dirPath(d)); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return
+	}
+	s.dropDir(d, a)
+	delete(d.parent.kids, d.name)
+	a.Dropped = append(a.Dropped, Name{d.parent.id, d.name})
+}
+
+// dropDir removes d's subtree from the index; files with no name left
+// outside it have vanished; mu held.
+func (s *Store) dropDir(d *dir, a *Audit) {
+	for name, id := range d.kids {
+		if sub, ok := s.dirs[id]; ok {
+			s.dropDir(sub, a)
+			continue
+		}
+		s.dropName(id, d, name)
+		if _, ok := s.files[id]; !ok {
+			a.Vanished = append(a.Vanished, id)
+		}
+	}
+	delete(s.dirs, d.id)
+}
+
+// adopt indexes a file that appeared in data/ behind kvfs's back, and
+// the directories above it that did too, if it is still there; mu held.
 func (s *Store) adopt(rel string, st unix.Stat_t, known map[uint64]ledger.ID, adopted map[uint64]int, a *Audit) {
 	dirRel, name := filepath.Split(rel)
 	d := s.dirByPath(filepath.Clean(dirRel))
@@ -125,16 +160,25 @@ func (s *Store) adopt(rel string, st unix.Stat_t, known map[uint64]ledger.ID, ad
 	a.Adopted = append(a.Adopted, Object{ID: id, Size: st.Size, Atime: max(ts(st.Atim), ts(st.Mtim)), Links: 1})
 }
 
-// dirByPath finds an indexed directory by its path under data/; mu held.
+// dirByPath finds a directory by its path under data/, indexing those on
+// the way that were made behind kvfs's back (their files would otherwise
+// hold bytes no charge covers until a restart); mu held.
 func (s *Store) dirByPath(rel string) *dir {
 	d := s.dirs[RootID]
 	if rel == "." {
 		return d
 	}
-	for _, part := range strings.Split(rel, "/") {
+	parts := strings.Split(rel, "/")
+	for i, part := range parts {
 		id, ok := d.kids[part]
 		if !ok {
-			return nil
+			st, err := s.stat(strings.Join(parts[:i+1], "/"))
+			if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return nil
+			}
+			id = s.NewID()
+			d.kids[part] = id
+			s.dirs[id] = &dir{id: id, parent: d, name: part, kids: map[string]ledger.ID{}}
 		}
 		if d = s.dirs[id]; d == nil {
 			return nil

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -67,6 +68,11 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	e, err := n.fs.store.Lookup(n.id, name)
 	if err == nil {
 		err = n.entryOut(e, out)
+	}
+	if errors.Is(err, ledger.ErrGone) {
+		// Evicted, its names about to go: this lookup is the kernel's
+		// retry after an ESTALE, and must not answer ESTALE again.
+		return nil, syscall.ENOENT
 	}
 	if err != nil {
 		return nil, n.fs.errno("lookup", err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +35,14 @@ type fileNode struct {
 	// GUARDED_BY(mu). INVARIANT: writers counts handles with active set,
 	// and the store's writing marker exists while it is above zero.
 	writers int
+	// cached: a plain reader has been open, so the kernel may hold pages
+	// of the object that a later write makes stale. Writers use direct
+	// I/O and passthrough readers share the store's page cache: without
+	// plain readers there is nothing to invalidate.
+	cached atomic.Bool
+	// touched is when an open last recorded itself in the stored file's
+	// atime, in unix seconds.
+	touched atomic.Int64
 }
 
 // fileAttr reads an object's attributes: through f when given, else from
@@ -196,10 +205,30 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ u
 		return nil, 0, syscall.ETXTBSY
 	}
 	if !write {
-		touch(f)
+		n.touch(f)
+		if !h.passthrough {
+			n.cached.Store(true)
+		}
 	}
 	return h.served(), h.fuseFlags(), 0
 }
+
+// touch records an open in the stored file's atime, which is how LRU
+// order survives a restart; at most once a touchEvery, since each costs
+// the store's file system a journalled inode update.
+func (n *fileNode) touch(f *os.File) {
+	now := time.Now()
+	if last := n.touched.Load(); now.Unix()-last < touchEvery && last != 0 {
+		return
+	}
+	n.touched.Store(now.Unix())
+	ts := []unix.Timespec{timespec(now), {Nsec: unix.UTIME_OMIT}}
+	unix.UtimesNanoAt(int(f.Fd()), "", ts, unix.AT_EMPTY_PATH)
+}
+
+// touchEvery is the resolution, in seconds, of the LRU order a restart
+// recovers.
+const touchEvery = 1
 
 // adopt makes a handle of an opened stored file for the calling thread
 // opener, or returns nil for a writer that must wait (see mayJoin).
@@ -299,7 +328,9 @@ func (n *fileNode) endWrite(h *handle) error {
 	if n.writers > 0 {
 		return nil
 	}
-	n.fs.queue(notice{inode: n.EmbeddedInode()})
+	if n.cached.Load() {
+		n.fs.queue(notice{inode: n.EmbeddedInode()})
+	}
 	return n.fs.store.ClearWriting(n.id)
 }
 

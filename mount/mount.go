@@ -180,6 +180,7 @@ func (m *Mount) Unmount() error {
 
 // Unmount unmounts the kvfs mount at mountpoint; its daemon then exits.
 func Unmount(mountpoint string) error {
+	mountpoint = resolved(mountpoint)
 	mounted, fstype := mountedAt(mountpoint)
 	if !mounted {
 		return usagef("%s is not mounted", mountpoint)

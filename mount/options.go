@@ -107,26 +107,46 @@ func (o *Options) validate() error {
 	if err != nil {
 		return usagef("mount point %q: %v", o.Mountpoint, err)
 	}
-	o.Mountpoint = mp
 	if o.Store == "" {
 		o.Store = DefaultStore(mp)
 	}
 	if o.Store, err = filepath.Abs(o.Store); err != nil {
 		return usagef("store %q: %v", o.Store, err)
 	}
+	// The kernel mounts on, and mountinfo names, the real path; a store
+	// reached through a symlink into the mount point is inside it.
+	mp, o.Store = resolved(mp), resolved(o.Store)
+	o.Mountpoint = mp
 	if within(o.Store, mp) || within(mp, o.Store) {
 		return usagef("store %s and mount point %s must not contain each other", o.Store, mp)
 	}
 	if o.Capacity < 0 || (o.Capacity > 0 && o.Capacity < ledger.BlockSize) {
 		return usagef("capacity %d is below one block (%d bytes)", o.Capacity, ledger.BlockSize)
 	}
-	if o.Grace < 0 || o.WaitLimit < 0 || o.CacheTimeout < 0 || o.AuditInterval < 0 {
-		return usagef("durations must not be negative")
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"grace", o.Grace}, {"wait-limit", o.WaitLimit}, {"cache-timeout", o.CacheTimeout}, {"audit-interval", o.AuditInterval}} {
+		if d.v < 0 {
+			return usagef("--%s %v: durations must not be negative", d.flag, d.v)
+		}
 	}
 	if st, err := os.Stat(o.Store); err == nil && !st.IsDir() {
 		return usagef("store %s is not a directory", o.Store)
 	}
 	return nil
+}
+
+// resolved is an absolute path with its symlinks resolved as far as it
+// exists.
+func resolved(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	if dir := filepath.Dir(p); dir != p {
+		return filepath.Join(resolved(dir), filepath.Base(p))
+	}
+	return p
 }
 
 func within(path, dir string) bool {

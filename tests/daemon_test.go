@@ -111,6 +111,12 @@ type daemon struct {
 // test's cleanup leaves neither the mount nor the process behind.
 func startDaemon(t testing.TB, mp string, flags ...string) *daemon {
 	t.Helper()
+	return startDaemonBin(t, kvfsBin, mp, flags...)
+}
+
+// startDaemonBin is startDaemon with another kvfs binary (a -race build).
+func startDaemonBin(t testing.TB, bin, mp string, flags ...string) *daemon {
+	t.Helper()
 	requireRoot(t)
 	mp = absPath(t, mp)
 	d := &daemon{t: t, mp: mp, store: mp + ".kvfs-store", out: &lockedBuffer{}, exited: make(chan struct{})}
@@ -123,7 +129,7 @@ func startDaemon(t testing.TB, mp string, flags ...string) *daemon {
 	// mount may reuse its ID: it counts once statfs, done before reading
 	// mountinfo, stops failing with ENOTCONN.
 	old, hadOld := mountAt(mp)
-	d.cmd = exec.Command(kvfsBin, append(append([]string{"mount"}, flags...), mp)...)
+	d.cmd = exec.Command(bin, append(append([]string{"mount"}, flags...), mp)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	// Should the test binary die (a panic, a -timeout), the daemon gets
 	// SIGTERM and unmounts itself instead of outliving it.
@@ -344,6 +350,7 @@ type kvfsStats struct {
 	Evictions         int64 `json:"evictions"`
 	EvictedBytes      int64 `json:"evicted_bytes"`
 	AdmissionFailures int64 `json:"admission_failures"`
+	Reconciliations   int64 `json:"reconciliations"`
 }
 
 var statsFields = []string{"capacity_bytes", "used_bytes", "objects", "pinned_objects",
@@ -419,13 +426,13 @@ func duCommand(dir string) (int64, error) {
 
 func ceil4096(n int64) int64 { return (n + 4095) / 4096 * 4096 }
 
-// storeBytes is what the store holds for objects: each inode under
-// data/ once, its size rounded up to a block.
+// storeBytes is what the store holds for objects: each regular file
+// under data/ once, its size rounded up to a block.
 func storeBytes(store string) (int64, error) {
 	seen := map[uint64]bool{}
 	var total int64
 	err := filepath.WalkDir(filepath.Join(store, "data"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
 		var st unix.Stat_t

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/kvfs/kvfs/blob"
@@ -80,6 +81,9 @@ func cmdFsck(args []string, stdout io.Writer) error {
 	}
 	if st, err := os.Stat(*store); err != nil || !st.IsDir() {
 		return mount.Usagef("store %s is not a directory", *store)
+	}
+	if st, err := os.Stat(filepath.Join(*store, blob.DataName)); err != nil || !st.IsDir() {
+		return mount.Usagef("%s is not a kvfs store (no %s/ directory)", *store, blob.DataName)
 	}
 	rep, err := blob.Fsck(*store, *repair)
 	if err != nil {

@@ -105,6 +105,18 @@ func (s sizeFlag) Set(v string) error {
 	return nil
 }
 
+// explicitZero refuses a size flag given as 0: left out, it means
+// "derive one", but a capacity of 0 asked for is below one block.
+func explicitZero(fs *flag.FlagSet, name string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name && f.Value.String() == "0" {
+			err = mount.Usagef("%s 0 is below one block (4096 bytes)", name)
+		}
+	})
+	return err
+}
+
 func newLogger(level string) (*zap.Logger, error) {
 	var lvl zapcore.Level
 	if err := lvl.Set(level); err != nil {
@@ -134,6 +146,9 @@ func cmdMount(args []string, stdout io.Writer) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon to this file")
 	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
 	if err != nil {
+		return err
+	}
+	if err := explicitZero(fs, "capacity"); err != nil {
 		return err
 	}
 	o.Mountpoint = rest[0]

@@ -1,0 +1,206 @@
+package tests
+
+// Bad input to the command line; rows of docs/bad-input.md.
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestBadInputMountPaths: a mount point with a space and a newline in
+// its path mounts, serves, unmounts and remounts; one reached through a
+// symlink mounts on the symlink's target, and stats, unmount, a second
+// mount (refused: already a mount point) and a restart after kill -9 all
+// work through the symlink; a store reached through a symlink into the
+// mount point is refused like one inside it.
+func TestBadInputMountPaths(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	t.Run("odd_path", func(t *testing.T) {
+		mp := filepath.Join(dir, "mount point\nwith\ttabs and\nnewlines")
+		if err := os.Mkdir(mp, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		flags := []string{"--store", filepath.Join(dir, "odd store"), "--capacity", "16MiB"}
+		d := startDaemon(t, mp, flags...)
+		putFile(t, filepath.Join(mp, "obj"), objectBytes("obj", 5000))
+		assertQuietEqual(t, d)
+		d.kill9()
+		d = startDaemon(t, mp, flags...)
+		if got, err := os.ReadFile(filepath.Join(mp, "obj")); err != nil || checkObject(got, "obj", 5000) != nil {
+			t.Errorf("after the restart: %v", err)
+		}
+		d.stop()
+	})
+	t.Run("symlink", func(t *testing.T) {
+		real, link := filepath.Join(dir, "real"), filepath.Join(dir, "link")
+		os.Mkdir(real, 0o755)
+		if err := os.Symlink(real, link); err != nil {
+			t.Fatal(err)
+		}
+		store := filepath.Join(dir, "link-store")
+		wait := func(d *linkDaemon) {
+			t.Helper()
+			if !waitFor(10*time.Second, func() bool {
+				m, ok := mountAt(real)
+				return ok && m.fstype == "fuse.kvfs" && unix.Statfs(real, new(unix.Statfs_t)) == nil
+			}) {
+				t.Fatalf("kvfs mount %s: not mounted at %s; output:\n%s", link, real, d.out)
+			}
+		}
+		d := startLinkDaemon(t, "mount", "--store", store, "--capacity", "16MiB", link)
+		wait(d)
+		putFile(t, filepath.Join(link, "obj"), objectBytes("obj", 5000))
+		if res := runKvfs(t, "stats", "--json", link); res.code != 0 {
+			t.Errorf("kvfs stats through the symlink: exit %d, %q", res.code, res.stderr)
+		}
+		res := runKvfsTimeout(t, 10*time.Second, "mount", "--store", filepath.Join(dir, "other-store"), "--capacity", "16MiB", link)
+		requireUsageError(t, res, "already a mount point")
+		d.cmd.Process.Kill()
+		d.wait(t)
+		d = startLinkDaemon(t, "mount", "--store", store, "--capacity", "16MiB", link)
+		wait(d)
+		if n := len(mountsAt(real)); n != 1 {
+			t.Errorf("%d mounts stacked at %s after a restart through the symlink", n, real)
+		}
+		if got, err := os.ReadFile(filepath.Join(link, "obj")); err != nil || checkObject(got, "obj", 5000) != nil {
+			t.Errorf("after the restart through the symlink: %v", err)
+		}
+		if res := runKvfs(t, "unmount", link); res.code != 0 {
+			t.Errorf("kvfs unmount through the symlink: exit %d, %q", res.code, res.stderr)
+		}
+		if err := d.wait(t); err != nil {
+			t.Errorf("daemon after kvfs unmount: %v", err)
+		}
+		if _, ok := mountAt(real); ok {
+			t.Errorf("%s still mounted", real)
+		}
+		// A store inside the mount point, reached through the symlink.
+		before := listing(t, real)
+		res = runKvfsTimeout(t, 10*time.Second, "mount", "--store", filepath.Join(link, "store"), "--capacity", "16MiB", real)
+		if _, ok := mountAt(real); ok {
+			unix.Unmount(real, unix.MNT_DETACH)
+		}
+		requireUsageError(t, res, "must not contain")
+		if after := listing(t, real); after != before {
+			t.Errorf("the refused mount changed %s:\n%s", real, after)
+		}
+	})
+}
+
+// linkDaemon is a kvfs mount the daemon helper cannot follow (its mount
+// point is a symlink, so mountinfo names another path).
+type linkDaemon struct {
+	cmd     *exec.Cmd
+	out     *lockedBuffer
+	exited  chan struct{}
+	waitErr error
+}
+
+// wait waits 15s at most for the daemon to exit, then kills it.
+func (d *linkDaemon) wait(t *testing.T) error {
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		t.Errorf("daemon still running after 15s; killing it")
+		d.cmd.Process.Kill()
+		<-d.exited
+	}
+	return d.waitErr
+}
+
+func startLinkDaemon(t *testing.T, args ...string) *linkDaemon {
+	t.Helper()
+	d := &linkDaemon{cmd: exec.Command(kvfsBin, args...), out: &lockedBuffer{}, exited: make(chan struct{})}
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		d.waitErr = d.cmd.Wait()
+		close(d.exited)
+	}()
+	mp := args[len(args)-1]
+	t.Cleanup(func() {
+		select {
+		case <-d.exited:
+		default:
+			runKvfs(nil, "unmount", mp)
+			d.wait(t)
+		}
+		if real, err := filepath.EvalSymlinks(mp); err == nil {
+			if _, ok := mountAt(real); ok {
+				unix.Unmount(real, unix.MNT_DETACH)
+			}
+		} else {
+			unix.Unmount(mp, unix.MNT_DETACH)
+		}
+	})
+	return d
+}
+
+// TestBadInputFlags: more bad sizes and durations than
+// TestMountBadArguments covers, including an explicit capacity of 0:
+// each exits 2 with one line naming it, mounts nothing and creates no
+// store. fsck of a directory that is not a store is a usage error too.
+func TestBadInputFlags(t *testing.T) {
+	requireRoot(t)
+	cases := []struct {
+		flag, value string
+		want        []string
+	}{
+		{"--capacity", "", []string{"bad size", `""`}},
+		{"--capacity", "0", []string{"capacity 0"}},
+		{"--capacity", "1.5G", []string{"bad size", "1.5G"}},
+		{"--capacity", "64MiBs", []string{"bad size", "64MiBs"}},
+		{"--capacity", "0x100000", []string{"bad size", "0x100000"}},
+		{"--capacity", "1e9", []string{"bad size", "1e9"}},
+		{"--capacity", "\u22128M", []string{"bad size", "\u22128M"}}, // a Unicode minus
+		{"--capacity", "99999999999999999999", []string{"bad size", "99999999999999999999"}},
+		{"--capacity", "16777216T", []string{"16777216T", "too large"}},
+		{"--capacity", "8E", []string{"bad size", "8E"}},
+		{"--grace", "abc", []string{"grace", "abc"}},
+		{"--grace", "-1s", []string{"--grace -1s", "negative"}},
+		{"--wait-limit", "5", []string{"wait-limit", `"5"`}},
+		{"--cache-timeout", "-1m", []string{"--cache-timeout -1m0s", "negative"}},
+		{"--audit-interval", "-1s", []string{"--audit-interval -1s", "negative"}},
+		{"--log-level", "loud", []string{"log-level", "loud"}},
+	}
+	dir := t.TempDir()
+	mp := filepath.Join(dir, "mp")
+	os.Mkdir(mp, 0o755)
+	for _, c := range cases {
+		t.Run(strings.TrimPrefix(c.flag, "--")+"="+c.value, func(t *testing.T) {
+			store := filepath.Join(dir, "store")
+			res := runKvfsTimeout(t, 10*time.Second, "mount", "--store", store, c.flag, c.value, mp)
+			if _, ok := mountAt(mp); ok {
+				unix.Unmount(mp, unix.MNT_DETACH)
+				t.Errorf("%s %q mounted", c.flag, c.value)
+			}
+			requireUsageError(t, res, c.want...)
+			if _, err := os.Lstat(store); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s %q created the store", c.flag, c.value)
+			}
+		})
+	}
+	t.Run("fsck_of_a_plain_directory", func(t *testing.T) {
+		plain := t.TempDir()
+		os.WriteFile(filepath.Join(plain, "f"), []byte("x"), 0o644)
+		before := listing(t, plain)
+		requireUsageError(t, runKvfs(t, "fsck", "--store", plain), plain, "not a kvfs store")
+		requireUsageError(t, runKvfs(t, "fsck", "--store", plain, "--repair"), plain, "not a kvfs store")
+		if after := listing(t, plain); after != before {
+			t.Errorf("fsck changed a directory that is not a store:\n%s", after)
+		}
+	})
+}

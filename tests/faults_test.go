@@ -1,0 +1,358 @@
+package tests
+
+import (
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestStoreDiskFull puts the store on a 48 MiB tmpfs (which works, with a
+// warning) under a 96 MiB capacity, so the disk runs out before the
+// ledger does: stores fail
+// with ENOSPC (not EIO), nothing stored before is lost or changed, the
+// daemon keeps serving, the accounting stays exact, and once objects are
+// deleted stores succeed again.
+func TestStoreDiskFull(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	disk := mountTmpfs(t, dir, "48m")
+	mp := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", filepath.Join(disk, "store"), "--capacity", "96MiB", "--grace", "100ms")
+	if !strings.Contains(d.out.String(), "store is on tmpfs") {
+		t.Errorf("no warning that the store is on tmpfs:\n%s", d.out)
+	}
+	cl := &fsNative{base: mp, seq: &atomic.Int64{}}
+	var stored []string
+	var full error
+	for i := 0; i < 30 && full == nil; i++ {
+		key := "obj-" + string(rune('a'+i))
+		if _, full = cl.store(key, objectBytes(key, 4*MiB)); full == nil {
+			stored = append(stored, key)
+		}
+	}
+	if !errors.Is(full, unix.ENOSPC) {
+		t.Fatalf("filling a 48 MiB disk with 4 MiB objects: %v after %d objects, want ENOSPC", full, len(stored))
+	}
+	t.Logf("disk full after %d objects: %v", len(stored), full)
+	checkAll := func(when string) {
+		t.Helper()
+		for _, k := range stored {
+			got, err := cl.load(k)
+			if err == nil {
+				err = checkObject(got, k, 4*MiB)
+			}
+			if err != nil {
+				t.Errorf("%s: %v", when, err)
+			}
+		}
+	}
+	checkAll("with the disk full")
+	st := assertQuietEqual(t, d)
+	if st.Objects != int64(len(stored)) || st.Evictions != 0 {
+		t.Errorf("with the disk full: %+v, want %d objects and no evictions", st, len(stored))
+	}
+
+	// Other ways to need space on a full disk: one large write, and
+	// preallocation. Both fail with ENOSPC and leave exact accounting.
+	if _, err := (&fsNative{base: mp, whole: true, seq: cl.seq}).store("whole", objectBytes("whole", 4*MiB)); !errors.Is(err, unix.ENOSPC) {
+		t.Errorf("a whole-object write on a full disk: %v, want ENOSPC", err)
+	}
+	f, err := os.Create(filepath.Join(mp, "prealloc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, "fallocate 8 MiB on a full disk", unix.Fallocate(int(f.Fd()), 0, 0, 8*MiB), unix.ENOSPC)
+	f.Close()
+	if err := os.Remove(filepath.Join(mp, "prealloc")); err != nil {
+		t.Fatal(err)
+	}
+	checkAll("after more failed stores")
+	assertQuietEqual(t, d)
+
+	// Deleting frees the disk; stores work again.
+	for _, k := range stored[:3] {
+		if err := cl.remove(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored = stored[3:]
+	for _, k := range []string{"again-1", "again-2"} {
+		if _, err := cl.store(k, objectBytes(k, 4*MiB)); err != nil {
+			t.Fatalf("store after freeing the disk: %v", err)
+		}
+		stored = append(stored, k)
+	}
+	checkAll("after freeing the disk")
+	st = assertQuietEqual(t, d)
+	requireCleanLog(t, d)
+	d.stop()
+	requireCleanFsck(t, d.store, st)
+}
+
+// changeBehind rewrites the store under data/ the ways an operator or a
+// broken tool might (a directory removed with its files, too), and returns what each path must then hold (a nil
+// value: absent).
+func changeBehind(t *testing.T, store string) map[string][]byte {
+	t.Helper()
+	data := filepath.Join(store, "data")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string][]byte{}
+	must(os.Remove(filepath.Join(data, "gone")))
+	want["gone"] = nil
+	must(os.RemoveAll(filepath.Join(data, "olddir")))
+	want["olddir/f"] = nil
+	want["olddir"] = nil
+	must(os.Truncate(filepath.Join(data, "shrunk"), 1000))
+	want["shrunk"] = objectBytes("shrunk", 2*MiB)[:1000]
+	// Rewritten in place (same inode), three times the size.
+	must(os.WriteFile(filepath.Join(data, "grown"), objectBytes("grown", 3*MiB), 0o644))
+	want["grown"] = objectBytes("grown", 3*MiB)
+	must(os.WriteFile(filepath.Join(data, "appeared"), objectBytes("appeared", MiB), 0o644))
+	want["appeared"] = objectBytes("appeared", MiB)
+	must(os.MkdirAll(filepath.Join(data, "newdir", "deeper"), 0o755))
+	must(os.WriteFile(filepath.Join(data, "newdir", "deeper", "deep"), objectBytes("deep", MiB), 0o644))
+	want["newdir/deeper/deep"] = objectBytes("deep", MiB)
+	must(os.Link(filepath.Join(data, "kept"), filepath.Join(data, "kept-link")))
+	want["kept"] = objectBytes("kept", 3*MiB)
+	want["kept-link"] = want["kept"]
+	want["sub/linked"] = objectBytes("linked", 2*MiB)
+	want["linked2"] = want["sub/linked"]
+	return want
+}
+
+// putChangeable stores the objects changeBehind changes.
+func putChangeable(t *testing.T, mp string) {
+	t.Helper()
+	for _, dir := range []string{"sub", "olddir"} {
+		if err := os.Mkdir(filepath.Join(mp, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putFile(t, filepath.Join(mp, "olddir", "f"), objectBytes("f", MiB))
+	for name, size := range map[string]int{"gone": 2 * MiB, "shrunk": 2 * MiB, "grown": MiB, "kept": 3 * MiB} {
+		putFile(t, filepath.Join(mp, name), objectBytes(name, size))
+	}
+	putFile(t, filepath.Join(mp, "sub", "linked"), objectBytes("linked", 2*MiB))
+	if err := os.Link(filepath.Join(mp, "sub", "linked"), filepath.Join(mp, "linked2")); err != nil {
+		t.Fatal(err)
+	}
+	// Read and stat everything, so the kernel caches names, attributes
+	// and pages that the changes then make stale.
+	filepath.WalkDir(mp, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			os.ReadFile(p)
+		}
+		return err
+	})
+}
+
+// checkChanged requires the mount to serve exactly want: each path's
+// content, or absence; evicted (absent) is accepted where evictable.
+func checkChanged(t *testing.T, mp string, want map[string][]byte, evictable bool) {
+	t.Helper()
+	for rel, w := range want {
+		got, err := os.ReadFile(filepath.Join(mp, rel))
+		switch {
+		case w == nil && !errors.Is(err, fs.ErrNotExist):
+			t.Errorf("%s was deleted from the store, but the mount answers %v (%d bytes)", rel, err, len(got))
+		case w == nil:
+		case errors.Is(err, fs.ErrNotExist) && evictable:
+		case err != nil:
+			t.Errorf("%s: %v", rel, err)
+		case firstDiff(got, w) >= 0:
+			t.Errorf("%s: %d bytes, want %d; first difference at %d", rel, len(got), len(w), firstDiff(got, w))
+		}
+	}
+	var a, b unix.Stat_t
+	if unix.Stat(filepath.Join(mp, "kept"), &a) == nil && unix.Stat(filepath.Join(mp, "kept-link"), &b) == nil && a.Ino != b.Ino {
+		t.Errorf("kept-link, made behind kvfs's back, is not the same inode as kept")
+	}
+}
+
+// TestStoreChangedWhileMounted: files deleted, truncated, rewritten
+// larger, hard linked and added (in a new directory too) in the store
+// behind a running daemon are found by the periodic audit, which logs
+// it, counts reconciliations, evicts if the store now holds more than
+// the capacity, and leaves the accounting exact and the mount serving
+// what the store holds.
+func TestStoreChangedWhileMounted(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--audit-interval", "1s", "--grace", "0s")
+	putChangeable(t, d.mp)
+	before := assertQuietEqual(t, d)
+	want := changeBehind(t, d.store)
+	// More than the capacity now: the audit must evict to fit.
+	big := filepath.Join(d.store, "data", "big")
+	if err := os.WriteFile(big, objectBytes("big", 8*MiB), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want["big"] = objectBytes("big", 8*MiB)
+	if !waitFor(10*time.Second, func() bool {
+		return stats(t, d.mp).Reconciliations > before.Reconciliations &&
+			strings.Contains(d.out.String(), "store changed behind kvfs; ledger reconciled")
+	}) {
+		t.Fatalf("no reconciliation 10s after changing the store: %+v", stats(t, d.mp))
+	}
+	st := assertQuietEqual(t, d)
+	t.Logf("after the audit: %d reconciliations, %d evictions; %+v", st.Reconciliations, st.Evictions, st)
+	if st.Evictions == 0 {
+		t.Errorf("the store held more than the capacity, yet nothing was evicted: %+v", st)
+	}
+	checkChanged(t, d.mp, want, true)
+	assertQuietEqual(t, d)
+	requireCleanLog(t, d)
+	d.stop()
+}
+
+// TestStoreChangedReconciledOnLookup: without an audit, a lookup that
+// finds a file resized or gone in the store reconciles the ledger.
+func TestStoreChangedReconciledOnLookup(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB", "--audit-interval", "0", "--cache-timeout", "0s")
+	putFile(t, filepath.Join(d.mp, "shrunk"), objectBytes("shrunk", 2*MiB))
+	putFile(t, filepath.Join(d.mp, "gone"), objectBytes("gone", 2*MiB))
+	before := assertQuietEqual(t, d)
+	if err := os.Truncate(filepath.Join(d.store, "data", "shrunk"), 5000); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(d.store, "data", "gone")); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(d.mp, "shrunk"), &st); err != nil || st.Size != 5000 || st.Blocks*512 != 8192 {
+		t.Errorf("stat of a file truncated behind kvfs: %v, size %d, blocks %d", err, st.Size, st.Blocks)
+	}
+	wantErrno(t, "stat of a file deleted behind kvfs", unix.Stat(filepath.Join(d.mp, "gone"), &st), unix.ENOENT)
+	after := assertQuietEqual(t, d)
+	if after.Reconciliations < before.Reconciliations+2 || after.UsedBytes != 8192 {
+		t.Errorf("after the lookups: %+v", after)
+	}
+	for _, line := range []string{"object size changed behind kvfs; ledger reconciled", "object vanished from the store"} {
+		if !strings.Contains(d.out.String(), line) {
+			t.Errorf("the log does not say %q", line)
+		}
+	}
+	d.stop()
+}
+
+// plantForeign leaves in a stopped store what kvfs never makes: a
+// symlink to a file outside, a FIFO, a socket, a device node, an object
+// marked as still being written, and a stale marker. It returns the
+// outside file, which must survive untouched.
+func plantForeign(t *testing.T, store, tag string) string {
+	t.Helper()
+	data := filepath.Join(store, "data")
+	secret := filepath.Join(filepath.Dir(store), "secret-"+tag)
+	if err := os.WriteFile(secret, []byte("outside the store"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Symlink(secret, filepath.Join(data, "evil-"+tag)))
+	must(os.Symlink(filepath.Dir(store), filepath.Join(data, "sub", "evildir-"+tag)))
+	must(unix.Mkfifo(filepath.Join(data, "fifo-"+tag), 0o644))
+	must(unix.Mknod(filepath.Join(data, "dev-"+tag), unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))))
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(data, "sock-"+tag), Net: "unix"})
+	must(err)
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	partial := filepath.Join(data, "partial-"+tag)
+	must(os.WriteFile(partial, objectBytes("partial", MiB)[:MiB/2], 0o644))
+	must(os.Link(partial, filepath.Join(store, "writing", "ffff"+tag)))
+	must(os.WriteFile(filepath.Join(store, "writing", "dead"+tag), nil, 0o644))
+	return secret
+}
+
+// TestStoreChangedWhileDown: a stopped store changed behind kvfs's back
+// (files deleted, truncated, rewritten, linked and added) and planted
+// with what kvfs never makes (a symlink, a FIFO, a socket, a device, a
+// half-written object, a stale marker). fsck reports each planted thing
+// and changes nothing; fsck --repair reclaims them, leaves the symlinks'
+// targets alone, and is then clean; the remount serves exactly the
+// store, with exact accounting. A second round plants again and remounts
+// without fsck: start-up reclaims the same way.
+func TestStoreChangedWhileDown(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	flags := []string{"--store", d.store, "--capacity", "64MiB"}
+	putChangeable(t, d.mp)
+	assertQuietEqual(t, d)
+	d.stop()
+
+	want := changeBehind(t, d.store)
+	secret := plantForeign(t, d.store, "1")
+	// fsck takes the store's lock (and writes its pid in kvfs.lock).
+	before := listing(t, filepath.Join(d.store, "data")) + listing(t, filepath.Join(d.store, "writing"))
+	rep, res := fsck(t, d.store)
+	t.Logf("fsck of the planted store: exit %d, problems %q", res.code, rep.Problems)
+	if res.code != 1 || rep.Repaired {
+		t.Errorf("fsck of a planted store: exit %d, repaired %v; want exit 1", res.code, rep.Repaired)
+	}
+	problems := strings.Join(rep.Problems, "\n")
+	for _, what := range []string{"evil-1", "sub/evildir-1", "fifo-1", "sock-1", "dev-1", "incomplete object partial-1", "stale write marker writing/dead1"} {
+		if !strings.Contains(problems, what) {
+			t.Errorf("fsck does not report %s", what)
+		}
+	}
+	if after := listing(t, filepath.Join(d.store, "data")) + listing(t, filepath.Join(d.store, "writing")); after != before {
+		t.Errorf("fsck without --repair changed the store:\nbefore\n%s\nafter\n%s", before, after)
+	}
+	rep, res = fsck(t, d.store, "--repair")
+	if res.code != 0 || !rep.Repaired {
+		t.Errorf("fsck --repair: exit %d, %+v, stderr %q", res.code, rep, res.stderr)
+	}
+	if got, err := os.ReadFile(secret); err != nil || string(got) != "outside the store" {
+		t.Errorf("the symlink's target outside the store: %q, %v", got, err)
+	}
+	rep, res = fsck(t, d.store)
+	if res.code != 0 || len(rep.Problems) != 0 {
+		t.Fatalf("fsck after --repair: exit %d, problems %q", res.code, rep.Problems)
+	}
+	d = startDaemon(t, d.mp, flags...)
+	checkChanged(t, d.mp, want, false)
+	st := assertQuietEqual(t, d)
+	if st.Objects != rep.Objects || st.UsedBytes != rep.Bytes {
+		t.Errorf("the remount charges %d objects / %d bytes, fsck counted %d / %d", st.Objects, st.UsedBytes, rep.Objects, rep.Bytes)
+	}
+	d.stop()
+
+	// Again, straight to the mount.
+	if err := os.Remove(filepath.Join(d.store, "data", "appeared")); err != nil {
+		t.Fatal(err)
+	}
+	want["appeared"] = nil
+	secret = plantForeign(t, d.store, "2")
+	d = startDaemon(t, d.mp, flags...)
+	checkChanged(t, d.mp, want, false)
+	for _, name := range []string{"evil-2", "sub/evildir-2", "fifo-2", "sock-2", "dev-2", "partial-2"} {
+		if _, err := os.Lstat(filepath.Join(d.mp, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s planted in the store is served: %v", name, err)
+		}
+	}
+	if got, err := os.ReadFile(secret); err != nil || string(got) != "outside the store" {
+		t.Errorf("the symlink's target outside the store: %q, %v", got, err)
+	}
+	if out := d.out.String(); !strings.Contains(out, `"incomplete_reclaimed": 1`) || !strings.Contains(out, `"foreign_removed": 5`) {
+		t.Errorf("start-up does not report reclaiming 1 incomplete object and 5 foreign entries:\n%s", out)
+	}
+	st = assertQuietEqual(t, d)
+	d.stop()
+	requireCleanFsck(t, d.store, st)
+}

@@ -1,0 +1,271 @@
+package tests
+
+import (
+	"bufio"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// superOptions is the file system options mountinfo shows for mp (for
+// FUSE: default_permissions, allow_other, user_id...).
+func superOptions(t *testing.T, mp string) string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	opts := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 5 && unescapeMountinfo(fields[4]) == mp {
+			opts = fields[len(fields)-1]
+		}
+	}
+	return opts
+}
+
+// permTree makes, as root, the files and directories the permission
+// tests try as another user.
+func permTree(t *testing.T, mp string) {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	put := func(name string, mode os.FileMode) {
+		putFile(t, filepath.Join(mp, name), []byte("content of "+name+"\n"))
+		must(os.Chmod(filepath.Join(mp, name), mode))
+	}
+	for name, mode := range map[string]os.FileMode{"rootdir": 0o755, "sticky": 0o777 | os.ModeSticky, "open": 0o777} {
+		must(os.Mkdir(filepath.Join(mp, name), 0o755))
+		must(os.Chmod(filepath.Join(mp, name), mode))
+	}
+	put("private", 0o600)
+	put("public", 0o644)
+	put("rootdir/file", 0o644)
+	put("sticky/rootfile", 0o666)
+}
+
+// TestPermissionsAllowOther: with --allow-other the kernel checks
+// permissions (default_permissions) for every user: nobody (uid 65534)
+// reads a 0644 root file but not a 0600 one, cannot write, truncate,
+// chmod or rename root's files, cannot create or delete in root's 0755
+// directory nor delete root's file in a sticky directory, and what it
+// creates in a 0777 directory is its own, in the mount and in the store.
+func TestPermissionsAllowOther(t *testing.T) {
+	requireRoot(t)
+	dir := worldDir(t)
+	mp := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", filepath.Join(dir, "store"), "--capacity", "16MiB", "--allow-other")
+	opts := superOptions(t, mp)
+	if !strings.Contains(opts, "default_permissions") || !strings.Contains(opts, "allow_other") {
+		t.Errorf("mount options %q: want default_permissions and allow_other", opts)
+	}
+	permTree(t, mp)
+	p := func(name string) string { return filepath.Join(mp, name) }
+	denied := []struct {
+		what string
+		argv []string
+		want string
+	}{
+		{"read a 0600 root file", []string{"/bin/cat", p("private")}, "Permission denied"},
+		{"write a 0644 root file", []string{"/bin/sh", "-c", "echo x >> '" + p("public") + "'"}, "Permission denied"},
+		{"truncate a 0644 root file", []string{"/bin/sh", "-c", ": > '" + p("public") + "'"}, "Permission denied"},
+		{"chmod a root file", []string{"/bin/chmod", "666", p("public")}, "Operation not permitted"},
+		{"delete in a 0755 root directory", []string{"/bin/rm", "-f", p("rootdir/file")}, "Permission denied"},
+		{"create in a 0755 root directory", []string{"/bin/sh", "-c", "echo x > '" + p("rootdir/new") + "'"}, "Permission denied"},
+		{"rename in the 0755 mount root", []string{"/bin/mv", p("public"), p("public2")}, "Permission denied"},
+		{"delete root's file in a sticky directory", []string{"/bin/rm", "-f", p("sticky/rootfile")}, "Operation not permitted"},
+	}
+	for _, c := range denied {
+		code, out := asNobody(t, c.argv...)
+		if code == 0 || !strings.Contains(out, c.want) {
+			t.Errorf("nobody: %s: exit %d, %q; want %q", c.what, code, out, c.want)
+		}
+	}
+	for _, name := range []string{"public", "rootdir/file", "sticky/rootfile", "private"} {
+		if got, err := os.ReadFile(p(name)); err != nil || string(got) != "content of "+name+"\n" {
+			t.Errorf("%s after nobody's attempts: %q, %v", name, got, err)
+		}
+	}
+	if _, err := os.Lstat(p("rootdir/new")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("nobody created rootdir/new: %v", err)
+	}
+	if code, out := asNobody(t, "/bin/cat", p("public")); code != 0 || out != "content of public\n" {
+		t.Errorf("nobody reading a 0644 file: exit %d, %q", code, out)
+	}
+	if code, out := asNobody(t, "/bin/sh", "-c", "echo mine > '"+p("open/mine")+"' && cat '"+p("open/mine")+"'"); code != 0 || out != "mine\n" {
+		t.Errorf("nobody creating in a 0777 directory: exit %d, %q", code, out)
+	}
+	for _, path := range []string{p("open/mine"), filepath.Join(d.store, "data", "open", "mine")} {
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil || st.Uid != 65534 || st.Gid != 65534 {
+			t.Errorf("%s: owner %d:%d (%v), want 65534:65534", path, st.Uid, st.Gid, err)
+		}
+	}
+	if code, out := asNobody(t, "/bin/rm", p("open/mine")); code != 0 {
+		t.Errorf("nobody deleting its own file: exit %d, %q", code, out)
+	}
+	assertQuietEqual(t, d)
+	d.stop()
+}
+
+// TestNoAllowOtherByDefault: without --allow-other (the default) no user
+// but the mounter gets into the mount at all, whatever the modes say.
+func TestNoAllowOtherByDefault(t *testing.T) {
+	requireRoot(t)
+	dir := worldDir(t)
+	mp := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", filepath.Join(dir, "store"), "--capacity", "16MiB")
+	opts := superOptions(t, mp)
+	if !strings.Contains(opts, "default_permissions") || strings.Contains(opts, "allow_other") {
+		t.Errorf("mount options %q: want default_permissions and no allow_other", opts)
+	}
+	putFile(t, filepath.Join(mp, "public"), []byte("public\n"))
+	os.Chmod(filepath.Join(mp, "public"), 0o644)
+	if code, out := asNobody(t, "/bin/ls", dir); code != 0 || !strings.Contains(out, "mnt") {
+		t.Fatalf("nobody cannot even list %s (exit %d, %q): the test setup is wrong", dir, code, out)
+	}
+	for _, argv := range [][]string{
+		{"/usr/bin/stat", mp},
+		{"/bin/ls", mp},
+		{"/bin/cat", filepath.Join(mp, "public")},
+		{"/bin/sh", "-c", "echo x > '" + filepath.Join(mp, "new") + "'"},
+	} {
+		if code, out := asNobody(t, argv...); code == 0 || !strings.Contains(out, "Permission denied") {
+			t.Errorf("nobody: %v: exit %d, %q; want Permission denied", argv, code, out)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(mp, "public")); err != nil || string(got) != "public\n" {
+		t.Errorf("root reading its own mount: %q, %v", got, err)
+	}
+	d.stop()
+}
+
+// TestNoEscapeThroughMount: ".." at the mount's root is the mount
+// point's parent, never the store; names that are the store's own
+// (kvfs.lock, data, writing) are plain objects that survive a kill -9;
+// symlinks planted directly in the store, new or in place of an object
+// or a directory, are never followed: nothing outside the store is read
+// or written through the mount, the replaced object is gone from the
+// mount and the ledger, and start-up removes the symlinks, leaving their
+// targets alone.
+func TestNoEscapeThroughMount(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--audit-interval", "500ms")
+	flags := []string{"--store", d.store, "--capacity", "16MiB", "--audit-interval", "500ms"}
+	p := func(name string) string { return d.mp + "/" + name } // not Join: it cleans ".." away
+	os.MkdirAll(p("sub"), 0o755)
+	var parent, viaDots unix.Stat_t
+	unix.Stat(filepath.Dir(d.mp), &parent)
+	for _, dots := range []string{"..", "sub/../..", "sub/../../mnt/.."} {
+		if err := unix.Stat(p(dots), &viaDots); err != nil || viaDots.Ino != parent.Ino || viaDots.Dev != parent.Dev {
+			t.Errorf("%s from the mount is not the mount point's parent (%v)", dots, err)
+		}
+	}
+
+	// The store's own names, inside the mount, across a crash.
+	os.MkdirAll(p("writing"), 0o755)
+	for _, name := range []string{"writing/1", "kvfs.lock", "data"} {
+		putFile(t, p(name), objectBytes(name, 5000))
+	}
+	d.kill9()
+	d = startDaemon(t, d.mp, flags...)
+	for _, name := range []string{"writing/1", "kvfs.lock", "data"} {
+		if got, err := os.ReadFile(p(name)); err != nil || checkObject(got, name, 5000) != nil {
+			t.Errorf("%s made through the mount, after a kill -9: %v", name, err)
+		}
+	}
+
+	outside := filepath.Join(filepath.Dir(d.store), "outside")
+	os.Mkdir(outside, 0o755)
+	secret := filepath.Join(outside, "x")
+	if err := os.WriteFile(secret, []byte("SECRET outside the store"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	putFile(t, p("obj"), objectBytes("obj", 5000))
+	putFile(t, p("sub/x"), objectBytes("x", 5000))
+	before := assertQuietEqual(t, d)
+	data := filepath.Join(d.store, "data")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Symlink(secret, filepath.Join(data, "evil")))
+	must(os.Remove(filepath.Join(data, "obj")))
+	must(os.Symlink(secret, filepath.Join(data, "obj")))
+	must(os.Rename(filepath.Join(data, "sub"), filepath.Join(data, "sub.moved")))
+	must(os.Symlink(outside, filepath.Join(data, "sub")))
+	outsideBefore := listing(t, outside)
+
+	noSecret := func(when string) {
+		t.Helper()
+		for _, name := range []string{"evil", "obj", "sub/x"} {
+			got, err := os.ReadFile(p(name))
+			if strings.Contains(string(got), "SECRET") {
+				t.Errorf("%s: %s serves the file outside the store", when, name)
+			} else if err == nil {
+				t.Errorf("%s: %s reads %d bytes, want an error", when, name, len(got))
+			}
+		}
+		if err := os.WriteFile(p("sub/new"), []byte("x"), 0o644); err == nil {
+			t.Errorf("%s: created sub/new through a symlinked directory", when)
+		}
+		if _, err := os.Lstat(p("evil")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: the planted symlink is visible: %v", when, err)
+		}
+		buf := make([]byte, 4096)
+		if n, err := unix.Getxattr(p("sub.moved/x"), "user.kvfs.backing", buf); err == nil && !strings.HasPrefix(string(buf[:n]), data+"/") {
+			t.Errorf("%s: backing path %q is outside the store", when, buf[:n])
+		}
+	}
+	noSecret("right after planting")
+	if !waitFor(5*time.Second, func() bool { return stats(t, d.mp).Reconciliations > before.Reconciliations }) {
+		t.Errorf("the audit did not reconcile the replaced object")
+	}
+	noSecret("after the audit")
+	wantErrno(t, "stat of the object a symlink replaced, after the audit", unix.Stat(p("obj"), new(unix.Stat_t)), unix.ENOENT)
+	st := assertQuietEqual(t, d)
+	if st.UsedBytes != before.UsedBytes-ceil4096(5000) {
+		t.Errorf("after the audit used %d, want %d (the replaced object uncharged)", st.UsedBytes, before.UsedBytes-ceil4096(5000))
+	}
+	if after := listing(t, outside); after != outsideBefore {
+		t.Errorf("the directory outside the store changed:\n%s", after)
+	}
+	d.stop()
+
+	d = startDaemon(t, d.mp, flags...)
+	noSecret("after a restart")
+	for _, name := range []string{"evil", "obj", "sub"} {
+		if _, err := os.Lstat(filepath.Join(data, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("start-up left the planted symlink %s in the store: %v", name, err)
+		}
+	}
+	if got, err := os.ReadFile(secret); err != nil || string(got) != "SECRET outside the store" {
+		t.Errorf("the symlinks' target after start-up removed them: %q, %v", got, err)
+	}
+	if got, err := os.ReadFile(p("sub.moved/x")); err != nil || checkObject(got, "x", 5000) != nil {
+		t.Errorf("the directory moved behind kvfs's back: %v", err)
+	}
+	st = assertQuietEqual(t, d)
+	d.stop()
+	requireCleanFsck(t, d.store, st)
+}

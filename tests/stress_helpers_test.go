@@ -1,0 +1,205 @@
+package tests
+
+// Helpers shared by the soak, crash, fault, bad-input and security tests.
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// errnoOf is the errno inside err, or 0.
+func errnoOf(err error) unix.Errno {
+	var en unix.Errno
+	if errors.As(err, &en) {
+		return en
+	}
+	return 0
+}
+
+// wantErrno fails unless err carries want ("" names the call).
+func wantErrno(t testing.TB, what string, err error, want unix.Errno) {
+	t.Helper()
+	if want == 0 && err != nil {
+		t.Errorf("%s: %v, want success", what, err)
+	} else if want != 0 && errnoOf(err) != want {
+		t.Errorf("%s: %v, want %v (%s)", what, err, want, unix.ErrnoName(want))
+	}
+}
+
+// keyIndex maps an object's file name (its final path's last element) to
+// its key, so any file found anywhere can be checked against its name.
+func keyIndex(keys []kvKey) map[string]kvKey {
+	m := make(map[string]kvKey, len(keys))
+	for _, k := range keys {
+		m[filepath.Base(finalPath("", k.key))] = k
+	}
+	return m
+}
+
+// readObject reads the object at p and checks it is exactly the object its
+// name stands for. A missing file is (nil, nil): absent is a valid answer
+// of a cache, wrong bytes never are.
+func readObject(p string, names map[string]kvKey) ([]byte, error) {
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	k, ok := names[filepath.Base(p)]
+	if !ok {
+		return nil, fmt.Errorf("%s: no key has this name", p)
+	}
+	if err := checkObject(data, k.key, k.size); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return data, nil
+}
+
+// requireCleanLog fails on what a healthy daemon never logs: a panic in a
+// handler, an error mapped to EIO, or a data race (in a -race build).
+func requireCleanLog(t testing.TB, d *daemon) {
+	t.Helper()
+	out := d.out.String()
+	for _, bad := range []string{"WARNING: DATA RACE", "panic in handler", "unexpected error", "fatal error:"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("daemon output contains %q:\n%s", bad, tail(out, 8000))
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}
+
+// waitFor polls cond every 50ms until it holds or limit passes.
+func waitFor(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
+}
+
+// mountTmpfs mounts a tmpfs of the given size (like "48m") at a new
+// directory under parent; the test's cleanup unmounts it.
+func mountTmpfs(t *testing.T, parent, size string) string {
+	t.Helper()
+	requireRoot(t)
+	dir := filepath.Join(parent, "tmpfs-"+size)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0755"); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs CAP_SYS_ADMIN): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			unix.Unmount(dir, unix.MNT_DETACH)
+		}
+	})
+	return dir
+}
+
+// worldDir is a fresh directory every user can traverse (t.TempDir is
+// 0700), for mounts other users must reach.
+func worldDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// asNobody runs argv as uid/gid 65534 and returns its exit status and
+// combined output.
+func asNobody(t *testing.T, argv ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &ee):
+		return ee.ExitCode(), string(out)
+	}
+	t.Fatalf("running %v as nobody: %v", argv, err)
+	return -1, ""
+}
+
+// storeFiles lists the regular files under a store's data/ by path
+// relative to it, with their inode numbers.
+func storeFiles(t testing.TB, store string) map[string]unix.Stat_t {
+	t.Helper()
+	root := filepath.Join(store, "data")
+	out := map[string]unix.Stat_t{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		out[rel] = st
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walking %s: %v", root, err)
+	}
+	return out
+}
+
+// writingMarks is the set of inode numbers marked under a store's
+// writing/ (objects whose writer had not closed).
+func writingMarks(t testing.TB, store string) map[uint64]bool {
+	t.Helper()
+	dir := filepath.Join(store, "writing")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("reading %s: %v", dir, err)
+	}
+	out := map[uint64]bool{}
+	for _, e := range ents {
+		var st unix.Stat_t
+		if unix.Lstat(filepath.Join(dir, e.Name()), &st) == nil {
+			out[st.Ino] = true
+		}
+	}
+	return out
+}
+
+// detachAll lazily unmounts whatever is still mounted at mp.
+func detachAll(mp string) {
+	for i := 0; i < 10; i++ {
+		if _, ok := mountAt(mp); !ok {
+			return
+		}
+		unix.Unmount(mp, unix.MNT_DETACH)
+	}
+}
