@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
+	"github.com/kvfs/kvfs/internal/usage"
 	"os"
 	"path/filepath"
 	"strings"
@@ -237,56 +237,14 @@ func measureDrift(mnt string, m *mount.Mount, storeDir string) (driftReport, err
 	}
 	d.statfs = int64(sf.Blocks-sf.Bfree) * sf.Bsize
 	var err error
-	if d.du, err = duBlocks(mnt); err != nil {
+	if d.du, err = usage.Du(mnt); err != nil {
 		return d, fmt.Errorf("du of mount: %w", err)
 	}
 	d.ledger = m.Stats().UsedBytes
-	if d.store, err = storeCharge(filepath.Join(storeDir, "data")); err != nil {
+	if d.store, err = usage.Charged(filepath.Join(storeDir, "data")); err != nil {
 		return d, fmt.Errorf("store walk: %w", err)
 	}
 	return d, nil
-}
-
-// duBlocks is `du -s --block-size=1`: st_blocks*512 of each inode once.
-func duBlocks(root string) (int64, error) {
-	seen := map[uint64]bool{}
-	var total int64
-	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		if !seen[st.Ino] {
-			seen[st.Ino] = true
-			total += st.Blocks * 512
-		}
-		return nil
-	})
-	return total, err
-}
-
-// storeCharge sums ceil4096(size) of each regular inode under dir once.
-func storeCharge(dir string) (int64, error) {
-	seen := map[uint64]bool{}
-	var total int64
-	err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
-		if err != nil || !de.Type().IsRegular() {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		if !seen[st.Ino] {
-			seen[st.Ino] = true
-			total += ceil4096(st.Size)
-		}
-		return nil
-	})
-	return total, err
 }
 
 // pattern is n deterministic bytes that differ per seed and per offset,

@@ -3,6 +3,7 @@ package fusefs_test
 import (
 	"bytes"
 	"fmt"
+	"github.com/kvfs/kvfs/internal/usage"
 	"os"
 	"path/filepath"
 	"sort"
@@ -413,7 +414,7 @@ func TestLinksChargedOnce(t *testing.T) {
 		if got := k.settled(func(st ledger.Stats) bool { return st.UsedBytes == want }).UsedBytes; got != want {
 			t.Errorf("%s: used %d, want %d", what, got, want)
 		}
-		if du, err := duBlocks(k.Mnt); err != nil || du != want {
+		if du, err := usage.Du(k.Mnt); err != nil || du != want {
 			t.Errorf("%s: du of the mount %d (%v), want %d", what, du, err, want)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
+	"github.com/kvfs/kvfs/internal/usage"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -381,35 +381,7 @@ func stats(t testing.TB, mp string) kvfsStats {
 }
 
 // dfUsed is what df reports used on the mount.
-func dfUsed(mp string) (int64, error) {
-	var sf unix.Statfs_t
-	if err := unix.Statfs(mp, &sf); err != nil {
-		return 0, err
-	}
-	return int64(sf.Blocks-sf.Bfree) * sf.Frsize, nil
-}
-
-// duBytes is `du -s` of the mount computed by walking it: st_blocks of
-// every inode, counted once however many names it has.
-func duBytes(root string) (int64, error) {
-	seen := map[uint64]bool{}
-	var total int64
-	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		if !seen[st.Ino] {
-			seen[st.Ino] = true
-			total += st.Blocks * 512
-		}
-		return nil
-	})
-	return total, err
-}
+func dfUsed(mp string) (int64, error) { return usage.DfUsed(mp) }
 
 // duCommand runs du -sB1 itself.
 func duCommand(dir string) (int64, error) {
@@ -429,23 +401,7 @@ func ceil4096(n int64) int64 { return (n + 4095) / 4096 * 4096 }
 // storeBytes is what the store holds for objects: each regular file
 // under data/ once, its size rounded up to a block.
 func storeBytes(store string) (int64, error) {
-	seen := map[uint64]bool{}
-	var total int64
-	err := filepath.WalkDir(filepath.Join(store, "data"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		if !seen[st.Ino] {
-			seen[st.Ino] = true
-			total += ceil4096(st.Size)
-		}
-		return nil
-	})
-	return total, err
+	return usage.Charged(filepath.Join(store, "data"))
 }
 
 // assertQuietEqual checks the drift equation of a mount with nothing
@@ -459,7 +415,7 @@ func assertQuietEqual(t testing.TB, d *daemon) kvfsStats {
 	for {
 		st := stats(t, d.mp)
 		df, errDf := dfUsed(d.mp)
-		du, errDu := duBytes(d.mp)
+		du, errDu := usage.Du(d.mp)
 		sb, errSb := storeBytes(d.store)
 		duCmd, errCmd := duCommand(d.mp)
 		if err := errors.Join(errDf, errDu, errSb, errCmd); err != nil {

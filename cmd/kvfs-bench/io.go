@@ -169,25 +169,3 @@ func verifyObject(path string, want, buf []byte) error {
 	}
 	return nil
 }
-
-// duBytes sums st_blocks*512 over the regular files under dir, once per
-// inode, as du does.
-func duBytes(dir string) (int64, error) {
-	seen := map[uint64]bool{}
-	var total int64
-	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err != nil || !e.Type().IsRegular() {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		if !seen[st.Ino] {
-			seen[st.Ino] = true
-			total += st.Blocks * 512
-		}
-		return nil
-	})
-	return total, err
-}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/kvfs/kvfs/internal/usage"
 	"path/filepath"
 	"strings"
 	"time"
@@ -149,8 +150,8 @@ func (b *bench) accounting(t *target) {
 		b.check("FAIL %s: %v", t.name, err)
 		return
 	}
-	duMount, err1 := duBytes(t.root)
-	duStore, err2 := duBytes(filepath.Join(t.d.store, "data"))
+	duMount, err1 := usage.FileBlocks(t.root)
+	duStore, err2 := usage.FileBlocks(filepath.Join(t.d.store, "data"))
 	var sf unix.Statfs_t
 	err3 := unix.Statfs(t.root, &sf)
 	if err1 != nil || err2 != nil || err3 != nil {
