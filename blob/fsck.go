@@ -10,6 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ErrNotStore means a directory has no store layout.
+var ErrNotStore = errors.New("not a kvfs store")
+
 // FsckReport is what an offline check of a store found.
 type FsckReport struct {
 	Objects  int64    `json:"objects"`
@@ -25,7 +28,7 @@ type FsckReport struct {
 func Fsck(dir string, repair bool) (FsckReport, error) {
 	var rep FsckReport
 	if st, err := os.Stat(filepath.Join(dir, DataName)); err != nil || !st.IsDir() {
-		return rep, fmt.Errorf("%s is not a kvfs store (no %s/ directory)", dir, DataName)
+		return rep, fmt.Errorf("%s is %w (no %s/ directory)", dir, ErrNotStore, DataName)
 	}
 	lock, err := lockStore(dir)
 	if err != nil {

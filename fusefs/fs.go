@@ -193,10 +193,5 @@ func (f *FS) setSize(ctx context.Context, id ledger.ID, size int64) error {
 	return f.admit(ctx, id, func() ([]ledger.Victim, error) { return f.ledger.SetSize(id, size) }, ledger.Charge(size)-charge)
 }
 
-// unlinked settles the ledger after a name of id was removed.
-func (f *FS) unlinked(id ledger.ID) {
-	f.ledger.Unlink(id)
-}
-
 // CheckInvariants checks the ledger's invariants; tests call it.
 func (f *FS) CheckInvariants() error { return f.ledger.CheckInvariants() }

@@ -123,6 +123,11 @@ func (l *Ledger) Capacity() int64 { return l.capacity }
 func (l *Ledger) Restore(id ID, size int64, nlink int) ([]Victim, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.restore(id, size, nlink)
+}
+
+// restore is Restore with mu held.
+func (l *Ledger) restore(id ID, size int64, nlink int) ([]Victim, error) {
 	if _, ok := l.entries[id]; ok {
 		return nil, ErrExists
 	}
@@ -142,11 +147,11 @@ func (l *Ledger) Restore(id ID, size int64, nlink int) ([]Victim, error) {
 // most recently used, evicting others if it does not fit. It counts as a
 // reconciliation.
 func (l *Ledger) Adopt(id ID, size int64, nlink int) ([]Victim, error) {
-	victims, err := l.Restore(id, size, nlink)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	victims, err := l.restore(id, size, nlink)
 	if err == nil {
-		l.mu.Lock()
 		l.reconciled++
-		l.mu.Unlock()
 	}
 	return victims, err
 }

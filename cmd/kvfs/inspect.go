@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/kvfs/kvfs/blob"
@@ -82,10 +81,10 @@ func cmdFsck(args []string, stdout io.Writer) error {
 	if st, err := os.Stat(*store); err != nil || !st.IsDir() {
 		return mount.Usagef("store %s is not a directory", *store)
 	}
-	if st, err := os.Stat(filepath.Join(*store, blob.DataName)); err != nil || !st.IsDir() {
-		return mount.Usagef("%s is not a kvfs store (no %s/ directory)", *store, blob.DataName)
-	}
 	rep, err := blob.Fsck(*store, *repair)
+	if errors.Is(err, blob.ErrNotStore) {
+		return mount.Usagef("%v", err)
+	}
 	if err != nil {
 		return err
 	}
