@@ -166,14 +166,19 @@ func cmdMount(args []string, stdout io.Writer) error {
 		}
 		defer stop()
 	}
+	// Signals are caught before the mount exists: one that lands while the
+	// store loads or the kernel mounts waits in the channel and unmounts as
+	// soon as there is something to unmount, instead of killing the daemon
+	// and leaving a dead mount behind.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	m, err := mount.Start(o)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
 		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for range sigs {
 			if err := m.Unmount(); err != nil {
