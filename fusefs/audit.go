@@ -66,6 +66,7 @@ func (f *FS) resized(id ledger.ID, walked int64) bool {
 	if err != nil || st.Size == size || f.ledger.Writers(id) > 0 {
 		return false
 	}
+	f.ram.Drop(uint64(id))
 	return f.ledger.Reconcile(id, st.Size)
 }
 

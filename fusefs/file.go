@@ -2,6 +2,8 @@ package fusefs
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/ramcache"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,6 +34,12 @@ type handle struct {
 	// passthrough: reads of h are served by the kernel from f; set once
 	// by mayJoin.
 	passthrough bool
+	// ram, for a plain reader, is the RAM tier's copy of the object it
+	// serves reads from; fill, failing that, collects what its reads
+	// return into a copy. Both are set by attachRAM and cleared by
+	// dropRAM when the object's bytes are about to change.
+	ram  atomic.Pointer[[]byte]
+	fill atomic.Pointer[ramcache.Fill]
 }
 
 // passthroughHandle is a read-only handle whose reads the kernel serves
@@ -59,7 +68,23 @@ func (h *handle) fuseFlags() uint32 {
 	return fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
 }
 
-func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (_ fuse.ReadResult, errno syscall.Errno) {
+	if data := h.ram.Load(); data != nil {
+		b := *data
+		if off >= int64(len(b)) {
+			return fuse.ReadResultData(nil), 0
+		}
+		return fuse.ReadResultData(b[off:min(off+int64(len(dest)), int64(len(b)))]), 0
+	}
+	if fill := h.fill.Load(); fill != nil {
+		defer h.n.fs.guard("read", &errno)
+		n, err := h.f.ReadAt(dest, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, h.n.fs.errno("read", err)
+		}
+		fill.Add(off, dest[:n])
+		return fuse.ReadResultData(dest[:n]), 0
+	}
 	return fuse.ReadResultFd(h.f.Fd(), off, len(dest)), 0
 }
 
@@ -144,6 +169,7 @@ func (h *handle) Release(ctx context.Context) (errno syscall.Errno) {
 		h.n.endWrite(h)
 	}
 	h.n.forget(h)
+	h.fill.Swap(nil).Abandon()
 	h.f.Close()
 	fs.ledger.Close(h.n.id, h.write)
 	return 0
@@ -160,6 +186,7 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) (errno syscall.
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) (errno syscall.Errno) {
 	fs := h.n.fs
 	defer fs.guard("fallocate", &errno)
+	h.n.dropRAM()
 	switch mode {
 	case 0:
 		if err := fs.grow(ctx, h.n.id, int64(off+size)); err != nil {

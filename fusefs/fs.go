@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/ramcache"
 	"go.uber.org/zap"
 )
 
@@ -29,7 +30,11 @@ type Config struct {
 	// AuditInterval is how often the store is walked for changes made
 	// behind kvfs's back; zero never.
 	AuditInterval time.Duration
-	Logger        *zap.Logger
+	// RAM, when set, keeps copies of objects that plain (not
+	// passthrough) readers load, and serves later loads from memory.
+	// Its owner closes it after the server stops.
+	RAM    *ramcache.Cache
+	Logger *zap.Logger
 }
 
 // FS is one mounted kvfs: the store, the ledger, and the kernel-facing
@@ -39,6 +44,7 @@ type FS struct {
 	ledger *ledger.Ledger
 	cfg    Config
 	log    *zap.Logger
+	ram    *ramcache.Cache // nil: no RAM tier
 
 	// dirs maps directory IDs to the go-fuse inodes the kernel knows,
 	// so eviction can invalidate names in them.
@@ -77,6 +83,7 @@ func New(store *blob.Store, l *ledger.Ledger, cfg Config) *FS {
 		ledger:  l,
 		cfg:     cfg,
 		log:     cfg.Logger,
+		ram:     cfg.RAM,
 		notices: make(chan notice, 4096),
 		done:    make(chan struct{}),
 	}
@@ -98,8 +105,22 @@ func (f *FS) Close() {
 	f.wg.Wait()
 }
 
-// Stats is the ledger's snapshot.
-func (f *FS) Stats() ledger.Stats { return f.ledger.Stats() }
+// Stats is what `kvfs stats` reports: the ledger's snapshot, and the RAM
+// tier's counters when there is one.
+type Stats struct {
+	ledger.Stats
+	RAMCache *ramcache.Stats `json:"ram_cache,omitempty"`
+}
+
+// Stats is a snapshot of the ledger and the RAM tier.
+func (f *FS) Stats() Stats {
+	st := Stats{Stats: f.ledger.Stats()}
+	if f.ram != nil {
+		r := f.ram.Stats()
+		st.RAMCache = &r
+	}
+	return st
+}
 
 func (f *FS) notifyLoop() {
 	defer f.wg.Done()
@@ -137,6 +158,7 @@ func (f *FS) queue(n notice) {
 // has already released their charges.
 func (f *FS) evict(victims []ledger.Victim) {
 	for _, v := range victims {
+		f.ram.Drop(uint64(v.ID))
 		names := f.store.Drop(v.ID)
 		f.log.Debug("evicted", zap.Uint64("id", uint64(v.ID)), zap.Int64("bytes", v.Charge), zap.Int("names", len(names)))
 		for _, n := range names {
@@ -152,6 +174,7 @@ func (f *FS) vanished(id ledger.ID, why error) {
 		f.log.Warn("object vanished from the store; dropped from the ledger",
 			zap.Uint64("id", uint64(id)), zap.Error(why))
 	}
+	f.ram.Drop(uint64(id))
 	for _, n := range f.store.Drop(id) {
 		f.queue(notice{parent: n.Parent, name: n.Name})
 	}

@@ -331,7 +331,7 @@ func eventually(d time.Duration, cond func() bool) bool {
 func (k *kvfsMount) settled(cond func(ledger.Stats) bool) ledger.Stats {
 	var st ledger.Stats
 	eventually(2*time.Second, func() bool {
-		st = k.M.Stats()
+		st = k.M.Stats().Stats
 		return cond(st)
 	})
 	return st

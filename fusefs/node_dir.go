@@ -155,7 +155,7 @@ func (n *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint3
 	if n.id != blob.RootID || attr != StatsXattr {
 		return 0, syscall.ENODATA
 	}
-	data, _ := json.Marshal(n.fs.ledger.Stats())
+	data, _ := json.Marshal(n.fs.Stats())
 	return copyXattr(data, dest)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/ramcache"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -66,6 +67,7 @@ func (f *FS) fileAttr(id ledger.ID, file *os.File, out *fuse.Attr) error {
 		return ledger.ErrGone
 	}
 	if size != st.Size && f.ledger.Writers(id) == 0 && f.ledger.Reconcile(id, st.Size) {
+		f.ram.Drop(uint64(id))
 		f.log.Warn("object size changed behind kvfs; ledger reconciled",
 			zap.Uint64("id", uint64(id)), zap.Int64("ledger", size), zap.Int64("store", st.Size))
 		f.evict(f.ledger.Trim())
@@ -157,6 +159,7 @@ func (n *fileNode) truncate(ctx context.Context, h *handle, size int64) syscall.
 	if err := n.fs.setSize(ctx, n.id, size); err != nil {
 		return n.fs.errno("truncate", err)
 	}
+	n.dropRAM()
 	if err := f.Truncate(size); err != nil {
 		n.fs.settle(n.id, f)
 		return n.fs.errno("truncate", err)
@@ -208,6 +211,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ u
 		n.touch(f)
 		if !h.passthrough {
 			n.cached.Store(true)
+			n.attachRAM(h)
 		}
 	}
 	return h.served(), h.fuseFlags(), 0
@@ -310,10 +314,61 @@ func (n *fileNode) beginWrite(h *handle, marked bool) error {
 		return nil
 	}
 	n.writers++
+	n.dropRAMLocked()
 	if n.writers == 1 && !marked {
 		return n.fs.store.MarkWriting(h.f, n.id)
 	}
 	return nil
+}
+
+// attachRAM gives a plain reader the RAM tier's copy of the object, or a
+// fill that makes one from its reads. It runs under n.mu with no writer
+// open, so the copy is of the bytes as they are, and a writer that comes
+// later finds the handle in n.handles and the fill registered, and
+// cancels both (dropRAMLocked).
+func (n *fileNode) attachRAM(h *handle) {
+	if n.fs.ram == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.writers > 0 {
+		return
+	}
+	st, err := fstat(h.f)
+	if err != nil {
+		return
+	}
+	stamp := ramcache.Stamp{Size: st.Size, Mtime: st.Mtim.Nano()}
+	if data, ok := n.fs.ram.Get(uint64(n.id), stamp); ok {
+		h.ram.Store(&data)
+		return
+	}
+	if fill := n.fs.ram.StartFill(uint64(n.id), stamp); fill != nil {
+		h.fill.Store(fill)
+	}
+}
+
+// dropRAM forgets the RAM tier's copy of the object and stops every open
+// handle serving or filling one: its bytes are about to change.
+func (n *fileNode) dropRAM() {
+	if n.fs.ram == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.dropRAMLocked()
+}
+
+func (n *fileNode) dropRAMLocked() {
+	if n.fs.ram == nil {
+		return
+	}
+	n.fs.ram.Drop(uint64(n.id))
+	for _, h := range n.handles {
+		h.ram.Store(nil)
+		h.fill.Swap(nil).Abandon()
+	}
 }
 
 // endWrite is the close of a writer: when no writer is left the object

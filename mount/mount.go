@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/ramcache"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -31,6 +33,7 @@ type Mount struct {
 	server  *fuse.Server
 	fs      *fusefs.FS
 	store   *blob.Store
+	ram     *ramcache.Cache // nil without --ram-cache
 	log     *zap.Logger
 }
 
@@ -65,6 +68,7 @@ func Start(o Options) (*Mount, error) {
 	}
 	if err := m.mount(); err != nil {
 		m.fs.Close()
+		m.ram.Close()
 		store.Close()
 		return nil, err
 	}
@@ -104,10 +108,16 @@ func (m *Mount) load() error {
 		zap.Int64("bytes", rep.Bytes), zap.Int64("incomplete_reclaimed", rep.Incomplete),
 		zap.Int64("foreign_removed", rep.Foreign), zap.Int("evicted_to_fit", m.Evicted),
 		zap.Duration("took", time.Since(start)))
+	if m.RAMCache > 0 {
+		if m.ram, err = ramcache.New(m.RAMCache); err != nil {
+			return err
+		}
+	}
 	m.fs = fusefs.New(m.store, l, fusefs.Config{
 		WaitLimit:     m.WaitLimit,
 		Passthrough:   m.Passthrough,
 		AuditInterval: m.AuditInterval,
+		RAM:           m.ram,
 		Logger:        m.log.Named("fusefs"),
 	})
 	return nil
@@ -121,7 +131,7 @@ func (m *Mount) mount() error {
 			FsName:               m.Store,
 			AllowOther:           m.AllowOther,
 			Options:              []string{"default_permissions"},
-			MaxWrite:             1 << 20,
+			MaxWrite:             maxRead,
 			MaxBackground:        64,
 			DirectMount:          os.Geteuid() == 0,
 			IgnoreSecurityLabels: true,
@@ -143,9 +153,34 @@ func (m *Mount) mount() error {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
 	}
 	m.server = server
+	m.widenReadahead(maxRead)
 	m.log.Info("mounted", zap.String("mountpoint", m.Mountpoint), zap.Int64("capacity", m.Capacity),
-		zap.Bool("passthrough", m.PassthroughActive()))
+		zap.Bool("passthrough", m.PassthroughActive()), zap.Int64("ram_cache", m.RAMCache))
+	if m.ram != nil && m.PassthroughActive() {
+		m.log.Warn("the RAM tier only serves plain reads, and passthrough serves them all here; " +
+			"mount with --no-passthrough to use it")
+	}
 	return nil
+}
+
+// maxRead is the largest READ and WRITE request, and the readahead
+// window kvfs asks for: the kernel's limit (256 pages).
+const maxRead = 1 << 20
+
+// widenReadahead raises the mount's readahead window from the kernel's
+// 128 KiB to n bytes, so that loads that do not use passthrough reach
+// the daemon in 1 MiB requests rather than 128 KiB ones: a whole-object
+// load from the RAM tier or a cold store runs about twice as fast (1.6
+// against 3.3 GB/s from RAM here). Only root may; others keep 128 KiB.
+func (m *Mount) widenReadahead(n int) {
+	var st unix.Stat_t
+	if err := unix.Stat(m.Mountpoint, &st); err != nil {
+		return
+	}
+	bdi := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if err := os.WriteFile(bdi, []byte(strconv.Itoa(n>>10)), 0); err != nil {
+		m.log.Debug("readahead left at the kernel's default", zap.String("bdi", bdi), zap.Error(err))
+	}
 }
 
 // PassthroughActive says whether the kernel accepted FUSE passthrough.
@@ -153,14 +188,19 @@ func (m *Mount) PassthroughActive() bool {
 	return m.Passthrough && m.server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0
 }
 
-// Stats is the ledger's snapshot.
-func (m *Mount) Stats() ledger.Stats { return m.fs.Stats() }
+// RAMWait waits until the RAM tier has applied the copies offered to
+// it; tests use it.
+func (m *Mount) RAMWait() { m.ram.Wait() }
+
+// Stats is the ledger's snapshot, and the RAM tier's counters.
+func (m *Mount) Stats() fusefs.Stats { return m.fs.Stats() }
 
 // Wait serves until the file system is unmounted, then releases the
 // store.
 func (m *Mount) Wait() {
 	m.server.Wait()
 	m.fs.Close()
+	m.ram.Close()
 	m.store.Close()
 }
 

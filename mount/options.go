@@ -35,7 +35,10 @@ type Options struct {
 	// AuditInterval is how often the store is walked for changes made
 	// behind kvfs's back; zero never.
 	AuditInterval time.Duration
-	AllowOther    bool
+	// RAMCache is the size of the RAM tier (package ramcache); zero
+	// means none. It only serves reads that passthrough does not.
+	RAMCache   int64
+	AllowOther bool
 	Passthrough   bool
 	DebugFUSE     bool
 	Logger        *zap.Logger
@@ -122,6 +125,9 @@ func (o *Options) validate() error {
 	}
 	if o.Capacity < 0 || (o.Capacity > 0 && o.Capacity < ledger.BlockSize) {
 		return usagef("capacity %d is below one block (%d bytes)", o.Capacity, ledger.BlockSize)
+	}
+	if o.RAMCache < 0 || (o.RAMCache > 0 && o.RAMCache < 1<<20) {
+		return usagef("--ram-cache %d is below 1 MiB (0 turns the RAM tier off)", o.RAMCache)
 	}
 	for _, d := range []struct {
 		flag string

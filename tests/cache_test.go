@@ -1,10 +1,13 @@
 package tests
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -301,4 +304,72 @@ func TestLRUOrder(t *testing.T) {
 	present("b", "d", "e", "f")
 	assertQuietEqual(t, d)
 	d.stop()
+}
+
+// TestRAMCache: `--ram-cache` with passthrough off serves a load whose
+// pages the kernel dropped from the RAM tier, exact, and says so in
+// `kvfs stats`; the mount's readahead is widened to 1 MiB (root).
+func TestRAMCache(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB", "--no-passthrough", "--ram-cache", "16MiB")
+	p := filepath.Join(d.mp, "obj")
+	want := objectBytes("obj", 3<<20+5)
+	putFile(t, p, want)
+	load := func() {
+		t.Helper()
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		got := make([]byte, len(want)+1)
+		n, _ := io.ReadFull(f, got)
+		if err := checkObject(got[:n], "obj", len(want)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type ramStats struct {
+		RAM *struct {
+			Capacity int64 `json:"capacity_bytes"`
+			Hits     int64 `json:"hits"`
+			Bytes    int64 `json:"bytes"`
+		} `json:"ram_cache"`
+	}
+	ram := func() ramStats {
+		t.Helper()
+		res := runKvfs(t, "stats", "--json", d.mp)
+		var st ramStats
+		if err := json.Unmarshal([]byte(res.stdout), &st); err != nil || st.RAM == nil {
+			t.Fatalf("stats --json: %v %s", err, res.stdout)
+		}
+		return st
+	}
+	load()
+	// The copy reaches the tier asynchronously.
+	for i := 0; i < 50 && ram().RAM.Hits == 0; i++ {
+		time.Sleep(20 * time.Millisecond)
+		load()
+	}
+	if st := ram(); st.RAM.Capacity != 16<<20 || st.RAM.Hits < 1 || st.RAM.Bytes != int64(len(want)) {
+		t.Fatalf("RAM tier after loads: %+v", *st.RAM)
+	}
+	if out := runKvfs(t, "stats", d.mp).stdout; !strings.Contains(out, "ram_cache.hits") {
+		t.Errorf("kvfs stats does not show the RAM tier:\n%s", out)
+	}
+	var sst unix.Stat_t
+	if err := unix.Stat(d.mp, &sst); err != nil {
+		t.Fatal(err)
+	}
+	ra, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(sst.Dev), unix.Minor(sst.Dev)))
+	if err != nil || strings.TrimSpace(string(ra)) != "1024" {
+		t.Errorf("readahead of the mount: %q, %v; want 1024", ra, err)
+	}
+	assertQuietEqual(t, d)
+	d.stop()
+
+	plain := mountCache(t, "--capacity", "64MiB")
+	if out := runKvfs(t, "stats", plain.mp).stdout; strings.Contains(out, "ram_cache") {
+		t.Errorf("stats of a mount without a RAM tier shows one:\n%s", out)
+	}
+	plain.stop()
 }

@@ -16,6 +16,7 @@ type config struct {
 	quick, strict              bool
 	rounds                     int
 	capacity                   int64
+	ramCache                   int64
 	objSize, readObjects       int
 	warmBytes                  int64
 	storeObjects               int
@@ -53,6 +54,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.StringVar(&c.jsonPath, "json", "", "also write the report as JSON to this file (- for stdout; the table then goes to stderr)")
 	work := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))
 	fs.Var(sizeValue{&c.capacity}, "capacity", "capacity of the kvfs mounts (default 16GiB)")
+	fs.Var(sizeValue{&c.ramCache}, "ram-cache", "RAM tier of a third mount, kvfs-ram (no passthrough, --ram-cache SIZE), measured on reads (default 1GiB; 0 leaves it out)")
 	objSize := int64(32 << 20)
 	fs.Var(sizeValue{&objSize}, "object-size", "size of the large objects")
 	fs.IntVar(&c.readObjects, "read-objects", 8, "objects the read workloads load")
@@ -72,7 +74,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.IntVar(&c.restartRounds, "restart-rounds", 3, "restarts timed (each warm, and cold as root)")
 	fs.StringVar(&c.restartParent, "restart-dir", "", "where the restart store is built and kept for reuse (default: --dir's)")
 	fs.DurationVar(&c.mountTimeout, "mount-timeout", 3*time.Minute, "how long a mount may take to appear")
-	c.capacity, c.warmBytes = 16<<30, 1<<30
+	c.capacity, c.warmBytes, c.ramCache = 16<<30, 1<<30, 1<<30
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -141,7 +143,7 @@ func contains(xs []string, x string) bool {
 // public is the configuration as the JSON report shows it.
 func (c *config) public() map[string]any {
 	return map[string]any{
-		"rounds": c.rounds, "passthrough": c.passthrough, "quick": c.quick, "capacity": c.capacity,
+		"rounds": c.rounds, "passthrough": c.passthrough, "ram_cache": c.ramCache, "quick": c.quick, "capacity": c.capacity,
 		"object_size": c.objSize, "read_objects": c.readObjects, "warm_bytes": c.warmBytes,
 		"store_objects": c.storeObjects, "mixed_duration_s": c.mixedDur.Seconds(),
 		"writers": c.writers, "readers": c.readers, "stat_objects": c.statObjects, "stat_ops": c.statOps,

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/fusefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,12 +37,9 @@ type daemon struct {
 // Pdeathsig stops the daemon (cleanly, by SIGTERM) if the bench is
 // killed outright; workers never end on a locked OS thread, so the
 // thread that forked it lives as long as the bench does.
-func startDaemon(bin, store, mp string, capacity int64, noPassthrough bool) (*daemon, error) {
+func startDaemon(bin, store, mp string, capacity int64, extra ...string) (*daemon, error) {
 	args := []string{"mount", "--store", store, "--capacity", fmt.Sprint(capacity)}
-	if noPassthrough {
-		args = append(args, "--no-passthrough")
-	}
-	args = append(args, mp)
+	args = append(append(args, extra...), mp)
 	d := &daemon{bin: bin, mp: mp, store: store, exited: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -183,8 +180,8 @@ func (d *daemon) rssBytes() int64 {
 }
 
 // stats runs `kvfs stats --json` against the mount.
-func (d *daemon) stats() (ledger.Stats, error) {
-	var st ledger.Stats
+func (d *daemon) stats() (fusefs.Stats, error) {
+	var st fusefs.Stats
 	out, err := exec.Command(d.bin, "stats", "--json", d.mp).Output()
 	if err != nil {
 		return st, fmt.Errorf("kvfs stats %s: %w", d.mp, err)

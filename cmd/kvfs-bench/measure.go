@@ -69,10 +69,11 @@ func (b *bench) measure() error {
 				return err
 			}
 		}
-		if err := b.compare(s.metrics, s.fn); err != nil {
+		if err := b.compare(s.key, s.metrics, s.fn); err != nil {
 			return err
 		}
 	}
+	b.ramCheck()
 	for _, t := range b.kvfs {
 		b.accounting(t)
 		b.stopTarget(t)
@@ -101,11 +102,14 @@ func (b *bench) forEach(what string, fn func(*target) error) error {
 // compare measures every target each round, the order rotated from
 // round to round (plain, kvfs; kvfs, plain; ...) so that drift and
 // order effects cancel, and adds a row per metric and kvfs target.
-func (b *bench) compare(ms []metric, fn func(*target, int) ([]float64, error)) error {
+func (b *bench) compare(key string, ms []metric, fn func(*target, int) ([]float64, error)) error {
 	samples := map[*target][][]float64{}
 	for r := 0; r < b.cfg.rounds; r++ {
 		for i := range b.all {
 			t := b.all[(i+r)%len(b.all)]
+			if !t.runs(key) {
+				continue
+			}
 			if err := b.ctx.Err(); err != nil {
 				return err
 			}
@@ -123,10 +127,30 @@ func (b *bench) compare(ms []metric, fn func(*target, int) ([]float64, error)) e
 	}
 	for j, m := range ms {
 		for _, k := range b.kvfs {
+			if !k.runs(key) {
+				continue
+			}
 			b.pairRow(m, k.mode, column(samples[b.plain], j), column(samples[k], j))
 		}
 	}
 	return nil
+}
+
+// ramCheck reports what the RAM tier of the kvfs-ram mount did.
+func (b *bench) ramCheck() {
+	for _, t := range b.kvfs {
+		if t.mode != "ram" || t.d == nil {
+			continue
+		}
+		st, err := t.d.stats()
+		if err != nil || st.RAMCache == nil {
+			b.check("FAIL %s: no RAM tier stats: %v", t.name, err)
+			continue
+		}
+		r := st.RAMCache
+		b.note("%s RAM tier: %d hits, %d misses, %d copies made, %d bytes held of %d", t.name,
+			r.Hits, r.Misses, r.Fills, r.Bytes, r.CapacityBytes)
+	}
 }
 
 func column(rows [][]float64, j int) []float64 {

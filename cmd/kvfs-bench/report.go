@@ -172,6 +172,8 @@ func shortMode(m string) string {
 		return "pt"
 	case "no-passthrough":
 		return "no-pt"
+	case "ram":
+		return "ram"
 	}
 	return m
 }

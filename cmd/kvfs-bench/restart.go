@@ -190,7 +190,7 @@ func (b *bench) timeRestart(s *restartStore, mp string, capacity int64) (restart
 	var r restartSample
 	path := filepath.Join(mp, s.known())
 	start := time.Now()
-	d, err := startDaemon(b.bin, s.store, mp, capacity, false)
+	d, err := startDaemon(b.bin, s.store, mp, capacity)
 	if err != nil {
 		return r, err
 	}

@@ -12,11 +12,15 @@ import (
 // target is one place the workloads run in: the plain directory, or a
 // kvfs mount (with or without passthrough).
 type target struct {
-	name string // "plain", "kvfs", "kvfs-nopt"
-	mode string // for kvfs: "passthrough" or "no-passthrough"
+	name string // "plain", "kvfs", "kvfs-nopt", "kvfs-ram"
+	mode string // for kvfs: "passthrough", "no-passthrough" or "ram"
 	root string
 	d    *daemon
+	// only, when set, names the workloads the target takes part in.
+	only map[string]bool
 }
+
+func (t *target) runs(workload string) bool { return t.only == nil || t.only[workload] }
 
 func (t *target) path(elem ...string) string {
 	return filepath.Join(append([]string{t.root}, elem...)...)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/fusefs"
-	"github.com/kvfs/kvfs/ledger"
 	"github.com/kvfs/kvfs/mount"
 	"golang.org/x/sys/unix"
 )
@@ -30,26 +29,33 @@ func cmdStats(args []string, stdout io.Writer) error {
 	if *asJSON {
 		return printJSON(stdout, st)
 	}
-	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, kv := range []struct {
+	type kv struct {
 		k string
 		v int64
-	}{
+	}
+	rows := []kv{
 		{"capacity_bytes", st.CapacityBytes}, {"used_bytes", st.UsedBytes},
 		{"objects", st.Objects}, {"pinned_objects", st.PinnedObjects},
 		{"pinned_bytes", st.PinnedBytes}, {"shadow_bytes", st.ShadowBytes},
 		{"evictions", st.Evictions}, {"evicted_bytes", st.EvictedBytes},
 		{"admission_failures", st.AdmissionFailures}, {"reconciliations", st.Reconciliations},
-	} {
-		fmt.Fprintf(w, "%s\t%d\n", kv.k, kv.v)
+	}
+	if r := st.RAMCache; r != nil {
+		rows = append(rows, kv{"ram_cache.capacity_bytes", r.CapacityBytes}, kv{"ram_cache.bytes", r.Bytes},
+			kv{"ram_cache.hits", r.Hits}, kv{"ram_cache.misses", r.Misses}, kv{"ram_cache.fills", r.Fills},
+			kv{"ram_cache.drops", r.Drops}, kv{"ram_cache.stale", r.Stale})
+	}
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%d\n", r.k, r.v)
 	}
 	return w.Flush()
 }
 
-// readStats asks a live mount for its ledger through the root's stats
-// extended attribute.
-func readStats(mp string) (ledger.Stats, error) {
-	var st ledger.Stats
+// readStats asks a live mount for its ledger (and RAM tier) through the
+// root's stats extended attribute.
+func readStats(mp string) (fusefs.Stats, error) {
+	var st fusefs.Stats
 	if _, err := os.Stat(mp); err != nil {
 		return st, mount.Usagef("%v", err)
 	}

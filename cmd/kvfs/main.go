@@ -139,6 +139,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.WaitLimit, "wait-limit", mount.DefaultWaitLimit, "how long a write waits for space before ENOSPC")
 	fs.DurationVar(&o.CacheTimeout, "cache-timeout", mount.DefaultCacheTimeout, "kernel name and attribute cache timeout")
 	fs.DurationVar(&o.AuditInterval, "audit-interval", mount.DefaultAuditInterval, "how often to walk the store for changes made behind kvfs's back (0: never)")
+	fs.Var(sizeFlag{&o.RAMCache}, "ram-cache", "keep copies of objects plain reads load in this much RAM, like 4GiB (default 0: none; passthrough reads never need it)")
 	fs.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the mounter in")
 	noPassthrough := fs.Bool("no-passthrough", false, "serve reads through FUSE even where passthrough works")
 	fs.BoolVar(&o.DebugFUSE, "debug-fuse", false, "log every FUSE request")
