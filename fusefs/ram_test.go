@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-
 // coldRead reads path whole after asking the kernel to drop its cached
 // pages of it, so the reads reach the daemon.
 func coldRead(t *testing.T, path string) []byte {

@@ -37,11 +37,11 @@ type Options struct {
 	AuditInterval time.Duration
 	// RAMCache is the size of the RAM tier (package ramcache); zero
 	// means none. It only serves reads that passthrough does not.
-	RAMCache   int64
-	AllowOther bool
-	Passthrough   bool
-	DebugFUSE     bool
-	Logger        *zap.Logger
+	RAMCache    int64
+	AllowOther  bool
+	Passthrough bool
+	DebugFUSE   bool
+	Logger      *zap.Logger
 }
 
 // Defaults for the options a user leaves out.
