@@ -173,11 +173,11 @@ const maxRead = 1 << 20
 // load from the RAM tier or a cold store runs about twice as fast (1.6
 // against 3.3 GB/s from RAM here). Only root may; others keep 128 KiB.
 func (m *Mount) widenReadahead(n int) {
-	var st unix.Stat_t
-	if err := unix.Stat(m.Mountpoint, &st); err != nil {
+	e, ok := mountEntryAt(m.Mountpoint)
+	if !ok || e.fstype != FSType {
 		return
 	}
-	bdi := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	bdi := "/sys/class/bdi/" + e.dev + "/read_ahead_kb"
 	if err := os.WriteFile(bdi, []byte(strconv.Itoa(n>>10)), 0); err != nil {
 		m.log.Debug("readahead left at the kernel's default", zap.String("bdi", bdi), zap.Error(err))
 	}
@@ -228,7 +228,14 @@ func Unmount(mountpoint string) error {
 	if fstype != FSType {
 		return usagef("%s is a %s mount, not kvfs", mountpoint, fstype)
 	}
-	if err := unix.Unmount(mountpoint, 0); err == nil {
+	// FUSE releases files a moment after close(2) returns, so a mount
+	// that was just in use can answer EBUSY briefly.
+	err := unix.Unmount(mountpoint, 0)
+	for i := 0; i < 20 && errors.Is(err, unix.EBUSY); i++ {
+		time.Sleep(50 * time.Millisecond)
+		err = unix.Unmount(mountpoint, 0)
+	}
+	if err == nil {
 		return nil
 	} else if !errors.Is(err, unix.EPERM) {
 		return fmt.Errorf("unmounting %s: %w", mountpoint, err)
@@ -263,12 +270,26 @@ func detach(mp string) error {
 
 // mountedAt reports whether mp is a mount point, and its type.
 func mountedAt(mp string) (bool, string) {
+	e, ok := mountEntryAt(mp)
+	return ok, e.fstype
+}
+
+// mountEntry is what kvfs reads of a line of /proc/self/mountinfo.
+type mountEntry struct {
+	dev    string // major:minor
+	fstype string
+}
+
+// mountEntryAt is the topmost mount at mp (the last listed), read from
+// mountinfo without touching the path, which could hold a mount busy.
+func mountEntryAt(mp string) (mountEntry, bool) {
+	var e mountEntry
+	found := false
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return false, ""
+		return e, false
 	}
 	defer f.Close()
-	found, fstype := false, ""
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// id parent major:minor root mountpoint options... - fstype source
@@ -278,11 +299,11 @@ func mountedAt(mp string) (bool, string) {
 		}
 		for i, f := range fields {
 			if f == "-" && i+1 < len(fields) {
-				found, fstype = true, fields[i+1]
+				found, e = true, mountEntry{dev: fields[2], fstype: fields[i+1]}
 			}
 		}
 	}
-	return found, fstype
+	return e, found
 }
 
 // unescape undoes mountinfo's octal escapes of space, tab, newline and
