@@ -231,7 +231,7 @@ func Unmount(mountpoint string) error {
 	// FUSE releases files a moment after close(2) returns, so a mount
 	// that was just in use can answer EBUSY briefly.
 	err := unix.Unmount(mountpoint, 0)
-	for i := 0; i < 20 && errors.Is(err, unix.EBUSY); i++ {
+	for i := 0; i < 60 && errors.Is(err, unix.EBUSY); i++ {
 		time.Sleep(50 * time.Millisecond)
 		err = unix.Unmount(mountpoint, 0)
 	}

@@ -131,7 +131,8 @@ func (d *daemon) stop() error {
 	if mountedType(d.mp) == "fuse.kvfs" {
 		out, err := exec.Command(d.bin, "unmount", d.mp).CombinedOutput()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("kvfs unmount %s: %v: %s", d.mp, err, strings.TrimSpace(string(out))))
+			errs = append(errs, fmt.Errorf("kvfs unmount %s: %v: %s (processes using it: %s)",
+				d.mp, err, strings.TrimSpace(string(out)), holders(d.mp)))
 		}
 	}
 	if !d.waitExit(15 * time.Second) {

@@ -229,6 +229,28 @@ func syncFS(dir string) {
 	unix.Close(fd)
 }
 
+// holders lists the processes with a descriptor, working directory or
+// root under dir, for a report of why an unmount was busy.
+func holders(dir string) string {
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	var out []string
+	for _, p := range procs {
+		links := []string{filepath.Join(p, "cwd"), filepath.Join(p, "root")}
+		fds, _ := filepath.Glob(filepath.Join(p, "fd", "*"))
+		for _, l := range append(links, fds...) {
+			if t, err := os.Readlink(l); err == nil && within(t, dir) {
+				comm, _ := os.ReadFile(filepath.Join(p, "comm"))
+				out = append(out, fmt.Sprintf("%s %s (%s)", filepath.Base(p), strings.TrimSpace(string(comm)), t))
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
+}
+
 func kernelRelease() string {
 	var u unix.Utsname
 	if unix.Uname(&u) != nil {
