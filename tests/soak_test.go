@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ type soakConfig struct {
 	capacity                             int64
 	keys                                 int
 	writers, readers, deleters, renamers int
+	flags                                []string // more kvfs mount flags
 }
 
 // soakCounters is what a soak did, by kind of operation.
@@ -55,7 +57,10 @@ func TestSoak(t *testing.T) {
 }
 
 // TestSoakRace is a shorter soak against a daemon built with -race: it
-// fails on any data race the daemon reports.
+// fails on any data race the daemon reports. It reads without
+// passthrough and through a RAM tier small enough to keep evicting, so
+// the daemon's own read path and the tier's fills and drops race the
+// writers, deleters and evictions (TestSoak covers passthrough).
 func TestSoakRace(t *testing.T) {
 	requireRoot(t)
 	bin := filepath.Join(t.TempDir(), "kvfs-race")
@@ -64,7 +69,7 @@ func TestSoakRace(t *testing.T) {
 		t.Fatalf("go build -race: %v\n%s", err, out)
 	}
 	d := runSoak(t, bin, soakConfig{duration: *soakRaceFor, capacity: 32 * MiB, keys: 32,
-		writers: 3, readers: 2, deleters: 1, renamers: 1})
+		writers: 3, readers: 2, deleters: 1, renamers: 1, flags: []string{"--no-passthrough", "--ram-cache", "16MiB"}})
 	if strings.Contains(d.out.String(), "WARNING: DATA RACE") {
 		t.Errorf("the -race daemon reported a data race")
 	}
@@ -76,7 +81,8 @@ func runSoak(t *testing.T, bin string, cfg soakConfig) *daemon {
 	if err := os.Mkdir(mp, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemonBin(t, bin, mp, "--store", store, "--capacity", fmt.Sprint(cfg.capacity), "--grace", "300ms")
+	flags := append([]string{"--store", store, "--capacity", fmt.Sprint(cfg.capacity), "--grace", "300ms"}, cfg.flags...)
+	d := startDaemonBin(t, bin, mp, flags...)
 	if err := os.Mkdir(filepath.Join(mp, soakDirs[0]), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +140,16 @@ func runSoak(t *testing.T, bin string, cfg soakConfig) *daemon {
 	}
 	if c.bytesWritten.Load() < 3*cfg.capacity {
 		t.Errorf("only %d MiB written over a %d MiB capacity", c.bytesWritten.Load()/MiB, cfg.capacity/MiB)
+	}
+	if slices.Contains(cfg.flags, "--ram-cache") {
+		var ram struct {
+			R map[string]int64 `json:"ram_cache"`
+		}
+		out := runKvfs(t, "stats", "--json", d.mp).stdout
+		if err := json.Unmarshal([]byte(out), &ram); err != nil || ram.R["fills"] == 0 || ram.R["hits"] == 0 {
+			t.Errorf("the RAM tier was not exercised (%v): %s", err, out)
+		}
+		t.Logf("RAM tier: %v", ram.R)
 	}
 	requireCleanLog(t, d)
 	d.stop()
