@@ -127,11 +127,17 @@ func (m *Mount) mount() error {
 	timeout, negative := m.CacheTimeout, m.CacheTimeout
 	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
-			Name:                 "kvfs",
-			FsName:               m.Store,
-			AllowOther:           m.AllowOther,
-			Options:              []string{"default_permissions"},
-			MaxWrite:             maxRead,
+			Name:       "kvfs",
+			FsName:     m.Store,
+			AllowOther: m.AllowOther,
+			Options:    []string{"default_permissions"},
+			MaxWrite:   maxRead,
+			// go-fuse tries to splice every read reply through a pipe,
+			// which cannot hold a 1 MiB reply plus its header (pipe-max-
+			// size is 1 MiB): each such reply failed, fell back to a
+			// copy, and logged a line. Copying outright measured the
+			// same (no-passthrough warm reads 6.6 against 6.8 GB/s).
+			DisableSplice:        true,
 			MaxBackground:        64,
 			DirectMount:          os.Geteuid() == 0,
 			IgnoreSecurityLabels: true,

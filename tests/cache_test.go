@@ -367,9 +367,27 @@ func TestRAMCache(t *testing.T) {
 	assertQuietEqual(t, d)
 	d.stop()
 
-	plain := mountCache(t, "--capacity", "64MiB")
+	requireCleanLog(t, d)
+
+	// Without the tier, 1 MiB reads (the widened readahead, O_DIRECT)
+	// are served exactly and quietly too.
+	plain := mountCache(t, "--capacity", "64MiB", "--no-passthrough")
 	if out := runKvfs(t, "stats", plain.mp).stdout; strings.Contains(out, "ram_cache") {
 		t.Errorf("stats of a mount without a RAM tier shows one:\n%s", out)
 	}
+	p = filepath.Join(plain.mp, "obj")
+	putFile(t, p, want)
+	load()
+	direct, err := os.OpenFile(p, os.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := alignedBuffer(t, 4<<20)
+	n, _ := io.ReadFull(direct, buf[:len(want)])
+	direct.Close()
+	if err := checkObject(buf[:n], "obj", len(want)); err != nil {
+		t.Fatalf("O_DIRECT load: %v", err)
+	}
+	requireCleanLog(t, plain)
 	plain.stop()
 }
