@@ -1,6 +1,7 @@
 package blob
 
 import (
+	"errors"
 	"io/fs"
 	"path/filepath"
 	"strings"
@@ -31,10 +32,23 @@ type Audit struct {
 // Audit walks data/ without holding the index lock, then settles each
 // difference under it after checking it again, so work done through the
 // mount meanwhile is never mistaken for a change behind kvfs's back.
-func (s *Store) Audit() (Audit, error) {
+func (s *Store) Audit() (Audit, error) { return s.AuditUntil(nil) }
+
+// ErrAuditStopped is AuditUntil's answer when stop closed mid-walk; the
+// index is then unchanged.
+var ErrAuditStopped = errors.New("audit stopped")
+
+// AuditUntil is Audit, given up (with ErrAuditStopped) as soon as stop
+// closes.
+func (s *Store) AuditUntil(stop <-chan struct{}) (Audit, error) {
 	onDisk := map[string]unix.Stat_t{}
 	root := s.BackingPath(".")
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		select {
+		case <-stop:
+			return ErrAuditStopped
+		default:
+		}
 		if err != nil || !d.Type().IsRegular() {
 			return nil
 		}

@@ -28,6 +28,11 @@ type LoadReport struct {
 	Incomplete     int64 `json:"incomplete"`
 	IncompleteByte int64 `json:"incomplete_bytes"`
 	Foreign        int64 `json:"foreign"`
+	// FromSnapshot: the index came from the snapshot a clean stop left
+	// (see SnapshotName), not from a walk; SnapshotUnused says why a
+	// walk was needed ("none": there was no snapshot).
+	FromSnapshot   bool   `json:"from_snapshot"`
+	SnapshotUnused string `json:"snapshot_unused,omitempty"`
 }
 
 // Load rebuilds the index from data/ after a clean stop or a crash. Files
@@ -43,6 +48,18 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 	incomplete, err := s.takeWriting()
 	if err != nil {
 		return nil, rep, err
+	}
+	if len(incomplete) == 0 {
+		objects, srep, err := s.takeSnapshot()
+		if err == nil {
+			s.writeHint(len(objects))
+			return objects, srep, nil
+		}
+		rep.SnapshotUnused = strings.TrimPrefix(err.Error(), errSnapshot.Error()+": ")
+	} else {
+		// A write was open at the stop: a snapshot cannot be from it.
+		s.dropSnapshot()
+		rep.SnapshotUnused = "a write was open at the stop"
 	}
 	l := loader{objects: make([]Object, 0, hint), s: s, incomplete: incomplete, counted: map[uint64]bool{}, seen: map[uint64]ledger.ID{}, rep: &rep}
 	if err := l.run(s.dirs[RootID]); err != nil {

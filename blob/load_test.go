@@ -104,6 +104,7 @@ func crashStore(t *testing.T) crashed {
 			Incomplete:     3, // inodes, however many names each had
 			IncompleteByte: 100 + 3000 + 80,
 			Foreign:        3,
+			SnapshotUnused: "a write was open at the stop",
 		},
 	}
 }
@@ -217,6 +218,7 @@ func TestLoadIsIdempotent(t *testing.T) {
 	checkIndex(t, s)
 	want := c.wantReport
 	want.Incomplete, want.IncompleteByte, want.Foreign = 0, 0, 0
+	want.SnapshotUnused = "none"
 	if rep != want {
 		t.Errorf("second LoadReport = %+v, want %+v", rep, want)
 	}
@@ -236,7 +238,7 @@ func TestLoadIsIdempotent(t *testing.T) {
 func TestLoadEmptyStore(t *testing.T) {
 	s := newStore(t)
 	objs, rep, err := s.Load()
-	if err != nil || len(objs) != 0 || rep != (LoadReport{}) {
+	if err != nil || len(objs) != 0 || rep != (LoadReport{SnapshotUnused: "none"}) {
 		t.Fatalf("Load of an empty store = %v, %+v, %v", objs, rep, err)
 	}
 	checkIndex(t, s)

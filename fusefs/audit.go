@@ -1,8 +1,10 @@
 package fusefs
 
 import (
+	"errors"
 	"time"
 
+	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
 	"go.uber.org/zap"
 )
@@ -16,7 +18,7 @@ type AuditReport struct {
 // kvfs's back (files deleted, truncated, grown or added directly in the
 // store while mounted), then evicts if that put it over capacity.
 func (f *FS) Audit() (AuditReport, error) {
-	a, err := f.store.Audit()
+	a, err := f.store.AuditUntil(f.done)
 	if err != nil {
 		return AuditReport{}, err
 	}
@@ -70,9 +72,25 @@ func (f *FS) resized(id ledger.ID, walked int64) bool {
 	return f.ledger.Reconcile(id, st.Size)
 }
 
-// auditLoop audits every interval until the file system closes.
-func (f *FS) auditLoop(every time.Duration) {
+// auditLoop audits at once if now is set, then every interval (if
+// any) until the file system closes.
+func (f *FS) auditLoop(every time.Duration, now bool) {
 	defer f.wg.Done()
+	if now {
+		start := time.Now()
+		r, err := f.Audit()
+		switch {
+		case errors.Is(err, blob.ErrAuditStopped):
+			return
+		case err != nil:
+			f.log.Error("audit", zap.Error(err))
+		}
+		f.log.Info("start-up audit done", zap.Int("vanished", r.Vanished), zap.Int("resized", r.Resized),
+			zap.Int("adopted", r.Adopted), zap.Int("linked", r.Linked), zap.Duration("took", time.Since(start)))
+	}
+	if every <= 0 {
+		return
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -80,7 +98,7 @@ func (f *FS) auditLoop(every time.Duration) {
 		case <-f.done:
 			return
 		case <-t.C:
-			if _, err := f.Audit(); err != nil {
+			if _, err := f.Audit(); err != nil && !errors.Is(err, blob.ErrAuditStopped) {
 				f.log.Error("audit", zap.Error(err))
 			}
 		}

@@ -30,6 +30,8 @@ type Config struct {
 	// AuditInterval is how often the store is walked for changes made
 	// behind kvfs's back; zero never.
 	AuditInterval time.Duration
+	// AuditAtStart audits once right away, in the background.
+	AuditAtStart bool
 	// RAM, when set, keeps copies of objects that plain (not
 	// passthrough) readers load, and serves later loads from memory.
 	// Its owner closes it after the server stops.
@@ -89,9 +91,9 @@ func New(store *blob.Store, l *ledger.Ledger, cfg Config) *FS {
 	}
 	f.wg.Add(1)
 	go f.notifyLoop()
-	if cfg.AuditInterval > 0 {
+	if cfg.AuditInterval > 0 || cfg.AuditAtStart {
 		f.wg.Add(1)
-		go f.auditLoop(cfg.AuditInterval)
+		go f.auditLoop(cfg.AuditInterval, cfg.AuditAtStart)
 	}
 	return f
 }

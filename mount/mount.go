@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"strconv"
@@ -34,6 +35,7 @@ type Mount struct {
 	fs      *fusefs.FS
 	store   *blob.Store
 	ram     *ramcache.Cache // nil without --ram-cache
+	ledger  *ledger.Ledger
 	log     *zap.Logger
 }
 
@@ -48,6 +50,7 @@ func Start(o Options) (*Mount, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	releaseStuckOwner(o.Store, log)
 	if err := checkMountpoint(o.Mountpoint, log); err != nil {
 		return nil, err
 	}
@@ -107,7 +110,9 @@ func (m *Mount) load() error {
 	m.log.Info("store loaded", zap.String("store", m.Store), zap.Int64("objects", rep.Objects),
 		zap.Int64("bytes", rep.Bytes), zap.Int64("incomplete_reclaimed", rep.Incomplete),
 		zap.Int64("foreign_removed", rep.Foreign), zap.Int("evicted_to_fit", m.Evicted),
+		zap.Bool("from_snapshot", rep.FromSnapshot), zap.String("snapshot_unused", rep.SnapshotUnused),
 		zap.Duration("took", time.Since(start)))
+	m.ledger = l
 	if m.RAMCache > 0 {
 		if m.ram, err = ramcache.New(m.RAMCache); err != nil {
 			return err
@@ -117,8 +122,11 @@ func (m *Mount) load() error {
 		WaitLimit:     m.WaitLimit,
 		Passthrough:   m.Passthrough,
 		AuditInterval: m.AuditInterval,
-		RAM:           m.ram,
-		Logger:        m.log.Named("fusefs"),
+		// A snapshot cannot see stored files changed in place while kvfs
+		// was down: look at once, while serving.
+		AuditAtStart: rep.FromSnapshot,
+		RAM:          m.ram,
+		Logger:       m.log.Named("fusefs"),
 	})
 	return nil
 }
@@ -207,6 +215,12 @@ func (m *Mount) Wait() {
 	m.server.Wait()
 	m.fs.Close()
 	m.ram.Close()
+	start := time.Now()
+	if err := m.store.SaveSnapshot(m.ledger.Each); err != nil {
+		m.log.Warn("no snapshot saved; the next start walks the store", zap.Error(err))
+	} else {
+		m.log.Info("snapshot saved", zap.Duration("took", time.Since(start)))
+	}
 	m.store.Close()
 }
 
@@ -278,6 +292,67 @@ func detach(mp string) error {
 func mountedAt(mp string) (bool, string) {
 	e, ok := mountEntryAt(mp)
 	return ok, e.fstype
+}
+
+// releaseStuckOwner frees a store whose daemon was killed but cannot
+// finish exiting. A daemon SIGKILLed while one of its threads tells the
+// kernel to drop a name waits for the directory's lock, which a client
+// holds while waiting for an answer that only the dead daemon could give:
+// the process stays a zombie holding the store's lock, and its mount
+// hangs every caller. If the pid in the store's lock file is such a
+// zombie, every kvfs mount of the store is force-unmounted, which aborts
+// its FUSE connection and lets both finish; then the lock is waited for.
+func releaseStuckOwner(store string, log *zap.Logger) {
+	b, err := os.ReadFile(filepath.Join(store, blob.LockName))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || pid == os.Getpid() || !zombie(pid) {
+		return
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	mps := mountsOfStore(string(info), store)
+	for _, mp := range mps {
+		log.Warn("the store's daemon was killed but is stuck exiting; aborting its FUSE connection",
+			zap.Int("pid", pid), zap.String("mountpoint", mp))
+		unix.Unmount(mp, unix.MNT_FORCE)
+	}
+	for i := 0; i < 100 && len(mps) > 0 && zombie(pid); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// zombie: pid's thread group leader has exited while other threads of
+// it have not.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+// mountsOfStore lists the mount points of the kvfs mounts in mountinfo
+// whose source (the store kvfs names as FsName) is store.
+func mountsOfStore(mountinfo, store string) []string {
+	var out []string
+	for _, line := range strings.Split(mountinfo, "\n") {
+		fields := strings.Fields(line)
+		for i, f := range fields {
+			if f == "-" && i+2 < len(fields) && len(fields) >= 5 &&
+				fields[i+1] == FSType && unescape(fields[i+2]) == store {
+				out = append(out, unescape(fields[4]))
+			}
+		}
+	}
+	return out
 }
 
 // mountEntry is what kvfs reads of a line of /proc/self/mountinfo.

@@ -205,12 +205,30 @@ func (d *daemon) stop() {
 }
 
 // kill9 SIGKILLs the daemon, leaving its mount point dead.
+//
+// A daemon killed while one of its threads tells the kernel to drop a
+// name (an eviction notice) can be left unable to exit: that thread
+// waits in the kernel for the directory's lock, held by a client whose
+// request only the dead daemon could answer. Forcing the unmount aborts
+// the FUSE connection, which fails the request and frees them both;
+// `kvfs mount` does the same for a store whose owner is stuck so.
 func (d *daemon) kill9() {
 	d.t.Helper()
 	if err := d.cmd.Process.Kill(); err != nil {
 		d.t.Fatalf("kill -9: %v", err)
 	}
-	<-d.exited
+	select {
+	case <-d.exited:
+		return
+	case <-time.After(3 * time.Second):
+	}
+	d.t.Logf("daemon for %s still exiting 3s after SIGKILL; aborting its FUSE connection", d.mp)
+	unix.Unmount(d.mp, unix.MNT_FORCE)
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		d.t.Fatalf("daemon for %s did not exit after SIGKILL and a forced unmount", d.mp)
+	}
 }
 
 // cleanup leaves no process and no mount of this daemon behind, whatever
@@ -226,8 +244,7 @@ func (d *daemon) cleanup() {
 			select {
 			case <-d.exited:
 			case <-time.After(5 * time.Second):
-				d.cmd.Process.Kill()
-				<-d.exited
+				d.kill9()
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package tests
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -153,7 +154,9 @@ func mtimes(t *testing.T, mp string) string {
 }
 
 // TestRestartAfterCleanUnmount: every object comes back byte for byte,
-// with the same accounting and mtimes, and fsck finds the store clean.
+// with the same accounting and mtimes, and fsck finds the store clean:
+// from the snapshot the clean stop saved, and again from a walk of the
+// store when the snapshot is gone.
 func TestRestartAfterCleanUnmount(t *testing.T) {
 	d := mountCache(t, "--capacity", "64MiB")
 	flags := []string{"--store", d.store, "--capacity", "64MiB"}
@@ -163,15 +166,109 @@ func TestRestartAfterCleanUnmount(t *testing.T) {
 	d.stop()
 	requireCleanFsck(t, d.store, st)
 
-	d = startDaemon(t, d.mp, flags...)
-	verifyTree(t, d.mp, want)
-	if got := mtimes(t, d.mp); got != times {
-		t.Errorf("mtimes changed across the restart:\nbefore\n%s\nafter\n%s", times, got)
+	for _, snapshot := range []bool{true, false} {
+		if !snapshot {
+			if err := os.Remove(filepath.Join(d.store, "kvfs.index")); err != nil {
+				t.Fatalf("no snapshot after a clean stop: %v", err)
+			}
+		}
+		d = startDaemon(t, d.mp, flags...)
+		requireLoadedFrom(t, d, snapshot)
+		verifyTree(t, d.mp, want)
+		if got := mtimes(t, d.mp); got != times {
+			t.Errorf("mtimes changed across the restart:\nbefore\n%s\nafter\n%s", times, got)
+		}
+		if st2 := assertQuietEqual(t, d); st2.UsedBytes != st.UsedBytes || st2.Objects != st.Objects {
+			t.Errorf("after restart used %d objects %d, before %d and %d", st2.UsedBytes, st2.Objects, st.UsedBytes, st.Objects)
+		}
+		d.stop()
+		requireCleanFsck(t, d.store, st)
 	}
-	if st2 := assertQuietEqual(t, d); st2.UsedBytes != st.UsedBytes || st2.Objects != st.Objects {
-		t.Errorf("after restart used %d objects %d, before %d and %d", st2.UsedBytes, st2.Objects, st.UsedBytes, st.Objects)
+}
+
+// requireLoadedFrom checks the daemon's "store loaded" line says whether
+// the index came from a snapshot.
+func requireLoadedFrom(t *testing.T, d *daemon, snapshot bool) {
+	t.Helper()
+	want := fmt.Sprintf(`"from_snapshot": %v`, snapshot)
+	if out := d.out.String(); !strings.Contains(out, want) {
+		t.Fatalf("daemon did not log %s:\n%s", want, out)
+	}
+}
+
+// TestRestartKeepsLRUOrder: a clean stop's snapshot keeps the LRU order
+// exactly, so the first evictions after the restart take the objects
+// least recently opened before it.
+func TestRestartKeepsLRUOrder(t *testing.T) {
+	d := mountCache(t, "--capacity", "6MiB", "--grace", "10ms")
+	flags := []string{"--store", d.store, "--capacity", "6MiB", "--grace", "10ms"}
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	for _, n := range names {
+		putFile(t, filepath.Join(d.mp, n), objectBytes(n, MiB))
+	}
+	// Opened in this order, all within a second: LRU order c a e b f d.
+	for _, n := range []string{"c", "a", "e", "b", "f", "d"} {
+		if _, err := os.ReadFile(filepath.Join(d.mp, n)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d.stop()
+	d = startDaemon(t, d.mp, flags...)
+	requireLoadedFrom(t, d, true)
+	present := func() string {
+		var out []string
+		for _, n := range names {
+			if _, err := os.Stat(filepath.Join(d.mp, n)); err == nil {
+				out = append(out, n)
+			}
+		}
+		return strings.Join(out, "")
+	}
+	for i, want := range []string{"bdef", "df"} {
+		for j := 0; j < 2; j++ {
+			n := fmt.Sprintf("new%d-%d", i, j)
+			putFile(t, filepath.Join(d.mp, n), objectBytes(n, MiB))
+		}
+		time.Sleep(20 * time.Millisecond) // past the grace of the new ones
+		if got := present(); got != want {
+			t.Fatalf("after %d more MiB stored, left %q; want %q (evicted least recently used first)", 2*(i+1), got, want)
+		}
+	}
+	d.stop()
+}
+
+// TestSnapshotThenChangedInPlace: a stored file rewritten in place while
+// kvfs was down changes no directory, so the start trusts the snapshot;
+// the start-up audit then finds the new size, reconciles and says so.
+func TestSnapshotThenChangedInPlace(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	flags := []string{"--store", d.store, "--capacity", "64MiB"}
+	putFile(t, filepath.Join(d.mp, "grows"), objectBytes("grows", MiB))
+	putFile(t, filepath.Join(d.mp, "shrinks"), objectBytes("shrinks", 3*MiB))
+	putFile(t, filepath.Join(d.mp, "kept"), objectBytes("kept", MiB))
+	d.stop()
+	data := filepath.Join(d.store, "data")
+	if err := os.WriteFile(filepath.Join(data, "grows"), objectBytes("grown", 5*MiB), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(data, "shrinks"), 4096); err != nil {
+		t.Fatal(err)
+	}
+	d = startDaemon(t, d.mp, flags...)
+	requireLoadedFrom(t, d, true)
+	if !waitFor(10*time.Second, func() bool { return strings.Contains(d.out.String(), "start-up audit done") }) {
+		t.Fatalf("no start-up audit:\n%s", d.out.String())
+	}
+	st := assertQuietEqual(t, d)
+	if st.Reconciliations < 2 || st.UsedBytes != 5*MiB+4096+MiB {
+		t.Errorf("after the start-up audit: %+v", st)
+	}
+	got, err := os.ReadFile(filepath.Join(d.mp, "grows"))
+	if err != nil || checkObject(got, "grown", 5*MiB) != nil {
+		t.Errorf("grows: %d bytes, %v", len(got), err)
+	}
+	d.stop()
+	requireCleanFsck(t, d.store, st)
 }
 
 // openWriters leaves a plain store and an fs_native temp file open for
