@@ -1,7 +1,6 @@
 package fusefs_test
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/ledger"
 	"github.com/kvfs/kvfs/mount"
 	"go.uber.org/zap"
@@ -133,28 +133,12 @@ func (k *kvfsMount) teardown(served chan struct{}, fdsBefore map[string]string) 
 // isKVFSMount reports whether /proc/self/mountinfo lists a fuse.kvfs
 // mount at mp.
 func isKVFSMount(mp string) bool {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || unescapeMountinfo(fields[4]) != mp {
-			continue
-		}
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == mount.FSType {
-				return true
-			}
+	for _, m := range mountinfo.Read() {
+		if m.Point == mp && m.FSType == mount.FSType {
+			return true
 		}
 	}
 	return false
-}
-
-func unescapeMountinfo(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
 // openFDs maps the test process's open descriptors to what they point at.

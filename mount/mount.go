@@ -1,7 +1,6 @@
 package mount
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/ledger"
 	"github.com/kvfs/kvfs/ramcache"
 	"go.uber.org/zap"
@@ -187,11 +187,11 @@ const maxRead = 1 << 20
 // load from the RAM tier or a cold store runs about twice as fast (1.6
 // against 3.3 GB/s from RAM here). Only root may; others keep 128 KiB.
 func (m *Mount) widenReadahead(n int) {
-	e, ok := mountEntryAt(m.Mountpoint)
-	if !ok || e.fstype != FSType {
+	e, ok := mountinfo.At(m.Mountpoint)
+	if !ok || e.FSType != FSType {
 		return
 	}
-	bdi := "/sys/class/bdi/" + e.dev + "/read_ahead_kb"
+	bdi := "/sys/class/bdi/" + e.Dev + "/read_ahead_kb"
 	if err := os.WriteFile(bdi, []byte(strconv.Itoa(n>>10)), 0); err != nil {
 		m.log.Debug("readahead left at the kernel's default", zap.String("bdi", bdi), zap.Error(err))
 	}
@@ -290,8 +290,8 @@ func detach(mp string) error {
 
 // mountedAt reports whether mp is a mount point, and its type.
 func mountedAt(mp string) (bool, string) {
-	e, ok := mountEntryAt(mp)
-	return ok, e.fstype
+	e, ok := mountinfo.At(mp)
+	return ok, e.FSType
 }
 
 // releaseStuckOwner frees a store whose daemon was killed but cannot
@@ -311,11 +311,7 @@ func releaseStuckOwner(store string, log *zap.Logger) {
 	if err != nil || pid <= 0 || pid == os.Getpid() || !zombie(pid) {
 		return
 	}
-	info, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	mps := mountsOfStore(string(info), store)
+	mps := mountsOfStore(mountinfo.Read(), store)
 	for _, mp := range mps {
 		log.Warn("the store's daemon was killed but is stuck exiting; aborting its FUSE connection",
 			zap.Int("pid", pid), zap.String("mountpoint", mp))
@@ -339,59 +335,16 @@ func zombie(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
 
-// mountsOfStore lists the mount points of the kvfs mounts in mountinfo
-// whose source (the store kvfs names as FsName) is store.
-func mountsOfStore(mountinfo, store string) []string {
+// mountsOfStore lists the points of the kvfs mounts among mounts whose
+// source (the store kvfs names as FsName) is store.
+func mountsOfStore(mounts []mountinfo.Entry, store string) []string {
 	var out []string
-	for _, line := range strings.Split(mountinfo, "\n") {
-		fields := strings.Fields(line)
-		for i, f := range fields {
-			if f == "-" && i+2 < len(fields) && len(fields) >= 5 &&
-				fields[i+1] == FSType && unescape(fields[i+2]) == store {
-				out = append(out, unescape(fields[4]))
-			}
+	for _, e := range mounts {
+		if e.FSType == FSType && e.Source == store {
+			out = append(out, e.Point)
 		}
 	}
 	return out
-}
-
-// mountEntry is what kvfs reads of a line of /proc/self/mountinfo.
-type mountEntry struct {
-	dev    string // major:minor
-	fstype string
-}
-
-// mountEntryAt is the topmost mount at mp (the last listed), read from
-// mountinfo without touching the path, which could hold a mount busy.
-func mountEntryAt(mp string) (mountEntry, bool) {
-	var e mountEntry
-	found := false
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return e, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options... - fstype source
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || unescape(fields[4]) != mp {
-			continue
-		}
-		for i, f := range fields {
-			if f == "-" && i+1 < len(fields) {
-				found, e = true, mountEntry{dev: fields[2], fstype: fields[i+1]}
-			}
-		}
-	}
-	return e, found
-}
-
-// unescape undoes mountinfo's octal escapes of space, tab, newline and
-// backslash.
-func unescape(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
 }
 
 // CheckInvariants checks the ledger's invariants; tests call it.

@@ -4,8 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvfs/kvfs/internal/mountinfo"
 )
 
 func TestMountsOfStore(t *testing.T) {
@@ -14,7 +17,7 @@ func TestMountsOfStore(t *testing.T) {
 38 25 0:34 / /tmp/other rw - fuse.kvfs /var/other-store rw
 39 25 0:35 / /tmp/notkvfs rw - fuse.sshfs /var/store rw
 40 25 8:1 / / rw shared:1 - ext4 /dev/vda rw`
-	got := mountsOfStore(info, "/var/store")
+	got := mountsOfStore(mountinfo.Parse(strings.NewReader(info)), "/var/store")
 	if want := []string{"/tmp/a", "/tmp/with space"}; !slices.Equal(got, want) {
 		t.Fatalf("mountsOfStore = %q, want %q", got, want)
 	}

@@ -52,7 +52,7 @@ func TestBadInputMountPaths(t *testing.T) {
 			t.Helper()
 			if !waitFor(10*time.Second, func() bool {
 				m, ok := mountAt(real)
-				return ok && m.fstype == "fuse.kvfs" && unix.Statfs(real, new(unix.Statfs_t)) == nil
+				return ok && m.FSType == "fuse.kvfs" && unix.Statfs(real, new(unix.Statfs_t)) == nil
 			}) {
 				t.Fatalf("kvfs mount %s: not mounted at %s; output:\n%s", link, real, d.out)
 			}

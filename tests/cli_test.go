@@ -183,7 +183,7 @@ func TestStatsNotKvfs(t *testing.T) {
 func TestMountinfoType(t *testing.T) {
 	d := mountCache(t, "--capacity", "16MiB")
 	m, ok := mountAt(d.mp)
-	if !ok || m.fstype != "fuse.kvfs" || m.source != d.store {
+	if !ok || m.FSType != "fuse.kvfs" || m.Source != d.store {
 		t.Errorf("mountinfo for %s: %+v, want fuse.kvfs from %s", d.mp, m, d.store)
 	}
 	var sf unix.Statfs_t
@@ -240,7 +240,7 @@ func TestSignalsUnmount(t *testing.T) {
 		if d.waitErr != nil {
 			t.Errorf("%v: daemon exited with %v", sig, d.waitErr)
 		}
-		if m, ok := mountAt(d.mp); ok && m.id == d.mountID {
+		if m, ok := mountAt(d.mp); ok && m.ID == d.mountID {
 			t.Errorf("%v: %s still mounted", sig, d.mp)
 		}
 	}

@@ -1,12 +1,12 @@
 package tests
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/usage"
 	"os"
 	"os/exec"
@@ -146,8 +146,8 @@ func startDaemonBin(t testing.TB, bin, mp string, flags ...string) *daemon {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		sfErr := unix.Statfs(mp, new(unix.Statfs_t))
-		if m, ok := mountAt(mp); ok && m.fstype == "fuse.kvfs" && (!hadOld || m.id != old.id || sfErr == nil) {
-			d.mountID = m.id
+		if m, ok := mountAt(mp); ok && m.FSType == "fuse.kvfs" && (!hadOld || m.ID != old.ID || sfErr == nil) {
+			d.mountID = m.ID
 			return d
 		}
 		select {
@@ -199,7 +199,7 @@ func (d *daemon) stop() {
 	if d.waitErr != nil {
 		t.Fatalf("daemon for %s exited with %v; output:\n%s", d.mp, d.waitErr, d.out)
 	}
-	if m, ok := mountAt(d.mp); ok && m.id == d.mountID {
+	if m, ok := mountAt(d.mp); ok && m.ID == d.mountID {
 		t.Fatalf("%s still mounted after the daemon exited", d.mp)
 	}
 }
@@ -250,7 +250,7 @@ func (d *daemon) cleanup() {
 	}
 	for i := 0; i < 50; i++ {
 		m, ok := mountAt(d.mp)
-		if !ok || m.id != d.mountID {
+		if !ok || m.ID != d.mountID {
 			break
 		}
 		if err := unix.Unmount(d.mp, unix.MNT_DETACH); err != nil {
@@ -295,52 +295,18 @@ func runKvfsTimeout(t testing.TB, limit time.Duration, args ...string) result {
 	return r
 }
 
-// mountInfo is one line of /proc/self/mountinfo.
-type mountInfo struct {
-	id     int
-	fstype string
-	source string
-}
-
 // mountAt is the topmost mount at mp, if any.
-func mountAt(mp string) (mountInfo, bool) {
-	var top mountInfo
-	found := false
-	for _, m := range mountsAt(mp) {
-		top, found = m, true
-	}
-	return top, found
-}
+func mountAt(mp string) (mountinfo.Entry, bool) { return mountinfo.At(mp) }
 
 // mountsAt lists the mounts at mp, bottom first.
-func mountsAt(mp string) []mountInfo {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []mountInfo
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options... - fstype source super
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || unescapeMountinfo(fields[4]) != mp {
-			continue
+func mountsAt(mp string) []mountinfo.Entry {
+	var out []mountinfo.Entry
+	for _, m := range mountinfo.Read() {
+		if m.Point == mp {
+			out = append(out, m)
 		}
-		m := mountInfo{}
-		m.id, _ = strconv.Atoi(fields[0])
-		for i, f := range fields {
-			if f == "-" && i+2 < len(fields) {
-				m.fstype, m.source = fields[i+1], unescapeMountinfo(fields[i+2])
-			}
-		}
-		out = append(out, m)
 	}
 	return out
-}
-
-func unescapeMountinfo(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
 // openFDsUnder lists this process's descriptors open on files under dir.

@@ -303,7 +303,7 @@ func crash(t *testing.T, d *daemon, fds []int) {
 	for _, fd := range fds {
 		unix.Close(fd) // the connection is gone; the error is expected
 	}
-	if m, ok := mountAt(d.mp); !ok || m.id != d.mountID {
+	if m, ok := mountAt(d.mp); !ok || m.ID != d.mountID {
 		t.Fatalf("no dead mount left at %s after kill -9", d.mp)
 	}
 	if err := unix.Statfs(d.mp, new(unix.Statfs_t)); !errors.Is(err, unix.ENOTCONN) {

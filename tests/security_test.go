@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bufio"
 	"errors"
 	"io/fs"
 	"os"
@@ -11,26 +10,16 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvfs/kvfs/internal/mountinfo"
 )
 
 // superOptions is the file system options mountinfo shows for mp (for
 // FUSE: default_permissions, allow_other, user_id...).
 func superOptions(t *testing.T, mp string) string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	opts := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 5 && unescapeMountinfo(fields[4]) == mp {
-			opts = fields[len(fields)-1]
-		}
-	}
-	return opts
+	m, _ := mountinfo.At(mp)
+	return m.SuperOptions
 }
 
 // permTree makes, as root, the files and directories the permission

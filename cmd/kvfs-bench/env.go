@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvfs/kvfs/internal/mountinfo"
+	"github.com/kvfs/kvfs/mount"
 	"golang.org/x/sys/unix"
 )
 
@@ -89,10 +90,10 @@ func whichFS(path string) (fsInfo, error) {
 	}
 	info.Dev = st.Dev
 	best := -1
-	for _, m := range readMountinfo() {
-		if within(path, m.point) && len(m.point) > best {
-			best = len(m.point)
-			info.Type, info.Source, info.MountPoint = m.fstype, m.source, m.point
+	for _, m := range mountinfo.Read() {
+		if within(path, m.Point) && len(m.Point) > best {
+			best = len(m.Point)
+			info.Type, info.Source, info.MountPoint = m.FSType, m.Source, m.Point
 		}
 	}
 	if sf.Type == tmpfsMagic || sf.Type == ramfsMagic || info.Type == "tmpfs" || info.Type == "ramfs" {
@@ -106,56 +107,18 @@ func within(path, dir string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
-type mountEntry struct{ point, fstype, source string }
-
-func readMountinfo() []mountEntry {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []mountEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options... - fstype source
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		e := mountEntry{point: unescape(fields[4])}
-		for i, f := range fields {
-			if f == "-" && i+2 < len(fields) {
-				e.fstype, e.source = fields[i+1], fields[i+2]
-			}
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-func unescape(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
-}
-
 // mountedType is the type of the mount at exactly mp, or "".
 func mountedType(mp string) string {
-	t := ""
-	for _, m := range readMountinfo() {
-		if m.point == mp {
-			t = m.fstype
-		}
-	}
-	return t
+	m, _ := mountinfo.At(mp)
+	return m.FSType
 }
 
 // kvfsMountsUnder lists kvfs mounts at or below dir.
 func kvfsMountsUnder(dir string) []string {
 	var out []string
-	for _, m := range readMountinfo() {
-		if m.fstype == "fuse.kvfs" && within(m.point, dir) {
-			out = append(out, m.point)
+	for _, m := range mountinfo.Read() {
+		if m.FSType == mount.FSType && within(m.Point, dir) {
+			out = append(out, m.Point)
 		}
 	}
 	return out

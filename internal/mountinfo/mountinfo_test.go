@@ -1,0 +1,38 @@
+package mountinfo
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	in := `22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+36 22 0:32 / /tmp/with\040space rw,nosuid shared:7 - fuse.kvfs /var/a\134store rw,user_id=0,group_id=0,default_permissions
+short line
+37 36 0:33 / /tmp/with\040space rw - fuse.kvfs /var/other rw,allow_other`
+	got := Parse(strings.NewReader(in))
+	want := []Entry{
+		{ID: 22, Dev: "8:1", Point: "/", FSType: "ext4", Source: "/dev/vda", SuperOptions: "rw"},
+		{ID: 36, Dev: "0:32", Point: "/tmp/with space", FSType: "fuse.kvfs", Source: `/var/a\store`,
+			SuperOptions: "rw,user_id=0,group_id=0,default_permissions"},
+		{ID: 37, Dev: "0:33", Point: "/tmp/with space", FSType: "fuse.kvfs", Source: "/var/other", SuperOptions: "rw,allow_other"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Parse = %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestAtReadsThisProcess(t *testing.T) {
+	root, ok := At("/")
+	if !ok || root.FSType == "" || root.ID == 0 {
+		t.Fatalf("At(/) = %+v, %v", root, ok)
+	}
+	if _, ok := At("/no/such/mount/point"); ok {
+		t.Fatal("At found a mount at a path that does not exist")
+	}
+}
