@@ -55,7 +55,7 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 			s.writeHint(len(objects))
 			return objects, srep, nil
 		}
-		rep.SnapshotUnused = strings.TrimPrefix(err.Error(), errSnapshot.Error()+": ")
+		rep.SnapshotUnused = err.Error()
 	} else {
 		// A write was open at the stop: a snapshot cannot be from it.
 		s.dropSnapshot()

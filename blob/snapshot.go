@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
@@ -38,9 +39,6 @@ import (
 const SnapshotName = "kvfs.index"
 
 const snapshotMagic = "kvfs index v1\n"
-
-// errSnapshot is any reason a snapshot is not used.
-var errSnapshot = errors.New("snapshot not usable")
 
 // SaveSnapshot writes the snapshot of a quiescent store (the file system
 // stopped): each yields every object least recently used first, with its
@@ -173,37 +171,36 @@ func (s *Store) syncStoreDir() error {
 
 // takeSnapshot reads and removes the snapshot, and rebuilds the index
 // from it if it still describes data/; mu held, index empty. On any
-// doubt it leaves the index empty and returns errSnapshot (wrapped).
+// doubt it leaves the index empty and returns why ("none": there is no
+// snapshot).
 func (s *Store) takeSnapshot() ([]Object, LoadReport, error) {
-	path := filepath.Join(s.dir, SnapshotName)
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(filepath.Join(s.dir, SnapshotName))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, LoadReport{}, fmt.Errorf("%w: none", errSnapshot)
+		return nil, LoadReport{}, errors.New("none")
 	}
 	// Whatever it holds, it describes the store only until this daemon
 	// changes something: it must not outlive this start.
-	if rmErr := os.Remove(path); rmErr == nil {
-		s.syncStoreDir()
-	} else if err == nil {
+	if rmErr := s.dropSnapshot(); err == nil {
 		err = rmErr
 	}
 	if err != nil {
-		return nil, LoadReport{}, fmt.Errorf("%w: %v", errSnapshot, err)
+		return nil, LoadReport{}, err
 	}
 	objects, rep, err := s.applySnapshot(data)
 	if err != nil {
 		s.resetIndex(0)
-		return nil, LoadReport{}, fmt.Errorf("%w: %v", errSnapshot, err)
+		return nil, LoadReport{}, err
 	}
 	rep.FromSnapshot = true
 	return objects, rep, nil
 }
 
-// dropSnapshot removes the snapshot unread.
-func (s *Store) dropSnapshot() {
-	if os.Remove(filepath.Join(s.dir, SnapshotName)) == nil {
-		s.syncStoreDir()
+// dropSnapshot removes the snapshot, durably.
+func (s *Store) dropSnapshot() error {
+	if err := os.Remove(filepath.Join(s.dir, SnapshotName)); err != nil {
+		return err
 	}
+	return s.syncStoreDir()
 }
 
 // applySnapshot checks data against data/ and indexes it; mu held.
@@ -288,16 +285,7 @@ func (s *Store) applySnapshot(data []byte) ([]Object, LoadReport, error) {
 }
 
 func validName(name string) bool {
-	return name != "" && name != "." && name != ".." && len(name) <= 255 && !containsSlashOrNUL(name)
-}
-
-func containsSlashOrNUL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' || s[i] == 0 {
-			return true
-		}
-	}
-	return false
+	return name != "" && name != "." && name != ".." && len(name) <= 255 && !strings.ContainsAny(name, "/\x00")
 }
 
 // snapWriter writes little-endian integers and length-prefixed strings,

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvfs/kvfs/blob"
 	"golang.org/x/sys/unix"
 )
 
@@ -320,7 +321,7 @@ func (b *bench) restartRows() error {
 				continue
 			}
 			if k.crash {
-				if err := os.Remove(filepath.Join(s.store, "kvfs.index")); err != nil {
+				if err := os.Remove(filepath.Join(s.store, blob.SnapshotName)); err != nil {
 					return fmt.Errorf("no snapshot after a clean stop: %w", err)
 				}
 			}
