@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,33 +14,31 @@ import (
 type Audit struct {
 	// Vanished files: every name of theirs is gone from data/. Their
 	// names are already dropped from the index.
-	Vanished []ledger.ID
+	Vanished []ID
 	// Sizes of files whose stored size the caller should compare with
 	// the ledger, for every indexed file.
-	Sizes map[ledger.ID]int64
+	Sizes map[ID]int64
 	// Adopted files appeared in data/ without kvfs; they are now in the
 	// index under fresh IDs.
 	Adopted []Object
 	// Linked files got new names behind kvfs's back, one entry a name.
-	Linked []ledger.ID
+	Linked []ID
 	// Names dropped from the index for vanished files and directories,
 	// for the kernel.
 	Dropped []Name
 }
 
-// Audit walks data/ without holding the index lock, then settles each
-// difference under it after checking it again, so work done through the
-// mount meanwhile is never mistaken for a change behind kvfs's back.
-func (s *Store) Audit() (Audit, error) { return s.AuditUntil(nil) }
-
-// ErrAuditStopped is AuditUntil's answer when stop closed mid-walk; the
-// index is then unchanged.
+// ErrAuditStopped is Walk's answer when stop closed mid-walk.
 var ErrAuditStopped = errors.New("audit stopped")
 
-// AuditUntil is Audit, given up (with ErrAuditStopped) as soon as stop
-// closes.
-func (s *Store) AuditUntil(stop <-chan struct{}) (Audit, error) {
-	onDisk := map[string]unix.Stat_t{}
+// Walked is what a walk of data/ found: every regular file by path.
+type Walked map[string]unix.Stat_t
+
+// Walk lists data/'s regular files, reading nothing of the index, so the
+// owner runs it without its lock; it gives up with ErrAuditStopped as
+// soon as stop closes.
+func (s *Store) Walk(stop <-chan struct{}) (Walked, error) {
+	onDisk := Walked{}
 	root := s.BackingPath(".")
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		select {
@@ -59,13 +56,16 @@ func (s *Store) AuditUntil(stop <-chan struct{}) (Audit, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return Audit{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := Audit{Sizes: map[ledger.ID]int64{}}
-	known := map[uint64]ledger.ID{} // stored inode -> indexed file
+	return onDisk, err
+}
+
+// Audit brings the index in line with a walk, checking each difference
+// again first, so work done through the mount since the walk is never
+// mistaken for a change behind kvfs's back. The owner holds its lock;
+// onDisk is used up.
+func (s *Store) Audit(onDisk Walked) Audit {
+	a := Audit{Sizes: map[ID]int64{}}
+	known := map[uint64]ID{} // stored inode -> indexed file
 	for id, f := range s.files {
 		s.auditFile(id, f, onDisk, known, &a)
 	}
@@ -78,12 +78,12 @@ func (s *Store) AuditUntil(stop <-chan struct{}) (Audit, error) {
 	for rel, st := range onDisk {
 		s.adopt(rel, st, known, adopted, &a)
 	}
-	return a, nil
+	return a
 }
 
 // auditFile checks one indexed file against the walk, removing from
-// onDisk the names it accounts for; mu held.
-func (s *Store) auditFile(id ledger.ID, f *file, onDisk map[string]unix.Stat_t, known map[uint64]ledger.ID, a *Audit) {
+// onDisk the names it accounts for.
+func (s *Store) auditFile(id ID, f *file, onDisk Walked, known map[uint64]ID, a *Audit) {
 	present := false
 	for _, l := range f.links {
 		rel := s.childPath(l.Parent, l.Name)
@@ -113,7 +113,7 @@ func (s *Store) auditFile(id ledger.ID, f *file, onDisk map[string]unix.Stat_t, 
 
 // auditDir drops an indexed directory that is no longer a directory in
 // data/ (removed, or replaced by a symlink, behind kvfs's back) with
-// everything under it, so it is neither listed nor walked into; mu held.
+// everything under it, so it is neither listed nor walked into.
 func (s *Store) auditDir(d *dir, a *Audit) {
 	if st, err := s.stat(s.dirPath(d)); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return
@@ -124,7 +124,7 @@ func (s *Store) auditDir(d *dir, a *Audit) {
 }
 
 // dropDir removes d's subtree from the index; files with no name left
-// outside it have vanished; mu held.
+// outside it have vanished.
 func (s *Store) dropDir(d *dir, a *Audit) {
 	for name, id := range d.kids {
 		if sub, ok := s.dirs[id]; ok {
@@ -140,8 +140,8 @@ func (s *Store) dropDir(d *dir, a *Audit) {
 }
 
 // adopt indexes a file that appeared in data/ behind kvfs's back, and
-// the directories above it that did too, if it is still there; mu held.
-func (s *Store) adopt(rel string, st unix.Stat_t, known map[uint64]ledger.ID, adopted map[uint64]int, a *Audit) {
+// the directories above it that did too, if it is still there.
+func (s *Store) adopt(rel string, st unix.Stat_t, known map[uint64]ID, adopted map[uint64]int, a *Audit) {
 	dirRel, name := filepath.Split(rel)
 	d := s.dirByPath(filepath.Clean(dirRel))
 	if d == nil {
@@ -176,7 +176,7 @@ func (s *Store) adopt(rel string, st unix.Stat_t, known map[uint64]ledger.ID, ad
 
 // dirByPath finds a directory by its path under data/, indexing those on
 // the way that were made behind kvfs's back (their files would otherwise
-// hold bytes no charge covers until a restart); mu held.
+// hold bytes no charge covers until a restart).
 func (s *Store) dirByPath(rel string) *dir {
 	d := s.dirs[RootID]
 	if rel == "." {
@@ -192,7 +192,7 @@ func (s *Store) dirByPath(rel string) *dir {
 			}
 			id = s.NewID()
 			d.kids[part] = id
-			s.dirs[id] = &dir{id: id, parent: d, name: part, kids: map[string]ledger.ID{}}
+			s.dirs[id] = &dir{id: id, parent: d, name: part, kids: map[string]ID{}}
 		}
 		if d = s.dirs[id]; d == nil {
 			return nil

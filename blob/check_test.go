@@ -14,7 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,9 +33,9 @@ func newStore(t *testing.T) *Store {
 
 // mustCreate makes a complete file holding content: created, written,
 // closed and cleared, as a writer that finished would leave it.
-func mustCreate(t *testing.T, s *Store, parent ledger.ID, name string, content []byte) ledger.ID {
+func mustCreate(t *testing.T, s *Store, parent ID, name string, content []byte) ID {
 	t.Helper()
-	id, f, err := s.Create(parent, name, 0o644, nobody)
+	id, f, err := create(s, parent, name, 0o644, nobody)
 	if err != nil {
 		t.Fatalf("Create(%d, %q): %v", parent, name, err)
 	}
@@ -52,7 +51,7 @@ func mustCreate(t *testing.T, s *Store, parent ledger.ID, name string, content [
 	return id
 }
 
-func mustMkdir(t *testing.T, s *Store, parent ledger.ID, name string) ledger.ID {
+func mustMkdir(t *testing.T, s *Store, parent ID, name string) ID {
 	t.Helper()
 	id, err := s.Mkdir(parent, name, 0o755, nobody)
 	if err != nil {
@@ -89,7 +88,7 @@ func exists(p string) bool {
 	return err == nil
 }
 
-func markerPath(s *Store, id ledger.ID) string {
+func markerPath(s *Store, id ID) string {
 	return filepath.Join(s.Dir(), WritingName, writingName(id))
 }
 
@@ -101,8 +100,6 @@ func markerPath(s *Store, id ledger.ID) string {
 // kids and file links agree, and every directory is reachable.
 func checkIndex(t *testing.T, s *Store) {
 	t.Helper()
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	var bad []string
 	fail := func(format string, args ...any) {
 		bad = append(bad, "  "+fmt.Sprintf(format, args...))
@@ -111,8 +108,8 @@ func checkIndex(t *testing.T, s *Store) {
 	names := indexNames(s, fail)
 	disk := diskNames(t, filepath.Join(s.dir, DataName), fail)
 
-	inoOf := map[ledger.ID]uint64{}
-	idOf := map[uint64]ledger.ID{}
+	inoOf := map[ID]uint64{}
+	idOf := map[uint64]ID{}
 	for rel, id := range names {
 		st, ok := disk[rel]
 		if !ok {
@@ -156,10 +153,10 @@ func checkIndex(t *testing.T, s *Store) {
 }
 
 // indexNames lists every name the index holds, as paths relative to
-// data/, checking the index's internal links on the way; mu held.
-func indexNames(s *Store, fail func(string, ...any)) map[string]ledger.ID {
-	names := map[string]ledger.ID{}
-	reached := map[ledger.ID]bool{}
+// data/, checking the index's internal links on the way.
+func indexNames(s *Store, fail func(string, ...any)) map[string]ID {
+	names := map[string]ID{}
+	reached := map[ID]bool{}
 	var walk func(d *dir, rel string)
 	walk = func(d *dir, rel string) {
 		reached[d.id] = true
@@ -245,8 +242,8 @@ func diskNames(t *testing.T, root string, fail func(string, ...any)) map[string]
 }
 
 // checkWriting checks that writing/ holds only regular files named by
-// file IDs, on the inode of that file while it has names; mu held.
-func checkWriting(s *Store, inoOf map[ledger.ID]uint64, fail func(string, ...any)) {
+// file IDs, on the inode of that file while it has names.
+func checkWriting(s *Store, inoOf map[ID]uint64, fail func(string, ...any)) {
 	ents, err := os.ReadDir(filepath.Join(s.dir, WritingName))
 	if err != nil {
 		fail("read writing/: %v", err)
@@ -258,7 +255,7 @@ func checkWriting(s *Store, inoOf map[ledger.ID]uint64, fail func(string, ...any
 			fail("writing/%s: not a marker (%v, type %v)", e.Name(), err, e.Type())
 			continue
 		}
-		id := ledger.ID(n)
+		id := ID(n)
 		if _, ok := s.files[id]; !ok {
 			continue // its file lost every name while a writer held it
 		}
@@ -295,7 +292,7 @@ func treeSnapshot(t *testing.T, root string) []string {
 	return out
 }
 
-func readAll(t *testing.T, s *Store, id ledger.ID) []byte {
+func readAll(t *testing.T, s *Store, id ID) []byte {
 	t.Helper()
 	f, err := s.Open(id, os.O_RDONLY)
 	if err != nil {
@@ -312,8 +309,6 @@ func readAll(t *testing.T, s *Store, id ledger.ID) []byte {
 // namespace describes the index by names: each file by the sorted list of
 // its names, so that two indexes with different IDs compare equal.
 func namespace(s *Store) []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	var out []string
 	for _, d := range s.dirs {
 		out = append(out, "dir "+s.dirPath(d))
@@ -328,4 +323,11 @@ func namespace(s *Store) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// create is Create with a fresh ID, as the owner calls it.
+func create(s *Store, parent ID, name string, mode uint32, who Owner) (ID, *os.File, error) {
+	id := s.NewID()
+	f, err := s.Create(parent, name, id, mode, who)
+	return id, f, err
 }

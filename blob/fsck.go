@@ -10,13 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrNotStore means a directory has no store layout.
-var ErrNotStore = errors.New("not a kvfs store")
-
 // FsckReport is what an offline check of a store found.
 type FsckReport struct {
 	Objects  int64    `json:"objects"`
-	Bytes    int64    `json:"bytes"`
+	Bytes    int64    `json:"bytes"` // charged: the sum of charge(size)
 	Dirs     int64    `json:"dirs"`
 	Problems []string `json:"problems"`
 	Repaired bool     `json:"repaired"`
@@ -24,11 +21,12 @@ type FsckReport struct {
 
 // Fsck checks an unmounted store without changing it, or with repair
 // reclaims what start-up would: files left half-written by a crash and
-// anything that is neither a directory nor a regular file.
-func Fsck(dir string, repair bool) (FsckReport, error) {
+// anything that is neither a directory nor a regular file. charge is what
+// an object of a size costs (the store does not know).
+func Fsck(dir string, repair bool, charge func(size int64) int64) (FsckReport, error) {
 	var rep FsckReport
-	if st, err := os.Stat(filepath.Join(dir, DataName)); err != nil || !st.IsDir() {
-		return rep, fmt.Errorf("%s is %w (no %s/ directory)", dir, ErrNotStore, DataName)
+	if !IsStore(dir) {
+		return rep, notStoref("%s is not a kvfs store (no %s)", dir, FormatName)
 	}
 	lock, err := lockStore(dir)
 	if err != nil {
@@ -42,12 +40,12 @@ func Fsck(dir string, repair bool) (FsckReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	if err := scanData(filepath.Join(dir, DataName), incomplete, &rep); err != nil {
+	if err := scanData(filepath.Join(dir, DataName), incomplete, charge, &rep); err != nil {
 		return rep, err
 	}
 	if repair && len(rep.Problems) > 0 {
 		lock.Close()
-		return rep, repairStore(dir, &rep)
+		return rep, repairStore(dir, charge, &rep)
 	}
 	return rep, nil
 }
@@ -69,7 +67,7 @@ func scanWriting(path string, rep *FsckReport) (map[uint64]bool, error) {
 	return marked, nil
 }
 
-func scanData(root string, incomplete map[uint64]bool, rep *FsckReport) error {
+func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64, rep *FsckReport) error {
 	seen := map[uint64]bool{}
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -91,7 +89,7 @@ func scanData(root string, incomplete map[uint64]bool, rep *FsckReport) error {
 			} else if !seen[st.Ino] {
 				seen[st.Ino] = true
 				rep.Objects++
-				rep.Bytes += (st.Size + 4095) / 4096 * 4096
+				rep.Bytes += charge(st.Size)
 			}
 		default:
 			rep.Problems = append(rep.Problems, fmt.Sprintf("foreign entry %s (%s): kvfs stores only directories and regular files", rel, d.Type()))
@@ -102,16 +100,19 @@ func scanData(root string, incomplete map[uint64]bool, rep *FsckReport) error {
 
 // repairStore reclaims exactly what a mount's start-up reclaims, by
 // running it, and reports the store as it is afterwards.
-func repairStore(dir string, rep *FsckReport) error {
+func repairStore(dir string, charge func(int64) int64, rep *FsckReport) error {
 	s, err := Open(dir)
 	if err != nil {
 		return err
 	}
-	_, loaded, err := s.Load()
+	objects, loaded, err := s.Load()
 	s.Close()
 	if err != nil {
 		return err
 	}
-	rep.Objects, rep.Bytes, rep.Dirs, rep.Repaired = loaded.Objects, loaded.Bytes, loaded.Dirs, true
+	rep.Objects, rep.Bytes, rep.Dirs, rep.Repaired = loaded.Objects, 0, loaded.Dirs, true
+	for _, o := range objects {
+		rep.Bytes += charge(o.Size)
+	}
 	return nil
 }

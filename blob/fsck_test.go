@@ -23,7 +23,7 @@ func TestFsckCleanStore(t *testing.T) {
 	s.Close()
 
 	before := treeSnapshot(t, dir)
-	rep, err := Fsck(dir, false)
+	rep, err := Fsck(dir, false, ledger.Charge)
 	must(t, "Fsck", err)
 	want := FsckReport{Objects: 3, Bytes: ledger.Charge(5000) + ledger.Charge(1), Dirs: 2}
 	if len(rep.Problems) != 0 || rep.Objects != want.Objects || rep.Bytes != want.Bytes || rep.Dirs != want.Dirs || rep.Repaired {
@@ -34,7 +34,7 @@ func TestFsckCleanStore(t *testing.T) {
 	}
 
 	// Repair of a clean store has nothing to do.
-	rep, err = Fsck(dir, true)
+	rep, err = Fsck(dir, true, ledger.Charge)
 	if err != nil || len(rep.Problems) != 0 || rep.Repaired {
 		t.Fatalf("Fsck --repair of a clean store = %+v, %v", rep, err)
 	}
@@ -46,9 +46,9 @@ func TestFsckCleanStore(t *testing.T) {
 	s, err = Open(dir)
 	must(t, "Open", err)
 	defer s.Close()
-	_, loaded, err := s.Load()
+	objs, loaded, err := s.Load()
 	must(t, "Load", err)
-	if loaded.Objects != rep.Objects || loaded.Bytes != rep.Bytes || loaded.Dirs != rep.Dirs {
+	if loaded.Objects != rep.Objects || charges(objs) != rep.Bytes || loaded.Dirs != rep.Dirs {
 		t.Fatalf("Load says %+v, Fsck %+v", loaded, rep)
 	}
 }
@@ -56,7 +56,7 @@ func TestFsckCleanStore(t *testing.T) {
 func TestFsckFindsCrashLeftovers(t *testing.T) {
 	c := crashStore(t)
 	before := treeSnapshot(t, c.dir)
-	rep, err := Fsck(c.dir, false)
+	rep, err := Fsck(c.dir, false, ledger.Charge)
 	must(t, "Fsck", err)
 	if !slices.Equal(before, treeSnapshot(t, c.dir)) {
 		t.Fatal("Fsck without --repair changed the store")
@@ -75,7 +75,7 @@ func TestFsckFindsCrashLeftovers(t *testing.T) {
 		want = append(want, "stale write marker "+WritingName+"/")
 	}
 	wantProblems(t, rep.Problems, want)
-	if rep.Objects != c.wantReport.Objects || rep.Bytes != c.wantReport.Bytes || rep.Dirs != c.wantReport.Dirs {
+	if rep.Objects != c.wantReport.Objects || rep.Bytes != c.wantBytes || rep.Dirs != c.wantReport.Dirs {
 		t.Fatalf("Fsck counts %+v, want those of %+v", rep, c.wantReport)
 	}
 }
@@ -99,12 +99,12 @@ func wantProblems(t *testing.T, got, want []string) {
 
 func TestFsckRepair(t *testing.T) {
 	c := crashStore(t)
-	rep, err := Fsck(c.dir, true)
+	rep, err := Fsck(c.dir, true, ledger.Charge)
 	must(t, "Fsck --repair", err)
 	if !rep.Repaired || len(rep.Problems) == 0 {
 		t.Fatalf("Fsck --repair = %+v", rep)
 	}
-	if rep.Objects != c.wantReport.Objects || rep.Bytes != c.wantReport.Bytes || rep.Dirs != c.wantReport.Dirs {
+	if rep.Objects != c.wantReport.Objects || rep.Bytes != c.wantBytes || rep.Dirs != c.wantReport.Dirs {
 		t.Fatalf("repaired counts %+v, want those of %+v", rep, c.wantReport)
 	}
 	if got := dataNames(t, c.dir); !slices.Equal(got, c.kept) {
@@ -114,7 +114,7 @@ func TestFsckRepair(t *testing.T) {
 		t.Fatalf("writing/ after repair holds %d entries", len(ents))
 	}
 
-	again, err := Fsck(c.dir, false)
+	again, err := Fsck(c.dir, false, ledger.Charge)
 	must(t, "Fsck after repair", err)
 	if len(again.Problems) != 0 || again.Objects != rep.Objects || again.Bytes != rep.Bytes || again.Dirs != rep.Dirs {
 		t.Fatalf("Fsck after repair = %+v, repair said %+v", again, rep)
@@ -139,7 +139,7 @@ func TestFsckLockedStore(t *testing.T) {
 	defer s.Close()
 	before := treeSnapshot(t, c.dir)
 	for _, repair := range []bool{false, true} {
-		_, err := Fsck(c.dir, repair)
+		_, err := Fsck(c.dir, repair, ledger.Charge)
 		if err == nil || !strings.Contains(err.Error(), "live kvfs daemon") {
 			t.Fatalf("Fsck(repair=%v) of a served store: %v", repair, err)
 		}
@@ -152,19 +152,19 @@ func TestFsckLockedStore(t *testing.T) {
 func TestFsckNotAStore(t *testing.T) {
 	empty := t.TempDir()
 	for _, repair := range []bool{false, true} {
-		if _, err := Fsck(empty, repair); err == nil || !strings.Contains(err.Error(), "not a kvfs store") {
+		if _, err := Fsck(empty, repair, ledger.Charge); err == nil || !strings.Contains(err.Error(), "not a kvfs store") {
 			t.Fatalf("Fsck(repair=%v) of an empty directory: %v", repair, err)
 		}
 	}
 	if ents, _ := os.ReadDir(empty); len(ents) != 0 {
 		t.Fatalf("Fsck of a non-store left %d entries", len(ents))
 	}
-	if _, err := Fsck(filepath.Join(empty, "absent"), false); err == nil {
+	if _, err := Fsck(filepath.Join(empty, "absent"), false, ledger.Charge); err == nil {
 		t.Fatal("Fsck of an absent directory succeeded")
 	}
 	fileData := t.TempDir()
 	must(t, "write", os.WriteFile(filepath.Join(fileData, DataName), nil, 0o644))
-	if _, err := Fsck(fileData, false); err == nil {
+	if _, err := Fsck(fileData, false, ledger.Charge); err == nil {
 		t.Fatal("Fsck of a directory whose data is a file succeeded")
 	}
 }
@@ -178,7 +178,7 @@ func TestFsckWithoutWriting(t *testing.T) {
 	mustCreate(t, s, RootID, "a", []byte("a"))
 	s.Close()
 	must(t, "remove", os.Remove(filepath.Join(dir, WritingName)))
-	rep, err := Fsck(dir, false)
+	rep, err := Fsck(dir, false, ledger.Charge)
 	if err != nil || len(rep.Problems) != 0 || rep.Objects != 1 {
 		t.Fatalf("Fsck without writing/ = %+v, %v", rep, err)
 	}

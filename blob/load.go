@@ -8,13 +8,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
 // Object is one stored inode found at start-up.
 type Object struct {
-	ID    ledger.ID
+	ID    ID
 	Size  int64
 	Atime int64 // unix nanoseconds: the later of atime and mtime
 	Links int   // names in data/
@@ -23,7 +22,6 @@ type Object struct {
 // LoadReport says what start-up found and reclaimed.
 type LoadReport struct {
 	Objects        int64 `json:"objects"`
-	Bytes          int64 `json:"bytes"`
 	Dirs           int64 `json:"dirs"`
 	Incomplete     int64 `json:"incomplete"`
 	IncompleteByte int64 `json:"incomplete_bytes"`
@@ -40,8 +38,6 @@ type LoadReport struct {
 // as is anything that is neither a directory nor a regular file. It
 // returns every remaining inode once, however many names it has.
 func (s *Store) Load() ([]Object, LoadReport, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	hint := s.readHint()
 	s.resetIndex(hint)
 	var rep LoadReport
@@ -61,7 +57,7 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 		s.dropSnapshot()
 		rep.SnapshotUnused = "a write was open at the stop"
 	}
-	l := loader{objects: make([]Object, 0, hint), s: s, incomplete: incomplete, counted: map[uint64]bool{}, seen: map[uint64]ledger.ID{}, rep: &rep}
+	l := loader{objects: make([]Object, 0, hint), s: s, incomplete: incomplete, counted: map[uint64]bool{}, seen: map[uint64]ID{}, rep: &rep}
 	if err := l.run(s.dirs[RootID]); err != nil {
 		return nil, rep, err
 	}
@@ -114,7 +110,7 @@ type loader struct {
 	mu sync.Mutex
 	// GUARDED_BY(mu), the fields below and the index.
 	counted map[uint64]bool      // incomplete inodes already counted
-	seen    map[uint64]ledger.ID // inodes with several names
+	seen    map[uint64]ID // inodes with several names
 	objects []Object
 	rep     *LoadReport
 	err     error
@@ -212,17 +208,17 @@ func (l *loader) countIncomplete(st *unix.Stat_t) {
 	}
 }
 
-// addDir indexes a directory; mu held.
+// addDir indexes a directory.
 func (l *loader) addDir(parent *dir, name string) *dir {
 	id := l.s.NewID()
-	d := &dir{id: id, parent: parent, name: name, kids: map[string]ledger.ID{}}
+	d := &dir{id: id, parent: parent, name: name, kids: map[string]ID{}}
 	parent.kids[name] = id
 	l.s.dirs[id] = d
 	l.rep.Dirs++
 	return d
 }
 
-// addFile indexes a regular file, once per inode; mu held.
+// addFile indexes a regular file, once per inode.
 func (l *loader) addFile(d *dir, e *entry) {
 	st := &e.st
 	if id, ok := l.seen[st.Ino]; ok {
@@ -238,7 +234,6 @@ func (l *loader) addFile(d *dir, e *entry) {
 	l.s.files[id] = &file{links: []Name{{d.id, e.name}}}
 	l.objects = append(l.objects, Object{ID: id, Size: st.Size, Atime: max(ts(st.Atim), ts(st.Mtim))})
 	l.rep.Objects++
-	l.rep.Bytes += ledger.Charge(st.Size)
 }
 
 func ts(t unix.Timespec) int64 { return t.Sec*1e9 + t.Nsec }

@@ -3,16 +3,13 @@ package blob
 import (
 	"os"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
 // Rename moves a name, atomically in the store and the index, with
 // rename(2)'s flags (RENAME_NOREPLACE, RENAME_EXCHANGE). When it replaces
 // a file, it returns that file's ID so the caller can uncharge the name.
-func (s *Store) Rename(parent ledger.ID, name string, newParent ledger.ID, newName string, flags uint32) (replaced ledger.ID, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Store) Rename(parent ID, name string, newParent ID, newName string, flags uint32) (replaced ID, err error) {
 	from, to := s.dirs[parent], s.dirs[newParent]
 	if from == nil || to == nil {
 		return 0, ErrNotFound
@@ -56,7 +53,7 @@ func (s *Store) Rename(parent ledger.ID, name string, newParent ledger.ID, newNa
 
 // checkRename applies rename(2)'s rules before the store is touched; mu
 // held.
-func (s *Store) checkRename(src, dst ledger.ID, exists bool, to *dir, flags uint32) error {
+func (s *Store) checkRename(src, dst ID, exists bool, to *dir, flags uint32) error {
 	if flags&^(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 ||
 		flags == unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE {
 		return unix.EINVAL
@@ -90,8 +87,8 @@ func (s *Store) checkRename(src, dst ledger.ID, exists bool, to *dir, flags uint
 	return nil
 }
 
-// moveName points to/newName at id, which was from/name; mu held.
-func (s *Store) moveName(id ledger.ID, from *dir, name string, to *dir, newName string) {
+// moveName points to/newName at id, which was from/name.
+func (s *Store) moveName(id ID, from *dir, name string, to *dir, newName string) {
 	to.kids[newName] = id
 	if d, ok := s.dirs[id]; ok {
 		d.parent, d.name = to, newName

@@ -7,11 +7,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
-func mustRename(t *testing.T, s *Store, parent ledger.ID, name string, newParent ledger.ID, newName string, flags uint32) ledger.ID {
+func mustRename(t *testing.T, s *Store, parent ID, name string, newParent ID, newName string, flags uint32) ID {
 	t.Helper()
 	replaced, err := s.Rename(parent, name, newParent, newName, flags)
 	if err != nil {
@@ -22,7 +21,7 @@ func mustRename(t *testing.T, s *Store, parent ledger.ID, name string, newParent
 }
 
 // renameFails checks that a rename fails with want and changes nothing.
-func renameFails(t *testing.T, s *Store, parent ledger.ID, name string, newParent ledger.ID, newName string, flags uint32, want error) {
+func renameFails(t *testing.T, s *Store, parent ID, name string, newParent ID, newName string, flags uint32, want error) {
 	t.Helper()
 	before := treeSnapshot(t, s.Dir())
 	_, err := s.Rename(parent, name, newParent, newName, flags)
@@ -35,14 +34,14 @@ func renameFails(t *testing.T, s *Store, parent ledger.ID, name string, newParen
 	checkIndex(t, s)
 }
 
-func wantPath(t *testing.T, s *Store, id ledger.ID, want string) {
+func wantPath(t *testing.T, s *Store, id ID, want string) {
 	t.Helper()
 	if got, ok := s.Path(id); !ok || got != want {
 		t.Fatalf("Path(%d) = %q, %v; want %q", id, got, ok, want)
 	}
 }
 
-func wantLookup(t *testing.T, s *Store, parent ledger.ID, name string, want ledger.ID) {
+func wantLookup(t *testing.T, s *Store, parent ID, name string, want ID) {
 	t.Helper()
 	e, err := s.Lookup(parent, name)
 	if err != nil || e.ID != want {
@@ -273,7 +272,7 @@ func TestRenameDirectoryKeepsChildPaths(t *testing.T) {
 func TestRenameOpenWriterKeepsMarker(t *testing.T) {
 	s := newStore(t)
 	d := mustMkdir(t, s, RootID, "d")
-	id, f, err := s.Create(RootID, "a", 0o644, nobody)
+	id, f, err := create(s, RootID, "a", 0o644, nobody)
 	must(t, "Create", err)
 	defer f.Close()
 	mustRename(t, s, RootID, "a", d, "a", 0)

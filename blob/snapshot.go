@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,9 +42,7 @@ const snapshotMagic = "kvfs index v1\n"
 // SaveSnapshot writes the snapshot of a quiescent store (the file system
 // stopped): each yields every object least recently used first, with its
 // size. Objects with no name left are skipped.
-func (s *Store) SaveSnapshot(each func(fn func(id ledger.ID, size int64))) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+func (s *Store) SaveSnapshot(each func(fn func(id ID, size int64))) error {
 	tmp := filepath.Join(s.dir, SnapshotName+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {
@@ -57,7 +54,7 @@ func (s *Store) SaveSnapshot(each func(fn func(id ledger.ID, size int64))) error
 	w := &snapWriter{w: io.MultiWriter(bw, crc)}
 	w.bytes([]byte(snapshotMagic))
 	dirs := s.dirsParentsFirst()
-	index := make(map[ledger.ID]uint32, len(dirs))
+	index := make(map[ID]uint32, len(dirs))
 	w.u64(uint64(len(dirs)))
 	for i, d := range dirs {
 		index[d.id] = uint32(i)
@@ -76,9 +73,9 @@ func (s *Store) SaveSnapshot(each func(fn func(id ledger.ID, size int64))) error
 		w.u64(uint64(st.Ctim.Sec))
 		w.u64(uint64(st.Ctim.Nsec))
 	}
-	var order []ledger.ID
+	var order []ID
 	var sizes []int64
-	each(func(id ledger.ID, size int64) {
+	each(func(id ID, size int64) {
 		if f, ok := s.files[id]; ok && len(f.links) > 0 {
 			order = append(order, id)
 			sizes = append(sizes, size)
@@ -113,7 +110,7 @@ func (s *Store) SaveSnapshot(each func(fn func(id ledger.ID, size int64))) error
 }
 
 // dirsParentsFirst lists the index's directories, root first, each after
-// its parent; mu held.
+// its parent.
 func (s *Store) dirsParentsFirst() []*dir {
 	out := []*dir{s.dirs[RootID]}
 	for i := 0; i < len(out); i++ {
@@ -160,17 +157,10 @@ func (s *Store) dirStat(d *dir, match bool) (unix.Stat_t, error) {
 	return st, nil
 }
 
-func (s *Store) syncStoreDir() error {
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+func (s *Store) syncStoreDir() error { return syncDir(s.dir) }
 
 // takeSnapshot reads and removes the snapshot, and rebuilds the index
-// from it if it still describes data/; mu held, index empty. On any
+// from it if it still describes data/; index empty. On any
 // doubt it leaves the index empty and returns why ("none": there is no
 // snapshot).
 func (s *Store) takeSnapshot() ([]Object, LoadReport, error) {
@@ -203,7 +193,7 @@ func (s *Store) dropSnapshot() error {
 	return s.syncStoreDir()
 }
 
-// applySnapshot checks data against data/ and indexes it; mu held.
+// applySnapshot checks data against data/ and indexes it.
 func (s *Store) applySnapshot(data []byte) ([]Object, LoadReport, error) {
 	var rep LoadReport
 	if len(data) < len(snapshotMagic)+4 || string(data[:len(snapshotMagic)]) != snapshotMagic {
@@ -235,7 +225,7 @@ func (s *Store) applySnapshot(data []byte) ([]Object, LoadReport, error) {
 			if _, taken := p.kids[name]; taken {
 				return nil, rep, fmt.Errorf("directory %q listed twice", name)
 			}
-			d = &dir{id: s.NewID(), parent: p, name: name, kids: map[string]ledger.ID{}}
+			d = &dir{id: s.NewID(), parent: p, name: name, kids: map[string]ID{}}
 			p.kids[name] = d.id
 			s.dirs[d.id] = d
 		}
@@ -276,7 +266,6 @@ func (s *Store) applySnapshot(data []byte) ([]Object, LoadReport, error) {
 		// recently used first.
 		objects = append(objects, Object{ID: id, Size: size, Atime: int64(i), Links: int(nlinks)})
 		rep.Objects++
-		rep.Bytes += ledger.Charge(size)
 	}
 	if len(r.b) != 0 {
 		return nil, rep, errors.New("trailing bytes")

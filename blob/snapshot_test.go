@@ -7,13 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvfs/kvfs/ledger"
 )
 
 // snapStore builds a store with directories, hard links across them and
 // files of several sizes, and returns it open with its objects in an
 // order of our choosing (the "LRU").
-func snapStore(t *testing.T) (dir string, s *Store, order []ledger.ID, sizes map[ledger.ID]int64) {
+func snapStore(t *testing.T) (dir string, s *Store, order []ID, sizes map[ID]int64) {
 	t.Helper()
 	dir = t.TempDir()
 	s, err := Open(dir)
@@ -21,9 +20,9 @@ func snapStore(t *testing.T) (dir string, s *Store, order []ledger.ID, sizes map
 	a := mustMkdir(t, s, RootID, "a")
 	b := mustMkdir(t, s, a, "b b")
 	mustMkdir(t, s, RootID, "empty")
-	sizes = map[ledger.ID]int64{}
+	sizes = map[ID]int64{}
 	for _, spec := range []struct {
-		parent ledger.ID
+		parent ID
 		name   string
 		size   int
 	}{{b, "x", 3}, {RootID, "y", 4097}, {a, "-z\n", 0}, {b, "w", 70000}} {
@@ -33,13 +32,13 @@ func snapStore(t *testing.T) (dir string, s *Store, order []ledger.ID, sizes map
 	}
 	must(t, "Link", s.Link(order[0], RootID, "x-link"))
 	// Not creation order: the snapshot keeps what it is given.
-	order = []ledger.ID{order[2], order[0], order[3], order[1]}
+	order = []ID{order[2], order[0], order[3], order[1]}
 	return dir, s, order, sizes
 }
 
-func saveWith(t *testing.T, s *Store, order []ledger.ID, sizes map[ledger.ID]int64) {
+func saveWith(t *testing.T, s *Store, order []ID, sizes map[ID]int64) {
 	t.Helper()
-	must(t, "SaveSnapshot", s.SaveSnapshot(func(fn func(ledger.ID, int64)) {
+	must(t, "SaveSnapshot", s.SaveSnapshot(func(fn func(ID, int64)) {
 		for _, id := range order {
 			fn(id, sizes[id])
 		}
@@ -76,7 +75,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if got := namespace(s2); !slices.Equal(got, want) {
 		t.Fatalf("namespace %v\nwant %v", got, want)
 	}
-	if len(objs) != len(order) || rep.Objects != 4 || rep.Dirs != 3 || rep.Bytes != 4096+8192+0+73728 {
+	if len(objs) != len(order) || rep.Objects != 4 || rep.Dirs != 3 || charges(objs) != 4096+8192+0+73728 {
 		t.Fatalf("objects %+v, report %+v", objs, rep)
 	}
 	for i, o := range objs {
@@ -94,9 +93,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
-func namesOf(s *Store, id ledger.ID) []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+func namesOf(s *Store, id ID) []string {
 	var out []string
 	for _, l := range s.files[id].links {
 		out = append(out, s.childPath(l.Parent, l.Name))
@@ -174,7 +171,7 @@ func TestSnapshotRefused(t *testing.T) {
 // unread and the incomplete object is reclaimed by the walk.
 func TestSnapshotNotAfterOpenWrite(t *testing.T) {
 	dir, s, order, sizes := snapStore(t)
-	id, f, err := s.Create(RootID, "open", 0o644, nobody)
+	id, f, err := create(s, RootID, "open", 0o644, nobody)
 	must(t, "Create", err)
 	f.Write([]byte("half"))
 	f.Close()
@@ -193,7 +190,7 @@ func TestSnapshotNotAfterOpenWrite(t *testing.T) {
 // while open) is not in the snapshot.
 func TestSnapshotSkipsNamelessObjects(t *testing.T) {
 	dir, s, order, sizes := snapStore(t)
-	saveWith(t, s, append([]ledger.ID{999999}, order...), sizes)
+	saveWith(t, s, append([]ID{999999}, order...), sizes)
 	_, objs, rep := reload(t, dir, s)
 	if !rep.FromSnapshot || len(objs) != len(order) {
 		t.Fatalf("report %+v, %d objects", rep, len(objs))
@@ -216,7 +213,7 @@ func TestSnapshotNotSavedOverUnseenChanges(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir, s, order, sizes := snapStore(t)
 			change(dir)
-			err := s.SaveSnapshot(func(fn func(ledger.ID, int64)) {
+			err := s.SaveSnapshot(func(fn func(ID, int64)) {
 				for _, id := range order {
 					fn(id, sizes[id])
 				}

@@ -2,15 +2,20 @@
 // in-memory index of its names. The store mirrors the mounted namespace
 // one to one under data/, so its files are the objects, a hard link is a
 // second name of one inode, and the bytes it holds are exactly the bytes
-// kvfs charges. It never imports FUSE.
+// kvfs charges. It never imports FUSE and knows nothing of charges.
 //
 // Layout of a store directory:
 //
-//	kvfs.lock   flock(2)ed by the daemon that serves the store
-//	data/       the namespace: directories and regular files
-//	writing/    one extra hard link, named by object ID, per file that
-//	            has a write handle open; what is still here at start-up
-//	            was being written at a crash and is reclaimed
+//	kvfs.format  what this directory is: "kvfs store v1"
+//	kvfs.lock    flock(2)ed by the daemon that serves the store
+//	data/        the namespace: directories and regular files
+//	writing/     one extra hard link, named by object ID, per file that
+//	             has a write handle open; what is still here at start-up
+//	             was being written at a crash and is reclaimed
+//
+// A Store does no locking of its own. Its owner (package core) serialises
+// every change of the namespace and lets readers in only between changes;
+// Load, the audit walk and the snapshot say what they need.
 package blob
 
 import (
@@ -21,12 +26,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
+
+// ID names an inode of the namespace, a file or a directory. IDs are made
+// here (NewID), are never reused while a store is open, and are also the
+// inode numbers the mount shows.
+type ID uint64
 
 // Names of the entries of a store directory.
 const (
@@ -36,7 +44,7 @@ const (
 )
 
 // RootID is the ID of the namespace's root directory.
-const RootID ledger.ID = 1
+const RootID ID = 1
 
 var (
 	// ErrLocked means another live daemon serves the store.
@@ -47,7 +55,7 @@ var (
 
 // Store is one store directory and the index of its namespace. Every
 // method that changes the namespace changes the index and the directory
-// together under mu, so the two never disagree.
+// together, so the two never disagree.
 type Store struct {
 	dir     string
 	lock    *os.File
@@ -55,19 +63,23 @@ type Store struct {
 	writing *os.File
 	nextID  atomic.Uint64
 
-	// Lock order: mu before the ledger's lock; nothing here calls the
-	// ledger.
-	mu sync.RWMutex
-	// GUARDED_BY(mu). INVARIANT: every directory and regular file under
-	// data/ that kvfs made or loaded is in the index, and nothing else is.
-	dirs  map[ledger.ID]*dir
-	files map[ledger.ID]*file
+	// GUARDED_BY(the owner's lock). INVARIANT: every directory and
+	// regular file under data/ that kvfs made or loaded is in the index,
+	// and nothing else is.
+	dirs  map[ID]*dir
+	files map[ID]*file
 }
 
 // Open takes the store directory for this process, creating its layout,
-// and fails with ErrLocked if a live daemon already holds it.
+// and fails with ErrLocked if a live daemon already holds it. It adopts
+// only an empty (or absent) directory or a store (see CheckDir), and
+// writes nothing anywhere before that check has passed.
 func Open(dir string) (*Store, error) {
 	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	mark, err := CheckDir(abs)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +91,13 @@ func Open(dir string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: abs, lock: lock}
-	if err := s.openLayout(); err != nil {
+	if mark {
+		err = writeFormat(abs)
+	}
+	if err == nil {
+		err = s.openLayout()
+	}
+	if err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -135,7 +153,7 @@ func (s *Store) Close() error {
 func (s *Store) Dir() string { return s.dir }
 
 // NewID hands out a fresh inode ID.
-func (s *Store) NewID() ledger.ID { return ledger.ID(s.nextID.Add(1)) }
+func (s *Store) NewID() ID { return ID(s.nextID.Add(1)) }
 
 // BackingPath is the absolute path of a name relative to data/.
 func (s *Store) BackingPath(rel string) string {
@@ -207,11 +225,11 @@ func underlying(err error) error {
 	return err
 }
 
-func writingName(id ledger.ID) string { return strconv.FormatUint(uint64(id), 16) }
+func writingName(id ID) string { return strconv.FormatUint(uint64(id), 16) }
 
 // MarkWriting records that id has a write handle open, durably enough to
 // survive a crash of the daemon: a hard link to f under writing/.
-func (s *Store) MarkWriting(f *os.File, id ledger.ID) error {
+func (s *Store) MarkWriting(f *os.File, id ID) error {
 	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()),
 		int(s.writing.Fd()), writingName(id), unix.AT_SYMLINK_FOLLOW)
 	if err == unix.EEXIST || err == unix.ENOENT {
@@ -225,7 +243,7 @@ func (s *Store) MarkWriting(f *os.File, id ledger.ID) error {
 }
 
 // ClearWriting records that id is complete again.
-func (s *Store) ClearWriting(id ledger.ID) error {
+func (s *Store) ClearWriting(id ID) error {
 	err := unix.Unlinkat(int(s.writing.Fd()), writingName(id), 0)
 	if err != nil && err != unix.ENOENT {
 		return &os.PathError{Op: "clear writing", Path: writingName(id), Err: err}
@@ -234,7 +252,7 @@ func (s *Store) ClearWriting(id ledger.ID) error {
 }
 
 // SyncDir makes a directory's entries durable.
-func (s *Store) SyncDir(id ledger.ID) error {
+func (s *Store) SyncDir(id ID) error {
 	rel, ok := s.Path(id)
 	if !ok {
 		return ErrNotFound

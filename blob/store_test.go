@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -80,7 +79,7 @@ func TestCreate(t *testing.T) {
 	s := newStore(t)
 	data := filepath.Join(s.Dir(), DataName)
 
-	id, f, err := s.Create(RootID, "a", 0o640, nobody)
+	id, f, err := create(s, RootID, "a", 0o640, nobody)
 	must(t, "Create", err)
 	defer f.Close()
 	if id <= RootID {
@@ -105,14 +104,14 @@ func TestCreate(t *testing.T) {
 	// Exclusive: a taken name changes nothing, on disk or in the index.
 	dirID := mustMkdir(t, s, RootID, "d")
 	before := treeSnapshot(t, s.Dir())
-	_, _, err = s.Create(RootID, "a", 0o644, nobody)
+	_, _, err = create(s, RootID, "a", 0o644, nobody)
 	wantErr(t, "Create on a taken name", err, unix.EEXIST)
-	_, _, err = s.Create(RootID, "d", 0o644, nobody)
+	_, _, err = create(s, RootID, "d", 0o644, nobody)
 	wantErr(t, "Create on a directory's name", err, unix.EEXIST)
 	if after := treeSnapshot(t, s.Dir()); !slices.Equal(before, after) {
 		t.Fatalf("failed Create changed the store:\n%v\n%v", before, after)
 	}
-	_, _, err = s.Create(9999, "x", 0o644, nobody)
+	_, _, err = create(s, 9999, "x", 0o644, nobody)
 	wantErr(t, "Create in an unknown directory", err, ErrNotFound)
 	checkIndex(t, s)
 
@@ -164,7 +163,7 @@ func TestCreateOverForeignFileCleansUp(t *testing.T) {
 	s := newStore(t)
 	ghost := filepath.Join(s.Dir(), DataName, "ghost")
 	must(t, "plant", os.WriteFile(ghost, []byte("not ours"), 0o644))
-	_, _, err := s.Create(RootID, "ghost", 0o644, nobody)
+	_, _, err := create(s, RootID, "ghost", 0o644, nobody)
 	wantErr(t, "Create over a name the index lacks", err, unix.EEXIST)
 	if ents, _ := os.ReadDir(filepath.Join(s.Dir(), WritingName)); len(ents) != 0 {
 		t.Fatalf("failed Create left %d markers", len(ents))
@@ -441,7 +440,7 @@ func TestOpenDoesNotFollowPlantedSymlinks(t *testing.T) {
 	must(t, "remove", os.RemoveAll(filepath.Join(data, "etc")))
 	must(t, "symlink", os.Symlink("/etc", filepath.Join(data, "etc")))
 
-	for _, id := range []ledger.ID{leaf, inDir, passwd} {
+	for _, id := range []ID{leaf, inDir, passwd} {
 		p, _ := s.Path(id)
 		for _, flags := range []int{os.O_RDONLY, os.O_RDWR} {
 			f, err := s.Open(id, flags)
@@ -481,7 +480,7 @@ func TestMutatorsDoNotFollowPlantedSymlinks(t *testing.T) {
 	if st, err := s.Stat(v); err == nil {
 		t.Errorf("Stat followed the symlink: size %d", st.Size)
 	}
-	if _, _, err := s.Create(d, "planted", 0o644, nobody); err == nil || exists(filepath.Join(outside, "planted")) {
+	if _, _, err := create(s, d, "planted", 0o644, nobody); err == nil || exists(filepath.Join(outside, "planted")) {
 		t.Errorf("Create followed the symlink: %v", err)
 	}
 	if _, err := s.Mkdir(d, "planted-dir", 0o755, nobody); err == nil || exists(filepath.Join(outside, "planted-dir")) {
@@ -507,14 +506,15 @@ func TestOpenBeneathRefusesEscapes(t *testing.T) {
 
 // TestConcurrentOps runs goroutines that create, link, unlink, rename
 // (with every flag), make and remove directories, and read, all in a few
-// shared directories with few names so that they collide; the race
-// detector watches, and afterwards the index must match the disk and a
-// fresh start-up must load the same namespace.
+// shared directories with few names so that they collide, serialised by
+// one lock as the store's owner serialises them; the race detector
+// watches, and afterwards the index must match the disk and a fresh
+// start-up must load the same namespace.
 func TestConcurrentOps(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir)
 	must(t, "Open", err)
-	parents := []ledger.ID{RootID}
+	parents := []ID{RootID}
 	for _, name := range []string{"d0", "d1", "d2"} {
 		parents = append(parents, mustMkdir(t, s, RootID, name))
 	}
@@ -523,16 +523,20 @@ func TestConcurrentOps(t *testing.T) {
 	const workers, ops = 8, 1000
 	var succeeded [9]atomic.Int64
 	var wg sync.WaitGroup
+	var owner sync.Mutex
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(w), 42))
-			pick := func() (ledger.ID, string) {
+			pick := func() (ID, string) {
 				return parents[r.IntN(len(parents))], names[r.IntN(len(names))]
 			}
 			for range ops {
-				if err := randomOp(s, r, pick, &succeeded); err != nil {
+				owner.Lock()
+				err := randomOp(s, r, pick, &succeeded)
+				owner.Unlock()
+				if err != nil {
 					t.Errorf("worker %d: %v", w, err)
 					return
 				}
@@ -570,15 +574,15 @@ func TestConcurrentOps(t *testing.T) {
 
 // randomOp does one random operation and returns an error only if it
 // failed in a way no interleaving explains.
-func randomOp(s *Store, r *rand.Rand, pick func() (ledger.ID, string), succeeded *[9]atomic.Int64) error {
+func randomOp(s *Store, r *rand.Rand, pick func() (ID, string), succeeded *[9]atomic.Int64) error {
 	p, name := pick()
 	var err error
 	op := r.IntN(9)
 	switch op {
 	case 0, 1:
-		var id ledger.ID
+		var id ID
 		var f *os.File
-		if id, f, err = s.Create(p, name, 0o644, nobody); err == nil {
+		if id, f, err = create(s, p, name, 0o644, nobody); err == nil {
 			f.Write([]byte(name))
 			f.Close()
 			err = s.ClearWriting(id)

@@ -5,17 +5,16 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
 // dir is a directory of the namespace. Directories are few, so paths are
 // built by walking parents rather than stored.
 type dir struct {
-	id     ledger.ID
+	id     ID
 	parent *dir
 	name   string
-	kids   map[string]ledger.ID
+	kids   map[string]ID
 }
 
 // file is an inode of the namespace: its names, usually one.
@@ -25,13 +24,13 @@ type file struct {
 
 // Name is one directory entry: a name in a parent directory.
 type Name struct {
-	Parent ledger.ID
+	Parent ID
 	Name   string
 }
 
 // Entry is what a name refers to.
 type Entry struct {
-	ID  ledger.ID
+	ID  ID
 	Dir bool
 }
 
@@ -42,14 +41,12 @@ type DirEntry struct {
 }
 
 func (s *Store) resetIndex(hint int) {
-	s.dirs = map[ledger.ID]*dir{RootID: {id: RootID, kids: map[string]ledger.ID{}}}
-	s.files = make(map[ledger.ID]*file, hint)
+	s.dirs = map[ID]*dir{RootID: {id: RootID, kids: map[string]ID{}}}
+	s.files = make(map[ID]*file, hint)
 }
 
 // Lookup resolves a name in a directory.
-func (s *Store) Lookup(parent ledger.ID, name string) (Entry, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+func (s *Store) Lookup(parent ID, name string) (Entry, error) {
 	d, ok := s.dirs[parent]
 	if !ok {
 		return Entry{}, ErrNotFound
@@ -61,21 +58,19 @@ func (s *Store) Lookup(parent ledger.ID, name string) (Entry, error) {
 	return s.entry(id), nil
 }
 
-// entry describes id; mu held.
-func (s *Store) entry(id ledger.ID) Entry {
+// entry describes id.
+func (s *Store) entry(id ID) Entry {
 	_, isDir := s.dirs[id]
 	return Entry{ID: id, Dir: isDir}
 }
 
 // Path is a name of id relative to data/: the first name of a file.
-func (s *Store) Path(id ledger.ID) (string, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+func (s *Store) Path(id ID) (string, bool) {
 	return s.path(id)
 }
 
-// path builds id's path; mu held.
-func (s *Store) path(id ledger.ID) (string, bool) {
+// path builds id's path.
+func (s *Store) path(id ID) (string, bool) {
 	if d, ok := s.dirs[id]; ok {
 		return s.dirPath(d), true
 	}
@@ -100,7 +95,7 @@ func (s *Store) dirPath(d *dir) string {
 	return strings.Join(parts, "/")
 }
 
-func (s *Store) childPath(parent ledger.ID, name string) string {
+func (s *Store) childPath(parent ID, name string) string {
 	d := s.dirs[parent]
 	if d.parent == nil {
 		return name
@@ -109,9 +104,7 @@ func (s *Store) childPath(parent ledger.ID, name string) string {
 }
 
 // Links reports how many names id has.
-func (s *Store) Links(id ledger.ID) int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+func (s *Store) Links(id ID) int {
 	if f, ok := s.files[id]; ok {
 		return len(f.links)
 	}
@@ -121,11 +114,9 @@ func (s *Store) Links(id ledger.ID) int {
 // Stat reads id's attributes from the store. A name that now holds
 // something of another type (a symlink planted in place of a file) is
 // reported gone, so kvfs neither serves nor charges it.
-func (s *Store) Stat(id ledger.ID) (unix.Stat_t, error) {
-	s.mu.RLock()
+func (s *Store) Stat(id ID) (unix.Stat_t, error) {
 	rel, ok := s.path(id)
 	_, isDir := s.dirs[id]
-	s.mu.RUnlock()
 	if !ok {
 		return unix.Stat_t{}, ErrNotFound
 	}
@@ -141,7 +132,7 @@ func (s *Store) Stat(id ledger.ID) (unix.Stat_t, error) {
 }
 
 // Open opens the stored bytes of an existing file.
-func (s *Store) Open(id ledger.ID, flags int) (*os.File, error) {
+func (s *Store) Open(id ID, flags int) (*os.File, error) {
 	rel, ok := s.Path(id)
 	if !ok {
 		return nil, ErrNotFound
@@ -151,18 +142,15 @@ func (s *Store) Open(id ledger.ID, flags int) (*os.File, error) {
 
 // List returns a directory's entries in name order, so that concurrent
 // readers of one directory see one stable sequence.
-func (s *Store) List(parent ledger.ID) ([]DirEntry, error) {
-	s.mu.RLock()
+func (s *Store) List(parent ID) ([]DirEntry, error) {
 	d, ok := s.dirs[parent]
 	if !ok {
-		s.mu.RUnlock()
 		return nil, ErrNotFound
 	}
 	out := make([]DirEntry, 0, len(d.kids))
 	for name, id := range d.kids {
 		out = append(out, DirEntry{Name: name, Entry: s.entry(id)})
 	}
-	s.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
@@ -171,22 +159,19 @@ func (s *Store) List(parent ledger.ID) ([]DirEntry, error) {
 // daemon's own.
 type Owner struct{ UID, GID int }
 
-// Create makes a new empty file, exclusively, and opens it read-write.
-// The file is born under writing/ and only then linked to its name, so a
-// crash at any point leaves it marked incomplete until its writer
-// finishes (ClearWriting).
-func (s *Store) Create(parent ledger.ID, name string, mode uint32, who Owner) (ledger.ID, *os.File, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// Create makes a new empty file id (from NewID), exclusively, and opens
+// it read-write. The file is born under writing/ and only then linked to
+// its name, so a crash at any point leaves it marked incomplete until its
+// writer finishes (ClearWriting).
+func (s *Store) Create(parent ID, name string, id ID, mode uint32, who Owner) (*os.File, error) {
 	d, err := s.freeName(parent, name)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	id := s.NewID()
 	wfd, wname := int(s.writing.Fd()), writingName(id)
 	fd, err := unix.Openat(wfd, wname, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
 	if err != nil {
-		return 0, nil, &os.PathError{Op: "create", Path: wname, Err: err}
+		return nil, &os.PathError{Op: "create", Path: wname, Err: err}
 	}
 	f := os.NewFile(uintptr(fd), wname)
 	if who.UID >= 0 {
@@ -197,15 +182,15 @@ func (s *Store) Create(parent ledger.ID, name string, mode uint32, who Owner) (l
 	if err != nil {
 		unix.Unlinkat(wfd, wname, 0)
 		f.Close()
-		return 0, nil, &os.PathError{Op: "create", Path: rel, Err: underlying(err)}
+		return nil, &os.PathError{Op: "create", Path: rel, Err: underlying(err)}
 	}
 	d.kids[name] = id
 	s.files[id] = &file{links: []Name{{parent, name}}}
-	return id, f, nil
+	return f, nil
 }
 
-// freeName checks that name is free in parent; mu held.
-func (s *Store) freeName(parent ledger.ID, name string) (*dir, error) {
+// freeName checks that name is free in parent.
+func (s *Store) freeName(parent ID, name string) (*dir, error) {
 	d, ok := s.dirs[parent]
 	if !ok {
 		return nil, ErrNotFound
@@ -217,9 +202,7 @@ func (s *Store) freeName(parent ledger.ID, name string) (*dir, error) {
 }
 
 // Mkdir makes a new directory.
-func (s *Store) Mkdir(parent ledger.ID, name string, mode uint32, who Owner) (ledger.ID, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Store) Mkdir(parent ID, name string, mode uint32, who Owner) (ID, error) {
 	d, err := s.freeName(parent, name)
 	if err != nil {
 		return 0, err
@@ -239,14 +222,12 @@ func (s *Store) Mkdir(parent ledger.ID, name string, mode uint32, who Owner) (le
 	}
 	id := s.NewID()
 	d.kids[name] = id
-	s.dirs[id] = &dir{id: id, parent: d, name: name, kids: map[string]ledger.ID{}}
+	s.dirs[id] = &dir{id: id, parent: d, name: name, kids: map[string]ID{}}
 	return id, nil
 }
 
 // Link gives file id another name.
-func (s *Store) Link(id, parent ledger.ID, name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Store) Link(id, parent ID, name string) error {
 	f, ok := s.files[id]
 	if !ok || len(f.links) == 0 {
 		return ErrNotFound
@@ -269,9 +250,7 @@ func (s *Store) Link(id, parent ledger.ID, name string) error {
 
 // Unlink removes a file's name and returns the file's ID. A name whose
 // stored file already vanished is still removed from the index.
-func (s *Store) Unlink(parent ledger.ID, name string) (ledger.ID, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Store) Unlink(parent ID, name string) (ID, error) {
 	d, ok := s.dirs[parent]
 	if !ok {
 		return 0, ErrNotFound
@@ -291,8 +270,8 @@ func (s *Store) Unlink(parent ledger.ID, name string) (ledger.ID, error) {
 	return id, nil
 }
 
-// dropName removes one name of file id from the index; mu held.
-func (s *Store) dropName(id ledger.ID, d *dir, name string) {
+// dropName removes one name of file id from the index.
+func (s *Store) dropName(id ID, d *dir, name string) {
 	delete(d.kids, name)
 	f := s.files[id]
 	for i, l := range f.links {
@@ -319,9 +298,7 @@ func (s *Store) unlinkAt(rel string, flags int) error {
 }
 
 // Rmdir removes an empty directory.
-func (s *Store) Rmdir(parent ledger.ID, name string) (ledger.ID, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Store) Rmdir(parent ID, name string) (ID, error) {
 	d, ok := s.dirs[parent]
 	if !ok {
 		return 0, ErrNotFound
@@ -348,9 +325,7 @@ func (s *Store) Rmdir(parent ledger.ID, name string) (ledger.ID, error) {
 
 // Drop removes every name of file id, from the store and the index, and
 // returns them so the caller can tell the kernel.
-func (s *Store) Drop(id ledger.ID) []Name {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Store) Drop(id ID) []Name {
 	f, ok := s.files[id]
 	if !ok {
 		return nil

@@ -3,13 +3,13 @@ package fusefs_test
 import (
 	"bytes"
 	"fmt"
+	"github.com/kvfs/kvfs/core"
 	"os"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,9 +23,6 @@ const (
 func mountSmall(t *testing.T, opts ...mountOpt) *kvfsMount {
 	return mountKVFS(t, append([]mountOpt{withCapacity(smallCap), withGrace(grace), withWait(time.Second)}, opts...)...)
 }
-
-// pastGrace waits until objects closed so far are evictable.
-func pastGrace() { time.Sleep(2 * grace) }
 
 // exists reports whether p is on the mount, failing on errors other
 // than ENOENT.
@@ -76,7 +73,7 @@ func TestLRUOrder(t *testing.T) {
 	if st := k.M.Stats(); st.UsedBytes != smallCap {
 		t.Fatalf("used %d after filling, want %d", st.UsedBytes, smallCap)
 	}
-	pastGrace()
+	k.pastGrace()
 	f, err := os.Open(k.path("obj0"))
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +86,7 @@ func TestLRUOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pastGrace()
+	k.pastGrace()
 
 	mustWrite(t, k.path("new0"), pattern(100, mib))
 	if exists(t, k.path("obj1")) || !exists(t, k.path("obj0")) {
@@ -129,9 +126,9 @@ func TestOpenHandlesNeverEvicted(t *testing.T) {
 	if _, err := w.Write(wdata[:mib]); err != nil {
 		t.Fatal(err)
 	}
-	pastGrace()
+	k.pastGrace()
 
-	s := sampleCapacity(k)
+	s := sampleCapacity(k, false)
 	flood(t, k, "flood", 5*smallCap/mib, mib, 2)
 	s.check(t)
 
@@ -175,7 +172,7 @@ func TestEvictionRemovesEveryName(t *testing.T) {
 	for _, n := range names {
 		lstat(t, k.path(n)) // cache the entries and attributes
 	}
-	pastGrace()
+	k.pastGrace()
 	flood(t, k, "flood", smallCap/mib, mib, 1)
 
 	gone := eventually(2*time.Second, func() bool {
@@ -216,8 +213,8 @@ func TestUnlinkRacingEviction(t *testing.T) {
 	for i := range n {
 		lstat(t, k.path(fmt.Sprintf("old%02d", i)))
 	}
-	pastGrace()
-	s := sampleCapacity(k)
+	k.pastGrace()
+	s := sampleCapacity(k, false)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -279,7 +276,7 @@ func TestUnlinkRacingEviction(t *testing.T) {
 			want += smallCap / 16
 		}
 	}
-	if st := k.settled(func(st ledger.Stats) bool { return st.UsedBytes == want }); st.UsedBytes != want || st.Objects != want/(smallCap/16) {
+	if st := k.settled(func(st core.Stats) bool { return st.UsedBytes == want }); st.UsedBytes != want || st.Objects != want/(smallCap/16) {
 		t.Errorf("used %d in %d objects; the surviving objects hold %d: a charge was left behind", st.UsedBytes, st.Objects, want)
 	}
 }
@@ -333,8 +330,10 @@ func TestShadowBytes(t *testing.T) {
 	if _, err := w.Write(pattern(3, 512*kib)); err != nil {
 		t.Fatalf("writing to an unlinked open object: %v", err)
 	}
-	if st := k.M.Stats(); st.ShadowBytes != charge+mib {
-		t.Errorf("shadow %d with both open, want %d", st.ShadowBytes, charge+mib)
+	// The writer is charged what it holds, at least its reservation.
+	k.M.Poll()
+	if st, want := k.M.Stats(), charge+max(mib, k.M.Reservation()); st.ShadowBytes != want {
+		t.Errorf("shadow %d with both open, want %d", st.ShadowBytes, want)
 	}
 	before := k.M.Stats()
 	w.Close()
@@ -375,24 +374,29 @@ func TestNoSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	pastGrace()
-	// 7 MiB held by writers, 1 MiB evictable ("keep"), nothing free.
+	k.pastGrace()
+	k.M.Poll()
+	// 7 MiB held by writers (d its reservation, the size of "keep"), 1 MiB
+	// evictable ("keep"), nothing free.
+	if res := k.M.Reservation(); res != mib {
+		t.Fatalf("reservation %d, want the size of the object stored before (1 MiB)", res)
+	}
 	fd := int(d.Fd())
 	wantErrno(t, "ftruncate past the capacity", unix.Ftruncate(fd, smallCap+1), syscall.ENOSPC)
 	wantErrno(t, "ftruncate to more than can be freed", unix.Ftruncate(fd, 3*mib), syscall.ENOSPC)
 	wantErrno(t, "fallocate past the capacity", unix.Fallocate(fd, 0, 0, smallCap+4096), syscall.ENOSPC)
 	wantErrno(t, "fallocate of more than can be freed", unix.Fallocate(fd, 0, 0, 3*mib), syscall.ENOSPC)
 	wantErrno(t, "truncate by path past the capacity", os.Truncate(k.path("keep"), smallCap+4096), syscall.ENOSPC)
-	if st := lstat(t, k.path("d")); st.Size != 0 || st.Blocks != 0 {
-		t.Errorf("refused object has size %d blocks %d, want 0", st.Size, st.Blocks)
+	if st := lstat(t, k.path("d")); st.Size != 0 || st.Blocks != mib/512 {
+		t.Errorf("refused object has size %d blocks %d, want 0 and its reservation", st.Size, st.Blocks)
 	}
 	mustRead(t, k.path("keep"), keep)
 	for name, data := range held {
 		mustRead(t, k.path(name), data)
 	}
 	st := k.M.Stats()
-	if st.Evictions != 0 || st.AdmissionFailures < 5 || st.UsedBytes != 7*mib {
-		t.Errorf("after refusals: %+v; want no evictions, 5 admission failures, 7 MiB used", st)
+	if st.Evictions != 0 || st.AdmissionFailures < 5 || st.UsedBytes != smallCap || st.ReservedBytes != mib {
+		t.Errorf("after refusals: %+v; want no evictions, 5 admission failures, all used, 1 MiB of it reserved", st)
 	}
 
 	// What does fit is admitted by evicting first.
@@ -407,35 +411,44 @@ func TestNoSpace(t *testing.T) {
 	}
 }
 
-// TestWriteLargerThanCapacity: a write(2) larger than the capacity fails
-// with ENOSPC. When the write fits one FUSE request it fails at once and
-// evicts nothing; a larger one reaches kvfs in max_write pieces, so the
-// kernel reports a short write for what was admitted and ENOSPC for the
-// rest, and the capacity still holds throughout.
+// modes are the two write paths: passthrough (the default as root: the
+// data bypasses the daemon, admission at open and at close) and strict
+// capacity (every byte through the daemon, admitted before it lands).
+var modes = []struct {
+	name string
+	opts []mountOpt
+}{{"passthrough", nil}, {"strict", []mountOpt{withStrict()}}}
+
+// TestWriteLargerThanCapacity: an object larger than the capacity is
+// never published and costs nothing already stored. With passthrough the
+// write lands (its bytes are counted over the capacity, unadmitted) and
+// the close fails with ENOSPC and removes it; through the daemon the
+// write itself fails, at once when it fits one FUSE request, and after a
+// short write when the kernel splits it.
 func TestWriteLargerThanCapacity(t *testing.T) {
-	t.Run("one request", func(t *testing.T) {
-		k := mountKVFS(t, withCapacity(256*kib), withGrace(grace))
-		mustWrite(t, k.path("a"), pattern(1, 64*kib))
-		mustWrite(t, k.path("b"), pattern(2, 64*kib))
-		pastGrace()
-		f, err := os.OpenFile(k.path("big"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		n, err := unix.Write(int(f.Fd()), pattern(3, 512*kib))
-		if errnoOf(err) != syscall.ENOSPC {
-			t.Errorf("write of 512 KiB on a 256 KiB cache: n=%d err=%v, want ENOSPC", n, err)
-		}
-		mustRead(t, k.path("a"), pattern(1, 64*kib))
-		mustRead(t, k.path("b"), pattern(2, 64*kib))
-		if st := k.M.Stats(); st.Evictions != 0 {
-			t.Errorf("%d evictions for a write that could never fit", st.Evictions)
-		}
-	})
-	t.Run("split by the kernel", func(t *testing.T) {
-		k := mountSmall(t)
-		s := sampleCapacity(k)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			k := mountKVFS(t, append([]mountOpt{withCapacity(256 * kib), withGrace(grace)}, m.opts...)...)
+			mustWrite(t, k.path("a"), pattern(1, 64*kib))
+			mustWrite(t, k.path("b"), pattern(2, 64*kib))
+			k.pastGrace()
+			err := writeObject(k.path("big"), pattern(3, 512*kib))
+			wantErrno(t, "store of 512 KiB on a 256 KiB cache", err, syscall.ENOSPC)
+			wantGone(t, k.path("big"))
+			mustRead(t, k.path("a"), pattern(1, 64*kib))
+			mustRead(t, k.path("b"), pattern(2, 64*kib))
+			st := k.M.Stats()
+			if st.Evictions != 0 || st.AdmissionFailures == 0 {
+				t.Errorf("a store that could never fit: %+v; want no evictions, a refusal counted", st)
+			}
+			if strict := m.name == "strict"; strict != (st.OvershootMaxBytes == 0) {
+				t.Errorf("overshoot high-water mark %d (strict %v)", st.OvershootMaxBytes, strict)
+			}
+		})
+	}
+	t.Run("strict, split by the kernel", func(t *testing.T) {
+		k := mountSmall(t, withStrict())
+		s := sampleCapacity(k, true)
 		f, err := os.OpenFile(k.path("big"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 		if err != nil {
 			t.Fatal(err)
@@ -452,4 +465,32 @@ func TestWriteLargerThanCapacity(t *testing.T) {
 			t.Errorf("refused object holds %d bytes, write reported %d", st.Size, n)
 		}
 	})
+}
+
+// TestDoomedStoreKeepsCache: LMCache's fs_native writes a whole object in
+// one write(2). One that can never fit, stored into a full cache, costs at
+// most what any store costs (its reservation, and growth to twice it),
+// never the cache, in either mode.
+func TestDoomedStoreKeepsCache(t *testing.T) {
+	const obj = 256 * kib
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			k := mountSmall(t, m.opts...)
+			n := smallCap / obj
+			for i := range n {
+				mustWrite(t, k.path(fmt.Sprintf("o%02d", i)), pattern(i, obj))
+			}
+			k.pastGrace()
+			err := writeObject(k.path("doomed"), pattern(99, smallCap+mib))
+			wantErrno(t, "store of capacity + 1 MiB", err, syscall.ENOSPC)
+			wantGone(t, k.path("doomed"))
+			st := k.M.Stats()
+			if st.Evictions > 2 || st.Objects < int64(n-2) {
+				t.Errorf("a doomed store evicted %d of %d objects: %+v", st.Evictions, n, st)
+			}
+			for i := 2; i < n; i++ {
+				mustRead(t, k.path(fmt.Sprintf("o%02d", i)), pattern(i, obj))
+			}
+		})
+	}
 }

@@ -6,39 +6,48 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
-// fillAttr copies a stored inode's attributes, with kvfs's own inode
-// number and, for st_blocks, exactly the ledger's charge.
-func fillAttr(out *fuse.Attr, st *unix.Stat_t, id ledger.ID, charge int64) {
+// fillAttr copies an inode's attributes, with kvfs's own inode number
+// and, for st_blocks, exactly the ledger's charge (directories cost 0).
+func fillAttr(out *fuse.Attr, id blob.ID, a core.Attr) {
+	st := &a.Stat_t
 	out.Ino = uint64(id)
 	out.Size = uint64(st.Size)
-	out.Blocks = uint64(charge / 512)
+	out.Blocks = uint64(a.Charge / 512)
 	out.Atime, out.Atimensec = uint64(st.Atim.Sec), uint32(st.Atim.Nsec)
 	out.Mtime, out.Mtimensec = uint64(st.Mtim.Sec), uint32(st.Mtim.Nsec)
 	out.Ctime, out.Ctimensec = uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec)
 	out.Mode = st.Mode
 	out.Nlink = uint32(st.Nlink)
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		out.Nlink = uint32(a.Links)
+	}
 	out.Uid, out.Gid = st.Uid, st.Gid
 	out.Blksize = ledger.BlockSize
 }
 
-// fstat reads the attributes of an open stored file.
-func fstat(f *os.File) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	err := unix.Fstat(int(f.Fd()), &st)
-	return st, err
-}
+// fileMode is the mode a stored file gets: a cache keeps no set-user-ID
+// or set-group-ID bits, which is what lets the mount negotiate
+// HANDLE_KILLPRIV_V2 (the kernel then stops asking for security.capability
+// on every write) without clearing them itself.
+func fileMode(mode uint32) uint32 { return mode & 07777 &^ (unix.S_ISUID | unix.S_ISGID) }
 
 // applyAttrs carries out chmod, chown and utimes from a SETATTR on an
 // open stored file or directory. Size is the caller's: it needs the
 // ledger.
-func applyAttrs(f *os.File, in *fuse.SetAttrIn) error {
+func applyAttrs(f *os.File, in *fuse.SetAttrIn, file bool) error {
 	fd := int(f.Fd())
 	if mode, ok := in.GetMode(); ok {
-		if err := unix.Fchmod(fd, mode&07777); err != nil {
+		mode &= 07777
+		if file {
+			mode = fileMode(mode)
+		}
+		if err := unix.Fchmod(fd, mode); err != nil {
 			return err
 		}
 	}
@@ -82,13 +91,15 @@ func timespec(t time.Time) unix.Timespec {
 // openFlags are the flags kvfs opens a stored file with for a handle
 // opened with flags: the kernel already did creation, truncation and
 // append positioning, and O_DIRECT alignment is the client's business
-// with the mount, not the store's.
-func openFlags(flags uint32) int {
-	f := int(flags) &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC | syscall.O_APPEND | syscall.O_DIRECT | syscall.O_NOCTTY)
-	if f&syscall.O_ACCMODE == syscall.O_WRONLY {
-		f = f&^syscall.O_ACCMODE | syscall.O_RDWR
+// with the mount, not the store's. With passthrough every stored file is
+// opened read-write: go-fuse shares the first handle's file with every
+// later handle of the inode, whatever they may do.
+func (f *FS) openFlags(flags uint32) int {
+	fl := int(flags) &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC | syscall.O_APPEND | syscall.O_DIRECT | syscall.O_NOCTTY)
+	if f.cfg.Passthrough || fl&syscall.O_ACCMODE == syscall.O_WRONLY {
+		fl = fl&^syscall.O_ACCMODE | syscall.O_RDWR
 	}
-	return f
+	return fl
 }
 
 func writable(flags uint32) bool { return flags&syscall.O_ACCMODE != syscall.O_RDONLY }

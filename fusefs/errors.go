@@ -2,16 +2,15 @@ package fusefs
 
 import (
 	"errors"
-	"runtime/debug"
+	"fmt"
 	"syscall"
 
-	"github.com/kvfs/kvfs/blob"
-	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/core"
 	"go.uber.org/zap"
 )
 
-// errno is the one place Go errors become errnos. Unknown errors are
-// EIO, logged with the operation that met them.
+// errno is the one place Go errors become errnos. Unknown errors are EIO,
+// logged with the operation that met them.
 func (f *FS) errno(op string, err error) syscall.Errno {
 	var en syscall.Errno
 	switch {
@@ -19,35 +18,41 @@ func (f *FS) errno(op string, err error) syscall.Errno {
 		return 0
 	case errors.As(err, &en):
 		return en
-	case errors.Is(err, blob.ErrNotFound):
+	case errors.Is(err, core.ErrNotFound):
 		return syscall.ENOENT
-	case errors.Is(err, ledger.ErrNoSpace), errors.Is(err, ledger.ErrTooLarge):
-		return syscall.ENOSPC
-	case errors.Is(err, ledger.ErrGone):
+	case errors.Is(err, core.ErrStale):
 		// The kernel retries a path walk that meets ESTALE with a fresh
-		// lookup, which then sees the object is gone.
+		// lookup, which then sees what the name holds now.
 		return syscall.ESTALE
-	case errors.Is(err, ledger.ErrExists):
+	case errors.Is(err, core.ErrNoSpace):
+		return syscall.ENOSPC
+	case errors.Is(err, core.ErrExists):
 		return syscall.EEXIST
 	}
 	f.log.Error("unexpected error", zap.String("op", op), zap.Error(err))
 	return syscall.EIO
 }
 
-// guard turns a panic in a handler into EIO with the stack logged, so one
-// bad request cannot take the mount down. Use as
-// `defer f.guard("op", &errno)`.
-func (f *FS) guard(op string, errno *syscall.Errno) {
-	if r := recover(); r != nil {
-		f.log.Error("panic in handler", zap.String("op", op), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
-		*errno = syscall.EIO
-	}
-}
+// The adapter's own refusals, as errors for errno.
+var (
+	// errNotStored: kvfs stores directories and regular files only.
+	errNotStored = fmt.Errorf("kvfs stores only directories and regular files: %w", syscall.EPERM)
+	// errNoAttr: kvfs keeps no extended attributes but its own.
+	errNoAttr = fmt.Errorf("no such attribute: %w", syscall.ENODATA)
+	// errNoSetAttr: extended attributes cannot be set; ENOTSUP (not
+	// ENODATA) is what lets cp -a, rsync -X and the like carry on.
+	errNoSetAttr = fmt.Errorf("kvfs keeps no extended attributes: %w", syscall.ENOTSUP)
+	// errUnsupported: an fallocate mode kvfs cannot charge.
+	errUnsupported = fmt.Errorf("not supported: %w", syscall.EOPNOTSUPP)
+	// errIsDir: the name is a directory.
+	errIsDir  = fmt.Errorf("is a directory: %w", syscall.EISDIR)
+	errNotDir = fmt.Errorf("not a directory: %w", syscall.ENOTDIR)
+)
 
 // checkName refuses names kvfs cannot store.
-func checkName(name string) syscall.Errno {
+func checkName(name string) error {
 	if len(name) > 255 {
 		return syscall.ENAMETOOLONG
 	}
-	return 0
+	return nil
 }

@@ -1,37 +1,30 @@
 // Package fusefs is the go-fuse node tree of kvfs: a thin adapter that
-// turns FUSE operations into calls on the store (names and bytes) and the
-// ledger (charges, pins, eviction). It holds no accounting of its own.
+// turns FUSE requests into calls on the core (package core, which owns
+// the namespace and the accounting), and the core's dropped names into
+// kernel notices. It keeps only what is the kernel's business: which
+// inodes the kernel knows, their open handles, whether plain readers may
+// have cached pages, and the RAM tier's copies that plain readers use.
 package fusefs
 
 import (
-	"context"
-	"errors"
-	"os"
+	"encoding/json"
+	"runtime/debug"
 	"sync"
-	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/blob"
-	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ramcache"
 	"go.uber.org/zap"
 )
 
-// Config tunes the adapter; the zero value of each field picks a default.
+// Config tunes the adapter.
 type Config struct {
-	// WaitLimit bounds how long a write that needs space waits for
-	// recently closed or read-pinned objects to become evictable
-	// before it fails with ENOSPC.
-	WaitLimit time.Duration
-	// Passthrough lets read-only handles of complete objects be served
-	// by the kernel straight from the store (FUSE passthrough).
+	// Passthrough: every handle is served by the kernel straight from
+	// the stored file (FUSE passthrough), reads and writes; the daemon
+	// sees neither. Otherwise every byte passes through the daemon.
 	Passthrough bool
-	// AuditInterval is how often the store is walked for changes made
-	// behind kvfs's back; zero never.
-	AuditInterval time.Duration
-	// AuditAtStart audits once right away, in the background.
-	AuditAtStart bool
 	// RAM, when set, keeps copies of objects that plain (not
 	// passthrough) readers load, and serves later loads from memory.
 	// Its owner closes it after the server stops.
@@ -39,18 +32,17 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// FS is one mounted kvfs: the store, the ledger, and the kernel-facing
-// bookkeeping that ties go-fuse inodes to them.
+// FS is one mounted kvfs: the core, and the kernel-facing bookkeeping
+// that ties go-fuse inodes to it.
 type FS struct {
-	store  *blob.Store
-	ledger *ledger.Ledger
-	cfg    Config
-	log    *zap.Logger
-	ram    *ramcache.Cache // nil: no RAM tier
+	core *core.Core
+	cfg  Config
+	log  *zap.Logger
+	ram  *ramcache.Cache // nil: no RAM tier
 
 	// dirs maps directory IDs to the go-fuse inodes the kernel knows,
-	// so eviction can invalidate names in them.
-	dirs sync.Map // ledger.ID -> *fs.Inode
+	// so dropped names can be invalidated in them.
+	dirs sync.Map // blob.ID -> *fs.Inode
 
 	notices chan notice
 	done    chan struct{}
@@ -61,28 +53,19 @@ type FS struct {
 // because sending it from inside a handler can deadlock against the lock
 // the kernel holds on the directory being operated on.
 type notice struct {
-	parent ledger.ID
+	parent blob.ID
 	name   string
 	inode  *fs.Inode // when set: drop the inode's cached data instead
 }
 
-// New builds the file system over a loaded store and its ledger.
-func New(store *blob.Store, l *ledger.Ledger, cfg Config) *FS {
-	if cfg.WaitLimit == 0 {
-		cfg.WaitLimit = 3 * time.Second
-	}
+// New builds the file system over a loaded core. Start the core with
+// Dropped before serving.
+func New(c *core.Core, cfg Config) *FS {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if os.Geteuid() != 0 {
-		// Registering a backing file takes CAP_SYS_ADMIN; without it
-		// go-fuse serves every handle plainly, and a reader counted as
-		// passthrough would only hold writers off (see mayJoin).
-		cfg.Passthrough = false
-	}
 	f := &FS{
-		store:   store,
-		ledger:  l,
+		core:    c,
 		cfg:     cfg,
 		log:     cfg.Logger,
 		ram:     cfg.RAM,
@@ -91,10 +74,6 @@ func New(store *blob.Store, l *ledger.Ledger, cfg Config) *FS {
 	}
 	f.wg.Add(1)
 	go f.notifyLoop()
-	if cfg.AuditInterval > 0 || cfg.AuditAtStart {
-		f.wg.Add(1)
-		go f.auditLoop(cfg.AuditInterval, cfg.AuditAtStart)
-	}
 	return f
 }
 
@@ -107,21 +86,35 @@ func (f *FS) Close() {
 	f.wg.Wait()
 }
 
-// Stats is what `kvfs stats` reports: the ledger's snapshot, and the RAM
+// Stats is what `kvfs stats` reports: the core's figures, and the RAM
 // tier's counters when there is one.
 type Stats struct {
-	ledger.Stats
+	core.Stats
 	RAMCache *ramcache.Stats `json:"ram_cache,omitempty"`
 }
 
-// Stats is a snapshot of the ledger and the RAM tier.
+// Stats is a snapshot of the core and the RAM tier.
 func (f *FS) Stats() Stats {
-	st := Stats{Stats: f.ledger.Stats()}
+	st := Stats{Stats: f.core.Stats()}
 	if f.ram != nil {
 		r := f.ram.Stats()
 		st.RAMCache = &r
 	}
 	return st
+}
+
+func (f *FS) statsJSON() []byte {
+	data, _ := json.Marshal(f.Stats())
+	return data
+}
+
+// Dropped tells the kernel and the RAM tier about an object whose names
+// the core dropped. The core calls it without locks held.
+func (f *FS) Dropped(d core.Drop) {
+	f.ram.Drop(uint64(d.ID))
+	for _, n := range d.Names {
+		f.queue(notice{parent: n.Parent, name: n.Name})
+	}
 }
 
 func (f *FS) notifyLoop() {
@@ -151,72 +144,14 @@ func (f *FS) queue(n notice) {
 	case f.notices <- n:
 	default:
 		// The queue is full: deliver from a goroutine of its own
-		// rather than block the handler that queued it.
+		// rather than block the caller.
 		go f.deliver(n)
 	}
 }
 
-// evict removes victims' names and bytes and tells the kernel. The ledger
-// has already released their charges.
-func (f *FS) evict(victims []ledger.Victim) {
-	for _, v := range victims {
-		f.ram.Drop(uint64(v.ID))
-		names := f.store.Drop(v.ID)
-		f.log.Debug("evicted", zap.Uint64("id", uint64(v.ID)), zap.Int64("bytes", v.Charge), zap.Int("names", len(names)))
-		for _, n := range names {
-			f.queue(notice{parent: n.Parent, name: n.Name})
-		}
-	}
+// Panic is go-fuse's PanicHandler: one bad request answers EIO, with its
+// stack logged, and the mount keeps serving.
+func (f *FS) Panic(r any) fuse.Status {
+	f.log.Error("panic in handler", zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+	return fuse.EIO
 }
-
-// vanished reconciles an object whose bytes disappeared from the store
-// behind kvfs's back.
-func (f *FS) vanished(id ledger.ID, why error) {
-	if f.ledger.Forget(id) {
-		f.log.Warn("object vanished from the store; dropped from the ledger",
-			zap.Uint64("id", uint64(id)), zap.Error(why))
-	}
-	f.ram.Drop(uint64(id))
-	for _, n := range f.store.Drop(id) {
-		f.queue(notice{parent: n.Parent, name: n.Name})
-	}
-}
-
-// admit changes id's charge with resize (Grow or SetSize), evicting as
-// needed and waiting a bounded time when the space exists but is held by
-// inodes that will soon be evictable: backpressure, not failure.
-func (f *FS) admit(ctx context.Context, id ledger.ID, resize func() ([]ledger.Victim, error), need int64) error {
-	deadline := time.Now().Add(f.cfg.WaitLimit)
-	for {
-		victims, err := resize()
-		f.evict(victims)
-		if !errors.Is(err, ledger.ErrNoSpace) {
-			return err
-		}
-		wait := f.ledger.WaitHint(need)
-		if wait == 0 || time.Now().Add(wait).After(deadline) {
-			return err
-		}
-		f.ledger.Retried()
-		select {
-		case <-ctx.Done():
-			return syscall.EINTR
-		case <-time.After(wait):
-		}
-	}
-}
-
-// grow admits a write ending at end.
-func (f *FS) grow(ctx context.Context, id ledger.ID, end int64) error {
-	_, charge, _ := f.ledger.Size(id)
-	return f.admit(ctx, id, func() ([]ledger.Victim, error) { return f.ledger.Grow(id, end) }, ledger.Charge(end)-charge)
-}
-
-// setSize admits a truncate to size.
-func (f *FS) setSize(ctx context.Context, id ledger.ID, size int64) error {
-	_, charge, _ := f.ledger.Size(id)
-	return f.admit(ctx, id, func() ([]ledger.Victim, error) { return f.ledger.SetSize(id, size) }, ledger.Charge(size)-charge)
-}
-
-// CheckInvariants checks the ledger's invariants; tests call it.
-func (f *FS) CheckInvariants() error { return f.ledger.CheckInvariants() }

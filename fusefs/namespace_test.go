@@ -3,6 +3,7 @@ package fusefs_test
 import (
 	"bytes"
 	"fmt"
+	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/internal/usage"
 	"os"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,6 +38,17 @@ func lstat(t *testing.T, p string) unix.Stat_t {
 }
 
 // wantAbsent checks that p does not exist, on the mount or in a store.
+// wantGone waits for p to be absent: kvfs tells the kernel to forget a
+// name it dropped from a goroutine of its own, so the kernel's cache may
+// still answer for it for a moment.
+func wantGone(t *testing.T, p string) {
+	t.Helper()
+	var st unix.Stat_t
+	var err error
+	eventually(2*time.Second, func() bool { err = unix.Lstat(p, &st); return err == unix.ENOENT })
+	wantErrno(t, "lstat "+p, err, syscall.ENOENT)
+}
+
 func wantAbsent(t *testing.T, p string) {
 	t.Helper()
 	var st unix.Stat_t
@@ -166,7 +177,7 @@ func testRenameReplaces(t *testing.T, cache time.Duration) {
 	mustRead(t, final, old)
 	mustRead(t, k.path("free"), nu)
 	want := ceil4096(int64(len(old))) + ceil4096(int64(len(nu)))
-	if got := k.settled(func(st ledger.Stats) bool { return st.UsedBytes == want }).UsedBytes; got != want {
+	if got := k.settled(func(st core.Stats) bool { return st.UsedBytes == want }).UsedBytes; got != want {
 		t.Errorf("used %d after renames, want %d: the replaced object must be released", got, want)
 	}
 
@@ -411,7 +422,7 @@ func TestLinksChargedOnce(t *testing.T) {
 	}
 	wantUsed := func(what string, want int64) {
 		t.Helper()
-		if got := k.settled(func(st ledger.Stats) bool { return st.UsedBytes == want }).UsedBytes; got != want {
+		if got := k.settled(func(st core.Stats) bool { return st.UsedBytes == want }).UsedBytes; got != want {
 			t.Errorf("%s: used %d, want %d", what, got, want)
 		}
 		if du, err := usage.Du(k.Mnt); err != nil || du != want {

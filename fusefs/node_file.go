@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strconv"
 	"sync"
@@ -13,9 +12,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/blob"
-	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ramcache"
-	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,55 +25,24 @@ const BackingXattr = "user.kvfs.backing"
 type fileNode struct {
 	fs.Inode
 	fs *FS
-	id ledger.ID
+	id blob.ID
 
 	mu sync.Mutex
 	// GUARDED_BY(mu). handles are the open handles, so an inode with no
 	// name left can still be reached through one of their files.
 	handles []*handle
-	// GUARDED_BY(mu). INVARIANT: writers counts handles with active set,
-	// and the store's writing marker exists while it is above zero.
+	// GUARDED_BY(mu). writers counts handles that may be writing (from
+	// open to their writer's close): while there is one, no RAM copy is
+	// made or served.
 	writers int
 	// cached: a plain reader has been open, so the kernel may hold pages
-	// of the object that a later write makes stale. Writers use direct
-	// I/O and passthrough readers share the store's page cache: without
-	// plain readers there is nothing to invalidate.
+	// of the object that a later write makes stale. Plain writers use
+	// direct I/O and passthrough handles share the store's page cache:
+	// without plain readers there is nothing to invalidate.
 	cached atomic.Bool
 	// touched is when an open last recorded itself in the stored file's
 	// atime, in unix seconds.
 	touched atomic.Int64
-}
-
-// fileAttr reads an object's attributes: through f when given, else from
-// the store. A size that disagrees with the ledger while no writer is
-// open means the store changed behind kvfs's back: the ledger follows the
-// store, and evicts if that put it over capacity.
-func (f *FS) fileAttr(id ledger.ID, file *os.File, out *fuse.Attr) error {
-	var st unix.Stat_t
-	var err error
-	if file != nil {
-		st, err = fstat(file)
-	} else if st, err = f.store.Stat(id); errors.Is(err, syscall.ENOENT) {
-		f.vanished(id, err)
-		return blob.ErrNotFound
-	}
-	if err != nil {
-		return err
-	}
-	size, charge, ok := f.ledger.Size(id)
-	if !ok {
-		return ledger.ErrGone
-	}
-	if size != st.Size && f.ledger.Writers(id) == 0 && f.ledger.Reconcile(id, st.Size) {
-		f.ram.Drop(uint64(id))
-		f.log.Warn("object size changed behind kvfs; ledger reconciled",
-			zap.Uint64("id", uint64(id)), zap.Int64("ledger", size), zap.Int64("store", st.Size))
-		f.evict(f.ledger.Trim())
-		charge = ledger.Charge(st.Size)
-	}
-	fillAttr(out, &st, id, charge)
-	out.Nlink = uint32(f.store.Links(id))
-	return nil
 }
 
 // withAnyFile runs fn on the stored file of some open handle, under n.mu
@@ -88,127 +55,94 @@ func (n *fileNode) withAnyFile(fn func(*os.File)) bool {
 	if len(n.handles) == 0 {
 		return false
 	}
-	fn(n.handles[0].f)
+	fn(n.handles[0].File())
 	return true
 }
 
-func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno) {
-	defer n.fs.guard("getattr", &errno)
-	// go-fuse keeps fh from being released while this call runs.
-	switch h := fh.(type) {
-	case *handle:
-		return n.fs.errno("getattr", n.fs.fileAttr(n.id, h.f, &out.Attr))
-	case *passthroughHandle:
-		return n.fs.errno("getattr", n.fs.fileAttr(n.id, h.f, &out.Attr))
-	}
-	var err error
-	if !n.withAnyFile(func(f *os.File) { err = n.fs.fileAttr(n.id, f, &out.Attr) }) {
-		err = n.fs.fileAttr(n.id, nil, &out.Attr)
-		if errors.Is(err, blob.ErrNotFound) {
-			// No name and no handle left: the kernel reached the
-			// inode by a path that has changed since (see Open).
-			return syscall.ESTALE
-		}
-	}
-	return n.fs.errno("getattr", err)
-}
-
-func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
-	defer n.fs.guard("setattr", &errno)
-	h, _ := fh.(*handle)
-	if size, ok := in.GetSize(); ok {
-		if errno := n.truncate(ctx, h, int64(size)); errno != 0 {
-			return errno
-		}
-	}
-	if h != nil {
-		if err := applyAttrs(h.f, in); err != nil {
-			return n.fs.errno("setattr", err)
-		}
-		return n.Getattr(ctx, fh, out)
-	}
-	f, err := n.openStored(unix.O_RDONLY)
-	if err != nil {
-		return n.fs.errno("setattr", err)
-	}
-	defer f.Close()
-	if err := applyAttrs(f, in); err != nil {
-		return n.fs.errno("setattr", err)
-	}
-	return n.Getattr(ctx, nil, out)
-}
-
-// truncate sets the size, admitted by the ledger first. The inode is
-// pinned as written meanwhile, so it is neither evicted nor reconciled
-// half-way.
-func (n *fileNode) truncate(ctx context.Context, h *handle, size int64) syscall.Errno {
-	if err := n.fs.ledger.Open(n.id, true); err != nil {
-		return n.fs.errno("truncate", err)
-	}
-	defer n.fs.ledger.Close(n.id, true)
-	var f *os.File
-	if h != nil && h.write {
-		f = h.f
-	} else {
-		var err error
-		if f, err = n.openStored(unix.O_WRONLY); err != nil {
-			return n.fs.errno("truncate", err)
-		}
-		defer f.Close()
-	}
-	if err := n.fs.setSize(ctx, n.id, size); err != nil {
-		return n.fs.errno("truncate", err)
-	}
-	n.dropRAM()
-	if err := f.Truncate(size); err != nil {
-		n.fs.settle(n.id, f)
-		return n.fs.errno("truncate", err)
-	}
-	n.fs.queue(notice{inode: n.EmbeddedInode()})
-	return 0
-}
-
-// openStored opens the stored file: by name, or, for an inode with no
-// name left, through a file an open handle holds.
-func (n *fileNode) openStored(flags int) (*os.File, error) {
-	f, err := n.fs.store.Open(n.id, flags)
-	if !errors.Is(err, blob.ErrNotFound) {
-		return f, err
-	}
+// reopen opens the stored file of an inode with no name left through a
+// file one of its handles holds.
+func (n *fileNode) reopen(flags int) (f *os.File, err error) {
+	err = core.ErrStale
 	n.withAnyFile(func(held *os.File) {
 		f, err = os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(held.Fd())), flags|unix.O_CLOEXEC, 0)
 	})
 	return f, err
 }
 
-func (n *fileNode) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
-	defer n.fs.guard("open", &errno)
-	write := writable(flags)
-	if err := n.fs.ledger.Open(n.id, write); err != nil {
-		return nil, 0, n.fs.errno("open", err)
+func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	var a core.Attr
+	var err error
+	if h := handleOf(fh); h != nil {
+		// go-fuse keeps fh from being released while this call runs.
+		a, err = h.Attr()
+	} else if !n.withAnyFile(func(f *os.File) { a, err = n.fs.core.Getattr(n.id, f) }) {
+		a, err = n.fs.core.Getattr(n.id, nil)
 	}
-	f, err := n.openStored(openFlags(flags))
 	if err != nil {
-		n.fs.ledger.Close(n.id, write)
-		if errors.Is(err, syscall.ENOENT) {
-			n.fs.vanished(n.id, err)
+		return n.fs.errno("getattr", err)
+	}
+	fillAttr(&out.Attr, n.id, a)
+	return 0
+}
+
+func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	h := handleOf(fh)
+	if size, ok := in.GetSize(); ok {
+		if err := n.truncate(ctx, h, int64(size)); err != nil {
+			return n.fs.errno("setattr", err)
 		}
-		if errors.Is(err, blob.ErrNotFound) {
-			// The inode lost its last name after the kernel resolved
-			// the path (a rename replaced it): ESTALE makes the kernel
-			// look the name up again and open what it names now.
-			return nil, 0, syscall.ESTALE
+	}
+	f, err := n.attrFile(h)
+	if err == nil {
+		err = applyAttrs(f, in, true)
+		if h == nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		return n.fs.errno("setattr", err)
+	}
+	return n.Getattr(ctx, fh, out)
+}
+
+// attrFile is the stored file a SETATTR changes: the handle's, or one
+// opened for it.
+func (n *fileNode) attrFile(h *handle) (*os.File, error) {
+	if h != nil {
+		return h.File(), nil
+	}
+	return n.fs.core.OpenStored(n.id, unix.O_RDONLY)
+}
+
+// truncate sets the size through a writer's handle, or by name.
+func (n *fileNode) truncate(ctx context.Context, h *handle, size int64) error {
+	var f *os.File
+	if h != nil && h.Writable() {
+		f = h.File()
+	}
+	n.dropRAM()
+	if err := n.fs.core.Truncate(n.id, f, size); err != nil {
+		return err
+	}
+	n.fs.queue(notice{inode: n.EmbeddedInode()})
+	return nil
+}
+
+func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	write := writable(flags)
+	if write {
+		n.startWrite()
+	}
+	ch, err := n.fs.core.Open(n.id, n.fs.openFlags(flags), write, n.reopen)
+	if err != nil {
+		if write {
+			n.endWrite()
 		}
 		return nil, 0, n.fs.errno("open", err)
 	}
-	h := n.adoptWaiting(ctx, f, flags)
-	if h == nil {
-		f.Close()
-		n.fs.ledger.Close(n.id, write)
-		return nil, 0, syscall.ETXTBSY
-	}
+	h := n.adopt(ch, callerPid(ctx))
 	if !write {
-		n.touch(f)
+		n.touch(ch.File())
 		if !h.passthrough {
 			n.cached.Store(true)
 			n.attachRAM(h)
@@ -218,8 +152,8 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ u
 }
 
 // touch records an open in the stored file's atime, which is how LRU
-// order survives a restart; at most once a touchEvery, since each costs
-// the store's file system a journalled inode update.
+// order survives a crash; at most once a touchEvery, since each costs the
+// store's file system a journalled inode update.
 func (n *fileNode) touch(f *os.File) {
 	now := time.Now()
 	if last := n.touched.Load(); now.Unix()-last < touchEvery && last != 0 {
@@ -231,64 +165,17 @@ func (n *fileNode) touch(f *os.File) {
 }
 
 // touchEvery is the resolution, in seconds, of the LRU order a restart
-// recovers.
+// after a crash recovers.
 const touchEvery = 1
 
-// adopt makes a handle of an opened stored file for the calling thread
-// opener, or returns nil for a writer that must wait (see mayJoin).
-// marked says the store's writing marker is already set for it (a fresh
-// create).
-func (n *fileNode) adopt(f *os.File, flags uint32, marked bool, opener uint32) *handle {
-	h := &handle{n: n, f: f, write: writable(flags), opener: opener}
+// adopt makes the FUSE handle of a core handle for the thread opener; a
+// writer has been counted by startWrite.
+func (n *fileNode) adopt(ch *core.Handle, opener uint32) *handle {
+	h := &handle{Handle: ch, n: n, opener: opener, passthrough: n.fs.cfg.Passthrough, writing: ch.Writable()}
 	n.mu.Lock()
-	if !n.mayJoin(h) {
-		n.mu.Unlock()
-		return nil
-	}
+	defer n.mu.Unlock()
 	n.handles = append(n.handles, h)
-	n.mu.Unlock()
-	if h.write {
-		n.beginWrite(h, marked)
-	}
 	return h
-}
-
-// adoptWaiting is adopt for Open: a writer that passthrough handles hold
-// off waits for them, up to the wait limit, since readers that clients
-// have closed reach kvfs as releases only a moment after close(2).
-func (n *fileNode) adoptWaiting(ctx context.Context, f *os.File, flags uint32) *handle {
-	deadline := time.Now().Add(n.fs.cfg.WaitLimit)
-	for {
-		if h := n.adopt(f, flags, false, callerPid(ctx)); h != nil || time.Now().After(deadline) {
-			return h
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Millisecond):
-		}
-	}
-}
-
-// mayJoin decides, with n.mu held, whether reader h is served by
-// passthrough, and refuses writer h while passthrough handles are open.
-// The open handles of an inode are all passthrough or none is: the
-// kernel fails (EIO) a plain open of an inode that has passthrough ones,
-// and go-fuse drops the inode's shared backing file at the release of
-// any handle, passthrough or not, after which the next passthrough open
-// fails (EIO) until every handle is closed.
-func (n *fileNode) mayJoin(h *handle) bool {
-	pt := 0
-	for _, x := range n.handles {
-		if x.passthrough {
-			pt++
-		}
-	}
-	if h.write {
-		return pt == 0
-	}
-	h.passthrough = n.fs.cfg.Passthrough && pt == len(n.handles)
-	return true
 }
 
 func (n *fileNode) forget(h *handle) {
@@ -302,23 +189,42 @@ func (n *fileNode) forget(h *handle) {
 	}
 }
 
-// beginWrite records that h may change the object, so a crash from now
-// until the matching endWrite leaves it marked incomplete.
-func (n *fileNode) beginWrite(h *handle, marked bool) error {
-	if h.active.Load() {
-		return nil
-	}
+// startWrite counts a writer about to open: the object's bytes may change
+// from now on, so RAM copies go and none is made until it closes. adopt
+// makes the count the handle's (writing), or endWrite takes it back.
+func (n *fileNode) startWrite() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if h.active.Swap(true) {
-		return nil
-	}
 	n.writers++
 	n.dropRAMLocked()
-	if n.writers == 1 && !marked {
-		return n.fs.store.MarkWriting(h.f, n.id)
+}
+
+func (n *fileNode) endWrite() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.writers--
+}
+
+// writeAgain counts h writing again after its writer's close, through a
+// copy of the descriptor (daemon writes only: passthrough ones pass by).
+func (n *fileNode) writeAgain(h *handle) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !h.writing {
+		h.writing = true
+		n.writers++
+		n.dropRAMLocked()
 	}
-	return nil
+}
+
+// doneWriting uncounts h: its writer closed it, or it is released.
+func (n *fileNode) doneWriting(h *handle) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h.writing {
+		h.writing = false
+		n.writers--
+	}
 }
 
 // attachRAM gives a plain reader the RAM tier's copy of the object, or a
@@ -335,8 +241,8 @@ func (n *fileNode) attachRAM(h *handle) {
 	if n.writers > 0 {
 		return
 	}
-	st, err := fstat(h.f)
-	if err != nil {
+	var st unix.Stat_t
+	if unix.Fstat(int(h.File().Fd()), &st) != nil {
 		return
 	}
 	stamp := ramcache.Stamp{Size: st.Size, Mtime: st.Mtim.Nano()}
@@ -371,51 +277,21 @@ func (n *fileNode) dropRAMLocked() {
 	}
 }
 
-// endWrite is the close of a writer: when no writer is left the object
-// is complete, and cached pages of it may be stale.
-func (n *fileNode) endWrite(h *handle) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !h.active.Swap(false) {
-		return nil
-	}
-	n.writers--
-	if n.writers > 0 {
-		return nil
-	}
-	if n.cached.Load() {
-		n.fs.queue(notice{inode: n.EmbeddedInode()})
-	}
-	return n.fs.store.ClearWriting(n.id)
-}
-
 func (n *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	if attr != BackingXattr {
-		return 0, syscall.ENODATA
+		return 0, n.fs.errno("getxattr", errNoAttr)
 	}
-	rel, ok := n.fs.store.Path(n.id)
+	path, ok := n.fs.core.BackingPath(n.id)
 	if !ok {
-		return 0, syscall.ENODATA
+		return 0, n.fs.errno("getxattr", errNoAttr)
 	}
-	return copyXattr([]byte(n.fs.store.BackingPath(rel)), dest)
+	return n.fs.copyXattr([]byte(path), dest)
 }
 
-// Setxattr is refused: kvfs keeps no extended attributes of its own, and
-// ENOTSUP (not go-fuse's default ENODATA) is what lets cp -a, rsync -X
-// and the like carry on without them.
 func (n *fileNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return syscall.ENOTSUP
+	return n.fs.errno("setxattr", errNoSetAttr)
 }
 
 func (n *fileNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return syscall.ENOTSUP
-}
-
-// settle sets the ledger to what the store holds after a failed write or
-// truncate left less than was admitted.
-func (f *FS) settle(id ledger.ID, file *os.File) {
-	st, err := fstat(file)
-	if size, _, _ := f.ledger.Size(id); err == nil && st.Size < size {
-		f.ledger.SetSize(id, st.Size)
-	}
+	return n.fs.errno("removexattr", errNoSetAttr)
 }

@@ -2,12 +2,12 @@ package fusefs_test
 
 import (
 	"bytes"
+	"github.com/kvfs/kvfs/core"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/kvfs/kvfs/ledger"
 	"github.com/kvfs/kvfs/mount"
 	"github.com/kvfs/kvfs/ramcache"
 	"golang.org/x/sys/unix"
@@ -169,7 +169,7 @@ func TestRAMTierWithPassthrough(t *testing.T) {
 	mustWrite(t, p, v)
 	// The writer's release reaches kvfs a moment after close(2); a
 	// reader that opens before it is served plainly, by design.
-	if st := k.settled(func(st ledger.Stats) bool { return st.PinnedObjects == 0 }); st.PinnedObjects != 0 {
+	if st := k.settled(func(st core.Stats) bool { return st.PinnedObjects == 0 }); st.PinnedObjects != 0 {
 		t.Fatalf("the writer's handle is still open: %+v", st)
 	}
 	for i := 0; i < 2; i++ {

@@ -2,16 +2,17 @@ package ledger
 
 // The helpers below run with l.mu held.
 
-func (l *Ledger) insert(e *entry) {
+func (l *Ledger[K]) insert(e *entry[K]) {
 	l.entries[e.id] = e
 	l.lru.pushBack(e)
 	l.used += e.charge
+	l.peakOver = max(l.peakOver, l.used-l.capacity)
 	if e.nlink == 0 {
 		l.shadow += e.charge
 	}
 }
 
-func (l *Ledger) remove(e *entry) {
+func (l *Ledger[K]) remove(e *entry[K]) {
 	if e.pins > 0 {
 		l.pinnedObjs--
 		l.pinnedBytes -= e.charge
@@ -23,11 +24,13 @@ func (l *Ledger) remove(e *entry) {
 		l.shadow -= e.charge
 	}
 	l.used -= e.charge
+	l.over -= e.over
+	l.reserved -= e.charge - Charge(e.size)
 	l.lru.remove(e)
 	delete(l.entries, e.id)
 }
 
-func (l *Ledger) pin(e *entry, write bool) {
+func (l *Ledger[K]) pin(e *entry[K], write bool) {
 	if e.pins == 0 {
 		l.pinnedObjs++
 		l.pinnedBytes += e.charge
@@ -41,7 +44,7 @@ func (l *Ledger) pin(e *entry, write bool) {
 	}
 }
 
-func (l *Ledger) unpin(e *entry, write bool) {
+func (l *Ledger[K]) unpin(e *entry[K], write bool) {
 	if write && e.writers > 0 {
 		e.writers--
 		if e.writers == 0 {
@@ -55,32 +58,70 @@ func (l *Ledger) unpin(e *entry, write bool) {
 	}
 }
 
-// resize admits a new size for e, evicting others when it grows.
-func (l *Ledger) resize(e *entry, size int64) ([]Victim, error) {
-	delta := Charge(size) - e.charge
-	if delta > 0 {
-		if Charge(size) > l.capacity {
-			l.refusals++
-			return nil, ErrTooLarge
-		}
-		victims, err := l.makeRoom(delta, e)
-		if err != nil {
-			l.refusals++
-			return nil, err
-		}
-		l.recharge(e, size)
-		return victims, nil
-	}
-	l.recharge(e, size)
-	return nil, nil
+// use marks e most recently used.
+func (l *Ledger[K]) use(e *entry[K]) {
+	e.lastUse = l.now().UnixNano()
+	l.lru.moveToBack(e)
 }
 
-// recharge sets e's size and moves every counter that includes its charge.
-func (l *Ledger) recharge(e *entry, size int64) {
-	delta := Charge(size) - e.charge
+// admitAll makes e's whole charge admitted at charge: growth is admitted
+// (evicting, or from free space only), a shrink releases.
+func (l *Ledger[K]) admitAll(e *entry[K], charge int64, freeOnly bool) ([]Victim[K], error) {
+	victims, err := l.room(e, charge-(e.charge-e.over), charge, freeOnly)
+	if err == nil {
+		l.setOver(e, 0)
+	}
+	return victims, err
+}
+
+// room admits need more bytes for e, whose admitted charge is then total:
+// from free space, or by evicting others from the cold end, all or
+// nothing. Unadmitted bytes take no room: they must not make others
+// evict.
+func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victim[K], error) {
+	if need <= 0 {
+		return nil, nil
+	}
+	if total > l.capacity {
+		return nil, ErrTooLarge
+	}
+	free := l.capacity - (l.used - l.over)
+	if free >= need {
+		return nil, nil
+	}
+	if freeOnly {
+		return nil, ErrNoSpace
+	}
+	return l.evict(need-free, e)
+}
+
+// setSize sets e's size and recharges it.
+func (l *Ledger[K]) setSize(e *entry[K], size int64) {
+	l.reserved -= e.charge - Charge(e.size)
 	e.size = size
-	e.charge += delta
+	l.recharge(e, max(Charge(size), e.res))
+	l.reserved += e.charge - Charge(e.size)
+}
+
+// setRes sets e's reservation and recharges it.
+func (l *Ledger[K]) setRes(e *entry[K], res int64) {
+	l.reserved -= e.charge - Charge(e.size)
+	e.res = res
+	l.recharge(e, max(Charge(e.size), res))
+	l.reserved += e.charge - Charge(e.size)
+}
+
+func (l *Ledger[K]) setOver(e *entry[K], over int64) {
+	l.over += over - e.over
+	e.over = over
+}
+
+// recharge sets e's charge and moves every counter that includes it.
+func (l *Ledger[K]) recharge(e *entry[K], charge int64) {
+	delta := charge - e.charge
+	e.charge = charge
 	l.used += delta
+	l.peakOver = max(l.peakOver, l.used-l.capacity)
 	if e.pins > 0 {
 		l.pinnedBytes += delta
 	}
@@ -93,19 +134,19 @@ func (l *Ledger) recharge(e *entry, size int64) {
 }
 
 // makeRoom evicts until need more bytes fit, or evicts nothing and fails.
-func (l *Ledger) makeRoom(need int64, self *entry) ([]Victim, error) {
-	if l.capacity-l.used >= need {
-		return nil, nil
+func (l *Ledger[K]) makeRoom(need int64, self *entry[K]) ([]Victim[K], error) {
+	if free := l.capacity - (l.used - l.over); need > 0 && free < need {
+		return l.evict(need-free, self)
 	}
-	return l.evict(need-(l.capacity-l.used), self)
+	return nil, nil
 }
 
 // evict frees at least need bytes from the cold end of the LRU, skipping
 // self, pinned entries and those closed within the grace period. It
 // commits only if it can free enough.
-func (l *Ledger) evict(need int64, self *entry) ([]Victim, error) {
+func (l *Ledger[K]) evict(need int64, self *entry[K]) ([]Victim[K], error) {
 	cutoff := l.now().UnixNano() - l.grace
-	var chosen []*entry
+	var chosen []*entry[K]
 	var freed int64
 	for e := l.lru.front(); e != nil && freed < need; e = l.lru.nextOf(e) {
 		if e == self || e.pins > 0 || (e.lastClose != 0 && e.lastClose > cutoff) {
@@ -117,9 +158,9 @@ func (l *Ledger) evict(need int64, self *entry) ([]Victim, error) {
 	if freed < need {
 		return nil, ErrNoSpace
 	}
-	victims := make([]Victim, len(chosen))
+	victims := make([]Victim[K], len(chosen))
 	for i, e := range chosen {
-		victims[i] = Victim{ID: e.id, Charge: e.charge}
+		victims[i] = Victim[K]{ID: e.id, Charge: e.charge, LastUse: e.lastUse}
 		l.evictions++
 		l.evicted += e.charge
 		l.remove(e)
@@ -129,32 +170,32 @@ func (l *Ledger) evict(need int64, self *entry) ([]Victim, error) {
 
 // list is an intrusive doubly linked list with a sentinel: front is the
 // least recently used entry.
-type list struct{ root entry }
+type list[K comparable] struct{ root entry[K] }
 
-func (q *list) init() { q.root.next, q.root.prev = &q.root, &q.root }
+func (q *list[K]) init() { q.root.next, q.root.prev = &q.root, &q.root }
 
-func (q *list) front() *entry { return q.nextOf(&q.root) }
+func (q *list[K]) front() *entry[K] { return q.nextOf(&q.root) }
 
-func (q *list) nextOf(e *entry) *entry {
+func (q *list[K]) nextOf(e *entry[K]) *entry[K] {
 	if e.next == &q.root {
 		return nil
 	}
 	return e.next
 }
 
-func (q *list) pushBack(e *entry) {
+func (q *list[K]) pushBack(e *entry[K]) {
 	e.prev, e.next = q.root.prev, &q.root
 	q.root.prev.next = e
 	q.root.prev = e
 }
 
-func (q *list) remove(e *entry) {
+func (q *list[K]) remove(e *entry[K]) {
 	e.prev.next = e.next
 	e.next.prev = e.prev
 	e.prev, e.next = nil, nil
 }
 
-func (q *list) moveToBack(e *entry) {
+func (q *list[K]) moveToBack(e *entry[K]) {
 	if q.root.prev == e {
 		return
 	}

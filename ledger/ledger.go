@@ -1,7 +1,19 @@
 // Package ledger is kvfs's exact byte accounting: one entry per inode,
 // charged its size rounded up to a block, kept in least-recently-used
 // order, pinned by open handles. It only counts and chooses victims; the
-// caller deletes their bytes outside the lock. It never imports FUSE.
+// caller deletes their bytes. It never imports FUSE, and it does not know
+// where IDs come from: it is generic over the ID type.
+//
+// Admission. Every charge that grows is admitted against the capacity
+// first: the coldest unpinned entries are evicted to make room, all or
+// nothing, and the growth is refused if that cannot free enough. A writer
+// is admitted a reservation when it opens (Reserve); its data may then
+// reach the store without the daemon seeing it (FUSE passthrough), so the
+// caller reports the stored size as it grows (Observe) and once more when
+// the writer closes (Settle), where whatever was not admitted must be, or
+// the object must go. Bytes a writer wrote beyond what could be admitted
+// are charged (they are on disk) but "unadmitted": they do not make others
+// evict, and they are the only way used can pass the capacity.
 package ledger
 
 import (
@@ -15,19 +27,19 @@ import (
 // to a multiple of it, which is also what st_blocks reports.
 const BlockSize = 4096
 
-// ID names an inode. IDs are never reused within one ledger.
-type ID uint64
-
 var (
 	// ErrNoSpace means the charge cannot fit even after evicting
 	// everything evictable.
 	ErrNoSpace = errors.New("ledger: no space left under capacity")
-	// ErrTooLarge means the size exceeds the whole capacity.
+	// ErrTooLarge means the charge exceeds the whole capacity: no
+	// eviction could ever make it fit.
 	ErrTooLarge = errors.New("ledger: object larger than capacity")
 	// ErrGone means the inode was evicted or released.
 	ErrGone = errors.New("ledger: object is gone")
 	// ErrExists means the ID is already in the ledger.
 	ErrExists = errors.New("ledger: object already exists")
+	// ErrNotWriter means the operation needs an open writer.
+	ErrNotWriter = errors.New("ledger: object has no writer open")
 )
 
 // Charge is what an inode of the given size costs.
@@ -46,9 +58,11 @@ func Charge(size int64) int64 {
 
 // Victim is an inode the ledger evicted: its charge is already released,
 // and the caller must remove its names and bytes.
-type Victim struct {
-	ID     ID
+type Victim[K comparable] struct {
+	ID     K
 	Charge int64
+	// LastUse is when it was last opened or closed, unix nanoseconds.
+	LastUse int64
 }
 
 // Config sets a ledger's limits. Now is injectable for tests.
@@ -62,17 +76,22 @@ type Config struct {
 
 // Ledger is safe for concurrent use; every method takes mu once and does
 // O(1) work apart from eviction, which walks the LRU from its cold end
-// past pinned or recently closed entries only.
-type Ledger struct {
+// past pinned or recently closed entries only. mu is a leaf lock: nothing
+// is called while it is held.
+type Ledger[K comparable] struct {
 	mu sync.Mutex
 	// GUARDED_BY(mu), all fields below.
 	capacity int64
 	grace    int64
 	now      func() time.Time
-	entries  map[ID]*entry
-	lru      list
-	// INVARIANT: used == sum of charge over entries; used <= capacity.
+	entries  map[K]*entry[K]
+	lru      list[K]
+	// INVARIANT: used == sum of charge over entries.
 	used int64
+	// INVARIANT: over == sum of over over entries, and used - over <=
+	// capacity unless reconciled > 0: only a store changed behind kvfs's
+	// back can put admitted bytes over the capacity.
+	over int64
 	// INVARIANT: shadow == sum of charge over entries with nlink == 0.
 	shadow int64
 	// INVARIANT: pinnedObjs, pinnedBytes count entries with pins > 0.
@@ -80,6 +99,10 @@ type Ledger struct {
 	pinnedBytes int64
 	// INVARIANT: writeBytes == sum of charge over entries with writers > 0.
 	writeBytes int64
+	// INVARIANT: reserved == sum of charge - Charge(size) over entries.
+	reserved int64
+	// peakOver is the most used has ever been over the capacity.
+	peakOver   int64
 	evictions  int64
 	evicted    int64
 	refusals   int64
@@ -87,53 +110,63 @@ type Ledger struct {
 }
 
 // entry is one inode; it is on the LRU list from creation to removal.
-type entry struct {
-	id         ID
-	size       int64
-	charge     int64
+// INVARIANT: charge == max(Charge(size), res); 0 <= over <= charge;
+// res == 0 and over == 0 when writers == 0.
+type entry[K comparable] struct {
+	id     K
+	size   int64
+	charge int64
+	// res is the reservation admitted to the writers: the charge stays at
+	// least this until the last writer settles.
+	res int64
+	// over is the part of charge not admitted against the capacity.
+	over       int64
 	pins       int32
 	writers    int32
 	nlink      int32
-	lastClose  int64 // unix nanoseconds
-	prev, next *entry
+	lastClose  int64 // unix nanoseconds, of the last writer's close
+	lastUse    int64 // unix nanoseconds, of the last open or close
+	prev, next *entry[K]
 }
 
 // New returns an empty ledger.
-func New(cfg Config) *Ledger {
+func New[K comparable](cfg Config) *Ledger[K] {
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
-	l := &Ledger{
+	l := &Ledger[K]{
 		capacity: cfg.Capacity,
 		grace:    int64(cfg.Grace),
 		now:      now,
-		entries:  make(map[ID]*entry, cfg.SizeHint),
+		entries:  make(map[K]*entry[K], cfg.SizeHint),
 	}
 	l.lru.init()
 	return l
 }
 
 // Capacity is the configured limit in bytes.
-func (l *Ledger) Capacity() int64 { return l.capacity }
+func (l *Ledger[K]) Capacity() int64 { return l.capacity }
 
 // Restore adds an inode found in the store at start-up, as most recently
 // used: restore in access order, oldest first. If the store holds more
-// than the capacity, the coldest inodes are returned as victims.
-func (l *Ledger) Restore(id ID, size int64, nlink int) ([]Victim, error) {
+// than the capacity, the coldest inodes are returned as victims; one that
+// alone is larger than the capacity is its own victim.
+func (l *Ledger[K]) Restore(id K, size int64, nlink int) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.restore(id, size, nlink)
 }
 
 // restore is Restore with mu held.
-func (l *Ledger) restore(id ID, size int64, nlink int) ([]Victim, error) {
+func (l *Ledger[K]) restore(id K, size int64, nlink int) ([]Victim[K], error) {
 	if _, ok := l.entries[id]; ok {
 		return nil, ErrExists
 	}
-	e := &entry{id: id, size: size, charge: Charge(size), nlink: int32(nlink)}
+	now := l.now().UnixNano()
+	e := &entry[K]{id: id, size: size, charge: Charge(size), nlink: int32(nlink), lastUse: now}
 	if e.charge > l.capacity {
-		return []Victim{{ID: id, Charge: 0}}, nil
+		return []Victim[K]{{ID: id, LastUse: now}}, nil
 	}
 	victims, err := l.makeRoom(e.charge, nil)
 	if err != nil {
@@ -146,7 +179,7 @@ func (l *Ledger) restore(id ID, size int64, nlink int) ([]Victim, error) {
 // Adopt adds an inode that appeared in the store behind kvfs's back, as
 // most recently used, evicting others if it does not fit. It counts as a
 // reconciliation.
-func (l *Ledger) Adopt(id ID, size int64, nlink int) ([]Victim, error) {
+func (l *Ledger[K]) Adopt(id K, size int64, nlink int) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	victims, err := l.restore(id, size, nlink)
@@ -158,20 +191,20 @@ func (l *Ledger) Adopt(id ID, size int64, nlink int) ([]Victim, error) {
 
 // Create adds a new empty inode with one name, pinned by the handle that
 // created it.
-func (l *Ledger) Create(id ID, write bool) error {
+func (l *Ledger[K]) Create(id K, write bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.entries[id]; ok {
 		return ErrExists
 	}
-	e := &entry{id: id, nlink: 1}
+	e := &entry[K]{id: id, nlink: 1, lastUse: l.now().UnixNano()}
 	l.insert(e)
 	l.pin(e, write)
 	return nil
 }
 
 // Open pins an inode for a new handle and marks it most recently used.
-func (l *Ledger) Open(id ID, write bool) error {
+func (l *Ledger[K]) Open(id K, write bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.entries[id]
@@ -179,7 +212,7 @@ func (l *Ledger) Open(id ID, write bool) error {
 		return ErrGone
 	}
 	l.pin(e, write)
-	l.lru.moveToBack(e)
+	l.use(e)
 	return nil
 }
 
@@ -187,39 +220,75 @@ func (l *Ledger) Open(id ID, write bool) error {
 // left and is now released, so its stored bytes can go. The close of a
 // writer starts the grace period, which covers the publish step after a
 // store (link or rename of the temp file); a reader's close does not, so
-// hot readers cannot make a cache unevictable.
-func (l *Ledger) Close(id ID, write bool) (released bool) {
+// hot readers cannot make a cache unevictable. The last writer's close
+// drops the reservation; callers Settle first, and bytes a writer never
+// settled are admitted here, evicting others if they must.
+func (l *Ledger[K]) Close(id K, write bool) (released bool, victims []Victim[K]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.entries[id]
-	if !ok || e.pins == 0 {
-		return false
+	if !ok || e.pins == 0 || (write && e.writers == 0) {
+		return false, nil
+	}
+	if write && e.writers == 1 {
+		victims = l.endWriting(e)
 	}
 	l.unpin(e, write)
 	if write {
 		e.lastClose = l.now().UnixNano()
 	}
-	l.lru.moveToBack(e)
+	l.use(e)
 	if e.pins == 0 && e.nlink == 0 {
 		l.remove(e)
-		return true
+		return true, victims
 	}
-	return false
+	return false, victims
 }
 
-// Touch marks an inode most recently used without pinning it.
-func (l *Ledger) Touch(id ID) {
+// endWriting returns the last writer's reservation and admits whatever it
+// left unadmitted; mu held.
+func (l *Ledger[K]) endWriting(e *entry[K]) []Victim[K] {
+	l.setOver(e, 0)
+	l.setRes(e, 0)
+	over := l.used - l.over - l.capacity
+	if over <= 0 {
+		return nil
+	}
+	victims, err := l.evict(over, e)
+	if err != nil {
+		// The bytes are in the store and nothing can make room now: the
+		// ledger follows the store, as when it changed behind kvfs's
+		// back, until a Trim can evict.
+		l.reconciled++
+	}
+	return victims
+}
+
+// Reserve admits a reservation of n bytes for an open writer: its charge
+// is at least Charge(n) until it settles. Whatever it holds unadmitted is
+// admitted with it.
+func (l *Ledger[K]) Reserve(id K, n int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.entries[id]; ok {
-		l.lru.moveToBack(e)
+	e, err := l.writer(id)
+	if err != nil {
+		return nil, err
 	}
+	res := max(e.res, Charge(n))
+	victims, err := l.admitAll(e, max(Charge(e.size), res), false)
+	if err == nil {
+		l.setRes(e, res)
+	}
+	return victims, err
 }
 
-// Grow raises an inode's size to at least end (a write's end offset),
-// evicting other inodes first if the charge would pass the capacity.
-// Concurrent writes may arrive out of order, so Grow never shrinks.
-func (l *Ledger) Grow(id ID, end int64) ([]Victim, error) {
+// Grow raises an inode's size to at least end (a write's end offset that
+// the caller sees), evicting others first if the charge would pass the
+// capacity. A writer's growth evicts only up to twice its reservation;
+// past that it takes free space only, so that one write that can never
+// fit cannot empty the cache on its way to ENOSPC. Concurrent writes may
+// arrive out of order, so Grow never shrinks.
+func (l *Ledger[K]) Grow(id K, end int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.entries[id]
@@ -229,41 +298,124 @@ func (l *Ledger) Grow(id ID, end int64) ([]Victim, error) {
 	if end <= e.size {
 		return nil, nil
 	}
-	return l.resize(e, end)
+	charge := max(Charge(end), e.res)
+	victims, err := l.admitAll(e, charge, l.pastBudget(e, charge))
+	if err == nil {
+		l.setSize(e, end)
+	}
+	return victims, err
 }
 
 // SetSize sets an inode's size exactly (truncate), evicting if it grows.
-func (l *Ledger) SetSize(id ID, size int64) ([]Victim, error) {
+// A truncate states its whole size at once, so no budget applies: it fits
+// in full or evicts nothing.
+func (l *Ledger[K]) SetSize(id K, size int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.entries[id]
 	if !ok {
 		return nil, ErrGone
 	}
-	return l.resize(e, size)
+	victims, err := l.admitAll(e, max(Charge(size), e.res), false)
+	if err == nil {
+		l.setSize(e, size)
+	}
+	return victims, err
+}
+
+// Observe records the stored size of an object whose writer writes past
+// the daemon (FUSE passthrough). Growth is admitted as Grow admits it when
+// it can be; when it cannot, the bytes are on disk anyway: they are
+// charged unadmitted (they make nobody else evict) until the writer
+// settles. Observe never shrinks an inode: a smaller size is a report
+// older than a truncate.
+func (l *Ledger[K]) Observe(id K, size int64) ([]Victim[K], error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, err := l.writer(id)
+	if err != nil || size <= e.size {
+		return nil, err
+	}
+	charge := max(Charge(size), e.res)
+	if charge <= e.charge {
+		l.setSize(e, size)
+		return nil, nil
+	}
+	grow := charge - e.charge
+	victims, err := l.room(e, grow, e.charge-e.over+grow, l.pastBudget(e, charge))
+	over := e.over
+	if err != nil {
+		over += grow
+	}
+	l.setSize(e, size)
+	l.setOver(e, over)
+	return victims, nil
+}
+
+// Settle admits a writer's object at its final size, as its writer
+// closes: exactly Charge(size) when no other writer is left, which gives
+// the rest of the reservation back. It evicts others to fit, all or
+// nothing; on error nothing changed, and the caller may retry, or must
+// remove the object: nothing over the capacity is ever published.
+func (l *Ledger[K]) Settle(id K, size int64) ([]Victim[K], error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, err := l.writer(id)
+	if err != nil {
+		return nil, err
+	}
+	res := e.res
+	if e.writers == 1 {
+		res = 0
+	}
+	victims, err := l.admitAll(e, max(Charge(size), res), false)
+	if err == nil {
+		l.setRes(e, res)
+		l.setSize(e, size)
+	}
+	return victims, err
+}
+
+// writer finds id and checks that it has a writer open; mu held.
+func (l *Ledger[K]) writer(id K) (*entry[K], error) {
+	e, ok := l.entries[id]
+	switch {
+	case !ok:
+		return nil, ErrGone
+	case e.writers == 0:
+		return nil, ErrNotWriter
+	}
+	return e, nil
+}
+
+// pastBudget says whether growth of a writer to charge goes past what it
+// may evict for: twice its reservation (no reservation: no bound); mu
+// held.
+func (l *Ledger[K]) pastBudget(e *entry[K], charge int64) bool {
+	return e.writers > 0 && e.res > 0 && charge > 2*e.res
 }
 
 // Reconcile sets an inode's size to what the store really holds, without
 // admission: the bytes are already there. Used when the store changed
-// behind kvfs's back; it may leave used above capacity until the caller
-// evicts with Trim.
-func (l *Ledger) Reconcile(id ID, size int64) bool {
+// behind kvfs's back, only for inodes no writer has open; it may leave
+// used above capacity until the caller evicts with Trim.
+func (l *Ledger[K]) Reconcile(id K, size int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.entries[id]
-	if !ok || e.size == size {
+	if !ok || e.size == size || e.writers > 0 {
 		return false
 	}
-	l.recharge(e, size)
+	l.setSize(e, size)
 	l.reconciled++
 	return true
 }
 
-// Trim evicts until used is within capacity again.
-func (l *Ledger) Trim() []Victim {
+// Trim evicts until the admitted bytes are within capacity again.
+func (l *Ledger[K]) Trim() []Victim[K] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	over := l.used - l.capacity
+	over := l.used - l.over - l.capacity
 	if over <= 0 {
 		return nil
 	}
@@ -272,7 +424,7 @@ func (l *Ledger) Trim() []Victim {
 }
 
 // Link adds a name to an inode.
-func (l *Ledger) Link(id ID) error {
+func (l *Ledger[K]) Link(id K) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.entries[id]
@@ -289,7 +441,7 @@ func (l *Ledger) Link(id ID) error {
 // Unlink removes a name. When the last name goes, an open inode turns to
 // shadow bytes until its last close; a closed one is released at once,
 // and Unlink reports that its bytes can go.
-func (l *Ledger) Unlink(id ID) (released bool) {
+func (l *Ledger[K]) Unlink(id K) (released bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.entries[id]
@@ -311,7 +463,7 @@ func (l *Ledger) Unlink(id ID) (released bool) {
 
 // Forget drops an inode whatever its state: its bytes vanished from the
 // store. It counts as a reconciliation, not an eviction.
-func (l *Ledger) Forget(id ID) bool {
+func (l *Ledger[K]) Forget(id K) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.entries[id]
@@ -324,7 +476,7 @@ func (l *Ledger) Forget(id ID) bool {
 }
 
 // Size reports an inode's size and charge.
-func (l *Ledger) Size(id ID) (size, charge int64, ok bool) {
+func (l *Ledger[K]) Size(id K) (size, charge int64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.entries[id]
@@ -335,7 +487,7 @@ func (l *Ledger) Size(id ID) (size, charge int64, ok bool) {
 }
 
 // Writers reports how many write handles an inode has open.
-func (l *Ledger) Writers(id ID) int {
+func (l *Ledger[K]) Writers(id K) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.entries[id]; ok {
@@ -344,11 +496,11 @@ func (l *Ledger) Writers(id ID) int {
 	return 0
 }
 
-// WaitHint says how long a refused reservation of n bytes should wait
+// WaitHint says how long a refused admission of n bytes should wait
 // before retrying: the space exists but is held by recently closed or
 // read-pinned inodes that will become evictable. Zero means retrying
 // cannot help.
-func (l *Ledger) WaitHint(n int64) time.Duration {
+func (l *Ledger[K]) WaitHint(n int64) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if n > l.capacity-l.writeBytes {
@@ -357,13 +509,10 @@ func (l *Ledger) WaitHint(n int64) time.Duration {
 	return time.Duration(l.grace)/4 + time.Millisecond
 }
 
-// Retried takes back the refusal just counted for a reservation that the
-// caller turns into a wait and a retry: admission_failures counts the
-// ENOSPC answers clients get, not backpressure.
-func (l *Ledger) Retried() {
+// Refused counts an ENOSPC answered to a client: admission_failures
+// counts those, not the refusals a caller turned into a wait and a retry.
+func (l *Ledger[K]) Refused() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.refusals > 0 {
-		l.refusals--
-	}
+	l.refusals++
 }

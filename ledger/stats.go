@@ -15,10 +15,20 @@ type Stats struct {
 	EvictedBytes      int64 `json:"evicted_bytes"`
 	AdmissionFailures int64 `json:"admission_failures"`
 	Reconciliations   int64 `json:"reconciliations"`
+	// ReservedBytes is what open writers hold beyond their objects'
+	// present sizes: admitted, not yet written.
+	ReservedBytes int64 `json:"reserved_bytes"`
+	// UnadmittedBytes is what writers wrote past the daemon beyond what
+	// could be admitted: on disk over the capacity until they close.
+	UnadmittedBytes int64 `json:"unadmitted_bytes"`
+	// OvershootMaxBytes is the most used_bytes has ever been over the
+	// capacity (the high-water mark of unadmitted bytes); 0 in normal
+	// operation.
+	OvershootMaxBytes int64 `json:"overshoot_max_bytes"`
 }
 
 // Stats returns a consistent snapshot.
-func (l *Ledger) Stats() Stats {
+func (l *Ledger[K]) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Stats{
@@ -32,55 +42,89 @@ func (l *Ledger) Stats() Stats {
 		EvictedBytes:      l.evicted,
 		AdmissionFailures: l.refusals,
 		Reconciliations:   l.reconciled,
+		ReservedBytes:     l.reserved,
+		UnadmittedBytes:   l.over,
+		OvershootMaxBytes: l.peakOver,
 	}
+}
+
+// sums are the counters CheckInvariants recomputes from the entries.
+type sums struct {
+	used, over, shadow, pinObjs, pinBytes, writeBytes, reserved int64
 }
 
 // CheckInvariants recomputes every counter from the entries and the LRU
 // list and reports the first disagreement. Tests call it after each step.
-func (l *Ledger) CheckInvariants() error {
+func (l *Ledger[K]) CheckInvariants() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var used, shadow, pinObjs, pinBytes, writeBytes int64
+	var s sums
 	n := 0
 	for e := l.lru.front(); e != nil; e = l.lru.nextOf(e) {
 		n++
 		if l.entries[e.id] != e {
-			return fmt.Errorf("lru entry %d not in map", e.id)
+			return fmt.Errorf("lru entry %v not in map", e.id)
 		}
-		if e.charge != Charge(e.size) || e.size < 0 {
-			return fmt.Errorf("entry %d: charge %d for size %d", e.id, e.charge, e.size)
+		if err := checkEntry(e); err != nil {
+			return err
 		}
-		if e.pins < 0 || e.writers < 0 || e.writers > e.pins || e.nlink < 0 {
-			return fmt.Errorf("entry %d: pins %d writers %d nlink %d", e.id, e.pins, e.writers, e.nlink)
-		}
-		if e.nlink == 0 && e.pins == 0 {
-			return fmt.Errorf("entry %d: no names and no pins but still charged", e.id)
-		}
-		used += e.charge
-		if e.nlink == 0 {
-			shadow += e.charge
-		}
-		if e.pins > 0 {
-			pinObjs++
-			pinBytes += e.charge
-		}
-		if e.writers > 0 {
-			writeBytes += e.charge
-		}
+		e.sumInto(&s)
 	}
+	return l.checkSums(n, s)
+}
+
+// checkEntry checks one entry's own invariants.
+func checkEntry[K comparable](e *entry[K]) error {
+	switch {
+	case e.size < 0 || e.charge != max(Charge(e.size), e.res):
+		return fmt.Errorf("entry %v: charge %d for size %d, reservation %d", e.id, e.charge, e.size, e.res)
+	case e.over < 0 || e.over > e.charge:
+		return fmt.Errorf("entry %v: unadmitted %d of charge %d", e.id, e.over, e.charge)
+	case e.writers == 0 && (e.res != 0 || e.over != 0):
+		return fmt.Errorf("entry %v: no writer but reservation %d, unadmitted %d", e.id, e.res, e.over)
+	case e.pins < 0 || e.writers < 0 || e.writers > e.pins || e.nlink < 0:
+		return fmt.Errorf("entry %v: pins %d writers %d nlink %d", e.id, e.pins, e.writers, e.nlink)
+	case e.nlink == 0 && e.pins == 0:
+		return fmt.Errorf("entry %v: no names and no pins but still charged", e.id)
+	}
+	return nil
+}
+
+func (e *entry[K]) sumInto(s *sums) {
+	s.used += e.charge
+	s.over += e.over
+	s.reserved += e.charge - Charge(e.size)
+	if e.nlink == 0 {
+		s.shadow += e.charge
+	}
+	if e.pins > 0 {
+		s.pinObjs++
+		s.pinBytes += e.charge
+	}
+	if e.writers > 0 {
+		s.writeBytes += e.charge
+	}
+}
+
+// checkSums compares the recomputed counters with the ledger's.
+func (l *Ledger[K]) checkSums(n int, s sums) error {
 	switch {
 	case n != len(l.entries):
 		return fmt.Errorf("lru has %d entries, map %d", n, len(l.entries))
-	case used != l.used:
-		return fmt.Errorf("used %d, entries sum to %d", l.used, used)
-	case l.used > l.capacity && l.reconciled == 0:
-		return fmt.Errorf("used %d exceeds capacity %d", l.used, l.capacity)
-	case shadow != l.shadow:
-		return fmt.Errorf("shadow %d, entries sum to %d", l.shadow, shadow)
-	case pinObjs != l.pinnedObjs || pinBytes != l.pinnedBytes:
-		return fmt.Errorf("pinned %d/%d, entries give %d/%d", l.pinnedObjs, l.pinnedBytes, pinObjs, pinBytes)
-	case writeBytes != l.writeBytes:
-		return fmt.Errorf("write bytes %d, entries give %d", l.writeBytes, writeBytes)
+	case s.used != l.used || s.over != l.over:
+		return fmt.Errorf("used %d (unadmitted %d), entries sum to %d (%d)", l.used, l.over, s.used, s.over)
+	case l.used-l.over > l.capacity && l.reconciled == 0:
+		return fmt.Errorf("admitted %d exceeds capacity %d", l.used-l.over, l.capacity)
+	case s.shadow != l.shadow:
+		return fmt.Errorf("shadow %d, entries sum to %d", l.shadow, s.shadow)
+	case s.pinObjs != l.pinnedObjs || s.pinBytes != l.pinnedBytes:
+		return fmt.Errorf("pinned %d/%d, entries give %d/%d", l.pinnedObjs, l.pinnedBytes, s.pinObjs, s.pinBytes)
+	case s.writeBytes != l.writeBytes:
+		return fmt.Errorf("write bytes %d, entries give %d", l.writeBytes, s.writeBytes)
+	case s.reserved != l.reserved:
+		return fmt.Errorf("reserved %d, entries give %d", l.reserved, s.reserved)
+	case l.peakOver < l.used-l.capacity:
+		return fmt.Errorf("overshoot high-water mark %d below present %d", l.peakOver, l.used-l.capacity)
 	}
 	return nil
 }
@@ -88,7 +132,7 @@ func (l *Ledger) CheckInvariants() error {
 // Each calls fn for every inode, least recently used first, with its
 // size, under the ledger's lock: fn must not call the ledger. A clean
 // stop saves this order in the store's snapshot.
-func (l *Ledger) Each(fn func(id ID, size int64)) {
+func (l *Ledger[K]) Each(fn func(id K, size int64)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for e := l.lru.front(); e != nil; e = l.lru.nextOf(e) {

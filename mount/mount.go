@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +16,7 @@ import (
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/mountinfo"
-	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ramcache"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -29,14 +28,12 @@ const FSType = "fuse.kvfs"
 // Mount is a live kvfs mount.
 type Mount struct {
 	Options
-	Loaded  blob.LoadReport
-	Evicted int // objects evicted at start-up to fit the capacity
-	server  *fuse.Server
-	fs      *fusefs.FS
-	store   *blob.Store
-	ram     *ramcache.Cache // nil without --ram-cache
-	ledger  *ledger.Ledger
-	log     *zap.Logger
+	Loaded core.LoadReport
+	server *fuse.Server
+	fs     *fusefs.FS
+	core   *core.Core
+	ram    *ramcache.Cache // nil without --ram-cache
+	log    *zap.Logger
 }
 
 // Start validates the options, loads the store (reclaiming what a crash
@@ -57,77 +54,69 @@ func Start(o Options) (*Mount, error) {
 	// Modes come from the kernel with the caller's umask applied already.
 	unix.Umask(0)
 	store, err := blob.Open(o.Store)
-	if err != nil {
-		if errors.Is(err, blob.ErrLocked) {
-			return nil, usagef("%v", err)
-		}
+	switch {
+	case errors.Is(err, blob.ErrLocked), errors.Is(err, blob.ErrNotStore):
+		return nil, usagef("%v", err)
+	case err != nil:
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
 	warnVolatile(o.Store, log)
-	m := &Mount{Options: o, store: store, log: log}
-	if err := m.load(); err != nil {
-		store.Close()
+	m := &Mount{Options: o, log: log}
+	if err := m.load(store); err != nil {
 		return nil, err
 	}
 	if err := m.mount(); err != nil {
 		m.fs.Close()
+		m.core.Close()
 		m.ram.Close()
-		store.Close()
 		return nil, err
 	}
 	return m, nil
 }
 
-// load rebuilds the index and the ledger from the store, coldest first so
-// LRU order survives as well as access times recorded it.
-func (m *Mount) load() error {
-	start := time.Now()
+// passthrough says whether handles are to use FUSE passthrough: asked
+// for, not strict, and root (registering a backing file takes
+// CAP_SYS_ADMIN).
+func (o *Options) passthrough() bool {
+	return o.Passthrough && !o.StrictCapacity && os.Geteuid() == 0
+}
+
+// load rebuilds the index and the ledger from the store and builds the
+// file system over them.
+func (m *Mount) load(store *blob.Store) error {
 	// Start-up builds a few hundred bytes of index per object and frees
 	// little: collecting garbage while it runs is wasted work.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
-	objects, rep, err := m.store.Load()
+	c, rep, err := core.Open(store, core.Config{
+		Capacity:     m.Capacity,
+		CapacityFor:  func(held int64) (int64, error) { return capacityFor(m.Store, held) },
+		Grace:        m.Grace,
+		WaitLimit:    m.WaitLimit,
+		WriteReserve: m.WriteReserve,
+		Passthrough:  m.passthrough(),
+		PollInterval:  m.PollInterval,
+		AuditInterval: m.AuditInterval,
+		Now:           m.Now,
+		Logger:        m.log.Named("core"),
+	})
 	if err != nil {
-		return fmt.Errorf("loading store: %w", err)
+		store.Close()
+		return err
 	}
-	m.Loaded = rep
-	if m.Capacity == 0 {
-		if m.Capacity, err = capacityFor(m.Store, rep.Bytes); err != nil {
-			return fmt.Errorf("sizing capacity: %w", err)
-		}
-	}
-	sort.Slice(objects, func(i, j int) bool { return objects[i].Atime < objects[j].Atime })
-	l := ledger.New(ledger.Config{Capacity: m.Capacity, Grace: m.Grace, SizeHint: len(objects)})
-	for _, o := range objects {
-		victims, err := l.Restore(o.ID, o.Size, o.Links)
-		if err != nil {
-			return fmt.Errorf("restoring ledger: %w", err)
-		}
-		for _, v := range victims {
-			m.store.Drop(v.ID)
-		}
-		m.Evicted += len(victims)
-	}
+	m.core, m.Loaded, m.Capacity = c, rep, c.Capacity()
 	m.log.Info("store loaded", zap.String("store", m.Store), zap.Int64("objects", rep.Objects),
 		zap.Int64("bytes", rep.Bytes), zap.Int64("incomplete_reclaimed", rep.Incomplete),
-		zap.Int64("foreign_removed", rep.Foreign), zap.Int("evicted_to_fit", m.Evicted),
+		zap.Int64("foreign_removed", rep.Foreign), zap.Int("evicted_to_fit", rep.Evicted),
 		zap.Bool("from_snapshot", rep.FromSnapshot), zap.String("snapshot_unused", rep.SnapshotUnused),
-		zap.Duration("took", time.Since(start)))
-	m.ledger = l
+		zap.Duration("took", rep.Took))
 	if m.RAMCache > 0 {
 		if m.ram, err = ramcache.New(m.RAMCache); err != nil {
+			c.Close()
 			return err
 		}
 	}
-	m.fs = fusefs.New(m.store, l, fusefs.Config{
-		WaitLimit:     m.WaitLimit,
-		Passthrough:   m.Passthrough,
-		AuditInterval: m.AuditInterval,
-		// A snapshot cannot see stored files changed in place while kvfs
-		// was down: look at once, while serving.
-		AuditAtStart: rep.FromSnapshot,
-		RAM:          m.ram,
-		Logger:       m.log.Named("fusefs"),
-	})
+	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), RAM: m.ram, Logger: m.log.Named("fusefs")})
+	c.Start(m.fs.Dropped)
 	return nil
 }
 
@@ -149,16 +138,20 @@ func (m *Mount) mount() error {
 			MaxBackground:        64,
 			DirectMount:          os.Geteuid() == 0,
 			IgnoreSecurityLabels: true,
-			ExtraCapabilities:    fuse.CAP_DIRECT_IO_ALLOW_MMAP,
-			Debug:                m.DebugFUSE,
-			Logger:               zap.NewStdLog(m.log.Named("fuse")),
+			// HANDLE_KILLPRIV_V2: the kernel stops asking for
+			// security.capability before every passthrough write (it
+			// sets SB_NOSEC); kvfs keeps no set-user-ID bits to kill.
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_HANDLE_KILLPRIV_V2,
+			PanicHandler:      m.fs.Panic,
+			Debug:             m.DebugFUSE,
+			Logger:            zap.NewStdLog(m.log.Named("fuse")),
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
 		NegativeTimeout: &negative,
 		Logger:          zap.NewStdLog(m.log.Named("fs")),
 	}
-	server, err := fuse.NewServer(m.fs.RawFS(opts), m.Mountpoint, &opts.MountOptions)
+	server, err := fuse.NewServer(fs.NewNodeFS(m.fs.Root(), opts), m.Mountpoint, &opts.MountOptions)
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
 	}
@@ -169,10 +162,14 @@ func (m *Mount) mount() error {
 	m.server = server
 	m.widenReadahead(maxRead)
 	m.log.Info("mounted", zap.String("mountpoint", m.Mountpoint), zap.Int64("capacity", m.Capacity),
-		zap.Bool("passthrough", m.PassthroughActive()), zap.Int64("ram_cache", m.RAMCache))
+		zap.Bool("passthrough", m.PassthroughActive()), zap.Bool("strict_capacity", m.StrictCapacity),
+		zap.Int64("ram_cache", m.RAMCache))
+	if m.passthrough() && !m.PassthroughActive() {
+		m.log.Warn("the kernel refused FUSE passthrough; every byte goes through the daemon")
+	}
 	if m.ram != nil && m.PassthroughActive() {
 		m.log.Warn("the RAM tier only serves plain reads, and passthrough serves them all here; " +
-			"mount with --no-passthrough to use it")
+			"mount with --no-passthrough or --strict-capacity to use it")
 	}
 	return nil
 }
@@ -197,9 +194,10 @@ func (m *Mount) widenReadahead(n int) {
 	}
 }
 
-// PassthroughActive says whether the kernel accepted FUSE passthrough.
+// PassthroughActive says whether handles use FUSE passthrough: asked
+// for, and accepted by the kernel.
 func (m *Mount) PassthroughActive() bool {
-	return m.Passthrough && m.server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0
+	return m.passthrough() && m.server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0
 }
 
 // RAMWait waits until the RAM tier has applied the copies offered to
@@ -209,20 +207,21 @@ func (m *Mount) RAMWait() { m.ram.Wait() }
 // Stats is the ledger's snapshot, and the RAM tier's counters.
 func (m *Mount) Stats() fusefs.Stats { return m.fs.Stats() }
 
-// Wait serves until the file system is unmounted, then releases the
-// store.
+// Wait serves until the file system is unmounted, then saves the
+// snapshot and releases the store.
 func (m *Mount) Wait() {
 	m.server.Wait()
 	m.fs.Close()
 	m.ram.Close()
-	start := time.Now()
-	if err := m.store.SaveSnapshot(m.ledger.Each); err != nil {
-		m.log.Warn("no snapshot saved; the next start walks the store", zap.Error(err))
-	} else {
-		m.log.Info("snapshot saved", zap.Duration("took", time.Since(start)))
-	}
-	m.store.Close()
+	m.core.Close()
 }
+
+// Reservation is what a writer opening now is admitted.
+func (m *Mount) Reservation() int64 { return m.core.Reservation() }
+
+// Poll has the core read its passthrough writers' sizes once; tests use
+// it instead of waiting for the poller.
+func (m *Mount) Poll() { m.core.Poll() }
 
 // Unmount asks the kernel to unmount, retrying while files are busy and
 // detaching lazily in the end so the daemon can always exit.
@@ -348,4 +347,4 @@ func mountsOfStore(mounts []mountinfo.Entry, store string) []string {
 }
 
 // CheckInvariants checks the ledger's invariants; tests call it.
-func (m *Mount) CheckInvariants() error { return m.fs.CheckInvariants() }
+func (m *Mount) CheckInvariants() error { return m.core.CheckInvariants() }

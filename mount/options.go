@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -27,8 +28,16 @@ type Options struct {
 	// Grace protects a just-closed object from eviction, so the publish
 	// step after close (link or rename) cannot lose it.
 	Grace time.Duration
-	// WaitLimit bounds how long a write waits for space to free up.
+	// WaitLimit bounds how long a write waits for space to free up;
+	// zero answers ENOSPC at once.
 	WaitLimit time.Duration
+	// WriteReserve is the least reservation a writer is admitted when it
+	// opens (the largest recently published object raises it).
+	WriteReserve int64
+	// StrictCapacity: every written byte passes through the daemon and
+	// the ledger first, so used never exceeds the capacity even for a
+	// moment (no FUSE passthrough at all).
+	StrictCapacity bool
 	// CacheTimeout is how long the kernel may cache names and attributes;
 	// kvfs invalidates them itself when it evicts.
 	CacheTimeout time.Duration
@@ -42,6 +51,11 @@ type Options struct {
 	Passthrough bool
 	DebugFUSE   bool
 	Logger      *zap.Logger
+	// Now is the clock of grace periods; tests pass their own.
+	Now func() time.Time
+	// PollInterval is how often passthrough writers' sizes are read
+	// (default 2ms).
+	PollInterval time.Duration
 }
 
 // Defaults for the options a user leaves out.
@@ -126,6 +140,9 @@ func (o *Options) validate() error {
 	if o.Capacity < 0 || (o.Capacity > 0 && o.Capacity < ledger.BlockSize) {
 		return usagef("capacity %d is below one block (%d bytes)", o.Capacity, ledger.BlockSize)
 	}
+	if o.WriteReserve < 0 || o.WriteReserve > o.Capacity && o.Capacity > 0 {
+		return usagef("--write-reserve %d must be between 0 and the capacity", o.WriteReserve)
+	}
 	if o.RAMCache < 0 || (o.RAMCache > 0 && o.RAMCache < 1<<20) {
 		return usagef("--ram-cache %d is below 1 MiB (0 turns the RAM tier off)", o.RAMCache)
 	}
@@ -139,6 +156,12 @@ func (o *Options) validate() error {
 	}
 	if st, err := os.Stat(o.Store); err == nil && !st.IsDir() {
 		return usagef("store %s is not a directory", o.Store)
+	}
+	if _, err := blob.CheckDir(o.Store); err != nil {
+		return usagef("%v", err)
+	}
+	if outer, ok := blob.StoreAbove(mp); ok {
+		return usagef("mount point %s is inside the kvfs store %s", mp, outer)
 	}
 	return nil
 }

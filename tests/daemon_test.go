@@ -334,10 +334,18 @@ type kvfsStats struct {
 	EvictedBytes      int64 `json:"evicted_bytes"`
 	AdmissionFailures int64 `json:"admission_failures"`
 	Reconciliations   int64 `json:"reconciliations"`
+	ReservedBytes     int64 `json:"reserved_bytes"`
+	UnadmittedBytes   int64 `json:"unadmitted_bytes"`
+	OvershootMaxBytes int64 `json:"overshoot_max_bytes"`
+	Stores            int64 `json:"stores"`
+	Loads             int64 `json:"loads"`
+	LookupHits        int64 `json:"lookups_hit"`
+	LookupMisses      int64 `json:"lookups_miss"`
 }
 
 var statsFields = []string{"capacity_bytes", "used_bytes", "objects", "pinned_objects",
-	"pinned_bytes", "shadow_bytes", "evictions", "evicted_bytes", "admission_failures"}
+	"pinned_bytes", "shadow_bytes", "evictions", "evicted_bytes", "admission_failures",
+	"reserved_bytes", "unadmitted_bytes", "overshoot_max_bytes"}
 
 // stats runs `kvfs stats --json MP` and requires every field the spec
 // names.

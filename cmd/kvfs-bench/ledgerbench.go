@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
 )
 
@@ -22,10 +23,10 @@ func measureLedger(n int) (ledgerSample, error) {
 	var s ledgerSample
 	const size = 64 << 10
 	before := heapInUse()
-	l := ledger.New(ledger.Config{Capacity: 1 << 60, Grace: 2 * time.Second})
+	l := ledger.New[blob.ID](ledger.Config{Capacity: 1 << 60, Grace: 2 * time.Second})
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		if _, err := l.Restore(ledger.ID(i+2), size, 1); err != nil {
+		if _, err := l.Restore(blob.ID(i+2), size, 1); err != nil {
 			return s, fmt.Errorf("ledger Restore: %w", err)
 		}
 	}
@@ -35,7 +36,7 @@ func measureLedger(n int) (ledgerSample, error) {
 	ids := rand.Perm(n)
 	start = time.Now()
 	for _, i := range ids {
-		if _, err := l.Grow(ledger.ID(i+2), size+ledger.BlockSize); err != nil {
+		if _, err := l.Grow(blob.ID(i+2), size+ledger.BlockSize); err != nil {
 			return s, fmt.Errorf("ledger Grow: %w", err)
 		}
 	}
@@ -43,7 +44,7 @@ func measureLedger(n int) (ledgerSample, error) {
 
 	start = time.Now()
 	for _, i := range ids {
-		id := ledger.ID(i + 2)
+		id := blob.ID(i + 2)
 		if err := l.Open(id, false); err != nil {
 			return s, fmt.Errorf("ledger Open: %w", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/mount"
 	"golang.org/x/sys/unix"
@@ -87,7 +88,7 @@ func cmdFsck(args []string, stdout io.Writer) error {
 	if st, err := os.Stat(*store); err != nil || !st.IsDir() {
 		return mount.Usagef("store %s is not a directory", *store)
 	}
-	rep, err := blob.Fsck(*store, *repair)
+	rep, err := core.Fsck(*store, *repair)
 	if errors.Is(err, blob.ErrNotStore) {
 		return mount.Usagef("%v", err)
 	}

@@ -1,0 +1,164 @@
+package blob
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// FormatName marks a directory as a kvfs store, and says which layout.
+const FormatName = "kvfs.format"
+
+// formatV1 is what FormatName holds for the layout this package writes.
+const formatV1 = "kvfs store v1\n"
+
+// ErrNotStore means a directory is not a kvfs store and kvfs will not make
+// it one: adopting it would evict, and start-up would delete, a user's
+// files. errors.Is(err, ErrNotStore); the message says why.
+var ErrNotStore = errors.New("not a kvfs store")
+
+// notStore is an ErrNotStore with its reason.
+type notStore struct{ msg string }
+
+func (e notStore) Error() string        { return e.msg }
+func (e notStore) Is(target error) bool { return target == ErrNotStore }
+
+func notStoref(format string, args ...any) error {
+	return notStore{fmt.Sprintf(format, args...)}
+}
+
+// legacyNames are what a store of this layout made before it carried
+// FormatName: such a store is recognised once and marked.
+var legacyNames = map[string]bool{
+	LockName: true, DataName: true, WritingName: true,
+	HintName: true, SnapshotName: true, SnapshotName + ".tmp": true,
+}
+
+// CheckDir decides whether dir may be served as a store without changing
+// anything: an absent or empty directory becomes one (mark), a directory
+// with this layout's FormatName is one, and an unmarked store of this
+// layout is recognised (mark). Anything else is refused with
+// ErrNotStore, as is a directory inside another store.
+func CheckDir(dir string) (mark bool, err error) {
+	if outer, ok := StoreAbove(filepath.Dir(dir)); ok {
+		return false, notStoref("%s is inside the kvfs store %s", dir, outer)
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, err
+	case !st.IsDir():
+		return false, notStoref("%s is not a directory", dir)
+	}
+	return checkContents(dir)
+}
+
+// checkContents is CheckDir for a directory that exists.
+func checkContents(dir string) (mark bool, err error) {
+	format, err := os.ReadFile(filepath.Join(dir, FormatName))
+	if err == nil {
+		if string(format) != formatV1 {
+			return false, notStoref("%s holds a kvfs store of an unknown format (%q)", dir, strings.TrimSpace(string(format)))
+		}
+		return false, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	names, err := readNames(dir)
+	if err != nil {
+		return false, err
+	}
+	if onlyOurs(names) || isLegacy(dir, names) {
+		return true, nil
+	}
+	return false, notStoref("%s is not empty and is not a kvfs store (it has %d entries and no %s); "+
+		"kvfs makes a store only of an empty directory", dir, len(names), FormatName)
+}
+
+// onlyOurs: the directory is empty but for what Open itself writes before
+// the mark (a start that stopped half-way).
+func onlyOurs(names []string) bool {
+	for _, n := range names {
+		if n != LockName && n != FormatName+".tmp" {
+			return false
+		}
+	}
+	return true
+}
+
+// isLegacy recognises a store made before FormatName: nothing but the
+// layout's own names, with its lock file and both directories.
+func isLegacy(dir string, names []string) bool {
+	for _, n := range names {
+		if !legacyNames[n] {
+			return false
+		}
+	}
+	for _, want := range []struct {
+		name string
+		dir  bool
+	}{{LockName, false}, {DataName, true}, {WritingName, true}} {
+		st, err := os.Lstat(filepath.Join(dir, want.name))
+		if err != nil || st.IsDir() != want.dir || (!want.dir && !st.Mode().IsRegular()) {
+			return false
+		}
+	}
+	return true
+}
+
+// IsStore says whether dir is a kvfs store, marked or of the old layout.
+func IsStore(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, FormatName)); err == nil {
+		return true
+	}
+	names, err := readNames(dir)
+	return err == nil && len(names) > 0 && isLegacy(dir, names)
+}
+
+// StoreAbove finds a store that holds path: path itself or a directory
+// above it.
+func StoreAbove(path string) (string, bool) {
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		if IsStore(p) {
+			return p, true
+		}
+		if p == filepath.Dir(p) {
+			return "", false
+		}
+	}
+}
+
+func readNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// writeFormat marks dir as a store of this layout, durably.
+func writeFormat(dir string) error {
+	tmp := filepath.Join(dir, FormatName+".tmp")
+	if err := os.WriteFile(tmp, []byte(formatV1), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, FormatName)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

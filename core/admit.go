@@ -1,0 +1,120 @@
+package core
+
+import (
+	"errors"
+	"time"
+
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/ledger"
+	"go.uber.org/zap"
+)
+
+// victims is what a ledger admission evicted.
+type victims = []ledger.Victim[blob.ID]
+
+// admit runs a ledger admission of about need bytes under the namespace
+// lock, so that its victims' names go in the same critical section, and
+// retries while the space exists but recently closed or read-pinned
+// objects hold it, up to the wait limit: backpressure, not failure. An
+// ENOSPC it gives up with is counted as one answered to a client. It does
+// not answer a FUSE interrupt with EINTR: the Go runtime interrupts its
+// own threads all the time, and callers that do not retry open(2) would
+// see EINTR for a wait the limit bounds anyway.
+func (c *Core) admit(need int64, op func() (victims, error)) error {
+	deadline := time.Now().Add(c.cfg.WaitLimit)
+	for {
+		err := c.locked(op)
+		if !errors.Is(err, ledger.ErrNoSpace) {
+			if errors.Is(err, ledger.ErrTooLarge) {
+				c.ledger.Refused()
+			}
+			return ledgerErr(err)
+		}
+		wait := c.ledger.WaitHint(need)
+		if wait == 0 || time.Now().Add(wait).After(deadline) {
+			c.ledger.Refused()
+			return ErrNoSpace
+		}
+		time.Sleep(wait)
+	}
+}
+
+// locked runs a ledger operation that may evict under the namespace
+// lock, drops its victims' names there, and reports them after.
+func (c *Core) locked(op func() (victims, error)) error {
+	c.mu.Lock()
+	v, err := op()
+	drops := c.dropLocked(v, Evicted)
+	c.mu.Unlock()
+	c.deliver(drops)
+	return err
+}
+
+// dropLocked removes the names and stored bytes of objects the ledger
+// has let go; mu held.
+func (c *Core) dropLocked(v victims, why Why) []Drop {
+	if len(v) == 0 {
+		return nil
+	}
+	now := c.cfg.Now().UnixNano()
+	drops := make([]Drop, len(v))
+	for i, x := range v {
+		drops[i] = Drop{ID: x.ID, Names: c.store.Drop(x.ID), Why: why, Idle: time.Duration(now - x.LastUse)}
+	}
+	return drops
+}
+
+// deliver reports drops; no lock held.
+func (c *Core) deliver(drops []Drop) {
+	for _, d := range drops {
+		c.log.Debug(d.Why.String(), zap.Uint64("id", uint64(d.ID)), zap.Int("names", len(d.Names)), zap.Duration("idle", d.Idle))
+		c.dropped(d)
+	}
+}
+
+// ledgerErr turns the ledger's errors into the core's.
+func ledgerErr(err error) error {
+	switch {
+	case errors.Is(err, ledger.ErrNoSpace), errors.Is(err, ledger.ErrTooLarge):
+		return ErrNoSpace
+	case errors.Is(err, ledger.ErrGone):
+		return ErrStale
+	}
+	return err
+}
+
+// reservation is what a writer is admitted when it opens: the largest of
+// the objects published lately (KV chunks of one model are all one size),
+// at least Config.WriteReserve, at most a quarter of the capacity.
+func (c *Core) reservation() int64 {
+	c.sizesMu.Lock()
+	biggest := int64(0)
+	for _, s := range c.sizes {
+		biggest = max(biggest, s)
+	}
+	c.sizesMu.Unlock()
+	return ledger.Charge(min(max(c.cfg.WriteReserve, biggest), c.ledger.Capacity()/4))
+}
+
+// Reservation is what a writer opening now is admitted.
+func (c *Core) Reservation() int64 { return c.reservation() }
+
+// published remembers the size of an object a writer completed.
+func (c *Core) published(size int64) {
+	if size <= 0 {
+		return
+	}
+	c.sizesMu.Lock()
+	defer c.sizesMu.Unlock()
+	c.sizes[c.next%len(c.sizes)] = size
+	c.next++
+}
+
+// reserve admits a writer's reservation.
+func (c *Core) reserve(id blob.ID) error {
+	n := c.reservation()
+	if n == 0 {
+		return nil
+	}
+	return c.admit(n, func() (victims, error) { return c.ledger.Reserve(id, n) })
+}

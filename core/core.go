@@ -1,0 +1,296 @@
+// Package core is the one owner of kvfs's namespace and accounting. It
+// performs every operation that changes names or charges (create, open
+// for writing, unlink, link, rename, admission, eviction, reconciliation)
+// on the store (package blob) and the ledger together, and reports the
+// names it dropped through Config.Dropped, so the FUSE layer only
+// translates requests and forwards drops to the kernel. It never imports
+// FUSE.
+//
+// # Lock order
+//
+// Outermost first; a lock may be taken while holding those above it, never
+// the reverse:
+//
+//	fusefs fileNode.mu    a node's open handles (fusefs, outside this package)
+//	Core.mu               the namespace: the store's index, and which
+//	                      objects the ledger holds. Readers (lookup, list,
+//	                      open by name, stat) share it; every change of a
+//	                      name takes it exclusively, and so does every
+//	                      admission, because admission may evict, and an
+//	                      eviction drops the victims' names in the same
+//	                      critical section: no one ever sees a name whose
+//	                      object the ledger has already given up.
+//	Core.writersMu        open writers: crash markers and the poller's list
+//	Core.sizesMu          recently published sizes (reservation sizing)
+//	ledger.mu             inside the ledger; a leaf
+//
+// The ledger's pin operations (open and close of a handle) take only the
+// ledger's lock: an object evicted between a lookup and an open is simply
+// gone when the open pins it (ErrStale), which makes the kernel look the
+// name up again. Nothing here calls out (Config.Dropped included) while
+// holding Core.mu.
+package core
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/ledger"
+	"go.uber.org/zap"
+)
+
+// Errors the FUSE layer maps to errnos; any syscall.Errno is passed on
+// as it is.
+var (
+	// ErrNotFound: no such name (ENOENT).
+	ErrNotFound = blob.ErrNotFound
+	// ErrStale: the object the kernel named by its inode is gone (evicted,
+	// or its last name removed); the kernel looks the name up again
+	// (ESTALE).
+	ErrStale = errors.New("object is gone")
+	// ErrNoSpace: nothing evictable is left to make room (ENOSPC).
+	ErrNoSpace = errors.New("no space left under the capacity")
+	// ErrExists: the name is taken (EEXIST).
+	ErrExists = errors.New("name exists")
+)
+
+// Config tunes a Core; zero values pick the defaults noted.
+type Config struct {
+	// Capacity in bytes; zero asks CapacityFor with what the store holds.
+	Capacity    int64
+	CapacityFor func(held int64) (int64, error)
+	// Grace protects a just-closed object from eviction, so the publish
+	// step after close (link or rename) cannot lose it.
+	Grace time.Duration
+	// WaitLimit bounds how long an admission waits for space that recently
+	// closed or read-pinned objects hold; zero answers ENOSPC at once.
+	WaitLimit time.Duration
+	// WriteReserve is the least reservation a writer is admitted when it
+	// opens; the largest of the recently published objects raises it.
+	WriteReserve int64
+	// Passthrough: writers' bytes reach the store without the daemon
+	// seeing them, so open writers are polled for their size every
+	// PollInterval (default 2ms).
+	Passthrough  bool
+	PollInterval time.Duration
+	// AuditInterval is how often the store is walked for changes made
+	// behind kvfs's back (zero: never).
+	AuditInterval time.Duration
+	// Now is the clock (tests pass their own).
+	Now    func() time.Time
+	Logger *zap.Logger
+}
+
+// Why says why an object's names were dropped.
+type Why int
+
+const (
+	Evicted  Why = iota // the ledger chose it to make room
+	Vanished            // its bytes disappeared from the store behind kvfs's back
+	Refused             // its writer's close could not be admitted: removed, never published
+)
+
+func (w Why) String() string {
+	switch w {
+	case Evicted:
+		return "evicted"
+	case Vanished:
+		return "vanished"
+	}
+	return "refused"
+}
+
+// Drop is an object whose names kvfs dropped.
+type Drop struct {
+	ID    blob.ID
+	Names []blob.Name
+	Why   Why
+	// Idle is how long it had not been used, for evictions.
+	Idle time.Duration
+}
+
+// Core is one mounted store: its namespace and its ledger.
+type Core struct {
+	cfg    Config
+	log    *zap.Logger
+	store  *blob.Store
+	ledger *ledger.Ledger[blob.ID]
+	// dropped receives every object whose names kvfs dropped (see Start).
+	dropped func(Drop)
+
+	mu sync.RWMutex // see the lock order above
+
+	writersMu sync.Mutex
+	// GUARDED_BY(writersMu). INVARIANT: marked[id] counts id's handles
+	// that are writing, and the store's crash marker of id exists while
+	// it is above zero.
+	marked map[blob.ID]int
+	// GUARDED_BY(writersMu): passthrough writers the poller watches.
+	watched map[*Handle]struct{}
+	wake    chan struct{}
+
+	sizesMu sync.Mutex
+	// GUARDED_BY(sizesMu): the sizes of the last published objects.
+	sizes [64]int64
+	next  int
+
+	counters counters
+	// auditAtStart: the index came from a snapshot, which cannot see a
+	// stored file changed in place while kvfs was down: audit at once.
+	auditAtStart bool
+	done         chan struct{}
+	wg           sync.WaitGroup
+}
+
+// counters are the figures the ledger does not keep.
+type counters struct {
+	lookupHits, lookupMisses, stores, loads, refusedStores atomic.Int64
+}
+
+// LoadReport is what start-up found, with the bytes it charged.
+type LoadReport struct {
+	blob.LoadReport
+	Bytes   int64         `json:"bytes"`
+	Evicted int           `json:"evicted"` // to fit the capacity
+	Took    time.Duration `json:"took"`
+}
+
+// Open loads store (reclaiming what a crash left half-written), rebuilds
+// the ledger from it, coldest first so that LRU order survives as well as
+// access times recorded it, and evicts what does not fit. The Core owns
+// store from here on; Start it before serving.
+func Open(store *blob.Store, cfg Config) (*Core, LoadReport, error) {
+	start := time.Now()
+	objects, brep, err := store.Load()
+	if err != nil {
+		return nil, LoadReport{}, fmt.Errorf("loading store: %w", err)
+	}
+	rep := LoadReport{LoadReport: brep}
+	for _, o := range objects {
+		rep.Bytes += ledger.Charge(o.Size)
+	}
+	if cfg.Capacity == 0 {
+		if cfg.Capacity, err = cfg.CapacityFor(rep.Bytes); err != nil {
+			return nil, rep, fmt.Errorf("sizing capacity: %w", err)
+		}
+	}
+	c := newCore(store, cfg, len(objects))
+	c.auditAtStart = brep.FromSnapshot
+	if err := c.restore(objects, &rep); err != nil {
+		return nil, rep, err
+	}
+	rep.Took = time.Since(start)
+	return c, rep, nil
+}
+
+func newCore(store *blob.Store, cfg Config, hint int) *Core {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 2 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Core{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		store:   store,
+		dropped: func(Drop) {},
+		ledger:  ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint}),
+		marked:  map[blob.ID]int{},
+		watched: map[*Handle]struct{}{},
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+}
+
+// restore charges the loaded objects, least recently used first, and
+// remembers the sizes of the most recent ones for reservations.
+func (c *Core) restore(objects []blob.Object, rep *LoadReport) error {
+	sort.Slice(objects, func(i, j int) bool { return objects[i].Atime < objects[j].Atime })
+	for _, o := range objects {
+		victims, err := c.ledger.Restore(o.ID, o.Size, o.Links)
+		if err != nil {
+			return fmt.Errorf("restoring ledger: %w", err)
+		}
+		for _, v := range victims {
+			c.store.Drop(v.ID)
+		}
+		rep.Evicted += len(victims)
+	}
+	for _, o := range objects[max(len(objects)-len(c.sizes), 0):] {
+		c.published(o.Size)
+	}
+	return nil
+}
+
+// Start runs the background work (the passthrough writers' poller, the
+// audits) and from then on reports every object whose names kvfs drops
+// (evicted, removed for not fitting, gone from the store) to dropped,
+// without locks held; dropped must not call back into the Core.
+func (c *Core) Start(dropped func(Drop)) {
+	c.dropped = dropped
+	if c.cfg.Passthrough {
+		c.wg.Add(1)
+		go c.pollLoop()
+	}
+	if c.cfg.AuditInterval > 0 || c.auditAtStart {
+		c.wg.Add(1)
+		go c.auditLoop()
+	}
+}
+
+// Close stops the background work (Start must have run), saves the snapshot of a quiescent
+// store (call it after the file system has stopped serving) and releases
+// the store.
+func (c *Core) Close() error {
+	close(c.done)
+	c.wg.Wait()
+	start := time.Now()
+	err := c.store.SaveSnapshot(c.ledger.Each)
+	if err != nil {
+		c.log.Warn("no snapshot saved; the next start walks the store", zap.Error(err))
+	} else {
+		c.log.Info("snapshot saved", zap.Duration("took", time.Since(start)))
+	}
+	c.store.Close()
+	return err
+}
+
+// Capacity is the ledger's limit in bytes.
+func (c *Core) Capacity() int64 { return c.ledger.Capacity() }
+
+// Stats is what `kvfs stats` reports of the core.
+type Stats struct {
+	ledger.Stats
+	// LookupHits and LookupMisses are lookups of names in directories
+	// that found an object, or found nothing: the cache's hit ratio as
+	// connectors see it.
+	LookupHits   int64 `json:"lookups_hit"`
+	LookupMisses int64 `json:"lookups_miss"`
+	// Stores are writers' closes that published bytes; Loads are opens
+	// for reading.
+	Stores int64 `json:"stores"`
+	Loads  int64 `json:"loads"`
+}
+
+// Stats is a snapshot of the ledger and the core's counters.
+func (c *Core) Stats() Stats {
+	return Stats{
+		Stats:        c.ledger.Stats(),
+		LookupHits:   c.counters.lookupHits.Load(),
+		LookupMisses: c.counters.lookupMisses.Load(),
+		Stores:       c.counters.stores.Load(),
+		Loads:        c.counters.loads.Load(),
+	}
+}
+
+// CheckInvariants checks the ledger's invariants; tests call it.
+func (c *Core) CheckInvariants() error { return c.ledger.CheckInvariants() }

@@ -1,0 +1,344 @@
+package core
+
+import (
+	"errors"
+	"os"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/ledger"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Handle is an open object: its stored file and its pin in the ledger,
+// which lives exactly as long as the handle. A writer also holds a
+// reservation from open to its close, and the object's crash marker while
+// it may be writing.
+type Handle struct {
+	c     *Core
+	id    blob.ID
+	file  *os.File
+	write bool
+	// writing: h holds one of id's crash markers; GUARDED_BY(c.writersMu).
+	writing bool
+	// refused: a write through h was refused for space, so what it
+	// stored is not the object its writer meant: its close removes it.
+	refused atomic.Bool
+}
+
+// ID is the object's ID.
+func (h *Handle) ID() blob.ID { return h.id }
+
+// File is the stored file; it stays open until Release.
+func (h *Handle) File() *os.File { return h.file }
+
+// Writable says whether h was opened for writing.
+func (h *Handle) Writable() bool { return h.write }
+
+// Create makes a new object named name in parent and opens it. A writer
+// is admitted its reservation before the name exists, so an object that
+// cannot be admitted never appears.
+func (c *Core) Create(parent blob.ID, name string, mode uint32, who blob.Owner, write bool) (*Handle, error) {
+	if c.taken(parent, name) {
+		return nil, syscall.EEXIST
+	}
+	id := c.store.NewID()
+	c.ledger.Create(id, write)
+	h := &Handle{c: c, id: id, write: write}
+	if write {
+		if err := c.reserve(id); err != nil {
+			c.abandon(id, write)
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	f, err := c.store.Create(parent, name, id, mode, who)
+	c.mu.Unlock()
+	if err != nil {
+		c.abandon(id, write)
+		return nil, err
+	}
+	h.file = f
+	if !write {
+		// Born marked incomplete, but no writer will ever finish it: an
+		// empty file created read-only is complete now.
+		c.clearMarker(id)
+		return h, nil
+	}
+	c.startWriting(h, true)
+	return h, nil
+}
+
+// taken says whether a name exists, so a create that must fail does not
+// first reserve (and evict) for nothing.
+func (c *Core) taken(parent blob.ID, name string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, err := c.store.Lookup(parent, name)
+	return err == nil
+}
+
+// abandon takes a created object that never got its name back out of the
+// ledger.
+func (c *Core) abandon(id blob.ID, write bool) {
+	c.ledger.Unlink(id)
+	c.ledger.Close(id, write)
+}
+
+// Open opens object id. via, when given, reopens the stored file of an
+// inode that has no name left through one its open handles hold.
+func (c *Core) Open(id blob.ID, flags int, write bool, via func(flags int) (*os.File, error)) (*Handle, error) {
+	if err := c.ledger.Open(id, write); err != nil {
+		return nil, ledgerErr(err)
+	}
+	h := &Handle{c: c, id: id, write: write}
+	if write {
+		if err := c.reserve(id); err != nil {
+			h.unpin()
+			return nil, err
+		}
+	}
+	f, err := c.openStored(id, flags, via)
+	h.file = f
+	if err == nil && write {
+		err = c.startWriting(h, false)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		h.unpin()
+		return nil, err
+	}
+	if !write {
+		c.counters.loads.Add(1)
+	}
+	return h, nil
+}
+
+// openStored opens an object's stored file by its name, or via one held.
+func (c *Core) openStored(id blob.ID, flags int, via func(int) (*os.File, error)) (*os.File, error) {
+	c.mu.RLock()
+	f, err := c.store.Open(id, flags)
+	c.mu.RUnlock()
+	switch {
+	case errors.Is(err, ErrNotFound) && via != nil:
+		f, err = via(flags)
+	case errors.Is(err, syscall.ENOENT):
+		c.vanished(id, err)
+	}
+	if errors.Is(err, ErrNotFound) || errors.Is(err, syscall.ENOENT) {
+		// The kernel reached the inode by a path that no longer names it:
+		// it looks the name up again.
+		return nil, ErrStale
+	}
+	return f, err
+}
+
+// Write writes through the daemon (no passthrough, or strict capacity):
+// admitted before a byte reaches the store.
+func (h *Handle) Write(data []byte, off int64) (int, error) {
+	c, end := h.c, off+int64(len(data))
+	_, charge, _ := c.ledger.Size(h.id)
+	err := c.admit(ledger.Charge(end)-charge, func() (victims, error) { return c.ledger.Grow(h.id, end) })
+	if errors.Is(err, ErrNoSpace) {
+		h.refused.Store(true)
+	}
+	if err == nil {
+		err = c.startWriting(h, false)
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, err := h.file.WriteAt(data, off)
+	if err != nil {
+		c.settleShort(h.id, h.file)
+	}
+	return n, err
+}
+
+// Truncate sets an object's size, admitted first; f is a writer's stored
+// file, or nil to open one. The object is pinned as written meanwhile, so
+// it is neither evicted nor reconciled half-way.
+func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
+	if err := c.ledger.Open(id, true); err != nil {
+		return ledgerErr(err)
+	}
+	defer c.locked(func() (victims, error) { _, v := c.ledger.Close(id, true); return v, nil })
+	if f == nil {
+		var err error
+		if f, err = c.openStored(id, unix.O_WRONLY, nil); err != nil {
+			return err
+		}
+		defer f.Close()
+	}
+	_, charge, _ := c.ledger.Size(id)
+	err := c.admit(ledger.Charge(size)-charge, func() (victims, error) { return c.ledger.SetSize(id, size) })
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		c.settleShort(id, f)
+		return err
+	}
+	return nil
+}
+
+// Allocate supports plain preallocation, charged like a write, hole
+// punching, and preallocation that keeps the size within the blocks
+// already charged.
+func (h *Handle) Allocate(off, size int64, mode uint32) error {
+	c := h.c
+	// A passthrough writer's bytes may not have been seen yet.
+	c.observe(h)
+	switch mode {
+	case 0:
+		_, charge, _ := c.ledger.Size(h.id)
+		err := c.admit(ledger.Charge(off+size)-charge, func() (victims, error) { return c.ledger.Grow(h.id, off+size) })
+		if err != nil {
+			return err
+		}
+	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE:
+	case unix.FALLOC_FL_KEEP_SIZE:
+		// Blocks within the charge (the size rounded up to a block) are
+		// paid for already; past it they would be store bytes that no
+		// charge covers.
+		if size0, _, _ := c.ledger.Size(h.id); ledger.Charge(off+size) > ledger.Charge(size0) {
+			return syscall.EOPNOTSUPP
+		}
+	default:
+		return syscall.EOPNOTSUPP
+	}
+	if err := unix.Fallocate(int(h.file.Fd()), mode, off, size); err != nil {
+		c.settleShort(h.id, h.file)
+		return err
+	}
+	return nil
+}
+
+// observe has the ledger see what a writer's stored file holds now.
+func (c *Core) observe(h *Handle) {
+	size, err := h.size()
+	if known, _, ok := c.ledger.Size(h.id); err == nil && ok && size > known {
+		c.locked(func() (victims, error) { return c.ledger.Observe(h.id, size) })
+	}
+}
+
+// settleShort sets the ledger to what the store holds after a failed
+// write, truncate or fallocate left less than was admitted.
+func (c *Core) settleShort(id blob.ID, f *os.File) {
+	var st unix.Stat_t
+	if size, _, _ := c.ledger.Size(id); unix.Fstat(int(f.Fd()), &st) == nil && st.Size < size {
+		c.ledger.SetSize(id, st.Size)
+	}
+}
+
+// Flush is the close of a writer by the process that writes: its object
+// is admitted at its final size (evicting, waiting) and complete, or, if
+// it cannot be admitted, removed with ENOSPC: nothing over the capacity
+// is ever published.
+func (h *Handle) Flush() error {
+	if !h.write {
+		return nil
+	}
+	err := h.c.settle(h)
+	// Complete, or removed: either way no longer being written.
+	return errors.Join(err, h.c.endWriting(h))
+}
+
+// settle admits a writer's object at the size its stored file has now.
+func (h *Handle) size() (int64, error) {
+	var st unix.Stat_t
+	err := unix.Fstat(int(h.file.Fd()), &st)
+	return st.Size, err
+}
+
+func (c *Core) settle(h *Handle) error {
+	if h.refused.Load() {
+		c.ledger.Refused()
+		c.refuse(h)
+		return ErrNoSpace
+	}
+	// What a passthrough writer wrote since the last poll is on disk:
+	// the ledger sees it first (and the overshoot, if it is one).
+	c.observe(h)
+	size, err := h.size()
+	if err != nil {
+		return err
+	}
+	err = c.admit(ledger.Charge(size), func() (victims, error) { return c.ledger.Settle(h.id, size) })
+	switch {
+	case err == nil:
+		c.published(size)
+		c.counters.stores.Add(1)
+	case errors.Is(err, ErrNoSpace):
+		c.refuse(h)
+	}
+	return err
+}
+
+// refuse removes a writer's object that cannot be admitted: every name,
+// and its bytes (the writer's handle keeps the inode, empty, until it is
+// released).
+func (c *Core) refuse(h *Handle) {
+	c.mu.Lock()
+	names := c.store.Drop(h.id)
+	for range names {
+		c.ledger.Unlink(h.id)
+	}
+	if err := h.file.Truncate(0); err != nil {
+		c.log.Warn("truncating a refused object", zap.Uint64("id", uint64(h.id)), zap.Error(err))
+	}
+	c.ledger.Settle(h.id, 0)
+	c.mu.Unlock()
+	c.counters.refusedStores.Add(1)
+	c.deliver([]Drop{{ID: h.id, Names: names, Why: Refused}})
+}
+
+// Fsync makes the stored bytes durable.
+func (h *Handle) Fsync(dataOnly bool) error {
+	if dataOnly {
+		return unix.Fdatasync(int(h.file.Fd()))
+	}
+	return h.file.Sync()
+}
+
+// Attr reads the object's attributes through the handle; a writer's
+// bytes are seen first, so fstat(2) shows their charge.
+func (h *Handle) Attr() (Attr, error) {
+	if h.write {
+		h.c.observe(h)
+	}
+	return h.c.Getattr(h.id, h.file)
+}
+
+// Release drops the handle: a writer that never flushed is settled (the
+// kernel ignores release's result, so an object that cannot be admitted
+// is removed without a word), the stored file is closed, then the pin is
+// dropped, so an unlinked inode's bytes are gone from the store before
+// its charge is.
+func (h *Handle) Release() {
+	c := h.c
+	if h.write {
+		if h.isWriting() {
+			if err := c.settle(h); err != nil {
+				c.log.Warn("a writer released without a close could not be admitted", zap.Uint64("id", uint64(h.id)), zap.Error(err))
+			}
+			c.endWriting(h)
+		}
+		c.unwatch(h)
+	}
+	h.file.Close()
+	h.unpin()
+}
+
+// unpin drops the ledger's pin; the last writer's close may evict.
+func (h *Handle) unpin() {
+	if !h.write {
+		h.c.ledger.Close(h.id, false)
+		return
+	}
+	h.c.locked(func() (victims, error) { _, v := h.c.ledger.Close(h.id, true); return v, nil })
+}

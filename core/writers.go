@@ -1,0 +1,141 @@
+package core
+
+import (
+	"time"
+
+	"github.com/kvfs/kvfs/blob"
+	"go.uber.org/zap"
+)
+
+// startWriting records that h may change its object, so a crash from now
+// until the matching endWriting leaves the object marked incomplete, and
+// has a passthrough writer watched. born: the object was created marked.
+// A marker that cannot be made fails the call and is tried again by the
+// next one.
+func (c *Core) startWriting(h *Handle, born bool) error {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if c.cfg.Passthrough {
+		if _, ok := c.watched[h]; !ok {
+			c.watched[h] = struct{}{}
+			c.nudge()
+		}
+	}
+	if h.writing {
+		return nil
+	}
+	if c.marked[h.id] == 0 && !born {
+		if err := c.store.MarkWriting(h.file, h.id); err != nil {
+			return err
+		}
+	}
+	c.marked[h.id]++
+	h.writing = true
+	return nil
+}
+
+// endWriting is the close of a writer: when no writer is left the object
+// is complete.
+func (c *Core) endWriting(h *Handle) error {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if !h.writing {
+		return nil
+	}
+	h.writing = false
+	if c.marked[h.id]--; c.marked[h.id] > 0 {
+		return nil
+	}
+	delete(c.marked, h.id)
+	return c.store.ClearWriting(h.id)
+}
+
+func (h *Handle) isWriting() bool {
+	h.c.writersMu.Lock()
+	defer h.c.writersMu.Unlock()
+	return h.writing
+}
+
+// clearMarker clears the marker of an object no writer ever had.
+func (c *Core) clearMarker(id blob.ID) {
+	if err := c.store.ClearWriting(id); err != nil {
+		c.log.Warn("clearing a writing marker", zap.Uint64("id", uint64(id)), zap.Error(err))
+	}
+}
+
+// unwatch stops watching a writer that is being released.
+func (c *Core) unwatch(h *Handle) {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	delete(c.watched, h)
+}
+
+// nudge wakes the poller; writersMu held.
+func (c *Core) nudge() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pollLoop watches passthrough writers: their bytes reach the store
+// without the daemon seeing a write, so it reads their stored sizes every
+// PollInterval while any is open, and has the ledger admit the growth
+// (evicting ahead of the writer) or, past what can be admitted, charge it
+// unadmitted until the writer closes.
+func (c *Core) pollLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.wake:
+		}
+		for c.Poll() > 0 {
+			select {
+			case <-c.done:
+				return
+			case <-time.After(c.cfg.PollInterval):
+			}
+		}
+	}
+}
+
+// Poll reads every watched writer's stored size once and reports the
+// ledger's view of them; it returns how many writers are watched. Tests
+// call it to drive the poller.
+func (c *Core) Poll() int {
+	c.writersMu.Lock()
+	watched := make([]*Handle, 0, len(c.watched))
+	for h := range c.watched {
+		watched = append(watched, h)
+	}
+	c.writersMu.Unlock()
+	for _, h := range watched {
+		c.observeWatched(h)
+	}
+	return len(watched)
+}
+
+// observeWatched observes a watched writer, if it still is: Release
+// unwatches it under writersMu before closing its file, so the file is
+// read only while it is open.
+func (c *Core) observeWatched(h *Handle) {
+	c.writersMu.Lock()
+	_, ok := c.watched[h]
+	var size int64
+	var err error
+	if ok {
+		size, err = h.size()
+	}
+	c.writersMu.Unlock()
+	if !ok || err != nil {
+		return
+	}
+	if known, _, ok := c.ledger.Size(h.id); !ok || size <= known {
+		return
+	}
+	// Growth may evict: under the namespace lock. A report older than a
+	// truncate is corrected when the writer settles.
+	c.locked(func() (victims, error) { return c.ledger.Observe(h.id, size) })
+}
