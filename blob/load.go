@@ -109,8 +109,8 @@ type loader struct {
 
 	mu sync.Mutex
 	// GUARDED_BY(mu), the fields below and the index.
-	counted map[uint64]bool      // incomplete inodes already counted
-	seen    map[uint64]ID // inodes with several names
+	counted map[uint64]bool // incomplete inodes already counted
+	seen    map[uint64]ID   // inodes with several names
 	objects []Object
 	rep     *LoadReport
 	err     error

@@ -14,9 +14,9 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/mountinfo"
-	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ramcache"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -88,12 +88,12 @@ func (m *Mount) load(store *blob.Store) error {
 	// little: collecting garbage while it runs is wasted work.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	c, rep, err := core.Open(store, core.Config{
-		Capacity:     m.Capacity,
-		CapacityFor:  func(held int64) (int64, error) { return capacityFor(m.Store, held) },
-		Grace:        m.Grace,
-		WaitLimit:    m.WaitLimit,
-		WriteReserve: m.WriteReserve,
-		Passthrough:  m.passthrough(),
+		Capacity:      m.Capacity,
+		CapacityFor:   func(held int64) (int64, error) { return capacityFor(m.Store, held) },
+		Grace:         m.Grace,
+		WaitLimit:     m.WaitLimit,
+		WriteReserve:  m.WriteReserve,
+		Passthrough:   m.passthrough(),
 		PollInterval:  m.PollInterval,
 		AuditInterval: m.AuditInterval,
 		Now:           m.Now,
