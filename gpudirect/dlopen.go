@@ -39,15 +39,18 @@ func LoadLibraries(cufile, cudart []string) Libraries {
 
 // dlopenFirst opens the first library of names that opens.
 func dlopenFirst(names []string) (uintptr, error) {
-	var why []string
+	var why error
 	for _, name := range names {
 		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err == nil {
 			return h, nil
 		}
-		why = append(why, err.Error())
+		// The first failure that is not a plain absence says most.
+		if why == nil || strings.Contains(why.Error(), "No such file") {
+			why = err
+		}
 	}
-	return 0, fmt.Errorf("cannot load %s: %s", strings.Join(names, " or "), strings.Join(why, "; "))
+	return 0, fmt.Errorf("cannot load %s (%v)", strings.Join(names, ", "), why)
 }
 
 // bind sets each function pointer to its symbol in lib; the first name
