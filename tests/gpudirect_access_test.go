@@ -74,7 +74,7 @@ func TestGPUDirectCuFileAbsentReported(t *testing.T) {
 	for _, c := range []struct {
 		libs, notice, route string
 	}{
-		{none, "no CUDA runtime", "into host buffers (4MiB x 4)"},
+		{none, "no CUDA runtime", "into host buffers (1MiB x 4)"},
 		{rtOnly, "cuFile unavailable", "then cudaMemcpy to the GPU"},
 		{both, "", "cuFile into the GPU"},
 	} {
