@@ -26,7 +26,7 @@ vet:
 test: build vet unit fuzz fuse integration
 
 unit:
-	$(GO) test -race -count=1 ./ledger/ ./blob/ ./ramcache/ ./mount/ ./internal/... ./cmd/...
+	$(GO) test -race -count=1 ./ledger/ ./blob/ ./ramcache/ ./mount/ ./internal/... ./cmd/... ./gpudirect/
 
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can
 # report its own deadline as a failure (golang/go#75804).

@@ -200,7 +200,7 @@ func (b *bench) setup(cl *cleanups) error {
 }
 
 func (b *bench) needMounts() bool {
-	for _, w := range []string{"read", "cold", "store", "mixed", "stat", "small"} {
+	for _, w := range []string{"read", "cold", "store", "mixed", "stat", "small", "direct"} {
 		if b.cfg.workloads[w] {
 			return true
 		}

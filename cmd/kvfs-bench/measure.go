@@ -73,6 +73,11 @@ func (b *bench) measure() error {
 			return err
 		}
 	}
+	if w["direct"] {
+		if err := b.directRows(); err != nil {
+			return err
+		}
+	}
 	b.ramCheck()
 	for _, t := range b.kvfs {
 		b.accounting(t)

@@ -23,6 +23,7 @@ const usage = `usage:
   kvfs unmount MOUNTPOINT
   kvfs stats [--json] MOUNTPOINT
   kvfs fsck --store DIR [--repair] [--json]
+  kvfs cat --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] PATH...
 Run "kvfs COMMAND -h" for a command's flags.`
 
 func main() {
@@ -42,6 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"umount":  cmdUnmount,
 		"stats":   cmdStats,
 		"fsck":    cmdFsck,
+		"cat":     cmdCat,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
