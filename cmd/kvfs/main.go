@@ -180,14 +180,22 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
 		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)
+	life := &lifecycle{log: log}
+	if err := life.ready(m); err != nil {
+		m.Unmount()
+		m.Wait()
+		return err
+	}
 	go func() {
 		for range sigs {
+			life.stopping()
 			if err := m.Unmount(); err != nil {
 				log.Error("unmount", zap.Error(err))
 			}
 		}
 	}()
 	m.Wait()
+	life.stopping()
 	fmt.Fprintf(stdout, "kvfs: unmounted %s\n", m.Mountpoint)
 	return nil
 }
