@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/kvfs/kvfs/mount"
@@ -20,7 +19,7 @@ import (
 
 const usage = `usage:
   kvfs mount [--store DIR] [--capacity SIZE] [flags] MOUNTPOINT
-  kvfs unmount MOUNTPOINT
+  kvfs unmount [--timeout D] [--force] MOUNTPOINT
   kvfs stats [--json] MOUNTPOINT
   kvfs fsck --store DIR [--repair] [--json]
 Run "kvfs COMMAND -h" for a command's flags.`
@@ -141,6 +140,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.AuditInterval, "audit-interval", mount.DefaultAuditInterval, "how often to walk the store for changes made behind kvfs's back (0: never)")
 	fs.Var(sizeFlag{&o.RAMCache}, "ram-cache", "keep copies of objects plain reads load in this much RAM, like 4GiB (default 0: none; passthrough reads never need it)")
 	fs.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the mounter in")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", 0, "abort the FUSE connection when a request goes unanswered this long, like 60s (0: never; root, Linux 6.14+)")
 	noPassthrough := fs.Bool("no-passthrough", false, "serve reads through FUSE even where passthrough works")
 	fs.BoolVar(&o.DebugFUSE, "debug-fuse", false, "log every FUSE request")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
@@ -201,13 +201,16 @@ func cmdMount(args []string, stdout io.Writer) error {
 }
 
 func cmdUnmount(args []string, stdout io.Writer) error {
-	rest, err := parse(flag.NewFlagSet("unmount", flag.ContinueOnError), args, 1, "one MOUNTPOINT")
+	fs := flag.NewFlagSet("unmount", flag.ContinueOnError)
+	o := mount.UnmountOptions{Report: func(s string) { fmt.Fprintf(stdout, "kvfs unmount: %s\n", s) }}
+	fs.DurationVar(&o.Timeout, "timeout", mount.DefaultUnmountTimeout, "return within this long: a daemon that does not answer has its FUSE connection aborted and the mount detached")
+	fs.BoolVar(&o.Force, "force", false, "abort the FUSE connection and detach without waiting for the daemon")
+	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
 	if err != nil {
 		return err
 	}
-	mp, err := filepath.Abs(rest[0])
-	if err != nil {
-		return mount.Usagef("%v", err)
+	if o.Timeout <= 0 {
+		return mount.Usagef("--timeout %v: want a positive duration", o.Timeout)
 	}
-	return mount.Unmount(mp)
+	return mount.UnmountWithin(rest[0], o)
 }
