@@ -43,6 +43,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"fsck":    cmdFsck,
 	}
 	cmd, ok := cmds[args[0]]
+	if !ok && isHelperForm(args) {
+		return helperMount(args, stdout, stderr)
+	}
 	if !ok {
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 			fmt.Fprintln(stdout, usage)

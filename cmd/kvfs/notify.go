@@ -40,10 +40,16 @@ type lifecycle struct {
 	stopOnce sync.Once
 }
 
-// ready is called once the mount answers: it sends READY=1 with a
-// STATUS= line. A service manager that cannot be told is logged, not
-// fatal: the mount serves either way.
+// ready is called once the mount answers: a daemon detached by the
+// mount helper applies its per-mount flags and tells its parent; then it
+// sends READY=1 with a STATUS= line. A service manager that cannot be
+// told is logged, not fatal: the mount serves either way.
 func (l *lifecycle) ready(m *mount.Mount) error {
+	if helperReady != nil {
+		if err := helperReady(m.Mountpoint); err != nil {
+			return err
+		}
+	}
 	status := fmt.Sprintf("serving %s on %s, capacity %d bytes, %d objects", m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects)
 	if err := sdNotify("READY=1\nSTATUS=" + status); err != nil {
 		l.log.Warn("sd_notify READY", zap.Error(err))
