@@ -20,7 +20,7 @@ import (
 const usage = `usage:
   kvfs mount [--store DIR] [--capacity SIZE] [flags] MOUNTPOINT
   kvfs unmount [--timeout D] [--force] MOUNTPOINT
-  kvfs stats [--json] MOUNTPOINT
+  kvfs stats [--json | --watch [--interval D] [--count N]] MOUNTPOINT
   kvfs fsck --store DIR [--repair] [--json]
 Run "kvfs COMMAND -h" for a command's flags.`
 
