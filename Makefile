@@ -5,7 +5,7 @@ MNT     ?= /tmp/kvfs
 FUZZTIME ?= 150000x
 export KVFS_BIN := $(abspath $(BIN))
 
-.PHONY: all build run test unit fuse integration fuzz bench vet clean
+.PHONY: all build run test unit fuse integration fuzz bench vet clean install
 
 all: build
 
@@ -44,3 +44,11 @@ bench: build
 
 clean:
 	rm -rf bin
+
+# kvfs where the shell that mount.fuse3 starts finds it (mount -t
+# fuse.kvfs, /etc/fstab), and the systemd unit; see docs/operations.md.
+PREFIX     ?= /usr/local
+SYSTEMDDIR ?= /etc/systemd/system
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/kvfs
+	install -D -m 0644 contrib/systemd/kvfs@.service $(DESTDIR)$(SYSTEMDDIR)/kvfs@.service

@@ -121,6 +121,12 @@ func (m *Mount) load(store *blob.Store) error {
 }
 
 func (m *Mount) mount() error {
+	// The request timeout is fixed at INIT, which WaitMount waits for.
+	restore, err := setRequestTimeout(m.RequestTimeout, m.log)
+	if err != nil {
+		return err
+	}
+	defer restore()
 	timeout, negative := m.CacheTimeout, m.CacheTimeout
 	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
@@ -235,35 +241,6 @@ func (m *Mount) Unmount() error {
 	}
 	m.log.Warn("unmount busy; detaching lazily", zap.Error(err))
 	return detach(m.Mountpoint)
-}
-
-// Unmount unmounts the kvfs mount at mountpoint; its daemon then exits.
-func Unmount(mountpoint string) error {
-	mountpoint = resolved(mountpoint)
-	mounted, fstype := mountedAt(mountpoint)
-	if !mounted {
-		return usagef("%s is not mounted", mountpoint)
-	}
-	if fstype != FSType {
-		return usagef("%s is a %s mount, not kvfs", mountpoint, fstype)
-	}
-	// FUSE releases files a moment after close(2) returns, so a mount
-	// that was just in use can answer EBUSY briefly.
-	err := unix.Unmount(mountpoint, 0)
-	for i := 0; i < 60 && errors.Is(err, unix.EBUSY); i++ {
-		time.Sleep(50 * time.Millisecond)
-		err = unix.Unmount(mountpoint, 0)
-	}
-	if err == nil {
-		return nil
-	} else if !errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("unmounting %s: %w", mountpoint, err)
-	}
-	out, err := exec.Command("fusermount3", "-u", mountpoint).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("unmounting %s: %s", mountpoint, strings.TrimSpace(string(out)))
-	}
-	return nil
 }
 
 // warnVolatile says so when the store lives in memory: it works, but the

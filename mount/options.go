@@ -56,6 +56,10 @@ type Options struct {
 	// PollInterval is how often passthrough writers' sizes are read
 	// (default 2ms).
 	PollInterval time.Duration
+
+	// RequestTimeout: the kernel aborts the FUSE connection when a
+	// request goes unanswered this long (0: never); see reqtimeout.go.
+	RequestTimeout time.Duration
 }
 
 // Defaults for the options a user leaves out.
@@ -153,6 +157,9 @@ func (o *Options) validate() error {
 		if d.v < 0 {
 			return usagef("--%s %v: durations must not be negative", d.flag, d.v)
 		}
+	}
+	if err := checkRequestTimeout(o.RequestTimeout); err != nil {
+		return err
 	}
 	if st, err := os.Stat(o.Store); err == nil && !st.IsDir() {
 		return usagef("store %s is not a directory", o.Store)

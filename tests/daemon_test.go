@@ -117,6 +117,13 @@ func startDaemon(t testing.TB, mp string, flags ...string) *daemon {
 // startDaemonBin is startDaemon with another kvfs binary (a -race build).
 func startDaemonBin(t testing.TB, bin, mp string, flags ...string) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, bin, nil, mp, flags...)
+}
+
+// startDaemonEnv is startDaemonBin with variables added to the daemon's
+// environment.
+func startDaemonEnv(t testing.TB, bin string, env []string, mp string, flags ...string) *daemon {
+	t.Helper()
 	requireRoot(t)
 	mp = absPath(t, mp)
 	d := &daemon{t: t, mp: mp, store: mp + ".kvfs-store", out: &lockedBuffer{}, exited: make(chan struct{})}
@@ -131,6 +138,7 @@ func startDaemonBin(t testing.TB, bin, mp string, flags ...string) *daemon {
 	old, hadOld := mountAt(mp)
 	d.cmd = exec.Command(bin, append(append([]string{"mount"}, flags...), mp)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	d.cmd.Env = append(os.Environ(), env...)
 	// Should the test binary die (a panic, a -timeout), the daemon gets
 	// SIGTERM and unmounts itself instead of outliving it.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
@@ -19,9 +20,21 @@ import (
 func cmdStats(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
+	watch := fs.Bool("watch", false, "refresh a compact view (a line per refresh when stdout is not a terminal)")
+	interval := fs.Duration("interval", time.Second, "with --watch: time between refreshes")
+	count := fs.Int("count", 0, "with --watch: stop after this many refreshes (0: until interrupted)")
 	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
 	if err != nil {
 		return err
+	}
+	if *watch {
+		if *interval <= 0 || *count < 0 || *asJSON {
+			return mount.Usagef("--watch wants a positive --interval, a --count of 0 or more, and no --json")
+		}
+		if _, err := readStats(rest[0]); err != nil {
+			return err
+		}
+		return watchStats(rest[0], *interval, *count, stdout)
 	}
 	st, err := readStats(rest[0])
 	if err != nil {
@@ -57,21 +70,30 @@ func cmdStats(args []string, stdout io.Writer) error {
 // root's stats extended attribute.
 func readStats(mp string) (fusefs.Stats, error) {
 	var st fusefs.Stats
+	b, err := statsJSON(mp)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("reading stats of %s: %w", mp, err)
+	}
+	return st, nil
+}
+
+// statsJSON is the root's stats extended attribute.
+func statsJSON(mp string) ([]byte, error) {
 	if _, err := os.Stat(mp); err != nil {
-		return st, mount.Usagef("%v", err)
+		return nil, mount.Usagef("%v", err)
 	}
 	buf := make([]byte, 4096)
 	n, err := unix.Getxattr(mp, fusefs.StatsXattr, buf)
 	if err != nil {
 		if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP) {
-			return st, mount.Usagef("%s is not the root of a kvfs mount", mp)
+			return nil, mount.Usagef("%s is not the root of a kvfs mount", mp)
 		}
-		return st, fmt.Errorf("reading stats of %s: %w", mp, err)
+		return nil, fmt.Errorf("reading stats of %s: %w", mp, err)
 	}
-	if err := json.Unmarshal(buf[:n], &st); err != nil {
-		return st, fmt.Errorf("reading stats of %s: %w", mp, err)
-	}
-	return st, nil
+	return buf[:n], nil
 }
 
 func cmdFsck(args []string, stdout io.Writer) error {

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/kvfs/kvfs/mount"
@@ -20,8 +19,8 @@ import (
 
 const usage = `usage:
   kvfs mount [--store DIR] [--capacity SIZE] [flags] MOUNTPOINT
-  kvfs unmount MOUNTPOINT
-  kvfs stats [--json] MOUNTPOINT
+  kvfs unmount [--timeout D] [--force] MOUNTPOINT
+  kvfs stats [--json | --watch [--interval D] [--count N]] MOUNTPOINT
   kvfs fsck --store DIR [--repair] [--json]
   kvfs cat --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] PATH...
 Run "kvfs COMMAND -h" for a command's flags.`
@@ -46,6 +45,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"cat":     cmdCat,
 	}
 	cmd, ok := cmds[args[0]]
+	if !ok && isHelperForm(args) {
+		return helperMount(args, stdout, stderr)
+	}
 	if !ok {
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 			fmt.Fprintln(stdout, usage)
@@ -145,6 +147,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.AuditInterval, "audit-interval", mount.DefaultAuditInterval, "how often to walk the store for changes made behind kvfs's back (0: never)")
 	fs.Var(sizeFlag{&o.RAMCache}, "ram-cache", "keep copies of objects plain reads load in this much RAM, like 4GiB (default 0: none; passthrough reads never need it)")
 	fs.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the mounter in")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", 0, "abort the FUSE connection when a request goes unanswered this long, like 60s (0: never; root, Linux 6.14+)")
 	noPassthrough := fs.Bool("no-passthrough", false, "serve reads through FUSE even where passthrough works")
 	fs.BoolVar(&o.DebugFUSE, "debug-fuse", false, "log every FUSE request")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
@@ -184,26 +187,37 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
 		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)
+	life := &lifecycle{log: log}
+	if err := life.ready(m); err != nil {
+		m.Unmount()
+		m.Wait()
+		return err
+	}
 	go func() {
 		for range sigs {
+			life.stopping()
 			if err := m.Unmount(); err != nil {
 				log.Error("unmount", zap.Error(err))
 			}
 		}
 	}()
 	m.Wait()
+	life.stopping()
 	fmt.Fprintf(stdout, "kvfs: unmounted %s\n", m.Mountpoint)
 	return nil
 }
 
 func cmdUnmount(args []string, stdout io.Writer) error {
-	rest, err := parse(flag.NewFlagSet("unmount", flag.ContinueOnError), args, 1, "one MOUNTPOINT")
+	fs := flag.NewFlagSet("unmount", flag.ContinueOnError)
+	o := mount.UnmountOptions{Report: func(s string) { fmt.Fprintf(stdout, "kvfs unmount: %s\n", s) }}
+	fs.DurationVar(&o.Timeout, "timeout", mount.DefaultUnmountTimeout, "return within this long: a daemon that does not answer has its FUSE connection aborted and the mount detached")
+	fs.BoolVar(&o.Force, "force", false, "abort the FUSE connection and detach without waiting for the daemon")
+	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
 	if err != nil {
 		return err
 	}
-	mp, err := filepath.Abs(rest[0])
-	if err != nil {
-		return mount.Usagef("%v", err)
+	if o.Timeout <= 0 {
+		return mount.Usagef("--timeout %v: want a positive duration", o.Timeout)
 	}
-	return mount.Unmount(mp)
+	return mount.UnmountWithin(rest[0], o)
 }

@@ -1,0 +1,255 @@
+package main
+
+// `mount -t fuse.kvfs STORE MOUNTPOINT -o OPTIONS` and /etc/fstab lines
+// of type fuse.kvfs. mount(8) finds no /sbin/mount.fuse.kvfs and runs
+// /sbin/mount.fuse (fuse3's mount.fuse3) with the environment cleared,
+// which runs `/bin/sh -c "kvfs STORE MOUNTPOINT -o OPTIONS"`: so kvfs
+// must be on the shell's default PATH (/usr/local/sbin:/usr/local/bin:
+// /usr/sbin:/usr/bin:/sbin:/bin). mount(8) drops x-*, X-*, comment= and
+// defaults and puts rw or ro first; mount.fuse3 drops user, nouser,
+// users, auto, noauto, _netdev, nofail, setuid= and drop_privileges and
+// appends dev and suid unless nodev or nosuid was given. The parent
+// (this process) checks the options, starts the daemon detached and
+// exits 0 only once it serves, or with the daemon's one-line error.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// helperChildEnv marks the detached daemon a helper parent started.
+	helperChildEnv = "KVFS_HELPER_CHILD"
+	// readyLine is what the detached daemon writes once it serves, just
+	// before it lets go of the parent's pipe.
+	readyLine = "kvfs: ready"
+)
+
+// helperReady, set in a detached daemon, runs once the mount serves.
+var helperReady func(mountpoint string) error
+
+// isHelperForm says whether args (after the program name) are the form
+// mount.fuse3 uses: STORE MOUNTPOINT -o OPTIONS. It is only asked when
+// args[0] is no kvfs command. The options are never empty (mount(8)
+// passes rw or ro), so a mistyped command with two arguments is not
+// taken for a store.
+func isHelperForm(args []string) bool {
+	return len(args) == 4 && args[2] == "-o"
+}
+
+// helperMount serves `kvfs STORE MOUNTPOINT -o OPTIONS`.
+func helperMount(args []string, stdout, stderr io.Writer) int {
+	h, err := parseHelper(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvfs: %v\n", err)
+		return 2
+	}
+	if os.Getenv(helperChildEnv) != "" {
+		helperReady = h.ready
+		return run(h.mountArgs(), stdout, stderr)
+	}
+	return h.detach(stderr)
+}
+
+// helperMountOpts is what the -o options asked for.
+type helperMountOpts struct {
+	store, mountpoint string
+	flags             []string // kvfs mount flags
+	msFlags           uintptr  // per-mount flags to apply by a bind remount
+	log               string   // the daemon's output; empty: /dev/null
+}
+
+// valueOpts and boolOpts are the kvfs mount flags an -o option may set,
+// written with '-' or '_'.
+var (
+	valueOpts = map[string]bool{"capacity": true, "grace": true, "wait-limit": true, "cache-timeout": true,
+		"audit-interval": true, "ram-cache": true, "request-timeout": true, "log-level": true}
+	boolOpts = map[string]bool{"allow-other": true, "no-passthrough": true, "debug-fuse": true}
+	// vfsOpts are generic mount options: the per-mount flag each sets
+	// (applied after mounting), or 0 for those accepted with no effect.
+	// kvfs always mounts nosuid,nodev; dev and suid (which mount.fuse3
+	// adds by default) do not change that. kvfs keeps its own access
+	// order, so atime options only change what stat shows.
+	vfsOpts = map[string]uintptr{"rw": 0, "ro": unix.MS_RDONLY, "dev": 0, "nodev": 0, "suid": 0, "nosuid": 0,
+		"exec": 0, "noexec": unix.MS_NOEXEC, "async": 0, "defaults": 0, "relatime": 0, "atime": 0,
+		"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "strictatime": unix.MS_STRICTATIME,
+		"auto": 0, "noauto": 0, "user": 0, "nouser": 0, "users": 0, "_netdev": 0, "nofail": 0}
+)
+
+func parseHelper(args []string) (*helperMountOpts, error) {
+	store, err := filepath.Abs(strings.TrimPrefix(args[0], "kvfs#"))
+	if err != nil || args[0] == "" {
+		return nil, fmt.Errorf("bad store %q", args[0])
+	}
+	h := &helperMountOpts{store: store, mountpoint: args[1]}
+	for _, o := range strings.Split(args[3], ",") {
+		if err := h.option(o); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// option maps one -o option to a kvfs flag, a per-mount flag or the
+// log file; anything else is refused.
+func (h *helperMountOpts) option(o string) error {
+	key, val, hasVal := strings.Cut(o, "=")
+	name := strings.ReplaceAll(key, "_", "-")
+	switch {
+	case o == "" || strings.HasPrefix(o, "x-") || strings.HasPrefix(o, "X-") || key == "comment":
+		return nil
+	case valueOpts[name] && hasVal && val != "":
+		h.flags = append(h.flags, "--"+name, val)
+	case boolOpts[name] && !hasVal:
+		h.flags = append(h.flags, "--"+name)
+	case key == "log" && hasVal && filepath.IsAbs(val):
+		h.log = val
+	case !hasVal && isVFSOpt(key):
+		h.msFlags |= vfsOpts[key]
+	case valueOpts[name], boolOpts[name], key == "log":
+		return fmt.Errorf("mount option %q: want %s", o, optionForm(name))
+	default:
+		return fmt.Errorf("unknown mount option %q (kvfs takes capacity=, grace=, wait_limit=, cache_timeout=, "+
+			"audit_interval=, ram_cache=, request_timeout=, log_level=, log=, allow_other, no_passthrough, debug_fuse, ro, noexec)", o)
+	}
+	return nil
+}
+
+func isVFSOpt(key string) bool { _, ok := vfsOpts[key]; return ok }
+
+func optionForm(name string) string {
+	switch {
+	case boolOpts[name]:
+		return name + " without a value"
+	case name == "log":
+		return "log=/absolute/path"
+	}
+	return name + "=VALUE"
+}
+
+// mountArgs is the `kvfs mount` command line the daemon runs.
+func (h *helperMountOpts) mountArgs() []string {
+	args := append([]string{"mount", "--store", h.store}, h.flags...)
+	return append(args, h.mountpoint)
+}
+
+// detach starts the daemon in a session of its own, its output on a
+// pipe, and waits until it serves (the pipe ends after readyLine) or
+// exits (its last line is the reason).
+func (h *helperMountOpts) detach(stderr io.Writer) int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "kvfs: %v\n", err)
+		return 1
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintf(stderr, "kvfs: %v\n", err)
+		return 1
+	}
+	cmd := exec.Command(self, os.Args[1:]...)
+	cmd.Env = append(os.Environ(), helperChildEnv+"=1")
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		fmt.Fprintf(stderr, "kvfs: starting the daemon: %v\n", err)
+		return 1
+	}
+	out := h.collect(r)
+	if last := lastLine(out); last == readyLine {
+		cmd.Process.Release()
+		return 0
+	}
+	return h.failed(cmd, out, stderr)
+}
+
+// collect reads the daemon's output until it lets go of the pipe,
+// copying it to the log file if there is one.
+func (h *helperMountOpts) collect(r *os.File) []byte {
+	defer r.Close()
+	var out bytes.Buffer
+	dst := io.Writer(&out)
+	if h.log != "" {
+		if f, err := os.OpenFile(h.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640); err == nil {
+			defer f.Close()
+			dst = io.MultiWriter(&out, f)
+		}
+	}
+	io.Copy(dst, r)
+	return out.Bytes()
+}
+
+// failed reports a daemon that exited before serving: its last line (its
+// one-line error), and its exit status.
+func (h *helperMountOpts) failed(cmd *exec.Cmd, out []byte, stderr io.Writer) int {
+	err := cmd.Wait()
+	code := 1
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.Exited() {
+		code = ee.ExitCode()
+	}
+	last := lastLine(out)
+	if last == "" || !strings.HasPrefix(last, "kvfs") {
+		last = fmt.Sprintf("kvfs: the daemon exited (%v) before serving %s", err, h.mountpoint)
+	}
+	fmt.Fprintln(stderr, last)
+	return max(code, 1)
+}
+
+func lastLine(b []byte) string {
+	var last string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			last = l
+		}
+	}
+	return last
+}
+
+// ready runs in the detached daemon once the mount serves: it applies
+// the per-mount flags asked for, tells the parent, and moves its own
+// output to the log file so the parent can exit.
+func (h *helperMountOpts) ready(mountpoint string) error {
+	if h.msFlags != 0 {
+		flags := unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV | h.msFlags
+		if err := unix.Mount("", mountpoint, "", flags, ""); err != nil {
+			return fmt.Errorf("applying mount options to %s: %w", mountpoint, err)
+		}
+	}
+	fmt.Fprintln(os.Stderr, readyLine)
+	return redirectOutput(h.log)
+}
+
+// redirectOutput points the process's stdout and stderr at path
+// (appending), or at /dev/null.
+func redirectOutput(path string) error {
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if path != "" {
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, fd := range []int{1, 2} {
+		if err := unix.Dup3(int(f.Fd()), fd, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,237 @@
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvfs/kvfs/internal/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+// Bounds of `kvfs unmount`.
+const (
+	// DefaultUnmountTimeout bounds a whole unmount, whether the daemon
+	// answers or not.
+	DefaultUnmountTimeout = 10 * time.Second
+	// unmountProbe is how long the daemon gets to answer statfs before
+	// it counts as hung (at most a quarter of the timeout).
+	unmountProbe = 2 * time.Second
+	// fusectl is where the kernel lists FUSE connections, when mounted.
+	fusectl = "/sys/fs/fuse/connections"
+)
+
+// UnmountOptions bounds an unmount and says what it did.
+type UnmountOptions struct {
+	// Timeout bounds the whole unmount; zero is DefaultUnmountTimeout.
+	Timeout time.Duration
+	// Force aborts the FUSE connection even if the daemon answers.
+	Force bool
+	// Report is told, one sentence at a time, each step taken beyond a
+	// plain unmount. Nil reports nothing.
+	Report func(string)
+}
+
+var errTimedOut = errors.New("timed out")
+
+// Unmount unmounts the kvfs mount at mountpoint within
+// DefaultUnmountTimeout; its daemon then exits.
+func Unmount(mountpoint string) error { return UnmountWithin(mountpoint, UnmountOptions{}) }
+
+// UnmountWithin unmounts the kvfs mount at mountpoint and returns
+// within o.Timeout even if its daemon does not answer (stopped, hung).
+// It never blocks the calling goroutine in a system call on the mount:
+// such a call can wait uninterruptibly for the daemon. A daemon that does
+// not answer statfs, or an unmount that does not finish, gets its FUSE
+// connection aborted, which fails every request it holds (callers see
+// ECONNABORTED or ENOTCONN), and the mount is detached. A daemon that
+// answers but whose mount stays busy is left alone (an error, EBUSY),
+// unless o.Force.
+func UnmountWithin(mountpoint string, o UnmountOptions) error {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultUnmountTimeout
+	}
+	if o.Report == nil {
+		o.Report = func(string) {}
+	}
+	deadline := time.Now().Add(o.Timeout)
+	mp, e, err := locate(mountpoint)
+	if err != nil {
+		return err
+	}
+	if o.Force {
+		o.Report("--force: not waiting for the daemon")
+		return forceUnmount(mp, e, deadline, o.Report)
+	}
+	probe := min(unmountProbe, o.Timeout/4)
+	if err := inTime(probe, func() error { return unix.Statfs(mp, new(unix.Statfs_t)) }); errors.Is(err, errTimedOut) {
+		o.Report(fmt.Sprintf("the daemon of %s did not answer statfs within %v", mp, probe))
+		return forceUnmount(mp, e, deadline, o.Report)
+	}
+	// Keep a quarter of the time for aborting, should the unmount
+	// itself hang.
+	until := deadline.Add(-o.Timeout / 4)
+	err = inTime(time.Until(until)+100*time.Millisecond, func() error { return plainUnmount(mp, until) })
+	if !errors.Is(err, errTimedOut) {
+		return err
+	}
+	o.Report(fmt.Sprintf("unmounting %s did not finish in time", mp))
+	return forceUnmount(mp, e, deadline, o.Report)
+}
+
+// plainUnmount asks the kernel to unmount, retrying EBUSY until until:
+// FUSE releases files a moment after close(2) returns, so a mount that
+// was just in use can answer EBUSY briefly.
+func plainUnmount(mp string, until time.Time) error {
+	err := unix.Unmount(mp, 0)
+	for errors.Is(err, unix.EBUSY) && time.Now().Before(until) {
+		time.Sleep(50 * time.Millisecond)
+		err = unix.Unmount(mp, 0)
+	}
+	if err == nil {
+		return nil
+	} else if !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("unmounting %s: %w", mp, err)
+	}
+	out, err := exec.Command("fusermount3", "-u", mp).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("unmounting %s: %s", mp, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// forceUnmount aborts the mount's FUSE connection, then detaches it.
+func forceUnmount(mp string, e mountinfo.Entry, deadline time.Time, report func(string)) error {
+	left := func() time.Duration { return max(time.Until(deadline), 200*time.Millisecond) }
+	var how string
+	err := inTime(left()/2, func() (err error) { how, err = abortConnection(mp, e); return err })
+	if err != nil {
+		report(fmt.Sprintf("could not abort the FUSE connection of %s: %v", mp, err))
+	} else {
+		report(fmt.Sprintf("aborted the FUSE connection of %s (%s); requests waiting on it fail", mp, how))
+	}
+	if stillMounted(e) {
+		if err := inTime(left(), func() error { return detach(mp) }); err != nil {
+			return fmt.Errorf("detaching %s: %w", mp, err)
+		}
+		report(fmt.Sprintf("detached %s (lazy unmount)", mp))
+	}
+	if stillMounted(e) {
+		return fmt.Errorf("%s is still mounted", mp)
+	}
+	return nil
+}
+
+// abortConnection aborts the FUSE connection behind a mount: through
+// fusectl's abort file where fusectl is mounted (the mount's owner may
+// write it), else by a forced unmount, whose first step in the kernel
+// (umount_begin) is the same abort.
+func abortConnection(mp string, e mountinfo.Entry) (string, error) {
+	if conn, ok := connectionOf(e); ok {
+		abort := filepath.Join(fusectl, conn, "abort")
+		if _, err := os.Stat(abort); err == nil {
+			if err := os.WriteFile(abort, []byte("1"), 0); err != nil {
+				return "", err
+			}
+			return "wrote 1 to " + abort, nil
+		}
+	}
+	err := unix.Unmount(mp, unix.MNT_FORCE)
+	if err != nil && !errors.Is(err, unix.EBUSY) {
+		return "", fmt.Errorf("umount2(MNT_FORCE): %w (and fusectl is not mounted at %s)", err, fusectl)
+	}
+	return "umount2 with MNT_FORCE; fusectl is not mounted at " + fusectl, nil
+}
+
+// connectionOf is the name of the mount's directory in fusectl: its
+// device number as the kernel encodes it (major<<20 | minor).
+func connectionOf(e mountinfo.Entry) (string, bool) {
+	maj, mnr, ok := strings.Cut(e.Dev, ":")
+	major, err1 := strconv.ParseUint(maj, 10, 32)
+	minor, err2 := strconv.ParseUint(mnr, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return "", false
+	}
+	return strconv.FormatUint(major<<20|minor, 10), true
+}
+
+// stillMounted: the mount e is still in this process's mount table.
+func stillMounted(e mountinfo.Entry) bool {
+	for _, m := range mountinfo.Read() {
+		if m.ID == e.ID {
+			return true
+		}
+	}
+	return false
+}
+
+// locate finds the kvfs mount at mountpoint without touching it.
+func locate(mountpoint string) (string, mountinfo.Entry, error) {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return "", mountinfo.Entry{}, usagef("%v", err)
+	}
+	mp := quietResolve(abs)
+	e, ok := mountinfo.At(mp)
+	if !ok {
+		return "", e, usagef("%s is not mounted", mp)
+	}
+	if e.FSType != FSType {
+		return "", e, usagef("%s is a %s mount, not kvfs", mp, e.FSType)
+	}
+	return mp, e, nil
+}
+
+// quietResolve resolves the symlinks of an absolute path without
+// looking at any mount point: stat, lstat or readlink of a hung FUSE
+// mount's root can wait for its daemon, and a mount point is never a
+// symlink. Paths are cleaned lexically ("a/b/.." is "a").
+func quietResolve(p string) string {
+	points := map[string]bool{}
+	for _, e := range mountinfo.Read() {
+		points[e.Point] = true
+	}
+	parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
+	out := "/"
+	for i, hops := 0, 0; i < len(parts); i++ {
+		next := filepath.Join(out, parts[i])
+		if points[next] || hops > 40 {
+			out = next
+			continue
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			out = next
+			continue
+		}
+		hops++
+		if filepath.IsAbs(target) {
+			out = "/"
+		}
+		rest := strings.Split(strings.Trim(filepath.Clean(target), "/"), "/")
+		parts = append(rest, parts[i+1:]...)
+		i = -1
+	}
+	return filepath.Clean(out)
+}
+
+// inTime runs f in a goroutine and waits at most d for it: a system
+// call on a hung FUSE mount can block where no signal ends it, and the
+// caller must stay free to abort the connection (which then ends f).
+func inTime(d time.Duration, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errTimedOut
+	}
+}

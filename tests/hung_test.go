@@ -1,0 +1,241 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// blockedClient is a process whose system call on the mount waits for
+// the daemon.
+type blockedClient struct {
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	exited chan struct{}
+	err    error
+}
+
+// startBlockedClient runs `stat path` and returns once the kernel shows
+// it waiting for the daemon's answer (wchan request_wait_answer).
+func startBlockedClient(t *testing.T, path string) *blockedClient {
+	t.Helper()
+	c := &blockedClient{cmd: exec.Command("stat", path), exited: make(chan struct{})}
+	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.err = c.cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() { c.cmd.Process.Kill(); <-c.exited })
+	wchan := fmt.Sprintf("/proc/%d/wchan", c.cmd.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if b, _ := os.ReadFile(wchan); string(b) == "request_wait_answer" {
+			return c
+		}
+		select {
+		case <-c.exited:
+			t.Fatalf("stat %s finished while the daemon was stopped: %v %q", path, c.err, c.out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stat %s never waited for the daemon", path)
+		}
+	}
+}
+
+// requireAborted: the client's call failed with the error of an aborted
+// FUSE connection instead of hanging.
+func (c *blockedClient) requireAborted(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("client still blocked 30s after the connection was aborted")
+	}
+	msg := strings.ToLower(c.out.String())
+	if c.err == nil || !(strings.Contains(msg, unix.ECONNABORTED.Error()) || strings.Contains(msg, unix.ENOTCONN.Error())) {
+		t.Fatalf("client: %v, %q; want ECONNABORTED or ENOTCONN", c.err, msg)
+	}
+}
+
+// withFusectl mounts the FUSE control file system for the test if it is
+// not mounted, and unmounts it again afterwards.
+func withFusectl(t *testing.T) {
+	t.Helper()
+	if _, ok := mountAt("/sys/fs/fuse/connections"); ok {
+		return
+	}
+	if err := unix.Mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, ""); err != nil {
+		t.Fatalf("mounting fusectl: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount("/sys/fs/fuse/connections", 0); err != nil {
+			t.Errorf("unmounting fusectl: %v", err)
+		}
+	})
+}
+
+// withoutFusectl hides the FUSE control file system for the test, so
+// that kvfs unmount must take its other way.
+func withoutFusectl(t *testing.T) {
+	t.Helper()
+	if _, ok := mountAt("/sys/fs/fuse/connections"); !ok {
+		return
+	}
+	t.Skip("fusectl is mounted on this machine; the MNT_FORCE way is not reachable without unmounting it for everyone")
+}
+
+// TestUnmountHungDaemon (issue 8, part 3): with the daemon stopped by
+// SIGSTOP and a client blocked in the mount, `kvfs unmount` returns
+// (exit 0, saying what it did), the client gets an error instead of
+// hanging, no mount is left, and the daemon exits once continued or
+// killed. Through fusectl's abort file, and through MNT_FORCE where
+// fusectl is not mounted.
+func TestUnmountHungDaemon(t *testing.T) {
+	cases := []struct {
+		name    string
+		setup   func(*testing.T)
+		how     string
+		release syscall.Signal
+	}{
+		{"fusectl_abort_then_SIGCONT", withFusectl, "wrote 1 to /sys/fs/fuse/connections/", syscall.SIGCONT},
+		{"mnt_force_then_SIGKILL", withoutFusectl, "MNT_FORCE", syscall.SIGKILL},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.setup(t)
+			d := mountCache(t, "--capacity", "16MiB")
+			t.Cleanup(func() { d.cmd.Process.Signal(syscall.SIGCONT) })
+			putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))
+			if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			client := startBlockedClient(t, filepath.Join(d.mp, "never-stored"))
+			res := runKvfsTimeout(t, 60*time.Second, "unmount", "--timeout", "5s", d.mp)
+			if res.code != 0 {
+				t.Fatalf("kvfs unmount of a stopped daemon: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+			}
+			for _, want := range []string{"did not answer", "aborted the FUSE connection", c.how, "detached"} {
+				if !strings.Contains(res.stdout, want) {
+					t.Errorf("kvfs unmount said %q; want it to say %q", res.stdout, want)
+				}
+			}
+			client.requireAborted(t)
+			if m, ok := mountAt(d.mp); ok && m.ID == d.mountID {
+				t.Fatalf("%s still mounted after kvfs unmount", d.mp)
+			}
+			d.cmd.Process.Signal(c.release)
+			select {
+			case <-d.exited:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("daemon still running 15s after %v", c.release)
+			}
+			if c.release == syscall.SIGCONT && d.waitErr != nil {
+				t.Errorf("continued daemon exited with %v; output:\n%s", d.waitErr, d.out)
+			}
+		})
+	}
+}
+
+// TestUnmountBusyHealthy: a daemon that answers but whose mount is busy
+// is not aborted: kvfs unmount fails with EBUSY and the open file keeps
+// working; --force aborts it.
+func TestUnmountBusyHealthy(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	path := filepath.Join(d.mp, "obj")
+	putFile(t, path, objectBytes("obj", 100))
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	res := runKvfsTimeout(t, 60*time.Second, "unmount", "--timeout", "2s", d.mp)
+	if res.code != 1 || !strings.Contains(res.stderr, "busy") || strings.Contains(res.stdout, "aborted") {
+		t.Fatalf("kvfs unmount of a busy, healthy mount: exit %d, stdout %q, stderr %q; want exit 1, busy, no abort", res.code, res.stdout, res.stderr)
+	}
+	if _, err := f.ReadAt(make([]byte, 10), 0); err != nil {
+		t.Fatalf("open file after a refused unmount: %v", err)
+	}
+	res = runKvfsTimeout(t, 60*time.Second, "unmount", "--force", d.mp)
+	if res.code != 0 || !strings.Contains(res.stdout, "aborted the FUSE connection") {
+		t.Fatalf("kvfs unmount --force: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	f.Close()
+	waitExit(t, d)
+}
+
+// TestRequestTimeout: with --request-timeout the kernel itself aborts
+// the connection of a stopped daemon: a blocked client gets an error
+// without anyone unmounting. The system-wide default is put back once
+// the mount has started. It waits out the kernel's timer (it checks
+// about every 15 s), the one wait in the suite no clock can replace.
+func TestRequestTimeout(t *testing.T) {
+	requireRoot(t)
+	const sysctl = "/proc/sys/fs/fuse/default_request_timeout"
+	before, err := os.ReadFile(sysctl)
+	if err != nil {
+		t.Skipf("needs a kernel with FUSE request timeouts (6.14+): %v", err)
+	}
+	d := mountCache(t, "--capacity", "16MiB", "--request-timeout", "1s")
+	t.Cleanup(func() { d.cmd.Process.Signal(syscall.SIGCONT) })
+	if after, _ := os.ReadFile(sysctl); !bytes.Equal(after, before) {
+		t.Fatalf("%s is %q after the mount, was %q", sysctl, after, before)
+	}
+	putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	client := startBlockedClient(t, filepath.Join(d.mp, "never-stored"))
+	select {
+	case <-client.exited:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("client still blocked 90s after the daemon stopped, with --request-timeout 1s")
+	}
+	client.requireAborted(t)
+	t.Logf("the kernel aborted the stopped daemon's connection after %v", time.Since(start).Round(time.Second))
+	d.cmd.Process.Signal(syscall.SIGCONT)
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("daemon still running 15s after SIGCONT on an aborted connection")
+	}
+	if res := runKvfs(t, "unmount", d.mp); res.code != 0 {
+		t.Fatalf("kvfs unmount of the aborted mount: exit %d, %q", res.code, res.stderr)
+	}
+	if m, ok := mountAt(d.mp); ok && m.ID == d.mountID {
+		t.Fatalf("%s still mounted", d.mp)
+	}
+}
+
+// TestUnmountAndTimeoutFlags: bad values are usage errors.
+func TestUnmountAndTimeoutFlags(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	mp := filepath.Join(dir, "mnt")
+	os.Mkdir(mp, 0o755)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"unmount", "--timeout", "0s", mp}, "--timeout 0s"},
+		{[]string{"unmount", "--timeout", "-1s", mp}, "--timeout -1s"},
+		{[]string{"unmount", "--timeout", "soon", mp}, "soon"},
+		{[]string{"mount", "--request-timeout", "-1s", mp}, "--request-timeout -1s"},
+		{[]string{"mount", "--request-timeout", "70000s", mp}, "at most"},
+		{[]string{"mount", "--request-timeout", "5", mp}, "5"},
+	} {
+		res := runKvfs(t, c.args...)
+		requireUsageError(t, res, c.want)
+		if _, ok := mountAt(mp); ok {
+			t.Fatalf("kvfs %v mounted something", c.args)
+		}
+	}
+}

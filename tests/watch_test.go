@@ -1,0 +1,112 @@
+package tests
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// watchLines runs `kvfs stats --watch` with a pipe for stdout and
+// hands over each line as its fields.
+func watchLines(t *testing.T, mp string) <-chan map[string]string {
+	t.Helper()
+	cmd := exec.Command(kvfsBin, "stats", "--watch", "--interval", "50ms", mp)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan map[string]string, 1024)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.ContainsRune(sc.Text(), '\x1b') {
+				t.Errorf("terminal escape in piped output: %q", sc.Text())
+			}
+			f := map[string]string{}
+			for _, kv := range strings.Fields(sc.Text()) {
+				k, v, _ := strings.Cut(kv, "=")
+				f[k] = v
+			}
+			lines <- f
+		}
+	}()
+	return lines
+}
+
+// awaitLine reads lines until one satisfies ok.
+func awaitLine(t *testing.T, lines <-chan map[string]string, what string, ok func(map[string]string) bool) map[string]string {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case f, open := <-lines:
+			if !open {
+				t.Fatalf("kvfs stats --watch ended before a line with %s", what)
+			}
+			if ok(f) {
+				return f
+			}
+		case <-timeout:
+			t.Fatalf("no line with %s within 20s", what)
+		}
+	}
+}
+
+func num(f map[string]string, k string) float64 {
+	v, err := strconv.ParseFloat(f[k], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// TestStatsWatch: `kvfs stats --watch` on a pipe prints a plain line per
+// refresh whose figures follow a workload: objects and used bytes as it
+// stores, an eviction rate when it overflows the capacity, an ENOSPC
+// rate when a size is refused; and its last figures equal `kvfs stats`.
+func TestStatsWatch(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--grace", "0s")
+	lines := watchLines(t, d.mp)
+	first := awaitLine(t, lines, "objects=0", func(f map[string]string) bool { return f["objects"] == "0" })
+	if _, ok := first["evictions/s"]; ok {
+		t.Errorf("first line has a rate: %v", first)
+	}
+	for i := range 2 {
+		putFile(t, filepath.Join(d.mp, fmt.Sprint("a", i)), objectBytes("a", 4*MiB))
+	}
+	awaitLine(t, lines, "objects=2 and 8 MiB used", func(f map[string]string) bool {
+		return f["objects"] == "2" && num(f, "used") == 8*MiB && num(f, "used%") == 50
+	})
+	for i := range 4 {
+		putFile(t, filepath.Join(d.mp, fmt.Sprint("b", i)), objectBytes("b", 4*MiB))
+	}
+	awaitLine(t, lines, "an eviction rate", func(f map[string]string) bool { return num(f, "evictions/s") > 0 })
+	fd, err := unix.Open(filepath.Join(d.mp, "huge"), unix.O_CREAT|unix.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Ftruncate(fd, 1<<40); err != unix.ENOSPC {
+		t.Errorf("ftruncate to 1 TiB: %v, want ENOSPC", err)
+	}
+	unix.Close(fd)
+	os.Remove(filepath.Join(d.mp, "huge"))
+	awaitLine(t, lines, "an ENOSPC rate", func(f map[string]string) bool { return num(f, "enospc/s") > 0 })
+	st := assertQuietEqual(t, d)
+	awaitLine(t, lines, "the figures of kvfs stats", func(f map[string]string) bool {
+		return num(f, "used") == float64(st.UsedBytes) && num(f, "objects") == float64(st.Objects) &&
+			num(f, "evictions") == float64(st.Evictions) && num(f, "enospc") == float64(st.AdmissionFailures)
+	})
+}
