@@ -36,8 +36,8 @@ func TestNegativeTTL(t *testing.T) {
 		}
 	}
 	lookups(16)
-	if h := a.reqs.count("HEAD"); h != 1 {
-		t.Fatalf("32 lookups of an absent name sent %d HEADs, want 1", h)
+	if h, logged := a.reqs.count("HEAD"), srv.Requests("HEAD", "p/"+name); h != 1 || logged != 1 {
+		t.Fatalf("32 lookups of an absent name sent %d HEADs (the server logged %d), want 1", h, logged)
 	}
 	if err := b.Put(ctx, name, bytes.NewReader([]byte("published by b"))); err != nil {
 		t.Fatal(err)

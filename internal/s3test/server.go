@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -90,7 +91,7 @@ func (s *Server) prepare(tmp string) error {
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s.Endpoint = "http://" + s.Addr
 	s.args = []string{"--port", s.Addr, "--access", AccessKey, "--secret", SecretKey,
-		"--region", Region, "--quiet", "posix"}
+		"--region", Region, "posix"}
 	if !xattrsWork(s.Dir) {
 		// The posix backend keeps metadata in user xattrs; where the
 		// file system has none (old tmpfs), it keeps them beside.
@@ -201,6 +202,31 @@ func (s *Server) Env() []string {
 		"AWS_SECRET_ACCESS_KEY=" + SecretKey,
 		"AWS_REGION=" + Region,
 	}
+}
+
+// Requests counts the requests the server has logged with method for
+// key in its bucket (every key if key is ""), over all its runs:
+// server-side evidence for black-box tests ("at most one HEAD"). The
+// server logs a request before it answers it, so a request whose answer
+// a client has seen is counted.
+func (s *Server) Requests(method, key string) int {
+	s.t.Helper()
+	b, err := os.ReadFile(s.logPath)
+	if err != nil {
+		s.t.Fatalf("s3test: %v", err)
+	}
+	path := "/" + s.Bucket + "/" + key
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, " | ")
+		if len(f) < 7 || strings.TrimSpace(f[1]) != "vgw" || strings.TrimSpace(f[5]) != method {
+			continue
+		}
+		if p := strings.TrimSpace(f[6]); p == path || key == "" && strings.HasPrefix(p, path) {
+			n++
+		}
+	}
+	return n
 }
 
 // Stop kills the server (SIGKILL: an outage, not a shutdown) and waits

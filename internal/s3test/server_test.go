@@ -40,6 +40,12 @@ func TestServer(t *testing.T) {
 	if got := st.UserMetadata["Kvfs-Crc32c"]; got != "0badf00d" {
 		t.Fatalf("HEAD user metadata = %v, want Kvfs-Crc32c=0badf00d", st.UserMetadata)
 	}
+	if n := s.Requests("PUT", "p/a.data"); n != 2 {
+		t.Fatalf("server logged %d PUTs of p/a.data, want 2", n)
+	}
+	if n := s.Requests("HEAD", ""); n != 1 {
+		t.Fatalf("server logged %d HEADs, want 1", n)
+	}
 	s.Stop()
 	if _, err := c.StatObject(ctx, s.Bucket, "p/a.data", minio.StatObjectOptions{}); err == nil {
 		t.Fatal("HEAD answered with the server stopped")
