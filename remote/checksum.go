@@ -86,6 +86,8 @@ func checksumOf(r io.Reader) (int64, uint32, error) {
 // replaced meanwhile): the PUT fails instead of storing a mismatch.
 var errSourceChanged = errors.New("local object changed while uploading")
 
+var _ io.Reader = (*verifyReader)(nil)
+
 // verifyReader passes size bytes through and fails the read that
 // completes them if their CRC32C is not want.
 type verifyReader struct {

@@ -11,6 +11,8 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
+var _ Clock = realClock{}
+
 type realClock struct{}
 
 func (realClock) Now() time.Time                         { return time.Now() }

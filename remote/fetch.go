@@ -38,7 +38,8 @@ type Fetched struct {
 // verified bytes. A 404 returns ErrNotFound and drops any remembered
 // Info; a damaged or truncated object returns ErrCorrupt; a failing or
 // stalled server returns ErrUnavailable; create's and the file's errors
-// are returned as they are.
+// are returned as they are. On error, File is set if create made one:
+// the caller removes it.
 func (t *Tier) Fetch(ctx context.Context, name string, create CreateFunc) (Fetched, error) {
 	if t.closed.Load() {
 		return Fetched{}, ErrClosed

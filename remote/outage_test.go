@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,14 +62,26 @@ func TestServerDown(t *testing.T) {
 	}
 }
 
-// TestServerHung: a server that accepts and never answers costs a
-// lookup the timeout, not more, and the breaker then answers at once.
+// TestServerHung: a server that accepts and never answers costs a fetch
+// or a lookup the timeout, not more, and the breaker then answers at
+// once; a good probe after the cool-down closes it.
 func TestServerHung(t *testing.T) {
 	srv := s3test.New(t)
 	n := newNode(t, srv, "p", nodeOpts{cfg: func(c *Config) {
-		c.BreakerFailures, c.Timeout = 2, 100*time.Millisecond
+		c.BreakerFailures, c.Timeout = 3, 100*time.Millisecond
 	}})
+	if err := n.Put(context.Background(), "k.data", strings.NewReader("kv")); err != nil {
+		t.Fatal(err)
+	}
 	srv.Pause()
+	created := false
+	_, err := n.Fetch(context.Background(), "k.data", func(Info) (*os.File, error) {
+		created = true
+		return nil, errors.New("create called")
+	})
+	if !errors.Is(err, ErrUnavailable) || created {
+		t.Fatalf("Fetch from a hung server = %v (create called: %v), want ErrUnavailable", err, created)
+	}
 	for i := range 2 {
 		_, found, err := n.Lookup(context.Background(), fmt.Sprintf("h%d.data", i))
 		if found || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {

@@ -89,6 +89,12 @@ type Tier struct {
 // New makes a tier for cfg (after cfg.Finish), replays the upload
 // journal and starts the upload workers. It sends no request.
 func New(cfg Config, deps Deps) (*Tier, error) {
+	if cfg.Bucket == "" || cfg.Timeout <= 0 || cfg.QueueMax < 1 || cfg.BreakerFailures < 1 {
+		return nil, errors.New("remote: config not finished (call Config.Finish)")
+	}
+	if deps.Open == nil {
+		return nil, errors.New("remote: no Opener for uploads")
+	}
 	ex, err := newExcluder(cfg.Exclude)
 	if err != nil {
 		return nil, err
