@@ -60,22 +60,54 @@ type Server struct {
 // it could not. It is stopped by the test's cleanup.
 func New(t testing.TB) *Server {
 	t.Helper()
-	bin, err := Binary()
+	s, err := launchIn(t.TempDir(), t)
+	if s != nil {
+		t.Cleanup(s.kill)
+	}
 	if err != nil {
-		t.Fatalf("s3test: no S3 server: %v (CI installs it: see .ci/run)", err)
-	}
-	s := &Server{t: t, bin: bin, Bucket: Bucket}
-	if err := s.prepare(t.TempDir()); err != nil {
-		t.Fatalf("s3test: %v", err)
-	}
-	t.Cleanup(s.kill)
-	if err := s.launch(); err != nil {
-		t.Fatalf("s3test: %v", err)
-	}
-	if err := s.makeBucket(); err != nil {
-		t.Fatalf("s3test: %v", err)
+		t.Fatalf("s3test: %v (CI installs versitygw: see .ci/run)", err)
 	}
 	return s
+}
+
+// Launch starts a server outside a test (kvfs-bench), serving dir,
+// which must exist; Close stops it. Its methods panic where a test's
+// would fail.
+func Launch(dir string) (*Server, error) {
+	s, err := launchIn(dir, nil)
+	if err != nil && s != nil {
+		s.kill()
+	}
+	return s, err
+}
+
+// Close stops a Launched server for good.
+func (s *Server) Close() { s.kill() }
+
+func launchIn(dir string, t testing.TB) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, fmt.Errorf("no S3 server: %w", err)
+	}
+	s := &Server{t: t, bin: bin, Bucket: Bucket}
+	if err := s.prepare(dir); err != nil {
+		return nil, err
+	}
+	if err := s.launch(); err != nil {
+		return s, err
+	}
+	return s, s.makeBucket()
+}
+
+// fail fails the test, or panics outside one.
+func (s *Server) fail(format string, args ...any) {
+	if s.t == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	if s.t != nil {
+		s.t.Helper()
+	}
+	s.fail(format, args...)
 }
 
 func (s *Server) prepare(tmp string) error {
@@ -184,7 +216,7 @@ func (s *Server) Client() *minio.Client {
 		MaxRetries: 1,
 	})
 	if err != nil {
-		s.t.Fatalf("s3test: client: %v", err)
+		s.fail("s3test: client: %v", err)
 	}
 	return c
 }
@@ -210,10 +242,12 @@ func (s *Server) Env() []string {
 // server logs a request before it answers it, so a request whose answer
 // a client has seen is counted.
 func (s *Server) Requests(method, key string) int {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	b, err := os.ReadFile(s.logPath)
 	if err != nil {
-		s.t.Fatalf("s3test: %v", err)
+		s.fail("s3test: %v", err)
 	}
 	path := "/" + s.Bucket + "/" + key
 	n := 0
@@ -232,13 +266,15 @@ func (s *Server) Requests(method, key string) int {
 // Stop kills the server (SIGKILL: an outage, not a shutdown) and waits
 // for it to exit. The port and the data stay for Start.
 func (s *Server) Stop() {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited
 	s.cmd = nil
 	s.mu.Unlock()
 	if cmd == nil {
-		s.t.Fatalf("s3test: Stop of a server that is not running")
+		s.fail("s3test: Stop of a server that is not running")
 	}
 	cmd.Process.Kill()
 	<-exited
@@ -247,15 +283,17 @@ func (s *Server) Stop() {
 // Start starts a stopped server again on the same port with the same
 // data.
 func (s *Server) Start() {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	s.mu.Lock()
 	running := s.cmd != nil
 	s.mu.Unlock()
 	if running {
-		s.t.Fatalf("s3test: Start of a server that is running")
+		s.fail("s3test: Start of a server that is running")
 	}
 	if err := s.launch(); err != nil {
-		s.t.Fatalf("s3test: restart: %v", err)
+		s.fail("s3test: restart: %v", err)
 	}
 }
 
@@ -268,14 +306,16 @@ func (s *Server) Pause() { s.signal(syscall.SIGSTOP, true) }
 func (s *Server) Resume() { s.signal(syscall.SIGCONT, false) }
 
 func (s *Server) signal(sig syscall.Signal, paused bool) {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
-		s.t.Fatalf("s3test: %v to a server that is not running", sig)
+		s.fail("s3test: %v to a server that is not running", sig)
 	}
 	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatalf("s3test: %v: %v", sig, err)
+		s.fail("s3test: %v: %v", sig, err)
 	}
 	s.paused = paused
 }
@@ -297,6 +337,6 @@ func (s *Server) kill() {
 	select {
 	case <-exited:
 	case <-time.After(10 * time.Second):
-		s.t.Errorf("s3test: %s (pid %d) did not exit after SIGKILL", s.bin, cmd.Process.Pid)
+		fmt.Fprintf(os.Stderr, "s3test: %s (pid %d) did not exit after SIGKILL\n", s.bin, cmd.Process.Pid)
 	}
 }

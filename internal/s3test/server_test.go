@@ -88,3 +88,21 @@ func get(t *testing.T, c *minio.Client, bucket, key string) string {
 	}
 	return string(b)
 }
+
+// TestLaunch: a server started outside a test's cleanup (kvfs-bench)
+// serves until Close, then is gone.
+func TestLaunch(t *testing.T) {
+	s, err := Launch(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client()
+	if _, err := c.BucketExists(context.Background(), s.Bucket); err != nil {
+		s.Close()
+		t.Fatalf("launched server: %v", err)
+	}
+	s.Close()
+	if _, err := c.BucketExists(context.Background(), s.Bucket); err == nil {
+		t.Fatal("server still answering after Close")
+	}
+}
