@@ -5,7 +5,11 @@ MNT     ?= /tmp/kvfs
 FUZZTIME ?= 150000x
 export KVFS_BIN := $(abspath $(BIN))
 
-.PHONY: all build run test unit fuse integration fuzz bench vet clean install
+# The S3 server for the remote tier's tests (internal/s3test).
+VERSITYGW ?= github.com/versity/versitygw/cmd/versitygw@v1.8.0
+VGW_DIR   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kvfs/versitygw
+
+.PHONY: all build run test unit fuse integration fuzz bench vet clean install s3server
 
 all: build
 
@@ -26,7 +30,7 @@ vet:
 test: build vet unit fuzz fuse integration
 
 unit:
-	$(GO) test -race -count=1 ./ledger/ ./blob/ ./ramcache/ ./mount/ ./internal/... ./cmd/... ./gpudirect/
+	$(GO) test -race -count=1 ./ledger/ ./blob/ ./core/ ./ramcache/ ./mount/ ./internal/... ./cmd/... ./gpudirect/ ./remote/
 
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can
 # report its own deadline as a failure (golang/go#75804).
@@ -52,3 +56,7 @@ SYSTEMDDIR ?= /etc/systemd/system
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/kvfs
 	install -D -m 0644 contrib/systemd/kvfs@.service $(DESTDIR)$(SYSTEMDDIR)/kvfs@.service
+
+# Builds versitygw into $(VGW_DIR), where the tests look for it.
+s3server:
+	cd /tmp && GOBIN=$(VGW_DIR) $(GO) install $(VERSITYGW)

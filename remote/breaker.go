@@ -1,0 +1,97 @@
+package remote
+
+import (
+	"sync"
+	"time"
+)
+
+// Breaker states, as Stats reports them.
+const (
+	BreakerClosed   = "closed"
+	BreakerOpen     = "open"
+	BreakerHalfOpen = "half-open"
+)
+
+// breaker is a circuit breaker: after `limit` consecutive failures it
+// opens, and nothing is sent for `coolDown`; then one request (the
+// probe) is let through, half-open: its success closes the breaker, its
+// failure opens it again. Every allow() that returns true must be
+// followed by exactly one of success, failure or neutral.
+type breaker struct {
+	clock    Clock
+	limit    int
+	coolDown time.Duration
+	onClose  func() // called (outside mu) when an open breaker closes
+
+	mu       sync.Mutex
+	state    string    // GUARDED_BY(mu)
+	fails    int       // consecutive failures; GUARDED_BY(mu)
+	openedAt time.Time // GUARDED_BY(mu)
+	probing  bool      // a half-open probe is out; GUARDED_BY(mu)
+}
+
+func newBreaker(clock Clock, limit int, coolDown time.Duration, onClose func()) *breaker {
+	return &breaker{clock: clock, limit: limit, coolDown: coolDown, onClose: onClose, state: BreakerClosed}
+}
+
+// allow reports whether a request may be sent now.
+func (b *breaker) allow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case BreakerClosed:
+		return true
+	case BreakerOpen:
+		if b.clock.Now().Sub(b.openedAt) < b.coolDown {
+			return false
+		}
+		b.state = BreakerHalfOpen
+	}
+	if b.probing {
+		return false
+	}
+	b.probing = true
+	return true
+}
+
+// success records a request the server answered (any status that shows
+// it is alive).
+func (b *breaker) success() {
+	b.mu.Lock()
+	reopened := b.state != BreakerClosed
+	b.state, b.fails, b.probing = BreakerClosed, 0, false
+	b.mu.Unlock()
+	if reopened && b.onClose != nil {
+		b.onClose()
+	}
+}
+
+// failure records a request that got no answer in time, or a 5xx.
+func (b *breaker) failure() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fails++
+	if b.state == BreakerHalfOpen || b.fails >= b.limit {
+		b.state, b.openedAt = BreakerOpen, b.clock.Now()
+	}
+	b.probing = false
+}
+
+// neutral records a request that says nothing about the server (the
+// caller gave up, or a local error came first).
+func (b *breaker) neutral() {
+	b.mu.Lock()
+	b.probing = false
+	b.mu.Unlock()
+}
+
+// State is one of BreakerClosed, BreakerOpen, BreakerHalfOpen. An open
+// breaker whose cool-down has passed reads as half-open.
+func (b *breaker) State() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == BreakerOpen && b.clock.Now().Sub(b.openedAt) >= b.coolDown {
+		return BreakerHalfOpen
+	}
+	return b.state
+}

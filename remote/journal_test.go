@@ -1,0 +1,146 @@
+package remote
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/kvfs/kvfs/internal/s3test"
+)
+
+// Environment of the crash child (see TestMain).
+const (
+	childEnv     = "KVFS_REMOTE_CRASH_CHILD"
+	childURL     = "KVFS_REMOTE_CHILD_URL"
+	childJournal = "KVFS_REMOTE_CHILD_JOURNAL"
+	childStore   = "KVFS_REMOTE_CHILD_STORE"
+	childNames   = "KVFS_REMOTE_CHILD_NAMES"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		crashChild()
+	}
+	os.Exit(m.Run())
+}
+
+// crashChild is the daemon a test kills: it queues the names, says so,
+// and waits for SIGKILL.
+func crashChild() {
+	cfg := Config{URL: os.Getenv(childURL)}
+	if err := cfg.Finish(os.Getenv); err != nil {
+		fmt.Println("config:", err)
+		os.Exit(2)
+	}
+	n := &node{store: os.Getenv(childStore)}
+	tier, err := New(cfg, Deps{JournalDir: os.Getenv(childJournal), Open: n.open})
+	if err != nil {
+		fmt.Println("new:", err)
+		os.Exit(1)
+	}
+	names := strings.Split(os.Getenv(childNames), ",")
+	for _, name := range names {
+		if !tier.Enqueue(name) {
+			fmt.Println("refused", name)
+			os.Exit(1)
+		}
+	}
+	fmt.Printf("queued %d\n", len(names))
+	select {}
+}
+
+// TestJournalAfterKill: a daemon killed with SIGKILL while uploads are
+// pending (server down) leaves them in its journal; a new tier on that
+// journal uploads them once the server is back, and empties it.
+func TestJournalAfterKill(t *testing.T) {
+	srv := s3test.New(t)
+	store, journal := t.TempDir(), t.TempDir()
+	seed := &node{store: store}
+	var names []string
+	for i := range 5 {
+		name := fmt.Sprintf("d/k%d.data", i)
+		seed.write(t, name, randBytes(t, 32<<10))
+		names = append(names, name)
+	}
+	srv.Stop()
+	out := runChild(t, srv, journal, store, names)
+	if ents, _ := os.ReadDir(journal); len(ents) != len(names) {
+		t.Fatalf("journal holds %d entries after the kill, want %d (child said %q)", len(ents), len(names), out)
+	}
+	srv.Start()
+	n := newNode(t, srv, "p", nodeOpts{journal: journal, store: store})
+	n.waitUploads(t)
+	if st := n.Stats(); st.Uploads != int64(len(names)) {
+		t.Fatalf("after restart: %+v, want %d uploads", st, len(names))
+	}
+	if ents, _ := os.ReadDir(journal); len(ents) != 0 {
+		t.Fatalf("journal holds %d entries after the uploads", len(ents))
+	}
+	for _, name := range names {
+		getRaw(t, srv.Client(), srv.Bucket, "p/"+name)
+	}
+}
+
+// runChild starts the crash child, waits for it to queue names, and
+// kills it with SIGKILL.
+func runChild(t *testing.T, srv *s3test.Server, journal, store string, names []string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), srv.Env()...)
+	cmd.Env = append(cmd.Env, childEnv+"=1", childURL+"="+srv.URL("p"), childJournal+"="+journal,
+		childStore+"="+store, childNames+"="+strings.Join(names, ","))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if want := fmt.Sprintf("queued %d\n", len(names)); line != want {
+		t.Fatalf("child said %q, want %q", line, want)
+	}
+	return line
+}
+
+// TestJournalAfterClose: Close uploads nothing more and leaves the
+// journal; the next tier on it uploads what was pending. A torn or
+// foreign file in the journal is discarded.
+func TestJournalAfterClose(t *testing.T) {
+	srv := s3test.New(t)
+	a := newNode(t, srv, "p", nodeOpts{cfg: func(c *Config) { c.BreakerFailures = 1 }})
+	srv.Stop()
+	a.Lookup(context.Background(), "open-the-breaker.data")
+	for i := range 3 {
+		name := fmt.Sprintf("k%d.data", i)
+		a.write(t, name, randBytes(t, 4096))
+		a.Enqueue(name)
+	}
+	a.Close()
+	if a.Enqueue("late.data") {
+		t.Fatal("Enqueue after Close queued")
+	}
+	os.WriteFile(filepath.Join(a.journal, journalName("torn.data")), []byte("tor"), 0o644)
+	os.WriteFile(filepath.Join(a.journal, "junk"), []byte("junk"), 0o644)
+	if ents, _ := os.ReadDir(a.journal); len(ents) != 5 {
+		t.Fatalf("journal holds %d entries, want 3 pending and 2 bad", len(ents))
+	}
+	srv.Start()
+	b := newNode(t, srv, "p", nodeOpts{journal: a.journal, store: a.store})
+	b.waitUploads(t)
+	if st := b.Stats(); st.Uploads != 3 || a.reqs.count("PUT") != 0 {
+		t.Fatalf("after reopening: %+v; A sent %d PUTs", st, a.reqs.count("PUT"))
+	}
+	if ents, _ := os.ReadDir(a.journal); len(ents) != 0 {
+		t.Fatalf("journal holds %d entries after the uploads", len(ents))
+	}
+}

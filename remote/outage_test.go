@@ -1,0 +1,103 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/internal/s3test"
+)
+
+// TestServerDown: with the server stopped, lookups fail (as misses)
+// until the breaker opens, then answer at once without a request;
+// uploads queue up to the bound and the rest are dropped; once the
+// server is back and the cool-down over, the breaker closes and the
+// queued uploads go.
+func TestServerDown(t *testing.T) {
+	srv := s3test.New(t)
+	const failures, bound = 3, 4
+	n := newNode(t, srv, "p", nodeOpts{cfg: func(c *Config) {
+		c.BreakerFailures, c.QueueMax = failures, bound
+	}})
+	ctx := context.Background()
+	srv.Stop()
+	for i := range failures {
+		_, found, err := n.Lookup(ctx, fmt.Sprintf("absent%d.data", i))
+		if found || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("lookup %d with the server down = %v, %v; want ErrUnavailable", i, found, err)
+		}
+	}
+	sent := n.reqs.total()
+	if st := n.Stats(); st.BreakerState != BreakerOpen || sent != failures {
+		t.Fatalf("after %d failures: breaker %s, %d requests", failures, st.BreakerState, sent)
+	}
+	if _, found, err := n.Lookup(ctx, "absent9.data"); found || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("lookup with the breaker open = %v, %v", found, err)
+	}
+	for i := range bound + 2 {
+		name := fmt.Sprintf("obj%d.data", i)
+		n.write(t, name, randBytes(t, 8192))
+		if queued := n.Enqueue(name); queued != (i < bound) {
+			t.Fatalf("Enqueue #%d = %v with bound %d", i, queued, bound)
+		}
+	}
+	if st := n.Stats(); st.QueueDepth != bound || st.UploadDropped != 2 || n.reqs.total() != sent {
+		t.Fatalf("with the breaker open: %+v, %d requests sent (want %d)", st, n.reqs.total(), sent)
+	}
+	srv.Start()
+	n.clock.Advance(DefaultBreakerCoolDown)
+	n.waitUploads(t)
+	st := n.Stats()
+	if st.Uploads != bound || st.QueueDepth != 0 || st.BreakerState != BreakerClosed {
+		t.Fatalf("after the server came back: %+v", st)
+	}
+	for i := range bound {
+		if _, found, err := n.Lookup(ctx, fmt.Sprintf("obj%d.data", i)); !found || err != nil {
+			t.Fatalf("obj%d not on the remote: %v", i, err)
+		}
+	}
+}
+
+// TestServerHung: a server that accepts and never answers costs a fetch
+// or a lookup the timeout, not more, and the breaker then answers at
+// once; a good probe after the cool-down closes it.
+func TestServerHung(t *testing.T) {
+	srv := s3test.New(t)
+	n := newNode(t, srv, "p", nodeOpts{cfg: func(c *Config) {
+		c.BreakerFailures, c.Timeout = 3, 100*time.Millisecond
+	}})
+	if err := n.Put(context.Background(), "k.data", strings.NewReader("kv")); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	created := false
+	_, err := n.Fetch(context.Background(), "k.data", func(Info) (*os.File, error) {
+		created = true
+		return nil, errors.New("create called")
+	})
+	if !errors.Is(err, ErrUnavailable) || created {
+		t.Fatalf("Fetch from a hung server = %v (create called: %v), want ErrUnavailable", err, created)
+	}
+	for i := range 2 {
+		_, found, err := n.Lookup(context.Background(), fmt.Sprintf("h%d.data", i))
+		if found || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("lookup of a hung server = %v, %v; want ErrUnavailable from the timeout", found, err)
+		}
+	}
+	sent := n.reqs.total()
+	if _, _, err := n.Lookup(context.Background(), "h9.data"); !errors.Is(err, ErrUnavailable) || n.reqs.total() != sent {
+		t.Fatalf("with the breaker open: %v, %d new requests", err, n.reqs.total()-sent)
+	}
+	srv.Resume()
+	n.clock.Advance(DefaultBreakerCoolDown)
+	if _, found, err := n.Lookup(context.Background(), "h9.data"); found || err != nil {
+		t.Fatalf("the half-open probe = %v, %v; want an answered miss", found, err)
+	}
+	if st := n.Stats(); st.BreakerState != BreakerClosed {
+		t.Fatalf("breaker %s after a good probe", st.BreakerState)
+	}
+}

@@ -1,0 +1,242 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"go.uber.org/zap"
+)
+
+// Errors the tier returns; test with errors.Is.
+var (
+	// ErrNotFound: the remote has no such object.
+	ErrNotFound = errors.New("remote: not found")
+	// ErrCorrupt: the object's bytes do not match the size and checksum
+	// stored with it (damaged, truncated, or not written by kvfs).
+	ErrCorrupt = errors.New("remote: corrupt object")
+	// ErrUnavailable: the server did not answer in time, failed, or the
+	// circuit breaker is open. Treat it as a miss.
+	ErrUnavailable = errors.New("remote: unavailable")
+	// ErrClosed: the tier was closed.
+	ErrClosed = errors.New("remote: closed")
+)
+
+// Opener opens a local object for upload: its bytes and their length.
+// It returns an error satisfying errors.Is(err, ErrNotFound) (or
+// fs.ErrNotExist) when the object is gone, and the upload is dropped.
+// If the reader is an io.Seeker it is read twice (checksum, then
+// upload); otherwise Opener is called twice.
+type Opener func(name string) (io.ReadCloser, int64, error)
+
+// Deps is what the daemon hands the tier besides its Config.
+type Deps struct {
+	// JournalDir holds the upload queue (one small file per pending
+	// name); it is created if missing and replayed by New.
+	JournalDir string
+	// Open reads local objects for upload.
+	Open Opener
+	// Logger; nil means none.
+	Logger *zap.Logger
+	// Clock; nil means real time.
+	Clock Clock
+	// WrapTransport, if set, wraps the HTTP transport (tests count
+	// requests with it).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
+}
+
+// cacheMax bounds each of the name caches.
+const cacheMax = 1 << 18
+
+// copyBuf is the buffer size for transfers and checksums.
+const copyBuf = 1 << 20
+
+// Tier is the remote tier: lookups, fetches and the upload queue of one
+// bucket prefix. Its methods are safe for concurrent use.
+type Tier struct {
+	cfg     Config
+	log     *zap.Logger
+	clock   Clock
+	client  *minio.Client
+	exclude *excluder
+	open    Opener
+	breaker *breaker
+	names   *nameCache
+	lookups flight[lookupResult]
+	fetches flight[*fetchShare]
+	queue   *queue
+	st      counters
+
+	closed  atomic.Bool
+	done    chan struct{}
+	stop    context.CancelFunc // cancels requests in progress at Close
+	baseCtx context.Context
+	workers sync.WaitGroup
+
+	wakeMu sync.Mutex
+	wake   chan struct{} // closed when the breaker closes; GUARDED_BY(wakeMu)
+}
+
+// New makes a tier for cfg (after cfg.Finish), replays the upload
+// journal and starts the upload workers. It sends no request.
+func New(cfg Config, deps Deps) (*Tier, error) {
+	if cfg.Bucket == "" || cfg.Timeout <= 0 || cfg.QueueMax < 1 || cfg.BreakerFailures < 1 {
+		return nil, errors.New("remote: config not finished (call Config.Finish)")
+	}
+	if deps.Open == nil {
+		return nil, errors.New("remote: no Opener for uploads")
+	}
+	ex, err := newExcluder(cfg.Exclude)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tier{cfg: cfg, log: deps.Logger, clock: deps.Clock, exclude: ex, open: deps.Open,
+		names: newNameCache(cacheMax), done: make(chan struct{}), wake: make(chan struct{})}
+	if t.log == nil {
+		t.log = zap.NewNop()
+	}
+	if t.clock == nil {
+		t.clock = realClock{}
+	}
+	if t.client, err = newClient(cfg, deps.WrapTransport); err != nil {
+		return nil, err
+	}
+	t.breaker = newBreaker(t.clock, cfg.BreakerFailures, cfg.BreakerCoolDown, t.wakeUploaders)
+	t.baseCtx, t.stop = context.WithCancel(context.Background())
+	if t.queue, err = openQueue(deps.JournalDir, cfg.QueueMax, t); err != nil {
+		return nil, err
+	}
+	t.startUploaders()
+	return t, nil
+}
+
+func newClient(cfg Config, wrap func(http.RoundTripper) http.RoundTripper) (*minio.Client, error) {
+	host, secure := "s3.amazonaws.com", true
+	if cfg.Endpoint != "" {
+		u, err := url.Parse(cfg.Endpoint)
+		if err != nil {
+			return nil, usagef("bad remote endpoint %q: %v", cfg.Endpoint, err)
+		}
+		host, secure = u.Host, u.Scheme == "https"
+	}
+	tr, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, fmt.Errorf("remote: transport: %w", err)
+	}
+	var rt http.RoundTripper = tr
+	if wrap != nil {
+		rt = wrap(rt)
+	}
+	c, err := minio.New(host, &minio.Options{
+		Creds:     credsFor(cfg),
+		Secure:    secure,
+		Region:    cfg.Region, // known: no GetBucketLocation round trip
+		Transport: rt,
+		// One try per call: the breaker and the upload backoff decide
+		// what happens after a failure, not ten hidden retries.
+		MaxRetries: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("remote: client for %s: %w", host, err)
+	}
+	return c, nil
+}
+
+func credsFor(cfg Config) *credentials.Credentials {
+	if cfg.AccessKey != "" {
+		return credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken)
+	}
+	return credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{}, &credentials.FileAWSCredentials{}, &credentials.IAM{},
+	})
+}
+
+// Close stops the upload workers and cancels requests in progress. It
+// uploads nothing more: the journal keeps what is pending for the next
+// New. Calls after Close fail with ErrClosed (Lookup answers not found).
+func (t *Tier) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	close(t.done)
+	t.stop()
+	t.workers.Wait()
+	return nil
+}
+
+// key is name's object key. Names are relative, slash-separated paths
+// without empty, "." or ".." components.
+func (t *Tier) key(name string) (string, error) {
+	if name == "" || strings.HasPrefix(name, "/") || path.Clean(name) != name || name == "." ||
+		strings.HasPrefix(name, "../") || name == ".." {
+		return "", fmt.Errorf("remote: bad name %q", name)
+	}
+	k := t.cfg.Prefix + name
+	if len(k) > 1024 {
+		return "", fmt.Errorf("remote: name %q makes a key over S3's 1024 bytes", name)
+	}
+	return k, nil
+}
+
+// Excluded reports whether name matches an exclude rule (a temp name):
+// never uploaded, never looked up remotely.
+func (t *Tier) Excluded(name string) bool { return t.exclude.match(name) }
+
+// classify turns a request's error into the tier's: nil, ErrNotFound, or
+// ErrUnavailable, and tells the breaker. parent is the caller's context:
+// if it ended, the error is the caller's, not the server's.
+func (t *Tier) classify(parent context.Context, err error) error {
+	if err == nil {
+		t.breaker.success()
+		return nil
+	}
+	if parent.Err() != nil {
+		t.breaker.neutral()
+		return parent.Err()
+	}
+	var resp minio.ErrorResponse
+	errors.As(err, &resp)
+	switch {
+	case resp.StatusCode == http.StatusNotFound && resp.Code != "NoSuchBucket":
+		t.breaker.success()
+		return ErrNotFound
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		t.breaker.success() // alive; the request itself was refused
+		return fmt.Errorf("remote: %s (HTTP %d): %w", resp.Code, resp.StatusCode, err)
+	}
+	t.breaker.failure()
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// statusOf is the HTTP status of a request's error, 0 if it has none.
+func statusOf(err error) int {
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) {
+		return resp.StatusCode
+	}
+	return 0
+}
+
+// wakeUploaders cuts short the backoff of uploads waiting to retry; the
+// breaker calls it when the server answers again.
+func (t *Tier) wakeUploaders() {
+	t.wakeMu.Lock()
+	close(t.wake)
+	t.wake = make(chan struct{})
+	t.wakeMu.Unlock()
+}
+
+func (t *Tier) wakeChan() <-chan struct{} {
+	t.wakeMu.Lock()
+	defer t.wakeMu.Unlock()
+	return t.wake
+}
