@@ -50,11 +50,19 @@ func (c *Core) locked(op func() (victims, error)) error {
 	return err
 }
 
+// testHookDropping, when set, runs inside an eviction's critical section
+// before the victims' names go; tests use it to race other operations
+// against that moment.
+var testHookDropping func()
+
 // dropLocked removes the names and stored bytes of objects the ledger
 // has let go; mu held.
 func (c *Core) dropLocked(v victims, why Why) []Drop {
 	if len(v) == 0 {
 		return nil
+	}
+	if testHookDropping != nil {
+		testHookDropping()
 	}
 	now := c.cfg.Now().UnixNano()
 	drops := make([]Drop, len(v))

@@ -196,7 +196,7 @@ func (h *Handle) Allocate(off, size int64, mode uint32) error {
 	switch mode {
 	case 0:
 		_, charge, _ := c.ledger.Size(h.id)
-		err := c.admit(ledger.Charge(off+size)-charge, func() (victims, error) { return c.ledger.Grow(h.id, off+size) })
+		err := c.admit(ledger.Charge(off+size)-charge, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
 		if err != nil {
 			return err
 		}

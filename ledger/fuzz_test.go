@@ -302,7 +302,7 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 	case 3, 4:
 		r.close(id, o, write)
 	case 5:
-		r.grow(id, o, fzSize(arg))
+		r.grow(id, o, fzSize(arg), arg&2 == 0)
 	case 6:
 		r.setSize(id, o, fzSize(arg))
 	case 7:
@@ -415,16 +415,20 @@ func (m *model) endWriting(o *mObj) []Victim[ID] {
 	return v
 }
 
-func (r *fuzzRun) grow(id ID, o *mObj, end int64) {
-	r.desc = fmt.Sprintf("Grow(%d, %d)", id, end)
-	v, err := r.l.Grow(id, end)
+func (r *fuzzRun) grow(id ID, o *mObj, end int64, budgeted bool) {
+	r.desc = fmt.Sprintf("Grow(%d, %d, budgeted %v)", id, end, budgeted)
+	grow := r.l.Extend
+	if budgeted {
+		grow = r.l.Grow
+	}
+	v, err := grow(id, end)
 	if o == nil || end <= o.size { // never shrinks
 		r.errIs(err, map[bool]error{true: ErrGone, false: nil}[o == nil])
 		r.victims(v, nil)
 		return
 	}
 	charge := max(mCharge(end), o.res)
-	pastBudget := o.writers > 0 && o.res > 0 && charge > 2*o.res
+	pastBudget := budgeted && o.writers > 0 && o.res > 0 && charge > 2*o.res
 	want, werr := r.m.admitAll(o, charge, pastBudget)
 	r.errIs(err, werr)
 	r.victims(v, want)

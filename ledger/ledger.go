@@ -289,6 +289,16 @@ func (l *Ledger[K]) Reserve(id K, n int64) ([]Victim[K], error) {
 // fit cannot empty the cache on its way to ENOSPC. Concurrent writes may
 // arrive out of order, so Grow never shrinks.
 func (l *Ledger[K]) Grow(id K, end int64) ([]Victim[K], error) {
+	return l.grow(id, end, true)
+}
+
+// Extend is Grow for a size stated at once (fallocate): it fits in full
+// or evicts nothing, so no budget applies.
+func (l *Ledger[K]) Extend(id K, end int64) ([]Victim[K], error) {
+	return l.grow(id, end, false)
+}
+
+func (l *Ledger[K]) grow(id K, end int64, budgeted bool) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.entries[id]
@@ -299,7 +309,7 @@ func (l *Ledger[K]) Grow(id K, end int64) ([]Victim[K], error) {
 		return nil, nil
 	}
 	charge := max(Charge(end), e.res)
-	victims, err := l.admitAll(e, charge, l.pastBudget(e, charge))
+	victims, err := l.admitAll(e, charge, budgeted && l.pastBudget(e, charge))
 	if err == nil {
 		l.setSize(e, end)
 	}

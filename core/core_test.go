@@ -1,0 +1,360 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/ledger"
+)
+
+const (
+	kib = 1 << 10
+	mib = 1 << 20
+)
+
+// testClock is real time plus what a test skipped.
+type testClock struct{ skipped atomic.Int64 }
+
+func (c *testClock) Now() time.Time        { return time.Now().Add(time.Duration(c.skipped.Load())) }
+func (c *testClock) Skip(d time.Duration) { c.skipped.Add(int64(d)) }
+
+// testCore is a Core over a fresh store, without FUSE.
+type testCore struct {
+	*Core
+	t     *testing.T
+	clock *testClock
+	mu    sync.Mutex
+	drops []Drop
+}
+
+func newTestCore(t *testing.T, cfg Config) *testCore {
+	t.Helper()
+	store, err := blob.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &testCore{t: t, clock: &testClock{}}
+	if cfg.Grace == 0 {
+		cfg.Grace = 50 * time.Millisecond
+	}
+	cfg.Now = tc.clock.Now
+	c, _, err := Open(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Core = c
+	c.Start(func(d Drop) {
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		tc.drops = append(tc.drops, d)
+	})
+	t.Cleanup(func() {
+		if err := c.CheckInvariants(); err != nil {
+			t.Errorf("invariants at the end: %v", err)
+		}
+		c.Close()
+	})
+	return tc
+}
+
+// put stores a closed object of size bytes.
+func (tc *testCore) put(name string, size int) blob.ID {
+	tc.t.Helper()
+	h, err := tc.Create(blob.RootID, name, 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	if err != nil {
+		tc.t.Fatalf("create %s: %v", name, err)
+	}
+	if size > 0 {
+		if _, err := h.Write(make([]byte, size), 0); err != nil {
+			tc.t.Fatalf("write %s: %v", name, err)
+		}
+	}
+	if err := h.Flush(); err != nil {
+		tc.t.Fatalf("flush %s: %v", name, err)
+	}
+	h.Release()
+	return h.ID()
+}
+
+func (tc *testCore) exists(name string) bool {
+	_, _, err := tc.Lookup(blob.RootID, name)
+	return err == nil
+}
+
+// TestEvictionAtomicWithNames: an eviction and a lookup, create, link or
+// rename of the same name are ordered; each sees the name entirely before
+// or entirely after the eviction (issue: LMCache took a link EEXIST from
+// a name being evicted as "another writer published", and lost its
+// store). A hook holds the eviction inside its critical section while
+// the other operation starts: that operation must not finish until the
+// eviction has, and must then see the name gone.
+func TestEvictionAtomicWithNames(t *testing.T) {
+	for _, op := range []string{"lookup", "create", "link", "rename"} {
+		t.Run(op, func(t *testing.T) {
+			tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: time.Second})
+			tc.put("victim", mib)
+			tc.put("src", 10)
+			tc.put("keep", mib)
+			tc.clock.Skip(time.Second)
+			done := make(chan error, 1)
+			var early atomic.Bool
+			testHookDropping = func() {
+				testHookDropping = nil
+				go func() { done <- probe(tc, op) }()
+				// The probe cannot finish while the eviction holds the
+				// namespace lock; if it did, it saw the half-way state.
+				runtime.Gosched()
+				select {
+				case err := <-done:
+					early.Store(true)
+					done <- err
+				default:
+				}
+			}
+			defer func() { testHookDropping = nil }()
+			// Evict "victim" (the coldest) to admit 2 MiB (twice the
+			// reservation: what a daemon writer may evict for).
+			tc.put("big", 2*mib)
+			if early.Load() {
+				t.Fatalf("%s finished while the eviction was half-way", op)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("%s during an eviction: %v", op, err)
+			}
+			if op == "lookup" && tc.exists("victim") {
+				t.Fatal("victim not evicted")
+			}
+		})
+	}
+}
+
+// probe does op on the victim's name and checks it saw the name after
+// the eviction: absent, free to create, free to link or rename to.
+func probe(tc *testCore, op string) error {
+	switch op {
+	case "lookup":
+		if _, _, err := tc.Lookup(blob.RootID, "victim"); !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("lookup of an evicted name: %v, want ErrNotFound", err)
+		}
+	case "create":
+		h, err := tc.Create(blob.RootID, "victim", 0o644, blob.Owner{UID: -1, GID: -1}, false)
+		if err != nil {
+			return fmt.Errorf("create over an evicted name: %v", err)
+		}
+		h.Release()
+	case "link":
+		e, _, err := tc.Lookup(blob.RootID, "src")
+		if err == nil {
+			_, err = tc.Link(e.ID, blob.RootID, "victim")
+		}
+		if err != nil {
+			return fmt.Errorf("link to an evicted name: %v", err)
+		}
+	case "rename":
+		if err := tc.Rename(blob.RootID, "src", blob.RootID, "victim", 0); err != nil {
+			return fmt.Errorf("rename onto an evicted name: %v", err)
+		}
+	}
+	return nil
+}
+
+// TestReservationAtOpen: a writer is admitted the size of the objects
+// stored lately when it opens, evicting for it then; its close gives back
+// what it did not use.
+func TestReservationAtOpen(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 8 * mib, WaitLimit: time.Second})
+	for i := range 8 {
+		tc.put(fmt.Sprintf("o%d", i), mib)
+	}
+	tc.clock.Skip(time.Second)
+	if r := tc.Reservation(); r != mib {
+		t.Fatalf("reservation %d, want 1 MiB", r)
+	}
+	h, err := tc.Create(blob.RootID, "new", 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := tc.Stats(); st.Evictions != 1 || st.ReservedBytes != mib || tc.exists("o0") {
+		t.Fatalf("after the open: %+v; want o0 evicted for a 1 MiB reservation", st)
+	}
+	// Written past the daemon, as FUSE passthrough does.
+	if _, err := h.File().WriteAt(make([]byte, mib/2), 0); err != nil {
+		t.Fatal(err)
+	}
+	tc.Poll()
+	if st := tc.Stats(); st.Evictions != 1 || st.UsedBytes != 8*mib {
+		t.Fatalf("growth within the reservation: %+v", st)
+	}
+	if err := h.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	if st := tc.Stats(); st.UsedBytes != 7*mib+mib/2 || st.ReservedBytes != 0 || st.Stores != 9 {
+		t.Fatalf("after the close: %+v", st)
+	}
+}
+
+// TestPassthroughWriterPolled: the poller admits a passthrough writer's
+// growth before its close, evicting ahead of it.
+func TestPassthroughWriterPolled(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: time.Second, Passthrough: true, PollInterval: time.Hour})
+	for i := range 4 {
+		tc.put(fmt.Sprintf("o%d", i), mib)
+	}
+	tc.clock.Skip(time.Second)
+	h, err := tc.Create(blob.RootID, "w", 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if _, err := h.File().WriteAt(make([]byte, 2*mib), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := tc.Poll(); n != 1 {
+		t.Fatalf("Poll watched %d writers, want 1", n)
+	}
+	st := tc.Stats()
+	if st.Evictions != 2 || st.UsedBytes != 4*mib || st.UnadmittedBytes != 0 {
+		t.Fatalf("after polling a 2 MiB writer: %+v; want two evictions, all admitted", st)
+	}
+	if size, _, _ := tc.ledger.Size(h.ID()); size != 2*mib {
+		t.Fatalf("ledger size %d, want 2 MiB", size)
+	}
+}
+
+// TestCloseRefusesWhatCannotFit: a passthrough writer that outgrew what
+// can be admitted fails its close with ENOSPC, its object is removed and
+// its names dropped, and nothing else is evicted for it.
+func TestCloseRefusesWhatCannotFit(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: 0, Passthrough: true, PollInterval: time.Hour})
+	tc.put("a", mib)
+	tc.clock.Skip(time.Second)
+	h, err := tc.Create(blob.RootID, "big", 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.File().WriteAt(make([]byte, 5*mib), 0); err != nil {
+		t.Fatal(err)
+	}
+	err = h.Flush()
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("close of a 5 MiB object on a 4 MiB cache: %v, want ErrNoSpace", err)
+	}
+	h.Release()
+	if tc.exists("big") || !tc.exists("a") {
+		t.Fatalf("after the refusal: big present %v, a present %v", tc.exists("big"), tc.exists("a"))
+	}
+	st := tc.Stats()
+	if st.Evictions != 0 || st.AdmissionFailures != 1 || st.UsedBytes != mib || st.OvershootMaxBytes < 2*mib {
+		t.Fatalf("after the refusal: %+v", st)
+	}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if len(tc.drops) != 1 || tc.drops[0].Why != Refused || len(tc.drops[0].Names) != 1 {
+		t.Fatalf("drops %+v, want the refused object's name", tc.drops)
+	}
+}
+
+// TestUnlinkIdempotent: deleting a name kvfs no longer has succeeds and
+// changes nothing.
+func TestUnlinkIdempotent(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	tc.put("a", 100)
+	for range 2 {
+		if err := tc.Unlink(blob.RootID, "a"); err != nil {
+			t.Fatalf("unlink: %v", err)
+		}
+	}
+	if st := tc.Stats(); st.Objects != 0 || st.UsedBytes != 0 {
+		t.Fatalf("after unlinks: %+v", st)
+	}
+}
+
+// TestConcurrentCore runs creates (through the daemon and past it),
+// opens, links, renames, unlinks and polls from several goroutines on a
+// small cache, with the race detector watching; the ledger's invariants
+// and the drift equality hold at the end.
+func TestConcurrentCore(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 2 * mib, WaitLimit: 50 * time.Millisecond, Grace: time.Millisecond, PollInterval: time.Millisecond, Passthrough: true})
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for range 300 {
+				if randomCoreOp(tc, r, names) == nil {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() == 0 {
+		t.Fatal("no operation succeeded: the test exercises nothing")
+	}
+	if err := tc.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	var held int64
+	for _, n := range names {
+		if _, a, err := tc.Lookup(blob.RootID, n); err == nil {
+			held += ledger.Charge(a.Size)
+		}
+	}
+	if st := tc.Stats(); st.UsedBytes > held || st.PinnedObjects != 0 || st.ReservedBytes != 0 || st.UnadmittedBytes != 0 {
+		t.Fatalf("at rest: %+v, names hold %d bytes", st, held)
+	}
+}
+
+func randomCoreOp(tc *testCore, r *rand.Rand, names []string) error {
+	name := names[r.IntN(len(names))]
+	owner := blob.Owner{UID: -1, GID: -1}
+	switch r.IntN(6) {
+	case 0, 1:
+		h, err := tc.Create(blob.RootID, name, 0o644, owner, true)
+		if err != nil {
+			return err
+		}
+		size := r.IntN(700 * kib)
+		if r.IntN(2) == 0 {
+			_, err = h.Write(make([]byte, size), 0)
+		} else {
+			_, err = h.File().WriteAt(make([]byte, size), 0)
+		}
+		err = errors.Join(err, h.Flush())
+		h.Release()
+		return err
+	case 2:
+		e, _, err := tc.Lookup(blob.RootID, name)
+		if err != nil {
+			return err
+		}
+		h, err := tc.Open(e.ID, os.O_RDONLY, false, nil)
+		if err != nil {
+			return err
+		}
+		h.Release()
+	case 3:
+		e, _, err := tc.Lookup(blob.RootID, name)
+		if err == nil {
+			_, err = tc.Link(e.ID, blob.RootID, names[r.IntN(len(names))])
+		}
+		return err
+	case 4:
+		return tc.Rename(blob.RootID, name, blob.RootID, names[r.IntN(len(names))], 0)
+	case 5:
+		return tc.Unlink(blob.RootID, name)
+	}
+	return nil
+}
