@@ -23,7 +23,7 @@ const (
 // testClock is real time plus what a test skipped.
 type testClock struct{ skipped atomic.Int64 }
 
-func (c *testClock) Now() time.Time        { return time.Now().Add(time.Duration(c.skipped.Load())) }
+func (c *testClock) Now() time.Time       { return time.Now().Add(time.Duration(c.skipped.Load())) }
 func (c *testClock) Skip(d time.Duration) { c.skipped.Add(int64(d)) }
 
 // testCore is a Core over a fresh store, without FUSE.
