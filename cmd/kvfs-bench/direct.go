@@ -73,8 +73,8 @@ func (b *bench) directRows() error {
 			b.progress("%s | round %d/%d %-16s %s MB/s", mDirect.name, round+1, b.cfg.rounds, names[w], num(samples[w][len(samples[w])-1], true))
 		}
 	}
-	b.pairRow(mDirect, t.mode, samples[0], samples[1])
-	b.pairRow(mDirectMount, t.mode, samples[0], samples[2])
+	b.pairRow(mDirect, t.mode, samples[0], samples[1], nil)
+	b.pairRow(mDirectMount, t.mode, samples[0], samples[2], nil)
 	o := r.Options()
 	b.note("direct rows: the plain column is a raw O_DIRECT read of the same stored files (open, one pread of the whole object, close); gpudirect reads %dKiB x %d in flight, its time including the pin, the xattr and the identity check", o.Chunk>>10, o.Depth)
 	return nil

@@ -28,6 +28,7 @@ type bench struct {
 	bin     string
 	work    string
 	plain   *target
+	loop    *target // go-fuse's example/loopback: the floor
 	kvfs    []*target
 	all     []*target
 	data    []byte // what stores write
@@ -180,8 +181,15 @@ func (b *bench) setup(cl *cleanups) error {
 	if !b.needMounts() {
 		return nil
 	}
+	if b.loop, err = b.mountLoopback(cl); err != nil {
+		return err
+	}
+	b.all = append(b.all, b.loop)
 	modes := map[string][]string{"on": {"passthrough"}, "off": {"no-passthrough"},
 		"both": {"passthrough", "no-passthrough"}}[b.cfg.passthrough]
+	if b.cfg.workloads["store"] || b.cfg.workloads["mixed"] || b.cfg.workloads["small"] {
+		modes = append(modes, "strict")
+	}
 	if b.cfg.ramCache > 0 && (b.cfg.workloads["read"] || b.cfg.workloads["cold"]) {
 		modes = append(modes, "ram")
 	}
@@ -209,7 +217,7 @@ func (b *bench) needMounts() bool {
 }
 
 func (b *bench) mountTarget(cl *cleanups, mode string) (*target, error) {
-	name := map[string]string{"passthrough": "kvfs", "no-passthrough": "kvfs-nopt", "ram": "kvfs-ram"}[mode]
+	name := map[string]string{"passthrough": "kvfs", "no-passthrough": "kvfs-nopt", "ram": "kvfs-ram", "strict": "kvfs-strict"}[mode]
 	t := &target{name: name, mode: mode, root: filepath.Join(b.work, "mnt-"+name)}
 	var extra []string
 	switch mode {
@@ -220,6 +228,11 @@ func (b *bench) mountTarget(cl *cleanups, mode string) (*target, error) {
 		// is measured where it could win, on the read workloads.
 		extra = []string{"--no-passthrough", "--ram-cache", fmt.Sprint(b.cfg.ramCache)}
 		t.only = map[string]bool{"read": true, "cold": true}
+	case "strict":
+		// Every byte through the daemon: what the store rows cost when
+		// the capacity may never be passed even for a moment.
+		extra = []string{"--strict-capacity"}
+		t.only = map[string]bool{"store": true, "mixed": true, "small": true}
 	}
 	store := filepath.Join(b.work, "store-"+name)
 	for _, d := range []string{t.root, store} {

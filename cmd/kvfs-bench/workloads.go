@@ -12,8 +12,8 @@ import (
 // target is one place the workloads run in: the plain directory, or a
 // kvfs mount (with or without passthrough).
 type target struct {
-	name string // "plain", "kvfs", "kvfs-nopt", "kvfs-ram"
-	mode string // for kvfs: "passthrough", "no-passthrough" or "ram"
+	name string // "plain", "loopback", "kvfs", "kvfs-nopt", "kvfs-ram", "kvfs-strict"
+	mode string // for kvfs: "passthrough", "no-passthrough", "ram" or "strict"
 	root string
 	d    *daemon
 	// only, when set, names the workloads the target takes part in.
@@ -263,5 +263,5 @@ func (b *bench) smallRound(t *target, round int) ([]float64, error) {
 		return nil, err
 	}
 	n := float64(len(names))
-	return []float64{store.Seconds() * 1e6 / n, unlink.Seconds() * 1e6 / n}, nil
+	return []float64{(store + unlink).Seconds() * 1e6 / n, store.Seconds() * 1e6 / n, unlink.Seconds() * 1e6 / n}, nil
 }
