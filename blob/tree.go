@@ -47,15 +47,24 @@ func (s *Store) resetIndex(hint int) {
 
 // Lookup resolves a name in a directory.
 func (s *Store) Lookup(parent ID, name string) (Entry, error) {
+	_, id, err := s.child(parent, name)
+	if err != nil {
+		return Entry{}, err
+	}
+	return s.entry(id), nil
+}
+
+// child finds a name in a directory, and the directory.
+func (s *Store) child(parent ID, name string) (*dir, ID, error) {
 	d, ok := s.dirs[parent]
 	if !ok {
-		return Entry{}, ErrNotFound
+		return nil, 0, ErrNotFound
 	}
 	id, ok := d.kids[name]
 	if !ok {
-		return Entry{}, ErrNotFound
+		return nil, 0, ErrNotFound
 	}
-	return s.entry(id), nil
+	return d, id, nil
 }
 
 // entry describes id.
@@ -251,13 +260,9 @@ func (s *Store) Link(id, parent ID, name string) error {
 // Unlink removes a file's name and returns the file's ID. A name whose
 // stored file already vanished is still removed from the index.
 func (s *Store) Unlink(parent ID, name string) (ID, error) {
-	d, ok := s.dirs[parent]
-	if !ok {
-		return 0, ErrNotFound
-	}
-	id, ok := d.kids[name]
-	if !ok {
-		return 0, ErrNotFound
+	d, id, err := s.child(parent, name)
+	if err != nil {
+		return 0, err
 	}
 	if _, isDir := s.dirs[id]; isDir {
 		return 0, unix.EISDIR
@@ -299,13 +304,9 @@ func (s *Store) unlinkAt(rel string, flags int) error {
 
 // Rmdir removes an empty directory.
 func (s *Store) Rmdir(parent ID, name string) (ID, error) {
-	d, ok := s.dirs[parent]
-	if !ok {
-		return 0, ErrNotFound
-	}
-	id, ok := d.kids[name]
-	if !ok {
-		return 0, ErrNotFound
+	d, id, err := s.child(parent, name)
+	if err != nil {
+		return 0, err
 	}
 	child, isDir := s.dirs[id]
 	if !isDir {

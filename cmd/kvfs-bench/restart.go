@@ -112,12 +112,12 @@ func (s *restartStore) complete() bool {
 }
 
 func readNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
+	ents, err := os.ReadDir(dir)
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
 	}
-	defer f.Close()
-	return f.Readdirnames(-1)
+	return names, err
 }
 
 // warm stats every object once, with several threads, so the inodes
