@@ -113,7 +113,7 @@ func (r *Reporter) show(count int64, since time.Duration) {
 	expect := r.expect.Load()
 	switch {
 	case r.bar:
-		fmt.Fprintf(r.cfg.Out, "\r%s %s\x1b[K", r.cfg.What, barText(count, expect, rate))
+		fmt.Fprintf(r.cfg.Out, "\r%s: %s\x1b[K", r.cfg.What, barText(count, expect, rate))
 		r.drawn = true
 	case r.cfg.Log != nil:
 		r.cfg.Log.Info(r.cfg.What, zap.Int64("objects", count), zap.Int64("expected", expect),
