@@ -75,8 +75,8 @@ type helperMountOpts struct {
 var (
 	valueOpts = map[string]bool{"capacity": true, "grace": true, "wait-limit": true, "cache-timeout": true,
 		"audit-interval": true, "ram-cache": true, "request-timeout": true, "log-level": true,
-		"metrics-addr": true, "progress-interval": true}
-	boolOpts = map[string]bool{"allow-other": true, "no-passthrough": true, "debug-fuse": true}
+		"metrics-addr": true, "progress-interval": true, "write-reserve": true}
+	boolOpts = map[string]bool{"allow-other": true, "no-passthrough": true, "debug-fuse": true, "strict-capacity": true}
 	// vfsOpts are generic mount options: the per-mount flag each sets
 	// (applied after mounting), or 0 for those accepted with no effect.
 	// kvfs always mounts nosuid,nodev; dev and suid (which mount.fuse3
