@@ -24,6 +24,11 @@ type FsckReport struct {
 // anything that is neither a directory nor a regular file. charge is what
 // an object of a size costs (the store does not know).
 func Fsck(dir string, repair bool, charge func(size int64) int64) (FsckReport, error) {
+	return FsckWith(dir, repair, charge, nil)
+}
+
+// FsckWith is Fsck reporting its walk's progress to p (nil: to nobody).
+func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress) (FsckReport, error) {
 	var rep FsckReport
 	if !IsStore(dir) {
 		return rep, notStoref("%s is not a kvfs store (no %s)", dir, FormatName)
@@ -40,7 +45,11 @@ func Fsck(dir string, repair bool, charge func(size int64) int64) (FsckReport, e
 	if err != nil {
 		return rep, err
 	}
-	if err := scanData(filepath.Join(dir, DataName), incomplete, charge, &rep); err != nil {
+	walk := reporter{p}
+	walk.expect((&Store{dir: dir}).readHint()) // it only reads dir/kvfs.hint
+	err = scanData(filepath.Join(dir, DataName), incomplete, charge, walk, &rep)
+	walk.done()
+	if err != nil {
 		return rep, err
 	}
 	if repair && len(rep.Problems) > 0 {
@@ -67,8 +76,10 @@ func scanWriting(path string, rep *FsckReport) (map[uint64]bool, error) {
 	return marked, nil
 }
 
-func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64, rep *FsckReport) error {
+func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64, walk reporter, rep *FsckReport) error {
 	seen := map[uint64]bool{}
+	files := 0
+	defer func() { walk.found(files % foundEvery) }()
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -83,6 +94,9 @@ func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64,
 			var st unix.Stat_t
 			if err := unix.Lstat(p, &st); err != nil {
 				return err
+			}
+			if files++; files%foundEvery == 0 {
+				walk.found(foundEvery)
 			}
 			if incomplete[st.Ino] {
 				rep.Problems = append(rep.Problems, fmt.Sprintf("incomplete object %s (%d bytes, still being written at a crash)", rel, st.Size))

@@ -58,7 +58,10 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 		rep.SnapshotUnused = "a write was open at the stop"
 	}
 	l := loader{objects: make([]Object, 0, hint), s: s, incomplete: incomplete, counted: map[uint64]bool{}, seen: map[uint64]ID{}, rep: &rep}
-	if err := l.run(s.dirs[RootID]); err != nil {
+	s.progress.expect(hint)
+	err = l.run(s.dirs[RootID])
+	s.progress.done()
+	if err != nil {
 		return nil, rep, err
 	}
 	for i := range l.objects {
@@ -170,6 +173,7 @@ func (l *loader) read(rel string) ([]entry, error) {
 	}
 	fd := int(f.Fd())
 	out := make([]entry, 0, len(des))
+	files := 0
 	for _, de := range des {
 		e := entry{name: de.Name(), dir: de.IsDir()}
 		switch {
@@ -186,7 +190,13 @@ func (l *loader) read(rel string) ([]entry, error) {
 			continue
 		}
 		out = append(out, e)
+		if !e.dir {
+			if files++; files%foundEvery == 0 {
+				l.s.progress.found(foundEvery)
+			}
+		}
 	}
+	l.s.progress.found(files % foundEvery)
 	return out, nil
 }
 

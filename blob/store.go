@@ -68,6 +68,8 @@ type Store struct {
 	// and nothing else is.
 	dirs  map[ID]*dir
 	files map[ID]*file
+
+	progress reporter // of Load's walk (see ReportTo)
 }
 
 // Open takes the store directory for this process, creating its layout,

@@ -147,7 +147,8 @@ func (c *Core) auditLoop() {
 }
 
 // Fsck checks an unmounted store (see blob.Fsck), counting bytes as the
-// ledger charges them.
-func Fsck(dir string, repair bool) (blob.FsckReport, error) {
-	return blob.Fsck(dir, repair, ledger.Charge)
+// ledger charges them, and reporting its walk's progress to p (nil: to
+// nobody).
+func Fsck(dir string, repair bool, p blob.Progress) (blob.FsckReport, error) {
+	return blob.FsckWith(dir, repair, ledger.Charge, p)
 }

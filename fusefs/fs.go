@@ -44,6 +44,8 @@ type FS struct {
 	// so dropped names can be invalidated in them.
 	dirs sync.Map // blob.ID -> *fs.Inode
 
+	reqs requests // counted by Instrument's wrapper
+
 	notices chan notice
 	done    chan struct{}
 	wg      sync.WaitGroup
@@ -91,11 +93,14 @@ func (f *FS) Close() {
 type Stats struct {
 	core.Stats
 	RAMCache *ramcache.Stats `json:"ram_cache,omitempty"`
+	// FuseRequests counts the requests answered so far by type (see
+	// Instrument; a request still being answered is not in it).
+	FuseRequests map[string]int64 `json:"fuse_requests,omitempty"`
 }
 
 // Stats is a snapshot of the core and the RAM tier.
 func (f *FS) Stats() Stats {
-	st := Stats{Stats: f.core.Stats()}
+	st := Stats{Stats: f.core.Stats(), FuseRequests: f.reqs.counts()}
 	if f.ram != nil {
 		r := f.ram.Stats()
 		st.RAMCache = &r

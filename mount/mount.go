@@ -87,6 +87,7 @@ func (m *Mount) load(store *blob.Store) error {
 	// Start-up builds a few hundred bytes of index per object and frees
 	// little: collecting garbage while it runs is wasted work.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	store.ReportTo(m.Progress)
 	c, rep, err := core.Open(store, core.Config{
 		Capacity:      m.Capacity,
 		CapacityFor:   func(held int64) (int64, error) { return capacityFor(m.Store, held) },
@@ -116,7 +117,7 @@ func (m *Mount) load(store *blob.Store) error {
 		}
 	}
 	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), RAM: m.ram, Logger: m.log.Named("fusefs")})
-	c.Start(m.fs.Dropped)
+	c.Start(m.dropped)
 	return nil
 }
 
@@ -157,7 +158,8 @@ func (m *Mount) mount() error {
 		NegativeTimeout: &negative,
 		Logger:          zap.NewStdLog(m.log.Named("fs")),
 	}
-	server, err := fuse.NewServer(fs.NewNodeFS(m.fs.Root(), opts), m.Mountpoint, &opts.MountOptions)
+	raw := m.fs.Instrument(fs.NewNodeFS(m.fs.Root(), opts), m.requestTimer())
+	server, err := fuse.NewServer(raw, m.Mountpoint, &opts.MountOptions)
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
 	}

@@ -60,6 +60,11 @@ type Options struct {
 	// RequestTimeout: the kernel aborts the FUSE connection when a
 	// request goes unanswered this long (0: never); see reqtimeout.go.
 	RequestTimeout time.Duration
+
+	// Observer, when set, is told of drops and FUSE requests as they
+	// happen (see observe.go); Progress, of a start-up walk's progress.
+	Observer Observer
+	Progress blob.Progress
 }
 
 // Defaults for the options a user leaves out.

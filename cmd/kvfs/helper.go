@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -73,8 +74,9 @@ type helperMountOpts struct {
 // written with '-' or '_'.
 var (
 	valueOpts = map[string]bool{"capacity": true, "grace": true, "wait-limit": true, "cache-timeout": true,
-		"audit-interval": true, "ram-cache": true, "request-timeout": true, "log-level": true}
-	boolOpts = map[string]bool{"allow-other": true, "no-passthrough": true, "debug-fuse": true}
+		"audit-interval": true, "ram-cache": true, "request-timeout": true, "log-level": true,
+		"metrics-addr": true, "progress-interval": true, "write-reserve": true}
+	boolOpts = map[string]bool{"allow-other": true, "no-passthrough": true, "debug-fuse": true, "strict-capacity": true}
 	// vfsOpts are generic mount options: the per-mount flag each sets
 	// (applied after mounting), or 0 for those accepted with no effect.
 	// kvfs always mounts nosuid,nodev; dev and suid (which mount.fuse3
@@ -119,13 +121,25 @@ func (h *helperMountOpts) option(o string) error {
 	case valueOpts[name], boolOpts[name], key == "log":
 		return fmt.Errorf("mount option %q: want %s", o, optionForm(name))
 	default:
-		return fmt.Errorf("unknown mount option %q (kvfs takes capacity=, grace=, wait_limit=, cache_timeout=, "+
-			"audit_interval=, ram_cache=, request_timeout=, log_level=, log=, allow_other, no_passthrough, debug_fuse, ro, noexec)", o)
+		return fmt.Errorf("unknown mount option %q (kvfs takes %s, log=, ro, noexec)", o, kvfsOptions())
 	}
 	return nil
 }
 
 func isVFSOpt(key string) bool { _, ok := vfsOpts[key]; return ok }
+
+// kvfsOptions lists the options that set kvfs flags, as fstab spells them.
+func kvfsOptions() string {
+	var names []string
+	for k := range valueOpts {
+		names = append(names, strings.ReplaceAll(k, "-", "_")+"=")
+	}
+	for k := range boolOpts {
+		names = append(names, strings.ReplaceAll(k, "-", "_"))
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
 
 func optionForm(name string) string {
 	switch {

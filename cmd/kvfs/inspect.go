@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -53,11 +55,17 @@ func cmdStats(args []string, stdout io.Writer) error {
 		{"pinned_bytes", st.PinnedBytes}, {"shadow_bytes", st.ShadowBytes},
 		{"evictions", st.Evictions}, {"evicted_bytes", st.EvictedBytes},
 		{"admission_failures", st.AdmissionFailures}, {"reconciliations", st.Reconciliations},
+		{"reserved_bytes", st.ReservedBytes}, {"unadmitted_bytes", st.UnadmittedBytes},
+		{"overshoot_max_bytes", st.OvershootMaxBytes}, {"lookups_hit", st.LookupHits},
+		{"lookups_miss", st.LookupMisses}, {"stores", st.Stores}, {"loads", st.Loads},
 	}
 	if r := st.RAMCache; r != nil {
 		rows = append(rows, kv{"ram_cache.capacity_bytes", r.CapacityBytes}, kv{"ram_cache.bytes", r.Bytes},
 			kv{"ram_cache.hits", r.Hits}, kv{"ram_cache.misses", r.Misses}, kv{"ram_cache.fills", r.Fills},
 			kv{"ram_cache.drops", r.Drops}, kv{"ram_cache.stale", r.Stale})
+	}
+	for _, op := range slices.Sorted(maps.Keys(st.FuseRequests)) {
+		rows = append(rows, kv{"fuse_requests." + op, st.FuseRequests[op]})
 	}
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	for _, r := range rows {
@@ -87,6 +95,10 @@ func statsJSON(mp string) ([]byte, error) {
 	}
 	buf := make([]byte, 4096)
 	n, err := unix.Getxattr(mp, fusefs.StatsXattr, buf)
+	for errors.Is(err, unix.ERANGE) && len(buf) < 1<<20 {
+		buf = make([]byte, 4*len(buf))
+		n, err = unix.Getxattr(mp, fusefs.StatsXattr, buf)
+	}
 	if err != nil {
 		if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP) {
 			return nil, mount.Usagef("%s is not the root of a kvfs mount", mp)
@@ -101,7 +113,11 @@ func cmdFsck(args []string, stdout io.Writer) error {
 	store := fs.String("store", "", "store directory to check (required)")
 	repair := fs.Bool("repair", false, "fix what can be fixed safely")
 	asJSON := fs.Bool("json", false, "print JSON")
+	every := progressFlag(fs)
 	if _, err := parse(fs, args, 0, "no arguments besides flags"); err != nil {
+		return err
+	}
+	if err := checkProgressEvery(*every); err != nil {
 		return err
 	}
 	if *store == "" {
@@ -110,7 +126,7 @@ func cmdFsck(args []string, stdout io.Writer) error {
 	if st, err := os.Stat(*store); err != nil || !st.IsDir() {
 		return mount.Usagef("store %s is not a directory", *store)
 	}
-	rep, err := core.Fsck(*store, *repair)
+	rep, err := core.Fsck(*store, *repair, fsckProgress(*every))
 	if errors.Is(err, blob.ErrNotStore) {
 		return mount.Usagef("%v", err)
 	}

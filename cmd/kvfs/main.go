@@ -152,6 +152,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	fs.BoolVar(&o.DebugFUSE, "debug-fuse", false, "log every FUSE request")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon to this file")
+	extra := mountExtraFlags(fs)
 	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
 	if err != nil {
 		return err
@@ -167,6 +168,11 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	defer log.Sync()
 	o.Logger = log.Named("mount")
+	x, err := extra.start(&o, log)
+	if err != nil {
+		return err
+	}
+	defer x.close()
 	if *cpuProfile != "" {
 		stop, err := startProfile(*cpuProfile)
 		if err != nil {
@@ -187,6 +193,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
 		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)
+	x.serve(m, stdout, log)
 	life := &lifecycle{log: log}
 	if err := life.ready(m); err != nil {
 		m.Unmount()

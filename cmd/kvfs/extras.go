@@ -1,0 +1,100 @@
+package main
+
+// The optional parts of a mount the command wires in: the Prometheus
+// endpoint (--metrics-addr) and the progress of a start-up that walks
+// the store (--progress-interval).
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/kvfs/kvfs/internal/metrics"
+	"github.com/kvfs/kvfs/internal/progress"
+	"github.com/kvfs/kvfs/mount"
+	"go.uber.org/zap"
+)
+
+// extraFlags are the flags of those parts.
+type extraFlags struct {
+	metricsAddr   *string
+	progressEvery *time.Duration
+}
+
+func mountExtraFlags(fs *flag.FlagSet) extraFlags {
+	return extraFlags{
+		metricsAddr: fs.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics, like "+
+			metrics.DefaultAddr+" (default: off; port 0 picks a free one)"),
+		progressEvery: progressFlag(fs),
+	}
+}
+
+func progressFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("progress-interval", progress.DefaultEvery,
+		"time between progress lines of a long walk of the store when stderr is not a terminal (a terminal gets a bar; 0: a line per step)")
+}
+
+func checkProgressEvery(d time.Duration) error {
+	if d < 0 {
+		return mount.Usagef("--progress-interval %v: durations must not be negative", d)
+	}
+	return nil
+}
+
+// extras are those parts, once started.
+type extras struct {
+	metrics  *metrics.Metrics // nil: no endpoint
+	server   *metrics.Server
+	progress *progress.Reporter
+}
+
+// start checks the flags, takes the metrics address (so a port in use
+// fails before the store is loaded) and hooks both parts into o.
+func (x extraFlags) start(o *mount.Options, log *zap.Logger) (*extras, error) {
+	if err := checkProgressEvery(*x.progressEvery); err != nil {
+		return nil, err
+	}
+	e := &extras{progress: progress.New(progress.Config{What: "loading store", Out: os.Stderr,
+		Log: log.Named("load"), Every: *x.progressEvery})}
+	o.Progress = e.progress
+	if *x.metricsAddr == "" {
+		return e, nil
+	}
+	if err := metrics.CheckAddr(*x.metricsAddr); err != nil {
+		return nil, mount.Usagef("--metrics-addr: %v", err)
+	}
+	srv, err := metrics.Listen(*x.metricsAddr)
+	if err != nil {
+		return nil, err
+	}
+	e.metrics, e.server = metrics.New(), srv
+	o.Observer = e.metrics
+	return e, nil
+}
+
+// serve starts answering /metrics from the live mount, and says where.
+func (e *extras) serve(m *mount.Mount, stdout io.Writer, log *zap.Logger) {
+	e.progress.Done()
+	if e.metrics == nil {
+		return
+	}
+	e.metrics.Watch(metrics.Source{Stats: m.Stats, Loaded: m.Loaded})
+	e.server.Serve(e.metrics, log.Named("metrics"))
+	fmt.Fprintf(stdout, "kvfs: metrics at http://%s/metrics\n", e.server.Addr())
+	log.Info("serving metrics", zap.String("addr", e.server.Addr()))
+}
+
+// close stops the endpoint; the mount has stopped, or never started.
+func (e *extras) close() {
+	e.progress.Done()
+	if e.server != nil {
+		e.server.Close()
+	}
+}
+
+// fsckProgress reports fsck's walk on stderr.
+func fsckProgress(every time.Duration) *progress.Reporter {
+	return progress.New(progress.Config{What: "kvfs fsck: checking store", Out: os.Stderr, Every: every})
+}

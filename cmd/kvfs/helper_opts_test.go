@@ -1,0 +1,44 @@
+package main
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestHelperOptionsMapToFlags: every kvfs mount flag an -o option may
+// set becomes that flag, with '_' or '-', and the refusal of an unknown
+// option lists them all.
+func TestHelperOptionsMapToFlags(t *testing.T) {
+	h, err := parseHelper([]string{"/s", "/m", "-o", "rw,metrics_addr=127.0.0.1:9580,progress-interval=1s," +
+		"write_reserve=64M,strict_capacity,capacity=1G"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"--metrics-addr", "127.0.0.1:9580", "--progress-interval", "1s", "--write-reserve", "64M",
+		"--strict-capacity", "--capacity", "1G"}
+	if !slices.Equal(h.flags, want) {
+		t.Fatalf("flags %q, want %q", h.flags, want)
+	}
+	_, err = parseHelper([]string{"/s", "/m", "-o", "rw,bogus"})
+	for name := range valueOpts {
+		if err == nil || !strings.Contains(err.Error(), strings.ReplaceAll(name, "-", "_")+"=") {
+			t.Errorf("refusal %v does not list %s", err, name)
+		}
+	}
+}
+
+// TestReadmeDocumentsHelperOptions: README.md names every -o option
+// that sets a kvfs flag, as fstab spells it.
+func TestReadmeDocumentsHelperOptions(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range strings.Split(kvfsOptions(), ", ") {
+		if !strings.Contains(string(readme), "`"+o+"`") {
+			t.Errorf("README.md does not document the mount option %s", o)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+package mount
+
+import (
+	"time"
+
+	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/fusefs"
+)
+
+// Observer is told what happens as it happens: every object whose names
+// kvfs dropped, and how long each FUSE request took. The metrics
+// endpoint (internal/metrics) is one. Both are called on hot paths and
+// from many goroutines: quick, and safe for concurrent use.
+type Observer interface {
+	Dropped(core.Drop)
+	Request(op fusefs.Op, took time.Duration)
+}
+
+// dropped hands a dropped object to the file system (kernel notices,
+// RAM tier), then to the observer.
+func (m *Mount) dropped(d core.Drop) {
+	m.fs.Dropped(d)
+	if m.Observer != nil {
+		m.Observer.Dropped(d)
+	}
+}
+
+// requestTimer is what times FUSE requests: nothing without an observer
+// (they are still counted).
+func (m *Mount) requestTimer() func(fusefs.Op, time.Duration) {
+	if m.Observer == nil {
+		return nil
+	}
+	return m.Observer.Request
+}
