@@ -243,7 +243,13 @@ func (h *Handle) Flush() error {
 	if !h.write {
 		return nil
 	}
+	wrote := h.isWriting()
 	err := h.c.settle(h)
+	if err == nil && wrote {
+		// One store per writer's close after it (may have) written,
+		// however many copies of the descriptor close.
+		h.c.counters.stores.Add(1)
+	}
 	// Complete, or removed: either way no longer being written.
 	return errors.Join(err, h.c.endWriting(h))
 }
@@ -272,7 +278,6 @@ func (c *Core) settle(h *Handle) error {
 	switch {
 	case err == nil:
 		c.published(size)
-		c.counters.stores.Add(1)
 	case errors.Is(err, ErrNoSpace):
 		c.refuse(h)
 	}
@@ -323,7 +328,9 @@ func (h *Handle) Release() {
 	c := h.c
 	if h.write {
 		if h.isWriting() {
-			if err := c.settle(h); err != nil {
+			if err := c.settle(h); err == nil {
+				c.counters.stores.Add(1)
+			} else {
 				c.log.Warn("a writer released without a close could not be admitted", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 			}
 			c.endWriting(h)

@@ -4,12 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/kvfs/kvfs/fusefs"
-	"golang.org/x/sys/unix"
+	"github.com/kvfs/kvfs/internal/progress"
 )
 
 // sample is one reading of a mount's stats: what `kvfs stats --json`
@@ -37,7 +36,7 @@ func readSample(mp string) (sample, error) {
 // interrupted): a compact view redrawn in place on a terminal, a line
 // per reading otherwise.
 func watchStats(mp string, interval time.Duration, count int, stdout io.Writer) error {
-	tty := isTerminal(stdout)
+	tty := progress.IsTerminal(stdout)
 	var prev *sample
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -57,17 +56,6 @@ func watchStats(mp string, interval time.Duration, count int, stdout io.Writer) 
 		prev = &cur
 	}
 	return nil
-}
-
-// isTerminal: w is a terminal (what go-isatty does on Linux, without
-// another module).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // rates are per-second changes between two readings; a rate whose
