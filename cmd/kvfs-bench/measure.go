@@ -80,6 +80,11 @@ func (b *bench) measure() error {
 		}
 	}
 	b.ramCheck()
+	if w["store"] || w["small"] {
+		if err := b.requestRows(); err != nil {
+			return err
+		}
+	}
 	for _, t := range b.kvfs {
 		b.accounting(t, true)
 		b.stopTarget(t)
