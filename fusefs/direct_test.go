@@ -28,7 +28,7 @@ func getxattr(fd int, path, attr string) (string, error) {
 }
 
 // TestDirectWritesNeedPassthrough: on a mount whose writers' bytes all
-// pass through the daemon (--strict-capacity), the root says so and the
+// pass through the daemon (--strict-capacity), every directory says so and the
 // stored file of an object open for writing is not named (EPERM), so no
 // client following the direct-path protocol can write around the ledger;
 // once the writer has closed, readers are told it again. With
@@ -46,8 +46,13 @@ func TestDirectWritesNeedPassthrough(t *testing.T) {
 			k = mountKVFS(t)
 		}
 		want := map[bool]string{true: fusefs.WritesDaemon, false: fusefs.WritesPassthrough}[strict]
-		if got, err := getxattr(-1, k.Mnt, fusefs.WritesXattr); err != nil || got != want {
-			t.Fatalf("strict %v: root %s = %q, %v; want %q", strict, fusefs.WritesXattr, got, err, want)
+		if err := os.Mkdir(k.path("d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, dir := range []string{k.Mnt, k.path("d")} {
+			if got, err := getxattr(-1, dir, fusefs.WritesXattr); err != nil || got != want {
+				t.Fatalf("strict %v: %s of %s = %q, %v; want %q", strict, fusefs.WritesXattr, dir, got, err, want)
+			}
 		}
 		p := filepath.Join(k.Mnt, "obj")
 		w, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)

@@ -25,12 +25,13 @@ type dirNode struct {
 // figures as JSON; `kvfs stats` reads it.
 const StatsXattr = "user.kvfs.stats"
 
-// WritesXattr is the root's extended attribute that says how writers'
-// bytes reach the store: WritesPassthrough (straight to the stored file,
-// the daemon polling its size, so direct writes are admitted like any
-// other) or WritesDaemon (every byte through the daemon; the stored file
-// of an object open for writing is not named). Package gpudirect asks it
-// before a direct write.
+// WritesXattr is every directory's extended attribute that says how
+// writers' bytes reach the store: WritesPassthrough (straight to the
+// stored file, the daemon polling its size, so direct writes are admitted
+// like any other) or WritesDaemon (every byte through the daemon; the
+// stored file of an object open for writing is not named). Package
+// gpudirect asks the directory it is to create an object in, which also
+// tells it that the directory is kvfs's.
 const (
 	WritesXattr       = "user.kvfs.writes"
 	WritesPassthrough = "passthrough"
@@ -141,7 +142,7 @@ func (n *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint3
 	switch {
 	case n.id == blob.RootID && attr == StatsXattr:
 		return n.fs.copyXattr(n.fs.statsJSON(), dest)
-	case n.id == blob.RootID && attr == WritesXattr:
+	case attr == WritesXattr:
 		return n.fs.copyXattr([]byte(n.fs.writes()), dest)
 	}
 	return 0, n.fs.errno("getxattr", errNoAttr)

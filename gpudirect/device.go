@@ -321,6 +321,7 @@ func (g *GPU) writeCuFile(w *Writer, f *File, h, src uintptr, size int64) (int64
 	if err != nil {
 		return 0, err
 	}
+	f.preallocate(start, size)
 	body := size &^ (Align - 1)
 	err = g.onDevice(func() error { return g.cf.BufRegister(src, int(body)) })
 	if err != nil {

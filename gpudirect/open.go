@@ -15,10 +15,10 @@ import (
 // that names its stored file (kvfs's fusefs.BackingXattr).
 const BackingXattr = "user.kvfs.backing"
 
-// WritesXattr is the kvfs mount root's attribute that says how writers'
-// bytes reach the store (kvfs's fusefs.WritesXattr): WritesPassthrough,
-// where direct writes are admitted like any writer's, or WritesDaemon,
-// where every byte must pass through the daemon.
+// WritesXattr is the attribute of every directory on a kvfs mount that
+// says how writers' bytes reach the store (kvfs's fusefs.WritesXattr):
+// WritesPassthrough, where direct writes are admitted like any writer's,
+// or WritesDaemon, where every byte must pass through the daemon.
 const (
 	WritesXattr       = "user.kvfs.writes"
 	WritesPassthrough = "passthrough"
@@ -158,11 +158,11 @@ func kvfsMount(path string, st *unix.Stat_t) (mountinfo.Entry, error) {
 }
 
 // directWrites checks, before anything is created, that path's directory
-// is on a kvfs mount that takes direct writes. The daemon enforces the
-// rule itself (it names no stored file to a writer on a mount that
-// passes every byte through it); asking first creates no empty object
-// and takes no reservation for nothing.
-// It returns the mount's device.
+// is on a kvfs mount that takes direct writes: kvfs answers WritesXattr
+// on every directory. The daemon enforces the rule itself (it names no
+// stored file to a writer on a mount that passes every byte through
+// it); asking first creates no empty object and takes no reservation for
+// nothing. It returns the mount's device.
 func directWrites(path string) (uint64, error) {
 	dir := filepath.Dir(path)
 	var st unix.Stat_t
@@ -172,16 +172,18 @@ func directWrites(path string) (uint64, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return 0, &os.PathError{Op: "open", Path: path, Err: unix.ENOTDIR}
 	}
-	m, err := kvfsMount(dir, &st)
-	if err != nil {
+	buf := make([]byte, 64)
+	n, err := unix.Getxattr(dir, WritesXattr, buf)
+	switch {
+	case err == nil && string(buf[:n]) == WritesDaemon:
+		return 0, fmt.Errorf("%s: %w", path, ErrStrictCapacity)
+	case err == nil && string(buf[:n]) == WritesPassthrough:
+		return st.Dev, nil
+	}
+	if _, err := kvfsMount(dir, &st); err != nil {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
-	buf := make([]byte, 64)
-	n, err := unix.Getxattr(m.Point, WritesXattr, buf)
-	if err == nil && string(buf[:n]) == WritesDaemon {
-		return 0, fmt.Errorf("%s: %w", path, ErrStrictCapacity)
-	}
-	return st.Dev, nil // unknown: the daemon's answer for the stored file decides
+	return st.Dev, nil // a kvfs that does not say: its answer for the stored file decides
 }
 
 // resolve finds and opens the stored file of the pinned object.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -84,57 +85,72 @@ func (w *Writer) Fill(f *File, size int64, fn func(off int64, b []byte) error) (
 		return 0, fmt.Errorf("%s: negative size %d", f.path, size)
 	}
 	left := size
-	return w.span(f, func(_ int64, b []byte) (int, bool, error) {
+	return w.span(f, size, func(b []byte) ([]byte, bool, error) {
 		n := int(min(int64(len(b)), left))
 		if n > 0 {
 			if err := fn(size-left, b[:n]); err != nil {
-				return 0, true, err
+				return nil, true, err
 			}
 		}
 		left -= int64(n)
-		return n, left == 0, nil
+		return b[:n], left == 0, nil
 	})
 }
 
-// Write writes p to f where its last write ended (see Fill).
+// Write writes p to f where its last write ended (see Fill). A p that
+// starts on a page boundary (Go allocates large slices so) is written
+// from where it is, without a copy into the writer's buffers.
 func (w *Writer) Write(f *File, p []byte) (int64, error) {
-	return w.Fill(f, int64(len(p)), func(off int64, b []byte) error {
-		copy(b, p[off:])
-		return nil
+	if len(p) == 0 || uintptr(unsafe.Pointer(&p[0]))%Align != 0 || !f.direct {
+		return w.Fill(f, int64(len(p)), func(off int64, b []byte) error {
+			copy(b, p[off:])
+			return nil
+		})
+	}
+	rest := p
+	return w.span(f, int64(len(p)), func(b []byte) ([]byte, bool, error) {
+		n := min(len(b), len(rest))
+		chunk := rest[:n:n]
+		rest = rest[n:]
+		return chunk, len(rest) == 0, nil
 	})
 }
 
 // ReadFrom writes what r yields, until io.EOF, to f where its last write
-// ended (see Fill).
+// ended (see Fill). Not knowing the size, it cannot preallocate it (see
+// preallocate): where the size is known, Fill and Write are faster.
 func (w *Writer) ReadFrom(f *File, r io.Reader) (int64, error) {
-	return w.span(f, func(_ int64, b []byte) (int, bool, error) {
+	return w.span(f, -1, func(b []byte) ([]byte, bool, error) {
 		n, err := io.ReadFull(r, b)
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return n, true, nil
+			return b[:n], true, nil
 		}
-		return n, false, err
+		return b[:n], false, err
 	})
 }
 
 // wslot is one buffer's trip: the write of one chunk.
 type wslot struct {
-	buf  []byte
+	buf  []byte // the buffer
+	data []byte // what is written: the buffer filled, or the caller's
 	off  int64
-	n    int // bytes of the chunk
 	done int // bytes written
 	err  error
 }
 
-// span writes the chunks produce yields, in order from where f's last
-// write ended, Depth at a time. produce fills b from the start and
-// reports how many bytes it put there and whether they are the last.
-func (w *Writer) span(f *File, produce func(off int64, b []byte) (int, bool, error)) (int64, error) {
+// span writes the chunks produce yields, size bytes in all (-1:
+// unknown), in order from where f's last write ended, Depth at a time.
+// produce is handed a free buffer and returns the bytes to write next
+// (that buffer filled, or memory of the caller's that stays put until
+// span returns, page-aligned) and whether they are the last.
+func (w *Writer) span(f *File, size int64, produce func(b []byte) ([]byte, bool, error)) (int64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	start, err := f.beginWrite()
 	if err != nil {
 		return 0, err
 	}
+	f.preallocate(start, size)
 	free := make(chan *wslot, len(w.bufs.bufs))
 	for _, b := range w.bufs.bufs {
 		free <- &wslot{buf: b}
@@ -147,7 +163,7 @@ func (w *Writer) span(f *File, produce func(off int64, b []byte) (int, bool, err
 		go func() {
 			defer workers.Done()
 			for s := range jobs {
-				s.done, s.err = fds.writeChunk(s.buf[:s.n], s.off)
+				s.done, s.err = fds.writeChunk(s.data, s.off)
 				free <- s
 			}
 		}()
@@ -167,25 +183,25 @@ func (w *Writer) span(f *File, produce func(off int64, b []byte) (int, bool, err
 	return written, f.endWrite(start, written, errors.Join(failed.err, perr))
 }
 
-// feed hands produce's chunks to the workers, each in a free buffer,
+// feed hands produce's chunks to the workers, each with a free buffer,
 // until the last or a failure; it returns where the chunks it handed out
 // end.
-func feed(off int64, produce func(int64, []byte) (int, bool, error), free chan *wslot, jobs chan<- *wslot, failed *firstFailure) (int64, error) {
+func feed(off int64, produce func([]byte) ([]byte, bool, error), free chan *wslot, jobs chan<- *wslot, failed *firstFailure) (int64, error) {
 	for {
 		s := <-free
 		if failed.note(s) {
 			free <- s
 			return off, nil
 		}
-		n, last, err := produce(off, s.buf)
-		if err != nil || n == 0 {
+		data, last, err := produce(s.buf)
+		if err != nil || len(data) == 0 {
 			free <- s
 			return off, err
 		}
-		s.off, s.n, s.done, s.err = off, n, 0, nil
+		s.data, s.off, s.done, s.err = data, off, 0, nil
 		jobs <- s
-		off += int64(n)
-		if last || n%Align != 0 {
+		off += int64(len(data))
+		if last || len(data)%Align != 0 {
 			return off, nil
 		}
 	}
@@ -250,6 +266,23 @@ func pwriteFull(fd int, b []byte, off int64) (int, error) {
 		n += m
 	}
 	return n, nil
+}
+
+// preallocate allocates, in the stored file, the size bytes a transfer
+// is about to write from start, when that is known and the file is
+// written with O_DIRECT: the store's file system then takes the writes
+// as overwrites of allocated blocks, several at once. (ext4 serialises
+// O_DIRECT writes that extend a file, each one journalling the new size:
+// 1 MiB writes four at a time ran at 0.7 of one 32 MiB write here, and
+// at 0.96 preallocated.) It is a write to the stored file like the
+// others, behind no request to the daemon: kvfs's poller sees the size
+// at once and admits it as any writer's growth (ahead of the bytes,
+// which is when eviction should run), and the close settles it. Where
+// the store refuses it, the writes extend the file as they go.
+func (f *File) preallocate(start, size int64) {
+	if size > 0 && f.direct {
+		unix.Fallocate(int(f.data.Fd()), 0, start, size)
+	}
 }
 
 // beginWrite starts a transfer into f (endWrite ends it) and says where

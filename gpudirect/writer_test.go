@@ -103,9 +103,11 @@ func TestWriteTailThroughPin(t *testing.T) {
 		if n, err := w.Write(f, want); err != nil || n != int64(size) {
 			t.Fatalf("size %d: %d, %v", size, n, err)
 		}
+		// The stored file was preallocated to size: its whole blocks,
+		// then zeros where the tail went to the pin instead.
 		body := size &^ (Align - 1)
-		if got := readFile(t, data); !bytes.Equal(got, want[:body]) {
-			t.Fatalf("size %d: the stored file holds %d bytes, want the %d of its whole blocks", size, len(got), body)
+		if got := readFile(t, data); !bytes.Equal(got, append(want[:body:body], make([]byte, size-body)...)) {
+			t.Fatalf("size %d: the stored file holds %d bytes, want the %d of its whole blocks, then zeros to %d", size, len(got), body, size)
 		}
 		wantPin := []byte{}
 		if body < size {
@@ -251,6 +253,35 @@ func TestWriteRefusedODirectFallsBack(t *testing.T) {
 		want := patterned(size, int64(size)+5)
 		if n, err := w.Write(f, want); err != nil || n != int64(size) || !bytes.Equal(readFile(t, p), want) {
 			t.Fatalf("size %d on ramfs: %d, %v", size, n, err)
+		}
+	}
+}
+
+// A page-aligned slice is written from where it is; any other goes
+// through the writer's buffers. Both land byte for byte.
+func TestWriteAlignedWithoutCopy(t *testing.T) {
+	mem, err := unix.Mmap(-1, 0, 5*8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	copy(mem, patterned(len(mem), 11))
+	w := newWriter(t, Options{Chunk: 8192, Depth: 2})
+	for _, c := range []struct {
+		p    []byte
+		copy bool
+	}{{mem, false}, {mem[:3*8192+5], false}, {mem[1:], true}} {
+		for i := range w.bufs.mem {
+			w.bufs.mem[i] = 0xAA
+		}
+		p := filepath.Join(t.TempDir(), "obj")
+		f := writerFile(t, p, p)
+		requireDirect(t, f)
+		if n, err := w.Write(f, c.p); err != nil || n != int64(len(c.p)) || !bytes.Equal(readFile(t, p), c.p) {
+			t.Fatalf("%d bytes at offset %d of a page: %d, %v", len(c.p), len(mem)-len(c.p), n, err)
+		}
+		if copied := bytes.Count(w.bufs.mem, []byte{0xAA}) != len(w.bufs.mem); copied != c.copy {
+			t.Fatalf("%d bytes: copied through the buffers %v, want %v", len(c.p), copied, c.copy)
 		}
 	}
 }
