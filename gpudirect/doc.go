@@ -31,8 +31,8 @@
 //
 // Writes follow the same route (docs/gpudirect.md has the rules):
 //
-//  1. the mount root's "user.kvfs.writes" must not be "daemon" (a mount
-//     that passes every written byte through the daemon, with
+//  1. the target directory's "user.kvfs.writes" must not be "daemon" (a
+//     mount that passes every written byte through the daemon, with
 //     --strict-capacity or without passthrough, takes no direct writes;
 //     its daemon also names no stored file to a writer, EPERM);
 //  2. open(2) the object through the mount for writing (O_WRONLY, with
@@ -40,9 +40,10 @@
 //     reservation, pins the object and marks it incomplete until close;
 //  3. fgetxattr(2) "user.kvfs.backing" on that handle, open(2) the stored
 //     file O_WRONLY|O_DIRECT and check it as for a read;
-//  4. write the whole blocks to the stored file with O_DIRECT, several in
-//     flight, and a partial last block through the handle on the mount;
-//     kvfs polls the stored file's size and admits its growth;
+//  4. preallocate the stored file where the size is known, write the
+//     whole blocks to it with O_DIRECT, several in flight, and a partial
+//     last block through the handle on the mount; kvfs polls the stored
+//     file's size and admits its growth;
 //  5. close the stored file, stat the handle with AT_STATX_FORCE_SYNC (the
 //     kernel's cached size is stale: the bytes went around the mount),
 //     then close the handle: kvfs admits the object at its final size, or

@@ -273,8 +273,8 @@ func pwriteFull(fd int, b []byte, off int64) (int, error) {
 // written with O_DIRECT: the store's file system then takes the writes
 // as overwrites of allocated blocks, several at once. (ext4 serialises
 // O_DIRECT writes that extend a file, each one journalling the new size:
-// 1 MiB writes four at a time ran at 0.7 of one 32 MiB write here, and
-// at 0.96 preallocated.) It is a write to the stored file like the
+// 1 MiB writes four at a time ran at 0.6 of one 32 MiB write here, and
+// at 0.98 preallocated; docs/gpudirect.md has the table.) It is a write to the stored file like the
 // others, behind no request to the daemon: kvfs's poller sees the size
 // at once and admits it as any writer's growth (ahead of the bytes,
 // which is when eviction should run), and the close settles it. Where

@@ -362,3 +362,36 @@ func TestGPUDirectWritePermissions(t *testing.T) {
 	}
 	assertQuietEqual(t, d)
 }
+
+// `kvfs put --direct --gpu 0` writes from device memory: with cuFile
+// (stand-ins here) by cuFileWrite, with only a CUDA runtime through host
+// buffers, with neither from host memory, saying why once; each object
+// verifies read back through the mount.
+func TestGPUDirectPutFromGPU(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	src := filepath.Join(t.TempDir(), "src")
+	want := objectBytes(src, 3<<20+4095)
+	if err := os.WriteFile(src, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	none, rtOnly, both := t.TempDir(), t.TempDir(), t.TempDir()
+	buildCUDAStubs(t, rtOnly, "libcudart.so.12")
+	buildCUDAStubs(t, both, "libcudart.so.12", "libcufile.so.0")
+	for i, c := range []struct{ libs, notice, route string }{
+		{none, "no CUDA runtime", "O_DIRECT from host buffers"},
+		{rtOnly, "cuFile unavailable", "cudaMemcpy from the GPU into host buffers, then O_DIRECT"},
+		{both, "", "cuFile from the GPU"},
+	} {
+		dst := filepath.Join(d.mp, fmt.Sprintf("gpu-%d.data", i))
+		res := runAs(t, -1, []string{"LD_LIBRARY_PATH=" + c.libs}, kvfsBin, "put", "--direct", "--gpu", "0", "--verify", src, dst)
+		lines := strings.Count(res.stderr, "\n")
+		if res.code != 0 || !strings.Contains(res.stdout, c.route) || !strings.Contains(res.stdout, "matches a read back through the mount") {
+			t.Fatalf("LD_LIBRARY_PATH=%s kvfs put --gpu 0: exit %d, want the route %q\nstdout: %s\nstderr: %s", c.libs, res.code, c.route, res.stdout, res.stderr)
+		}
+		if (c.notice == "" && lines != 0) || (c.notice != "" && (lines != 1 || !strings.Contains(res.stderr, c.notice))) {
+			t.Fatalf("libraries in %s: stderr %q; want %q said once", c.libs, res.stderr, c.notice)
+		}
+		readBackPlain(t, dst, want)
+	}
+	assertQuietEqual(t, d)
+}
