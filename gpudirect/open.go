@@ -198,6 +198,9 @@ func (f *File) resolve() error {
 		}
 	}
 	backing, err := backingPath(f.pin)
+	if errors.Is(err, ErrStrictCapacity) && f.write == nil {
+		return fmt.Errorf("%s: open for writing on a mount that names no stored file while it is (%w)", f.path, err)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.path, err)
 	}

@@ -272,6 +272,9 @@ func TestGPUDirectWriteStrictRefuses(t *testing.T) {
 	if _, err := unix.Fgetxattr(int(wr.Fd()), gpudirect.BackingXattr, buf); err != unix.EPERM {
 		t.Fatalf("a writer's %s on a strict mount: %v; want EPERM", gpudirect.BackingXattr, err)
 	}
+	if _, err := gpudirect.Open(p); !errors.Is(err, gpudirect.ErrStrictCapacity) || !strings.Contains(err.Error(), "open for writing") {
+		t.Fatalf("a direct read of an object being written on a strict mount: %v", err)
+	}
 	want := objectBytes(p, 70000)
 	if _, err := wr.Write(want); err != nil {
 		t.Fatal(err)
