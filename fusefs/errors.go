@@ -42,6 +42,10 @@ var (
 	// errNoSetAttr: extended attributes cannot be set; ENOTSUP (not
 	// ENODATA) is what lets cp -a, rsync -X and the like carry on.
 	errNoSetAttr = fmt.Errorf("kvfs keeps no extended attributes: %w", syscall.ENOTSUP)
+	// errDirectWrite: on a mount whose writers' bytes all pass through
+	// the daemon (--strict-capacity, or no passthrough), the stored file
+	// of an object open for writing is not named (see beingWritten).
+	errDirectWrite = fmt.Errorf("every written byte passes through the daemon on this mount; no direct writes: %w", syscall.EPERM)
 	// errUnsupported: an fallocate mode kvfs cannot charge.
 	errUnsupported = fmt.Errorf("not supported: %w", syscall.EOPNOTSUPP)
 	// errIsDir: the name is a directory.

@@ -25,6 +25,19 @@ type dirNode struct {
 // figures as JSON; `kvfs stats` reads it.
 const StatsXattr = "user.kvfs.stats"
 
+// WritesXattr is every directory's extended attribute that says how
+// writers' bytes reach the store: WritesPassthrough (straight to the
+// stored file, the daemon polling its size, so direct writes are admitted
+// like any other) or WritesDaemon (every byte through the daemon; the
+// stored file of an object open for writing is not named). Package
+// gpudirect asks the directory it is to create an object in, which also
+// tells it that the directory is kvfs's.
+const (
+	WritesXattr       = "user.kvfs.writes"
+	WritesPassthrough = "passthrough"
+	WritesDaemon      = "daemon"
+)
+
 func (n *dirNode) OnAdd(ctx context.Context) {
 	if n.id == blob.RootID {
 		n.fs.dirs.Store(n.id, n.EmbeddedInode())
@@ -126,10 +139,23 @@ func (n *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 }
 
 func (n *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if n.id != blob.RootID || attr != StatsXattr {
-		return 0, n.fs.errno("getxattr", errNoAttr)
+	switch {
+	case n.id == blob.RootID && attr == StatsXattr:
+		return n.fs.copyXattr(n.fs.statsJSON(), dest)
+	case attr == WritesXattr:
+		return n.fs.copyXattr([]byte(n.fs.writes()), dest)
 	}
-	return n.fs.copyXattr(n.fs.statsJSON(), dest)
+	return 0, n.fs.errno("getxattr", errNoAttr)
+}
+
+// writes is the root's WritesXattr. The core polls writers' stored files
+// exactly when the adapter serves passthrough (mount configures both
+// from one setting).
+func (f *FS) writes() string {
+	if f.cfg.Passthrough {
+		return WritesPassthrough
+	}
+	return WritesDaemon
 }
 
 func (n *dirNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {

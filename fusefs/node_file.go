@@ -281,11 +281,24 @@ func (n *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 	if attr != BackingXattr {
 		return 0, n.fs.errno("getxattr", errNoAttr)
 	}
+	if !n.fs.cfg.Passthrough && n.beingWritten() {
+		return 0, n.fs.errno("getxattr", errDirectWrite)
+	}
 	path, ok := n.fs.core.BackingPath(n.id)
 	if !ok {
 		return 0, n.fs.errno("getxattr", errNoAttr)
 	}
 	return n.fs.copyXattr([]byte(path), dest)
+}
+
+// beingWritten says whether a writer has the object open. Without
+// passthrough the core does not poll writers' stored files (every byte
+// is to pass through it), so it names no stored file while one is open:
+// a direct write (package gpudirect) would bypass the ledger.
+func (n *fileNode) beingWritten() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.writers > 0
 }
 
 func (n *fileNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {

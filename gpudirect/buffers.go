@@ -21,9 +21,9 @@ const (
 
 // Options tune the data path; the zero value takes the defaults.
 type Options struct {
-	// Chunk is the bytes per read, a multiple of Align.
+	// Chunk is the bytes per read or write, a multiple of Align.
 	Chunk int
-	// Depth is how many reads are in flight at once.
+	// Depth is how many reads or writes are in flight at once.
 	Depth int
 }
 

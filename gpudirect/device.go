@@ -31,6 +31,9 @@ type CuFile interface {
 	// Read reads size bytes at fileOff into the device buffer at
 	// ptr+bufOff and returns how many it read.
 	Read(handle, ptr uintptr, size int, fileOff, bufOff int64) (int, error)
+	// Write writes size bytes from the device buffer at ptr+bufOff at
+	// fileOff and returns how many it wrote.
+	Write(handle, ptr uintptr, size int, fileOff, bufOff int64) (int, error)
 }
 
 // Libraries are what a Loader found: each part, or why it is missing.
@@ -133,6 +136,11 @@ func (g *GPU) Free(ptr uintptr) error {
 	return g.onDevice(func() error { return g.rt.Free(ptr) })
 }
 
+// CopyToDevice copies src into device memory at dst.
+func (g *GPU) CopyToDevice(dst uintptr, src []byte) error {
+	return g.onDevice(func() error { return g.rt.CopyToDevice(dst, src) })
+}
+
 // CopyFromDevice copies device memory at src into dst.
 func (g *GPU) CopyFromDevice(dst []byte, src uintptr) error {
 	return g.onDevice(func() error { return g.rt.CopyFromDevice(dst, src) })
@@ -185,6 +193,25 @@ func (g *GPU) readCuFile(opt Options, f *File, h, dst uintptr) (int64, error) {
 		return 0, fmt.Errorf("registering device buffer: %w", err)
 	}
 	defer g.onDevice(func() error { return g.cf.BufDeregister(dst) })
+	total, _, err := g.cuFileSpan(opt, cuFileOp{"cuFileRead", g.cf.Read}, h, dst, 0, size)
+	g.direct.Add(total)
+	if err == nil && total < size {
+		err = fmt.Errorf("%s: cuFile read %d of %d bytes", f.path, total, size)
+	}
+	return total, err
+}
+
+// cuFileOp is cuFileRead or cuFileWrite.
+type cuFileOp struct {
+	name string
+	do   func(h, ptr uintptr, size int, fileOff, bufOff int64) (int, error)
+}
+
+// cuFileSpan moves size bytes between the device buffer at ptr and the
+// file at base with op, Depth calls of Chunk bytes in flight, each on a
+// thread of its own bound to the device. It returns the bytes moved and,
+// after a failure, the buffer offset before which every byte moved.
+func (g *GPU) cuFileSpan(opt Options, op cuFileOp, h, ptr uintptr, base, size int64) (int64, int64, error) {
 	offs := make(chan int64)
 	go func() {
 		defer close(offs)
@@ -193,40 +220,128 @@ func (g *GPU) readCuFile(opt Options, f *File, h, dst uintptr) (int64, error) {
 		}
 	}()
 	var total atomic.Int64
-	errs := make(chan error, opt.Depth)
+	var fail failAt
+	done := make(chan struct{}, opt.Depth)
 	for i := 0; i < opt.Depth; i++ {
 		go func() {
-			errs <- g.onDevice(func() error { return g.cuFileWorker(offs, opt.Chunk, size, h, dst, &total) })
+			err := g.onDevice(func() error { g.cuFileWorker(op, offs, opt.Chunk, size, h, ptr, base, &total, &fail); return nil })
+			if err != nil { // no device on this thread: nothing is known moved
+				fail.set(0, err)
+				for range offs {
+				}
+			}
+			done <- struct{}{}
 		}()
 	}
-	var err error
 	for i := 0; i < opt.Depth; i++ {
-		err = errors.Join(err, <-errs)
+		<-done
 	}
-	g.direct.Add(total.Load())
-	if err == nil && total.Load() < size {
-		err = fmt.Errorf("%s: cuFile read %d of %d bytes", f.path, total.Load(), size)
-	}
-	return total.Load(), err
+	return total.Load(), fail.off, fail.err
 }
 
-// cuFileWorker reads the chunks at the offsets it takes from offs; after
-// an error it only drains offs.
-func (g *GPU) cuFileWorker(offs <-chan int64, chunk int, size int64, h, dst uintptr, total *atomic.Int64) error {
-	var failed error
+// failAt is the failure at the lowest offset of a cuFile span.
+type failAt struct {
+	mu  sync.Mutex
+	off int64 // GUARDED_BY(mu)
+	err error // GUARDED_BY(mu)
+}
+
+func (f *failAt) set(off int64, err error) {
+	if err == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil || off < f.off {
+		f.off, f.err = off, err
+	}
+}
+
+// skipped records that the chunk at off was not moved, after a failure:
+// the bytes moved in order stop there at the latest.
+func (f *failAt) skipped(off int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.off = min(f.off, off)
+}
+
+func (f *failAt) failed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err != nil
+}
+
+// cuFileWorker moves the chunks at the offsets it takes from offs; after
+// a failure anywhere it only drains offs.
+func (g *GPU) cuFileWorker(op cuFileOp, offs <-chan int64, chunk int, size int64, h, ptr uintptr, base int64, total *atomic.Int64, fail *failAt) {
 	for off := range offs {
-		if failed != nil {
+		if fail.failed() {
+			fail.skipped(off)
 			continue
 		}
 		want := int(min(int64(chunk), size-off))
-		n, err := g.cf.Read(h, dst, want, off, off)
+		n, err := op.do(h, ptr, want, base+off, off)
 		switch {
 		case err != nil:
-			failed = fmt.Errorf("cuFileRead at %d: %w", off, err)
+			fail.set(off+int64(max(n, 0)), fmt.Errorf("%s at %d: %w", op.name, base+off, err))
 		case n != want:
-			failed = fmt.Errorf("cuFileRead at %d: %d of %d bytes", off, n, want)
+			fail.set(off+int64(n), fmt.Errorf("%s at %d: %d of %d bytes", op.name, base+off, n, want))
 		}
-		total.Add(int64(n))
+		total.Add(int64(max(n, 0)))
 	}
-	return failed
+}
+
+// Write writes size bytes of device memory at src to f where its last
+// write ended (see Writer.Fill): the whole blocks with cuFile where it
+// takes the stored file, with w's chunk size and depth, else through w's
+// buffers and a copy; a partial last block always through host memory
+// and the mount.
+func (g *GPU) Write(w *Writer, f *File, src uintptr, size int64) (int64, error) {
+	if g.cf != nil && size >= Align {
+		h, err := g.register(f)
+		if err == nil {
+			defer g.onDevice(func() error { g.cf.HandleDeregister(h); return nil })
+			return g.writeCuFile(w, f, h, src, size)
+		}
+		g.say(fmt.Sprintf("cuFile refuses the stored file (%v); objects it refuses are written through host buffers", err))
+	}
+	n, err := w.Fill(f, size, func(off int64, b []byte) error {
+		return g.onDevice(func() error { return g.rt.CopyFromDevice(b, src+uintptr(off)) })
+	})
+	g.host.Add(n)
+	return n, err
+}
+
+// writeCuFile writes the whole blocks of [src, src+size) with cuFile
+// and the rest through host memory and the mount.
+func (g *GPU) writeCuFile(w *Writer, f *File, h, src uintptr, size int64) (int64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	start, err := f.beginWrite()
+	if err != nil {
+		return 0, err
+	}
+	f.preallocate(start, size)
+	body := size &^ (Align - 1)
+	err = g.onDevice(func() error { return g.cf.BufRegister(src, int(body)) })
+	if err != nil {
+		return 0, f.endWrite(start, 0, fmt.Errorf("registering device buffer: %w", err))
+	}
+	total, failOff, err := g.cuFileSpan(w.opt, cuFileOp{"cuFileWrite", g.cf.Write}, h, src, start, body)
+	g.onDevice(func() error { return g.cf.BufDeregister(src) })
+	g.direct.Add(total)
+	written := body
+	if err != nil {
+		written = failOff
+	} else if body < size {
+		tail := make([]byte, size-body)
+		err = g.CopyFromDevice(tail, src+uintptr(body))
+		if err == nil {
+			var n int
+			n, err = pwriteFull(int(f.pin.Fd()), tail, start+body)
+			written += int64(n)
+			g.host.Add(int64(n))
+		}
+	}
+	return written, f.endWrite(start, written, err)
 }

@@ -80,6 +80,7 @@ type fakeCuFile struct {
 	refuse   error
 	mu       sync.Mutex
 	reads    map[int64]int // file offset -> size read
+	writes   map[int64]int // file offset -> size written
 	handles  int
 	bufs     int
 	closed   bool
@@ -119,9 +120,26 @@ func (c *fakeCuFile) Read(h, p uintptr, size int, fileOff, bufOff int64) (int, e
 	return n, err
 }
 
+func (c *fakeCuFile) Write(h, p uintptr, size int, fileOff, bufOff int64) (int, error) {
+	if c.readFail {
+		return 0, &CuFileError{Call: "cuFileWrite", Code: 5011}
+	}
+	if size%Align != 0 || fileOff%Align != 0 {
+		return 0, &CuFileError{Call: "cuFileWrite", Code: 5022}
+	}
+	c.mu.Lock()
+	c.writes[fileOff] = size
+	c.mu.Unlock()
+	bounce := make([]byte, size+Align)
+	off := Align - int(uintptr(unsafe.Pointer(&bounce[0]))%Align)
+	b := bounce[off : off+size]
+	copy(b, c.rt.mem(p+uintptr(bufOff), size))
+	return unix.Pwrite(int(h-1), b, fileOff)
+}
+
 func fakeLibs(withCuFile bool) (*fakeRuntime, *fakeCuFile, Loader) {
 	rt := newFakeRuntime()
-	cf := &fakeCuFile{rt: rt, reads: map[int64]int{}}
+	cf := &fakeCuFile{rt: rt, reads: map[int64]int{}, writes: map[int64]int{}}
 	return rt, cf, func() Libraries {
 		l := Libraries{Runtime: rt}
 		if withCuFile {

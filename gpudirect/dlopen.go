@@ -107,6 +107,7 @@ type cuFileLib struct {
 	bufRegister      func(ptr, length uintptr, flags int32) cuFileError
 	bufDeregister    func(ptr uintptr) cuFileError
 	read             func(fh, ptr, size uintptr, fileOff, bufOff int64) int64
+	write            func(fh, ptr, size uintptr, fileOff, bufOff int64) int64
 }
 
 var _ CuFile = (*cuFileLib)(nil)
@@ -125,6 +126,7 @@ func loadCuFile(names []string) (*cuFileLib, error) {
 		"cuFileBufRegister":                      &c.bufRegister,
 		"cuFileBufDeregister":                    &c.bufDeregister,
 		"cuFileRead":                             &c.read,
+		"cuFileWrite":                            &c.write,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", names[0], err)
@@ -161,6 +163,19 @@ func (c *cuFileLib) Read(h, ptr uintptr, size int, fileOff, bufOff int64) (int, 
 		return 0, errors.New("cuFileRead: file system error")
 	case n < 0:
 		return 0, &CuFileError{Call: "cuFileRead", Code: int(-n)}
+	}
+	return int(n), nil
+}
+
+// Write is cuFileWrite: the bytes written; -1 for a file system error,
+// or minus a CUfileOpError, as Read.
+func (c *cuFileLib) Write(h, ptr uintptr, size int, fileOff, bufOff int64) (int, error) {
+	n := c.write(h, ptr, uintptr(size), fileOff, bufOff)
+	switch {
+	case n == -1:
+		return 0, errors.New("cuFileWrite: file system error")
+	case n < 0:
+		return 0, &CuFileError{Call: "cuFileWrite", Code: int(-n)}
 	}
 	return int(n), nil
 }

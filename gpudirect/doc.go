@@ -29,8 +29,23 @@
 // modes; so the store's own check at step 3 is the mount's check again,
 // plus the store directory's ancestors (only ever stricter).
 //
-// Writes through the direct path are not offered yet (the daemon settles
-// a writer's charge at close, from the stored file's size, in a write
-// path being rewritten); OpenFile takes the open flags so that they can
-// be added without changing the API.
+// Writes follow the same route (docs/gpudirect.md has the rules):
+//
+//  1. the target directory's "user.kvfs.writes" must not be "daemon" (a
+//     mount that passes every written byte through the daemon, with
+//     --strict-capacity or without passthrough, takes no direct writes;
+//     its daemon also names no stored file to a writer, EPERM);
+//  2. open(2) the object through the mount for writing (O_WRONLY, with
+//     O_CREAT, O_EXCL, O_TRUNC as wanted): kvfs admits the writer's
+//     reservation, pins the object and marks it incomplete until close;
+//  3. fgetxattr(2) "user.kvfs.backing" on that handle, open(2) the stored
+//     file O_WRONLY|O_DIRECT and check it as for a read;
+//  4. preallocate the stored file where the size is known, write the
+//     whole blocks to it with O_DIRECT, several in flight, and a partial
+//     last block through the handle on the mount; kvfs polls the stored
+//     file's size and admits its growth;
+//  5. close the stored file, stat the handle with AT_STATX_FORCE_SYNC (the
+//     kernel's cached size is stale: the bytes went around the mount),
+//     then close the handle: kvfs admits the object at its final size, or
+//     fails that close with ENOSPC and removes it.
 package gpudirect

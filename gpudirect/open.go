@@ -15,6 +15,16 @@ import (
 // that names its stored file (kvfs's fusefs.BackingXattr).
 const BackingXattr = "user.kvfs.backing"
 
+// WritesXattr is the attribute of every directory on a kvfs mount that
+// says how writers' bytes reach the store (kvfs's fusefs.WritesXattr):
+// WritesPassthrough, where direct writes are admitted like any writer's,
+// or WritesDaemon, where every byte must pass through the daemon.
+const (
+	WritesXattr       = "user.kvfs.writes"
+	WritesPassthrough = "passthrough"
+	WritesDaemon      = "daemon"
+)
+
 // Align is the alignment of O_DIRECT offsets, lengths and buffers.
 const Align = 4096
 
@@ -25,12 +35,19 @@ var (
 	// through the mount (renamed or rewritten meanwhile); opening again
 	// finds the new one.
 	ErrChanged = errors.New("stored file does not match the object opened through the mount")
-	// ErrWriteUnsupported is OpenFile's answer to a write mode, for now.
-	ErrWriteUnsupported = errors.New("writes through the direct path are not supported yet")
+	// ErrMode is OpenFile's answer to flags the direct path does not
+	// take: O_RDWR, O_APPEND.
+	ErrMode = errors.New("the direct path opens an object either read-only or write-only, without O_APPEND")
+	// ErrStrictCapacity means the mount passes every written byte
+	// through its daemon (kvfs mount --strict-capacity, --no-passthrough,
+	// or not root), so it allows no direct writes: write through the
+	// mount instead.
+	ErrStrictCapacity = errors.New("the kvfs mount passes every written byte through its daemon (--strict-capacity or no passthrough): no direct writes; write through the mount")
 )
 
 // File is one object opened for the direct path: a handle through the
-// mount, which pins the object, and its stored file.
+// mount, which pins the object (and, for a writer, holds its reservation
+// and is what publishes it at Close), and its stored file.
 type File struct {
 	path    string
 	pin     *os.File
@@ -39,6 +56,11 @@ type File struct {
 	size    int64
 	direct  bool
 	why     string // why data is not O_DIRECT, when it is not
+	write   *writeState
+	// dev is a device found to be a kvfs mount's before the open (a
+	// writer's directory's), so that the open file on it needs no
+	// second look at the mount table.
+	dev uint64
 }
 
 // resolveTries bounds how often Open retries a stored file that changed
@@ -46,21 +68,40 @@ type File struct {
 const resolveTries = 3
 
 // Open opens an object for reading over the direct path.
-func Open(path string) (*File, error) { return OpenFile(path, os.O_RDONLY) }
+func Open(path string) (*File, error) { return OpenFile(path, os.O_RDONLY, 0) }
 
-// OpenFile is Open with open(2) flags; only O_RDONLY is supported now.
-// A direct writer will open the mount for writing (the reservation and
-// the pin), write the stored file with O_DIRECT, and have its charge
-// settled from the stored file's size when the mount handle closes.
-func OpenFile(path string, flag int) (*File, error) {
-	if flag&(os.O_WRONLY|os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_TRUNC) != 0 {
-		return nil, &os.PathError{Op: "open", Path: path, Err: ErrWriteUnsupported}
+// Create creates or truncates an object for writing over the direct path
+// (see OpenFile), with mode 0644 before the umask.
+func Create(path string) (*File, error) {
+	return OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+}
+
+// OpenFile opens an object over the direct path, with the flags and
+// permissions of os.OpenFile: os.O_RDONLY to read, or os.O_WRONLY with
+// any of os.O_CREATE, os.O_EXCL, os.O_TRUNC to write. A writer's handle
+// on the mount admits its reservation when it opens, and its Close
+// publishes the object at the size written, or refuses it (ENOSPC) and
+// removes it; see Writer.
+func OpenFile(path string, flag int, perm os.FileMode) (*File, error) {
+	if flag&(os.O_RDWR|os.O_APPEND) != 0 || flag&(os.O_WRONLY|os.O_RDWR) == 0 && flag&(os.O_CREATE|os.O_TRUNC|os.O_EXCL) != 0 {
+		return nil, &os.PathError{Op: "open", Path: path, Err: ErrMode}
 	}
-	pin, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOCTTY, 0)
+	write := flag&os.O_WRONLY != 0
+	var dev uint64
+	if write {
+		var err error
+		if dev, err = directWrites(path); err != nil {
+			return nil, err
+		}
+	}
+	pin, err := os.OpenFile(path, flag|unix.O_NOCTTY, perm)
 	if err != nil {
 		return nil, err
 	}
-	f := &File{path: path, pin: pin}
+	f := &File{path: path, pin: pin, dev: dev}
+	if write {
+		f.write = &writeState{}
+	}
 	for try := 1; ; try++ {
 		err = f.resolve()
 		if err == nil || !errors.Is(err, ErrChanged) || try == resolveTries {
@@ -70,6 +111,9 @@ func OpenFile(path string, flag int) (*File, error) {
 	if err != nil {
 		pin.Close()
 		return nil, err
+	}
+	if write {
+		f.write.openSize = f.size
 	}
 	return f, nil
 }
@@ -84,23 +128,62 @@ func Check(path string) error {
 	return kvfsFile(path, &st)
 }
 
-// kvfsFile requires st, of path, to be a regular file on a kvfs mount:
-// its device must be a fuse.kvfs mount's.
+// kvfsFile requires st, of path, to be a regular file on a kvfs mount.
 func kvfsFile(path string, st *unix.Stat_t) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s: not a regular file: %w", path, ErrNotKVFS)
 	}
+	_, err := kvfsMount(path, st)
+	return err
+}
+
+// kvfsMount is the kvfs mount that st, of path, is on: its device must
+// be a fuse.kvfs mount's.
+func kvfsMount(path string, st *unix.Stat_t) (mountinfo.Entry, error) {
 	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-	fstype := "unknown"
+	var found mountinfo.Entry
 	for _, m := range mountinfo.Read() {
 		if m.Dev == dev {
-			fstype = m.FSType
+			found = m
 		}
 	}
-	if fstype != "fuse.kvfs" {
-		return fmt.Errorf("%s: %w (its file system is %s)", path, ErrNotKVFS, fstype)
+	if found.FSType != "fuse.kvfs" {
+		fstype := found.FSType
+		if fstype == "" {
+			fstype = "unknown"
+		}
+		return found, fmt.Errorf("%s: %w (its file system is %s)", path, ErrNotKVFS, fstype)
 	}
-	return nil
+	return found, nil
+}
+
+// directWrites checks, before anything is created, that path's directory
+// is on a kvfs mount that takes direct writes: kvfs answers WritesXattr
+// on every directory. The daemon enforces the rule itself (it names no
+// stored file to a writer on a mount that passes every byte through
+// it); asking first creates no empty object and takes no reservation for
+// nothing. It returns the mount's device.
+func directWrites(path string) (uint64, error) {
+	dir := filepath.Dir(path)
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, &os.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return 0, &os.PathError{Op: "open", Path: path, Err: unix.ENOTDIR}
+	}
+	buf := make([]byte, 64)
+	n, err := unix.Getxattr(dir, WritesXattr, buf)
+	switch {
+	case err == nil && string(buf[:n]) == WritesDaemon:
+		return 0, fmt.Errorf("%s: %w", path, ErrStrictCapacity)
+	case err == nil && string(buf[:n]) == WritesPassthrough:
+		return st.Dev, nil
+	}
+	if _, err := kvfsMount(dir, &st); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return st.Dev, nil // a kvfs that does not say: its answer for the stored file decides
 }
 
 // resolve finds and opens the stored file of the pinned object.
@@ -109,10 +192,15 @@ func (f *File) resolve() error {
 	if err := unix.Fstat(int(f.pin.Fd()), &st); err != nil {
 		return &os.PathError{Op: "fstat", Path: f.path, Err: err}
 	}
-	if err := kvfsFile(f.path, &st); err != nil {
-		return err
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != f.dev {
+		if err := kvfsFile(f.path, &st); err != nil {
+			return err
+		}
 	}
 	backing, err := backingPath(f.pin)
+	if errors.Is(err, ErrStrictCapacity) && f.write == nil {
+		return fmt.Errorf("%s: open for writing on a mount that names no stored file while it is (%w)", f.path, err)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.path, err)
 	}
@@ -136,6 +224,8 @@ func backingPath(pin *os.File) (string, error) {
 		case err == unix.ERANGE:
 			buf = make([]byte, 2*len(buf))
 			continue
+		case err == unix.EPERM:
+			return "", ErrStrictCapacity
 		case err == unix.ENODATA || err == unix.ENOTSUP:
 			return "", fmt.Errorf("kvfs names no stored file for it (%s: %v): %w", BackingXattr, err, ErrNotKVFS)
 		case err != nil:
@@ -151,13 +241,17 @@ func backingPath(pin *os.File) (string, error) {
 
 // openData opens the stored file with O_DIRECT, or plain where the
 // store's file system refuses O_DIRECT (EINVAL: tmpfs before Linux 6.6,
-// ramfs, some network file systems).
+// ramfs, some network file systems). A writer's is opened write-only,
+// never truncated or created: the open through the mount did that.
 func (f *File) openData(backing string) error {
-	flags := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NOCTTY
+	flags, verb := unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NOCTTY, "reading"
+	if f.write != nil {
+		flags, verb = flags&^unix.O_RDONLY|unix.O_WRONLY, "writing"
+	}
 	fd, err := unix.Open(backing, flags|unix.O_DIRECT, 0)
 	f.direct = err == nil
 	if err == unix.EINVAL {
-		f.why = "the store's file system refuses O_DIRECT (EINVAL); reading through its page cache"
+		f.why = "the store's file system refuses O_DIRECT (EINVAL); " + verb + " through its page cache"
 		fd, err = unix.Open(backing, flags, 0)
 	}
 	if err != nil {
@@ -207,12 +301,20 @@ func (f *File) Direct() (bool, string) { return f.direct, f.why }
 // reads); it stays valid until Close.
 func (f *File) Fd() int { return int(f.data.Fd()) }
 
+// Writable reports whether f was opened for writing.
+func (f *File) Writable() bool { return f.write != nil }
+
 // Close closes the stored file, then the handle on the mount, which
-// releases the pin.
+// releases the pin. A writer's close is where kvfs admits the object at
+// the size written: an error wrapping syscall.ENOSPC means it could not
+// be, and kvfs removed it (nothing over the capacity is published).
 func (f *File) Close() error {
 	err := f.data.Close()
-	if perr := f.pin.Close(); err == nil {
-		err = perr
+	if f.write != nil {
+		err = errors.Join(err, f.refreshAttrs())
+	}
+	if perr := f.pin.Close(); perr != nil {
+		return errors.Join(perr, err)
 	}
 	return err
 }

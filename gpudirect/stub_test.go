@@ -67,6 +67,20 @@ func TestLoadLibrariesThroughPurego(t *testing.T) {
 			t.Fatalf("size %d: the stub saw %d cuFileRead calls, want %d", size, reads, (size+8191)/8192)
 		}
 	}
+	w := newWriter(t, Options{Chunk: 8192, Depth: 3})
+	for _, size := range []int{8192*5 + 17, 3 * 8192} {
+		want := patterned(size, int64(size)+3)
+		p := filepath.Join(t.TempDir(), "written")
+		f := writerFile(t, p, p)
+		requireDirect(t, f)
+		before := stubCounter(t, cufile, "stub_cufile_writes")
+		if n, err := g.Write(w, f, toDevice(t, g, want), int64(size)); err != nil || n != int64(size) || !bytes.Equal(readFile(t, p), want) {
+			t.Fatalf("size %d through the stub cuFileWrite: %d, %v", size, n, err)
+		}
+		if writes := stubCounter(t, cufile, "stub_cufile_writes") - before; writes != int64(size/8192) {
+			t.Fatalf("size %d: the stub saw %d cuFileWrite calls, want %d", size, writes, size/8192)
+		}
+	}
 	if h, b := stubCounter(t, cufile, "stub_cufile_open_handles"), stubCounter(t, cufile, "stub_cufile_open_bufs"); h != 0 || b != 0 {
 		t.Fatalf("left registered: %d handles, %d buffers", h, b)
 	}

@@ -22,6 +22,11 @@ func TestGPUDirectXattrName(t *testing.T) {
 	if gpudirect.BackingXattr != fusefs.BackingXattr {
 		t.Fatalf("gpudirect asks for %q, kvfs answers %q", gpudirect.BackingXattr, fusefs.BackingXattr)
 	}
+	if gpudirect.WritesXattr != fusefs.WritesXattr || gpudirect.WritesDaemon != fusefs.WritesDaemon ||
+		gpudirect.WritesPassthrough != fusefs.WritesPassthrough {
+		t.Fatalf("gpudirect asks for %q (%q, %q), kvfs answers %q (%q, %q)", gpudirect.WritesXattr, gpudirect.WritesDaemon,
+			gpudirect.WritesPassthrough, fusefs.WritesXattr, fusefs.WritesDaemon, fusefs.WritesPassthrough)
+	}
 }
 
 // directRead opens path over the direct path and streams it whole.
@@ -206,8 +211,8 @@ func TestGPUDirectBadPaths(t *testing.T) {
 	if _, err := gpudirect.Open(d.mp); !errors.Is(err, gpudirect.ErrNotKVFS) {
 		t.Fatalf("Open of the mount's root directory: %v", err)
 	}
-	if _, err := gpudirect.OpenFile(filepath.Join(d.mp, "x"), os.O_WRONLY|os.O_CREATE); !errors.Is(err, gpudirect.ErrWriteUnsupported) {
-		t.Fatalf("OpenFile for writing: %v", err)
+	if _, err := gpudirect.OpenFile(filepath.Join(d.mp, "x"), os.O_RDWR|os.O_CREATE, 0o644); !errors.Is(err, gpudirect.ErrMode) {
+		t.Fatalf("OpenFile for reading and writing: %v", err)
 	}
 	for _, c := range []struct{ path, says string }{
 		{filepath.Join(d.mp, "absent.data"), "no such file"},

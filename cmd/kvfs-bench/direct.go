@@ -77,7 +77,7 @@ func (b *bench) directRows() error {
 	b.pairRow(mDirectMount, t.mode, samples[0], samples[2], nil)
 	o := r.Options()
 	b.note("direct rows: the plain column is a raw O_DIRECT read of the same stored files (open, one pread of the whole object, close); gpudirect reads %dKiB x %d in flight, its time including the pin, the xattr and the identity check", o.Chunk>>10, o.Depth)
-	return nil
+	return b.directWriteRows(t)
 }
 
 // directTarget is the kvfs mount the direct rows use: passthrough if one.

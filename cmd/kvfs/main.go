@@ -23,6 +23,7 @@ const usage = `usage:
   kvfs stats [--json | --watch [--interval D] [--count N]] MOUNTPOINT
   kvfs fsck --store DIR [--repair] [--json]
   kvfs cat --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] PATH...
+  kvfs put --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] SRC DST
 Run "kvfs COMMAND -h" for a command's flags.`
 
 func main() {
@@ -43,6 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"stats":   cmdStats,
 		"fsck":    cmdFsck,
 		"cat":     cmdCat,
+		"put":     cmdPut,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok && isHelperForm(args) {

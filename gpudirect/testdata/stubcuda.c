@@ -1,7 +1,7 @@
 /* Stand-ins for libcufile.so.0 and libcudart.so.12 with the C signatures
  * of NVIDIA's headers (cufile.h, cuda_runtime_api.h), for gpudirect's
  * tests on machines without a GPU: "device memory" is host memory, and
- * cuFileRead is pread(2). Built twice by the tests, with -DSTUB_CUFILE
+ * cuFileRead is pread(2), cuFileWrite pwrite(2). Built twice by the tests, with -DSTUB_CUFILE
  * and with -DSTUB_CUDART. The stub cuFile refuses descriptors without
  * O_DIRECT, as cuFile does outside its compatibility mode. */
 #define _GNU_SOURCE
@@ -23,9 +23,10 @@ typedef struct {
 typedef void *CUfileHandle_t;
 
 static int opened;
-static long reads, registered_bufs, registered_handles;
+static long reads, writes, registered_bufs, registered_handles;
 
 long stub_cufile_reads(void) { return reads; }
+long stub_cufile_writes(void) { return writes; }
 long stub_cufile_open_handles(void) { return registered_handles; }
 long stub_cufile_open_bufs(void) { return registered_bufs; }
 
@@ -77,6 +78,25 @@ ssize_t cuFileRead(CUfileHandle_t fh, void *base, size_t size, off_t off, off_t 
 		got += n;
 	}
 	return got;
+}
+
+/* cuFileWrite of whole blocks only: a partial block through O_DIRECT
+ * is the caller's to avoid (gpudirect writes it through the mount). */
+ssize_t cuFileWrite(CUfileHandle_t fh, const void *base, size_t size, off_t off, off_t boff) {
+	int fd = (int)(long)fh - 1;
+	writes++;
+	if (size % 4096 || off % 4096) return -5022;
+	void *bounce;
+	if (posix_memalign(&bounce, 4096, size ? size : 4096)) return -5030;
+	memcpy(bounce, (const char *)base + boff, size);
+	size_t put = 0;
+	while (put < size) {
+		ssize_t n = pwrite(fd, (char *)bounce + put, size - put, off + put);
+		if (n <= 0) { free(bounce); return -1; }
+		put += n;
+	}
+	free(bounce);
+	return put;
 }
 #endif
 

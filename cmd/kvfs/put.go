@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/kvfs/kvfs/gpudirect"
+	"github.com/kvfs/kvfs/mount"
+)
+
+// putJob is one `kvfs put --direct` run.
+type putJob struct {
+	out    io.Writer
+	w      *gpudirect.Writer
+	gpu    *gpudirect.GPU // nil: from host memory
+	verify bool
+}
+
+func cmdPut(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("put", flag.ContinueOnError)
+	direct := fs.Bool("direct", false, "write through the direct path (open through the mount, O_DIRECT on the stored file); required")
+	gpu := fs.Int("gpu", -1, "write from this GPU's memory (SRC is copied there first): cuFile where present, else a copy and host buffers")
+	chunk := int64(gpudirect.DefaultChunk)
+	fs.Var(sizeFlag{&chunk}, "chunk", "bytes per write, a multiple of 4096, like 4MiB")
+	depth := fs.Int("depth", gpudirect.DefaultDepth, "writes in flight")
+	verify := fs.Bool("verify", false, "read DST back plainly through the mount and compare CRC-32C checksums")
+	args, err := parse(fs, args, 2, "SRC and DST")
+	if err != nil {
+		return err
+	}
+	if !*direct {
+		return mount.Usagef("--direct is required (kvfs put writes only through the direct path; plain writes are cp(1))")
+	}
+	if *gpu < -1 || chunk > 1<<30 || *depth <= 0 {
+		return mount.Usagef("--gpu %d --chunk %d --depth %d: want a device ordinal, a chunk of at most 1GiB and a depth of at least 1", *gpu, chunk, *depth)
+	}
+	data, err := readSource(args[0])
+	if err != nil {
+		return err
+	}
+	w, err := gpudirect.NewWriter(gpudirect.Options{Chunk: int(chunk), Depth: *depth})
+	if err != nil {
+		return mount.Usagef("%v", err)
+	}
+	defer w.Close()
+	job := &putJob{out: stdout, w: w, verify: *verify}
+	if locked, why := w.Locked(); !locked {
+		putNotice(why)
+	}
+	if *gpu >= 0 {
+		if job.gpu, err = openPutGPU(*gpu); err != nil {
+			return err
+		}
+		if job.gpu != nil {
+			defer job.gpu.Close()
+		}
+	}
+	return job.run(data, args[1])
+}
+
+// readSource reads SRC ("-": standard input) whole: the transfer timed
+// is the write, not the read of its source.
+func readSource(src string) ([]byte, error) {
+	if src == "-" {
+		return io.ReadAll(os.Stdin)
+	}
+	data, err := os.ReadFile(src)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.EISDIR) || errors.Is(err, os.ErrPermission) {
+		return nil, mount.Usagef("SRC %v", err)
+	}
+	return data, err
+}
+
+func putNotice(msg string) { fmt.Fprintf(os.Stderr, "kvfs put: %s\n", msg) }
+
+// openPutGPU opens device n; without a CUDA runtime it says so and
+// returns nil (host memory serves).
+func openPutGPU(n int) (*gpudirect.GPU, error) {
+	g, err := gpudirect.OpenGPU(n, gpudirect.SystemLibraries, putNotice)
+	if errors.Is(err, gpudirect.ErrNoRuntime) {
+		putNotice(fmt.Sprintf("--gpu %d: %v; writing from host memory instead", n, err))
+		return nil, nil
+	}
+	return g, err
+}
+
+// run writes data to dst over the direct path; the time is from the open
+// through the mount to its close, where kvfs admits the object.
+func (j *putJob) run(data []byte, dst string) error {
+	var dev uintptr
+	if j.gpu != nil {
+		var err error
+		if dev, err = j.toDevice(data); err != nil {
+			return err
+		}
+		defer j.gpu.Free(dev)
+	}
+	start := time.Now()
+	f, err := gpudirect.Create(dst)
+	if errors.Is(err, gpudirect.ErrNotKVFS) || errors.Is(err, os.ErrNotExist) {
+		return mount.Usagef("DST %v", err)
+	}
+	if err != nil {
+		return err
+	}
+	n, how, err := j.write(f, data, dev)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	d := time.Since(start)
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%s: %w (kvfs could not admit %d bytes and removed the object)", dst, err, len(data))
+	}
+	if err != nil {
+		return err
+	}
+	if n != int64(len(data)) {
+		return fmt.Errorf("%s: wrote %d bytes of %d", dst, n, len(data))
+	}
+	line := fmt.Sprintf("%s: %d bytes in %v, %s, %s", dst, n, d.Round(time.Microsecond), rate(n, d), how)
+	if j.verify {
+		want := crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))
+		got, err := plainSum(dst)
+		if err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("%s: checksum %08x read back through the mount, %08x written", dst, got, want)
+		}
+		line += fmt.Sprintf("; crc32c %08x matches a read back through the mount", got)
+	}
+	fmt.Fprintln(j.out, line)
+	return nil
+}
+
+// write writes data (or its copy on the GPU, at dev) to f.
+func (j *putJob) write(f *gpudirect.File, data []byte, dev uintptr) (int64, string, error) {
+	o := j.w.Options()
+	how := "O_DIRECT"
+	if direct, _ := f.Direct(); !direct {
+		how = "buffered (the store refuses O_DIRECT)"
+	}
+	if j.gpu == nil {
+		n, err := j.w.Write(f, data)
+		return n, fmt.Sprintf("%s from host buffers (%s x %d)", how, sizeName(o.Chunk), o.Depth), err
+	}
+	before, _ := j.gpu.Moved()
+	n, err := j.gpu.Write(j.w, f, dev, int64(len(data)))
+	route := "cudaMemcpy from the GPU into host buffers, then " + how
+	if after, _ := j.gpu.Moved(); after > before {
+		route = "cuFile from the GPU"
+	}
+	return n, route, err
+}
+
+// toDevice copies data into fresh device memory, untimed.
+func (j *putJob) toDevice(data []byte) (uintptr, error) {
+	dev, err := j.gpu.Alloc(len(data))
+	if err != nil {
+		return 0, err
+	}
+	if err := j.gpu.CopyToDevice(dev, data); err != nil {
+		j.gpu.Free(dev)
+		return 0, err
+	}
+	return dev, nil
+}

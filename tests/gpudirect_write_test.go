@@ -1,0 +1,400 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/kvfs/kvfs/gpudirect"
+	"golang.org/x/sys/unix"
+)
+
+func newWriter(t *testing.T, opt gpudirect.Options) *gpudirect.Writer {
+	t.Helper()
+	w, err := gpudirect.NewWriter(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// directWrite creates path over the direct path, writes data and closes
+// it, returning the close's error (where kvfs admits or refuses it).
+func directWrite(t *testing.T, w *gpudirect.Writer, path string, data []byte) error {
+	t.Helper()
+	f, err := gpudirect.Create(path)
+	if err != nil {
+		t.Fatalf("gpudirect.Create(%s): %v", path, err)
+	}
+	if ok, why := f.Direct(); !ok {
+		f.Close()
+		t.Fatalf("%s: the stored file was not opened with O_DIRECT: %s", path, why)
+	}
+	if n, err := w.Write(f, data); err != nil || n != int64(len(data)) {
+		f.Close()
+		t.Fatalf("writing %s: %d of %d bytes, %v", path, n, len(data), err)
+	}
+	return f.Close()
+}
+
+// readBackPlain requires path, read plainly through the mount and
+// stat'ed there, to be exactly want.
+func readBackPlain(t *testing.T, path string, want []byte) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil || st.Size != int64(len(want)) {
+		t.Fatalf("stat %s through the mount: size %d, %v; want %d", path, st.Size, err, len(want))
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("reading %s back through the mount: %d bytes, equal %v, %v", path, len(got), bytes.Equal(got, want), err)
+	}
+}
+
+// Objects of odd sizes written over the direct path read back byte for
+// byte through the mount (and over the direct path), with the size the
+// mount reports right; each is charged exactly its size rounded up to a
+// block once closed, with nothing left reserved or pinned; and du == df
+// == used_bytes == the store's bytes.
+func TestGPUDirectWriteOddSizes(t *testing.T) {
+	d := mountCache(t, "--capacity", "512MiB")
+	w := newWriter(t, gpudirect.Options{Chunk: 64 << 10, Depth: 3})
+	r := newReader(t, gpudirect.Options{Chunk: 64 << 10, Depth: 3})
+	var charged int64
+	for _, size := range directSizes {
+		p := filepath.Join(d.mp, fmt.Sprintf("obj-%d.data", size))
+		want := objectBytes(p, size)
+		if err := directWrite(t, w, p, want); err != nil {
+			t.Fatalf("closing %s (%d bytes): %v", p, size, err)
+		}
+		charged += ceil4096(int64(size))
+		st := stats(t, d.mp)
+		// The close (FLUSH) settles the charge before it returns; the
+		// pin goes with RELEASE, after it (assertQuietEqual waits).
+		if st.UsedBytes != charged || st.ReservedBytes != 0 || st.UnadmittedBytes != 0 {
+			t.Fatalf("after closing %d bytes: used %d (want %d), reserved %d, unadmitted %d",
+				size, st.UsedBytes, charged, st.ReservedBytes, st.UnadmittedBytes)
+		}
+		readBackPlain(t, p, want)
+		if got := directRead(t, r, p); !bytes.Equal(got, want) {
+			t.Fatalf("size %d: %d bytes back over the direct read path", size, len(got))
+		}
+	}
+	if st := assertQuietEqual(t, d); st.Stores != int64(len(directSizes)) || st.Objects != int64(len(directSizes)) {
+		t.Fatalf("%d stores, %d objects; want %d of each", st.Stores, st.Objects, len(directSizes))
+	}
+}
+
+// `kvfs put --direct --verify` writes an object over the direct path and
+// checks it read back through the mount; bad input is one line, exit 2.
+func TestGPUDirectPutCommand(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	src := filepath.Join(t.TempDir(), "src")
+	for _, size := range []int{0, 4097, 5<<20 + 3} {
+		want := objectBytes(src, size)
+		if err := os.WriteFile(src, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(d.mp, fmt.Sprintf("put-%d.data", size))
+		res := runKvfs(t, "put", "--direct", "--verify", "--chunk", "256KiB", "--depth", "2", src, dst)
+		if res.code != 0 || !strings.Contains(res.stdout, fmt.Sprintf("%s: %d bytes in", dst, size)) ||
+			!strings.Contains(res.stdout, "matches a read back through the mount") || !strings.Contains(res.stdout, "O_DIRECT") {
+			t.Fatalf("kvfs put --direct (%d bytes): exit %d\nstdout: %s\nstderr: %s", size, res.code, res.stdout, res.stderr)
+		}
+		readBackPlain(t, dst, want)
+	}
+	plain := filepath.Join(t.TempDir(), "plain")
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"put", src, filepath.Join(d.mp, "x")}, "--direct is required"},
+		{[]string{"put", "--direct", src}, "want SRC and DST"},
+		{[]string{"put", "--direct", filepath.Join(d.mp, "absent"), filepath.Join(d.mp, "x")}, "no such file"},
+		{[]string{"put", "--direct", src, plain}, "not a file on a kvfs mount"},
+		{[]string{"put", "--direct", src, filepath.Join(d.mp, "nodir", "x")}, "no such file"},
+		{[]string{"put", "--direct", "--chunk", "5000", src, filepath.Join(d.mp, "x")}, "multiple of 4096"},
+		{[]string{"put", "--direct", "--depth", "0", src, filepath.Join(d.mp, "x")}, "depth"},
+		{[]string{"put", "--direct", "--bogus", src, filepath.Join(d.mp, "x")}, "bogus"},
+	} {
+		res := runKvfs(t, c.args...)
+		if res.code != 2 || strings.Count(res.stderr, "\n") != 1 || !strings.Contains(res.stderr, c.says) {
+			t.Fatalf("kvfs %v: exit %d, stderr %q; want exit 2 and one line saying %q", c.args, res.code, res.stderr, c.says)
+		}
+	}
+	if _, err := os.Stat(plain); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("kvfs put to a path outside kvfs created it: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(d.mp, "x")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused kvfs put left an object: %v", err)
+	}
+	assertQuietEqual(t, d)
+}
+
+// A direct write into a full cache is admitted like any writer's: the
+// coldest object is evicted to make room, and only it.
+func TestGPUDirectWriteEvictsColdest(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB", "--grace", "0s")
+	var old []string
+	for i := 0; i < 3; i++ {
+		p := filepath.Join(d.mp, fmt.Sprintf("old-%d.data", i))
+		putFile(t, p, objectBytes(p, 16<<20))
+		old = append(old, p)
+	}
+	p := filepath.Join(d.mp, "new.data")
+	want := objectBytes(p, 24<<20+5)
+	if err := directWrite(t, newWriter(t, gpudirect.Options{}), p, want); err != nil {
+		t.Fatalf("a direct write that fits once the coldest is evicted: %v", err)
+	}
+	readBackPlain(t, p, want)
+	if _, err := os.Stat(old[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the coldest object %s is still there (%v)", old[0], err)
+	}
+	if _, err := os.Stat(filepath.Join(d.store, "data", "old-0.data")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the coldest object's stored file is still there (%v)", err)
+	}
+	for _, q := range old[1:] {
+		readBackPlain(t, q, objectBytes(q, 16<<20))
+	}
+	if st := assertQuietEqual(t, d); st.Evictions != 1 || st.UsedBytes != 2*(16<<20)+ceil4096(int64(len(want))) {
+		t.Fatalf("%d evictions, %d bytes used; want 1 eviction and the two warmer objects plus the new one", st.Evictions, st.UsedBytes)
+	}
+}
+
+// A direct write that can never fit fails at close with ENOSPC, and kvfs
+// removes it: no name, no stored file, no charge.
+func TestGPUDirectWriteNeverFits(t *testing.T) {
+	d := mountCache(t, "--capacity", "32MiB", "--grace", "0s")
+	p := filepath.Join(d.mp, "huge.data")
+	err := directWrite(t, newWriter(t, gpudirect.Options{}), p, objectBytes(p, 40<<20))
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("closing a 40 MiB direct write into a 32 MiB cache: %v; want ENOSPC", err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused object is still served: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.store, "data")); len(ents) != 0 {
+		t.Fatalf("the refused object left %d entries in the store, first %s", len(ents), ents[0].Name())
+	}
+	if st := assertQuietEqual(t, d); st.UsedBytes != 0 || st.AdmissionFailures != 1 || st.Objects != 0 {
+		t.Fatalf("after the refusal: used %d, admission failures %d, objects %d", st.UsedBytes, st.AdmissionFailures, st.Objects)
+	}
+}
+
+// A direct write cut short by kill -9 of the daemon is not served after a
+// restart, and leaves nothing in the store; an object completed before
+// the kill is served byte for byte.
+func TestGPUDirectWriteKill9(t *testing.T) {
+	dir := t.TempDir()
+	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--store", store, "--capacity", "128MiB"}
+	d := startDaemon(t, mp, flags...)
+	w := newWriter(t, gpudirect.Options{Chunk: 1 << 20, Depth: 2})
+	done := filepath.Join(mp, "done.data")
+	doneBytes := objectBytes(done, 8<<20+1)
+	if err := directWrite(t, w, done, doneBytes); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mp, "cut.data")
+	f, err := gpudirect.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := objectBytes(p, 32<<20)
+	killed := make(chan struct{})
+	_, werr := w.Fill(f, int64(len(want)), func(off int64, b []byte) error {
+		if off == 16<<20 { // half written, and written with O_DIRECT
+			if info, err := os.Stat(f.Backing()); err != nil || info.Size() < 8<<20 {
+				t.Errorf("before the kill the stored file holds %v bytes (%v); want the first chunks", info.Size(), err)
+			}
+			d.kill9()
+			close(killed)
+			return errors.New("the daemon is dead")
+		}
+		copy(b, want[off:])
+		return nil
+	})
+	<-killed
+	f.Close() // the mount is dead: its error says so
+	if werr == nil {
+		t.Fatal("the write went on after the kill")
+	}
+	d = startDaemon(t, mp, flags...)
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the object cut short by the kill is served after the restart: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(store, "data", "cut.data")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the object cut short by the kill is still in the store: %v", err)
+	}
+	readBackPlain(t, done, doneBytes)
+	if st := assertQuietEqual(t, d); st.Objects != 1 || st.UsedBytes != ceil4096(int64(len(doneBytes))) {
+		t.Fatalf("after the restart: %d objects, %d bytes used; want only the completed one", st.Objects, st.UsedBytes)
+	}
+}
+
+// A mount that passes every written byte through its daemon
+// (--strict-capacity) refuses direct writes: gpudirect says so before
+// creating anything, the daemon names no stored file to a writer (so a
+// client in any language that follows the protocol is refused too), and
+// `kvfs put --direct` fails with that message. Reads still work.
+func TestGPUDirectWriteStrictRefuses(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB", "--strict-capacity")
+	p := filepath.Join(d.mp, "obj.data")
+	if _, err := gpudirect.Create(p); !errors.Is(err, gpudirect.ErrStrictCapacity) || !strings.Contains(err.Error(), p) {
+		t.Fatalf("gpudirect.Create on a strict mount: %v; want ErrStrictCapacity naming the path", err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Create left an object: %v", err)
+	}
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.WriteFile(src, []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := runKvfs(t, "put", "--direct", src, p)
+	if res.code != 1 || strings.Count(res.stderr, "\n") != 1 || !strings.Contains(res.stderr, "--strict-capacity") {
+		t.Fatalf("kvfs put --direct on a strict mount: exit %d, stderr %q", res.code, res.stderr)
+	}
+	wr, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	if _, err := unix.Fgetxattr(int(wr.Fd()), gpudirect.BackingXattr, buf); err != unix.EPERM {
+		t.Fatalf("a writer's %s on a strict mount: %v; want EPERM", gpudirect.BackingXattr, err)
+	}
+	if _, err := gpudirect.Open(p); !errors.Is(err, gpudirect.ErrStrictCapacity) || !strings.Contains(err.Error(), "open for writing") {
+		t.Fatalf("a direct read of an object being written on a strict mount: %v", err)
+	}
+	want := objectBytes(p, 70000)
+	if _, err := wr.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := wr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := directRead(t, newReader(t, gpudirect.Options{}), p); !bytes.Equal(got, want) {
+		t.Fatalf("a direct read on a strict mount: %d bytes", len(got))
+	}
+	assertQuietEqual(t, d)
+}
+
+// A user writes over the direct path exactly what it can write through
+// the mount: each target below is written by uid 65534 both plainly (cp)
+// and with `kvfs put --direct`, and the two must agree, with at least
+// one of each answer. An object it creates is its own, on the mount and
+// in the store.
+func TestGPUDirectWritePermissions(t *testing.T) {
+	requireRoot(t)
+	base, err := os.MkdirTemp("", "kvfs-gpudirect-wperm-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	os.Chmod(base, 0o755)
+	bin := filepath.Join(base, "kvfs")
+	if b, err := exec.Command("cp", kvfsBin, bin).CombinedOutput(); err != nil {
+		t.Fatalf("copying kvfs: %v %s", err, b)
+	}
+	src := filepath.Join(base, "src")
+	want := objectBytes(src, 3*4096+11)
+	if err := os.WriteFile(src, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mp := filepath.Join(base, "mnt")
+	os.Mkdir(mp, 0o755)
+	d := startDaemon(t, mp, "--store", filepath.Join(base, "store"), "--capacity", "64MiB", "--allow-other")
+	for dir, mode := range map[string]os.FileMode{"shared": 0o777, "private": 0o700, "closed": 0o755} {
+		os.Mkdir(filepath.Join(d.mp, dir), 0)
+		os.Chmod(filepath.Join(d.mp, dir), mode)
+	}
+	for name, o := range map[string]struct {
+		mode os.FileMode
+		uid  int
+	}{"public.data": {0o644, 0}, "mine.data": {0o600, nobody}} {
+		p := filepath.Join(d.mp, name)
+		putFile(t, p, []byte("old"))
+		os.Chmod(p, o.mode)
+		os.Chown(p, o.uid, o.uid)
+	}
+	for _, c := range []struct {
+		name string
+		can  bool
+	}{
+		{"shared/new.data", true},       // a new object in a 0777 directory
+		{"mine.data", true},             // its own 0600 object
+		{"public.data", false},          // root's 0644 object
+		{"private/new.data", false},     // in root's 0700 directory
+		{"closed/new.data", false},      // in root's 0755 directory
+		{"shared/../new.data", false},   // the root directory is root's 0755
+		{"shared/other/new.data", true}, // made below, by the user
+	} {
+		p := filepath.Join(d.mp, c.name)
+		if strings.HasPrefix(c.name, "shared/other/") {
+			if r := runAs(t, nobody, nil, "mkdir", filepath.Dir(p)); r.code != 0 {
+				t.Fatalf("mkdir as uid %d: %s", nobody, r.stderr)
+			}
+		}
+		plain := runAs(t, nobody, nil, "cp", src, p)
+		direct := runAs(t, nobody, nil, bin, "put", "--direct", "--verify", "--chunk", "8KiB", src, p)
+		if (plain.code == 0) != c.can || (direct.code == 0) != c.can {
+			t.Fatalf("%s as uid %d: cp exit %d (%s), kvfs put --direct exit %d (%s%s); want both to succeed: %v",
+				c.name, nobody, plain.code, plain.stderr, direct.code, direct.stdout, direct.stderr, c.can)
+		}
+		if !c.can {
+			if !strings.Contains(direct.stderr, "permission denied") {
+				t.Fatalf("%s refused without saying why: %s", c.name, direct.stderr)
+			}
+			continue
+		}
+		readBackPlain(t, p, want)
+		var st unix.Stat_t
+		rel, _ := filepath.Rel(d.mp, p)
+		if err := unix.Stat(filepath.Join(d.store, "data", rel), &st); err != nil || st.Uid != nobody {
+			t.Fatalf("%s's stored file: uid %d, %v; want %d", c.name, st.Uid, err, nobody)
+		}
+	}
+	assertQuietEqual(t, d)
+}
+
+// `kvfs put --direct --gpu 0` writes from device memory: with cuFile
+// (stand-ins here) by cuFileWrite, with only a CUDA runtime through host
+// buffers, with neither from host memory, saying why once; each object
+// verifies read back through the mount.
+func TestGPUDirectPutFromGPU(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	src := filepath.Join(t.TempDir(), "src")
+	want := objectBytes(src, 3<<20+4095)
+	if err := os.WriteFile(src, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	none, rtOnly, both := t.TempDir(), t.TempDir(), t.TempDir()
+	buildCUDAStubs(t, rtOnly, "libcudart.so.12")
+	buildCUDAStubs(t, both, "libcudart.so.12", "libcufile.so.0")
+	for i, c := range []struct{ libs, notice, route string }{
+		{none, "no CUDA runtime", "O_DIRECT from host buffers"},
+		{rtOnly, "cuFile unavailable", "cudaMemcpy from the GPU into host buffers, then O_DIRECT"},
+		{both, "", "cuFile from the GPU"},
+	} {
+		dst := filepath.Join(d.mp, fmt.Sprintf("gpu-%d.data", i))
+		res := runAs(t, -1, []string{"LD_LIBRARY_PATH=" + c.libs}, kvfsBin, "put", "--direct", "--gpu", "0", "--verify", src, dst)
+		lines := strings.Count(res.stderr, "\n")
+		if res.code != 0 || !strings.Contains(res.stdout, c.route) || !strings.Contains(res.stdout, "matches a read back through the mount") {
+			t.Fatalf("LD_LIBRARY_PATH=%s kvfs put --gpu 0: exit %d, want the route %q\nstdout: %s\nstderr: %s", c.libs, res.code, c.route, res.stdout, res.stderr)
+		}
+		if (c.notice == "" && lines != 0) || (c.notice != "" && (lines != 1 || !strings.Contains(res.stderr, c.notice))) {
+			t.Fatalf("libraries in %s: stderr %q; want %q said once", c.libs, res.stderr, c.notice)
+		}
+		readBackPlain(t, dst, want)
+	}
+	assertQuietEqual(t, d)
+}
