@@ -16,6 +16,7 @@ import (
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ramcache"
+	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
 )
 
@@ -30,6 +31,10 @@ type Config struct {
 	// Its owner closes it after the server stops.
 	RAM    *ramcache.Cache
 	Logger *zap.Logger
+	// Remote, when set, is the shared remote tier: names the store
+	// misses are looked up there and installed at open (see remoteNode).
+	// Its owner closes it after the server stops.
+	Remote *remote.Tier
 }
 
 // FS is one mounted kvfs: the core, and the kernel-facing bookkeeping
@@ -39,6 +44,8 @@ type FS struct {
 	cfg  Config
 	log  *zap.Logger
 	ram  *ramcache.Cache // nil: no RAM tier
+	// remote is the remote tier; nil: none.
+	remote *remote.Tier
 
 	// dirs maps directory IDs to the go-fuse inodes the kernel knows,
 	// so dropped names can be invalidated in them.
@@ -69,6 +76,7 @@ func New(c *core.Core, cfg Config) *FS {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		ram:     cfg.RAM,
+		remote:  cfg.Remote,
 		notices: make(chan notice, 4096),
 		done:    make(chan struct{}),
 	}
@@ -91,14 +99,23 @@ func (f *FS) Close() {
 type Stats struct {
 	core.Stats
 	RAMCache *ramcache.Stats `json:"ram_cache,omitempty"`
+	// RemoteStats, with a remote tier, adds its remote_* figures.
+	*RemoteStats
 }
 
-// Stats is a snapshot of the core and the RAM tier.
+// RemoteStats are the remote tier's figures (flat remote_* fields).
+type RemoteStats = remote.Stats
+
+// Stats is a snapshot of the core, the RAM tier and the remote tier.
 func (f *FS) Stats() Stats {
 	st := Stats{Stats: f.core.Stats()}
 	if f.ram != nil {
 		r := f.ram.Stats()
 		st.RAMCache = &r
+	}
+	if f.remote != nil {
+		r := f.remote.Stats()
+		st.RemoteStats = &r
 	}
 	return st
 }

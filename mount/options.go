@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -60,6 +61,11 @@ type Options struct {
 	// RequestTimeout: the kernel aborts the FUSE connection when a
 	// request goes unanswered this long (0: never); see reqtimeout.go.
 	RequestTimeout time.Duration
+
+	// Remote, when set (Finish called), is the shared remote tier on S3
+	// (see remote.go); RemoteClock is its clock (tests pass their own).
+	Remote      *remote.Config
+	RemoteClock remote.Clock
 }
 
 // Defaults for the options a user leaves out.
