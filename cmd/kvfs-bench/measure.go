@@ -83,6 +83,11 @@ func (b *bench) measure() error {
 		b.accounting(t)
 		b.stopTarget(t)
 	}
+	if w["remote"] {
+		if err := b.remoteRows(); err != nil {
+			return err
+		}
+	}
 	if w["ledger"] {
 		if err := b.ledgerRows(); err != nil {
 			return err
