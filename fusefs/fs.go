@@ -7,6 +7,7 @@
 package fusefs
 
 import (
+	"context"
 	"encoding/json"
 	"runtime/debug"
 	"sync"
@@ -44,8 +45,12 @@ type FS struct {
 	cfg  Config
 	log  *zap.Logger
 	ram  *ramcache.Cache // nil: no RAM tier
-	// remote is the remote tier; nil: none.
-	remote *remote.Tier
+	// remote is the remote tier; nil: none. Its requests are bound to
+	// life, which ends at Close, not to the FUSE request that needed
+	// them (see lookupRemote).
+	remote  *remote.Tier
+	life    context.Context
+	endLife context.CancelFunc
 
 	// dirs maps directory IDs to the go-fuse inodes the kernel knows,
 	// so dropped names can be invalidated in them.
@@ -80,6 +85,7 @@ func New(c *core.Core, cfg Config) *FS {
 		notices: make(chan notice, 4096),
 		done:    make(chan struct{}),
 	}
+	f.life, f.endLife = context.WithCancel(context.Background())
 	f.wg.Add(1)
 	go f.notifyLoop()
 	return f
@@ -90,6 +96,7 @@ func (f *FS) Root() fs.InodeEmbedder { return &dirNode{fs: f, id: blob.RootID} }
 
 // Close stops the notifier. Call it after the server has stopped.
 func (f *FS) Close() {
+	f.endLife()
 	close(f.done)
 	f.wg.Wait()
 }

@@ -60,7 +60,7 @@ func (n *dirNode) lookupRemote(ctx context.Context, name string, out *fuse.Entry
 	}
 	// The lookup is not the caller's to cancel: the Go runtime signals
 	// its own threads, which the kernel turns into FUSE interrupts.
-	info, found, err := tier.Lookup(context.Background(), path)
+	info, found, err := tier.Lookup(n.fs.life, path)
 	if err != nil {
 		n.fs.log.Debug("remote lookup", zap.String("name", path), zap.Error(err))
 	}
@@ -185,8 +185,9 @@ func (n *remoteNode) local() (*core.Handle, error) {
 // fetch is the install's download: the tier fetches into the file the
 // core admitted and made. The tier's failures are misses.
 func (n *remoteNode) fetch(create func(size int64) (*os.File, error)) error {
-	// Bound by the tier's own timeouts, not by the opener's request.
-	_, err := n.fs.remote.Fetch(context.Background(), n.path, func(info remote.Info) (*os.File, error) {
+	// Bound by the tier's own timeouts and the mount's life, not by the
+	// opener's request.
+	_, err := n.fs.remote.Fetch(n.fs.life, n.path, func(info remote.Info) (*os.File, error) {
 		return create(info.Size)
 	})
 	if tierMiss(err) {
@@ -197,10 +198,12 @@ func (n *remoteNode) fetch(create func(size int64) (*os.File, error)) error {
 }
 
 // tierMiss: the tier could not provide the object (as opposed to a local
-// failure, such as no space to admit it).
+// failure, such as no space to admit it); the mount's end cuts a fetch
+// short too.
 func tierMiss(err error) bool {
 	return errors.Is(err, remote.ErrNotFound) || errors.Is(err, remote.ErrCorrupt) ||
-		errors.Is(err, remote.ErrUnavailable) || errors.Is(err, remote.ErrClosed)
+		errors.Is(err, remote.ErrUnavailable) || errors.Is(err, remote.ErrClosed) ||
+		errors.Is(err, context.Canceled)
 }
 
 // fileOf is the file node behind a go-fuse node: a fileNode, or a

@@ -209,3 +209,60 @@ func TestRemoteMiss(t *testing.T) {
 }
 
 func minioRemove() minio.RemoveObjectOptions { return minio.RemoveObjectOptions{} }
+
+// TestRemoteLocalChanges: what needs a remote name local (a write, a
+// truncate, a link from it) fetches it first; an object that cannot be
+// admitted is refused (ENOSPC) without leaving anything, and the name
+// stays usable; a local rewrite of a name the bucket holds is not
+// uploaded over it (first writer wins).
+func TestRemoteLocalChanges(t *testing.T) {
+	srv := s3test.New(t)
+	a := mountKVFS(t, withRemote(srv, "fleet", &manualClock{now: time.Now()}))
+	b := mountKVFS(t, withCapacity(4*mib), withRemote(srv, "fleet", &manualClock{now: time.Now()}))
+	big, orig := pattern(5, 5*mib), pattern(6, 300*kib)
+	mustWrite(t, filepath.Join(a.Mnt, "big.data"), big)
+	mustWrite(t, filepath.Join(a.Mnt, "t.data"), orig)
+	mustWrite(t, filepath.Join(a.Mnt, "l.data"), orig)
+	a.waitUploads()
+
+	_, err := os.ReadFile(filepath.Join(b.Mnt, "big.data"))
+	wantErrno(t, "open of a remote object larger than the capacity", err, syscall.ENOSPC)
+	if st := b.M.Stats(); st.Objects != 0 || st.UsedBytes != 0 || st.AdmissionFailures == 0 {
+		t.Errorf("B after the refused fetch: %+v", st.Stats.Stats)
+	}
+
+	f, err := os.OpenFile(filepath.Join(b.Mnt, "t.data"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatalf("open for writing of a remote name: %v", err)
+	}
+	f.Write([]byte("rewritten"))
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, filepath.Join(b.Mnt, "t.data"), []byte("rewritten"))
+
+	if err := os.Link(filepath.Join(b.Mnt, "l.data"), filepath.Join(b.Mnt, "l2.data")); err != nil {
+		t.Fatalf("link from a remote name: %v", err)
+	}
+	mustRead(t, filepath.Join(b.Mnt, "l2.data"), orig)
+	b.waitUploads()
+	if got, _ := getObject(t, srv, "fleet/t.data"); !bytes.Equal(got, orig) {
+		t.Errorf("the bucket's t.data was replaced by B's rewrite (%d bytes)", len(got))
+	}
+	if rs := b.remoteStats(); rs.Uploads != 1 {
+		t.Errorf("B uploaded %d objects, want only the new name l2.data: %+v", rs.Uploads, rs)
+	}
+}
+
+// getObject reads a key with a plain client.
+func getObject(t *testing.T, srv *s3test.Server, key string) ([]byte, error) {
+	t.Helper()
+	o, err := srv.Client().GetObject(context.Background(), srv.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	var b bytes.Buffer
+	_, err = b.ReadFrom(o)
+	return b.Bytes(), err
+}

@@ -101,7 +101,7 @@ func (m *Mount) load(store *blob.Store) error {
 		AuditInterval: m.AuditInterval,
 		Now:           m.Now,
 		Logger:        m.log.Named("core"),
-		Published:     m.published,
+		Published:     m.publishHook(),
 	})
 	if err != nil {
 		store.Close()

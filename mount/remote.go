@@ -45,11 +45,13 @@ func (m *Mount) startRemote() error {
 	return nil
 }
 
-// published is the core's Config.Published: write-behind.
-func (m *Mount) published(path string) {
-	if m.tier != nil {
-		m.tier.Enqueue(path)
+// publishHook is the core's Config.Published: write-behind to the tier,
+// or nil without one (the core then does no work for it).
+func (m *Mount) publishHook() func(string) {
+	if m.Remote == nil {
+		return nil
 	}
+	return func(path string) { m.tier.Enqueue(path) }
 }
 
 // closeRemote stops the tier's uploads; its journal keeps what is
