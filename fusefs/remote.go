@@ -79,10 +79,15 @@ func (n *dirNode) lookupRemote(ctx context.Context, name string, out *fuse.Entry
 	return n.NewInode(ctx, r, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(r.id)}), 0
 }
 
-// placeholderOf says whether n is still a usable placeholder for info.
+// placeholderOf says whether n is still a usable placeholder for info:
+// not installed and evicted since, not failed, of the same object; one
+// whose install is running is (it is becoming that object).
 func (n *remoteNode) placeholderOf(info remote.Info) bool {
-	if n.installed.Load() || !n.installMu.TryLock() {
+	if n.installed.Load() {
 		return false
+	}
+	if !n.installMu.TryLock() {
+		return true
 	}
 	defer n.installMu.Unlock()
 	return n.failed == nil && n.info.Size == info.Size && n.info.Checksum == info.Checksum
