@@ -313,9 +313,12 @@ func (rb *remoteBench) storeRound(t *target, round int, alone bool) (float64, er
 	var took time.Duration
 	for _, f := range finals {
 		if alone {
+			// The last upload's copy on the server (same disk here)
+			// is written back before, not during, this store.
 			if err := rb.uploadsDone(); err != nil {
 				return 0, err
 			}
+			syncFS(b.work)
 		}
 		start := time.Now()
 		if err := storeNative(f, b.data); err != nil {
