@@ -34,6 +34,7 @@ func notStoref(format string, args ...any) error {
 var legacyNames = map[string]bool{
 	LockName: true, DataName: true, WritingName: true,
 	HintName: true, SnapshotName: true, SnapshotName + ".tmp": true,
+	RemoteName: true,
 }
 
 // CheckDir decides whether dir may be served as a store without changing

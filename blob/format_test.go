@@ -60,7 +60,8 @@ func TestOpenMarksAndRecognises(t *testing.T) {
 	}
 
 	legacy := mkdirIn(t, base, "legacy")
-	for _, d := range []string{DataName, WritingName, filepath.Join(DataName, "sub")} {
+	// remote/ (the upload journal) is part of a store too.
+	for _, d := range []string{DataName, WritingName, RemoteName, filepath.Join(DataName, "sub")} {
 		must(t, "mkdir", os.Mkdir(filepath.Join(legacy, d), 0o755))
 	}
 	must(t, "lock", os.WriteFile(filepath.Join(legacy, LockName), nil, 0o644))

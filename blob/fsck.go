@@ -17,6 +17,9 @@ type FsckReport struct {
 	Dirs     int64    `json:"dirs"`
 	Problems []string `json:"problems"`
 	Repaired bool     `json:"repaired"`
+	// PendingUploads are names the remote tier's journal (RemoteName)
+	// still has to upload: not a problem, the next mount uploads them.
+	PendingUploads int `json:"pending_uploads,omitempty"`
 }
 
 // Fsck checks an unmounted store without changing it, or with repair
@@ -51,6 +54,9 @@ func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress
 	walk.done()
 	if err != nil {
 		return rep, err
+	}
+	if ents, err := os.ReadDir(filepath.Join(dir, RemoteName)); err == nil {
+		rep.PendingUploads = len(ents)
 	}
 	if repair && len(rep.Problems) > 0 {
 		lock.Close()

@@ -12,6 +12,8 @@
 //	writing/     one extra hard link, named by object ID, per file that
 //	             has a write handle open; what is still here at start-up
 //	             was being written at a crash and is reclaimed
+//	remote/      the remote tier's upload journal, when one is configured
+//	             (see RemoteName)
 //
 // A Store does no locking of its own. Its owner (package core) serialises
 // every change of the namespace and lets readers in only between changes;

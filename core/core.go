@@ -11,6 +11,8 @@
 // Outermost first; a lock may be taken while holding those above it, never
 // the reverse:
 //
+//	fusefs remoteNode.installMu  a remote name's install, held across
+//	                      Install (fusefs, outside this package)
 //	fusefs fileNode.mu    a node's open handles (fusefs, outside this package)
 //	Core.mu               the namespace: the store's index, and which
 //	                      objects the ledger holds. Readers (lookup, list,
@@ -22,13 +24,15 @@
 //	                      object the ledger has already given up.
 //	Core.writersMu        open writers: crash markers and the poller's list
 //	Core.sizesMu          recently published sizes (reservation sizing)
+//	installs.mu           the names being installed (Install); a leaf
 //	ledger.mu             inside the ledger; a leaf
 //
 // The ledger's pin operations (open and close of a handle) take only the
 // ledger's lock: an object evicted between a lookup and an open is simply
 // gone when the open pins it (ErrStale), which makes the kernel look the
-// name up again. Nothing here calls out (Config.Dropped included) while
-// holding Core.mu.
+// name up again. Nothing here calls out (Config.Dropped and
+// Config.Published included) while holding Core.mu, and Install runs its
+// FetchFunc (a download) with no lock held.
 package core
 
 import (
@@ -84,6 +88,11 @@ type Config struct {
 	// Now is the clock (tests pass their own).
 	Now    func() time.Time
 	Logger *zap.Logger
+	// Published, when set, is told the path (relative to the namespace's
+	// root) of every name that now holds a complete object: a link or a
+	// rename to it, or its writer's close. It is called without locks
+	// held and must not call back into the Core. Install never calls it.
+	Published func(path string)
 }
 
 // Why says why an object's names were dropped.
@@ -138,6 +147,8 @@ type Core struct {
 	// GUARDED_BY(sizesMu): the sizes of the last published objects.
 	sizes [64]int64
 	next  int
+
+	installing installs
 
 	counters counters
 	// auditAtStart: the index came from a snapshot, which cannot see a

@@ -90,6 +90,14 @@ func (c *Core) abandon(id blob.ID, write bool) {
 // Open opens object id. via, when given, reopens the stored file of an
 // inode that has no name left through one its open handles hold.
 func (c *Core) Open(id blob.ID, flags int, write bool, via func(flags int) (*os.File, error)) (*Handle, error) {
+	h, err := c.open(id, flags, write, via)
+	if err == nil && !write {
+		c.counters.loads.Add(1)
+	}
+	return h, err
+}
+
+func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.File, error)) (*Handle, error) {
 	if err := c.ledger.Open(id, write); err != nil {
 		return nil, ledgerErr(err)
 	}
@@ -111,9 +119,6 @@ func (c *Core) Open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 		}
 		h.unpin()
 		return nil, err
-	}
-	if !write {
-		c.counters.loads.Add(1)
 	}
 	return h, nil
 }
@@ -251,7 +256,11 @@ func (h *Handle) Flush() error {
 		h.c.counters.stores.Add(1)
 	}
 	// Complete, or removed: either way no longer being written.
-	return errors.Join(err, h.c.endWriting(h))
+	err = errors.Join(err, h.c.endWriting(h))
+	if err == nil {
+		h.c.publishID(h.id)
+	}
+	return err
 }
 
 // settle admits a writer's object at the size its stored file has now.
@@ -328,12 +337,15 @@ func (h *Handle) Release() {
 	c := h.c
 	if h.write {
 		if h.isWriting() {
-			if err := c.settle(h); err == nil {
+			err := c.settle(h)
+			if err == nil {
 				c.counters.stores.Add(1)
 			} else {
 				c.log.Warn("a writer released without a close could not be admitted", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 			}
-			c.endWriting(h)
+			if c.endWriting(h) == nil && err == nil {
+				c.publishID(h.id)
+			}
 		}
 		c.unwatch(h)
 	}

@@ -153,6 +153,14 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 // LMCache learns that another writer published first, so it is answered
 // only for a name that exists.
 func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
+	a, err := c.link(id, parent, name)
+	if err == nil {
+		c.publishName(parent, name)
+	}
+	return a, err
+}
+
+func (c *Core) link(id, parent blob.ID, name string) (Attr, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.store.Link(id, parent, name); err != nil {
@@ -170,6 +178,14 @@ func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
 // Rename moves a name, atomically, with rename(2)'s flags; a file it
 // replaces loses that name.
 func (c *Core) Rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) error {
+	err := c.rename(parent, name, newParent, newName, flags)
+	if err == nil {
+		c.publishRenamed(parent, name, newParent, newName, flags)
+	}
+	return err
+}
+
+func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	replaced, err := c.store.Rename(parent, name, newParent, newName, flags)

@@ -16,6 +16,9 @@ func (f *FS) errno(op string, err error) syscall.Errno {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, core.ErrNotFetched):
+		// A miss, before any errno the network's failure may carry.
+		return syscall.ENOENT
 	case errors.As(err, &en):
 		return en
 	case errors.Is(err, core.ErrNotFound):

@@ -7,6 +7,7 @@
 package fusefs
 
 import (
+	"context"
 	"encoding/json"
 	"runtime/debug"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ramcache"
+	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
 )
 
@@ -30,6 +32,10 @@ type Config struct {
 	// Its owner closes it after the server stops.
 	RAM    *ramcache.Cache
 	Logger *zap.Logger
+	// Remote, when set, is the shared remote tier: names the store
+	// misses are looked up there and installed at open (see remoteNode).
+	// Its owner closes it after the server stops.
+	Remote *remote.Tier
 }
 
 // FS is one mounted kvfs: the core, and the kernel-facing bookkeeping
@@ -39,6 +45,12 @@ type FS struct {
 	cfg  Config
 	log  *zap.Logger
 	ram  *ramcache.Cache // nil: no RAM tier
+	// remote is the remote tier; nil: none. Its requests are bound to
+	// life, which ends at Close, not to the FUSE request that needed
+	// them (see lookupRemote).
+	remote  *remote.Tier
+	life    context.Context
+	endLife context.CancelFunc
 
 	// dirs maps directory IDs to the go-fuse inodes the kernel knows,
 	// so dropped names can be invalidated in them.
@@ -71,9 +83,11 @@ func New(c *core.Core, cfg Config) *FS {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		ram:     cfg.RAM,
+		remote:  cfg.Remote,
 		notices: make(chan notice, 4096),
 		done:    make(chan struct{}),
 	}
+	f.life, f.endLife = context.WithCancel(context.Background())
 	f.wg.Add(1)
 	go f.notifyLoop()
 	return f
@@ -84,6 +98,7 @@ func (f *FS) Root() fs.InodeEmbedder { return &dirNode{fs: f, id: blob.RootID} }
 
 // Close stops the notifier. Call it after the server has stopped.
 func (f *FS) Close() {
+	f.endLife()
 	close(f.done)
 	f.wg.Wait()
 }
@@ -96,14 +111,23 @@ type Stats struct {
 	// FuseRequests counts the requests answered so far by type (see
 	// Instrument; a request still being answered is not in it).
 	FuseRequests map[string]int64 `json:"fuse_requests,omitempty"`
+	// RemoteStats, with a remote tier, adds its remote_* figures.
+	*RemoteStats
 }
 
-// Stats is a snapshot of the core and the RAM tier.
+// RemoteStats are the remote tier's figures (flat remote_* fields).
+type RemoteStats = remote.Stats
+
+// Stats is a snapshot of the core, the RAM tier and the remote tier.
 func (f *FS) Stats() Stats {
 	st := Stats{Stats: f.core.Stats(), FuseRequests: f.reqs.counts()}
 	if f.ram != nil {
 		r := f.ram.Stats()
 		st.RAMCache = &r
+	}
+	if f.remote != nil {
+		r := f.remote.Stats()
+		st.RemoteStats = &r
 	}
 	return st
 }

@@ -32,6 +32,11 @@ var (
 	_ fs.NodeSetxattrer    = (*fileNode)(nil)
 	_ fs.NodeRemovexattrer = (*fileNode)(nil)
 
+	_ fs.NodeGetattrer  = (*remoteNode)(nil)
+	_ fs.NodeSetattrer  = (*remoteNode)(nil)
+	_ fs.NodeOpener     = (*remoteNode)(nil)
+	_ fs.NodeGetxattrer = (*remoteNode)(nil)
+
 	_ fs.FileReader    = (*handle)(nil)
 	_ fs.FileWriter    = (*handle)(nil)
 	_ fs.FileFlusher   = (*handle)(nil)

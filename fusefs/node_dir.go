@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -63,6 +64,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, n.fs.errno("lookup", err)
 	}
 	e, a, err := n.fs.core.Lookup(n.id, name)
+	if errors.Is(err, core.ErrNotFound) && n.fs.remote != nil {
+		return n.lookupRemote(ctx, name, out)
+	}
 	if err != nil {
 		return nil, n.fs.errno("lookup", err)
 	}

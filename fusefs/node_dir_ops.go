@@ -42,7 +42,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags, mode uint32, o
 	}
 	fillAttr(&out.Attr, ch.ID(), a)
 	child := n.child(ctx, blob.Entry{ID: ch.ID()})
-	fn := child.Operations().(*fileNode)
+	fn, _ := fileOf(child.Operations()) // a fresh ID: always a new fileNode
 	if ch.Writable() {
 		fn.startWrite()
 	}
@@ -57,7 +57,7 @@ func (n *dirNode) openExisting(ctx context.Context, name string, flags uint32, o
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	fn, ok := ch.Operations().(*fileNode)
+	fn, ok := fileOf(ch.Operations())
 	if !ok {
 		return nil, nil, 0, n.fs.errno("create", errIsDir)
 	}
@@ -66,7 +66,7 @@ func (n *dirNode) openExisting(ctx context.Context, name string, flags uint32, o
 			return nil, nil, 0, n.fs.errno("create", err)
 		}
 	}
-	h, fuseFlags, errno := fn.Open(ctx, flags)
+	h, fuseFlags, errno := ch.Operations().(fs.NodeOpener).Open(ctx, flags)
 	return ch, h, fuseFlags, errno
 }
 
@@ -128,10 +128,15 @@ func (n *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string
 	if err := checkName(name); err != nil {
 		return nil, n.fs.errno("link", err)
 	}
-	fn, ok := target.(*fileNode)
+	fn, ok := fileOf(target)
 	if !ok {
 		return nil, n.fs.errno("link", errNotStored)
 	}
+	release, err := localize(target)
+	if err != nil {
+		return nil, n.fs.errno("link", err)
+	}
+	defer release()
 	a, err := n.fs.core.Link(fn.id, n.id, name)
 	if err != nil {
 		return nil, n.fs.errno("link", err)

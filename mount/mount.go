@@ -18,6 +18,7 @@ import (
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/ramcache"
+	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +34,7 @@ type Mount struct {
 	fs     *fusefs.FS
 	core   *core.Core
 	ram    *ramcache.Cache // nil without --ram-cache
+	tier   *remote.Tier    // nil without --remote
 	log    *zap.Logger
 }
 
@@ -67,6 +69,7 @@ func Start(o Options) (*Mount, error) {
 	}
 	if err := m.mount(); err != nil {
 		m.fs.Close()
+		m.closeRemote()
 		m.core.Close()
 		m.ram.Close()
 		return nil, err
@@ -99,6 +102,7 @@ func (m *Mount) load(store *blob.Store) error {
 		AuditInterval: m.AuditInterval,
 		Now:           m.Now,
 		Logger:        m.log.Named("core"),
+		Published:     m.publishHook(),
 	})
 	if err != nil {
 		store.Close()
@@ -116,7 +120,12 @@ func (m *Mount) load(store *blob.Store) error {
 			return err
 		}
 	}
-	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), RAM: m.ram, Logger: m.log.Named("fusefs")})
+	if err := m.startRemote(); err != nil {
+		m.ram.Close()
+		c.Close()
+		return err
+	}
+	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), RAM: m.ram, Logger: m.log.Named("fusefs"), Remote: m.tier})
 	c.Start(m.dropped)
 	return nil
 }
@@ -221,6 +230,7 @@ func (m *Mount) Wait() {
 	m.server.Wait()
 	m.fs.Close()
 	m.ram.Close()
+	m.closeRemote()
 	m.core.Close()
 }
 

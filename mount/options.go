@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
+	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -65,6 +66,10 @@ type Options struct {
 	// happen (see observe.go); Progress, of a start-up walk's progress.
 	Observer Observer
 	Progress blob.Progress
+	// Remote, when set (Finish called), is the shared remote tier on S3
+	// (see remote.go); RemoteClock is its clock (tests pass their own).
+	Remote      *remote.Config
+	RemoteClock remote.Clock
 }
 
 // Defaults for the options a user leaves out.

@@ -32,7 +32,7 @@ type config struct {
 	mountTimeout               time.Duration
 }
 
-var allWorkloads = []string{"read", "cold", "store", "mixed", "stat", "small", "direct", "flood", "ledger", "restart"}
+var allWorkloads = []string{"read", "cold", "store", "mixed", "stat", "small", "direct", "flood", "ledger", "restart", "remote"}
 
 // quickValues are the defaults --quick changes, each unless the flag
 // was given explicitly.

@@ -80,6 +80,12 @@ func storeNative(final string, data []byte) error {
 	case err != unix.ENOENT:
 		return fmt.Errorf("stat %s: %w", final, err)
 	}
+	return publishNative(final, data)
+}
+
+// publishNative is storeNative after its stat: the temp file, its
+// writes and close, the link and the unlink.
+func publishNative(final string, data []byte) error {
 	tmp := filepath.Join(filepath.Dir(final),
 		fmt.Sprintf(".lmcache-write.tmp.%d.%d", os.Getpid(), tmpSeq.Add(1)))
 	fd, err := unix.Open(tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)

@@ -94,6 +94,11 @@ func (b *bench) measure() error {
 			return err
 		}
 	}
+	if w["remote"] {
+		if err := b.remoteRows(); err != nil {
+			return err
+		}
+	}
 	if w["ledger"] {
 		if err := b.ledgerRows(); err != nil {
 			return err

@@ -86,9 +86,9 @@ func (b *bench) pairRow(m metric, mode string, plain, kvfs, loop []float64) {
 	r.PairedRatio = median(paired)
 	r.Spread = spread(paired, "%.2f")
 	r.Result = "INFO"
-	// The bars are the default mode's (passthrough); the other modes are
-	// shown for what they cost.
-	if m.bar > 0 && (mode == "passthrough" || mode == "") {
+	// The bars are the default mode's (passthrough); strict capacity,
+	// no passthrough and the RAM tier are shown for what they cost.
+	if m.bar > 0 && mode != "strict" && mode != "no-passthrough" && mode != "ram" {
 		r.Bar = fmt.Sprintf(">= %.2f%s", m.bar, m.barTxt)
 		ok := r.Ratio >= m.bar
 		if len(loop) > 0 {

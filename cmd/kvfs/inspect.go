@@ -67,9 +67,20 @@ func cmdStats(args []string, stdout io.Writer) error {
 	for _, op := range slices.Sorted(maps.Keys(st.FuseRequests)) {
 		rows = append(rows, kv{"fuse_requests." + op, st.FuseRequests[op]})
 	}
+	if r := st.RemoteStats; r != nil {
+		rows = append(rows, kv{"remote_hits", r.Hits}, kv{"remote_misses", r.Misses}, kv{"remote_heads", r.Heads},
+			kv{"remote_fetches", r.Fetches}, kv{"remote_fetched_bytes", r.FetchedBytes}, kv{"remote_corrupt", r.Corrupt},
+			kv{"remote_uploads", r.Uploads}, kv{"remote_uploaded_bytes", r.UploadedBytes},
+			kv{"remote_upload_already_present", r.AlreadyPresent}, kv{"remote_upload_failures", r.UploadFailures},
+			kv{"remote_upload_dropped", r.UploadDropped}, kv{"remote_upload_skipped", r.UploadSkipped},
+			kv{"remote_queue_depth", r.QueueDepth})
+	}
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	for _, r := range rows {
 		fmt.Fprintf(w, "%s\t%d\n", r.k, r.v)
+	}
+	if r := st.RemoteStats; r != nil {
+		fmt.Fprintf(w, "remote_breaker_state\t%s\n", r.BreakerState)
 	}
 	return w.Flush()
 }
@@ -145,6 +156,9 @@ func cmdFsck(args []string, stdout io.Writer) error {
 			*store, rep.Objects, rep.Bytes, rep.Dirs, len(rep.Problems))
 		if rep.Repaired {
 			fmt.Fprint(stdout, ", repaired")
+		}
+		if rep.PendingUploads > 0 {
+			fmt.Fprintf(stdout, "; %d uploads to the remote tier pending (the next mount with --remote sends them)", rep.PendingUploads)
 		}
 		fmt.Fprintln(stdout)
 	}

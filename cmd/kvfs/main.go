@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/kvfs/kvfs/mount"
+	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -155,11 +156,16 @@ func cmdMount(args []string, stdout io.Writer) error {
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon to this file")
 	extra := mountExtraFlags(fs)
+	var rc remote.Config
+	rc.RegisterFlags(fs)
 	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
 	if err != nil {
 		return err
 	}
 	if err := explicitZero(fs, "capacity"); err != nil {
+		return err
+	}
+	if o.Remote, err = remoteConfig(fs, &rc); err != nil {
 		return err
 	}
 	o.Mountpoint = rest[0]

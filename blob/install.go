@@ -1,0 +1,83 @@
+package blob
+
+import (
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// RemoteName is the store directory's entry that holds the remote tier's
+// upload journal (package remote): one small file per object waiting to
+// be uploaded. It belongs to the store: the journal names objects of
+// this store and is replayed when the store is mounted again.
+const RemoteName = "remote"
+
+// CreateDetached makes an empty file id (from NewID) that has no name in
+// the namespace yet, only its crash marker under writing/, and opens it
+// read-write: the file a fetched object's bytes go into. A crash before
+// LinkDetached leaves nothing but the marker, which start-up reclaims;
+// DiscardDetached removes it.
+func (s *Store) CreateDetached(id ID, mode uint32) (*os.File, error) {
+	wname := writingName(id)
+	fd, err := unix.Openat(int(s.writing.Fd()), wname, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return nil, &os.PathError{Op: "create", Path: wname, Err: err}
+	}
+	return os.NewFile(uintptr(fd), wname), nil
+}
+
+// LinkDetached gives a file made by CreateDetached its name, if the name
+// is free (EEXIST if not). The file stays marked under writing/ until
+// ClearWriting: a crash in between reclaims it as incomplete.
+func (s *Store) LinkDetached(parent ID, name string, id ID) error {
+	d, err := s.freeName(parent, name)
+	if err != nil {
+		return err
+	}
+	wfd, wname := int(s.writing.Fd()), writingName(id)
+	rel := s.childPath(parent, name)
+	err = s.at(rel, func(dirfd int, name string) error { return unix.Linkat(wfd, wname, dirfd, name, 0) })
+	if err != nil {
+		return &os.PathError{Op: "link", Path: rel, Err: underlying(err)}
+	}
+	d.kids[name] = id
+	s.files[id] = &file{links: []Name{{parent, name}}}
+	return nil
+}
+
+// DiscardDetached removes a file made by CreateDetached that never got
+// its name.
+func (s *Store) DiscardDetached(id ID) error { return s.ClearWriting(id) }
+
+// NamePath is the path, relative to data/, of name in directory parent.
+func (s *Store) NamePath(parent ID, name string) (string, bool) {
+	if _, ok := s.dirs[parent]; !ok {
+		return "", false
+	}
+	return s.childPath(parent, name), true
+}
+
+// Names lists the names of file id.
+func (s *Store) Names(id ID) []Name {
+	if f, ok := s.files[id]; ok {
+		return append([]Name(nil), f.links...)
+	}
+	return nil
+}
+
+// Resolve finds the entry a slash-separated path relative to data/
+// names.
+func (s *Store) Resolve(rel string) (Entry, error) {
+	e := Entry{ID: RootID, Dir: true}
+	for _, part := range strings.Split(rel, "/") {
+		if !e.Dir {
+			return Entry{}, ErrNotFound
+		}
+		var err error
+		if e, err = s.Lookup(e.ID, part); err != nil {
+			return Entry{}, err
+		}
+	}
+	return e, nil
+}

@@ -1,0 +1,310 @@
+package core
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/ledger"
+)
+
+// fetchOf is a FetchFunc that stores data, as a download would.
+func fetchOf(data []byte) FetchFunc {
+	return func(create func(int64) (*os.File, error)) error {
+		f, err := create(int64(len(data)))
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(data)
+		return err
+	}
+}
+
+// writingLeft lists what the store's writing/ holds.
+func (tc *testCore) writingLeft() []string {
+	ents, err := os.ReadDir(filepath.Join(tc.store.Dir(), blob.WritingName))
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// readName reads an object's bytes through the store.
+func (tc *testCore) readName(name string) []byte {
+	tc.t.Helper()
+	b, err := os.ReadFile(filepath.Join(tc.store.Dir(), blob.DataName, name))
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return b
+}
+
+func TestInstall(t *testing.T) {
+	var published []string
+	tc := newTestCore(t, Config{Capacity: 8 * mib, Published: func(p string) { published = append(published, p) }})
+	data := bytes.Repeat([]byte("kv"), 3*mib/4)
+	id := tc.NewID()
+	h, err := tc.Install(blob.RootID, "remote.data", id, fetchOf(data))
+	if err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	st := tc.Stats()
+	if st.UsedBytes != ledger.Charge(int64(len(data))) || st.Objects != 1 || st.PinnedObjects != 1 || st.ReservedBytes != 0 {
+		t.Errorf("while held: %+v", st.Stats)
+	}
+	h.Release()
+	e, a, err := tc.Lookup(blob.RootID, "remote.data")
+	if err != nil || e.ID != id || a.Size != int64(len(data)) || a.Charge != ledger.Charge(int64(len(data))) {
+		t.Fatalf("lookup after install: %+v %+v %v", e, a, err)
+	}
+	if !bytes.Equal(tc.readName("remote.data"), data) {
+		t.Error("installed bytes differ")
+	}
+	if st := tc.Stats(); st.PinnedObjects != 0 || st.Loads != 0 || st.Stores != 0 {
+		t.Errorf("after release: %+v", st)
+	}
+	if left := tc.writingLeft(); len(left) != 0 {
+		t.Errorf("writing/ holds %v after an install", left)
+	}
+	if len(published) != 0 {
+		t.Errorf("an install was reported published: %v", published)
+	}
+}
+
+// TestInstallNameTaken: a name stored locally while the fetch ran wins;
+// the fetched bytes go, and the ledger holds only the local object.
+func TestInstallNameTaken(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 8 * mib})
+	_, err := tc.Install(blob.RootID, "x", tc.NewID(), func(create func(int64) (*os.File, error)) error {
+		f, err := create(mib)
+		if err != nil {
+			return err
+		}
+		tc.put("x", 100)
+		_, err = f.Write(make([]byte, mib))
+		return err
+	})
+	if !errors.Is(err, ErrExists) {
+		t.Fatalf("install over a name stored meanwhile: %v, want ErrExists", err)
+	}
+	if st := tc.Stats(); st.UsedBytes != ledger.Charge(100) || st.Objects != 1 || st.PinnedObjects != 0 || st.ReservedBytes != 0 {
+		t.Errorf("ledger after the lost install: %+v", st.Stats)
+	}
+	if got := tc.readName("x"); len(got) != 100 {
+		t.Errorf("the local object holds %d bytes, want its own 100", len(got))
+	}
+	if left := tc.writingLeft(); len(left) != 0 {
+		t.Errorf("writing/ holds %v", left)
+	}
+	if _, err := tc.Install(blob.RootID, "x", tc.NewID(), fetchOf([]byte("y"))); !errors.Is(err, ErrExists) {
+		t.Errorf("install of a local name: %v, want ErrExists", err)
+	}
+}
+
+// TestInstallFailed: a fetch that fails half-way (a corrupt download)
+// leaves nothing: no name, no charge, no marker.
+func TestInstallFailed(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 8 * mib})
+	bad := errors.New("checksum mismatch")
+	_, err := tc.Install(blob.RootID, "x", tc.NewID(), func(create func(int64) (*os.File, error)) error {
+		f, err := create(2 * mib)
+		if err != nil {
+			return err
+		}
+		f.Write(make([]byte, mib))
+		return bad
+	})
+	if !errors.Is(err, bad) {
+		t.Fatalf("install: %v, want the fetch's error", err)
+	}
+	if tc.exists("x") {
+		t.Error("a failed install left its name")
+	}
+	if st := tc.Stats(); st.UsedBytes != 0 || st.Objects != 0 || st.PinnedObjects != 0 || st.ReservedBytes != 0 {
+		t.Errorf("ledger after a failed install: %+v", st.Stats)
+	}
+	if left := tc.writingLeft(); len(left) != 0 {
+		t.Errorf("writing/ holds %v", left)
+	}
+}
+
+// TestInstallAdmission: an install is admitted like a store: it evicts
+// what is cold to fit, and one that can never fit is refused (ENOSPC)
+// without evicting anything.
+func TestInstallAdmission(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	tc.put("cold", 2*mib)
+	tc.put("warm", mib)
+	tc.clock.Skip(time.Second)
+	if _, err := tc.Install(blob.RootID, "huge", tc.NewID(), fetchOf(make([]byte, 5*mib))); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("install larger than the capacity: %v, want ErrNoSpace", err)
+	}
+	if st := tc.Stats(); st.Evictions != 0 || st.Objects != 2 {
+		t.Fatalf("a doomed install evicted: %+v", st.Stats)
+	}
+	h, err := tc.Install(blob.RootID, "fetched", tc.NewID(), fetchOf(make([]byte, 2*mib)))
+	if err != nil {
+		t.Fatalf("install that fits after eviction: %v", err)
+	}
+	h.Release()
+	if tc.exists("cold") || !tc.exists("warm") || !tc.exists("fetched") {
+		t.Errorf("after install: cold %v warm %v fetched %v; want only cold evicted", tc.exists("cold"), tc.exists("warm"), tc.exists("fetched"))
+	}
+	if left := tc.writingLeft(); len(left) != 0 {
+		t.Errorf("writing/ holds %v", left)
+	}
+}
+
+// TestInstallOnce: concurrent installs of one name run one fetch; the
+// others wait for it and learn that the name exists.
+func TestInstallOnce(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 8 * mib})
+	started, release := make(chan struct{}), make(chan struct{})
+	var fetches sync.WaitGroup
+	fetches.Add(1)
+	go func() {
+		defer fetches.Done()
+		h, err := tc.Install(blob.RootID, "x", tc.NewID(), func(create func(int64) (*os.File, error)) error {
+			close(started)
+			<-release
+			return fetchOf([]byte("bytes"))(create)
+		})
+		if err != nil {
+			t.Errorf("leader: %v", err)
+			return
+		}
+		h.Release()
+	}()
+	<-started
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := tc.Install(blob.RootID, "x", tc.NewID(), func(func(int64) (*os.File, error)) error {
+				t.Error("a second fetch ran")
+				return nil
+			})
+			errs <- err
+		}()
+	}
+	close(release)
+	for range 4 {
+		if err := <-errs; !errors.Is(err, ErrExists) {
+			t.Errorf("follower: %v, want ErrExists", err)
+		}
+	}
+	fetches.Wait()
+	if got := tc.readName("x"); string(got) != "bytes" {
+		t.Errorf("x holds %q", got)
+	}
+}
+
+// TestPublished: the hook hears of every name that holds a complete
+// object, and of nothing else.
+func TestPublished(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: 0, Published: func(p string) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, p)
+	}})
+	take := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := got
+		got = nil
+		return out
+	}
+	want := func(what string, paths ...string) {
+		t.Helper()
+		if g := take(); !slices.Equal(g, paths) {
+			t.Errorf("%s published %q, want %q", what, g, paths)
+		}
+	}
+	dir, _, err := tc.Mkdir(blob.RootID, "d", 0o755, blob.Owner{UID: -1, GID: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("mkdir")
+	id := tc.put("tmp", 100)
+	want("a writer's close", "tmp")
+	if _, err := tc.Link(id, dir, "final"); err != nil {
+		t.Fatal(err)
+	}
+	want("link", "d/final")
+	if err := tc.Rename(blob.RootID, "tmp", dir, "moved", 0); err != nil {
+		t.Fatal(err)
+	}
+	want("rename", "d/moved")
+	if err := tc.Rename(blob.RootID, "d", blob.RootID, "e", 0); err != nil {
+		t.Fatal(err)
+	}
+	want("rename of a directory")
+	r, err := tc.Open(id, os.O_RDONLY, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Release()
+	want("a reader's close")
+	h, err := tc.Create(blob.RootID, "big", 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.File().Write(make([]byte, 5*mib))
+	if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("flush of an object over the capacity: %v", err)
+	}
+	h.Release()
+	want("a refused store")
+	hold, err := tc.Install(blob.RootID, "fetched", tc.NewID(), fetchOf([]byte("z")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.Release()
+	want("an install")
+}
+
+// TestOpenPath: the remote tier reads objects by path, pinned, without
+// counting a load.
+func TestOpenPath(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	dir, _, err := tc.Mkdir(blob.RootID, "d", 0o755, blob.Owner{UID: -1, GID: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := tc.Create(dir, "o", 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Write([]byte("payload"), 0)
+	h.Flush()
+	h.Release()
+	r, err := tc.OpenPath("d/o")
+	if err != nil {
+		t.Fatalf("OpenPath: %v", err)
+	}
+	b, _ := io.ReadAll(r.File())
+	if string(b) != "payload" {
+		t.Errorf("read %q", b)
+	}
+	if st := tc.Stats(); st.PinnedObjects != 1 || st.Loads != 0 {
+		t.Errorf("while open: %+v", st)
+	}
+	r.Release()
+	for _, p := range []string{"d", "d/x", "x", "d/o/x", ""} {
+		if _, err := tc.OpenPath(p); !errors.Is(err, ErrNotFound) {
+			t.Errorf("OpenPath(%q): %v, want ErrNotFound", p, err)
+		}
+	}
+}

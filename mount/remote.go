@@ -1,0 +1,98 @@
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/remote"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// startRemote builds the remote tier when Options.Remote asks for one:
+// its upload journal lives in the store (blob.RemoteName) and is
+// replayed now, its uploads read objects through the core, and the core
+// tells it what is published. Call it once the core is open.
+func (m *Mount) startRemote() error {
+	if m.Remote == nil {
+		return nil
+	}
+	cfg := *m.Remote
+	if cfg.NegativeTTL > m.CacheTimeout {
+		// Never remember an absent name longer than the user lets the
+		// kernel remember names.
+		cfg.NegativeTTL = m.CacheTimeout
+	}
+	t, err := remote.New(cfg, remote.Deps{
+		JournalDir: filepath.Join(m.Store, blob.RemoteName),
+		Open:       m.openForUpload,
+		Logger:     m.log.Named("remote"),
+		Clock:      m.RemoteClock,
+	})
+	switch {
+	case errors.Is(err, remote.ErrUsage):
+		return usagef("%v", err)
+	case err != nil:
+		return fmt.Errorf("remote tier: %w", err)
+	}
+	m.tier = t
+	m.log.Info("remote tier", zap.String("url", cfg.URL), zap.String("endpoint", cfg.Endpoint),
+		zap.Duration("negative_ttl", cfg.NegativeTTL), zap.Int("queued", int(t.Stats().QueueDepth)))
+	return nil
+}
+
+// publishHook is the core's Config.Published: write-behind to the tier,
+// or nil without one (the core then does no work for it).
+func (m *Mount) publishHook() func(string) {
+	if m.Remote == nil {
+		return nil
+	}
+	return func(path string) { m.tier.Enqueue(path) }
+}
+
+// closeRemote stops the tier's uploads; its journal keeps what is
+// pending for the next mount. Call it after the server stops and before
+// the core closes: uploads read through the core.
+func (m *Mount) closeRemote() {
+	if m.tier != nil {
+		m.tier.Close()
+	}
+}
+
+// Tier is the remote tier, nil without one; tests use it.
+func (m *Mount) Tier() *remote.Tier { return m.tier }
+
+// openForUpload is the tier's Opener: the object by its name, read
+// through a handle that pins it (not evicted while it uploads).
+func (m *Mount) openForUpload(name string) (io.ReadCloser, int64, error) {
+	h, err := m.core.OpenPath(name)
+	if errors.Is(err, core.ErrNotFound) {
+		return nil, 0, remote.ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(h.File().Fd()), &st); err != nil {
+		h.Release()
+		return nil, 0, err
+	}
+	return &pinnedReader{SectionReader: io.NewSectionReader(h.File(), 0, st.Size), h: h}, st.Size, nil
+}
+
+// pinnedReader reads an object through its handle (seekable, so the tier
+// reads it twice, checksum then upload, without opening it again) and
+// releases the handle at Close.
+type pinnedReader struct {
+	*io.SectionReader
+	h *core.Handle
+}
+
+func (r *pinnedReader) Close() error {
+	r.h.Release()
+	return nil
+}
