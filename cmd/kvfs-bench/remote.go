@@ -286,7 +286,7 @@ func (rb *remoteBench) publish() error {
 	}
 	b.pairRow(mRemotePub, "remote", off, on, nil)
 	b.pairRow(mRemoteStore, "remote", offAll, onAll, nil)
-	b.pairRow(mRemotePubB2B, "remote", offB2B, onB2B)
+	b.pairRow(mRemotePubB2B, "remote", offB2B, onB2B, nil)
 	st, err := rb.on.d.stats()
 	if err == nil && st.RemoteStats != nil {
 		rs := st.RemoteStats
