@@ -122,6 +122,11 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	}
 	err := h.Handle.Flush()
 	h.n.doneWriting(h)
+	// The charge st_blocks reports has just settled (an open writer's is
+	// at least its reservation): the kernel's cached attributes go before
+	// close(2) returns. Dropping attributes alone (offset -1) takes no
+	// lock a closing caller holds, so it is safe from this handler.
+	h.n.EmbeddedInode().NotifyContent(-1, 0)
 	if h.n.cached.Load() {
 		h.n.fs.queue(notice{inode: h.n.EmbeddedInode()})
 	}

@@ -1,0 +1,65 @@
+package tests
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestStBlocksAfterWriterClose: while a writer is open its object is
+// charged at least its reservation, and st_blocks says so; once the
+// writer closes, stat(2) and fstat(2) through a reader show the settled
+// charge at once, not the kernel's cached figure from while it was open
+// (found by TestModel: stat said 503808 bytes of blocks for a closed
+// object of 100000 bytes until the attribute cache timed out, a minute).
+func TestStBlocksAfterWriterClose(t *testing.T) {
+	for _, mode := range []struct {
+		name  string
+		flags []string
+	}{{"passthrough", nil}, {"strict", []string{"--strict-capacity"}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			d := mountCache(t, append([]string{"--capacity", "8MiB", "--write-reserve", "64KiB"}, mode.flags...)...)
+			// A stored object of 500000 bytes makes the next writer's
+			// reservation that large.
+			putFile(t, filepath.Join(d.mp, "big"), objectBytes("big", 500000))
+			p := filepath.Join(d.mp, "obj")
+			w, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Write(objectBytes("obj", 100000)); err != nil {
+				t.Fatal(err)
+			}
+			r, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			var st unix.Stat_t
+			if err := unix.Fstat(int(w.Fd()), &st); err != nil || st.Blocks*512 < ceil4096(500000) {
+				t.Errorf("fstat of the open writer: %d bytes of blocks (%v), want at least its reservation %d", st.Blocks*512, err, ceil4096(500000))
+			}
+			if err := unix.Stat(p, &st); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			want := ceil4096(100000)
+			if err := unix.Stat(p, &st); err != nil || st.Blocks*512 != want {
+				t.Errorf("stat after the writer's close: %d bytes of blocks (%v), want %d", st.Blocks*512, err, want)
+			}
+			if err := unix.Fstat(int(r.Fd()), &st); err != nil || st.Blocks*512 != want {
+				t.Errorf("fstat of a reader after the writer's close: %d bytes of blocks (%v), want %d", st.Blocks*512, err, want)
+			}
+			r.Close()
+			if got, err := duCommand(p); err != nil || got != want {
+				t.Errorf("du of the closed object: %d (%v), want %d", got, err, want)
+			}
+			assertQuietEqual(t, d)
+			d.stop()
+		})
+	}
+}
