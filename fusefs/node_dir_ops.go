@@ -29,8 +29,15 @@ func (n *dirNode) Create(ctx context.Context, name string, flags, mode uint32, o
 		return nil, nil, 0, n.fs.errno("create", errNotStored)
 	}
 	ch, err := n.fs.core.Create(n.id, name, fileMode(mode), owner(ctx), writable(flags))
-	if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
-		return n.openExisting(ctx, name, flags, out)
+	for try := 0; errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0; try++ {
+		ino, fh, fuseFlags, errno := n.openExisting(ctx, name, flags, out)
+		if errno != syscall.ENOENT || try == 3 {
+			return ino, fh, fuseFlags, errno
+		}
+		// The name went (evicted, unlinked) between the create and the
+		// lookup: open(O_CREAT) in an existing directory never answers
+		// ENOENT, so create it after all.
+		ch, err = n.fs.core.Create(n.id, name, fileMode(mode), owner(ctx), writable(flags))
 	}
 	if err != nil {
 		return nil, nil, 0, n.fs.errno("create", err)
