@@ -143,7 +143,7 @@ func (m *Mount) mount() error {
 			Name:       "kvfs",
 			FsName:     m.Store,
 			AllowOther: m.AllowOther,
-			Options:    []string{"default_permissions"},
+			Options:    m.kernelOptions(),
 			MaxWrite:   maxRead,
 			// go-fuse tries to splice every read reply through a pipe,
 			// which cannot hold a 1 MiB reply plus its header (pipe-max-
@@ -187,6 +187,21 @@ func (m *Mount) mount() error {
 	if m.ram != nil && m.PassthroughActive() {
 		m.log.Warn("the RAM tier only serves plain reads, and passthrough serves them all here; " +
 			"mount with --no-passthrough or --strict-capacity to use it")
+	}
+	return nil
+}
+
+// kernelOptions are the mount options for the kernel. With other users
+// let in (--allow-other), the kernel checks their permissions against the
+// modes kvfs reports (default_permissions). Without, only the mounter can
+// enter the mount at all, and the store's own permission checks apply to
+// every stored file the daemon opens for it: the kernel's checks would
+// add nothing but a GETATTR of the directory after each change in it
+// (the next permission check needs its attributes, and the change made
+// them stale), a round trip in every store and every unlink.
+func (m *Mount) kernelOptions() []string {
+	if m.AllowOther {
+		return []string{"default_permissions"}
 	}
 	return nil
 }
