@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,6 +63,14 @@ type Store struct {
 	data    *os.File
 	writing *os.File
 	nextID  atomic.Uint64
+	// changes counts the calls that may have changed data/ or writing/,
+	// so the checkpointer knows when its last checkpoint is behind.
+	changes atomic.Uint64
+	// checkpointSize is the last checkpoint's, to size the next one's
+	// buffer at once.
+	checkpointSize atomic.Int64
+	// racy is racyWindow; tests shorten it.
+	racy time.Duration
 
 	// GUARDED_BY(the owner's lock). INVARIANT: every directory and
 	// regular file under data/ that kvfs made or loaded is in the index,
@@ -90,7 +99,7 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: abs, lock: lock}
+	s := &Store{dir: abs, lock: lock, racy: racyWindow}
 	if mark {
 		err = writeFormat(abs)
 	}
@@ -151,6 +160,9 @@ func (s *Store) Close() error {
 
 // Dir is the store directory.
 func (s *Store) Dir() string { return s.dir }
+
+// Changes counts the calls that may have changed the store so far.
+func (s *Store) Changes() uint64 { return s.changes.Load() }
 
 // NewID hands out a fresh inode ID.
 func (s *Store) NewID() ID { return ID(s.nextID.Add(1)) }
@@ -230,6 +242,7 @@ func writingName(id ID) string { return strconv.FormatUint(uint64(id), 16) }
 // MarkWriting records that id has a write handle open, durably enough to
 // survive a crash of the daemon: a hard link to f under writing/.
 func (s *Store) MarkWriting(f *os.File, id ID) error {
+	s.changes.Add(1)
 	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()),
 		int(s.writing.Fd()), writingName(id), unix.AT_SYMLINK_FOLLOW)
 	if err == unix.EEXIST || err == unix.ENOENT {
@@ -244,6 +257,7 @@ func (s *Store) MarkWriting(f *os.File, id ID) error {
 
 // ClearWriting records that id is complete again.
 func (s *Store) ClearWriting(id ID) error {
+	s.changes.Add(1)
 	err := unix.Unlinkat(int(s.writing.Fd()), writingName(id), 0)
 	if err != nil && err != unix.ENOENT {
 		return &os.PathError{Op: "clear writing", Path: writingName(id), Err: err}

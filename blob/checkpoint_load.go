@@ -1,0 +1,540 @@
+package blob
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// cpLoad is one start from a checkpoint (see CheckpointName): the index
+// is built from the checkpoint while the directories are checked against
+// the store, then each directory that changed is reconciled with its
+// listing.
+type cpLoad struct {
+	s     *Store
+	l     *loader // what is stat'ed: changed entries, new subtrees
+	marks *marks
+	taken int64
+	dirs  []cpLoadDir // parents first; dirs[0] is data/
+	objs  []cpObj     // least recently used first
+	// unsure: objects whose size the checkpoint left to this start.
+	unsure map[ID]bool
+	// fresh: directories that are new since the checkpoint, walked.
+	fresh []walkRoot
+}
+
+// cpLoadDir is one directory the checkpoint lists.
+type cpLoadDir struct {
+	d       *dir
+	path    string
+	ino     uint64
+	ctime   int64
+	trusted bool
+	check   dirCheck
+}
+
+// dirCheck is what the store holds for a directory of the checkpoint:
+// nothing (gone), the same directory unchanged (same), or a listing.
+type dirCheck struct {
+	gone, same bool
+	names      string // the listed names, one after another
+	ents       []dent
+	err        error
+}
+
+// dent is one listed entry; its name is names[off:off+n].
+type dent struct {
+	ino    uint64
+	off, n uint32
+	typ    uint8
+}
+
+func (c *dirCheck) name(e dent) string { return c.names[e.off : e.off+e.n] }
+
+// cpObj is one object of the checkpoint.
+type cpObj struct {
+	id   ID
+	ino  uint64
+	size int64
+}
+
+// walkRoot is a directory to walk with stats.
+type walkRoot struct {
+	d   *dir
+	rel string
+}
+
+// loadCheckpoint builds the index from the checkpoint and the store's
+// directories. On an error the index is left half-built, for the caller
+// to reset; ("none": there is no checkpoint).
+func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
+	data, err := os.ReadFile(filepath.Join(s.dir, CheckpointName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errors.New("none")
+	}
+	if err != nil {
+		return nil, err
+	}
+	body, err := checkpointBody(data)
+	if err != nil {
+		return nil, err
+	}
+	r := &cpReader{b: body}
+	r.u8() // clean stop or not: the same rules hold either way
+	c := &cpLoad{s: s, marks: m, taken: int64(r.u64()), unsure: map[ID]bool{},
+		l: &loader{s: s, incomplete: m.inos, counted: map[uint64]bool{}, seen: map[uint64]ID{}, rep: rep}}
+	if err := c.parseDirs(r); err != nil {
+		return nil, err
+	}
+	checked := c.checkDirs()
+	err = c.parseObjects(r)
+	checked.Wait()
+	if err != nil {
+		return nil, err
+	}
+	return c.reconcile()
+}
+
+// checkpointBody checks the magic and the checksum.
+func checkpointBody(data []byte) ([]byte, error) {
+	if len(data) < len(checkpointMagic)+4 || string(data[:len(checkpointMagic)]) != checkpointMagic {
+		return nil, errors.New("not a kvfs checkpoint of this version")
+	}
+	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
+	if crc32.ChecksumIEEE(body) != sum {
+		return nil, errors.New("checksum mismatch")
+	}
+	return body[len(checkpointMagic):], nil
+}
+
+// parseDirs indexes the checkpoint's directories.
+func (c *cpLoad) parseDirs(r *cpReader) error {
+	n := r.u64()
+	if r.err != nil || n == 0 || n > uint64(len(r.b)) {
+		return errors.New("bad directory count")
+	}
+	c.dirs = make([]cpLoadDir, n)
+	for i := range c.dirs {
+		parent, name, ino, ctime, names, trusted := r.u32(), r.str(), r.u64(), int64(r.u64()), r.u32(), r.u8()
+		if r.err != nil || names > uint32(len(r.b)) {
+			return fmt.Errorf("bad directory %d", i)
+		}
+		cd := &c.dirs[i]
+		cd.ino, cd.ctime, cd.trusted = ino, ctime, trusted == 1
+		if i == 0 {
+			cd.d, cd.path = c.s.dirs[RootID], "."
+			cd.d.kids = make(map[string]ID, names)
+			continue
+		}
+		if uint64(parent) >= uint64(i) || !validName(name) {
+			return fmt.Errorf("bad directory entry %d", i)
+		}
+		p := &c.dirs[parent]
+		if _, taken := p.d.kids[name]; taken {
+			return fmt.Errorf("directory %q listed twice", name)
+		}
+		cd.d = &dir{id: c.s.NewID(), parent: p.d, name: name, kids: make(map[string]ID, names)}
+		cd.path = path.Join(p.path, name)
+		p.d.kids[name] = cd.d.id
+		c.s.dirs[cd.d.id] = cd.d
+	}
+	return nil
+}
+
+// parseObjects indexes the checkpoint's objects, each under every name
+// it had; reconcile then drops what the store no longer holds.
+func (c *cpLoad) parseObjects(r *cpReader) error {
+	n := r.u64()
+	if r.err != nil || n > uint64(len(r.b)) {
+		return errors.New("bad object count")
+	}
+	c.objs = make([]cpObj, 0, n)
+	files := make([]file, n)          // one allocation, not a million
+	names := make([]Name, 0, n+n/8+1) // likewise; each file's links are cut off at their end
+	for i := range files {
+		ino, size, nlinks := r.u64(), int64(r.u64()), r.u32()
+		if r.err != nil || size < -1 || nlinks == 0 || uint64(nlinks) > uint64(len(r.b)) {
+			return fmt.Errorf("bad object %d", i)
+		}
+		id := c.s.NewID()
+		start := len(names)
+		for j := uint32(0); j < nlinks; j++ {
+			di, name := r.u32(), r.str()
+			if r.err != nil || uint64(di) >= uint64(len(c.dirs)) || !validName(name) {
+				return fmt.Errorf("bad name of object %d", i)
+			}
+			d := c.dirs[di].d
+			k := len(d.kids)
+			if d.kids[name] = id; len(d.kids) == k {
+				return fmt.Errorf("name %q listed twice", name)
+			}
+			names = append(names, Name{d.id, name})
+		}
+		f := &files[i]
+		f.ino, f.links = ino, names[start:len(names):len(names)]
+		c.s.files[id] = f
+		c.objs = append(c.objs, cpObj{id: id, ino: ino, size: size})
+		if size < 0 {
+			c.unsure[id] = true
+		}
+	}
+	if len(r.b) != 0 {
+		return errors.New("trailing bytes")
+	}
+	return nil
+}
+
+// checkDirs compares each directory of the checkpoint with the store, in
+// the background, loaderWorkers at a time.
+func (c *cpLoad) checkDirs() *sync.WaitGroup {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, loaderWorkers)
+	for i := range c.dirs {
+		wg.Add(1)
+		go func(cd *cpLoadDir) {
+			defer wg.Done()
+			sem <- struct{}{}
+			cd.check = c.s.checkDir(cd.path, cd.ino, cd.ctime, cd.trusted)
+			<-sem
+		}(&c.dirs[i])
+	}
+	return &wg
+}
+
+// checkDir says whether the directory at rel is gone, the same as the
+// checkpoint recorded (and vouched for), or else what it holds now.
+func (s *Store) checkDir(rel string, ino uint64, ctime int64, trusted bool) dirCheck {
+	f, err := s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return dirCheck{gone: true}
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return dirCheck{err: err}
+	}
+	if trusted && st.Ino == ino && st.Ctim.Nano() == ctime {
+		return dirCheck{same: true}
+	}
+	var ch dirCheck
+	var names []byte
+	ch.err = readDirents(int(f.Fd()), func(name []byte, ino uint64, typ uint8) {
+		ch.ents = append(ch.ents, dent{ino: ino, off: uint32(len(names)), n: uint32(len(name)), typ: typ})
+		names = append(names, name...)
+	})
+	ch.names = string(names)
+	return ch
+}
+
+// reconcile brings the index built from the checkpoint in line with the
+// store, directory by directory, parents first, then returns the
+// objects, those of the checkpoint in its order before those stat'ed.
+func (c *cpLoad) reconcile() ([]Object, error) {
+	for i := range c.dirs {
+		cd := &c.dirs[i]
+		if c.s.dirs[cd.d.id] != cd.d {
+			continue // dropped with a parent that changed
+		}
+		switch {
+		case cd.check.err != nil:
+			return nil, cd.check.err
+		case cd.check.gone:
+			return nil, fmt.Errorf("directory %q is gone", cd.path)
+		case cd.check.same:
+			continue
+		}
+		c.l.rep.DirsListed++
+		if err := c.reconcileDir(cd); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.l.runFrom(c.fresh); err != nil {
+		return nil, err
+	}
+	c.mergeLinks()
+	c.dropIncomplete()
+	if err := c.statUnsure(); err != nil {
+		return nil, err
+	}
+	return c.objects(), nil
+}
+
+// reconcileDir compares a changed directory's listing with the index:
+// entries with the same name and inode number (and directories of the
+// same name, checked on their own) stay as the checkpoint has them;
+// names that vanished go; the rest are stat'ed.
+func (c *cpLoad) reconcileDir(cd *cpLoadDir) error {
+	d, ch := cd.d, &cd.check
+	kept := 0
+	var changed []dent
+	for _, e := range ch.ents {
+		if id, ok := d.kids[ch.name(e)]; ok && c.same(id, e) {
+			kept++
+			continue
+		}
+		changed = append(changed, e)
+	}
+	for _, e := range changed {
+		if id, ok := d.kids[ch.name(e)]; ok {
+			c.s.forgetName(d, ch.name(e), id)
+		}
+	}
+	if len(d.kids) > kept {
+		c.dropVanished(d, ch)
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	f, err := c.s.openBeneath(cd.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, e := range changed {
+		if err := c.addChanged(int(f.Fd()), cd, strings.Clone(ch.name(e)), e.typ); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// same says whether a listed entry is what the index holds under its
+// name: the same directory name, or the same regular file by inode
+// number with a known size.
+func (c *cpLoad) same(id ID, e dent) bool {
+	switch e.typ {
+	case unix.DT_DIR:
+		_, isDir := c.s.dirs[id]
+		return isDir
+	case unix.DT_REG:
+		f, ok := c.s.files[id]
+		return ok && f.ino != 0 && f.ino == e.ino
+	}
+	return false
+}
+
+// dropVanished drops the names the listing no longer holds.
+func (c *cpLoad) dropVanished(d *dir, ch *dirCheck) {
+	listed := make(map[string]struct{}, len(ch.ents))
+	for _, e := range ch.ents {
+		listed[ch.name(e)] = struct{}{}
+	}
+	for name, id := range d.kids {
+		if _, ok := listed[name]; !ok {
+			c.s.forgetName(d, name, id)
+		}
+	}
+}
+
+// addChanged indexes a new or changed entry of a listed directory: a
+// directory is walked (after the listed ones), a regular file is
+// stat'ed; what was being written at the crash, and what kvfs never
+// makes, is deleted.
+func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) error {
+	l := c.l
+	if typ == unix.DT_DIR {
+		c.fresh = append(c.fresh, walkRoot{l.addDir(cd.d, name), path.Join(cd.path, name)})
+		return nil
+	}
+	e := entry{name: name}
+	if typ != unix.DT_REG && typ != unix.DT_UNKNOWN {
+		unix.Unlinkat(dirfd, name, 0)
+		l.rep.Foreign++
+		return nil
+	}
+	err := unix.Fstatat(dirfd, name, &e.st, unix.AT_SYMLINK_NOFOLLOW)
+	switch {
+	case err == unix.ENOENT:
+		return nil
+	case err != nil:
+		return &os.PathError{Op: "stat", Path: path.Join(cd.path, name), Err: err}
+	case e.st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		return c.addChanged(dirfd, cd, name, unix.DT_DIR)
+	case e.st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return c.addChanged(dirfd, cd, name, unix.DT_FIFO) // foreign, whatever it is
+	case l.incomplete[e.st.Ino]:
+		unix.Unlinkat(dirfd, name, 0)
+		l.countIncomplete(&e.st)
+		return nil
+	}
+	l.addFile(cd.d, &e)
+	return nil
+}
+
+// forgetName removes a name from the index only (the store no longer
+// holds it, or holds something else under it), with everything under it
+// if it is a directory.
+func (s *Store) forgetName(d *dir, name string, id ID) {
+	if sub, ok := s.dirs[id]; ok {
+		for n, kid := range sub.kids {
+			s.forgetName(sub, n, kid)
+		}
+		delete(s.dirs, id)
+		delete(d.kids, name)
+		return
+	}
+	s.dropName(id, d, name)
+}
+
+// mergeLinks makes one object of a checkpoint object and a name of its
+// inode that was stat'ed (a hard link made after the checkpoint), so its
+// bytes are counted once.
+func (c *cpLoad) mergeLinks() {
+	seen := c.l.seen // inode -> stat'ed object, for inodes with several names
+	if len(seen) == 0 {
+		return
+	}
+	statd := make(map[ID]int64, len(seen))
+	for _, o := range c.l.objects {
+		statd[o.ID] = o.Size
+	}
+	merged := map[ID]bool{}
+	for i := range c.objs {
+		o := &c.objs[i]
+		other, ok := seen[o.ino]
+		f := c.s.files[o.id]
+		if !ok || f == nil || o.ino == 0 || merged[other] {
+			continue
+		}
+		for _, n := range c.s.files[other].links {
+			c.s.dirs[n.Parent].kids[n.Name] = o.id
+			f.links = append(f.links, n)
+		}
+		delete(c.s.files, other)
+		merged[other] = true
+		o.size = statd[other] // later than the checkpoint's
+		delete(c.unsure, o.id)
+	}
+	kept := c.l.objects[:0]
+	for _, o := range c.l.objects {
+		if !merged[o.ID] {
+			kept = append(kept, o)
+		}
+	}
+	c.l.objects = kept
+}
+
+// dropIncomplete deletes the checkpoint's objects that were being
+// written at the crash, by the names the store proved they still have.
+func (c *cpLoad) dropIncomplete() {
+	if len(c.marks.inos) == 0 {
+		return
+	}
+	for _, o := range c.objs {
+		if _, ok := c.s.files[o.id]; !ok || !c.marks.inos[o.ino] {
+			continue
+		}
+		c.s.Drop(o.id)
+		if !c.l.counted[o.ino] {
+			c.l.counted[o.ino] = true
+			c.l.rep.Incomplete++
+			c.l.rep.IncompleteByte += c.marks.sizes[o.ino]
+		}
+	}
+}
+
+// statUnsure reads the sizes the checkpoint did not know.
+func (c *cpLoad) statUnsure() error {
+	for i := range c.objs {
+		o := &c.objs[i]
+		if !c.unsure[o.id] {
+			continue
+		}
+		if _, ok := c.s.files[o.id]; !ok {
+			continue
+		}
+		st, err := c.s.Stat(o.id)
+		if err != nil {
+			return err
+		}
+		c.l.rep.Stated++
+		o.size, c.s.files[o.id].ino = st.Size, st.Ino
+	}
+	return nil
+}
+
+// objects lists the indexed objects: the checkpoint's in its order,
+// timed just before it was taken, then those stat'ed, timed by the
+// store.
+func (c *cpLoad) objects() []Object {
+	out := make([]Object, 0, len(c.objs)+len(c.l.objects))
+	for i, o := range c.objs {
+		if f, ok := c.s.files[o.id]; ok {
+			out = append(out, Object{ID: o.id, Size: o.size, Atime: c.taken - int64(len(c.objs)-i), Links: len(f.links)})
+		}
+	}
+	for _, o := range c.l.objects {
+		o.Links = len(c.s.files[o.ID].links)
+		out = append(out, o)
+	}
+	c.l.rep.Objects = int64(len(out))
+	c.l.rep.Dirs = int64(len(c.s.dirs) - 1)
+	return out
+}
+
+// runFrom walks directories with stats, as a start without a checkpoint
+// walks data/.
+func (l *loader) runFrom(roots []walkRoot) error {
+	l.sem = make(chan struct{}, loaderWorkers)
+	for _, r := range roots {
+		l.wg.Add(1)
+		go l.walk(r.d, r.rel)
+	}
+	l.wg.Wait()
+	return l.err
+}
+
+func validName(name string) bool {
+	return name != "" && name != "." && name != ".." && len(name) <= 255 && !strings.ContainsAny(name, "/\x00")
+}
+
+// cpReader reads what cpWriter wrote, keeping the first error.
+type cpReader struct {
+	b   []byte
+	err error
+}
+
+func (r *cpReader) take(n int) []byte {
+	if r.err != nil || n > len(r.b) {
+		r.err = io.ErrUnexpectedEOF
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *cpReader) u8() byte {
+	if b := r.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (r *cpReader) u32() uint32 {
+	if b := r.take(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *cpReader) u64() uint64 {
+	if b := r.take(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (r *cpReader) str() string {
+	n := r.u32()
+	return string(r.take(int(n)))
+}
