@@ -55,8 +55,8 @@ const checkpointMagic = "kvfs index v2\n"
 // that change time; the checkpoint does not vouch for it.
 const racyWindow = 2 * time.Second
 
-// Checkpoint is a copy of the index taken under the owner's lock, to be
-// checked and written without it (SaveCheckpoint).
+// Checkpoint is a copy of the index taken in short steps under the
+// owner's lock, to be checked and written without it (SaveCheckpoint).
 type Checkpoint struct {
 	buf  []byte
 	dirs []cpDir
@@ -66,14 +66,23 @@ type Checkpoint struct {
 	Objects, Unsure, Distrusted int
 	Clean                       bool
 	Taken                       time.Time
+	// Steps is how many times the capture took the owner's lock.
+	Steps int
 }
 
-// cpDir is what SaveCheckpoint checks of a directory the capture trusted.
+// cpDir is a directory the capture vouched for.
 type cpDir struct {
-	path   string
-	ino    uint64
-	names  int
+	path string
+	heldDir
 	flagAt int // offset of its trusted byte in buf
+}
+
+// heldDir is a directory's inode number and change time, and how many
+// entries it held then.
+type heldDir struct {
+	ino   uint64
+	ctime int64
+	names int
 }
 
 // sized is one object of the LRU order.
@@ -82,47 +91,50 @@ type sized struct {
 	size int64
 }
 
-// CaptureCheckpoint copies the index. The owner holds its lock, shared
-// at least: no name changes meanwhile. each yields every object least
-// recently used first with its size; busy says whether an object may be
-// being written (its size is then left to the next start to read).
-// clean: the file system has stopped serving.
-func (s *Store) CaptureCheckpoint(each func(fn func(id ID, size int64)), busy func(ID) bool, clean bool) *Checkpoint {
-	cp := &Checkpoint{Clean: clean, Taken: time.Now()}
-	w := cpWriter{b: make([]byte, 0, int(s.checkpointSize.Load()))}
-	w.b = append(w.b, checkpointMagic...)
-	w.u8(clean)
-	w.u64(uint64(cp.Taken.UnixNano()))
-	index := s.captureDirs(&w, cp)
-	order := make([]sized, 0, len(s.files))
-	each(func(id ID, size int64) { order = append(order, sized{id, size}) })
+// cpStep is how many objects one step of a capture copies: a few
+// milliseconds under the owner's lock.
+const cpStep = 1 << 15
+
+// CaptureCheckpoint copies the index in steps, each run by shared, which
+// holds the owner's lock (shared at least) while it calls its argument:
+// no name changes during a step, and writers get in between. each yields
+// every object least recently used first with its size; busy says
+// whether an object may be being written (its size is then left to the
+// next start to read). clean: the file system has stopped serving.
+//
+// The directories' change times are read in the first step, with the
+// order: a name changed in a directory after it moves the directory's
+// change time past the one recorded (see racyWindow), so the next start
+// lists that directory whatever the later steps copied of it.
+func (s *Store) CaptureCheckpoint(shared func(func()), each func(fn func(id ID, size int64)), busy func(ID) bool, clean bool) *Checkpoint {
+	cp := &Checkpoint{Clean: clean}
+	w := &cpWriter{b: make([]byte, 0, int(s.checkpointSize.Load()))}
+	var index map[ID]uint32
+	var order []sized
+	step := func(f func()) { shared(f); cp.Steps++ }
+	step(func() {
+		cp.Taken = time.Now()
+		w.b = append(w.b, checkpointMagic...)
+		w.u8(clean)
+		w.u64(uint64(cp.Taken.UnixNano()))
+		index = s.captureDirs(w, cp)
+		order = make([]sized, 0, len(s.files))
+		each(func(id ID, size int64) { order = append(order, sized{id, size}) })
+	})
 	countAt := len(w.b)
 	w.u64(0)
-	for _, o := range order {
-		f, ok := s.files[o.id]
-		if !ok || len(f.links) == 0 {
-			continue
-		}
-		if busy(o.id) {
-			o.size = -1
-			cp.Unsure++
-		}
-		w.u64(f.ino)
-		w.u64(uint64(o.size))
-		w.u32(uint32(len(f.links)))
-		for _, n := range f.links {
-			w.u32(index[n.Parent])
-			w.str(n.Name)
-		}
-		cp.Objects++
+	for len(order) > 0 {
+		n := min(len(order), cpStep)
+		step(func() { s.captureObjects(w, cp, order[:n], index, busy) })
+		order = order[n:]
 	}
 	binary.LittleEndian.PutUint64(w.b[countAt:], uint64(cp.Objects))
 	cp.buf = w.b
 	return cp
 }
 
-// captureDirs writes the directories, each after its parent, and returns
-// their positions.
+// captureDirs writes the directories, each after its parent, and
+// returns their positions.
 func (s *Store) captureDirs(w *cpWriter, cp *Checkpoint) map[ID]uint32 {
 	dirs := s.dirsParentsFirst()
 	index := make(map[ID]uint32, len(dirs))
@@ -136,18 +148,54 @@ func (s *Store) captureDirs(w *cpWriter, cp *Checkpoint) map[ID]uint32 {
 		path := s.dirPath(d)
 		st, err := s.dirStat(path)
 		ctime := st.Ctim.Nano()
-		trusted := err == nil && ctime < cp.Taken.Add(-s.racy).UnixNano()
 		w.u32(parent)
 		w.str(d.name)
 		w.u64(st.Ino)
 		w.u64(uint64(ctime))
 		w.u32(uint32(len(d.kids)))
+		trusted := err == nil && ctime < cp.Taken.Add(-s.racy).UnixNano()
 		if trusted {
-			cp.dirs = append(cp.dirs, cpDir{path: path, ino: st.Ino, names: len(d.kids), flagAt: len(w.b)})
+			cp.dirs = append(cp.dirs, cpDir{path: path, heldDir: heldDir{st.Ino, ctime, len(d.kids)}, flagAt: len(w.b)})
 		}
 		w.u8(trusted)
 	}
 	return index
+}
+
+// captureObjects writes objects with their names in the directories the
+// first step listed (a directory made since is not vouched for, as its
+// parent changed, and is walked at the next start).
+func (s *Store) captureObjects(w *cpWriter, cp *Checkpoint, order []sized, index map[ID]uint32, busy func(ID) bool) {
+	for _, o := range order {
+		f, ok := s.files[o.id]
+		if !ok || len(f.links) == 0 {
+			continue
+		}
+		start := len(w.b)
+		if busy(o.id) {
+			o.size = -1
+		}
+		w.u64(f.ino)
+		w.u64(uint64(o.size))
+		w.u32(0)
+		names := 0
+		for _, n := range f.links {
+			if i, ok := index[n.Parent]; ok {
+				w.u32(i)
+				w.str(n.Name)
+				names++
+			}
+		}
+		if names == 0 {
+			w.b = w.b[:start]
+			continue
+		}
+		binary.LittleEndian.PutUint32(w.b[start+16:], uint32(names))
+		cp.Objects++
+		if o.size < 0 {
+			cp.Unsure++
+		}
+	}
 }
 
 // dirsParentsFirst lists the index's directories, root first, each after
@@ -175,20 +223,24 @@ func (s *Store) dirStat(rel string) (unix.Stat_t, error) {
 	return st, unix.Fstat(int(f.Fd()), &st)
 }
 
-// SaveCheckpoint writes cp atomically, without the owner's lock. First
-// it withdraws its word for each directory the capture trusted that does
-// not hold as many entries as the index gave it, all directories and
-// regular files: something put in the store or taken from it behind
-// kvfs's back, not yet audited, that an unchanged directory would hide
-// from the next start. (A directory kvfs changed since the capture is
-// listed at the next start anyway.)
+// SaveCheckpoint writes cp atomically, without the owner's lock (but
+// one at a time). First it withdraws its word for each directory the
+// capture trusted that does not hold as many entries as the index gave
+// it, all directories and regular files: something put in the store or
+// taken from it behind kvfs's back, not yet audited, that an unchanged
+// directory would hide from the next start. (A directory changed since
+// the capture is listed at the next start anyway, and one unchanged
+// since the last checkpoint that found it holding what the index said
+// still does.)
 func (s *Store) SaveCheckpoint(cp *Checkpoint) error {
+	verified := make(map[string]heldDir, len(cp.dirs))
 	for _, d := range cp.dirs {
-		if !s.dirHolds(d) {
+		if !s.dirHolds(d, verified) {
 			cp.buf[d.flagAt] = 0
 			cp.Distrusted++
 		}
 	}
+	s.verified = verified
 	buf := binary.LittleEndian.AppendUint32(cp.buf, crc32.ChecksumIEEE(cp.buf))
 	s.checkpointSize.Store(int64(len(buf)))
 	tmp := filepath.Join(s.dir, CheckpointName+".tmp")
@@ -211,23 +263,34 @@ func (s *Store) SaveCheckpoint(cp *Checkpoint) error {
 }
 
 // dirHolds says whether a directory is still the one captured and holds
-// d.names entries, every one a directory or a regular file.
-func (s *Store) dirHolds(d cpDir) bool {
+// d.names entries, every one a directory or a regular file, and notes
+// in verified those it listed or knew to.
+func (s *Store) dirHolds(d cpDir, verified map[string]heldDir) bool {
 	f, err := s.openBeneath(d.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
 	var st unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &st) != nil || st.Ino != d.ino {
+	switch {
+	case unix.Fstat(int(f.Fd()), &st) != nil || st.Ino != d.ino:
 		return false
+	case st.Ctim.Nano() != d.ctime:
+		return true // changed since the capture
+	case s.verified[d.path] == d.heldDir:
+		verified[d.path] = d.heldDir
+		return true
 	}
 	n, ok := 0, true
 	err = readDirents(int(f.Fd()), func(_ []byte, _ uint64, typ uint8) {
 		n++
 		ok = ok && (typ == unix.DT_REG || typ == unix.DT_DIR)
 	})
-	return err == nil && ok && n == d.names
+	if err != nil || !ok || n != d.names {
+		return false
+	}
+	verified[d.path] = d.heldDir
+	return true
 }
 
 func (s *Store) syncStoreDir() error { return syncDir(s.dir) }

@@ -160,12 +160,13 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 	c.objs = make([]cpObj, 0, n)
 	files := make([]file, n)          // one allocation, not a million
 	names := make([]Name, 0, n+n/8+1) // likewise; each file's links are cut off at their end
+	first := ID(c.s.nextID.Add(n) - n + 1)
 	for i := range files {
 		ino, size, nlinks := r.u64(), int64(r.u64()), r.u32()
 		if r.err != nil || size < -1 || nlinks == 0 || uint64(nlinks) > uint64(len(r.b)) {
 			return fmt.Errorf("bad object %d", i)
 		}
-		id := c.s.NewID()
+		id := first + ID(i)
 		start := len(names)
 		for j := uint32(0); j < nlinks; j++ {
 			di, name := r.u32(), r.str()

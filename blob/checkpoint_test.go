@@ -16,7 +16,7 @@ import (
 // ones being written.
 func saveCheckpoint(t *testing.T, s *Store, order []ID, busy ...ID) *Checkpoint {
 	t.Helper()
-	cp := s.CaptureCheckpoint(func(fn func(ID, int64)) {
+	cp := s.CaptureCheckpoint(func(step func()) { step() }, func(fn func(ID, int64)) {
 		for _, id := range order {
 			st, _ := s.Stat(id)
 			fn(id, st.Size)
@@ -395,9 +395,10 @@ func TestCheckpointDistrustsUnaudited(t *testing.T) {
 	mustCreate(t, s, q, "g", []byte("g"))
 	must(t, "symlink", os.Symlink("/etc", filepath.Join(dir, DataName, "a", "evil")))
 	must(t, "write", os.WriteFile(filepath.Join(dir, DataName, "q", "unseen"), []byte("unseen"), 0o644))
-	cp := saveCheckpoint(t, s, ids(s))
-	if cp.Distrusted != 2 {
-		t.Fatalf("checkpoint %+v: want a and q distrusted", cp)
+	for range 2 { // and again: a distrusted directory is checked again
+		if cp := saveCheckpoint(t, s, ids(s)); cp.Distrusted != 2 {
+			t.Fatalf("checkpoint %+v: want a and q distrusted", cp)
+		}
 	}
 	s, objs, rep := reload(t, dir, s)
 	if !rep.FromSnapshot || rep.DirsListed != 2 || rep.Foreign != 1 || rep.Stated != 1 || len(objs) != 3 {
@@ -446,5 +447,70 @@ func TestCheckpointSkipsNameless(t *testing.T) {
 	must(t, "Unlink", err)
 	if cp := saveCheckpoint(t, s, []ID{999999, other, id}); cp.Objects != 1 {
 		t.Fatalf("checkpoint lists %d objects, want 1", cp.Objects)
+	}
+}
+
+// TestCheckpointStepsSeeChanges: a change that gets in between the
+// capture's steps (as writers do, between its short holds of the lock)
+// leaves its directory not vouched for, so the next start lists it, and
+// serves what a walk serves; directories no change touched are taken as
+// they are.
+func TestCheckpointStepsSeeChanges(t *testing.T) {
+	for name, c := range map[string]struct {
+		before int // the step the change lands before (2: after the capture, before the save)
+		change func(t *testing.T, s *Store, a ID)
+	}{
+		"file made":    {1, func(t *testing.T, s *Store, a ID) { mustCreate(t, s, a, "new", []byte("n")) }},
+		"file renamed": {1, func(t *testing.T, s *Store, a ID) { mustRename(t, s, a, "f1", RootID, "moved", 0) }},
+		"file removed after the copy": {2, func(t *testing.T, s *Store, a ID) {
+			_, err := s.Unlink(a, "f1")
+			must(t, "Unlink", err)
+		}},
+		"directory made": {1, func(t *testing.T, s *Store, a ID) { mustCreate(t, s, mustMkdir(t, s, a, "sub"), "x", nil) }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir)
+			must(t, "Open", err)
+			s.racy = 0
+			a := mustMkdir(t, s, RootID, "a")
+			q := mustMkdir(t, s, RootID, "q")
+			mustCreate(t, s, a, "f1", []byte("1"))
+			mustCreate(t, s, a, "f2", []byte("22"))
+			mustCreate(t, s, q, "g", []byte("g"))
+			order := ids(s)
+			steps := 0
+			cp := s.CaptureCheckpoint(func(step func()) {
+				if steps == c.before {
+					c.change(t, s, a)
+				}
+				steps++
+				step()
+			}, func(fn func(ID, int64)) {
+				for _, id := range order {
+					st, _ := s.Stat(id)
+					fn(id, st.Size)
+				}
+			}, func(ID) bool { return false }, false)
+			if cp.Steps != 2 {
+				t.Fatalf("%d steps", cp.Steps)
+			}
+			if c.before == 2 {
+				c.change(t, s, a)
+			}
+			must(t, "SaveCheckpoint", s.SaveCheckpoint(cp))
+			s, objs, rep := reload(t, dir, s)
+			if !rep.FromSnapshot || rep.DirsListed < 1 {
+				t.Fatalf("report %+v: a changed directory was taken as it was", rep)
+			}
+			if _, err := s.Lookup(RootID, "q"); err != nil {
+				t.Fatal(err)
+			}
+			got, gotSizes := namespace(s), sizes(s, objs)
+			s, wobjs := walkAgain(t, dir, s)
+			if want := namespace(s); !slices.Equal(got, want) || !mapsEqual(gotSizes, sizes(s, wobjs)) {
+				t.Errorf("from the checkpoint %v %v\na walk finds %v %v", got, gotSizes, want, sizes(s, wobjs))
+			}
+		})
 	}
 }

@@ -71,6 +71,10 @@ type Store struct {
 	checkpointSize atomic.Int64
 	// racy is racyWindow; tests shorten it.
 	racy time.Duration
+	// verified: directories the last checkpoint found holding what the
+	// index said, by path; GUARDED_BY(the owner's one checkpoint at a
+	// time).
+	verified map[string]heldDir
 
 	// GUARDED_BY(the owner's lock). INVARIANT: every directory and
 	// regular file under data/ that kvfs made or loaded is in the index,
