@@ -124,7 +124,7 @@ func (s *Store) CaptureCheckpoint(shared func(func()), each func(fn func(id ID, 
 	countAt := len(w.b)
 	w.u64(0)
 	for len(order) > 0 {
-		n := min(len(order), cpStep)
+		n := min(len(order), s.step)
 		step(func() { s.captureObjects(w, cp, order[:n], index, busy) })
 		order = order[n:]
 	}

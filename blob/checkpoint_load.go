@@ -23,11 +23,16 @@ type cpLoad struct {
 	s     *Store
 	l     *loader // what is stat'ed: changed entries, new subtrees
 	marks *marks
-	taken int64
+	when  int64       // unix nanoseconds the checkpoint was taken
 	dirs  []cpLoadDir // parents first; dirs[0] is data/
 	objs  []cpObj     // least recently used first
 	// unsure: objects whose size the checkpoint left to this start.
 	unsure map[ID]bool
+	// taken: names two holders claimed, by directory position. The
+	// capture copies in steps and a name may pass from one holder to
+	// another in between; that moved the directory's change time, so
+	// the directory is listed.
+	taken map[int][]string
 	// fresh: directories that are new since the checkpoint, walked.
 	fresh []walkRoot
 }
@@ -90,7 +95,7 @@ func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
 	}
 	r := &cpReader{b: body}
 	r.u8() // clean stop or not: the same rules hold either way
-	c := &cpLoad{s: s, marks: m, taken: int64(r.u64()), unsure: map[ID]bool{},
+	c := &cpLoad{s: s, marks: m, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{},
 		l: &loader{s: s, incomplete: m.inos, counted: map[uint64]bool{}, seen: map[uint64]ID{}, rep: rep}}
 	if err := c.parseDirs(r); err != nil {
 		return nil, err
@@ -101,6 +106,7 @@ func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.untangle()
 	return c.reconcile()
 }
 
@@ -176,7 +182,7 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 			d := c.dirs[di].d
 			k := len(d.kids)
 			if d.kids[name] = id; len(d.kids) == k {
-				return fmt.Errorf("name %q listed twice", name)
+				c.taken[int(di)] = append(c.taken[int(di)], name)
 			}
 			names = append(names, Name{d.id, name})
 		}
@@ -192,6 +198,43 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 		return errors.New("trailing bytes")
 	}
 	return nil
+}
+
+// untangle leaves each name claimed twice to its later holder, which
+// took it last, and takes it from the earlier ones (a directory goes
+// with everything under it); the listing of its directory, which
+// changed, then checks the name against the store like any other.
+func (c *cpLoad) untangle() {
+	if len(c.taken) == 0 {
+		return
+	}
+	claimed := map[Name]bool{}
+	for di, names := range c.taken {
+		d := c.dirs[di].d
+		for _, name := range names {
+			claimed[Name{d.id, name}] = true
+		}
+		for j := di + 1; j < len(c.dirs); j++ {
+			if sub := c.dirs[j].d; sub.parent == d && claimed[Name{d.id, sub.name}] {
+				c.s.forgetDir(sub)
+			}
+		}
+	}
+	for _, o := range c.objs {
+		f := c.s.files[o.id]
+		if f == nil {
+			continue // its names went with a directory
+		}
+		kept := f.links[:0]
+		for _, n := range f.links {
+			if !claimed[n] || c.s.dirs[n.Parent].kids[n.Name] == o.id {
+				kept = append(kept, n)
+			}
+		}
+		if f.links = kept; len(kept) == 0 {
+			delete(c.s.files, o.id)
+		}
+	}
 }
 
 // checkDirs compares each directory of the checkpoint with the store, in
@@ -376,14 +419,19 @@ func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) er
 // if it is a directory.
 func (s *Store) forgetName(d *dir, name string, id ID) {
 	if sub, ok := s.dirs[id]; ok {
-		for n, kid := range sub.kids {
-			s.forgetName(sub, n, kid)
-		}
-		delete(s.dirs, id)
+		s.forgetDir(sub)
 		delete(d.kids, name)
 		return
 	}
 	s.dropName(id, d, name)
+}
+
+// forgetDir removes a directory and everything under it from the index.
+func (s *Store) forgetDir(d *dir) {
+	for n, kid := range d.kids {
+		s.forgetName(d, n, kid)
+	}
+	delete(s.dirs, d.id)
 }
 
 // mergeLinks makes one object of a checkpoint object and a name of its
@@ -470,7 +518,7 @@ func (c *cpLoad) objects() []Object {
 	out := make([]Object, 0, len(c.objs)+len(c.l.objects))
 	for i, o := range c.objs {
 		if f, ok := c.s.files[o.id]; ok {
-			out = append(out, Object{ID: o.id, Size: o.size, Atime: c.taken - int64(len(c.objs)-i), Links: len(f.links)})
+			out = append(out, Object{ID: o.id, Size: o.size, Atime: c.when - int64(len(c.objs)-i), Links: len(f.links)})
 		}
 	}
 	for _, o := range c.l.objects {

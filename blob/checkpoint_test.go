@@ -514,3 +514,60 @@ func TestCheckpointStepsSeeChanges(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckpointNamePassedOn: a name that passes from one object to
+// another (or from a directory to an object) between the capture's
+// steps is in the checkpoint twice; the start gives it to its later
+// holder, lists its directory and serves what a walk serves.
+func TestCheckpointNamePassedOn(t *testing.T) {
+	for name, c := range map[string]func(t *testing.T, s *Store, a ID){
+		"object to object": func(t *testing.T, s *Store, a ID) {
+			_, err := s.Unlink(a, "n")
+			must(t, "Unlink", err)
+			mustRename(t, s, a, "b", a, "n", 0)
+		},
+		"directory to object": func(t *testing.T, s *Store, a ID) {
+			sub, err := s.Lookup(a, "sub")
+			must(t, "Lookup", err)
+			_, err = s.Unlink(sub.ID, "x")
+			must(t, "Unlink", err)
+			_, err = s.Rmdir(a, "sub")
+			must(t, "Rmdir", err)
+			mustRename(t, s, a, "b", a, "sub", 0)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir)
+			must(t, "Open", err)
+			s.racy, s.step = 0, 1
+			a := mustMkdir(t, s, RootID, "a")
+			mustCreate(t, s, mustMkdir(t, s, a, "sub"), "x", []byte("x"))
+			first := mustCreate(t, s, a, "n", []byte("first holder"))
+			last := mustCreate(t, s, a, "b", []byte("the later one"))
+			order, steps := []ID{lookupPath(t, s, "a/sub/x"), first, last}, 0
+			cp := s.CaptureCheckpoint(func(step func()) {
+				if steps == 3 { // after first, before last
+					c(t, s, a)
+				}
+				steps++
+				step()
+			}, func(fn func(ID, int64)) {
+				for _, id := range order {
+					st, _ := s.Stat(id)
+					fn(id, st.Size)
+				}
+			}, func(ID) bool { return false }, false)
+			must(t, "SaveCheckpoint", s.SaveCheckpoint(cp))
+			s, objs, rep := reload(t, dir, s)
+			if !rep.FromSnapshot || rep.DirsListed < 1 {
+				t.Fatalf("report %+v", rep)
+			}
+			got, gotSizes := namespace(s), sizes(s, objs)
+			s, wobjs := walkAgain(t, dir, s)
+			if want := namespace(s); !slices.Equal(got, want) || !mapsEqual(gotSizes, sizes(s, wobjs)) {
+				t.Errorf("from the checkpoint %v %v\na walk finds %v %v", got, gotSizes, want, sizes(s, wobjs))
+			}
+		})
+	}
+}

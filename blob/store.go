@@ -12,6 +12,8 @@
 //	writing/     one extra hard link, named by object ID, per file that
 //	             has a write handle open; what is still here at start-up
 //	             was being written at a crash and is reclaimed
+//	kvfs.index   the checkpoint of the index (see CheckpointName)
+//	kvfs.hint    how many objects the last start found (see HintName)
 //
 // A Store does no locking of its own. Its owner (package core) serialises
 // every change of the namespace and lets readers in only between changes;
@@ -69,8 +71,9 @@ type Store struct {
 	// checkpointSize is the last checkpoint's, to size the next one's
 	// buffer at once.
 	checkpointSize atomic.Int64
-	// racy is racyWindow; tests shorten it.
+	// racy is racyWindow and step cpStep; tests shorten them.
 	racy time.Duration
+	step int
 	// verified: directories the last checkpoint found holding what the
 	// index said, by path; GUARDED_BY(the owner's one checkpoint at a
 	// time).
@@ -103,7 +106,7 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: abs, lock: lock, racy: racyWindow}
+	s := &Store{dir: abs, lock: lock, racy: racyWindow, step: cpStep}
 	if mark {
 		err = writeFormat(abs)
 	}

@@ -25,10 +25,13 @@ type checkpointer struct {
 // waits at least this many times as long as the last one took.
 const checkpointSpacing = 20
 
-// startCheckpoints notes what the start found; Start then runs the loop.
-func (c *Core) startCheckpoints(rep blob.LoadReport) {
+// startCheckpoints notes whether the start left the checkpoint behind
+// (it walked, listed or stat'ed what the next start would again, or
+// deleted or evicted something); Start then runs the loop.
+func (c *Core) startCheckpoints(rep LoadReport) {
 	c.ckpt.saved = c.store.Changes()
-	c.ckpt.stale = !rep.FromSnapshot || rep.DirsListed > 0 || rep.Stated > 0
+	c.ckpt.stale = !rep.FromSnapshot || rep.DirsListed > 0 || rep.Stated > 0 ||
+		rep.Incomplete > 0 || rep.Foreign > 0 || rep.Evicted > 0
 }
 
 // Checkpoint writes the store's checkpoint now, as the background loop

@@ -185,10 +185,10 @@ func Open(store *blob.Store, cfg Config) (*Core, LoadReport, error) {
 	}
 	c := newCore(store, cfg, len(objects))
 	c.auditAtStart = brep.FromSnapshot
-	c.startCheckpoints(brep)
 	if err := c.restore(objects, &rep); err != nil {
 		return nil, rep, err
 	}
+	c.startCheckpoints(rep)
 	rep.Took = time.Since(start)
 	return c, rep, nil
 }
