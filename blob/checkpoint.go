@@ -108,9 +108,10 @@ const cpStep = 1 << 15
 // lists that directory whatever the later steps copied of it.
 func (s *Store) CaptureCheckpoint(shared func(func()), each func(fn func(id ID, size int64)), busy func(ID) bool, clean bool) *Checkpoint {
 	cp := &Checkpoint{Clean: clean}
-	w := &cpWriter{b: make([]byte, 0, int(s.checkpointSize.Load()))}
+	n := s.checkpointObjects.Load()
+	w := &cpWriter{b: make([]byte, 0, s.checkpointSize.Load()+s.checkpointSize.Load()/8)}
+	order := make([]sized, 0, n+n/8)
 	var index map[ID]uint32
-	var order []sized
 	step := func(f func()) { shared(f); cp.Steps++ }
 	step(func() {
 		cp.Taken = time.Now()
@@ -118,7 +119,6 @@ func (s *Store) CaptureCheckpoint(shared func(func()), each func(fn func(id ID, 
 		w.u8(clean)
 		w.u64(uint64(cp.Taken.UnixNano()))
 		index = s.captureDirs(w, cp)
-		order = make([]sized, 0, len(s.files))
 		each(func(id ID, size int64) { order = append(order, sized{id, size}) })
 	})
 	countAt := len(w.b)
@@ -199,15 +199,18 @@ func (s *Store) captureObjects(w *cpWriter, cp *Checkpoint, order []sized, index
 }
 
 // dirsParentsFirst lists the index's directories, root first, each after
-// its parent.
+// its parent. It visits the directories, never their names: one may hold
+// a million.
 func (s *Store) dirsParentsFirst() []*dir {
+	kids := make(map[*dir][]*dir, len(s.dirs))
+	for _, d := range s.dirs {
+		if d.parent != nil {
+			kids[d.parent] = append(kids[d.parent], d)
+		}
+	}
 	out := []*dir{s.dirs[RootID]}
 	for i := 0; i < len(out); i++ {
-		for _, id := range out[i].kids {
-			if d, ok := s.dirs[id]; ok {
-				out = append(out, d)
-			}
-		}
+		out = append(out, kids[out[i]]...)
 	}
 	return out
 }
@@ -243,6 +246,7 @@ func (s *Store) SaveCheckpoint(cp *Checkpoint) error {
 	s.verified = verified
 	buf := binary.LittleEndian.AppendUint32(cp.buf, crc32.ChecksumIEEE(cp.buf))
 	s.checkpointSize.Store(int64(len(buf)))
+	s.checkpointObjects.Store(int64(cp.Objects))
 	tmp := filepath.Join(s.dir, CheckpointName+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {

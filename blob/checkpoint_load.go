@@ -43,6 +43,7 @@ type cpLoadDir struct {
 	path    string
 	ino     uint64
 	ctime   int64
+	names   int // entries it held
 	trusted bool
 	check   dirCheck
 }
@@ -93,6 +94,7 @@ func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.checkpointSize.Store(int64(len(data)))
 	r := &cpReader{b: body}
 	r.u8() // clean stop or not: the same rules hold either way
 	c := &cpLoad{s: s, marks: m, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{},
@@ -135,7 +137,7 @@ func (c *cpLoad) parseDirs(r *cpReader) error {
 			return fmt.Errorf("bad directory %d", i)
 		}
 		cd := &c.dirs[i]
-		cd.ino, cd.ctime, cd.trusted = ino, ctime, trusted == 1
+		cd.ino, cd.ctime, cd.names, cd.trusted = ino, ctime, int(names), trusted == 1
 		if i == 0 {
 			cd.d, cd.path = c.s.dirs[RootID], "."
 			cd.d.kids = make(map[string]ID, names)
@@ -247,17 +249,17 @@ func (c *cpLoad) checkDirs() *sync.WaitGroup {
 		go func(cd *cpLoadDir) {
 			defer wg.Done()
 			sem <- struct{}{}
-			cd.check = c.s.checkDir(cd.path, cd.ino, cd.ctime, cd.trusted)
+			cd.check = c.s.checkDir(cd)
 			<-sem
 		}(&c.dirs[i])
 	}
 	return &wg
 }
 
-// checkDir says whether the directory at rel is gone, the same as the
-// checkpoint recorded (and vouched for), or else what it holds now.
-func (s *Store) checkDir(rel string, ino uint64, ctime int64, trusted bool) dirCheck {
-	f, err := s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+// checkDir says whether a directory of the checkpoint is gone, the
+// same as recorded (and vouched for), or else what it holds now.
+func (s *Store) checkDir(cd *cpLoadDir) dirCheck {
+	f, err := s.openBeneath(cd.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return dirCheck{gone: true}
 	}
@@ -266,16 +268,17 @@ func (s *Store) checkDir(rel string, ino uint64, ctime int64, trusted bool) dirC
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return dirCheck{err: err}
 	}
-	if trusted && st.Ino == ino && st.Ctim.Nano() == ctime {
+	if cd.trusted && st.Ino == cd.ino && st.Ctim.Nano() == cd.ctime {
 		return dirCheck{same: true}
 	}
-	var ch dirCheck
-	var names []byte
+	ch := dirCheck{ents: make([]dent, 0, cd.names+cd.names/8)}
+	var names strings.Builder // its String is the bytes, not a copy
+	names.Grow(32 * cd.names)
 	ch.err = readDirents(int(f.Fd()), func(name []byte, ino uint64, typ uint8) {
-		ch.ents = append(ch.ents, dent{ino: ino, off: uint32(len(names)), n: uint32(len(name)), typ: typ})
-		names = append(names, name...)
+		ch.ents = append(ch.ents, dent{ino: ino, off: uint32(names.Len()), n: uint32(len(name)), typ: typ})
+		names.Write(name)
 	})
-	ch.names = string(names)
+	ch.names = names.String()
 	return ch
 }
 
@@ -543,7 +546,8 @@ func (l *loader) runFrom(roots []walkRoot) error {
 }
 
 func validName(name string) bool {
-	return name != "" && name != "." && name != ".." && len(name) <= 255 && !strings.ContainsAny(name, "/\x00")
+	return name != "" && name != "." && name != ".." && len(name) <= 255 &&
+		strings.IndexByte(name, '/') < 0 && strings.IndexByte(name, 0) < 0
 }
 
 // cpReader reads what cpWriter wrote, keeping the first error.

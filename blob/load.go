@@ -67,6 +67,10 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 	// this leaves the markers for the next start.
 	m.remove(s)
 	s.writeHint(len(objects))
+	s.checkpointObjects.Store(int64(len(objects)))
+	if s.checkpointSize.Load() == 0 {
+		s.checkpointSize.Store(64 * int64(len(objects))) // a guess; names vary
+	}
 	return objects, rep, nil
 }
 

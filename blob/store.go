@@ -68,9 +68,10 @@ type Store struct {
 	// changes counts the calls that may have changed data/ or writing/,
 	// so the checkpointer knows when its last checkpoint is behind.
 	changes atomic.Uint64
-	// checkpointSize is the last checkpoint's, to size the next one's
-	// buffer at once.
-	checkpointSize atomic.Int64
+	// checkpointSize and checkpointObjects are the last checkpoint's (or
+	// the start's), to size the next capture's buffers before it takes
+	// the owner's lock, not while it holds it.
+	checkpointSize, checkpointObjects atomic.Int64
 	// racy is racyWindow and step cpStep; tests shorten them.
 	racy time.Duration
 	step int
