@@ -64,6 +64,7 @@ func (s *Store) Walk(stop <-chan struct{}) (Walked, error) {
 // mistaken for a change behind kvfs's back. The owner holds its lock;
 // onDisk is used up.
 func (s *Store) Audit(onDisk Walked) Audit {
+	s.changes.Add(1)
 	a := Audit{Sizes: map[ID]int64{}}
 	known := map[uint64]ID{} // stored inode -> indexed file
 	for id, f := range s.files {
@@ -100,6 +101,7 @@ func (s *Store) auditFile(id ID, f *file, onDisk Walked, known map[uint64]ID, a 
 		present = true
 		a.Sizes[id] = st.Size
 		known[st.Ino] = id
+		f.ino = st.Ino // it may have been replaced behind kvfs's back
 	}
 	if present {
 		return
@@ -169,7 +171,7 @@ func (s *Store) adopt(rel string, st unix.Stat_t, known map[uint64]ID, adopted m
 	}
 	id := s.NewID()
 	d.kids[name] = id
-	s.files[id] = &file{links: []Name{{d.id, name}}}
+	s.files[id] = &file{links: []Name{{d.id, name}}, ino: st.Ino}
 	adopted[st.Ino] = len(a.Adopted)
 	a.Adopted = append(a.Adopted, Object{ID: id, Size: st.Size, Atime: max(ts(st.Atim), ts(st.Mtim)), Links: 1})
 }

@@ -128,6 +128,9 @@ func checkIndex(t *testing.T, s *Store) {
 			fail("%s: file %d has names on inodes %d and %d", rel, id, ino, st.Ino)
 		}
 		inoOf[id] = st.Ino
+		if ino := s.files[id].ino; ino != 0 && ino != st.Ino {
+			fail("%s: the index says inode %d, the store holds %d", rel, ino, st.Ino)
+		}
 		if other, ok := idOf[st.Ino]; ok && other != id {
 			fail("%s: inode %d holds files %d and %d", rel, st.Ino, other, id)
 		}

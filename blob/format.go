@@ -33,7 +33,7 @@ func notStoref(format string, args ...any) error {
 // FormatName: such a store is recognised once and marked.
 var legacyNames = map[string]bool{
 	LockName: true, DataName: true, WritingName: true,
-	HintName: true, SnapshotName: true, SnapshotName + ".tmp": true,
+	HintName: true, CheckpointName: true, CheckpointName + ".tmp": true,
 	RemoteName: true,
 }
 

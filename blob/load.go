@@ -26,53 +26,79 @@ type LoadReport struct {
 	Incomplete     int64 `json:"incomplete"`
 	IncompleteByte int64 `json:"incomplete_bytes"`
 	Foreign        int64 `json:"foreign"`
-	// FromSnapshot: the index came from the snapshot a clean stop left
-	// (see SnapshotName), not from a walk; SnapshotUnused says why a
-	// walk was needed ("none": there was no snapshot).
+	// FromSnapshot: the index came from the checkpoint (see
+	// CheckpointName), not from a walk; SnapshotUnused says why a walk
+	// was needed ("none": there was no checkpoint).
 	FromSnapshot   bool   `json:"from_snapshot"`
 	SnapshotUnused string `json:"snapshot_unused,omitempty"`
+	// DirsListed: directories changed since the checkpoint, listed to
+	// see which of their entries changed; Stated: objects whose size
+	// came from a stat, not from the checkpoint (all, after a walk).
+	DirsListed int64 `json:"dirs_listed"`
+	Stated     int64 `json:"stated"`
 }
 
-// Load rebuilds the index from data/ after a clean stop or a crash. Files
-// that still had a write handle open (a link under writing/) are deleted,
-// as is anything that is neither a directory nor a regular file. It
-// returns every remaining inode once, however many names it has.
+// Load rebuilds the index after a clean stop or a crash, from the
+// checkpoint where the store proves it still holds (see CheckpointName),
+// else by walking data/ and stat'ing every file. Files that still had a
+// write handle open (a link under writing/) are deleted, as is anything
+// that is neither a directory nor a regular file. It returns every
+// remaining inode once, however many names it has.
 func (s *Store) Load() ([]Object, LoadReport, error) {
 	hint := s.readHint()
 	s.resetIndex(hint)
 	var rep LoadReport
-	incomplete, err := s.takeWriting()
+	m, err := s.readWriting()
 	if err != nil {
 		return nil, rep, err
 	}
-	if len(incomplete) == 0 {
-		objects, srep, err := s.takeSnapshot()
-		if err == nil {
-			s.writeHint(len(objects))
-			return objects, srep, nil
-		}
-		rep.SnapshotUnused = err.Error()
+	objects, err := s.loadCheckpoint(m, &rep)
+	if err == nil {
+		rep.FromSnapshot = true
 	} else {
-		// A write was open at the stop: a snapshot cannot be from it.
-		s.dropSnapshot()
-		rep.SnapshotUnused = "a write was open at the stop"
+		rep = LoadReport{SnapshotUnused: err.Error(), Foreign: rep.Foreign,
+			Incomplete: rep.Incomplete, IncompleteByte: rep.IncompleteByte}
+		s.resetIndex(hint)
+		if objects, err = s.walkAll(m, hint, &rep); err != nil {
+			return nil, rep, err
+		}
 	}
-	l := loader{objects: make([]Object, 0, hint), s: s, incomplete: incomplete, counted: map[uint64]bool{}, seen: map[uint64]ID{}, rep: &rep}
+	// Only now that data/ holds nothing half-written: a crash before
+	// this leaves the markers for the next start.
+	m.remove(s)
+	s.writeHint(len(objects))
+	s.checkpointObjects.Store(int64(len(objects)))
+	if s.checkpointSize.Load() == 0 {
+		s.checkpointSize.Store(64 * int64(len(objects))) // a guess; names vary
+	}
+	return objects, rep, nil
+}
+
+// walkAll indexes data/ by a walk that stats every file.
+func (s *Store) walkAll(m *marks, hint int, rep *LoadReport) ([]Object, error) {
+	l := loader{objects: make([]Object, 0, hint), s: s, incomplete: m.inos, counted: map[uint64]bool{}, seen: map[uint64]ID{}, rep: rep}
 	s.progress.expect(hint)
-	err = l.run(s.dirs[RootID])
+	err := l.run(s.dirs[RootID])
 	s.progress.done()
 	if err != nil {
-		return nil, rep, err
+		return nil, err
 	}
 	for i := range l.objects {
 		l.objects[i].Links = len(s.files[l.objects[i].ID].links)
 	}
-	s.writeHint(len(l.objects))
-	return l.objects, rep, nil
+	return l.objects, nil
 }
 
-// takeWriting empties writing/ and returns the inode numbers it marked.
-func (s *Store) takeWriting() (map[uint64]bool, error) {
+// marks is what writing/ held at the start: the inodes being written
+// at the crash, with their sizes, and the markers' names.
+type marks struct {
+	inos  map[uint64]bool
+	sizes map[uint64]int64
+	names []string
+}
+
+// readWriting reads writing/.
+func (s *Store) readWriting() (*marks, error) {
 	f, err := s.openWriting()
 	if err != nil {
 		return nil, err
@@ -82,15 +108,27 @@ func (s *Store) takeWriting() (map[uint64]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	marked := make(map[uint64]bool, len(names))
+	m := &marks{inos: make(map[uint64]bool, len(names)), sizes: map[uint64]int64{}, names: names}
 	for _, name := range names {
 		var st unix.Stat_t
 		if unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-			marked[st.Ino] = true
+			m.inos[st.Ino] = true
+			m.sizes[st.Ino] = st.Size
 		}
+	}
+	return m, nil
+}
+
+// remove deletes the markers.
+func (m *marks) remove(s *Store) {
+	f, err := s.openWriting()
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	for _, name := range m.names {
 		unix.Unlinkat(int(f.Fd()), name, 0)
 	}
-	return marked, nil
 }
 
 func (s *Store) openWriting() (*os.File, error) {
@@ -241,9 +279,10 @@ func (l *loader) addFile(d *dir, e *entry) {
 		l.seen[st.Ino] = id
 	}
 	d.kids[e.name] = id
-	l.s.files[id] = &file{links: []Name{{d.id, e.name}}}
+	l.s.files[id] = &file{links: []Name{{d.id, e.name}}, ino: st.Ino}
 	l.objects = append(l.objects, Object{ID: id, Size: st.Size, Atime: max(ts(st.Atim), ts(st.Mtim))})
 	l.rep.Objects++
+	l.rep.Stated++
 }
 
 func ts(t unix.Timespec) int64 { return t.Sec*1e9 + t.Nsec }

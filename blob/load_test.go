@@ -105,7 +105,8 @@ func crashStore(t *testing.T) crashed {
 			Incomplete:     3, // inodes, however many names each had
 			IncompleteByte: 100 + 3000 + 80,
 			Foreign:        3,
-			SnapshotUnused: "a write was open at the stop",
+			SnapshotUnused: "none",
+			Stated:         3,
 		},
 	}
 }

@@ -10,6 +10,7 @@ import (
 // rename(2)'s flags (RENAME_NOREPLACE, RENAME_EXCHANGE). When it replaces
 // a file, it returns that file's ID so the caller can uncharge the name.
 func (s *Store) Rename(parent ID, name string, newParent ID, newName string, flags uint32) (replaced ID, err error) {
+	s.changes.Add(1)
 	from, to := s.dirs[parent], s.dirs[newParent]
 	if from == nil || to == nil {
 		return 0, ErrNotFound

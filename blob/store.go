@@ -14,6 +14,8 @@
 //	             was being written at a crash and is reclaimed
 //	remote/      the remote tier's upload journal, when one is configured
 //	             (see RemoteName)
+//	kvfs.index   the checkpoint of the index (see CheckpointName)
+//	kvfs.hint    how many objects the last start found (see HintName)
 //
 // A Store does no locking of its own. Its owner (package core) serialises
 // every change of the namespace and lets readers in only between changes;
@@ -29,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -64,6 +67,20 @@ type Store struct {
 	data    *os.File
 	writing *os.File
 	nextID  atomic.Uint64
+	// changes counts the calls that may have changed data/ or writing/,
+	// so the checkpointer knows when its last checkpoint is behind.
+	changes atomic.Uint64
+	// checkpointSize and checkpointObjects are the last checkpoint's (or
+	// the start's), to size the next capture's buffers before it takes
+	// the owner's lock, not while it holds it.
+	checkpointSize, checkpointObjects atomic.Int64
+	// racy is racyWindow and step cpStep; tests shorten them.
+	racy time.Duration
+	step int
+	// verified: directories the last checkpoint found holding what the
+	// index said, by path; GUARDED_BY(the owner's one checkpoint at a
+	// time).
+	verified map[string]heldDir
 
 	// GUARDED_BY(the owner's lock). INVARIANT: every directory and
 	// regular file under data/ that kvfs made or loaded is in the index,
@@ -94,7 +111,7 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: abs, lock: lock}
+	s := &Store{dir: abs, lock: lock, racy: racyWindow, step: cpStep}
 	if mark {
 		err = writeFormat(abs)
 	}
@@ -155,6 +172,9 @@ func (s *Store) Close() error {
 
 // Dir is the store directory.
 func (s *Store) Dir() string { return s.dir }
+
+// Changes counts the calls that may have changed the store so far.
+func (s *Store) Changes() uint64 { return s.changes.Load() }
 
 // NewID hands out a fresh inode ID.
 func (s *Store) NewID() ID { return ID(s.nextID.Add(1)) }
@@ -234,6 +254,7 @@ func writingName(id ID) string { return strconv.FormatUint(uint64(id), 16) }
 // MarkWriting records that id has a write handle open, durably enough to
 // survive a crash of the daemon: a hard link to f under writing/.
 func (s *Store) MarkWriting(f *os.File, id ID) error {
+	s.changes.Add(1)
 	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()),
 		int(s.writing.Fd()), writingName(id), unix.AT_SYMLINK_FOLLOW)
 	if err == unix.EEXIST || err == unix.ENOENT {
@@ -248,6 +269,7 @@ func (s *Store) MarkWriting(f *os.File, id ID) error {
 
 // ClearWriting records that id is complete again.
 func (s *Store) ClearWriting(id ID) error {
+	s.changes.Add(1)
 	err := unix.Unlinkat(int(s.writing.Fd()), writingName(id), 0)
 	if err != nil && err != unix.ENOENT {
 		return &os.PathError{Op: "clear writing", Path: writingName(id), Err: err}

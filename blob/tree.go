@@ -17,9 +17,12 @@ type dir struct {
 	kids   map[string]ID
 }
 
-// file is an inode of the namespace: its names, usually one.
+// file is an inode of the namespace: its names, usually one, and the
+// stored inode's number (0: not known), which the checkpoint records so
+// that a start can recognise the file from a directory listing alone.
 type file struct {
 	links []Name
+	ino   uint64
 }
 
 // Name is one directory entry: a name in a parent directory.
@@ -173,6 +176,7 @@ type Owner struct{ UID, GID int }
 // its name, so a crash at any point leaves it marked incomplete until its
 // writer finishes (ClearWriting).
 func (s *Store) Create(parent ID, name string, id ID, mode uint32, who Owner) (*os.File, error) {
+	s.changes.Add(1)
 	d, err := s.freeName(parent, name)
 	if err != nil {
 		return nil, err
@@ -183,6 +187,8 @@ func (s *Store) Create(parent ID, name string, id ID, mode uint32, who Owner) (*
 		return nil, &os.PathError{Op: "create", Path: wname, Err: err}
 	}
 	f := os.NewFile(uintptr(fd), wname)
+	var st unix.Stat_t
+	unix.Fstat(fd, &st) // for the inode number only; 0 if it fails
 	if who.UID >= 0 {
 		f.Chown(who.UID, who.GID)
 	}
@@ -194,7 +200,7 @@ func (s *Store) Create(parent ID, name string, id ID, mode uint32, who Owner) (*
 		return nil, &os.PathError{Op: "create", Path: rel, Err: underlying(err)}
 	}
 	d.kids[name] = id
-	s.files[id] = &file{links: []Name{{parent, name}}}
+	s.files[id] = &file{links: []Name{{parent, name}}, ino: st.Ino}
 	return f, nil
 }
 
@@ -212,6 +218,7 @@ func (s *Store) freeName(parent ID, name string) (*dir, error) {
 
 // Mkdir makes a new directory.
 func (s *Store) Mkdir(parent ID, name string, mode uint32, who Owner) (ID, error) {
+	s.changes.Add(1)
 	d, err := s.freeName(parent, name)
 	if err != nil {
 		return 0, err
@@ -237,6 +244,7 @@ func (s *Store) Mkdir(parent ID, name string, mode uint32, who Owner) (ID, error
 
 // Link gives file id another name.
 func (s *Store) Link(id, parent ID, name string) error {
+	s.changes.Add(1)
 	f, ok := s.files[id]
 	if !ok || len(f.links) == 0 {
 		return ErrNotFound
@@ -260,6 +268,7 @@ func (s *Store) Link(id, parent ID, name string) error {
 // Unlink removes a file's name and returns the file's ID. A name whose
 // stored file already vanished is still removed from the index.
 func (s *Store) Unlink(parent ID, name string) (ID, error) {
+	s.changes.Add(1)
 	d, id, err := s.child(parent, name)
 	if err != nil {
 		return 0, err
@@ -304,6 +313,7 @@ func (s *Store) unlinkAt(rel string, flags int) error {
 
 // Rmdir removes an empty directory.
 func (s *Store) Rmdir(parent ID, name string) (ID, error) {
+	s.changes.Add(1)
 	d, id, err := s.child(parent, name)
 	if err != nil {
 		return 0, err
@@ -327,6 +337,7 @@ func (s *Store) Rmdir(parent ID, name string) (ID, error) {
 // Drop removes every name of file id, from the store and the index, and
 // returns them so the caller can tell the kernel.
 func (s *Store) Drop(id ID) []Name {
+	s.changes.Add(1)
 	f, ok := s.files[id]
 	if !ok {
 		return nil

@@ -85,6 +85,9 @@ type Config struct {
 	// AuditInterval is how often the store is walked for changes made
 	// behind kvfs's back (zero: never).
 	AuditInterval time.Duration
+	// CheckpointInterval is how often, while the store changes, its
+	// checkpoint is written (see checkpoint.go; zero: only at Close).
+	CheckpointInterval time.Duration
 	// Now is the clock (tests pass their own).
 	Now    func() time.Time
 	Logger *zap.Logger
@@ -154,6 +157,7 @@ type Core struct {
 	// auditAtStart: the index came from a snapshot, which cannot see a
 	// stored file changed in place while kvfs was down: audit at once.
 	auditAtStart bool
+	ckpt         checkpointer
 	done         chan struct{}
 	wg           sync.WaitGroup
 }
@@ -195,6 +199,7 @@ func Open(store *blob.Store, cfg Config) (*Core, LoadReport, error) {
 	if err := c.restore(objects, &rep); err != nil {
 		return nil, rep, err
 	}
+	c.startCheckpoints(rep)
 	rep.Took = time.Since(start)
 	return c, rep, nil
 }
@@ -256,20 +261,21 @@ func (c *Core) Start(dropped func(Drop)) {
 		c.wg.Add(1)
 		go c.auditLoop()
 	}
+	if c.cfg.CheckpointInterval > 0 {
+		c.wg.Add(1)
+		go c.checkpointLoop()
+	}
 }
 
-// Close stops the background work (Start must have run), saves the snapshot of a quiescent
-// store (call it after the file system has stopped serving) and releases
-// the store.
+// Close stops the background work (Start must have run), writes the
+// checkpoint of a quiescent store (call it after the file system has
+// stopped serving) and releases the store.
 func (c *Core) Close() error {
 	close(c.done)
 	c.wg.Wait()
-	start := time.Now()
-	err := c.store.SaveSnapshot(c.ledger.Each)
+	err := c.checkpoint(true)
 	if err != nil {
-		c.log.Warn("no snapshot saved; the next start walks the store", zap.Error(err))
-	} else {
-		c.log.Info("snapshot saved", zap.Duration("took", time.Since(start)))
+		c.log.Warn("no checkpoint saved at the stop", zap.Error(err))
 	}
 	c.store.Close()
 	return err

@@ -92,17 +92,18 @@ func (m *Mount) load(store *blob.Store) error {
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	store.ReportTo(m.Progress)
 	c, rep, err := core.Open(store, core.Config{
-		Capacity:      m.Capacity,
-		CapacityFor:   func(held int64) (int64, error) { return capacityFor(m.Store, held) },
-		Grace:         m.Grace,
-		WaitLimit:     m.WaitLimit,
-		WriteReserve:  m.WriteReserve,
-		Passthrough:   m.passthrough(),
-		PollInterval:  m.PollInterval,
-		AuditInterval: m.AuditInterval,
-		Now:           m.Now,
-		Logger:        m.log.Named("core"),
-		Published:     m.publishHook(),
+		Capacity:           m.Capacity,
+		CapacityFor:        func(held int64) (int64, error) { return capacityFor(m.Store, held) },
+		Grace:              m.Grace,
+		WaitLimit:          m.WaitLimit,
+		WriteReserve:       m.WriteReserve,
+		Passthrough:        m.passthrough(),
+		PollInterval:       m.PollInterval,
+		AuditInterval:      m.AuditInterval,
+		CheckpointInterval: m.CheckpointInterval,
+		Now:                m.Now,
+		Logger:             m.log.Named("core"),
+		Published:          m.publishHook(),
 	})
 	if err != nil {
 		store.Close()
@@ -113,6 +114,7 @@ func (m *Mount) load(store *blob.Store) error {
 		zap.Int64("bytes", rep.Bytes), zap.Int64("incomplete_reclaimed", rep.Incomplete),
 		zap.Int64("foreign_removed", rep.Foreign), zap.Int("evicted_to_fit", rep.Evicted),
 		zap.Bool("from_snapshot", rep.FromSnapshot), zap.String("snapshot_unused", rep.SnapshotUnused),
+		zap.Int64("dirs_listed", rep.DirsListed), zap.Int64("stated", rep.Stated),
 		zap.Duration("took", rep.Took))
 	if m.RAMCache > 0 {
 		if m.ram, err = ramcache.New(m.RAMCache); err != nil {

@@ -54,7 +54,10 @@ func TestCrashLoop(t *testing.T) {
 	if err := os.Mkdir(mp, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	flags := []string{"--store", store, "--capacity", "20MiB", "--grace", "200ms", "--log-level", "debug"}
+	flags := []string{"--store", store, "--capacity", "20MiB", "--grace", "200ms", "--log-level", "debug",
+		// Restarts from a checkpoint taken a few ms before the kill, and
+		// kills that land while one is written.
+		"--checkpoint-interval", "20ms"}
 	t.Cleanup(func() { // runs last, after every daemon's own cleanup
 		if m, ok := mountAt(mp); ok {
 			t.Errorf("a mount was left at %s: %+v (%d stacked)", mp, m, len(mountsAt(mp)))

@@ -66,6 +66,13 @@ func (s *restartStore) ensure(b *bench) (time.Duration, error) {
 	if err := os.RemoveAll(s.root); err != nil {
 		return 0, err
 	}
+	// The store's own layout (format mark, writing/) first: kvfs adopts
+	// only an empty directory or a store.
+	st, err := blob.Open(s.store)
+	if err != nil {
+		return 0, err
+	}
+	st.Close()
 	for i := 0; i < s.dirs; i++ {
 		if err := os.MkdirAll(filepath.Join(s.store, "data", fmt.Sprintf("d%03d", i)), 0o755); err != nil {
 			return 0, err
@@ -184,8 +191,10 @@ type restartSample struct {
 	rss     int64         // daemon RSS once serving
 	stop    time.Duration // kvfs unmount until the daemon exited
 	// snapshot: the daemon logged that it loaded its index from the
-	// snapshot of a clean stop, not from a walk of the store.
-	snapshot bool
+	// checkpoint, not from a walk of the store; listed: directories it
+	// listed as changed since; stated: files it stat'ed.
+	snapshot       bool
+	listed, stated int64
 }
 
 // timeRestart execs kvfs mount on the store and polls a stat of a known
@@ -229,7 +238,7 @@ func (b *bench) timeRestart(s *restartStore, mp string, capacity int64) (restart
 	r.stop = time.Since(stop)
 	// Only now, with the daemon gone and its pipes drained, is its log
 	// complete.
-	r.loaded, r.loadS, r.snapshot = parseLoaded(d)
+	r.loaded, r.loadS, r.snapshot, r.listed, r.stated = parseLoaded(d)
 	if r.loaded < 0 {
 		return r, fmt.Errorf("no \"store loaded\" line in the daemon's log:\n%s", tail(d.Log(), 2000))
 	}
@@ -241,23 +250,26 @@ func (b *bench) timeRestart(s *restartStore, mp string, capacity int64) (restart
 	return r, nil
 }
 
-// parseLoaded reads objects and took from the "store loaded" log line,
-// whose fields are JSON after the message.
-func parseLoaded(d *daemon) (int64, float64, bool) {
+// parseLoaded reads objects, took, from_snapshot, dirs_listed and
+// stated from the "store loaded" log line, whose fields are JSON after
+// the message.
+func parseLoaded(d *daemon) (objects int64, took float64, snap bool, listed, stated int64) {
 	d.mu.Lock()
 	line := d.loaded
 	d.mu.Unlock()
 	i := strings.IndexByte(line, '{')
 	if i < 0 {
-		return -1, 0, false
+		return -1, 0, false, 0, 0
 	}
 	var f map[string]any
 	if json.Unmarshal([]byte(line[i:]), &f) != nil {
-		return -1, 0, false
+		return -1, 0, false, 0, 0
 	}
-	snap, _ := f["from_snapshot"].(bool)
+	snap, _ = f["from_snapshot"].(bool)
 	objs, _ := f["objects"].(float64)
-	took := 0.0
+	l, _ := f["dirs_listed"].(float64)
+	st, _ := f["stated"].(float64)
+	took = 0.0
 	switch v := f["took"].(type) {
 	case float64:
 		took = v
@@ -268,7 +280,40 @@ func parseLoaded(d *daemon) (int64, float64, bool) {
 			took = x
 		}
 	}
-	return int64(objs), took, snap
+	return int64(objs), took, snap, int64(l), int64(st)
+}
+
+// crash leaves the store as a crash of a busy daemon would: a daemon
+// serving the store (from the checkpoint its last clean stop wrote, and
+// writing none of its own) changes every directory through the mount,
+// creating and removing a name in each, and is killed with SIGKILL. The
+// restart after it must list every directory (the worst case for the
+// checkpoint), yet finds exactly the objects the store was built with.
+func (b *bench) crash(s *restartStore, mp string, capacity int64) error {
+	d, err := startDaemon(b.bin, s.store, mp, capacity, "--checkpoint-interval", "0")
+	if err != nil {
+		return err
+	}
+	if err := d.waitMounted(b.cfg.mountTimeout); err != nil {
+		d.stop()
+		return err
+	}
+	for i := 0; i < s.dirs; i++ {
+		p := filepath.Join(mp, fmt.Sprintf("d%03d", i), "crash-probe")
+		if err := storeSmall(p, nil); err != nil {
+			d.stop()
+			return err
+		}
+		if err := unlinkTolerant(p); err != nil {
+			d.stop()
+			return err
+		}
+	}
+	d.cmd.Process.Kill()
+	if !d.waitExit(15 * time.Second) {
+		return fmt.Errorf("daemon for %s still running 15s after SIGKILL", mp)
+	}
+	return nil
 }
 
 // restartRows times restarts over the restart store, with the store's
@@ -301,9 +346,9 @@ func (b *bench) restartRows() error {
 	if err := s.warm(b); err != nil {
 		return err
 	}
-	// One untimed start and clean stop leaves the snapshot the clean
-	// restarts use; a restart after a crash finds none, which removing
-	// it reproduces exactly (a crash leaves none behind).
+	// One untimed start and clean stop leaves the checkpoint the clean
+	// restarts use; a restart after a crash finds that one too, older
+	// than every directory (see crash).
 	if _, err := b.timeRestart(s, mp, capacity); err != nil {
 		return err
 	}
@@ -321,8 +366,8 @@ func (b *bench) restartRows() error {
 				continue
 			}
 			if k.crash {
-				if err := os.Remove(filepath.Join(s.store, blob.SnapshotName)); err != nil {
-					return fmt.Errorf("no snapshot after a clean stop: %w", err)
+				if err := b.crash(s, mp, capacity); err != nil {
+					return fmt.Errorf("crashing a daemon: %w", err)
 				}
 			}
 			if k.cold {
@@ -338,8 +383,11 @@ func (b *bench) restartRows() error {
 			if err != nil {
 				return err
 			}
-			if smp.snapshot == k.crash {
-				b.check("FAIL restart %q: the daemon logged from_snapshot %v", k.name, smp.snapshot)
+			if !smp.snapshot {
+				b.check("FAIL restart %q: the daemon walked the store instead of using its checkpoint", k.name)
+			}
+			if k.crash && smp.listed < int64(s.dirs) {
+				b.check("FAIL restart %q: the daemon listed %d directories as changed, not all %d", k.name, smp.listed, s.dirs)
 			}
 			serving[k.name] = append(serving[k.name], smp.serving.Seconds())
 			switch k.name {
@@ -350,8 +398,8 @@ func (b *bench) restartRows() error {
 			case "after a crash, warm":
 				loadWalk = append(loadWalk, smp.loadS)
 			}
-			b.progress("restart round %d/%d (%s): serving after %.2fs (daemon load %.2fs), RSS %d MiB, unmount %.2fs",
-				r+1, b.cfg.restartRounds, k.name, smp.serving.Seconds(), smp.loadS, smp.rss>>20, smp.stop.Seconds())
+			b.progress("restart round %d/%d (%s): serving after %.2fs (daemon load %.2fs; %d dirs listed, %d files stat'ed), RSS %d MiB, unmount %.2fs",
+				r+1, b.cfg.restartRounds, k.name, smp.serving.Seconds(), smp.loadS, smp.listed, smp.stated, smp.rss>>20, smp.stop.Seconds())
 		}
 	}
 	note := ""
@@ -365,11 +413,11 @@ func (b *bench) restartRows() error {
 			b.skipRow("restart, "+objs+", "+k.name, why)
 			continue
 		}
-		b.absRow("restart, "+objs+", "+k.name+": exec to serving", "s", serving[k.name], 10, note)
+		b.absRow("restart, "+objs+", "+k.name+": exec to serving", "s", serving[k.name], 5, note) // the spec: under 5 s, cold, after a crash too
 	}
-	b.absRow("  daemon's own store load, from the snapshot (warm)", "s", load, 0, "")
-	b.absRow("  daemon's own store load, walking the store (warm)", "s", loadWalk, 0, "")
+	b.absRow("  daemon's own store load, clean stop (warm)", "s", load, 0, "")
+	b.absRow("  daemon's own store load, after a crash, every directory listed (warm)", "s", loadWalk, 0, "")
 	b.absRow("  daemon RSS once serving, per object", "B/object", rss, 0, "")
-	b.absRow("  unmount until daemon exit (saves the snapshot)", "s", stop, 0, "")
+	b.absRow("  unmount until daemon exit (writes the checkpoint)", "s", stop, 0, "")
 	return nil
 }

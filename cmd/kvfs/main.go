@@ -148,6 +148,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	fs.BoolVar(&o.StrictCapacity, "strict-capacity", false, "pass every written byte through the daemon, so used never exceeds the capacity even for a moment (slower)")
 	fs.DurationVar(&o.CacheTimeout, "cache-timeout", mount.DefaultCacheTimeout, "kernel name and attribute cache timeout")
 	fs.DurationVar(&o.AuditInterval, "audit-interval", mount.DefaultAuditInterval, "how often to walk the store for changes made behind kvfs's back (0: never)")
+	fs.DurationVar(&o.CheckpointInterval, "checkpoint-interval", mount.DefaultCheckpointInterval, "how often, while the store changes, to checkpoint the index so a restart after a crash is fast (0: only at a clean stop)")
 	fs.Var(sizeFlag{&o.RAMCache}, "ram-cache", "keep copies of objects plain reads load in this much RAM, like 4GiB (default 0: none; passthrough reads never need it)")
 	fs.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the mounter in")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", 0, "abort the FUSE connection when a request goes unanswered this long, like 60s (0: never; root, Linux 6.14+)")

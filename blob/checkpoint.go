@@ -1,0 +1,357 @@
+package blob
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// CheckpointName is the index kvfs keeps in the store directory, written
+// while it runs (see package core) and at a clean stop: every directory
+// of data/ with its inode number and change time, and every object's
+// stored inode number, size and names, least recently used first. A
+// start reads it instead of stat'ing every stored file, which over a
+// million objects with cold caches is the kernel instantiating a million
+// inodes (about 11 s here), and trusts it only as far as the store
+// proves it still holds:
+//
+//   - A directory whose inode number and change time are what the
+//     checkpoint recorded, and that the checkpoint vouched for, holds
+//     exactly the names it lists: a name added, removed or renamed moves
+//     its directory's change time, which user space cannot set back. Its
+//     entries are taken as they are.
+//   - Any other directory is listed (getdents: names and inode numbers,
+//     no stat). An entry whose name and inode number the checkpoint has
+//     is taken as it is; only new or changed entries are stat'ed, and
+//     names that vanished are dropped.
+//   - Objects marked in writing/ (a writer was open at the crash) are
+//     deleted whatever the checkpoint says.
+//
+// What neither can see is a stored file changed in place (a write
+// through kvfs after the checkpoint, or a truncate behind its back), so
+// a start from a checkpoint audits the store in the background at once;
+// every getattr also compares the stored size with the ledger.
+//
+// A checkpoint is never deleted: a stale one is safe by the rules above,
+// only slower to use.
+const CheckpointName = "kvfs.index"
+
+// SnapshotName is CheckpointName under the name it had when only a clean
+// stop wrote it.
+const SnapshotName = CheckpointName
+
+const checkpointMagic = "kvfs index v2\n"
+
+// racyWindow: a directory changed this recently when the checkpoint read
+// its change time could change again within the same tick of the file
+// system's clock (a jiffy on ext4, a second or two on others) and keep
+// that change time; the checkpoint does not vouch for it.
+const racyWindow = 2 * time.Second
+
+// Checkpoint is a copy of the index taken in short steps under the
+// owner's lock, to be checked and written without it (SaveCheckpoint).
+type Checkpoint struct {
+	buf  []byte
+	dirs []cpDir
+	// Objects it lists; Unsure of them had a writer open, so the next
+	// start reads their sizes; Distrusted directories are listed at the
+	// next start even if unchanged.
+	Objects, Unsure, Distrusted int
+	Clean                       bool
+	Taken                       time.Time
+	// Steps is how many times the capture took the owner's lock.
+	Steps int
+}
+
+// cpDir is a directory the capture vouched for.
+type cpDir struct {
+	path string
+	heldDir
+	flagAt int // offset of its trusted byte in buf
+}
+
+// heldDir is a directory's inode number and change time, and how many
+// entries it held then.
+type heldDir struct {
+	ino   uint64
+	ctime int64
+	names int
+}
+
+// sized is one object of the LRU order.
+type sized struct {
+	id   ID
+	size int64
+}
+
+// cpStep is how many objects one step of a capture copies: a few
+// milliseconds under the owner's lock.
+const cpStep = 1 << 15
+
+// CaptureCheckpoint copies the index in steps, each run by shared, which
+// holds the owner's lock (shared at least) while it calls its argument:
+// no name changes during a step, and writers get in between. each yields
+// every object least recently used first with its size; busy says
+// whether an object may be being written (its size is then left to the
+// next start to read). clean: the file system has stopped serving.
+//
+// The directories' change times are read in the first step, with the
+// order: a name changed in a directory after it moves the directory's
+// change time past the one recorded (see racyWindow), so the next start
+// lists that directory whatever the later steps copied of it.
+func (s *Store) CaptureCheckpoint(shared func(func()), each func(fn func(id ID, size int64)), busy func(ID) bool, clean bool) *Checkpoint {
+	cp := &Checkpoint{Clean: clean}
+	n := s.checkpointObjects.Load()
+	w := &cpWriter{b: make([]byte, 0, s.checkpointSize.Load()+s.checkpointSize.Load()/8)}
+	order := make([]sized, 0, n+n/8)
+	var index map[ID]uint32
+	step := func(f func()) { shared(f); cp.Steps++ }
+	step(func() {
+		cp.Taken = time.Now()
+		w.b = append(w.b, checkpointMagic...)
+		w.u8(clean)
+		w.u64(uint64(cp.Taken.UnixNano()))
+		index = s.captureDirs(w, cp)
+		each(func(id ID, size int64) { order = append(order, sized{id, size}) })
+	})
+	countAt := len(w.b)
+	w.u64(0)
+	for len(order) > 0 {
+		n := min(len(order), s.step)
+		step(func() { s.captureObjects(w, cp, order[:n], index, busy) })
+		order = order[n:]
+	}
+	binary.LittleEndian.PutUint64(w.b[countAt:], uint64(cp.Objects))
+	cp.buf = w.b
+	return cp
+}
+
+// captureDirs writes the directories, each after its parent, and
+// returns their positions.
+func (s *Store) captureDirs(w *cpWriter, cp *Checkpoint) map[ID]uint32 {
+	dirs := s.dirsParentsFirst()
+	index := make(map[ID]uint32, len(dirs))
+	w.u64(uint64(len(dirs)))
+	for i, d := range dirs {
+		index[d.id] = uint32(i)
+		parent := ^uint32(0)
+		if d.parent != nil {
+			parent = index[d.parent.id]
+		}
+		path := s.dirPath(d)
+		st, err := s.dirStat(path)
+		ctime := st.Ctim.Nano()
+		w.u32(parent)
+		w.str(d.name)
+		w.u64(st.Ino)
+		w.u64(uint64(ctime))
+		w.u32(uint32(len(d.kids)))
+		trusted := err == nil && ctime < cp.Taken.Add(-s.racy).UnixNano()
+		if trusted {
+			cp.dirs = append(cp.dirs, cpDir{path: path, heldDir: heldDir{st.Ino, ctime, len(d.kids)}, flagAt: len(w.b)})
+		}
+		w.u8(trusted)
+	}
+	return index
+}
+
+// captureObjects writes objects with their names in the directories the
+// first step listed (a directory made since is not vouched for, as its
+// parent changed, and is walked at the next start).
+func (s *Store) captureObjects(w *cpWriter, cp *Checkpoint, order []sized, index map[ID]uint32, busy func(ID) bool) {
+	for _, o := range order {
+		f, ok := s.files[o.id]
+		if !ok || len(f.links) == 0 {
+			continue
+		}
+		start := len(w.b)
+		if busy(o.id) {
+			o.size = -1
+		}
+		w.u64(f.ino)
+		w.u64(uint64(o.size))
+		w.u32(0)
+		names := 0
+		for _, n := range f.links {
+			if i, ok := index[n.Parent]; ok {
+				w.u32(i)
+				w.str(n.Name)
+				names++
+			}
+		}
+		if names == 0 {
+			w.b = w.b[:start]
+			continue
+		}
+		binary.LittleEndian.PutUint32(w.b[start+16:], uint32(names))
+		cp.Objects++
+		if o.size < 0 {
+			cp.Unsure++
+		}
+	}
+}
+
+// dirsParentsFirst lists the index's directories, root first, each after
+// its parent. It visits the directories, never their names: one may hold
+// a million.
+func (s *Store) dirsParentsFirst() []*dir {
+	kids := make(map[*dir][]*dir, len(s.dirs))
+	for _, d := range s.dirs {
+		if d.parent != nil {
+			kids[d.parent] = append(kids[d.parent], d)
+		}
+	}
+	out := []*dir{s.dirs[RootID]}
+	for i := 0; i < len(out); i++ {
+		out = append(out, kids[out[i]]...)
+	}
+	return out
+}
+
+// dirStat stats a directory of data/ without following symlinks.
+func (s *Store) dirStat(rel string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	f, err := s.openBeneath(rel, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return st, err
+	}
+	defer f.Close()
+	return st, unix.Fstat(int(f.Fd()), &st)
+}
+
+// SaveCheckpoint writes cp atomically, without the owner's lock (but
+// one at a time). First it withdraws its word for each directory the
+// capture trusted that does not hold as many entries as the index gave
+// it, all directories and regular files: something put in the store or
+// taken from it behind kvfs's back, not yet audited, that an unchanged
+// directory would hide from the next start. (A directory changed since
+// the capture is listed at the next start anyway, and one unchanged
+// since the last checkpoint that found it holding what the index said
+// still does.)
+func (s *Store) SaveCheckpoint(cp *Checkpoint) error {
+	verified := make(map[string]heldDir, len(cp.dirs))
+	for _, d := range cp.dirs {
+		if !s.dirHolds(d, verified) {
+			cp.buf[d.flagAt] = 0
+			cp.Distrusted++
+		}
+	}
+	s.verified = verified
+	buf := binary.LittleEndian.AppendUint32(cp.buf, crc32.ChecksumIEEE(cp.buf))
+	s.checkpointSize.Store(int64(len(buf)))
+	s.checkpointObjects.Store(int64(cp.Objects))
+	tmp := filepath.Join(s.dir, CheckpointName+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer os.Remove(tmp) // a no-op once renamed
+	_, err = f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err := errors.Join(err, f.Close()); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, CheckpointName)); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return s.syncStoreDir()
+}
+
+// dirHolds says whether a directory is still the one captured and holds
+// d.names entries, every one a directory or a regular file, and notes
+// in verified those it listed or knew to.
+func (s *Store) dirHolds(d cpDir, verified map[string]heldDir) bool {
+	f, err := s.openBeneath(d.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	switch {
+	case unix.Fstat(int(f.Fd()), &st) != nil || st.Ino != d.ino:
+		return false
+	case st.Ctim.Nano() != d.ctime:
+		return true // changed since the capture
+	case s.verified[d.path] == d.heldDir:
+		verified[d.path] = d.heldDir
+		return true
+	}
+	n, ok := 0, true
+	err = readDirents(int(f.Fd()), func(_ []byte, _ uint64, typ uint8) {
+		n++
+		ok = ok && (typ == unix.DT_REG || typ == unix.DT_DIR)
+	})
+	if err != nil || !ok || n != d.names {
+		return false
+	}
+	verified[d.path] = d.heldDir
+	return true
+}
+
+func (s *Store) syncStoreDir() error { return syncDir(s.dir) }
+
+// direntBufSize is getdents64's buffer: a few system calls for a
+// directory of thousands of entries.
+const direntBufSize = 256 << 10
+
+// readDirents lists a directory with getdents64, without a stat: each
+// entry's name (valid only during the call), inode number and type (may
+// be DT_UNKNOWN on file systems that do not record it). "." and ".."
+// are left out.
+func readDirents(fd int, fn func(name []byte, ino uint64, typ uint8)) error {
+	buf := make([]byte, direntBufSize)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return nil
+		}
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.LittleEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				return errors.New("getdents: bad record")
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if !isDots(name) {
+				fn(name, binary.LittleEndian.Uint64(b[0:8]), b[18])
+			}
+			b = b[reclen:]
+		}
+	}
+}
+
+func isDots(name []byte) bool {
+	return len(name) == 1 && name[0] == '.' || len(name) == 2 && name[0] == '.' && name[1] == '.'
+}
+
+// cpWriter appends little-endian integers and length-prefixed strings.
+type cpWriter struct{ b []byte }
+
+func (w *cpWriter) u8(b bool) {
+	if b {
+		w.b = append(w.b, 1)
+	} else {
+		w.b = append(w.b, 0)
+	}
+}
+
+func (w *cpWriter) u32(v uint32) { w.b = binary.LittleEndian.AppendUint32(w.b, v) }
+func (w *cpWriter) u64(v uint64) { w.b = binary.LittleEndian.AppendUint64(w.b, v) }
+func (w *cpWriter) str(s string) { w.u32(uint32(len(s))); w.b = append(w.b, s...) }

@@ -1,0 +1,330 @@
+package blob
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// cpLoad is one start from a checkpoint (see CheckpointName): the index
+// is built from the checkpoint while the directories are checked against
+// the store, then each directory that changed is reconciled with its
+// listing.
+type cpLoad struct {
+	s     *Store
+	l     *loader // what is stat'ed: changed entries, new subtrees
+	marks *marks
+	when  int64       // unix nanoseconds the checkpoint was taken
+	dirs  []cpLoadDir // parents first; dirs[0] is data/
+	objs  []cpObj     // least recently used first
+	// unsure: objects whose size the checkpoint left to this start.
+	unsure map[ID]bool
+	// taken: names two holders claimed, by directory position. The
+	// capture copies in steps and a name may pass from one holder to
+	// another in between; that moved the directory's change time, so
+	// the directory is listed.
+	taken map[int][]string
+	// fresh: directories that are new since the checkpoint, walked.
+	fresh []walkRoot
+}
+
+// cpLoadDir is one directory the checkpoint lists.
+type cpLoadDir struct {
+	d       *dir
+	path    string
+	ino     uint64
+	ctime   int64
+	names   int // entries it held
+	trusted bool
+	check   dirCheck
+}
+
+// dirCheck is what the store holds for a directory of the checkpoint:
+// nothing (gone), the same directory unchanged (same), or a listing.
+type dirCheck struct {
+	gone, same bool
+	names      string // the listed names, one after another
+	ents       []dent
+	err        error
+}
+
+// dent is one listed entry; its name is names[off:off+n].
+type dent struct {
+	ino    uint64
+	off, n uint32
+	typ    uint8
+}
+
+func (c *dirCheck) name(e dent) string { return c.names[e.off : e.off+e.n] }
+
+// cpObj is one object of the checkpoint.
+type cpObj struct {
+	id   ID
+	ino  uint64
+	size int64
+}
+
+// walkRoot is a directory to walk with stats.
+type walkRoot struct {
+	d   *dir
+	rel string
+}
+
+// loadCheckpoint builds the index from the checkpoint and the store's
+// directories. On an error the index is left half-built, for the caller
+// to reset; ("none": there is no checkpoint).
+func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
+	data, err := os.ReadFile(filepath.Join(s.dir, CheckpointName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errors.New("none")
+	}
+	if err != nil {
+		return nil, err
+	}
+	body, err := checkpointBody(data)
+	if err != nil {
+		return nil, err
+	}
+	s.checkpointSize.Store(int64(len(data)))
+	r := &cpReader{b: body}
+	r.u8() // clean stop or not: the same rules hold either way
+	c := &cpLoad{s: s, marks: m, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{},
+		l: &loader{s: s, incomplete: m.inos, counted: map[uint64]bool{}, seen: map[uint64]ID{}, rep: rep}}
+	if err := c.parseDirs(r); err != nil {
+		return nil, err
+	}
+	checked := c.checkDirs()
+	err = c.parseObjects(r)
+	checked.Wait()
+	if err != nil {
+		return nil, err
+	}
+	c.untangle()
+	return c.reconcile()
+}
+
+// checkpointBody checks the magic and the checksum.
+func checkpointBody(data []byte) ([]byte, error) {
+	if len(data) < len(checkpointMagic)+4 || string(data[:len(checkpointMagic)]) != checkpointMagic {
+		return nil, errors.New("not a kvfs checkpoint of this version")
+	}
+	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
+	if crc32.ChecksumIEEE(body) != sum {
+		return nil, errors.New("checksum mismatch")
+	}
+	return body[len(checkpointMagic):], nil
+}
+
+// parseDirs indexes the checkpoint's directories.
+func (c *cpLoad) parseDirs(r *cpReader) error {
+	n := r.u64()
+	if r.err != nil || n == 0 || n > uint64(len(r.b)) {
+		return errors.New("bad directory count")
+	}
+	c.dirs = make([]cpLoadDir, n)
+	for i := range c.dirs {
+		parent, name, ino, ctime, names, trusted := r.u32(), r.str(), r.u64(), int64(r.u64()), r.u32(), r.u8()
+		if r.err != nil || names > uint32(len(r.b)) {
+			return fmt.Errorf("bad directory %d", i)
+		}
+		cd := &c.dirs[i]
+		cd.ino, cd.ctime, cd.names, cd.trusted = ino, ctime, int(names), trusted == 1
+		if i == 0 {
+			cd.d, cd.path = c.s.dirs[RootID], "."
+			cd.d.kids = make(map[string]ID, names)
+			continue
+		}
+		if uint64(parent) >= uint64(i) || !validName(name) {
+			return fmt.Errorf("bad directory entry %d", i)
+		}
+		p := &c.dirs[parent]
+		if _, taken := p.d.kids[name]; taken {
+			return fmt.Errorf("directory %q listed twice", name)
+		}
+		cd.d = &dir{id: c.s.NewID(), parent: p.d, name: name, kids: make(map[string]ID, names)}
+		cd.path = path.Join(p.path, name)
+		p.d.kids[name] = cd.d.id
+		c.s.dirs[cd.d.id] = cd.d
+	}
+	return nil
+}
+
+// parseObjects indexes the checkpoint's objects, each under every name
+// it had; reconcile then drops what the store no longer holds.
+func (c *cpLoad) parseObjects(r *cpReader) error {
+	n := r.u64()
+	if r.err != nil || n > uint64(len(r.b)) {
+		return errors.New("bad object count")
+	}
+	c.objs = make([]cpObj, 0, n)
+	files := make([]file, n)          // one allocation, not a million
+	names := make([]Name, 0, n+n/8+1) // likewise; each file's links are cut off at their end
+	first := ID(c.s.nextID.Add(n) - n + 1)
+	for i := range files {
+		ino, size, nlinks := r.u64(), int64(r.u64()), r.u32()
+		if r.err != nil || size < -1 || nlinks == 0 || uint64(nlinks) > uint64(len(r.b)) {
+			return fmt.Errorf("bad object %d", i)
+		}
+		id := first + ID(i)
+		start := len(names)
+		for j := uint32(0); j < nlinks; j++ {
+			di, name := r.u32(), r.str()
+			if r.err != nil || uint64(di) >= uint64(len(c.dirs)) || !validName(name) {
+				return fmt.Errorf("bad name of object %d", i)
+			}
+			d := c.dirs[di].d
+			k := len(d.kids)
+			if d.kids[name] = id; len(d.kids) == k {
+				c.taken[int(di)] = append(c.taken[int(di)], name)
+			}
+			names = append(names, Name{d.id, name})
+		}
+		f := &files[i]
+		f.ino, f.links = ino, names[start:len(names):len(names)]
+		c.s.files[id] = f
+		c.objs = append(c.objs, cpObj{id: id, ino: ino, size: size})
+		if size < 0 {
+			c.unsure[id] = true
+		}
+	}
+	if len(r.b) != 0 {
+		return errors.New("trailing bytes")
+	}
+	return nil
+}
+
+// untangle leaves each name claimed twice to its later holder, which
+// took it last, and takes it from the earlier ones (a directory goes
+// with everything under it); the listing of its directory, which
+// changed, then checks the name against the store like any other.
+func (c *cpLoad) untangle() {
+	if len(c.taken) == 0 {
+		return
+	}
+	claimed := map[Name]bool{}
+	for di, names := range c.taken {
+		d := c.dirs[di].d
+		for _, name := range names {
+			claimed[Name{d.id, name}] = true
+		}
+		for j := di + 1; j < len(c.dirs); j++ {
+			if sub := c.dirs[j].d; sub.parent == d && claimed[Name{d.id, sub.name}] {
+				c.s.forgetDir(sub)
+			}
+		}
+	}
+	for _, o := range c.objs {
+		f := c.s.files[o.id]
+		if f == nil {
+			continue // its names went with a directory
+		}
+		kept := f.links[:0]
+		for _, n := range f.links {
+			if !claimed[n] || c.s.dirs[n.Parent].kids[n.Name] == o.id {
+				kept = append(kept, n)
+			}
+		}
+		if f.links = kept; len(kept) == 0 {
+			delete(c.s.files, o.id)
+		}
+	}
+}
+
+// checkDirs compares each directory of the checkpoint with the store, in
+// the background, loaderWorkers at a time.
+func (c *cpLoad) checkDirs() *sync.WaitGroup {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, loaderWorkers)
+	for i := range c.dirs {
+		wg.Add(1)
+		go func(cd *cpLoadDir) {
+			defer wg.Done()
+			sem <- struct{}{}
+			cd.check = c.s.checkDir(cd)
+			<-sem
+		}(&c.dirs[i])
+	}
+	return &wg
+}
+
+// checkDir says whether a directory of the checkpoint is gone, the
+// same as recorded (and vouched for), or else what it holds now.
+func (s *Store) checkDir(cd *cpLoadDir) dirCheck {
+	f, err := s.openBeneath(cd.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return dirCheck{gone: true}
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return dirCheck{err: err}
+	}
+	if cd.trusted && st.Ino == cd.ino && st.Ctim.Nano() == cd.ctime {
+		return dirCheck{same: true}
+	}
+	ch := dirCheck{ents: make([]dent, 0, cd.names+cd.names/8)}
+	var names strings.Builder // its String is the bytes, not a copy
+	names.Grow(32 * cd.names)
+	ch.err = readDirents(int(f.Fd()), func(name []byte, ino uint64, typ uint8) {
+		ch.ents = append(ch.ents, dent{ino: ino, off: uint32(names.Len()), n: uint32(len(name)), typ: typ})
+		names.Write(name)
+	})
+	ch.names = names.String()
+	return ch
+}
+
+func validName(name string) bool {
+	return name != "" && name != "." && name != ".." && len(name) <= 255 &&
+		strings.IndexByte(name, '/') < 0 && strings.IndexByte(name, 0) < 0
+}
+
+// cpReader reads what cpWriter wrote, keeping the first error.
+type cpReader struct {
+	b   []byte
+	err error
+}
+
+func (r *cpReader) take(n int) []byte {
+	if r.err != nil || n > len(r.b) {
+		r.err = io.ErrUnexpectedEOF
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *cpReader) u8() byte {
+	if b := r.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (r *cpReader) u32() uint32 {
+	if b := r.take(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *cpReader) u64() uint64 {
+	if b := r.take(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (r *cpReader) str() string {
+	n := r.u32()
+	return string(r.take(int(n)))
+}

@@ -1,0 +1,273 @@
+package blob
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// reconcile brings the index built from the checkpoint in line with the
+// store, directory by directory, parents first, then returns the
+// objects, those of the checkpoint in its order before those stat'ed.
+func (c *cpLoad) reconcile() ([]Object, error) {
+	for i := range c.dirs {
+		cd := &c.dirs[i]
+		if c.s.dirs[cd.d.id] != cd.d {
+			continue // dropped with a parent that changed
+		}
+		switch {
+		case cd.check.err != nil:
+			return nil, cd.check.err
+		case cd.check.gone:
+			return nil, fmt.Errorf("directory %q is gone", cd.path)
+		case cd.check.same:
+			continue
+		}
+		c.l.rep.DirsListed++
+		if err := c.reconcileDir(cd); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.l.runFrom(c.fresh); err != nil {
+		return nil, err
+	}
+	c.mergeLinks()
+	c.dropIncomplete()
+	if err := c.statUnsure(); err != nil {
+		return nil, err
+	}
+	return c.objects(), nil
+}
+
+// reconcileDir compares a changed directory's listing with the index:
+// entries with the same name and inode number (and directories of the
+// same name, checked on their own) stay as the checkpoint has them;
+// names that vanished go; the rest are stat'ed.
+func (c *cpLoad) reconcileDir(cd *cpLoadDir) error {
+	d, ch := cd.d, &cd.check
+	kept := 0
+	var changed []dent
+	for _, e := range ch.ents {
+		if id, ok := d.kids[ch.name(e)]; ok && c.same(id, e) {
+			kept++
+			continue
+		}
+		changed = append(changed, e)
+	}
+	for _, e := range changed {
+		if id, ok := d.kids[ch.name(e)]; ok {
+			c.s.forgetName(d, ch.name(e), id)
+		}
+	}
+	if len(d.kids) > kept {
+		c.dropVanished(d, ch)
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	f, err := c.s.openBeneath(cd.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, e := range changed {
+		if err := c.addChanged(int(f.Fd()), cd, strings.Clone(ch.name(e)), e.typ); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// same says whether a listed entry is what the index holds under its
+// name: the same directory name, or the same regular file by inode
+// number with a known size.
+func (c *cpLoad) same(id ID, e dent) bool {
+	switch e.typ {
+	case unix.DT_DIR:
+		_, isDir := c.s.dirs[id]
+		return isDir
+	case unix.DT_REG:
+		f, ok := c.s.files[id]
+		return ok && f.ino != 0 && f.ino == e.ino
+	}
+	return false
+}
+
+// dropVanished drops the names the listing no longer holds.
+func (c *cpLoad) dropVanished(d *dir, ch *dirCheck) {
+	listed := make(map[string]struct{}, len(ch.ents))
+	for _, e := range ch.ents {
+		listed[ch.name(e)] = struct{}{}
+	}
+	for name, id := range d.kids {
+		if _, ok := listed[name]; !ok {
+			c.s.forgetName(d, name, id)
+		}
+	}
+}
+
+// addChanged indexes a new or changed entry of a listed directory: a
+// directory is walked (after the listed ones), a regular file is
+// stat'ed; what was being written at the crash, and what kvfs never
+// makes, is deleted.
+func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) error {
+	l := c.l
+	if typ == unix.DT_DIR {
+		c.fresh = append(c.fresh, walkRoot{l.addDir(cd.d, name), path.Join(cd.path, name)})
+		return nil
+	}
+	e := entry{name: name}
+	if typ != unix.DT_REG && typ != unix.DT_UNKNOWN {
+		unix.Unlinkat(dirfd, name, 0)
+		l.rep.Foreign++
+		return nil
+	}
+	err := unix.Fstatat(dirfd, name, &e.st, unix.AT_SYMLINK_NOFOLLOW)
+	switch {
+	case err == unix.ENOENT:
+		return nil
+	case err != nil:
+		return &os.PathError{Op: "stat", Path: path.Join(cd.path, name), Err: err}
+	case e.st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		return c.addChanged(dirfd, cd, name, unix.DT_DIR)
+	case e.st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return c.addChanged(dirfd, cd, name, unix.DT_FIFO) // foreign, whatever it is
+	case l.incomplete[e.st.Ino]:
+		unix.Unlinkat(dirfd, name, 0)
+		l.countIncomplete(&e.st)
+		return nil
+	}
+	l.addFile(cd.d, &e)
+	return nil
+}
+
+// forgetName removes a name from the index only (the store no longer
+// holds it, or holds something else under it), with everything under it
+// if it is a directory.
+func (s *Store) forgetName(d *dir, name string, id ID) {
+	if sub, ok := s.dirs[id]; ok {
+		s.forgetDir(sub)
+		delete(d.kids, name)
+		return
+	}
+	s.dropName(id, d, name)
+}
+
+// forgetDir removes a directory and everything under it from the index.
+func (s *Store) forgetDir(d *dir) {
+	for n, kid := range d.kids {
+		s.forgetName(d, n, kid)
+	}
+	delete(s.dirs, d.id)
+}
+
+// mergeLinks makes one object of a checkpoint object and a name of its
+// inode that was stat'ed (a hard link made after the checkpoint), so its
+// bytes are counted once.
+func (c *cpLoad) mergeLinks() {
+	seen := c.l.seen // inode -> stat'ed object, for inodes with several names
+	if len(seen) == 0 {
+		return
+	}
+	statd := make(map[ID]int64, len(seen))
+	for _, o := range c.l.objects {
+		statd[o.ID] = o.Size
+	}
+	merged := map[ID]bool{}
+	for i := range c.objs {
+		o := &c.objs[i]
+		other, ok := seen[o.ino]
+		f := c.s.files[o.id]
+		if !ok || f == nil || o.ino == 0 || merged[other] {
+			continue
+		}
+		for _, n := range c.s.files[other].links {
+			c.s.dirs[n.Parent].kids[n.Name] = o.id
+			f.links = append(f.links, n)
+		}
+		delete(c.s.files, other)
+		merged[other] = true
+		o.size = statd[other] // later than the checkpoint's
+		delete(c.unsure, o.id)
+	}
+	kept := c.l.objects[:0]
+	for _, o := range c.l.objects {
+		if !merged[o.ID] {
+			kept = append(kept, o)
+		}
+	}
+	c.l.objects = kept
+}
+
+// dropIncomplete deletes the checkpoint's objects that were being
+// written at the crash, by the names the store proved they still have.
+func (c *cpLoad) dropIncomplete() {
+	if len(c.marks.inos) == 0 {
+		return
+	}
+	for _, o := range c.objs {
+		if _, ok := c.s.files[o.id]; !ok || !c.marks.inos[o.ino] {
+			continue
+		}
+		c.s.Drop(o.id)
+		if !c.l.counted[o.ino] {
+			c.l.counted[o.ino] = true
+			c.l.rep.Incomplete++
+			c.l.rep.IncompleteByte += c.marks.sizes[o.ino]
+		}
+	}
+}
+
+// statUnsure reads the sizes the checkpoint did not know.
+func (c *cpLoad) statUnsure() error {
+	for i := range c.objs {
+		o := &c.objs[i]
+		if !c.unsure[o.id] {
+			continue
+		}
+		if _, ok := c.s.files[o.id]; !ok {
+			continue
+		}
+		st, err := c.s.Stat(o.id)
+		if err != nil {
+			return err
+		}
+		c.l.rep.Stated++
+		o.size, c.s.files[o.id].ino = st.Size, st.Ino
+	}
+	return nil
+}
+
+// objects lists the indexed objects: the checkpoint's in its order,
+// timed just before it was taken, then those stat'ed, timed by the
+// store.
+func (c *cpLoad) objects() []Object {
+	out := make([]Object, 0, len(c.objs)+len(c.l.objects))
+	for i, o := range c.objs {
+		if f, ok := c.s.files[o.id]; ok {
+			out = append(out, Object{ID: o.id, Size: o.size, Atime: c.when - int64(len(c.objs)-i), Links: len(f.links)})
+		}
+	}
+	for _, o := range c.l.objects {
+		o.Links = len(c.s.files[o.ID].links)
+		out = append(out, o)
+	}
+	c.l.rep.Objects = int64(len(out))
+	c.l.rep.Dirs = int64(len(c.s.dirs) - 1)
+	return out
+}
+
+// runFrom walks directories with stats, as a start without a checkpoint
+// walks data/.
+func (l *loader) runFrom(roots []walkRoot) error {
+	l.sem = make(chan struct{}, loaderWorkers)
+	for _, r := range roots {
+		l.wg.Add(1)
+		go l.walk(r.d, r.rel)
+	}
+	l.wg.Wait()
+	return l.err
+}

@@ -1,0 +1,117 @@
+package core
+
+import (
+	"sync"
+	"time"
+
+	"github.com/kvfs/kvfs/blob"
+	"go.uber.org/zap"
+)
+
+// checkpointer keeps the store's checkpoint (blob.CheckpointName) while
+// kvfs runs, so that a start after a crash reads it and lists only the
+// directories that changed since, instead of stat'ing every stored file.
+type checkpointer struct {
+	mu sync.Mutex // one checkpoint at a time
+	// saved is the store's change count the last checkpoint saw;
+	// GUARDED_BY(mu). stale: the checkpoint on disk is behind the store
+	// whatever the count says (the start listed or stat'ed what it had
+	// to, and the next start would again).
+	saved uint64
+	stale bool
+}
+
+// checkpointSpacing bounds the time spent writing checkpoints: the next
+// waits at least this many times as long as the last one took.
+const checkpointSpacing = 20
+
+// startCheckpoints notes whether the start left the checkpoint behind
+// (it walked, listed or stat'ed what the next start would again, or
+// deleted or evicted something); Start then runs the loop.
+func (c *Core) startCheckpoints(rep LoadReport) {
+	c.ckpt.saved = c.store.Changes()
+	c.ckpt.stale = !rep.FromSnapshot || rep.DirsListed > 0 || rep.Stated > 0 ||
+		rep.Incomplete > 0 || rep.Foreign > 0 || rep.Evicted > 0
+}
+
+// Checkpoint writes the store's checkpoint now, as the background loop
+// does every Config.CheckpointInterval when the store changed.
+func (c *Core) Checkpoint() error { return c.checkpoint(false) }
+
+// checkpoint copies the index in short steps under the shared namespace
+// lock (see blob.CaptureCheckpoint), then checks and writes the copy
+// without it. clean: the file system has stopped serving. The change
+// count is read first: a change during the copy leaves the checkpoint
+// behind, and the next one is written.
+func (c *Core) checkpoint(clean bool) error {
+	c.ckpt.mu.Lock()
+	defer c.ckpt.mu.Unlock()
+	start := time.Now()
+	changes := c.store.Changes()
+	writing := c.writingNow()
+	var held time.Duration // the longest step under the lock
+	shared := func(step func()) {
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		t := time.Now()
+		step()
+		held = max(held, time.Since(t))
+	}
+	cp := c.store.CaptureCheckpoint(shared, c.ledger.Each, func(id blob.ID) bool { return writing[id] }, clean)
+	if err := c.store.SaveCheckpoint(cp); err != nil {
+		return err
+	}
+	c.ckpt.saved, c.ckpt.stale = changes, false
+	c.log.Info("checkpoint saved", zap.Int("objects", cp.Objects), zap.Int("unsure", cp.Unsure),
+		zap.Int("distrusted_dirs", cp.Distrusted), zap.Bool("clean", clean),
+		zap.Int("steps", cp.Steps), zap.Duration("longest_step", held), zap.Duration("took", time.Since(start)))
+	return nil
+}
+
+// writingNow lists the objects that may be being written: those with a
+// crash marker, and those a passthrough writer holds open (it may write
+// after its flush). Their sizes are left for the next start to read. (A
+// truncate through setattr is not listed: its moment between the ledger
+// and the stored file is the audit's to reconcile.)
+func (c *Core) writingNow() map[blob.ID]bool {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	out := make(map[blob.ID]bool, len(c.marked)+len(c.watched))
+	for id := range c.marked {
+		out[id] = true
+	}
+	for h := range c.watched {
+		out[h.id] = true
+	}
+	return out
+}
+
+// behind says whether the store changed since the last checkpoint.
+func (c *Core) behind() bool {
+	c.ckpt.mu.Lock()
+	defer c.ckpt.mu.Unlock()
+	return c.ckpt.stale || c.store.Changes() != c.ckpt.saved
+}
+
+// checkpointLoop writes a checkpoint every CheckpointInterval while the
+// store changes, spacing them out when they take long, until the Core
+// closes (which writes the last one).
+func (c *Core) checkpointLoop() {
+	defer c.wg.Done()
+	wait := c.cfg.CheckpointInterval
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-time.After(wait):
+		}
+		if !c.behind() {
+			continue
+		}
+		start := time.Now()
+		if err := c.checkpoint(false); err != nil {
+			c.log.Warn("no checkpoint saved", zap.Error(err))
+		}
+		wait = max(c.cfg.CheckpointInterval, checkpointSpacing*time.Since(start))
+	}
+}
