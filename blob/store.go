@@ -187,6 +187,16 @@ func (s *Store) BackingPath(rel string) string {
 // openBeneath opens a path relative to data/ without following any
 // symlink and without leaving data/, whatever a name or the store holds.
 func (s *Store) openBeneath(rel string, flags int, mode uint32) (*os.File, error) {
+	fd, err := s.openBeneathFd(rel, flags, mode)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), s.BackingPath(rel)), nil
+}
+
+// openBeneathFd is openBeneath for a raw descriptor: a directory a change
+// is made in needs no *os.File (whose making costs a fcntl).
+func (s *Store) openBeneathFd(rel string, flags int, mode uint32) (int, error) {
 	how := unix.OpenHow{
 		Flags:   uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW),
 		Mode:    uint64(mode),
@@ -198,9 +208,9 @@ func (s *Store) openBeneath(rel string, flags int, mode uint32) (*os.File, error
 			continue
 		}
 		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: rel, Err: err}
+			return -1, &os.PathError{Op: "open", Path: rel, Err: err}
 		}
-		return os.NewFile(uintptr(fd), s.BackingPath(rel)), nil
+		return fd, nil
 	}
 }
 
@@ -213,12 +223,12 @@ func (s *Store) at(rel string, op func(dirfd int, name string) error) error {
 	if dir == "" {
 		return op(int(s.data.Fd()), name)
 	}
-	d, err := s.openBeneath(strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+	d, err := s.openBeneathFd(strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return op(int(d.Fd()), name)
+	defer unix.Close(d)
+	return op(d, name)
 }
 
 // at2 is at for operations on two names.

@@ -64,7 +64,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.IntVar(&c.writers, "writers", 4, "writer threads in the mixed workload")
 	fs.IntVar(&c.readers, "readers", 4, "reader threads in the mixed workload")
 	fs.IntVar(&c.statObjects, "stat-objects", 1000, "objects the stat workload cycles over")
-	fs.IntVar(&c.statOps, "stat-ops", 10000, "stats per measurement")
+	fs.IntVar(&c.statOps, "stat-ops", 200000, "stats per measurement (enough that one measurement takes a fraction of a second: shorter ones are mostly scheduling noise here)")
 	fs.IntVar(&c.smallObjects, "small-objects", 1000, "small objects stored and unlinked per measurement")
 	smallSize := int64(64 << 10)
 	fs.Var(sizeValue{&smallSize}, "small-size", "size of a small object")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"strings"
@@ -51,6 +52,7 @@ func (b *bench) requestRows() error {
 		return err
 	}
 	reading := diff(r1.FuseRequests, r2.FuseRequests)
+	per := map[string]map[string]float64{}
 	for _, op := range ops {
 		before, err := t.d.stats()
 		if err != nil {
@@ -70,8 +72,43 @@ func (b *bench) requestRows() error {
 			d[k] -= v
 		}
 		b.note("FUSE requests per %s on kvfs (%s): %s", op.name, shortMode(t.mode), requestsPerOp(d, n))
+		per[op.name] = map[string]float64{}
+		for k, v := range d {
+			if v > 0 {
+				per[op.name][k] = float64(v) / n
+			}
+		}
 	}
+	b.smallStoreMinimum(per["small store"], per["unlink of a small object"])
 	return nil
+}
+
+// minimal requests of a small store and of an unlink through any FUSE
+// file system, as FUSE-NOTES lists them; RELEASE and FORGET are not
+// waited for.
+var (
+	minimalStore  = map[string]float64{"LOOKUP": 1, "CREATE": 1, "FLUSH": 1, "RELEASE": 1}
+	minimalUnlink = map[string]float64{"UNLINK": 1, "FORGET": 1}
+)
+
+// smallStoreMinimum applies the small-store bar's other arm: where this
+// machine's FUSE round trips alone keep any FUSE file system from 2x of a
+// plain directory, kvfs passes if a small store and its unlink cost no
+// request beyond the minimum and kvfs is at least as fast as go-fuse's
+// loopback.
+func (b *bench) smallStoreMinimum(store, unlink map[string]float64) {
+	minimal := maps.Equal(store, minimalStore) && maps.Equal(unlink, minimalUnlink)
+	for _, r := range b.rows {
+		if r.Workload != mSmallU.name || r.Mode != "passthrough" || r.Result != "FAIL" {
+			continue
+		}
+		if minimal && r.VsLoop >= 1 {
+			r.Result = "PASS"
+			r.Note = "under 2x of plain is out of reach of any FUSE file system here (see the loopback column); " +
+				"passed on the other arm of the bar: a small store costs only LOOKUP, CREATE and FLUSH (RELEASE not waited for), " +
+				"an unlink only UNLINK, and kvfs is at least as fast as the loopback"
+		}
+	}
 }
 
 func diff(before, after map[string]int64) map[string]int64 {

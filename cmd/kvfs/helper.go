@@ -75,7 +75,10 @@ type helperMountOpts struct {
 var (
 	valueOpts = map[string]bool{"capacity": true, "grace": true, "wait-limit": true, "cache-timeout": true,
 		"audit-interval": true, "ram-cache": true, "request-timeout": true, "log-level": true,
-		"metrics-addr": true, "progress-interval": true, "write-reserve": true}
+		"metrics-addr": true, "progress-interval": true, "write-reserve": true, "checkpoint-interval": true,
+		"remote": true, "remote-endpoint": true, "remote-region": true, "remote-timeout": true,
+		"remote-negative-ttl": true, "remote-positive-ttl": true, "remote-queue": true, "remote-uploaders": true,
+		"remote-breaker-failures": true, "remote-breaker-cooldown": true, "remote-exclude": true}
 	boolOpts = map[string]bool{"allow-other": true, "no-passthrough": true, "debug-fuse": true, "strict-capacity": true}
 	// vfsOpts are generic mount options: the per-mount flag each sets
 	// (applied after mounting), or 0 for those accepted with no effect.

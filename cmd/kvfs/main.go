@@ -22,7 +22,7 @@ const usage = `usage:
   kvfs mount [--store DIR] [--capacity SIZE] [flags] MOUNTPOINT
   kvfs unmount [--timeout D] [--force] MOUNTPOINT
   kvfs stats [--json | --watch [--interval D] [--count N]] MOUNTPOINT
-  kvfs fsck --store DIR [--repair] [--json]
+  kvfs fsck --store DIR [--repair] [--json] [--progress-interval D]
   kvfs cat --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] PATH...
   kvfs put --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] SRC DST
 Run "kvfs COMMAND -h" for a command's flags.`
@@ -152,7 +152,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	fs.Var(sizeFlag{&o.RAMCache}, "ram-cache", "keep copies of objects plain reads load in this much RAM, like 4GiB (default 0: none; passthrough reads never need it)")
 	fs.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the mounter in")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", 0, "abort the FUSE connection when a request goes unanswered this long, like 60s (0: never; root, Linux 6.14+)")
-	noPassthrough := fs.Bool("no-passthrough", false, "serve reads through FUSE even where passthrough works")
+	noPassthrough := fs.Bool("no-passthrough", false, "serve reads and writes through the daemon even where FUSE passthrough works")
 	fs.BoolVar(&o.DebugFUSE, "debug-fuse", false, "log every FUSE request")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon to this file")
