@@ -317,7 +317,36 @@ func (s *Server) signal(sig syscall.Signal, paused bool) {
 	if err := s.cmd.Process.Signal(sig); err != nil {
 		s.fail("s3test: %v: %v", sig, err)
 	}
+	if paused {
+		// A signal is delivered a moment after kill(2) returns: a
+		// request sent meanwhile would still be answered.
+		waitStopped(s.cmd.Process.Pid)
+	}
 	s.paused = paused
+}
+
+// waitStopped waits (briefly) until every thread of pid is stopped.
+func waitStopped(pid int) {
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && !allStopped(pid) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if err != nil || i < 0 || i+2 >= len(s) || (s[i+2] != 'T' && s[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
 
 // kill is the final cleanup: a paused process is continued so that it
