@@ -205,9 +205,11 @@ func copyChecked(f *os.File, body io.Reader, wd *watchdog) (int64, uint32, error
 	buf := make([]byte, copyBuf)
 	var n int64
 	for {
-		k, rerr := body.Read(buf)
+		// Whole buffers: a network body returns what one packet train
+		// brought, and as many writes of the store's file cost as many
+		// system calls.
+		k, rerr := readFull(body, buf, wd)
 		if k > 0 {
-			wd.kick()
 			h.Write(buf[:k])
 			if _, err := f.Write(buf[:k]); err != nil {
 				return n, 0, localError{err}
@@ -221,6 +223,23 @@ func copyChecked(f *os.File, body io.Reader, wd *watchdog) (int64, uint32, error
 			return n, 0, rerr
 		}
 	}
+}
+
+// readFull reads into buf until it is full or the body ends (io.EOF),
+// kicking the watchdog on every read.
+func readFull(body io.Reader, buf []byte, wd *watchdog) (int, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := body.Read(buf[n:])
+		if k > 0 {
+			wd.kick()
+		}
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // watchdog calls stop when kick has not been called for d: a transfer
