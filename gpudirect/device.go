@@ -317,11 +317,10 @@ func (g *GPU) Write(w *Writer, f *File, src uintptr, size int64) (int64, error) 
 func (g *GPU) writeCuFile(w *Writer, f *File, h, src uintptr, size int64) (int64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	start, err := f.beginWrite()
+	start, err := w.begin(f, size)
 	if err != nil {
 		return 0, err
 	}
-	f.preallocate(start, size)
 	body := size &^ (Align - 1)
 	err = g.onDevice(func() error { return g.cf.BufRegister(src, int(body)) })
 	if err != nil {

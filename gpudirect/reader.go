@@ -14,33 +14,43 @@ import (
 // bytes in flight, each into a buffer of its own. It serves one transfer
 // at a time; loaders that read several objects at once use one Reader
 // each.
-type Reader struct {
+type Reader struct{ transfer }
+
+// NewReader allocates a Reader's buffers.
+func NewReader(opt Options) (*Reader, error) {
+	r := &Reader{}
+	if err := r.init(opt); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// transfer is what a Reader and a Writer hold: the options and the
+// buffers, used by one transfer at a time.
+type transfer struct {
 	opt  Options
 	bufs *buffers
 	mu   sync.Mutex // one transfer at a time: they share bufs
 }
 
-// NewReader allocates a Reader's buffers.
-func NewReader(opt Options) (*Reader, error) {
+func (t *transfer) init(opt Options) error {
 	opt, err := opt.withDefaults()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	bufs, err := newBuffers(opt.Chunk, opt.Depth)
-	if err != nil {
-		return nil, err
-	}
-	return &Reader{opt: opt, bufs: bufs}, nil
+	t.opt = opt
+	t.bufs, err = newBuffers(opt.Chunk, opt.Depth)
+	return err
 }
 
-// Options are the reader's chunk size and depth.
-func (r *Reader) Options() Options { return r.opt }
+// Options are the chunk size and depth.
+func (t *transfer) Options() Options { return t.opt }
 
 // Locked reports whether the buffers are page-locked and, if not, why.
-func (r *Reader) Locked() (bool, string) { return r.bufs.locked, r.bufs.why }
+func (t *transfer) Locked() (bool, string) { return t.bufs.locked, t.bufs.why }
 
 // Close frees the buffers.
-func (r *Reader) Close() error { return r.bufs.close() }
+func (t *transfer) Close() error { return t.bufs.close() }
 
 // Stream reads the whole object in order, handing each chunk to fn with
 // its offset. The chunk is one of the reader's buffers and is only valid

@@ -44,33 +44,26 @@ type writeState struct {
 // truncating afterwards would overwrite, with zeros, bytes past the end
 // of an object opened without O_TRUNC, and would have the stored file
 // briefly hold bytes that are not the object's.
-type Writer struct {
-	opt  Options
-	bufs *buffers
-	mu   sync.Mutex // one transfer at a time: they share bufs
-}
+type Writer struct{ transfer }
 
 // NewWriter allocates a Writer's buffers.
 func NewWriter(opt Options) (*Writer, error) {
-	opt, err := opt.withDefaults()
-	if err != nil {
+	w := &Writer{}
+	if err := w.init(opt); err != nil {
 		return nil, err
 	}
-	bufs, err := newBuffers(opt.Chunk, opt.Depth)
-	if err != nil {
-		return nil, err
-	}
-	return &Writer{opt: opt, bufs: bufs}, nil
+	return w, nil
 }
 
-// Options are the writer's chunk size and depth.
-func (w *Writer) Options() Options { return w.opt }
-
-// Locked reports whether the buffers are page-locked and, if not, why.
-func (w *Writer) Locked() (bool, string) { return w.bufs.locked, w.bufs.why }
-
-// Close frees the buffers.
-func (w *Writer) Close() error { return w.bufs.close() }
+// begin starts a write of size bytes (-1: unknown) to f where its last
+// write ended, preallocated when the size is known; w.mu held.
+func (w *Writer) begin(f *File, size int64) (int64, error) {
+	start, err := f.beginWrite()
+	if err == nil {
+		f.preallocate(start, size)
+	}
+	return start, err
+}
 
 // Fill writes size bytes to f where its last write ended (Written; 0
 // after OpenFile): fn fills each chunk in order, b being one of the
@@ -146,11 +139,10 @@ type wslot struct {
 func (w *Writer) span(f *File, size int64, produce func(b []byte) ([]byte, bool, error)) (int64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	start, err := f.beginWrite()
+	start, err := w.begin(f, size)
 	if err != nil {
 		return 0, err
 	}
-	f.preallocate(start, size)
 	free := make(chan *wslot, len(w.bufs.bufs))
 	for _, b := range w.bufs.bufs {
 		free <- &wslot{buf: b}
