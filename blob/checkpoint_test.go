@@ -93,10 +93,7 @@ func rewrite(t *testing.T, s *Store, id ID, n int, finish bool) {
 // sizes and order from unchanged directories without listing or
 // stat'ing anything, and stays for the next start.
 func TestCheckpointRoundTrip(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir)
-	must(t, "Open", err)
-	s.racy = 0
+	dir, s := openUnracy(t)
 	a := mustMkdir(t, s, RootID, "a")
 	b := mustMkdir(t, s, a, "b b")
 	mustMkdir(t, s, RootID, "empty")
@@ -157,10 +154,7 @@ func namesOf(s *Store, id ID) []string {
 // finds, deletes what was being written, and leaves only the in-place
 // rewrite for the audit to find.
 func TestCheckpointThenCrash(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir)
-	must(t, "Open", err)
-	s.racy = 0
+	dir, s := openUnracy(t)
 	a := mustMkdir(t, s, RootID, "a")
 	b := mustMkdir(t, s, a, "b")
 	old := mustMkdir(t, s, RootID, "olddir")
@@ -189,7 +183,7 @@ func TestCheckpointThenCrash(t *testing.T) {
 
 	// What kvfs does after the checkpoint, until the crash.
 	put(a, "added", 1300)
-	_, err = s.Unlink(RootID, "gone")
+	_, err := s.Unlink(RootID, "gone")
 	must(t, "Unlink", err)
 	mustRename(t, s, a, "ren", a, "ren2", 0)
 	mustRename(t, s, RootID, "mov", b, "mov", 0)
@@ -298,10 +292,7 @@ func TestCheckpointEqualsWalk(t *testing.T) {
 	}
 	for name, change := range cases {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := Open(dir)
-			must(t, "Open", err)
-			s.racy = 0
+			dir, s := openUnracy(t)
 			a := mustMkdir(t, s, RootID, "a")
 			b := mustMkdir(t, s, a, "b")
 			x := mustCreate(t, s, b, "x", []byte("xxx"))
@@ -338,10 +329,7 @@ func TestCheckpointUnusable(t *testing.T) {
 		"version 1":    {func(b []byte) []byte { return append([]byte("kvfs index v1\n"), b[14:]...) }, "not a kvfs checkpoint"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := Open(dir)
-			must(t, "Open", err)
-			s.racy = 0
+			dir, s := openUnracy(t)
 			d := mustMkdir(t, s, RootID, "d")
 			mustCreate(t, s, d, "f", []byte("data"))
 			mustCreate(t, s, RootID, "g", make([]byte, 5000))
@@ -385,10 +373,7 @@ func TestCheckpointRacyDirectory(t *testing.T) {
 // new file and removes what kvfs never makes, although the directory
 // has not changed since.
 func TestCheckpointDistrustsUnaudited(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir)
-	must(t, "Open", err)
-	s.racy = 0
+	dir, s := openUnracy(t)
 	a := mustMkdir(t, s, RootID, "a")
 	q := mustMkdir(t, s, RootID, "q")
 	mustCreate(t, s, a, "f", []byte("f"))
@@ -411,10 +396,7 @@ func TestCheckpointDistrustsUnaudited(t *testing.T) {
 // listing shows, for files made by Create, found by a walk, or adopted
 // by an audit.
 func TestCheckpointCapturesInodes(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir)
-	must(t, "Open", err)
-	s.racy = 0
+	dir, s := openUnracy(t)
 	mustCreate(t, s, RootID, "made", []byte("m"))
 	must(t, "write", os.WriteFile(filepath.Join(dir, DataName, "adopted"), []byte("a"), 0o644))
 	walked, err := s.Walk(nil)
@@ -469,10 +451,7 @@ func TestCheckpointStepsSeeChanges(t *testing.T) {
 		"directory made": {1, func(t *testing.T, s *Store, a ID) { mustCreate(t, s, mustMkdir(t, s, a, "sub"), "x", nil) }},
 	} {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := Open(dir)
-			must(t, "Open", err)
-			s.racy = 0
+			dir, s := openUnracy(t)
 			a := mustMkdir(t, s, RootID, "a")
 			q := mustMkdir(t, s, RootID, "q")
 			mustCreate(t, s, a, "f1", []byte("1"))
@@ -570,4 +549,15 @@ func TestCheckpointNamePassedOn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openUnracy opens a new store in a temporary directory with no racy
+// window, so a checkpoint taken at once vouches for what it saw.
+func openUnracy(t *testing.T) (string, *Store) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	s.racy = 0
+	return dir, s
 }
