@@ -104,10 +104,8 @@ func (s *Server) fail(format string, args ...any) {
 	if s.t == nil {
 		panic(fmt.Sprintf(format, args...))
 	}
-	if s.t != nil {
-		s.t.Helper()
-	}
-	s.fail(format, args...)
+	s.t.Helper()
+	s.t.Fatalf(format, args...)
 }
 
 func (s *Server) prepare(tmp string) error {
