@@ -50,13 +50,11 @@ func (c *nameCache) put(name string, e cacheEntry, now time.Time) {
 	c.m[name] = e
 }
 
-// drop forgets name; if onlyFound, only a present entry.
-func (c *nameCache) drop(name string, onlyFound bool) {
+// drop forgets name.
+func (c *nameCache) drop(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.m[name]; ok && (e.found || !onlyFound) {
-		delete(c.m, name)
-	}
+	delete(c.m, name)
 }
 
 // shrink makes room. Called with mu held.

@@ -109,4 +109,4 @@ func (t *Tier) rememberPresent(name string, info Info) {
 // Forget drops what the tier remembers about name, present or absent.
 // The daemon calls it when it learns better (for example, a remote
 // publish announced out of band).
-func (t *Tier) Forget(name string) { t.names.drop(name, false) }
+func (t *Tier) Forget(name string) { t.names.drop(name) }

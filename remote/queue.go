@@ -186,7 +186,7 @@ func (t *Tier) Enqueue(name string) bool {
 		t.st.skipped.Add(1)
 		return false
 	}
-	t.names.drop(name, false) // "absent" is about to be wrong
+	t.names.drop(name) // "absent" is about to be wrong
 	return t.queue.add(name)
 }
 
