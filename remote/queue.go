@@ -90,7 +90,7 @@ func (q *queue) readEntry(e fs.DirEntry) (string, bool) {
 	if err != nil || journalName(name) != e.Name() {
 		return "", false
 	}
-	if _, err := q.t.key(name); err != nil || q.t.exclude.match(name) {
+	if !q.t.uploadable(name) {
 		return "", false
 	}
 	return name, true
@@ -178,7 +178,7 @@ func (t *Tier) Enqueue(name string) bool {
 	if t.closed.Load() {
 		return false
 	}
-	if _, err := t.key(name); err != nil || t.exclude.match(name) {
+	if !t.uploadable(name) {
 		t.st.skipped.Add(1)
 		return false
 	}
@@ -188,6 +188,14 @@ func (t *Tier) Enqueue(name string) bool {
 	}
 	t.names.drop(name) // "absent" is about to be wrong
 	return t.queue.add(name)
+}
+
+// uploadable reports whether name may be queued: a valid key, not a
+// temp name. Enqueue and the journal's replay both ask it, so a name
+// replayed is one Enqueue would have taken.
+func (t *Tier) uploadable(name string) bool {
+	_, err := t.key(name)
+	return err == nil && !t.exclude.match(name)
 }
 
 // WaitUploads blocks until no upload is pending or ctx ends. It starts
