@@ -57,7 +57,7 @@ var errNoChecksum = errors.New("object has no kvfs checksum metadata")
 func infoOf(oi minio.ObjectInfo) (Info, uint32, error) {
 	var crcHex, sizeStr string
 	for k, v := range oi.UserMetadata {
-		switch strings.ToLower(strings.TrimPrefix(strings.ToLower(k), "x-amz-meta-")) {
+		switch strings.TrimPrefix(strings.ToLower(k), "x-amz-meta-") {
 		case metaCRC:
 			crcHex = v
 		case metaSize:
