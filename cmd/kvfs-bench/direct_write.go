@@ -57,17 +57,11 @@ func (b *bench) directWriteRows(t *target) error {
 		b.nativeWriteAll,
 	}
 	roots := []string{b.plain.root, t.root, t.root}
-	samples := make([][]float64, len(ways))
-	for round := 0; round < b.cfg.rounds; round++ {
-		for i := range ways {
-			k := (i + round) % len(ways)
-			v, err := b.directWritePass(ways[k], filepath.Join(roots[k], "direct-write"), round, k)
-			if err != nil {
-				return fmt.Errorf("%s, round %d: %w", directWriteWayNames[k], round+1, err)
-			}
-			samples[k] = append(samples[k], v)
-			b.progress("%s | round %d/%d %-20s %s MB/s", mDirectWrite.name, round+1, b.cfg.rounds, directWriteWayNames[k], num(v, true))
-		}
+	samples, err := b.rotate(mDirectWrite.name, directWriteWayNames, func(k, round int) (float64, error) {
+		return b.directWritePass(ways[k], filepath.Join(roots[k], "direct-write"), round, k)
+	})
+	if err != nil {
+		return err
 	}
 	b.pairRow(mDirectWrite, t.mode, samples[0], samples[1], nil)
 	b.pairRow(mDirectWriteNative, t.mode, samples[0], samples[2], nil)
