@@ -33,8 +33,6 @@ var (
 // directWriteRows measures direct writes on target t (a passthrough
 // mount, where kvfs takes them).
 func (b *bench) directWriteRows(t *target) error {
-	name := fmt.Sprintf("direct write %dMiB", b.cfg.objSize>>20)
-	mDirectWrite.name = name + ": gpudirect vs raw O_DIRECT write of a plain file"
 	if t.mode != "passthrough" {
 		b.skipRow(mDirectWrite.name, "needs a passthrough mount (kvfs takes no direct writes without one)")
 		return nil

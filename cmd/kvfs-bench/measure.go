@@ -30,7 +30,7 @@ var (
 // compete for the CPUs) the in-process ledger and the restarts.
 func (b *bench) measure() error {
 	sizeName := fmt.Sprintf("%dMiB", b.cfg.objSize>>20)
-	for _, m := range []*metric{&mWarm, &mCold, &mStore} {
+	for _, m := range []*metric{&mWarm, &mCold, &mStore, &mDirect, &mDirectWrite, &mRemoteCold, &mRemotePub} {
 		m.name = strings.Replace(m.name, "32MiB", sizeName, 1)
 	}
 	mMixW.name = fmt.Sprintf("mixed %dW+%dR: writers' aggregate", b.cfg.writers, b.cfg.readers)
