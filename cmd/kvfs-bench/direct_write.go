@@ -123,16 +123,6 @@ func (b *bench) gpudirectWriteAll(w *gpudirect.Writer, names []string) error {
 	return nil
 }
 
-// nativeWriteAll stores each object the fs_native way through the mount.
-func (b *bench) nativeWriteAll(names []string) error {
-	for _, p := range names {
-		if err := storeNative(p, b.data); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // rawDirectWriteAll writes each object as a plain file with O_DIRECT:
 // open, one pwrite of data (page-aligned, a whole number of blocks
 // unless the object size is not), close. An object size that is not a
