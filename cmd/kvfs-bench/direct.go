@@ -56,28 +56,41 @@ func (b *bench) directRows() error {
 		func() (int64, error) { return b.gpudirectAll(r, t) },
 		func() (int64, error) { return b.readAll(t) },
 	}
-	names := []string{"raw O_DIRECT", "gpudirect", "read() via mount"}
-	samples := make([][]float64, len(ways))
-	for round := 0; round < b.cfg.rounds; round++ {
-		for i := range ways {
-			w := (i + round) % len(ways)
-			if err := dropCaches(); err != nil {
-				return err
-			}
-			start := time.Now()
-			n, err := ways[w]()
-			if err != nil {
-				return fmt.Errorf("%s, round %d: %w", names[w], round+1, err)
-			}
-			samples[w] = append(samples[w], mbps(n, time.Since(start)))
-			b.progress("%s | round %d/%d %-16s %s MB/s", mDirect.name, round+1, b.cfg.rounds, names[w], num(samples[w][len(samples[w])-1], true))
+	samples, err := b.rotate(mDirect.name, []string{"raw O_DIRECT", "gpudirect", "read() via mount"}, func(w, _ int) (float64, error) {
+		if err := dropCaches(); err != nil {
+			return 0, err
 		}
+		start := time.Now()
+		n, err := ways[w]()
+		return mbps(n, time.Since(start)), err
+	})
+	if err != nil {
+		return err
 	}
 	b.pairRow(mDirect, t.mode, samples[0], samples[1], nil)
 	b.pairRow(mDirectMount, t.mode, samples[0], samples[2], nil)
 	o := r.Options()
 	b.note("direct rows: the plain column is a raw O_DIRECT read of the same stored files (open, one pread of the whole object, close); gpudirect reads %dKiB x %d in flight, its time including the pin, the xattr and the identity check", o.Chunk>>10, o.Depth)
 	return b.directWriteRows(t)
+}
+
+// rotate measures each of the named ways once a round with pass, the
+// order rotated from round to round as compare rotates the targets, and
+// returns each way's samples, in MB/s.
+func (b *bench) rotate(row string, names []string, pass func(way, round int) (float64, error)) ([][]float64, error) {
+	samples := make([][]float64, len(names))
+	for round := 0; round < b.cfg.rounds; round++ {
+		for i := range names {
+			w := (i + round) % len(names)
+			v, err := pass(w, round)
+			if err != nil {
+				return nil, fmt.Errorf("%s, round %d: %w", names[w], round+1, err)
+			}
+			samples[w] = append(samples[w], v)
+			b.progress("%s | round %d/%d %-20s %s MB/s", row, round+1, b.cfg.rounds, names[w], num(v, true))
+		}
+	}
+	return samples, nil
 }
 
 // directTarget is the kvfs mount the direct rows use: passthrough if one.

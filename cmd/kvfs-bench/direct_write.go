@@ -33,8 +33,6 @@ var (
 // directWriteRows measures direct writes on target t (a passthrough
 // mount, where kvfs takes them).
 func (b *bench) directWriteRows(t *target) error {
-	name := fmt.Sprintf("direct write %dMiB", b.cfg.objSize>>20)
-	mDirectWrite.name = name + ": gpudirect vs raw O_DIRECT write of a plain file"
 	if t.mode != "passthrough" {
 		b.skipRow(mDirectWrite.name, "needs a passthrough mount (kvfs takes no direct writes without one)")
 		return nil
@@ -57,17 +55,11 @@ func (b *bench) directWriteRows(t *target) error {
 		b.nativeWriteAll,
 	}
 	roots := []string{b.plain.root, t.root, t.root}
-	samples := make([][]float64, len(ways))
-	for round := 0; round < b.cfg.rounds; round++ {
-		for i := range ways {
-			k := (i + round) % len(ways)
-			v, err := b.directWritePass(ways[k], filepath.Join(roots[k], "direct-write"), round, k)
-			if err != nil {
-				return fmt.Errorf("%s, round %d: %w", directWriteWayNames[k], round+1, err)
-			}
-			samples[k] = append(samples[k], v)
-			b.progress("%s | round %d/%d %-20s %s MB/s", mDirectWrite.name, round+1, b.cfg.rounds, directWriteWayNames[k], num(v, true))
-		}
+	samples, err := b.rotate(mDirectWrite.name, directWriteWayNames, func(k, round int) (float64, error) {
+		return b.directWritePass(ways[k], filepath.Join(roots[k], "direct-write"), round, k)
+	})
+	if err != nil {
+		return err
 	}
 	b.pairRow(mDirectWrite, t.mode, samples[0], samples[1], nil)
 	b.pairRow(mDirectWriteNative, t.mode, samples[0], samples[2], nil)
@@ -126,16 +118,6 @@ func (b *bench) gpudirectWriteAll(w *gpudirect.Writer, names []string) error {
 		}
 		if n != int64(len(b.data)) {
 			return fmt.Errorf("%s: wrote %d of %d bytes", p, n, len(b.data))
-		}
-	}
-	return nil
-}
-
-// nativeWriteAll stores each object the fs_native way through the mount.
-func (b *bench) nativeWriteAll(names []string) error {
-	for _, p := range names {
-		if err := storeNative(p, b.data); err != nil {
-			return err
 		}
 	}
 	return nil

@@ -39,27 +39,21 @@ func (b *bench) floodRows() error {
 
 func (b *bench) floodMode(mode string) error {
 	name := "flood-" + shortMode(mode)
-	mp, store := filepath.Join(b.work, "mnt-"+name), filepath.Join(b.work, "store-"+name)
-	for _, d := range []string{mp, store} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
-		}
-	}
 	capacity := int64(floodCapObjs * b.cfg.objSize)
 	var extra []string
 	if mode == "strict" {
 		extra = []string{"--strict-capacity"}
 	}
-	d, err := startDaemon(b.bin, store, mp, capacity, extra...)
+	t, err := b.startNode(name, mode, name, capacity, extra...)
 	if err != nil {
 		return err
 	}
-	t := &target{name: name, mode: mode, root: mp, d: d}
+	d := t.d
 	defer b.stopTarget(t)
 	if err := d.waitMounted(b.cfg.mountTimeout); err != nil {
 		return err
 	}
-	res, err := b.flood(mp, store, capacity)
+	res, err := b.flood(t.root, d.store, capacity)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

@@ -218,8 +218,8 @@ func (b *bench) needMounts() bool {
 
 func (b *bench) mountTarget(cl *cleanups, mode string) (*target, error) {
 	name := map[string]string{"passthrough": "kvfs", "no-passthrough": "kvfs-nopt", "ram": "kvfs-ram", "strict": "kvfs-strict"}[mode]
-	t := &target{name: name, mode: mode, root: filepath.Join(b.work, "mnt-"+name)}
 	var extra []string
+	var only map[string]bool
 	switch mode {
 	case "no-passthrough":
 		extra = []string{"--no-passthrough"}
@@ -227,29 +227,24 @@ func (b *bench) mountTarget(cl *cleanups, mode string) (*target, error) {
 		// The RAM tier is for reads passthrough does not serve; it
 		// is measured where it could win, on the read workloads.
 		extra = []string{"--no-passthrough", "--ram-cache", fmt.Sprint(b.cfg.ramCache)}
-		t.only = map[string]bool{"read": true, "cold": true}
+		only = map[string]bool{"read": true, "cold": true}
 	case "strict":
 		// Every byte through the daemon: what the store rows cost when
 		// the capacity may never be passed even for a moment.
 		extra = []string{"--strict-capacity"}
-		t.only = map[string]bool{"store": true, "mixed": true, "small": true}
+		only = map[string]bool{"store": true, "mixed": true, "small": true}
 	}
-	store := filepath.Join(b.work, "store-"+name)
-	for _, d := range []string{t.root, store} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	d, err := startDaemon(b.bin, store, t.root, b.cfg.capacity, extra...)
+	t, err := b.startNode(name, mode, name, b.cfg.capacity, extra...)
 	if err != nil {
 		return nil, err
 	}
-	t.d = d
+	t.only = only
 	cl.add(func() { b.stopTarget(t) })
+	d := t.d
 	if err := d.waitMounted(b.cfg.mountTimeout); err != nil {
 		return nil, err
 	}
-	if err := sameDisk(store, b.plain.root); err != nil {
+	if err := sameDisk(d.store, b.plain.root); err != nil {
 		return nil, err
 	}
 	// The "mounted" line comes right after the mount appears.
@@ -257,7 +252,26 @@ func (b *bench) mountTarget(cl *cleanups, mode string) (*target, error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	b.progress("mounted %s (%s) at %s, store %s; daemon logged \"passthrough\": %s",
-		t.name, mode, t.root, store, d.Passthrough())
+		t.name, mode, t.root, d.store, d.Passthrough())
+	return t, nil
+}
+
+// startNode makes a kvfs node's mount point and store in the work
+// directory, mnt-DIR and store-DIR, and starts its daemon; the caller
+// arranges its stop (stopTarget) and waits for the mount.
+func (b *bench) startNode(name, mode, dir string, capacity int64, extra ...string) (*target, error) {
+	t := &target{name: name, mode: mode, root: filepath.Join(b.work, "mnt-"+dir)}
+	store := filepath.Join(b.work, "store-"+dir)
+	for _, d := range []string{t.root, store} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	d, err := startDaemon(b.bin, store, t.root, capacity, extra...)
+	if err != nil {
+		return nil, err
+	}
+	t.d = d
 	return t, nil
 }
 

@@ -30,7 +30,7 @@ var (
 // compete for the CPUs) the in-process ledger and the restarts.
 func (b *bench) measure() error {
 	sizeName := fmt.Sprintf("%dMiB", b.cfg.objSize>>20)
-	for _, m := range []*metric{&mWarm, &mCold, &mStore} {
+	for _, m := range []*metric{&mWarm, &mCold, &mStore, &mDirect, &mDirectWrite, &mRemoteCold, &mRemotePub} {
 		m.name = strings.Replace(m.name, "32MiB", sizeName, 1)
 	}
 	mMixW.name = fmt.Sprintf("mixed %dW+%dR: writers' aggregate", b.cfg.writers, b.cfg.readers)
@@ -99,8 +99,8 @@ func (b *bench) measure() error {
 	}
 	// The flood leaves the page cache full of its 3 GiB: the remote rows'
 	// stores and the server's writes would then wait on reclaim. Start
-	// them with memory free, as every group before them did.
-	syncFS(b.work)
+	// them with memory free, as every group before them did (dropCaches
+	// syncs every file system first, so the disk is quiet too).
 	dropCaches()
 	if w["remote"] {
 		if err := b.remoteRows(); err != nil {

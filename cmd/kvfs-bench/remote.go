@@ -123,20 +123,11 @@ func (b *bench) startRemoteBench() (*remoteBench, error) {
 // mount starts a kvfs node of the remote rows.
 func (rb *remoteBench) mount(name string, extra ...string) (*target, error) {
 	b := rb.b
-	t := &target{name: "kvfs-" + name, mode: name, root: filepath.Join(b.work, "mnt-"+name)}
-	store := filepath.Join(b.work, "store-"+name)
-	os.RemoveAll(store)
-	for _, d := range []string{t.root, store} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	d, err := startDaemon(b.bin, store, t.root, b.cfg.capacity, extra...)
+	t, err := b.startNode("kvfs-"+name, name, name, b.cfg.capacity, extra...)
 	if err != nil {
 		return nil, err
 	}
-	t.d = d
-	if err := d.waitMounted(b.cfg.mountTimeout); err != nil {
+	if err := t.d.waitMounted(b.cfg.mountTimeout); err != nil {
 		b.stopTarget(t)
 		return nil, err
 	}

@@ -71,13 +71,13 @@ func (b *bench) requestRows() error {
 		for k, v := range reading {
 			d[k] -= v
 		}
-		b.note("FUSE requests per %s on kvfs (%s): %s", op.name, shortMode(t.mode), requestsPerOp(d, n))
 		per[op.name] = map[string]float64{}
 		for k, v := range d {
 			if v > 0 {
 				per[op.name][k] = float64(v) / n
 			}
 		}
+		b.note("FUSE requests per %s on kvfs (%s): %s", op.name, shortMode(t.mode), listRequests(per[op.name]))
 	}
 	b.smallStoreMinimum(per["small store"], per["unlink of a small object"])
 	return nil
@@ -119,13 +119,11 @@ func diff(before, after map[string]int64) map[string]int64 {
 	return d
 }
 
-// requestsPerOp lists the requests of n operations, per operation.
-func requestsPerOp(d map[string]int64, n int) string {
+// listRequests lists requests per operation by type, sorted.
+func listRequests(per map[string]float64) string {
 	var parts []string
-	for op, v := range d {
-		if v > 0 {
-			parts = append(parts, fmt.Sprintf("%s %.3g", op, float64(v)/float64(n)))
-		}
+	for op, v := range per {
+		parts = append(parts, fmt.Sprintf("%s %.3g", op, v))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")

@@ -157,10 +157,8 @@ func (b *bench) storeRound(t *target, round int) ([]float64, error) {
 		finals[i] = filepath.Join(dir, fmt.Sprintf("%016x%04d.data", round+1, i))
 	}
 	start := time.Now()
-	for _, f := range finals {
-		if err := storeNative(f, b.data); err != nil {
-			return nil, err
-		}
+	if err := b.nativeWriteAll(finals); err != nil {
+		return nil, err
 	}
 	v := mbps(int64(len(finals))*int64(len(b.data)), time.Since(start))
 	if round == 0 {
@@ -172,6 +170,16 @@ func (b *bench) storeRound(t *target, round int) ([]float64, error) {
 		return nil, err
 	}
 	return []float64{v}, nil
+}
+
+// nativeWriteAll stores each object the fs_native way into its name.
+func (b *bench) nativeWriteAll(names []string) error {
+	for _, p := range names {
+		if err := storeNative(p, b.data); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // removeAll unlinks the given names, checks nothing else was left in dir
