@@ -22,7 +22,6 @@ import (
 type daemon struct {
 	bin, mp, store string
 	cmd            *exec.Cmd
-	started        time.Time
 	exited         chan struct{}
 	waitErr        error
 
@@ -51,7 +50,6 @@ func startDaemon(bin, store, mp string, capacity int64, extra ...string) (*daemo
 	if err != nil {
 		return nil, err
 	}
-	d.started = time.Now()
 	if err := d.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}

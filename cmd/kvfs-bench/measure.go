@@ -101,8 +101,8 @@ func (b *bench) measure() error {
 	// stores and the server's writes would then wait on reclaim. Start
 	// them with memory free, as every group before them did (dropCaches
 	// syncs every file system first, so the disk is quiet too).
-	dropCaches()
 	if w["remote"] {
+		dropCaches()
 		if err := b.remoteRows(); err != nil {
 			return err
 		}
