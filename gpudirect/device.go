@@ -166,7 +166,7 @@ func (g *GPU) Read(r *Reader, f *File, dst uintptr) (int64, error) {
 		g.say(fmt.Sprintf("cuFile refuses the stored file (%v); objects it refuses are read through host buffers", err))
 	}
 	n, err := r.Stream(f, func(off int64, b []byte) error {
-		return g.onDevice(func() error { return g.rt.CopyToDevice(dst+uintptr(off), b) })
+		return g.CopyToDevice(dst+uintptr(off), b)
 	})
 	g.host.Add(n)
 	return n, err
@@ -306,7 +306,7 @@ func (g *GPU) Write(w *Writer, f *File, src uintptr, size int64) (int64, error) 
 		g.say(fmt.Sprintf("cuFile refuses the stored file (%v); objects it refuses are written through host buffers", err))
 	}
 	n, err := w.Fill(f, size, func(off int64, b []byte) error {
-		return g.onDevice(func() error { return g.rt.CopyFromDevice(b, src+uintptr(off)) })
+		return g.CopyFromDevice(b, src+uintptr(off))
 	})
 	g.host.Add(n)
 	return n, err

@@ -153,29 +153,25 @@ func (c *cuFileLib) BufDeregister(ptr uintptr) error {
 	return c.bufDeregister(ptr).err("cuFileBufDeregister")
 }
 
-// Read is cuFileRead: the bytes read; -1 for a file system error (in
-// errno, which a call through purego cannot read), or minus a
-// CUfileOpError.
+// Read is cuFileRead: the bytes read (see ioResult).
 func (c *cuFileLib) Read(h, ptr uintptr, size int, fileOff, bufOff int64) (int, error) {
-	n := c.read(h, ptr, uintptr(size), fileOff, bufOff)
-	switch {
-	case n == -1:
-		return 0, errors.New("cuFileRead: file system error")
-	case n < 0:
-		return 0, &CuFileError{Call: "cuFileRead", Code: int(-n)}
-	}
-	return int(n), nil
+	return ioResult("cuFileRead", c.read(h, ptr, uintptr(size), fileOff, bufOff))
 }
 
-// Write is cuFileWrite: the bytes written; -1 for a file system error,
-// or minus a CUfileOpError, as Read.
+// Write is cuFileWrite: the bytes written (see ioResult).
 func (c *cuFileLib) Write(h, ptr uintptr, size int, fileOff, bufOff int64) (int, error) {
-	n := c.write(h, ptr, uintptr(size), fileOff, bufOff)
+	return ioResult("cuFileWrite", c.write(h, ptr, uintptr(size), fileOff, bufOff))
+}
+
+// ioResult decodes what cuFileRead and cuFileWrite return: the bytes
+// moved; -1 for a file system error (in errno, which a call through
+// purego cannot read), or minus a CUfileOpError.
+func ioResult(call string, n int64) (int, error) {
 	switch {
 	case n == -1:
-		return 0, errors.New("cuFileWrite: file system error")
+		return 0, errors.New(call + ": file system error")
 	case n < 0:
-		return 0, &CuFileError{Call: "cuFileWrite", Code: int(-n)}
+		return 0, &CuFileError{Call: call, Code: int(-n)}
 	}
 	return int(n), nil
 }

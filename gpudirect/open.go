@@ -133,13 +133,12 @@ func kvfsFile(path string, st *unix.Stat_t) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s: not a regular file: %w", path, ErrNotKVFS)
 	}
-	_, err := kvfsMount(path, st)
-	return err
+	return kvfsMount(path, st)
 }
 
-// kvfsMount is the kvfs mount that st, of path, is on: its device must
-// be a fuse.kvfs mount's.
-func kvfsMount(path string, st *unix.Stat_t) (mountinfo.Entry, error) {
+// kvfsMount requires st, of path, to be on a kvfs mount: its device
+// must be a fuse.kvfs mount's.
+func kvfsMount(path string, st *unix.Stat_t) error {
 	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
 	var found mountinfo.Entry
 	for _, m := range mountinfo.Read() {
@@ -152,9 +151,9 @@ func kvfsMount(path string, st *unix.Stat_t) (mountinfo.Entry, error) {
 		if fstype == "" {
 			fstype = "unknown"
 		}
-		return found, fmt.Errorf("%s: %w (its file system is %s)", path, ErrNotKVFS, fstype)
+		return fmt.Errorf("%s: %w (its file system is %s)", path, ErrNotKVFS, fstype)
 	}
-	return found, nil
+	return nil
 }
 
 // directWrites checks, before anything is created, that path's directory
@@ -180,7 +179,7 @@ func directWrites(path string) (uint64, error) {
 	case err == nil && string(buf[:n]) == WritesPassthrough:
 		return st.Dev, nil
 	}
-	if _, err := kvfsMount(dir, &st); err != nil {
+	if err := kvfsMount(dir, &st); err != nil {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
 	return st.Dev, nil // a kvfs that does not say: its answer for the stored file decides

@@ -49,6 +49,22 @@ func requireDirect(t testing.TB, f *File) {
 	}
 }
 
+// scratchMount mounts a fresh file system of type fstype, with options
+// data, on a directory of the test's own, unmounted when it ends; it
+// skips where it cannot (why says what the mount is for).
+func scratchMount(t testing.TB, fstype, data, why string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts " + why)
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("none", dir, fstype, 0, data); err != nil {
+		t.Skipf("cannot mount %s: %v", fstype, err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}
+
 func newReader(t testing.TB, opt Options) *Reader {
 	t.Helper()
 	r, err := NewReader(opt)
@@ -208,14 +224,7 @@ func TestOptions(t *testing.T) {
 // A store whose file system refuses O_DIRECT (ramfs; tmpfs before Linux
 // 6.6) is read through its page cache, byte for byte, and says so.
 func TestRefusedODirectFallsBack(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts a ramfs, whose files refuse O_DIRECT")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("none", dir, "ramfs", 0, ""); err != nil {
-		t.Skipf("cannot mount ramfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	dir := scratchMount(t, "ramfs", "", "a ramfs, whose files refuse O_DIRECT")
 	r := newReader(t, Options{Chunk: 8192, Depth: 3})
 	for _, size := range oddSizes {
 		want := patterned(size, int64(size)+1)

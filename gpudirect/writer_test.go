@@ -179,14 +179,7 @@ func TestWriteProducerFails(t *testing.T) {
 // bytes before the failure, and the file is cut back to them: chunks
 // after it that did land are not left behind.
 func TestWriteFailureCutsBack(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts a 64 KiB tmpfs to make writes fail with ENOSPC")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("none", dir, "tmpfs", 0, "size=64k"); err != nil {
-		t.Skipf("cannot mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	dir := scratchMount(t, "tmpfs", "size=64k", "a 64 KiB tmpfs to make writes fail with ENOSPC")
 	p := filepath.Join(dir, "obj")
 	f := writerFile(t, p, p)
 	w := newWriter(t, Options{Chunk: 8192, Depth: 3})
@@ -235,14 +228,7 @@ func TestOpenFileRefuses(t *testing.T) {
 // A store whose file system refuses O_DIRECT (ramfs) is written through
 // its page cache, byte for byte, and says so.
 func TestWriteRefusedODirectFallsBack(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts a ramfs, whose files refuse O_DIRECT")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("none", dir, "ramfs", 0, ""); err != nil {
-		t.Skipf("cannot mount ramfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	dir := scratchMount(t, "ramfs", "", "a ramfs, whose files refuse O_DIRECT")
 	w := newWriter(t, Options{Chunk: 8192, Depth: 3})
 	for _, size := range oddSizes {
 		p := filepath.Join(dir, "obj")

@@ -57,11 +57,12 @@ func cmdCat(args []string, stdout io.Writer) error {
 		}
 	}
 	job := &catJob{out: stdout, r: r, verify: *verify}
+	notice := noticeFor("cat")
 	if locked, why := r.Locked(); !locked {
 		notice(why)
 	}
 	if *gpu >= 0 {
-		if job.gpu, err = openGPU(*gpu); err != nil {
+		if job.gpu, err = openGPU(*gpu, notice, "reading into host memory"); err != nil {
 			return err
 		}
 		if job.gpu != nil {
@@ -71,15 +72,19 @@ func cmdCat(args []string, stdout io.Writer) error {
 	return job.run(paths)
 }
 
-// notice tells the user, on stderr, something they should know once.
-func notice(msg string) { fmt.Fprintf(os.Stderr, "kvfs cat: %s\n", msg) }
+// noticeFor is how command cmd (cat, put) tells the user, on stderr,
+// something they should know once.
+func noticeFor(cmd string) func(string) {
+	return func(msg string) { fmt.Fprintf(os.Stderr, "kvfs %s: %s\n", cmd, msg) }
+}
 
-// openGPU opens device n; without a CUDA runtime it says so and returns
-// nil (host memory serves).
-func openGPU(n int) (*gpudirect.GPU, error) {
+// openGPU opens device n, its notices going to notice; without a CUDA
+// runtime it says so and returns nil: host memory serves, doing what
+// instead says.
+func openGPU(n int, notice func(string), instead string) (*gpudirect.GPU, error) {
 	g, err := gpudirect.OpenGPU(n, gpudirect.SystemLibraries, notice)
 	if errors.Is(err, gpudirect.ErrNoRuntime) {
-		notice(fmt.Sprintf("--gpu %d: %v; reading into host memory instead", n, err))
+		notice(fmt.Sprintf("--gpu %d: %v; %s instead", n, err, instead))
 		return nil, nil
 	}
 	return g, err

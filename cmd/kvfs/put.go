@@ -50,11 +50,12 @@ func cmdPut(args []string, stdout io.Writer) error {
 	}
 	defer w.Close()
 	job := &putJob{out: stdout, w: w, verify: *verify}
+	notice := noticeFor("put")
 	if locked, why := w.Locked(); !locked {
-		putNotice(why)
+		notice(why)
 	}
 	if *gpu >= 0 {
-		if job.gpu, err = openPutGPU(*gpu); err != nil {
+		if job.gpu, err = openGPU(*gpu, notice, "writing from host memory"); err != nil {
 			return err
 		}
 		if job.gpu != nil {
@@ -75,19 +76,6 @@ func readSource(src string) ([]byte, error) {
 		return nil, mount.Usagef("SRC %v", err)
 	}
 	return data, err
-}
-
-func putNotice(msg string) { fmt.Fprintf(os.Stderr, "kvfs put: %s\n", msg) }
-
-// openPutGPU opens device n; without a CUDA runtime it says so and
-// returns nil (host memory serves).
-func openPutGPU(n int) (*gpudirect.GPU, error) {
-	g, err := gpudirect.OpenGPU(n, gpudirect.SystemLibraries, putNotice)
-	if errors.Is(err, gpudirect.ErrNoRuntime) {
-		putNotice(fmt.Sprintf("--gpu %d: %v; writing from host memory instead", n, err))
-		return nil, nil
-	}
-	return g, err
 }
 
 // run writes data to dst over the direct path; the time is from the open
@@ -141,18 +129,14 @@ func (j *putJob) run(data []byte, dst string) error {
 
 // write writes data (or its copy on the GPU, at dev) to f.
 func (j *putJob) write(f *gpudirect.File, data []byte, dev uintptr) (int64, string, error) {
-	o := j.w.Options()
-	how := "O_DIRECT"
-	if direct, _ := f.Direct(); !direct {
-		how = "buffered (the store refuses O_DIRECT)"
-	}
 	if j.gpu == nil {
+		o := j.w.Options()
 		n, err := j.w.Write(f, data)
-		return n, fmt.Sprintf("%s from host buffers (%s x %d)", how, sizeName(o.Chunk), o.Depth), err
+		return n, fmt.Sprintf("%s from host buffers (%s x %d)", how(f), sizeName(o.Chunk), o.Depth), err
 	}
 	before, _ := j.gpu.Moved()
 	n, err := j.gpu.Write(j.w, f, dev, int64(len(data)))
-	route := "cudaMemcpy from the GPU into host buffers, then " + how
+	route := "cudaMemcpy from the GPU into host buffers, then " + how(f)
 	if after, _ := j.gpu.Moved(); after > before {
 		route = "cuFile from the GPU"
 	}

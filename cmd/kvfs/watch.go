@@ -74,17 +74,13 @@ func rateOf(prev, cur sample) rates {
 		}
 		return per(*a, *b)
 	}
-	r := rates{
+	return rates{
 		stores: opt(prev.Stores, cur.Stores), loads: opt(prev.Loads, cur.Loads),
 		evictions:    per(prev.Evictions, cur.Evictions),
 		evictedBytes: per(prev.EvictedBytes, cur.EvictedBytes),
 		enospc:       per(prev.AdmissionFailures, cur.AdmissionFailures),
+		hit:          hitRatio(delta(prev.LookupsHit, cur.LookupsHit), delta(prev.LookupsMiss, cur.LookupsMiss)),
 	}
-	if h, m := delta(prev.LookupsHit, cur.LookupsHit), delta(prev.LookupsMiss, cur.LookupsMiss); h != nil && m != nil && *h+*m > 0 {
-		v := float64(*h) / float64(*h+*m)
-		r.hit = &v
-	}
-	return r
 }
 
 func delta(a, b *int64) *int64 {
@@ -96,11 +92,14 @@ func delta(a, b *int64) *int64 {
 }
 
 // totalHit is the hit ratio since the mount started, if known.
-func totalHit(s sample) *float64 {
-	if s.LookupsHit == nil || s.LookupsMiss == nil || *s.LookupsHit+*s.LookupsMiss == 0 {
+func totalHit(s sample) *float64 { return hitRatio(s.LookupsHit, s.LookupsMiss) }
+
+// hitRatio is hits/(hits+misses), if both are known and any happened.
+func hitRatio(hits, misses *int64) *float64 {
+	if hits == nil || misses == nil || *hits+*misses == 0 {
 		return nil
 	}
-	v := float64(*s.LookupsHit) / float64(*s.LookupsHit+*s.LookupsMiss)
+	v := float64(*hits) / float64(*hits+*misses)
 	return &v
 }
 
