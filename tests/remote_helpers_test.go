@@ -74,17 +74,11 @@ func (n *remoteNode) remote() remoteFigures {
 // most: uploads retry with a backoff of their own).
 func (n *remoteNode) waitRemote(what string, cond func(remoteFigures) bool) remoteFigures {
 	n.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		f := n.remote()
-		if cond(f) {
-			return f
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("%s: still %+v (queue %d) after a minute", what, f, *f.QueueDepth)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var f remoteFigures
+	if !waitFor(time.Minute, func() bool { f = n.remote(); return cond(f) }) {
+		n.t.Fatalf("%s: still %+v (queue %d) after a minute", what, f, *f.QueueDepth)
 	}
+	return f
 }
 
 // uploaded waits until nothing is pending upload.
