@@ -199,10 +199,18 @@ func (d *daemon) stop() {
 	if res.code != 0 {
 		t.Fatalf("kvfs unmount %s: exit %d, stderr %q", d.mp, res.code, res.stderr)
 	}
+	d.waitExit()
+}
+
+// waitExit requires the daemon, told to stop, to exit 0 with its mount
+// gone.
+func (d *daemon) waitExit() {
+	t := d.t
+	t.Helper()
 	select {
 	case <-d.exited:
 	case <-time.After(15 * time.Second):
-		t.Fatalf("daemon for %s still running 15s after unmount; output:\n%s", d.mp, d.out)
+		t.Fatalf("daemon for %s still running 15s after the stop; output:\n%s", d.mp, d.out)
 	}
 	if d.waitErr != nil {
 		t.Fatalf("daemon for %s exited with %v; output:\n%s", d.mp, d.waitErr, d.out)
