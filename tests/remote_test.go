@@ -9,7 +9,6 @@ package tests
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -310,12 +309,8 @@ func TestRemoteKill9WithUploadsPending(t *testing.T) {
 	}
 	a.kill9()
 	b.kill9()
-	var rep struct {
-		PendingUploads int `json:"pending_uploads"`
-	}
-	res := runKvfs(t, "fsck", "--json", "--store", a.store)
-	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil || rep.PendingUploads != 3 {
-		t.Errorf("fsck of A's store: %d pending uploads (%v): %s", rep.PendingUploads, err, res.stdout)
+	if rep, res := fsck(t, a.store); rep.PendingUploads != 3 {
+		t.Errorf("fsck of A's store: %d pending uploads: %s", rep.PendingUploads, res.stdout)
 	}
 	srv.Start()
 	a = startRemoteNode(t, srv, dir, "a")
