@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -80,11 +79,8 @@ type fullStats struct {
 
 func statsWithRequests(t *testing.T, mp string) fullStats {
 	t.Helper()
-	res := runKvfs(t, "stats", "--json", mp)
 	var st fullStats
-	if err := json.Unmarshal([]byte(res.stdout), &st); res.code != 0 || err != nil {
-		t.Fatalf("kvfs stats --json: exit %d, %v: %s%s", res.code, err, res.stdout, res.stderr)
-	}
+	statsJSON(t, mp, &st)
 	return st
 }
 

@@ -3,7 +3,6 @@ package tests
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -62,10 +61,9 @@ type remoteFigures struct {
 // remote reads the node's remote figures; they must be there.
 func (n *remoteNode) remote() remoteFigures {
 	n.t.Helper()
-	res := runKvfs(n.t, "stats", "--json", n.mp)
 	var f remoteFigures
-	if err := json.Unmarshal([]byte(res.stdout), &f); err != nil || f.QueueDepth == nil {
-		n.t.Fatalf("kvfs stats --json %s: no remote figures (%v): %s %s", n.mp, err, res.stdout, res.stderr)
+	if out := statsJSON(n.t, n.mp, &f); f.QueueDepth == nil {
+		n.t.Fatalf("kvfs stats --json %s: no remote figures: %s", n.mp, out)
 	}
 	return f
 }
