@@ -4,13 +4,10 @@ package tests
 // command line: only an empty one, or one that is a kvfs store already.
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,51 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// treeDigest describes every entry under dir, dir itself included (its
-// mtime moves if anything was created and deleted in it): type, mode,
-// size, mtime, and a regular file's SHA-256 or a symlink's target. It
-// never opens a fifo or follows a link; "absent" if dir does not exist.
-func treeDigest(t *testing.T, dir string) string {
-	t.Helper()
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		return "absent"
-	}
-	var out []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		line := rel + " " + info.Mode().String() + " " + strconv.FormatInt(info.Size(), 10) + " " + info.ModTime().Format(time.RFC3339Nano)
-		switch {
-		case info.Mode().IsRegular():
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			sum := sha256.Sum256(data)
-			line += " sha256:" + hex.EncodeToString(sum[:])
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			line += " -> " + target
-		}
-		out = append(out, line)
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("digest of %s: %v", dir, err)
-	}
-	sort.Strings(out)
-	return strings.Join(out, "\n")
-}
 
 // userTree makes the directory of issue 8: data/photos/img1..8.jpg of
 // 1 MiB each, data/notes.txt, a symlink data/docs-link -> ../docs and a
@@ -167,7 +119,7 @@ func checkRefusal(t *testing.T, c refusal) {
 		_, err := os.Lstat(filepath.Join(store, n))
 		had[n] = err == nil
 	}
-	before := treeDigest(t, dir)
+	before := listing(t, dir)
 	// Should kvfs mount after all, it serves in the foreground until the
 	// timeout kills it: its mount must not outlive the test.
 	t.Cleanup(func() { detachAll(mp) })
@@ -176,7 +128,7 @@ func checkRefusal(t *testing.T, c refusal) {
 		t.Errorf("%s got mounted (%s)", mp, m.FSType)
 	}
 	detachAll(mp)
-	if after := treeDigest(t, dir); after != before {
+	if after := listing(t, dir); after != before {
 		t.Errorf("the refused mount changed %s:\nbefore\n%s\nafter\n%s", dir, before, after)
 	}
 	requireUsageError(t, res, c.want...)
@@ -197,7 +149,7 @@ func checkRefusal(t *testing.T, c refusal) {
 	for _, args := range [][]string{{"fsck", "--store", store}, {"fsck", "--store", store, "--repair"}} {
 		requireUsageError(t, runKvfs(t, args...), append([]string{store}, c.fsck...)...)
 	}
-	if after := treeDigest(t, dir); after != before {
+	if after := listing(t, dir); after != before {
 		t.Errorf("a refused fsck changed %s:\nbefore\n%s\nafter\n%s", dir, before, after)
 	}
 }
@@ -254,14 +206,14 @@ func TestStoreAdoptionAccepted(t *testing.T) {
 			os.Mkdir(d, 0o755)
 		}
 		putFile(t, filepath.Join(store, "kvfs.format"), []byte("kvfs store v9\n"))
-		before := treeDigest(t, store)
+		before := listing(t, store)
 		t.Cleanup(func() { detachAll(mp) })
 		requireUsageError(t, runKvfsTimeout(t, 10*time.Second, "mount", "--store", store, "--capacity", "2MiB", mp), "unknown format")
 		if _, ok := mountAt(mp); ok {
 			unix.Unmount(mp, unix.MNT_DETACH)
 			t.Errorf("a store of an unknown format got mounted")
 		}
-		if after := treeDigest(t, store); after != before {
+		if after := listing(t, store); after != before {
 			t.Errorf("the refused mount changed %s:\n%s", store, after)
 		}
 	})

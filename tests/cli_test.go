@@ -1,6 +1,9 @@
 package tests
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,12 +17,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// listing describes a directory tree (names, types, sizes, mtimes) so a
-// test can see that a command changed nothing in it; "absent" if it does
-// not exist.
+// listing describes every entry under dir, dir itself included (its
+// mtime moves if anything was created and deleted in it): type, mode,
+// size, mtime, and a regular file's SHA-256 or a symlink's target, so a
+// test can see that a command changed nothing in it. It never opens a
+// fifo or follows a link; "absent" if dir does not exist.
 func listing(t *testing.T, dir string) string {
 	t.Helper()
-	if _, err := os.Lstat(dir); os.IsNotExist(err) {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return "absent"
 	}
 	var out []string
@@ -32,7 +37,23 @@ func listing(t *testing.T, dir string) string {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
-		out = append(out, rel+" "+info.Mode().String()+" "+strconv.FormatInt(info.Size(), 10)+" "+info.ModTime().Format(time.RFC3339Nano))
+		line := rel + " " + info.Mode().String() + " " + strconv.FormatInt(info.Size(), 10) + " " + info.ModTime().Format(time.RFC3339Nano)
+		switch {
+		case info.Mode().IsRegular():
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(data)
+			line += " sha256:" + hex.EncodeToString(sum[:])
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			line += " -> " + target
+		}
+		out = append(out, line)
 		return nil
 	})
 	if err != nil {

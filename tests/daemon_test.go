@@ -199,10 +199,18 @@ func (d *daemon) stop() {
 	if res.code != 0 {
 		t.Fatalf("kvfs unmount %s: exit %d, stderr %q", d.mp, res.code, res.stderr)
 	}
+	d.waitExit()
+}
+
+// waitExit requires the daemon, told to stop, to exit 0 with its mount
+// gone.
+func (d *daemon) waitExit() {
+	t := d.t
+	t.Helper()
 	select {
 	case <-d.exited:
 	case <-time.After(15 * time.Second):
-		t.Fatalf("daemon for %s still running 15s after unmount; output:\n%s", d.mp, d.out)
+		t.Fatalf("daemon for %s still running 15s after the stop; output:\n%s", d.mp, d.out)
 	}
 	if d.waitErr != nil {
 		t.Fatalf("daemon for %s exited with %v; output:\n%s", d.mp, d.waitErr, d.out)
@@ -359,24 +367,32 @@ var statsFields = []string{"capacity_bytes", "used_bytes", "objects", "pinned_ob
 // names.
 func stats(t testing.TB, mp string) kvfsStats {
 	t.Helper()
+	var raw map[string]json.RawMessage
+	out := statsJSON(t, mp, &raw)
+	for _, f := range statsFields {
+		if _, ok := raw[f]; !ok {
+			t.Fatalf("kvfs stats --json lacks %q: %s", f, out)
+		}
+	}
+	var st kvfsStats
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("kvfs stats --json: %v in %q", err, out)
+	}
+	return st
+}
+
+// statsJSON runs `kvfs stats --json MP`, requires exit 0, decodes what
+// it printed into v and returns it.
+func statsJSON(t testing.TB, mp string, v any) string {
+	t.Helper()
 	res := runKvfs(t, "stats", "--json", mp)
 	if res.code != 0 {
 		t.Fatalf("kvfs stats --json %s: exit %d, stderr %q", mp, res.code, res.stderr)
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(res.stdout), &raw); err != nil {
+	if err := json.Unmarshal([]byte(res.stdout), v); err != nil {
 		t.Fatalf("kvfs stats --json: %v in %q", err, res.stdout)
 	}
-	for _, f := range statsFields {
-		if _, ok := raw[f]; !ok {
-			t.Fatalf("kvfs stats --json lacks %q: %s", f, res.stdout)
-		}
-	}
-	var st kvfsStats
-	if err := json.Unmarshal([]byte(res.stdout), &st); err != nil {
-		t.Fatalf("kvfs stats --json: %v in %q", err, res.stdout)
-	}
-	return st
+	return res.stdout
 }
 
 // dfUsed is what df reports used on the mount.

@@ -104,28 +104,32 @@ func TestGPUDirectCuFileAbsentReported(t *testing.T) {
 	}
 }
 
-// nobody is the unprivileged user the permission test runs as.
+// nobody is the unprivileged user the permission tests run as.
 const nobody = 65534
 
-// A user reaches over the direct path exactly what it can read through
-// the mount: each object below is read by uid 65534 both ways, and the
-// two must agree, with at least one of each answer so that the test
-// cannot pass by refusing (or allowing) everything.
-func TestGPUDirectPermissions(t *testing.T) {
+// nobodyMount serves a fresh store with --allow-other in a directory
+// every user can traverse, beside a copy of kvfs that nobody can run
+// (the binary under test may sit where nobody cannot reach it). It
+// returns the daemon and the copy's path.
+func nobodyMount(t *testing.T) (*daemon, string) {
+	t.Helper()
 	requireRoot(t)
-	base, err := os.MkdirTemp("", "kvfs-gpudirect-perm-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	os.Chmod(base, 0o755) // reachable by nobody, like a real mount's parent
+	base := worldDir(t)
 	bin := filepath.Join(base, "kvfs")
 	if b, err := exec.Command("cp", kvfsBin, bin).CombinedOutput(); err != nil {
 		t.Fatalf("copying kvfs: %v %s", err, b)
 	}
 	mp := filepath.Join(base, "mnt")
 	os.Mkdir(mp, 0o755)
-	d := startDaemon(t, mp, "--store", filepath.Join(base, "store"), "--capacity", "64MiB", "--allow-other")
+	return startDaemon(t, mp, "--store", filepath.Join(base, "store"), "--capacity", "64MiB", "--allow-other"), bin
+}
+
+// A user reaches over the direct path exactly what it can read through
+// the mount: each object below is read by uid 65534 both ways, and the
+// two must agree, with at least one of each answer so that the test
+// cannot pass by refusing (or allowing) everything.
+func TestGPUDirectPermissions(t *testing.T) {
+	d, bin := nobodyMount(t)
 	objects := []struct {
 		name string
 		mode os.FileMode

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -298,25 +297,12 @@ func TestGPUDirectWriteStrictRefuses(t *testing.T) {
 // one of each answer. An object it creates is its own, on the mount and
 // in the store.
 func TestGPUDirectWritePermissions(t *testing.T) {
-	requireRoot(t)
-	base, err := os.MkdirTemp("", "kvfs-gpudirect-wperm-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	os.Chmod(base, 0o755)
-	bin := filepath.Join(base, "kvfs")
-	if b, err := exec.Command("cp", kvfsBin, bin).CombinedOutput(); err != nil {
-		t.Fatalf("copying kvfs: %v %s", err, b)
-	}
-	src := filepath.Join(base, "src")
+	d, bin := nobodyMount(t)
+	src := filepath.Join(filepath.Dir(bin), "src")
 	want := objectBytes(src, 3*4096+11)
 	if err := os.WriteFile(src, want, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mp := filepath.Join(base, "mnt")
-	os.Mkdir(mp, 0o755)
-	d := startDaemon(t, mp, "--store", filepath.Join(base, "store"), "--capacity", "64MiB", "--allow-other")
 	for dir, mode := range map[string]os.FileMode{"shared": 0o777, "private": 0o700, "closed": 0o755} {
 		os.Mkdir(filepath.Join(d.mp, dir), 0)
 		os.Chmod(filepath.Join(d.mp, dir), mode)

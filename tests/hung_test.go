@@ -168,7 +168,7 @@ func TestUnmountBusyHealthy(t *testing.T) {
 		t.Fatalf("kvfs unmount --force: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
 	f.Close()
-	waitExit(t, d)
+	d.waitExit()
 }
 
 // TestRequestTimeout: with --request-timeout the kernel itself aborts

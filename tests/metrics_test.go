@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,16 +64,11 @@ var metricsLine = regexp.MustCompile(`kvfs: metrics at (http://\S+/metrics)`)
 // metricsURL is where the daemon said it serves /metrics.
 func metricsURL(t *testing.T, d *daemon) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if m := metricsLine.FindStringSubmatch(d.out.String()); m != nil {
-			return m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon never said where it serves metrics:\n%s", d.out)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var m []string
+	if !waitFor(10*time.Second, func() bool { m = metricsLine.FindStringSubmatch(d.out.String()); return m != nil }) {
+		t.Fatalf("the daemon never said where it serves metrics:\n%s", d.out)
 	}
+	return m[1]
 }
 
 // fullStats is `kvfs stats --json` with the request counts.
@@ -85,11 +79,8 @@ type fullStats struct {
 
 func statsWithRequests(t *testing.T, mp string) fullStats {
 	t.Helper()
-	res := runKvfs(t, "stats", "--json", mp)
 	var st fullStats
-	if err := json.Unmarshal([]byte(res.stdout), &st); res.code != 0 || err != nil {
-		t.Fatalf("kvfs stats --json: exit %d, %v: %s%s", res.code, err, res.stdout, res.stderr)
-	}
+	statsJSON(t, mp, &st)
 	return st
 }
 
@@ -186,19 +177,17 @@ func hasSample(s scrape, prefix string) bool {
 // after the ledger counts it), and there was at least one.
 func awaitEvictionsObserved(t *testing.T, url string) scrape {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s := scrapeMetrics(t, url)
-		ev, aged := s.need(t, "kvfs_evictions_total"), s.need(t, "kvfs_evicted_idle_seconds_count")
-		if ev > 0 && aged == ev && s.need(t, "kvfs_evicted_idle_seconds_sum") > 0 {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v evictions, %v in the idle-time histogram (sum %v s); want them equal and above 0",
-				ev, aged, s["kvfs_evicted_idle_seconds_sum"])
-		}
-		time.Sleep(20 * time.Millisecond)
+	var s scrape
+	var ev, aged float64
+	if !waitFor(10*time.Second, func() bool {
+		s = scrapeMetrics(t, url)
+		ev, aged = s.need(t, "kvfs_evictions_total"), s.need(t, "kvfs_evicted_idle_seconds_count")
+		return ev > 0 && aged == ev && s.need(t, "kvfs_evicted_idle_seconds_sum") > 0
+	}) {
+		t.Fatalf("%v evictions, %v in the idle-time histogram (sum %v s); want them equal and above 0",
+			ev, aged, s["kvfs_evicted_idle_seconds_sum"])
 	}
+	return s
 }
 
 // checkLedgerAtRest: on a quiet mount the ledger's series equal `kvfs

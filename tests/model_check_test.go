@@ -126,11 +126,7 @@ func (m *model) rest() {
 func (m *model) restart() {
 	m.note("restart")
 	m.d.stop()
-	flags := []string{"--store", m.d.store, "--capacity", "4MiB", "--grace", "0s", "--write-reserve", "64KiB"}
-	if m.strict {
-		flags = append(flags, "--strict-capacity")
-	}
-	m.d = startDaemon(m.t, m.d.mp, flags...)
+	m.d = startDaemon(m.t, m.d.mp, append([]string{"--store", m.d.store}, m.flags...)...)
 	m.compareTree(assertQuietEqual(m.t, m.d), false)
 }
 

@@ -80,6 +80,7 @@ type mHandle struct {
 type model struct {
 	t      *testing.T
 	d      *daemon
+	flags  []string // the mount's, after --store
 	strict bool
 	seed   uint64
 	r      *rand.Rand
@@ -121,7 +122,7 @@ func TestModel(t *testing.T) {
 func newModel(t *testing.T, seed uint64, flags []string) *model {
 	args := append([]string{"--capacity", fmt.Sprint(modelCapacity), "--grace", "0s", "--write-reserve", "64KiB"}, flags...)
 	d := mountCache(t, args...)
-	m := &model{t: t, d: d, strict: len(flags) > 0, seed: seed, r: rand.New(rand.NewPCG(seed, 0x6b766673)),
+	m := &model{t: t, d: d, flags: args, strict: len(flags) > 0, seed: seed, r: rand.New(rand.NewPCG(seed, 0x6b766673)),
 		names: map[string]*mInode{}, counts: map[string]int{}}
 	// Registered after the daemon's cleanup, so it runs first: a failed
 	// run leaves no descriptor to keep the mount busy.

@@ -94,16 +94,14 @@ func requireServing(t *testing.T, mp, store, log string) *helperDaemon {
 
 // gone waits until the daemon's process has exited.
 func (h *helperDaemon) gone() bool {
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	return waitFor(15*time.Second, func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.pid))
 		if err != nil {
 			return true
 		}
-		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && b[i+2] == 'Z' {
-			return true
-		}
-	}
-	return false
+		i := bytes.LastIndexByte(b, ')')
+		return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
+	})
 }
 
 // umount unmounts with umount(8) and requires the daemon to exit by its

@@ -3,7 +3,6 @@ package tests
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -62,10 +61,9 @@ type remoteFigures struct {
 // remote reads the node's remote figures; they must be there.
 func (n *remoteNode) remote() remoteFigures {
 	n.t.Helper()
-	res := runKvfs(n.t, "stats", "--json", n.mp)
 	var f remoteFigures
-	if err := json.Unmarshal([]byte(res.stdout), &f); err != nil || f.QueueDepth == nil {
-		n.t.Fatalf("kvfs stats --json %s: no remote figures (%v): %s %s", n.mp, err, res.stdout, res.stderr)
+	if out := statsJSON(n.t, n.mp, &f); f.QueueDepth == nil {
+		n.t.Fatalf("kvfs stats --json %s: no remote figures: %s", n.mp, out)
 	}
 	return f
 }
@@ -74,17 +72,11 @@ func (n *remoteNode) remote() remoteFigures {
 // most: uploads retry with a backoff of their own).
 func (n *remoteNode) waitRemote(what string, cond func(remoteFigures) bool) remoteFigures {
 	n.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		f := n.remote()
-		if cond(f) {
-			return f
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("%s: still %+v (queue %d) after a minute", what, f, *f.QueueDepth)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var f remoteFigures
+	if !waitFor(time.Minute, func() bool { f = n.remote(); return cond(f) }) {
+		n.t.Fatalf("%s: still %+v (queue %d) after a minute", what, f, *f.QueueDepth)
 	}
+	return f
 }
 
 // uploaded waits until nothing is pending upload.

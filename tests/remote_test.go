@@ -9,7 +9,6 @@ package tests
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -211,7 +210,7 @@ func TestRemoteCorruptObject(t *testing.T) {
 		if f := b.remote(); f.Corrupt != int64(i+1) {
 			t.Errorf("%s: remote_corrupt %d, want %d", key, f.Corrupt, i+1)
 		}
-		if !soon(5*time.Second, func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }) {
+		if !waitFor(5*time.Second, func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }) {
 			t.Errorf("%s: still looked up after the failed fetch", key)
 		}
 	}
@@ -246,7 +245,7 @@ func TestRemoteDeletedAfterLookup(t *testing.T) {
 	if _, err := os.Open(path); !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("open of an object deleted remotely: %v, want ENOENT", err)
 	}
-	if !soon(5*time.Second, func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }) {
+	if !waitFor(5*time.Second, func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }) {
 		t.Error("the kernel still has the name after the miss")
 	}
 	if st := assertQuietEqual(t, b.daemon); st.Objects != 0 {
@@ -310,12 +309,8 @@ func TestRemoteKill9WithUploadsPending(t *testing.T) {
 	}
 	a.kill9()
 	b.kill9()
-	var rep struct {
-		PendingUploads int `json:"pending_uploads"`
-	}
-	res := runKvfs(t, "fsck", "--json", "--store", a.store)
-	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil || rep.PendingUploads != 3 {
-		t.Errorf("fsck of A's store: %d pending uploads (%v): %s", rep.PendingUploads, err, res.stdout)
+	if rep, res := fsck(t, a.store); rep.PendingUploads != 3 {
+		t.Errorf("fsck of A's store: %d pending uploads: %s", rep.PendingUploads, res.stdout)
 	}
 	srv.Start()
 	a = startRemoteNode(t, srv, dir, "a")
@@ -342,19 +337,6 @@ func TestRemoteKill9WithUploadsPending(t *testing.T) {
 	}
 	b.stop()
 	a.stop()
-}
-
-// soon polls cond until it holds or d passes: for what the daemon
-// does after a request has returned (kernel notices).
-func soon(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }
 
 // TestRemoteBadFlags: a bad --remote setting exits 2 with one line

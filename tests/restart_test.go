@@ -108,10 +108,11 @@ func verifyTree(t *testing.T, mp string, want map[string]object) {
 
 // fsckReport is `kvfs fsck --json`.
 type fsckReport struct {
-	Objects  int64    `json:"objects"`
-	Bytes    int64    `json:"bytes"`
-	Problems []string `json:"problems"`
-	Repaired bool     `json:"repaired"`
+	Objects        int64    `json:"objects"`
+	Bytes          int64    `json:"bytes"`
+	Problems       []string `json:"problems"`
+	Repaired       bool     `json:"repaired"`
+	PendingUploads int      `json:"pending_uploads"`
 }
 
 func fsck(t *testing.T, store string, args ...string) (fsckReport, result) {
