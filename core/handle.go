@@ -225,9 +225,17 @@ func (h *Handle) Allocate(off, size int64, mode uint32) error {
 
 // observe has the ledger see what a writer's stored file holds now.
 func (c *Core) observe(h *Handle) {
-	size, err := h.size()
-	if known, _, ok := c.ledger.Size(h.id); err == nil && ok && size > known {
-		c.locked(func() (victims, error) { return c.ledger.Observe(h.id, size) })
+	if size, err := h.size(); err == nil {
+		c.observed(h.id, size)
+	}
+}
+
+// observed has the ledger see a writer's stored size. Only growth takes
+// the namespace lock (it may evict); a report older than a truncate is
+// corrected when the writer settles.
+func (c *Core) observed(id blob.ID, size int64) {
+	if known, _, ok := c.ledger.Size(id); ok && size > known {
+		c.locked(func() (victims, error) { return c.ledger.Observe(id, size) })
 	}
 }
 
@@ -263,13 +271,14 @@ func (h *Handle) Flush() error {
 	return err
 }
 
-// settle admits a writer's object at the size its stored file has now.
+// size is what a writer's stored file holds now.
 func (h *Handle) size() (int64, error) {
 	var st unix.Stat_t
 	err := unix.Fstat(int(h.file.Fd()), &st)
 	return st.Size, err
 }
 
+// settle admits a writer's object at the size its stored file has now.
 func (c *Core) settle(h *Handle) error {
 	if h.refused.Load() {
 		c.ledger.Refused()

@@ -129,13 +129,7 @@ func (c *Core) observeWatched(h *Handle) {
 		size, err = h.size()
 	}
 	c.writersMu.Unlock()
-	if !ok || err != nil {
-		return
+	if ok && err == nil {
+		c.observed(h.id, size)
 	}
-	if known, _, ok := c.ledger.Size(h.id); !ok || size <= known {
-		return
-	}
-	// Growth may evict: under the namespace lock. A report older than a
-	// truncate is corrected when the writer settles.
-	c.locked(func() (victims, error) { return c.ledger.Observe(h.id, size) })
 }
