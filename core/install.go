@@ -194,11 +194,7 @@ func (c *Core) markInstall(id blob.ID) {
 func (c *Core) unmarkInstall(id blob.ID) {
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
-	if c.marked[id]--; c.marked[id] > 0 {
-		return
-	}
-	delete(c.marked, id)
-	if err := c.store.DiscardDetached(id); err != nil {
+	if err := c.unmarkLocked(id); err != nil {
 		c.log.Warn("clearing an install's marker", zap.Uint64("id", uint64(id)), zap.Error(err))
 	}
 }

@@ -43,11 +43,17 @@ func (c *Core) endWriting(h *Handle) error {
 		return nil
 	}
 	h.writing = false
-	if c.marked[h.id]--; c.marked[h.id] > 0 {
+	return c.unmarkLocked(h.id)
+}
+
+// unmarkLocked ends one of id's writers (a handle or an install); the
+// last one clears the crash marker. writersMu held.
+func (c *Core) unmarkLocked(id blob.ID) error {
+	if c.marked[id]--; c.marked[id] > 0 {
 		return nil
 	}
-	delete(c.marked, h.id)
-	return c.store.ClearWriting(h.id)
+	delete(c.marked, id)
+	return c.store.ClearWriting(id)
 }
 
 func (h *Handle) isWriting() bool {
