@@ -337,7 +337,7 @@ func (h *Handle) Attr() (Attr, error) {
 	return h.c.Getattr(h.id, h.file)
 }
 
-// Release drops the handle: a writer that never flushed is settled (the
+// Release drops the handle: a writer that never flushed is flushed (the
 // kernel ignores release's result, so an object that cannot be admitted
 // is removed without a word), the stored file is closed, then the pin is
 // dropped, so an unlinked inode's bytes are gone from the store before
@@ -346,14 +346,8 @@ func (h *Handle) Release() {
 	c := h.c
 	if h.write {
 		if h.isWriting() {
-			err := c.settle(h)
-			if err == nil {
-				c.counters.stores.Add(1)
-			} else {
-				c.log.Warn("a writer released without a close could not be admitted", zap.Uint64("id", uint64(h.id)), zap.Error(err))
-			}
-			if c.endWriting(h) == nil && err == nil {
-				c.publishID(h.id)
+			if err := h.Flush(); err != nil {
+				c.log.Warn("a writer released without a close could not be completed", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 			}
 		}
 		c.unwatch(h)
