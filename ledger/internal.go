@@ -133,14 +133,6 @@ func (l *Ledger[K]) recharge(e *entry[K], charge int64) {
 	}
 }
 
-// makeRoom evicts until need more bytes fit, or evicts nothing and fails.
-func (l *Ledger[K]) makeRoom(need int64, self *entry[K]) ([]Victim[K], error) {
-	if free := l.capacity - (l.used - l.over); need > 0 && free < need {
-		return l.evict(need-free, self)
-	}
-	return nil, nil
-}
-
 // evict frees at least need bytes from the cold end of the LRU, skipping
 // self, pinned entries and those closed within the grace period. It
 // commits only if it can free enough.

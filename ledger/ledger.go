@@ -168,7 +168,7 @@ func (l *Ledger[K]) restore(id K, size int64, nlink int) ([]Victim[K], error) {
 	if e.charge > l.capacity {
 		return []Victim[K]{{ID: id, LastUse: now}}, nil
 	}
-	victims, err := l.makeRoom(e.charge, nil)
+	victims, err := l.room(e, e.charge, e.charge, false)
 	if err != nil {
 		return victims, err
 	}
