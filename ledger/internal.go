@@ -133,6 +133,15 @@ func (l *Ledger[K]) recharge(e *entry[K], charge int64) {
 	}
 }
 
+// trim evicts, sparing self, until the admitted bytes are within the
+// capacity, or evicts nothing and fails.
+func (l *Ledger[K]) trim(self *entry[K]) ([]Victim[K], error) {
+	if over := l.used - l.over - l.capacity; over > 0 {
+		return l.evict(over, self)
+	}
+	return nil, nil
+}
+
 // evict frees at least need bytes from the cold end of the LRU, skipping
 // self, pinned entries and those closed within the grace period. It
 // commits only if it can free enough.

@@ -250,11 +250,7 @@ func (l *Ledger[K]) Close(id K, write bool) (released bool, victims []Victim[K])
 func (l *Ledger[K]) endWriting(e *entry[K]) []Victim[K] {
 	l.setOver(e, 0)
 	l.setRes(e, 0)
-	over := l.used - l.over - l.capacity
-	if over <= 0 {
-		return nil
-	}
-	victims, err := l.evict(over, e)
+	victims, err := l.trim(e)
 	if err != nil {
 		// The bytes are in the store and nothing can make room now: the
 		// ledger follows the store, as when it changed behind kvfs's
@@ -425,11 +421,7 @@ func (l *Ledger[K]) Reconcile(id K, size int64) bool {
 func (l *Ledger[K]) Trim() []Victim[K] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	over := l.used - l.over - l.capacity
-	if over <= 0 {
-		return nil
-	}
-	victims, _ := l.evict(over, nil)
+	victims, _ := l.trim(nil)
 	return victims
 }
 
