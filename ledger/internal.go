@@ -64,12 +64,15 @@ func (l *Ledger[K]) use(e *entry[K]) {
 	l.lru.moveToBack(e)
 }
 
-// admitAll makes e's whole charge admitted at charge: growth is admitted
-// (evicting, or from free space only), a shrink releases.
-func (l *Ledger[K]) admitAll(e *entry[K], charge int64, freeOnly bool) ([]Victim[K], error) {
+// admit sets e's size and reservation once its whole charge at them is
+// admitted: growth is admitted (evicting, or from free space only), a
+// shrink releases. On error nothing changed.
+func (l *Ledger[K]) admit(e *entry[K], size, res int64, freeOnly bool) ([]Victim[K], error) {
+	charge := max(Charge(size), res)
 	victims, err := l.room(e, charge-(e.charge-e.over), charge, freeOnly)
 	if err == nil {
 		l.setOver(e, 0)
+		l.resize(e, size, res)
 	}
 	return victims, err
 }
@@ -95,20 +98,12 @@ func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victi
 	return l.evict(need-free, e)
 }
 
-// setSize sets e's size and recharges it.
-func (l *Ledger[K]) setSize(e *entry[K], size int64) {
+// resize sets e's size and reservation and recharges it.
+func (l *Ledger[K]) resize(e *entry[K], size, res int64) {
 	l.reserved -= e.charge - Charge(e.size)
-	e.size = size
-	l.recharge(e, max(Charge(size), e.res))
-	l.reserved += e.charge - Charge(e.size)
-}
-
-// setRes sets e's reservation and recharges it.
-func (l *Ledger[K]) setRes(e *entry[K], res int64) {
-	l.reserved -= e.charge - Charge(e.size)
-	e.res = res
-	l.recharge(e, max(Charge(e.size), res))
-	l.reserved += e.charge - Charge(e.size)
+	e.size, e.res = size, res
+	l.recharge(e, max(Charge(size), res))
+	l.reserved += e.charge - Charge(size)
 }
 
 func (l *Ledger[K]) setOver(e *entry[K], over int64) {
