@@ -316,7 +316,6 @@ func (c *Core) refuse(h *Handle) {
 	}
 	c.ledger.Settle(h.id, 0)
 	c.mu.Unlock()
-	c.counters.refusedStores.Add(1)
 	c.deliver([]Drop{{ID: h.id, Names: names, Why: Refused}})
 }
 
