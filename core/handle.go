@@ -285,13 +285,13 @@ func (c *Core) settle(h *Handle) error {
 		c.refuse(h)
 		return ErrNoSpace
 	}
-	// What a passthrough writer wrote since the last poll is on disk:
-	// the ledger sees it first (and the overshoot, if it is one).
-	c.observe(h)
 	size, err := h.size()
 	if err != nil {
 		return err
 	}
+	// What a passthrough writer wrote since the last poll is on disk:
+	// the ledger sees it first (and the overshoot, if it is one).
+	c.observed(h.id, size)
 	err = c.admit(ledger.Charge(size), func() (victims, error) { return c.ledger.Settle(h.id, size) })
 	switch {
 	case err == nil:
