@@ -171,7 +171,7 @@ func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
 	if err := c.ledger.Open(id, true); err != nil {
 		return ledgerErr(err)
 	}
-	defer c.locked(func() (victims, error) { _, v := c.ledger.Close(id, true); return v, nil })
+	defer c.closeWrite(id)
 	if f == nil {
 		var err error
 		if f, err = c.openStored(id, unix.O_WRONLY, nil); err != nil {
@@ -355,11 +355,17 @@ func (h *Handle) Release() {
 	h.unpin()
 }
 
-// unpin drops the ledger's pin; the last writer's close may evict.
+// unpin drops the ledger's pin.
 func (h *Handle) unpin() {
 	if !h.write {
 		h.c.ledger.Close(h.id, false)
 		return
 	}
-	h.c.locked(func() (victims, error) { _, v := h.c.ledger.Close(h.id, true); return v, nil })
+	h.c.closeWrite(h.id)
+}
+
+// closeWrite drops a write pin; the last writer's close admits what its
+// writers left unadmitted, so it may evict.
+func (c *Core) closeWrite(id blob.ID) {
+	c.locked(func() (victims, error) { _, v := c.ledger.Close(id, true); return v, nil })
 }

@@ -175,7 +175,7 @@ func (in *install) finish() *Handle {
 	c := in.c
 	c.ledger.Open(in.id, false) // cannot fail: the install's own pin holds id
 	c.unmarkInstall(in.id)
-	c.locked(func() (victims, error) { _, v := c.ledger.Close(in.id, true); return v, nil })
+	c.closeWrite(in.id)
 	c.published(in.size)
 	return &Handle{c: c, id: in.id, file: in.file}
 }
