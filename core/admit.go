@@ -91,10 +91,10 @@ func ledgerErr(err error) error {
 	return err
 }
 
-// reservation is what a writer is admitted when it opens: the largest of
+// Reservation is what a writer opening now is admitted: the largest of
 // the objects published lately (KV chunks of one model are all one size),
 // at least Config.WriteReserve, at most a quarter of the capacity.
-func (c *Core) reservation() int64 {
+func (c *Core) Reservation() int64 {
 	c.sizesMu.Lock()
 	biggest := int64(0)
 	for _, s := range c.sizes {
@@ -103,9 +103,6 @@ func (c *Core) reservation() int64 {
 	c.sizesMu.Unlock()
 	return ledger.Charge(min(max(c.cfg.WriteReserve, biggest), c.ledger.Capacity()/4))
 }
-
-// Reservation is what a writer opening now is admitted.
-func (c *Core) Reservation() int64 { return c.reservation() }
 
 // published remembers the size of an object a writer completed.
 func (c *Core) published(size int64) {
@@ -120,7 +117,7 @@ func (c *Core) published(size int64) {
 
 // reserve admits a writer's reservation.
 func (c *Core) reserve(id blob.ID) error {
-	n := c.reservation()
+	n := c.Reservation()
 	if n == 0 {
 		return nil
 	}

@@ -1,15 +1,13 @@
 package core
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
-	"github.com/kvfs/kvfs/ledger"
-	"golang.org/x/sys/unix"
+	"github.com/kvfs/kvfs/internal/usage"
 )
 
 // openCore opens a Core over the store in dir, not started.
@@ -37,22 +35,7 @@ func (tc *testCore) crash() { tc.store.Close() }
 // once, charged as the ledger charges it.
 func stored(t *testing.T, dir string) int64 {
 	t.Helper()
-	seen := map[uint64]bool{}
-	var n int64
-	err := filepath.WalkDir(filepath.Join(dir, blob.DataName), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		if !seen[st.Ino] {
-			seen[st.Ino] = true
-			n += ledger.Charge(st.Size)
-		}
-		return nil
-	})
+	n, err := usage.Charged(filepath.Join(dir, blob.DataName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,7 +164,7 @@ type Core struct {
 
 // counters are the figures the ledger does not keep.
 type counters struct {
-	lookupHits, lookupMisses, stores, loads, refusedStores atomic.Int64
+	lookupHits, lookupMisses, stores, loads atomic.Int64
 }
 
 // LoadReport is what start-up found, with the bytes it charged.

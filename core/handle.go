@@ -171,7 +171,7 @@ func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
 	if err := c.ledger.Open(id, true); err != nil {
 		return ledgerErr(err)
 	}
-	defer c.locked(func() (victims, error) { _, v := c.ledger.Close(id, true); return v, nil })
+	defer c.closeWrite(id)
 	if f == nil {
 		var err error
 		if f, err = c.openStored(id, unix.O_WRONLY, nil); err != nil {
@@ -225,9 +225,17 @@ func (h *Handle) Allocate(off, size int64, mode uint32) error {
 
 // observe has the ledger see what a writer's stored file holds now.
 func (c *Core) observe(h *Handle) {
-	size, err := h.size()
-	if known, _, ok := c.ledger.Size(h.id); err == nil && ok && size > known {
-		c.locked(func() (victims, error) { return c.ledger.Observe(h.id, size) })
+	if size, err := h.size(); err == nil {
+		c.observed(h.id, size)
+	}
+}
+
+// observed has the ledger see a writer's stored size. Only growth takes
+// the namespace lock (it may evict); a report older than a truncate is
+// corrected when the writer settles.
+func (c *Core) observed(id blob.ID, size int64) {
+	if known, _, ok := c.ledger.Size(id); ok && size > known {
+		c.locked(func() (victims, error) { return c.ledger.Observe(id, size) })
 	}
 }
 
@@ -263,26 +271,27 @@ func (h *Handle) Flush() error {
 	return err
 }
 
-// settle admits a writer's object at the size its stored file has now.
+// size is what a writer's stored file holds now.
 func (h *Handle) size() (int64, error) {
 	var st unix.Stat_t
 	err := unix.Fstat(int(h.file.Fd()), &st)
 	return st.Size, err
 }
 
+// settle admits a writer's object at the size its stored file has now.
 func (c *Core) settle(h *Handle) error {
 	if h.refused.Load() {
 		c.ledger.Refused()
 		c.refuse(h)
 		return ErrNoSpace
 	}
-	// What a passthrough writer wrote since the last poll is on disk:
-	// the ledger sees it first (and the overshoot, if it is one).
-	c.observe(h)
 	size, err := h.size()
 	if err != nil {
 		return err
 	}
+	// What a passthrough writer wrote since the last poll is on disk:
+	// the ledger sees it first (and the overshoot, if it is one).
+	c.observed(h.id, size)
 	err = c.admit(ledger.Charge(size), func() (victims, error) { return c.ledger.Settle(h.id, size) })
 	switch {
 	case err == nil:
@@ -307,7 +316,6 @@ func (c *Core) refuse(h *Handle) {
 	}
 	c.ledger.Settle(h.id, 0)
 	c.mu.Unlock()
-	c.counters.refusedStores.Add(1)
 	c.deliver([]Drop{{ID: h.id, Names: names, Why: Refused}})
 }
 
@@ -328,7 +336,7 @@ func (h *Handle) Attr() (Attr, error) {
 	return h.c.Getattr(h.id, h.file)
 }
 
-// Release drops the handle: a writer that never flushed is settled (the
+// Release drops the handle: a writer that never flushed is flushed (the
 // kernel ignores release's result, so an object that cannot be admitted
 // is removed without a word), the stored file is closed, then the pin is
 // dropped, so an unlinked inode's bytes are gone from the store before
@@ -337,14 +345,8 @@ func (h *Handle) Release() {
 	c := h.c
 	if h.write {
 		if h.isWriting() {
-			err := c.settle(h)
-			if err == nil {
-				c.counters.stores.Add(1)
-			} else {
-				c.log.Warn("a writer released without a close could not be admitted", zap.Uint64("id", uint64(h.id)), zap.Error(err))
-			}
-			if c.endWriting(h) == nil && err == nil {
-				c.publishID(h.id)
+			if err := h.Flush(); err != nil {
+				c.log.Warn("a writer released without a close could not be completed", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 			}
 		}
 		c.unwatch(h)
@@ -353,11 +355,17 @@ func (h *Handle) Release() {
 	h.unpin()
 }
 
-// unpin drops the ledger's pin; the last writer's close may evict.
+// unpin drops the ledger's pin.
 func (h *Handle) unpin() {
 	if !h.write {
 		h.c.ledger.Close(h.id, false)
 		return
 	}
-	h.c.locked(func() (victims, error) { _, v := h.c.ledger.Close(h.id, true); return v, nil })
+	h.c.closeWrite(h.id)
+}
+
+// closeWrite drops a write pin; the last writer's close admits what its
+// writers left unadmitted, so it may evict.
+func (c *Core) closeWrite(id blob.ID) {
+	c.locked(func() (victims, error) { _, v := c.ledger.Close(id, true); return v, nil })
 }

@@ -175,7 +175,7 @@ func (in *install) finish() *Handle {
 	c := in.c
 	c.ledger.Open(in.id, false) // cannot fail: the install's own pin holds id
 	c.unmarkInstall(in.id)
-	c.locked(func() (victims, error) { _, v := c.ledger.Close(in.id, true); return v, nil })
+	c.closeWrite(in.id)
 	c.published(in.size)
 	return &Handle{c: c, id: in.id, file: in.file}
 }
@@ -194,11 +194,7 @@ func (c *Core) markInstall(id blob.ID) {
 func (c *Core) unmarkInstall(id blob.ID) {
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
-	if c.marked[id]--; c.marked[id] > 0 {
-		return
-	}
-	delete(c.marked, id)
-	if err := c.store.DiscardDetached(id); err != nil {
+	if err := c.unmarkLocked(id); err != nil {
 		c.log.Warn("clearing an install's marker", zap.Uint64("id", uint64(id)), zap.Error(err))
 	}
 }

@@ -43,11 +43,17 @@ func (c *Core) endWriting(h *Handle) error {
 		return nil
 	}
 	h.writing = false
-	if c.marked[h.id]--; c.marked[h.id] > 0 {
+	return c.unmarkLocked(h.id)
+}
+
+// unmarkLocked ends one of id's writers (a handle or an install); the
+// last one clears the crash marker. writersMu held.
+func (c *Core) unmarkLocked(id blob.ID) error {
+	if c.marked[id]--; c.marked[id] > 0 {
 		return nil
 	}
-	delete(c.marked, h.id)
-	return c.store.ClearWriting(h.id)
+	delete(c.marked, id)
+	return c.store.ClearWriting(id)
 }
 
 func (h *Handle) isWriting() bool {
@@ -129,13 +135,7 @@ func (c *Core) observeWatched(h *Handle) {
 		size, err = h.size()
 	}
 	c.writersMu.Unlock()
-	if !ok || err != nil {
-		return
+	if ok && err == nil {
+		c.observed(h.id, size)
 	}
-	if known, _, ok := c.ledger.Size(h.id); !ok || size <= known {
-		return
-	}
-	// Growth may evict: under the namespace lock. A report older than a
-	// truncate is corrected when the writer settles.
-	c.locked(func() (victims, error) { return c.ledger.Observe(h.id, size) })
 }

@@ -429,12 +429,20 @@ func (r *fuzzRun) grow(id ID, o *mObj, end int64, budgeted bool) {
 	}
 	charge := max(mCharge(end), o.res)
 	pastBudget := budgeted && o.writers > 0 && o.res > 0 && charge > 2*o.res
-	want, werr := r.m.admitAll(o, charge, pastBudget)
+	r.admit(o, v, err, end, o.res, pastBudget)
+}
+
+// admit checks an admission that leaves o at size and reservation res
+// (victims v, error err) against the model's prediction, and applies it
+// to the model when the model admits it.
+func (r *fuzzRun) admit(o *mObj, v []Victim[ID], err error, size, res int64, freeOnly bool) {
+	r.t.Helper()
+	want, werr := r.m.admitAll(o, max(mCharge(size), res), freeOnly)
 	r.errIs(err, werr)
 	r.victims(v, want)
 	if werr == nil {
 		r.m.commit(want)
-		o.size, o.over = end, 0
+		o.size, o.res, o.over = size, res, 0
 	}
 }
 
@@ -446,13 +454,7 @@ func (r *fuzzRun) setSize(id ID, o *mObj, size int64) {
 		r.victims(v, nil)
 		return
 	}
-	want, werr := r.m.admitAll(o, max(mCharge(size), o.res), false)
-	r.errIs(err, werr)
-	r.victims(v, want)
-	if werr == nil {
-		r.m.commit(want)
-		o.size, o.over = size, 0
-	}
+	r.admit(o, v, err, size, o.res, false)
 }
 
 func (r *fuzzRun) reserve(id ID, o *mObj, n int64) {
@@ -463,14 +465,7 @@ func (r *fuzzRun) reserve(id ID, o *mObj, n int64) {
 		r.victims(v, nil)
 		return
 	}
-	res := max(o.res, mCharge(n))
-	want, werr := r.m.admitAll(o, max(mCharge(o.size), res), false)
-	r.errIs(err, werr)
-	r.victims(v, want)
-	if werr == nil {
-		r.m.commit(want)
-		o.res, o.over = res, 0
-	}
+	r.admit(o, v, err, o.size, max(o.res, mCharge(n)), false)
 }
 
 func (r *fuzzRun) observe(id ID, o *mObj, size int64) {
@@ -511,13 +506,7 @@ func (r *fuzzRun) settle(id ID, o *mObj, size int64) {
 	if o.writers == 1 {
 		res = 0
 	}
-	want, werr := r.m.admitAll(o, max(mCharge(size), res), false)
-	r.errIs(err, werr)
-	r.victims(v, want)
-	if werr == nil {
-		r.m.commit(want)
-		o.res, o.size, o.over = res, size, 0
-	}
+	r.admit(o, v, err, size, res, false)
 }
 
 func (r *fuzzRun) link(id ID, o *mObj) {

@@ -64,12 +64,15 @@ func (l *Ledger[K]) use(e *entry[K]) {
 	l.lru.moveToBack(e)
 }
 
-// admitAll makes e's whole charge admitted at charge: growth is admitted
-// (evicting, or from free space only), a shrink releases.
-func (l *Ledger[K]) admitAll(e *entry[K], charge int64, freeOnly bool) ([]Victim[K], error) {
+// admit sets e's size and reservation once its whole charge at them is
+// admitted: growth is admitted (evicting, or from free space only), a
+// shrink releases. On error nothing changed.
+func (l *Ledger[K]) admit(e *entry[K], size, res int64, freeOnly bool) ([]Victim[K], error) {
+	charge := max(Charge(size), res)
 	victims, err := l.room(e, charge-(e.charge-e.over), charge, freeOnly)
 	if err == nil {
 		l.setOver(e, 0)
+		l.resize(e, size, res)
 	}
 	return victims, err
 }
@@ -95,20 +98,12 @@ func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victi
 	return l.evict(need-free, e)
 }
 
-// setSize sets e's size and recharges it.
-func (l *Ledger[K]) setSize(e *entry[K], size int64) {
+// resize sets e's size and reservation and recharges it.
+func (l *Ledger[K]) resize(e *entry[K], size, res int64) {
 	l.reserved -= e.charge - Charge(e.size)
-	e.size = size
-	l.recharge(e, max(Charge(size), e.res))
-	l.reserved += e.charge - Charge(e.size)
-}
-
-// setRes sets e's reservation and recharges it.
-func (l *Ledger[K]) setRes(e *entry[K], res int64) {
-	l.reserved -= e.charge - Charge(e.size)
-	e.res = res
-	l.recharge(e, max(Charge(e.size), res))
-	l.reserved += e.charge - Charge(e.size)
+	e.size, e.res = size, res
+	l.recharge(e, max(Charge(size), res))
+	l.reserved += e.charge - Charge(size)
 }
 
 func (l *Ledger[K]) setOver(e *entry[K], over int64) {
@@ -133,10 +128,11 @@ func (l *Ledger[K]) recharge(e *entry[K], charge int64) {
 	}
 }
 
-// makeRoom evicts until need more bytes fit, or evicts nothing and fails.
-func (l *Ledger[K]) makeRoom(need int64, self *entry[K]) ([]Victim[K], error) {
-	if free := l.capacity - (l.used - l.over); need > 0 && free < need {
-		return l.evict(need-free, self)
+// trim evicts, sparing self, until the admitted bytes are within the
+// capacity, or evicts nothing and fails.
+func (l *Ledger[K]) trim(self *entry[K]) ([]Victim[K], error) {
+	if over := l.used - l.over - l.capacity; over > 0 {
+		return l.evict(over, self)
 	}
 	return nil, nil
 }

@@ -168,7 +168,7 @@ func (l *Ledger[K]) restore(id K, size int64, nlink int) ([]Victim[K], error) {
 	if e.charge > l.capacity {
 		return []Victim[K]{{ID: id, LastUse: now}}, nil
 	}
-	victims, err := l.makeRoom(e.charge, nil)
+	victims, err := l.room(e, e.charge, e.charge, false)
 	if err != nil {
 		return victims, err
 	}
@@ -249,12 +249,8 @@ func (l *Ledger[K]) Close(id K, write bool) (released bool, victims []Victim[K])
 // left unadmitted; mu held.
 func (l *Ledger[K]) endWriting(e *entry[K]) []Victim[K] {
 	l.setOver(e, 0)
-	l.setRes(e, 0)
-	over := l.used - l.over - l.capacity
-	if over <= 0 {
-		return nil
-	}
-	victims, err := l.evict(over, e)
+	l.resize(e, e.size, 0)
+	victims, err := l.trim(e)
 	if err != nil {
 		// The bytes are in the store and nothing can make room now: the
 		// ledger follows the store, as when it changed behind kvfs's
@@ -274,12 +270,7 @@ func (l *Ledger[K]) Reserve(id K, n int64) ([]Victim[K], error) {
 	if err != nil {
 		return nil, err
 	}
-	res := max(e.res, Charge(n))
-	victims, err := l.admitAll(e, max(Charge(e.size), res), false)
-	if err == nil {
-		l.setRes(e, res)
-	}
-	return victims, err
+	return l.admit(e, e.size, max(e.res, Charge(n)), false)
 }
 
 // Grow raises an inode's size to at least end (a write's end offset that
@@ -308,12 +299,8 @@ func (l *Ledger[K]) grow(id K, end int64, budgeted bool) ([]Victim[K], error) {
 	if end <= e.size {
 		return nil, nil
 	}
-	charge := max(Charge(end), e.res)
-	victims, err := l.admitAll(e, charge, budgeted && l.pastBudget(e, charge))
-	if err == nil {
-		l.setSize(e, end)
-	}
-	return victims, err
+	pastBudget := budgeted && l.pastBudget(e, max(Charge(end), e.res))
+	return l.admit(e, end, e.res, pastBudget)
 }
 
 // SetSize sets an inode's size exactly (truncate), evicting if it grows.
@@ -326,11 +313,7 @@ func (l *Ledger[K]) SetSize(id K, size int64) ([]Victim[K], error) {
 	if !ok {
 		return nil, ErrGone
 	}
-	victims, err := l.admitAll(e, max(Charge(size), e.res), false)
-	if err == nil {
-		l.setSize(e, size)
-	}
-	return victims, err
+	return l.admit(e, size, e.res, false)
 }
 
 // Observe records the stored size of an object whose writer writes past
@@ -348,7 +331,7 @@ func (l *Ledger[K]) Observe(id K, size int64) ([]Victim[K], error) {
 	}
 	charge := max(Charge(size), e.res)
 	if charge <= e.charge {
-		l.setSize(e, size)
+		l.resize(e, size, e.res)
 		return nil, nil
 	}
 	grow := charge - e.charge
@@ -357,7 +340,7 @@ func (l *Ledger[K]) Observe(id K, size int64) ([]Victim[K], error) {
 	if err != nil {
 		over += grow
 	}
-	l.setSize(e, size)
+	l.resize(e, size, e.res)
 	l.setOver(e, over)
 	return victims, nil
 }
@@ -378,12 +361,7 @@ func (l *Ledger[K]) Settle(id K, size int64) ([]Victim[K], error) {
 	if e.writers == 1 {
 		res = 0
 	}
-	victims, err := l.admitAll(e, max(Charge(size), res), false)
-	if err == nil {
-		l.setRes(e, res)
-		l.setSize(e, size)
-	}
-	return victims, err
+	return l.admit(e, size, res, false)
 }
 
 // writer finds id and checks that it has a writer open; mu held.
@@ -416,7 +394,7 @@ func (l *Ledger[K]) Reconcile(id K, size int64) bool {
 	if !ok || e.size == size || e.writers > 0 {
 		return false
 	}
-	l.setSize(e, size)
+	l.resize(e, size, e.res)
 	l.reconciled++
 	return true
 }
@@ -425,11 +403,7 @@ func (l *Ledger[K]) Reconcile(id K, size int64) bool {
 func (l *Ledger[K]) Trim() []Victim[K] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	over := l.used - l.over - l.capacity
-	if over <= 0 {
-		return nil
-	}
-	victims, _ := l.evict(over, nil)
+	victims, _ := l.trim(nil)
 	return victims
 }
 
