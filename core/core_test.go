@@ -358,3 +358,41 @@ func randomCoreOp(tc *testCore, r *rand.Rand, names []string) error {
 	}
 	return nil
 }
+
+// TestAbandonedCreateDropsNames: a create that fails after the ledger
+// took its entry gives that entry back under the namespace lock, so an
+// eviction its close makes (here: the ledger is over capacity after a
+// reconcile that could not trim) drops the victim's names too, and the
+// ledger never forgets an object the store still names.
+func TestAbandonedCreateDropsNames(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib, Grace: time.Hour})
+	a := tc.put("a", mib)
+	b := tc.put("b", mib)
+	rb, err := tc.Open(b, os.O_RDONLY, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb.Release()
+	path, _ := tc.BackingPath(b)
+	if err := os.Truncate(path, 3*mib+mib/2); err != nil { // behind kvfs's back
+		t.Fatal(err)
+	}
+	if _, err := tc.Getattr(b, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := tc.Stats(); st.UsedBytes != 4*mib+mib/2 || !tc.exists("a") {
+		t.Fatalf("after the reconcile: %+v, a present %v; want 4.5 MiB used, a kept by its grace", st, tc.exists("a"))
+	}
+	tc.clock.Skip(2 * time.Hour)
+	if _, err := tc.Create(blob.RootID, "x", 0o644, blob.Owner{UID: -1, GID: -1}, true); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("create with no room for its reservation: %v, want ErrNoSpace", err)
+	}
+	_, _, known := tc.ledger.Size(a)
+	_, err = tc.store.Lookup(blob.RootID, "a")
+	if named := err == nil; known || named {
+		t.Fatalf("a: ledger knows it %v, store names it %v; want it evicted from both", known, named)
+	}
+	if st := tc.Stats(); st.UsedBytes != 3*mib+mib/2 || st.Objects != 1 || tc.exists("x") {
+		t.Fatalf("after the failed create: %+v, x present %v", st, tc.exists("x"))
+	}
+}

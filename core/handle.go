@@ -81,10 +81,11 @@ func (c *Core) taken(parent blob.ID, name string) bool {
 }
 
 // abandon takes a created object that never got its name back out of the
-// ledger.
+// ledger. Its pin goes as a handle's does: the last writer's close may
+// evict, and what it evicts loses its names too.
 func (c *Core) abandon(id blob.ID, write bool) {
 	c.ledger.Unlink(id)
-	c.ledger.Close(id, write)
+	c.unpin(id, write)
 }
 
 // Open opens object id. via, when given, reopens the stored file of an
@@ -356,12 +357,15 @@ func (h *Handle) Release() {
 }
 
 // unpin drops the ledger's pin.
-func (h *Handle) unpin() {
-	if !h.write {
-		h.c.ledger.Close(h.id, false)
+func (h *Handle) unpin() { h.c.unpin(h.id, h.write) }
+
+// unpin drops one pin of id, a writer's or a reader's.
+func (c *Core) unpin(id blob.ID, write bool) {
+	if !write {
+		c.ledger.Close(id, false)
 		return
 	}
-	h.c.closeWrite(h.id)
+	c.closeWrite(id)
 }
 
 // closeWrite drops a write pin; the last writer's close admits what its
