@@ -31,7 +31,7 @@ func (c *cpLoad) reconcile() ([]Object, error) {
 			return nil, err
 		}
 	}
-	if err := c.l.runFrom(c.fresh); err != nil {
+	if err := c.l.run(c.fresh...); err != nil {
 		return nil, err
 	}
 	c.mergeLinks()
@@ -258,16 +258,4 @@ func (c *cpLoad) objects() []Object {
 	c.l.rep.Objects = int64(len(out))
 	c.l.rep.Dirs = int64(len(c.s.dirs) - 1)
 	return out
-}
-
-// runFrom walks directories with stats, as a start without a checkpoint
-// walks data/.
-func (l *loader) runFrom(roots []walkRoot) error {
-	l.sem = make(chan struct{}, loaderWorkers)
-	for _, r := range roots {
-		l.wg.Add(1)
-		go l.walk(r.d, r.rel)
-	}
-	l.wg.Wait()
-	return l.err
 }
