@@ -137,7 +137,7 @@ func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) er
 		return c.addChanged(dirfd, cd, name, unix.DT_FIFO) // foreign, whatever it is
 	case l.incomplete[e.st.Ino]:
 		unix.Unlinkat(dirfd, name, 0)
-		l.countIncomplete(&e.st)
+		l.countIncomplete(e.st.Ino, e.st.Size)
 		return nil
 	}
 	l.addFile(cd.d, &e)
@@ -213,11 +213,7 @@ func (c *cpLoad) dropIncomplete() {
 			continue
 		}
 		c.s.Drop(o.id)
-		if !c.l.counted[o.ino] {
-			c.l.counted[o.ino] = true
-			c.l.rep.Incomplete++
-			c.l.rep.IncompleteByte += c.marks.sizes[o.ino]
-		}
+		c.l.countIncomplete(o.ino, c.marks.sizes[o.ino])
 	}
 }
 

@@ -241,7 +241,7 @@ func (l *loader) read(rel string) ([]entry, error) {
 			continue
 		case l.incomplete[e.st.Ino]:
 			unix.Unlinkat(fd, e.name, 0)
-			l.countIncomplete(&e.st)
+			l.countIncomplete(e.st.Ino, e.st.Size)
 			continue
 		}
 		out = append(out, e)
@@ -263,13 +263,13 @@ func (l *loader) count(f func(*LoadReport)) {
 
 // countIncomplete counts a reclaimed inode once, however many names it
 // had.
-func (l *loader) countIncomplete(st *unix.Stat_t) {
+func (l *loader) countIncomplete(ino uint64, size int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.counted[st.Ino] {
-		l.counted[st.Ino] = true
+	if !l.counted[ino] {
+		l.counted[ino] = true
 		l.rep.Incomplete++
-		l.rep.IncompleteByte += st.Size
+		l.rep.IncompleteByte += size
 	}
 }
 
