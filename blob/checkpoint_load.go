@@ -211,7 +211,7 @@ func (c *cpLoad) untangle() {
 		}
 		for j := di + 1; j < len(c.dirs); j++ {
 			if sub := c.dirs[j].d; sub.parent == d && claimed[Name{d.id, sub.name}] {
-				c.s.forgetDir(sub)
+				c.s.dropDir(sub)
 			}
 		}
 	}

@@ -149,19 +149,11 @@ func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) er
 // if it is a directory.
 func (s *Store) forgetName(d *dir, name string, id ID) {
 	if sub, ok := s.dirs[id]; ok {
-		s.forgetDir(sub)
+		s.dropDir(sub)
 		delete(d.kids, name)
 		return
 	}
 	s.dropName(id, d, name)
-}
-
-// forgetDir removes a directory and everything under it from the index.
-func (s *Store) forgetDir(d *dir) {
-	for n, kid := range d.kids {
-		s.forgetName(d, n, kid)
-	}
-	delete(s.dirs, d.id)
 }
 
 // mergeLinks makes one object of a checkpoint object and a name of its

@@ -299,6 +299,23 @@ func (s *Store) dropName(id ID, d *dir, name string) {
 	}
 }
 
+// dropDir removes d's subtree from the index only, and returns the
+// files that had no name left outside it.
+func (s *Store) dropDir(d *dir) (vanished []ID) {
+	for name, id := range d.kids {
+		if sub, ok := s.dirs[id]; ok {
+			vanished = append(vanished, s.dropDir(sub)...)
+			continue
+		}
+		s.dropName(id, d, name)
+		if _, ok := s.files[id]; !ok {
+			vanished = append(vanished, id)
+		}
+	}
+	delete(s.dirs, d.id)
+	return vanished
+}
+
 // unlinkAt removes a stored name; one already gone is not an error: the
 // index is what callers change, and it must follow.
 func (s *Store) unlinkAt(rel string, flags int) error {
