@@ -78,11 +78,6 @@ func (s *Store) entry(id ID) Entry {
 
 // Path is a name of id relative to data/: the first name of a file.
 func (s *Store) Path(id ID) (string, bool) {
-	return s.path(id)
-}
-
-// path builds id's path.
-func (s *Store) path(id ID) (string, bool) {
 	if d, ok := s.dirs[id]; ok {
 		return s.dirPath(d), true
 	}
@@ -127,7 +122,7 @@ func (s *Store) Links(id ID) int {
 // something of another type (a symlink planted in place of a file) is
 // reported gone, so kvfs neither serves nor charges it.
 func (s *Store) Stat(id ID) (unix.Stat_t, error) {
-	rel, ok := s.path(id)
+	rel, ok := s.Path(id)
 	_, isDir := s.dirs[id]
 	if !ok {
 		return unix.Stat_t{}, ErrNotFound
