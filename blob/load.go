@@ -228,7 +228,7 @@ func (l *loader) read(rel string) ([]entry, error) {
 	}
 	fd := int(f.Fd())
 	out := make([]entry, 0, len(des))
-	files := 0
+	files := tally{r: l.s.progress}
 	for _, de := range des {
 		e := entry{name: de.Name(), dir: de.IsDir()}
 		switch {
@@ -246,12 +246,10 @@ func (l *loader) read(rel string) ([]entry, error) {
 		}
 		out = append(out, e)
 		if !e.dir {
-			if files++; files%foundEvery == 0 {
-				l.s.progress.found(foundEvery)
-			}
+			files.add()
 		}
 	}
-	l.s.progress.found(files % foundEvery)
+	files.flush()
 	return out, nil
 }
 
