@@ -120,25 +120,9 @@ func (s *Store) auditDir(d *dir, a *Audit) {
 	if st, err := s.stat(s.dirPath(d)); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return
 	}
-	s.dropDir(d, a)
+	a.Vanished = append(a.Vanished, s.dropDir(d)...)
 	delete(d.parent.kids, d.name)
 	a.Dropped = append(a.Dropped, Name{d.parent.id, d.name})
-}
-
-// dropDir removes d's subtree from the index; files with no name left
-// outside it have vanished.
-func (s *Store) dropDir(d *dir, a *Audit) {
-	for name, id := range d.kids {
-		if sub, ok := s.dirs[id]; ok {
-			s.dropDir(sub, a)
-			continue
-		}
-		s.dropName(id, d, name)
-		if _, ok := s.files[id]; !ok {
-			a.Vanished = append(a.Vanished, id)
-		}
-	}
-	delete(s.dirs, d.id)
 }
 
 // adopt indexes a file that appeared in data/ behind kvfs's back, and

@@ -43,10 +43,6 @@ import (
 // only slower to use.
 const CheckpointName = "kvfs.index"
 
-// SnapshotName is CheckpointName under the name it had when only a clean
-// stop wrote it.
-const SnapshotName = CheckpointName
-
 const checkpointMagic = "kvfs index v2\n"
 
 // racyWindow: a directory changed this recently when the checkpoint read
@@ -263,7 +259,7 @@ func (s *Store) SaveCheckpoint(cp *Checkpoint) error {
 	if err := os.Rename(tmp, filepath.Join(s.dir, CheckpointName)); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	return s.syncStoreDir()
+	return syncDir(s.dir)
 }
 
 // dirHolds says whether a directory is still the one captured and holds
@@ -296,8 +292,6 @@ func (s *Store) dirHolds(d cpDir, verified map[string]heldDir) bool {
 	verified[d.path] = d.heldDir
 	return true
 }
-
-func (s *Store) syncStoreDir() error { return syncDir(s.dir) }
 
 // direntBufSize is getdents64's buffer: a few system calls for a
 // directory of thousands of entries.

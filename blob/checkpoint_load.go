@@ -73,12 +73,6 @@ type cpObj struct {
 	size int64
 }
 
-// walkRoot is a directory to walk with stats.
-type walkRoot struct {
-	d   *dir
-	rel string
-}
-
 // loadCheckpoint builds the index from the checkpoint and the store's
 // directories. On an error the index is left half-built, for the caller
 // to reset; ("none": there is no checkpoint).
@@ -97,8 +91,7 @@ func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
 	s.checkpointSize.Store(int64(len(data)))
 	r := &cpReader{b: body}
 	r.u8() // clean stop or not: the same rules hold either way
-	c := &cpLoad{s: s, marks: m, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{},
-		l: &loader{s: s, incomplete: m.inos, counted: map[uint64]bool{}, seen: map[uint64]ID{}, rep: rep}}
+	c := &cpLoad{s: s, l: s.newLoader(m, rep, 0), marks: m, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{}}
 	if err := c.parseDirs(r); err != nil {
 		return nil, err
 	}
@@ -218,7 +211,7 @@ func (c *cpLoad) untangle() {
 		}
 		for j := di + 1; j < len(c.dirs); j++ {
 			if sub := c.dirs[j].d; sub.parent == d && claimed[Name{d.id, sub.name}] {
-				c.s.forgetDir(sub)
+				c.s.dropDir(sub)
 			}
 		}
 	}

@@ -31,7 +31,7 @@ func (c *cpLoad) reconcile() ([]Object, error) {
 			return nil, err
 		}
 	}
-	if err := c.l.runFrom(c.fresh); err != nil {
+	if err := c.l.run(c.fresh...); err != nil {
 		return nil, err
 	}
 	c.mergeLinks()
@@ -137,7 +137,7 @@ func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) er
 		return c.addChanged(dirfd, cd, name, unix.DT_FIFO) // foreign, whatever it is
 	case l.incomplete[e.st.Ino]:
 		unix.Unlinkat(dirfd, name, 0)
-		l.countIncomplete(&e.st)
+		l.countIncomplete(e.st.Ino, e.st.Size)
 		return nil
 	}
 	l.addFile(cd.d, &e)
@@ -149,19 +149,11 @@ func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) er
 // if it is a directory.
 func (s *Store) forgetName(d *dir, name string, id ID) {
 	if sub, ok := s.dirs[id]; ok {
-		s.forgetDir(sub)
+		s.dropDir(sub)
 		delete(d.kids, name)
 		return
 	}
 	s.dropName(id, d, name)
-}
-
-// forgetDir removes a directory and everything under it from the index.
-func (s *Store) forgetDir(d *dir) {
-	for n, kid := range d.kids {
-		s.forgetName(d, n, kid)
-	}
-	delete(s.dirs, d.id)
 }
 
 // mergeLinks makes one object of a checkpoint object and a name of its
@@ -213,11 +205,7 @@ func (c *cpLoad) dropIncomplete() {
 			continue
 		}
 		c.s.Drop(o.id)
-		if !c.l.counted[o.ino] {
-			c.l.counted[o.ino] = true
-			c.l.rep.Incomplete++
-			c.l.rep.IncompleteByte += c.marks.sizes[o.ino]
-		}
+		c.l.countIncomplete(o.ino, c.marks.sizes[o.ino])
 	}
 }
 
@@ -258,16 +246,4 @@ func (c *cpLoad) objects() []Object {
 	c.l.rep.Objects = int64(len(out))
 	c.l.rep.Dirs = int64(len(c.s.dirs) - 1)
 	return out
-}
-
-// runFrom walks directories with stats, as a start without a checkpoint
-// walks data/.
-func (l *loader) runFrom(roots []walkRoot) error {
-	l.sem = make(chan struct{}, loaderWorkers)
-	for _, r := range roots {
-		l.wg.Add(1)
-		go l.walk(r.d, r.rel)
-	}
-	l.wg.Wait()
-	return l.err
 }

@@ -16,14 +16,21 @@ import (
 // ones being written.
 func saveCheckpoint(t *testing.T, s *Store, order []ID, busy ...ID) *Checkpoint {
 	t.Helper()
-	cp := s.CaptureCheckpoint(func(step func()) { step() }, func(fn func(ID, int64)) {
+	cp := capture(s, order, func(step func()) { step() }, func(id ID) bool { return slices.Contains(busy, id) })
+	must(t, "SaveCheckpoint", s.SaveCheckpoint(cp))
+	return cp
+}
+
+// capture copies the index as a running kvfs does, each step run by
+// shared, with the objects least recently used first in order (sizes
+// from the store).
+func capture(s *Store, order []ID, shared func(func()), busy func(ID) bool) *Checkpoint {
+	return s.CaptureCheckpoint(shared, func(fn func(ID, int64)) {
 		for _, id := range order {
 			st, _ := s.Stat(id)
 			fn(id, st.Size)
 		}
-	}, func(id ID) bool { return slices.Contains(busy, id) }, false)
-	must(t, "SaveCheckpoint", s.SaveCheckpoint(cp))
-	return cp
+	}, busy, false)
 }
 
 // reload closes s, as a crash does (no checkpoint at the stop), and
@@ -51,6 +58,17 @@ func walkAgain(t *testing.T, dir string, s *Store) (*Store, []Object) {
 		t.Fatal("walked from a checkpoint")
 	}
 	return s2, objs
+}
+
+// servesAsWalk checks that s, started from its checkpoint with objs,
+// serves the namespace and sizes a walk of the store finds.
+func servesAsWalk(t *testing.T, dir string, s *Store, objs []Object) {
+	t.Helper()
+	got, gotSizes := namespace(s), sizes(s, objs)
+	s, wobjs := walkAgain(t, dir, s)
+	if want := namespace(s); !slices.Equal(got, want) || !mapsEqual(gotSizes, sizes(s, wobjs)) {
+		t.Errorf("from the checkpoint %v %v\na walk finds %v %v", got, gotSizes, want, sizes(s, wobjs))
+	}
 }
 
 // sizes maps each name of each object to its size.
@@ -306,11 +324,7 @@ func TestCheckpointEqualsWalk(t *testing.T) {
 			if !rep.FromSnapshot || rep.Stated >= rep.Objects && rep.Objects > 1 {
 				t.Errorf("report %+v: not from the checkpoint, or everything stat'ed", rep)
 			}
-			got, gotSizes := namespace(s), sizes(s, objs)
-			s, wobjs := walkAgain(t, dir, s)
-			if want := namespace(s); !slices.Equal(got, want) || !mapsEqual(gotSizes, sizes(s, wobjs)) {
-				t.Errorf("from the checkpoint %v %v\na walk finds %v %v", got, gotSizes, want, sizes(s, wobjs))
-			}
+			servesAsWalk(t, dir, s, objs)
 		})
 	}
 }
@@ -459,18 +473,13 @@ func TestCheckpointStepsSeeChanges(t *testing.T) {
 			mustCreate(t, s, q, "g", []byte("g"))
 			order := ids(s)
 			steps := 0
-			cp := s.CaptureCheckpoint(func(step func()) {
+			cp := capture(s, order, func(step func()) {
 				if steps == c.before {
 					c.change(t, s, a)
 				}
 				steps++
 				step()
-			}, func(fn func(ID, int64)) {
-				for _, id := range order {
-					st, _ := s.Stat(id)
-					fn(id, st.Size)
-				}
-			}, func(ID) bool { return false }, false)
+			}, func(ID) bool { return false })
 			if cp.Steps != 2 {
 				t.Fatalf("%d steps", cp.Steps)
 			}
@@ -485,11 +494,7 @@ func TestCheckpointStepsSeeChanges(t *testing.T) {
 			if _, err := s.Lookup(RootID, "q"); err != nil {
 				t.Fatal(err)
 			}
-			got, gotSizes := namespace(s), sizes(s, objs)
-			s, wobjs := walkAgain(t, dir, s)
-			if want := namespace(s); !slices.Equal(got, want) || !mapsEqual(gotSizes, sizes(s, wobjs)) {
-				t.Errorf("from the checkpoint %v %v\na walk finds %v %v", got, gotSizes, want, sizes(s, wobjs))
-			}
+			servesAsWalk(t, dir, s, objs)
 		})
 	}
 }
@@ -516,37 +521,26 @@ func TestCheckpointNamePassedOn(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := Open(dir)
-			must(t, "Open", err)
-			s.racy, s.step = 0, 1
+			dir, s := openUnracy(t)
+			s.step = 1
 			a := mustMkdir(t, s, RootID, "a")
 			mustCreate(t, s, mustMkdir(t, s, a, "sub"), "x", []byte("x"))
 			first := mustCreate(t, s, a, "n", []byte("first holder"))
 			last := mustCreate(t, s, a, "b", []byte("the later one"))
 			order, steps := []ID{lookupPath(t, s, "a/sub/x"), first, last}, 0
-			cp := s.CaptureCheckpoint(func(step func()) {
+			cp := capture(s, order, func(step func()) {
 				if steps == 3 { // after first, before last
 					c(t, s, a)
 				}
 				steps++
 				step()
-			}, func(fn func(ID, int64)) {
-				for _, id := range order {
-					st, _ := s.Stat(id)
-					fn(id, st.Size)
-				}
-			}, func(ID) bool { return false }, false)
+			}, func(ID) bool { return false })
 			must(t, "SaveCheckpoint", s.SaveCheckpoint(cp))
 			s, objs, rep := reload(t, dir, s)
 			if !rep.FromSnapshot || rep.DirsListed < 1 {
 				t.Fatalf("report %+v", rep)
 			}
-			got, gotSizes := namespace(s), sizes(s, objs)
-			s, wobjs := walkAgain(t, dir, s)
-			if want := namespace(s); !slices.Equal(got, want) || !mapsEqual(gotSizes, sizes(s, wobjs)) {
-				t.Errorf("from the checkpoint %v %v\na walk finds %v %v", got, gotSizes, want, sizes(s, wobjs))
-			}
+			servesAsWalk(t, dir, s, objs)
 		})
 	}
 }

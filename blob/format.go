@@ -74,7 +74,7 @@ func checkContents(dir string) (mark bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if onlyOurs(names) || isLegacy(dir, names) {
+	if onlyOurs(names) || onlyLegacyNames(names) && hasLegacyLayout(dir) {
 		return true, nil
 	}
 	return false, notStoref("%s is not empty and is not a kvfs store (it has %d entries and no %s); "+
@@ -92,14 +92,19 @@ func onlyOurs(names []string) bool {
 	return true
 }
 
-// isLegacy recognises a store made before FormatName: nothing but the
-// layout's own names, with its lock file and both directories.
-func isLegacy(dir string, names []string) bool {
+// A store made before FormatName holds nothing but the layout's own
+// names (onlyLegacyNames), with its lock file and both directories
+// (hasLegacyLayout).
+func onlyLegacyNames(names []string) bool {
 	for _, n := range names {
 		if !legacyNames[n] {
 			return false
 		}
 	}
+	return true
+}
+
+func hasLegacyLayout(dir string) bool {
 	for _, want := range []struct {
 		name string
 		dir  bool
@@ -113,12 +118,17 @@ func isLegacy(dir string, names []string) bool {
 }
 
 // IsStore says whether dir is a kvfs store, marked or of the old layout.
+// StoreAbove asks it of every directory above a store or a mount point,
+// so it lists only a directory that has the old layout's entries.
 func IsStore(dir string) bool {
 	if _, err := os.Stat(filepath.Join(dir, FormatName)); err == nil {
 		return true
 	}
+	if !hasLegacyLayout(dir) {
+		return false
+	}
 	names, err := readNames(dir)
-	return err == nil && len(names) > 0 && isLegacy(dir, names)
+	return err == nil && len(names) > 0 && onlyLegacyNames(names)
 }
 
 // StoreAbove finds a store that holds path: path itself or a directory

@@ -84,8 +84,8 @@ func scanWriting(path string, rep *FsckReport) (map[uint64]bool, error) {
 
 func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64, walk reporter, rep *FsckReport) error {
 	seen := map[uint64]bool{}
-	files := 0
-	defer func() { walk.found(files % foundEvery) }()
+	files := tally{r: walk}
+	defer files.flush()
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -101,9 +101,7 @@ func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64,
 			if err := unix.Lstat(p, &st); err != nil {
 				return err
 			}
-			if files++; files%foundEvery == 0 {
-				walk.found(foundEvery)
-			}
+			files.add()
 			if incomplete[st.Ino] {
 				rep.Problems = append(rep.Problems, fmt.Sprintf("incomplete object %s (%d bytes, still being written at a crash)", rel, st.Size))
 			} else if !seen[st.Ino] {

@@ -35,15 +35,7 @@ func (s *Store) LinkDetached(parent ID, name string, id ID) error {
 	if err != nil {
 		return err
 	}
-	wfd, wname := int(s.writing.Fd()), writingName(id)
-	rel := s.childPath(parent, name)
-	err = s.at(rel, func(dirfd int, name string) error { return unix.Linkat(wfd, wname, dirfd, name, 0) })
-	if err != nil {
-		return &os.PathError{Op: "link", Path: rel, Err: underlying(err)}
-	}
-	d.kids[name] = id
-	s.files[id] = &file{links: []Name{{parent, name}}}
-	return nil
+	return s.linkMarked("link", d, name, id, 0)
 }
 
 // DiscardDetached removes a file made by CreateDetached that never got

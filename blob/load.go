@@ -76,9 +76,9 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 
 // walkAll indexes data/ by a walk that stats every file.
 func (s *Store) walkAll(m *marks, hint int, rep *LoadReport) ([]Object, error) {
-	l := loader{objects: make([]Object, 0, hint), s: s, incomplete: m.inos, counted: map[uint64]bool{}, seen: map[uint64]ID{}, rep: rep}
+	l := s.newLoader(m, rep, hint)
 	s.progress.expect(hint)
-	err := l.run(s.dirs[RootID])
+	err := l.run(walkRoot{s.dirs[RootID], "."})
 	s.progress.done()
 	if err != nil {
 		return nil, err
@@ -157,6 +157,19 @@ type loader struct {
 	err     error
 }
 
+// newLoader is a loader that reclaims what m marked and reports to rep;
+// hint sizes its list of objects.
+func (s *Store) newLoader(m *marks, rep *LoadReport, hint int) *loader {
+	return &loader{s: s, incomplete: m.inos, counted: map[uint64]bool{}, seen: map[uint64]ID{},
+		objects: make([]Object, 0, hint), rep: rep}
+}
+
+// walkRoot is a directory to walk with stats.
+type walkRoot struct {
+	d   *dir
+	rel string
+}
+
 // entry is one name read from a directory; st is set for regular files.
 type entry struct {
 	name string
@@ -164,10 +177,14 @@ type entry struct {
 	st   unix.Stat_t
 }
 
-func (l *loader) run(root *dir) error {
+// run walks the trees under roots: data/ at a start without a
+// checkpoint, the directories new since it at a start from one.
+func (l *loader) run(roots ...walkRoot) error {
 	l.sem = make(chan struct{}, loaderWorkers)
-	l.wg.Add(1)
-	go l.walk(root, ".")
+	for _, r := range roots {
+		l.wg.Add(1)
+		go l.walk(r.d, r.rel)
+	}
 	l.wg.Wait()
 	return l.err
 }
@@ -211,7 +228,7 @@ func (l *loader) read(rel string) ([]entry, error) {
 	}
 	fd := int(f.Fd())
 	out := make([]entry, 0, len(des))
-	files := 0
+	files := tally{r: l.s.progress}
 	for _, de := range des {
 		e := entry{name: de.Name(), dir: de.IsDir()}
 		switch {
@@ -224,17 +241,15 @@ func (l *loader) read(rel string) ([]entry, error) {
 			continue
 		case l.incomplete[e.st.Ino]:
 			unix.Unlinkat(fd, e.name, 0)
-			l.countIncomplete(&e.st)
+			l.countIncomplete(e.st.Ino, e.st.Size)
 			continue
 		}
 		out = append(out, e)
 		if !e.dir {
-			if files++; files%foundEvery == 0 {
-				l.s.progress.found(foundEvery)
-			}
+			files.add()
 		}
 	}
-	l.s.progress.found(files % foundEvery)
+	files.flush()
 	return out, nil
 }
 
@@ -246,13 +261,13 @@ func (l *loader) count(f func(*LoadReport)) {
 
 // countIncomplete counts a reclaimed inode once, however many names it
 // had.
-func (l *loader) countIncomplete(st *unix.Stat_t) {
+func (l *loader) countIncomplete(ino uint64, size int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.counted[st.Ino] {
-		l.counted[st.Ino] = true
+	if !l.counted[ino] {
+		l.counted[ino] = true
 		l.rep.Incomplete++
-		l.rep.IncompleteByte += st.Size
+		l.rep.IncompleteByte += size
 	}
 }
 

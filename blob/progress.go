@@ -42,3 +42,18 @@ func (r reporter) done() {
 		r.p.Done()
 	}
 }
+
+// tally counts the files one walker finds and reports them in batches
+// of foundEvery; flush reports the rest when it stops.
+type tally struct {
+	r reporter
+	n int
+}
+
+func (t *tally) add() {
+	if t.n++; t.n%foundEvery == 0 {
+		t.r.found(foundEvery)
+	}
+}
+
+func (t *tally) flush() { t.r.found(t.n % foundEvery) }

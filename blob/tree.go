@@ -78,11 +78,6 @@ func (s *Store) entry(id ID) Entry {
 
 // Path is a name of id relative to data/: the first name of a file.
 func (s *Store) Path(id ID) (string, bool) {
-	return s.path(id)
-}
-
-// path builds id's path.
-func (s *Store) path(id ID) (string, bool) {
 	if d, ok := s.dirs[id]; ok {
 		return s.dirPath(d), true
 	}
@@ -127,7 +122,7 @@ func (s *Store) Links(id ID) int {
 // something of another type (a symlink planted in place of a file) is
 // reported gone, so kvfs neither serves nor charges it.
 func (s *Store) Stat(id ID) (unix.Stat_t, error) {
-	rel, ok := s.path(id)
+	rel, ok := s.Path(id)
 	_, isDir := s.dirs[id]
 	if !ok {
 		return unix.Stat_t{}, ErrNotFound
@@ -181,27 +176,36 @@ func (s *Store) Create(parent ID, name string, id ID, mode uint32, who Owner) (*
 	if err != nil {
 		return nil, err
 	}
-	wfd, wname := int(s.writing.Fd()), writingName(id)
-	fd, err := unix.Openat(wfd, wname, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
+	f, err := s.CreateDetached(id, mode)
 	if err != nil {
-		return nil, &os.PathError{Op: "create", Path: wname, Err: err}
+		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), wname)
 	var st unix.Stat_t
-	unix.Fstat(fd, &st) // for the inode number only; 0 if it fails
+	unix.Fstat(int(f.Fd()), &st) // for the inode number only; 0 if it fails
 	if who.UID >= 0 {
 		f.Chown(who.UID, who.GID)
 	}
-	rel := s.childPath(parent, name)
-	err = s.at(rel, func(dirfd int, name string) error { return unix.Linkat(wfd, wname, dirfd, name, 0) })
-	if err != nil {
-		unix.Unlinkat(wfd, wname, 0)
+	if err := s.linkMarked("create", d, name, id, st.Ino); err != nil {
+		unix.Unlinkat(int(s.writing.Fd()), writingName(id), 0)
 		f.Close()
-		return nil, &os.PathError{Op: "create", Path: rel, Err: underlying(err)}
+		return nil, err
+	}
+	return f, nil
+}
+
+// linkMarked gives the file marked under writing/ as id its name in d,
+// and indexes it with its stored inode's number (0: not known); op
+// names the failure.
+func (s *Store) linkMarked(op string, d *dir, name string, id ID, ino uint64) error {
+	wfd, wname := int(s.writing.Fd()), writingName(id)
+	rel := s.childPath(d.id, name)
+	err := s.at(rel, func(dirfd int, name string) error { return unix.Linkat(wfd, wname, dirfd, name, 0) })
+	if err != nil {
+		return &os.PathError{Op: op, Path: rel, Err: underlying(err)}
 	}
 	d.kids[name] = id
-	s.files[id] = &file{links: []Name{{parent, name}}, ino: st.Ino}
-	return f, nil
+	s.files[id] = &file{links: []Name{{d.id, name}}, ino: ino}
+	return nil
 }
 
 // freeName checks that name is free in parent.
@@ -297,6 +301,23 @@ func (s *Store) dropName(id ID, d *dir, name string) {
 	if len(f.links) == 0 {
 		delete(s.files, id)
 	}
+}
+
+// dropDir removes d's subtree from the index only, and returns the
+// files that had no name left outside it.
+func (s *Store) dropDir(d *dir) (vanished []ID) {
+	for name, id := range d.kids {
+		if sub, ok := s.dirs[id]; ok {
+			vanished = append(vanished, s.dropDir(sub)...)
+			continue
+		}
+		s.dropName(id, d, name)
+		if _, ok := s.files[id]; !ok {
+			vanished = append(vanished, id)
+		}
+	}
+	delete(s.dirs, d.id)
+	return vanished
 }
 
 // unlinkAt removes a stored name; one already gone is not an error: the

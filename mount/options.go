@@ -171,7 +171,7 @@ func (o *Options) validate() error {
 		flag string
 		v    time.Duration
 	}{{"grace", o.Grace}, {"wait-limit", o.WaitLimit}, {"cache-timeout", o.CacheTimeout}, {"audit-interval", o.AuditInterval},
-		{"checkpoint-interval", o.CheckpointInterval}} {
+		{"checkpoint-interval", o.CheckpointInterval}, {"request-timeout", o.RequestTimeout}} {
 		if d.v < 0 {
 			return usagef("--%s %v: durations must not be negative", d.flag, d.v)
 		}

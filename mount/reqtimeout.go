@@ -29,12 +29,10 @@ const (
 	maxRequestTimeout = 65535 * time.Second
 )
 
-// checkRequestTimeout validates --request-timeout before anything is
-// touched.
+// checkRequestTimeout validates a --request-timeout that is not negative
+// (validate's check) before anything is touched.
 func checkRequestTimeout(d time.Duration) error {
 	switch {
-	case d < 0:
-		return usagef("--request-timeout %v: durations must not be negative", d)
 	case d == 0:
 		return nil
 	case d > maxRequestTimeout:
