@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -243,23 +241,10 @@ func (s *Store) SaveCheckpoint(cp *Checkpoint) error {
 	buf := binary.LittleEndian.AppendUint32(cp.buf, crc32.ChecksumIEEE(cp.buf))
 	s.checkpointSize.Store(int64(len(buf)))
 	s.checkpointObjects.Store(int64(cp.Objects))
-	tmp := filepath.Join(s.dir, CheckpointName+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644)
-	if err != nil {
+	if err := writeDurably(s.dir, CheckpointName, buf); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	defer os.Remove(tmp) // a no-op once renamed
-	_, err = f.Write(buf)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err := errors.Join(err, f.Close()); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, CheckpointName)); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return syncDir(s.dir)
+	return nil
 }
 
 // dirHolds says whether a directory is still the one captured and holds

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // FormatName marks a directory as a kvfs store, and says which layout.
@@ -155,11 +157,27 @@ func readNames(dir string) ([]string, error) {
 
 // writeFormat marks dir as a store of this layout, durably.
 func writeFormat(dir string) error {
-	tmp := filepath.Join(dir, FormatName+".tmp")
-	if err := os.WriteFile(tmp, []byte(formatV1), 0o644); err != nil {
+	return writeDurably(dir, FormatName, []byte(formatV1))
+}
+
+// writeDurably replaces dir/name with data atomically and durably: a
+// temporary file written and synced, renamed over name, dir synced. A
+// crash leaves the old file or the new one, never a part of either.
+func writeDurably(dir, name string, data []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, FormatName)); err != nil {
+	defer os.Remove(tmp) // a no-op once renamed
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err := errors.Join(err, f.Close()); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
 	return syncDir(dir)
