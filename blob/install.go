@@ -17,7 +17,7 @@ const RemoteName = "remote"
 // the namespace yet, only its crash marker under writing/, and opens it
 // read-write: the file a fetched object's bytes go into. A crash before
 // LinkDetached leaves nothing but the marker, which start-up reclaims;
-// DiscardDetached removes it.
+// ClearWriting removes it.
 func (s *Store) CreateDetached(id ID, mode uint32) (*os.File, error) {
 	wname := writingName(id)
 	fd, err := unix.Openat(int(s.writing.Fd()), wname, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
@@ -37,10 +37,6 @@ func (s *Store) LinkDetached(parent ID, name string, id ID) error {
 	}
 	return s.linkMarked("link", d, name, id, 0)
 }
-
-// DiscardDetached removes a file made by CreateDetached that never got
-// its name.
-func (s *Store) DiscardDetached(id ID) error { return s.ClearWriting(id) }
 
 // NamePath is the path, relative to data/, of name in directory parent.
 func (s *Store) NamePath(parent ID, name string) (string, bool) {
