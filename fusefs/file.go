@@ -178,15 +178,6 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
-	a, err := h.Attr()
-	if err != nil {
-		return h.n.fs.errno("getattr", err)
-	}
-	fillAttr(&out.Attr, h.ID(), a)
-	return 0
-}
-
 // Allocate supports what the core can charge (see core.Handle.Allocate).
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	h.n.dropRAM()
