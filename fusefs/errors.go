@@ -49,8 +49,6 @@ var (
 	// the daemon (--strict-capacity, or no passthrough), the stored file
 	// of an object open for writing is not named (see beingWritten).
 	errDirectWrite = fmt.Errorf("every written byte passes through the daemon on this mount; no direct writes: %w", syscall.EPERM)
-	// errUnsupported: an fallocate mode kvfs cannot charge.
-	errUnsupported = fmt.Errorf("not supported: %w", syscall.EOPNOTSUPP)
 	// errIsDir: the name is a directory.
 	errIsDir  = fmt.Errorf("is a directory: %w", syscall.EISDIR)
 	errNotDir = fmt.Errorf("not a directory: %w", syscall.ENOTDIR)

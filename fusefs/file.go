@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -142,25 +140,14 @@ func callerPid(ctx context.Context) uint32 {
 }
 
 // sameProcess says whether two calling threads belong to one process;
-// unknown callers count as the same.
+// unknown callers count as the same. /proc/A/task names the threads of
+// A's process, so one lookup answers (a thread that is gone is in none).
 func sameProcess(a, b uint32) bool {
 	if a == b || a == 0 || b == 0 {
 		return true
 	}
-	ta, tb := tgid(a), tgid(b)
-	return ta != 0 && ta == tb
-}
-
-// tgid is the process a thread belongs to, or 0 once it is gone.
-func tgid(tid uint32) int {
-	data, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(tid), 10) + "/status")
-	if err != nil {
-		return 0
-	}
-	_, rest, _ := strings.Cut(string(data), "\nTgid:")
-	line, _, _ := strings.Cut(rest, "\n")
-	n, _ := strconv.Atoi(strings.TrimSpace(line))
-	return n
+	var st unix.Stat_t
+	return unix.Stat("/proc/"+strconv.FormatUint(uint64(a), 10)+"/task/"+strconv.FormatUint(uint64(b), 10), &st) == nil
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
@@ -175,15 +162,6 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.fill.Swap(nil).Abandon()
 	h.Handle.Release()
 	h.n.doneWriting(h)
-	return 0
-}
-
-func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
-	a, err := h.Attr()
-	if err != nil {
-		return h.n.fs.errno("getattr", err)
-	}
-	fillAttr(&out.Attr, h.ID(), a)
 	return 0
 }
 

@@ -42,7 +42,6 @@ var (
 	_ fs.FileFlusher   = (*handle)(nil)
 	_ fs.FileFsyncer   = (*handle)(nil)
 	_ fs.FileReleaser  = (*handle)(nil)
-	_ fs.FileGetattrer = (*handle)(nil)
 	_ fs.FileAllocater = (*handle)(nil)
 	_ fs.FileLseeker   = (*handle)(nil)
 

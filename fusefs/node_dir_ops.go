@@ -69,7 +69,7 @@ func (n *dirNode) openExisting(ctx context.Context, name string, flags uint32, o
 		return nil, nil, 0, n.fs.errno("create", errIsDir)
 	}
 	if flags&syscall.O_TRUNC != 0 {
-		if err := fn.truncate(ctx, nil, 0); err != nil {
+		if err := fn.truncate(nil, 0); err != nil {
 			return nil, nil, 0, n.fs.errno("create", err)
 		}
 	}

@@ -88,7 +88,7 @@ func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	h := handleOf(fh)
 	if size, ok := in.GetSize(); ok {
-		if err := n.truncate(ctx, h, int64(size)); err != nil {
+		if err := n.truncate(h, int64(size)); err != nil {
 			return n.fs.errno("setattr", err)
 		}
 	}
@@ -115,7 +115,7 @@ func (n *fileNode) attrFile(h *handle) (*os.File, error) {
 }
 
 // truncate sets the size through a writer's handle, or by name.
-func (n *fileNode) truncate(ctx context.Context, h *handle, size int64) error {
+func (n *fileNode) truncate(h *handle, size int64) error {
 	var f *os.File
 	if h != nil && h.Writable() {
 		f = h.File()

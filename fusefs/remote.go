@@ -122,14 +122,12 @@ func (n *remoteNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.At
 }
 
 func (n *remoteNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	hold, err := n.local()
+	release, err := n.local()
 	if err != nil {
 		return nil, 0, n.fs.errno("open", err)
 	}
-	if hold != nil {
-		// Pinned until the open has its own pin.
-		defer hold.Release()
-	}
+	// Pinned until the open has its own pin.
+	defer release()
 	return n.fileNode.Open(ctx, flags)
 }
 
@@ -137,13 +135,11 @@ func (n *remoteNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uin
 // installed first.
 func (n *remoteNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if fh == nil {
-		hold, err := n.local()
+		release, err := n.local()
 		if err != nil {
 			return n.fs.errno("setattr", err)
 		}
-		if hold != nil {
-			defer hold.Release()
-		}
+		defer release()
 	}
 	return n.fileNode.Setattr(ctx, fh, in, out)
 }
@@ -155,15 +151,15 @@ func (n *remoteNode) Getxattr(ctx context.Context, attr string, dest []byte) (ui
 	return n.fileNode.Getxattr(ctx, attr, dest)
 }
 
-// local makes the object local, once: it returns a handle that pins it
-// when this call installed it (Release it once the caller's own open
-// holds it), nil when it was installed already.
-func (n *remoteNode) local() (*core.Handle, error) {
+// local makes the object local, once. Call release once the caller's
+// own open holds it: it drops the pin of the install this call made
+// (nothing when the object was local already).
+func (n *remoteNode) local() (release func(), err error) {
 	n.installMu.Lock()
 	defer n.installMu.Unlock()
 	switch {
 	case n.installed.Load():
-		return nil, nil
+		return func() {}, nil
 	case n.failed != nil:
 		return nil, n.failed
 	}
@@ -184,7 +180,7 @@ func (n *remoteNode) local() (*core.Handle, error) {
 	}
 	n.installed.Store(true)
 	n.fs.queue(notice{inode: n.EmbeddedInode()})
-	return hold, nil
+	return hold.Release, nil
 }
 
 // fetch is the install's download: the tier fetches into the file the
@@ -226,13 +222,8 @@ func fileOf(ops fs.InodeEmbedder) (*fileNode, bool) {
 // localize installs a remote node's object before an operation that
 // needs it local (a link); release the returned func after it.
 func localize(ops fs.InodeEmbedder) (func(), error) {
-	r, ok := ops.(*remoteNode)
-	if !ok {
-		return func() {}, nil
+	if r, ok := ops.(*remoteNode); ok {
+		return r.local()
 	}
-	hold, err := r.local()
-	if err != nil || hold == nil {
-		return func() {}, err
-	}
-	return hold.Release, nil
+	return func() {}, nil
 }

@@ -195,7 +195,7 @@ func TestRemoteMiss(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("stat before the delete: %v", err)
 	}
-	if err := srv.Client().RemoveObject(context.Background(), srv.Bucket, "fleet/gone.data", minioRemove()); err != nil {
+	if err := srv.Client().RemoveObject(context.Background(), srv.Bucket, "fleet/gone.data", minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := os.ReadFile(path)
@@ -207,8 +207,6 @@ func TestRemoteMiss(t *testing.T) {
 		t.Errorf("B holds %d objects, %d bytes after a miss", st.Objects, st.UsedBytes)
 	}
 }
-
-func minioRemove() minio.RemoveObjectOptions { return minio.RemoveObjectOptions{} }
 
 // TestRemoteLocalChanges: what needs a remote name local (a write, a
 // truncate, a link from it) fetches it first; an object that cannot be
