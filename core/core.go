@@ -41,6 +41,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
@@ -59,8 +60,9 @@ var (
 	ErrStale = errors.New("object is gone")
 	// ErrNoSpace: nothing evictable is left to make room (ENOSPC).
 	ErrNoSpace = errors.New("no space left under the capacity")
-	// ErrExists: the name is taken (EEXIST).
-	ErrExists = errors.New("name exists")
+	// ErrExists: the name is taken (EEXIST). It is the errno itself, as
+	// the store answers a taken name, so one test matches every path.
+	ErrExists error = syscall.EEXIST
 )
 
 // Config tunes a Core; zero values pick the defaults noted.

@@ -42,7 +42,7 @@ func (h *Handle) Writable() bool { return h.write }
 // cannot be admitted never appears.
 func (c *Core) Create(parent blob.ID, name string, mode uint32, who blob.Owner, write bool) (*Handle, error) {
 	if c.taken(parent, name) {
-		return nil, syscall.EEXIST
+		return nil, ErrExists
 	}
 	id := c.store.NewID()
 	c.ledger.Create(id, write)

@@ -29,7 +29,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags, mode uint32, o
 		return nil, nil, 0, n.fs.errno("create", errNotStored)
 	}
 	ch, err := n.fs.core.Create(n.id, name, fileMode(mode), owner(ctx), writable(flags))
-	for try := 0; errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0; try++ {
+	for try := 0; errors.Is(err, core.ErrExists) && flags&syscall.O_EXCL == 0; try++ {
 		ino, fh, fuseFlags, errno := n.openExisting(ctx, name, flags, out)
 		if errno != syscall.ENOENT || try == 3 {
 			return ino, fh, fuseFlags, errno
