@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/usageerr"
 	"github.com/kvfs/kvfs/ledger"
 	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
@@ -92,19 +93,9 @@ const (
 
 // ErrUsage marks errors in what the user asked for (exit status 2), as
 // opposed to failures while doing it: errors.Is(err, ErrUsage).
-var ErrUsage = errors.New("usage")
+var ErrUsage = usageerr.ErrUsage
 
-type usageError struct{ msg string }
-
-func (e usageError) Error() string        { return e.msg }
-func (e usageError) Is(target error) bool { return target == ErrUsage }
-
-// Usagef makes an ErrUsage error with a message of its own.
-func Usagef(format string, args ...any) error { return usagef(format, args...) }
-
-func usagef(format string, args ...any) error {
-	return usageError{fmt.Sprintf(format, args...)}
-}
+func usagef(format string, args ...any) error { return usageerr.Errorf(format, args...) }
 
 // DefaultStore is the store directory used when none is given: beside
 // the mount point, named after it.

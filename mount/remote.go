@@ -34,8 +34,8 @@ func (m *Mount) startRemote() error {
 		Clock:      m.RemoteClock,
 	})
 	switch {
-	case errors.Is(err, remote.ErrUsage):
-		return usagef("%v", err)
+	case errors.Is(err, ErrUsage):
+		return err
 	case err != nil:
 		return fmt.Errorf("remote tier: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/kvfs/kvfs/internal/usageerr"
 )
 
 // Config is what `--remote s3://BUCKET/PREFIX` and its companion flags
@@ -61,16 +63,9 @@ const (
 
 // ErrUsage marks errors in what the user asked for (exit status 2):
 // errors.Is(err, ErrUsage). The message is one line.
-var ErrUsage = errors.New("usage")
+var ErrUsage = usageerr.ErrUsage
 
-type usageError struct{ msg string }
-
-func (e usageError) Error() string        { return e.msg }
-func (e usageError) Is(target error) bool { return target == ErrUsage }
-
-func usagef(format string, args ...any) error {
-	return usageError{fmt.Sprintf(format, args...)}
-}
+func usagef(format string, args ...any) error { return usageerr.Errorf(format, args...) }
 
 // RegisterFlags adds --remote and its companions to fs, with defaults.
 // Call Finish after fs.Parse.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/gpudirect"
-	"github.com/kvfs/kvfs/mount"
+	"github.com/kvfs/kvfs/internal/usageerr"
 )
 
 // catJob is one `kvfs cat --direct` run.
@@ -38,22 +38,22 @@ func cmdCat(args []string, stdout io.Writer) error {
 		return err
 	}
 	if !*direct {
-		return mount.Usagef("--direct is required (kvfs cat reads only through the direct path; plain reads are cat(1))")
+		return usageerr.Errorf("--direct is required (kvfs cat reads only through the direct path; plain reads are cat(1))")
 	}
 	if *gpu < -1 {
-		return mount.Usagef("--gpu %d: want a device ordinal (0, 1, ...)", *gpu)
+		return usageerr.Errorf("--gpu %d: want a device ordinal (0, 1, ...)", *gpu)
 	}
 	if chunk > 1<<30 || *depth <= 0 {
-		return mount.Usagef("--chunk %d --depth %d: want a chunk of at most 1GiB and a depth of at least 1", chunk, *depth)
+		return usageerr.Errorf("--chunk %d --depth %d: want a chunk of at most 1GiB and a depth of at least 1", chunk, *depth)
 	}
 	r, err := gpudirect.NewReader(gpudirect.Options{Chunk: int(chunk), Depth: *depth})
 	if err != nil {
-		return mount.Usagef("%v", err)
+		return usageerr.Errorf("%v", err)
 	}
 	defer r.Close()
 	for _, p := range paths {
 		if err := gpudirect.Check(p); err != nil {
-			return mount.Usagef("%v", err)
+			return usageerr.Errorf("%v", err)
 		}
 	}
 	job := &catJob{out: stdout, r: r, verify: *verify}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvfs/kvfs/internal/metrics"
 	"github.com/kvfs/kvfs/internal/progress"
+	"github.com/kvfs/kvfs/internal/usageerr"
 	"github.com/kvfs/kvfs/mount"
 	"go.uber.org/zap"
 )
@@ -38,7 +39,7 @@ func progressFlag(fs *flag.FlagSet) *time.Duration {
 
 func checkProgressEvery(d time.Duration) error {
 	if d < 0 {
-		return mount.Usagef("--progress-interval %v: durations must not be negative", d)
+		return usageerr.Errorf("--progress-interval %v: durations must not be negative", d)
 	}
 	return nil
 }
@@ -63,7 +64,7 @@ func (x extraFlags) start(o *mount.Options, log *zap.Logger) (*extras, error) {
 		return e, nil
 	}
 	if err := metrics.CheckAddr(*x.metricsAddr); err != nil {
-		return nil, mount.Usagef("--metrics-addr: %v", err)
+		return nil, usageerr.Errorf("--metrics-addr: %v", err)
 	}
 	srv, err := metrics.Listen(*x.metricsAddr)
 	if err != nil {

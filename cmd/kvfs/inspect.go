@@ -15,7 +15,7 @@ import (
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/fusefs"
-	"github.com/kvfs/kvfs/mount"
+	"github.com/kvfs/kvfs/internal/usageerr"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,7 +31,7 @@ func cmdStats(args []string, stdout io.Writer) error {
 	}
 	if *watch {
 		if *interval <= 0 || *count < 0 || *asJSON {
-			return mount.Usagef("--watch wants a positive --interval, a --count of 0 or more, and no --json")
+			return usageerr.Errorf("--watch wants a positive --interval, a --count of 0 or more, and no --json")
 		}
 		if _, err := readStats(rest[0]); err != nil {
 			return err
@@ -102,7 +102,7 @@ func readStats(mp string) (fusefs.Stats, error) {
 // statsJSON is the root's stats extended attribute.
 func statsJSON(mp string) ([]byte, error) {
 	if _, err := os.Stat(mp); err != nil {
-		return nil, mount.Usagef("%v", err)
+		return nil, usageerr.Errorf("%v", err)
 	}
 	buf := make([]byte, 4096)
 	n, err := unix.Getxattr(mp, fusefs.StatsXattr, buf)
@@ -112,7 +112,7 @@ func statsJSON(mp string) ([]byte, error) {
 	}
 	if err != nil {
 		if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP) {
-			return nil, mount.Usagef("%s is not the root of a kvfs mount", mp)
+			return nil, usageerr.Errorf("%s is not the root of a kvfs mount", mp)
 		}
 		return nil, fmt.Errorf("reading stats of %s: %w", mp, err)
 	}
@@ -132,14 +132,14 @@ func cmdFsck(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *store == "" {
-		return mount.Usagef("--store DIR is required")
+		return usageerr.Errorf("--store DIR is required")
 	}
 	if st, err := os.Stat(*store); err != nil || !st.IsDir() {
-		return mount.Usagef("store %s is not a directory", *store)
+		return usageerr.Errorf("store %s is not a directory", *store)
 	}
 	rep, err := core.Fsck(*store, *repair, fsckProgress(*every))
 	if errors.Is(err, blob.ErrNotStore) {
-		return mount.Usagef("%v", err)
+		return usageerr.Errorf("%v", err)
 	}
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/kvfs/kvfs/internal/usageerr"
 	"github.com/kvfs/kvfs/mount"
 	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
@@ -65,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, mount.ErrUsage):
+	case errors.Is(err, usageerr.ErrUsage):
 		fmt.Fprintf(stderr, "kvfs %s: %v\n", args[0], err)
 		return 2
 	default:
@@ -84,11 +85,11 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 			fs.PrintDefaults()
 			return nil, err
 		}
-		return nil, mount.Usagef("%v", err)
+		return nil, usageerr.Errorf("%v", err)
 	}
 	rest := fs.Args()
 	if (n >= 0 && len(rest) != n) || (n < 0 && len(rest) == 0) {
-		return nil, mount.Usagef("want %s, got %d arguments", what, len(rest))
+		return nil, usageerr.Errorf("want %s, got %d arguments", what, len(rest))
 	}
 	return rest, nil
 }
@@ -118,7 +119,7 @@ func explicitZero(fs *flag.FlagSet, name string) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == name && f.Value.String() == "0" {
-			err = mount.Usagef("%s 0 is below one block (4096 bytes)", name)
+			err = usageerr.Errorf("%s 0 is below one block (4096 bytes)", name)
 		}
 	})
 	return err
@@ -127,7 +128,7 @@ func explicitZero(fs *flag.FlagSet, name string) error {
 func newLogger(level string) (*zap.Logger, error) {
 	var lvl zapcore.Level
 	if err := lvl.Set(level); err != nil {
-		return nil, mount.Usagef("bad --log-level %q", level)
+		return nil, usageerr.Errorf("bad --log-level %q", level)
 	}
 	cfg := zap.NewProductionConfig()
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
@@ -233,7 +234,7 @@ func cmdUnmount(args []string, stdout io.Writer) error {
 		return err
 	}
 	if o.Timeout <= 0 {
-		return mount.Usagef("--timeout %v: want a positive duration", o.Timeout)
+		return usageerr.Errorf("--timeout %v: want a positive duration", o.Timeout)
 	}
 	return mount.UnmountWithin(rest[0], o)
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/gpudirect"
-	"github.com/kvfs/kvfs/mount"
+	"github.com/kvfs/kvfs/internal/usageerr"
 )
 
 // putJob is one `kvfs put --direct` run.
@@ -35,10 +35,10 @@ func cmdPut(args []string, stdout io.Writer) error {
 		return err
 	}
 	if !*direct {
-		return mount.Usagef("--direct is required (kvfs put writes only through the direct path; plain writes are cp(1))")
+		return usageerr.Errorf("--direct is required (kvfs put writes only through the direct path; plain writes are cp(1))")
 	}
 	if *gpu < -1 || chunk > 1<<30 || *depth <= 0 {
-		return mount.Usagef("--gpu %d --chunk %d --depth %d: want a device ordinal, a chunk of at most 1GiB and a depth of at least 1", *gpu, chunk, *depth)
+		return usageerr.Errorf("--gpu %d --chunk %d --depth %d: want a device ordinal, a chunk of at most 1GiB and a depth of at least 1", *gpu, chunk, *depth)
 	}
 	data, err := readSource(args[0])
 	if err != nil {
@@ -46,7 +46,7 @@ func cmdPut(args []string, stdout io.Writer) error {
 	}
 	w, err := gpudirect.NewWriter(gpudirect.Options{Chunk: int(chunk), Depth: *depth})
 	if err != nil {
-		return mount.Usagef("%v", err)
+		return usageerr.Errorf("%v", err)
 	}
 	defer w.Close()
 	job := &putJob{out: stdout, w: w, verify: *verify}
@@ -73,7 +73,7 @@ func readSource(src string) ([]byte, error) {
 	}
 	data, err := os.ReadFile(src)
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.EISDIR) || errors.Is(err, os.ErrPermission) {
-		return nil, mount.Usagef("SRC %v", err)
+		return nil, usageerr.Errorf("SRC %v", err)
 	}
 	return data, err
 }
@@ -92,7 +92,7 @@ func (j *putJob) run(data []byte, dst string) error {
 	start := time.Now()
 	f, err := gpudirect.Create(dst)
 	if errors.Is(err, gpudirect.ErrNotKVFS) || errors.Is(err, os.ErrNotExist) {
-		return mount.Usagef("DST %v", err)
+		return usageerr.Errorf("DST %v", err)
 	}
 	if err != nil {
 		return err

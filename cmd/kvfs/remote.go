@@ -5,7 +5,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/kvfs/kvfs/mount"
+	"github.com/kvfs/kvfs/internal/usageerr"
 	"github.com/kvfs/kvfs/remote"
 )
 
@@ -21,12 +21,12 @@ func remoteConfig(fs *flag.FlagSet, rc *remote.Config) (*remote.Config, error) {
 			}
 		})
 		if stray != "" {
-			return nil, mount.Usagef("--%s needs --remote s3://BUCKET/PREFIX", stray)
+			return nil, usageerr.Errorf("--%s needs --remote s3://BUCKET/PREFIX", stray)
 		}
 		return nil, nil
 	}
 	if err := rc.Finish(os.Getenv); err != nil {
-		return nil, mount.Usagef("%v", err)
+		return nil, err
 	}
 	return rc, nil
 }
