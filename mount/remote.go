@@ -68,7 +68,7 @@ func (m *Mount) Tier() *remote.Tier { return m.tier }
 
 // openForUpload is the tier's Opener: the object by its name, read
 // through a handle that pins it (not evicted while it uploads).
-func (m *Mount) openForUpload(name string) (io.ReadCloser, int64, error) {
+func (m *Mount) openForUpload(name string) (io.ReadSeekCloser, int64, error) {
 	h, err := m.core.OpenPath(name)
 	if errors.Is(err, core.ErrNotFound) {
 		return nil, 0, remote.ErrNotFound
@@ -84,9 +84,8 @@ func (m *Mount) openForUpload(name string) (io.ReadCloser, int64, error) {
 	return &pinnedReader{SectionReader: io.NewSectionReader(h.File(), 0, st.Size), h: h}, st.Size, nil
 }
 
-// pinnedReader reads an object through its handle (seekable, so the tier
-// reads it twice, checksum then upload, without opening it again) and
-// releases the handle at Close.
+// pinnedReader reads an object through its handle (the tier reads it
+// twice, checksum then upload) and releases the handle at Close.
 type pinnedReader struct {
 	*io.SectionReader
 	h *core.Handle

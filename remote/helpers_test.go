@@ -162,7 +162,7 @@ func newNode(t *testing.T, srv *s3test.Server, prefix string, o nodeOpts) *node 
 }
 
 // open is the node's Opener: the file under its store.
-func (n *node) open(name string) (io.ReadCloser, int64, error) {
+func (n *node) open(name string) (io.ReadSeekCloser, int64, error) {
 	f, err := os.Open(filepath.Join(n.store, filepath.FromSlash(name)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, ErrNotFound

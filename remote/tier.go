@@ -34,9 +34,8 @@ var (
 // Opener opens a local object for upload: its bytes and their length.
 // It returns an error satisfying errors.Is(err, ErrNotFound) (or
 // fs.ErrNotExist) when the object is gone, and the upload is dropped.
-// If the reader is an io.Seeker it is read twice (checksum, then
-// upload); otherwise Opener is called twice.
-type Opener func(name string) (io.ReadCloser, int64, error)
+// The reader is read twice: the checksum, then the upload.
+type Opener func(name string) (io.ReadSeekCloser, int64, error)
 
 // Deps is what the daemon hands the tier besides its Config.
 type Deps struct {

@@ -135,8 +135,7 @@ type source struct {
 	sum  uint32
 }
 
-// source opens name and checksums it: seeking back if it can, opening it
-// again if not.
+// source opens name, checksums it and seeks back to its start.
 func (t *Tier) source(name string) (source, error) {
 	rc, size, err := t.open(name)
 	if err != nil {
@@ -147,31 +146,13 @@ func (t *Tier) source(name string) (source, error) {
 		err = errSourceChanged
 	}
 	if err == nil {
-		rc, err = t.rewind(name, rc, size)
-	} else {
-		rc.Close()
+		_, err = rc.Seek(0, io.SeekStart)
 	}
 	if err != nil {
+		rc.Close()
 		return source{}, err
 	}
 	return source{rc: rc, size: size, sum: sum}, nil
-}
-
-func (t *Tier) rewind(name string, rc io.ReadCloser, size int64) (io.ReadCloser, error) {
-	if s, ok := rc.(io.Seeker); ok {
-		if _, err := s.Seek(0, io.SeekStart); err != nil {
-			rc.Close()
-			return nil, err
-		}
-		return rc, nil
-	}
-	rc.Close()
-	rc, size2, err := t.open(name)
-	if err == nil && size2 != size {
-		rc.Close()
-		err = errSourceChanged
-	}
-	return rc, err
 }
 
 // put is the conditional PUT: If-None-Match: * makes the first writer
