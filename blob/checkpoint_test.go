@@ -555,3 +555,26 @@ func openUnracy(t *testing.T) (string, *Store) {
 	s.racy = 0
 	return dir, s
 }
+
+// TestCheckpointKnowsFetchedInode: an object linked from a detached file
+// (a remote fetch) is indexed with its stored inode's number, so a start
+// that lists its directory recognises it without a stat.
+func TestCheckpointKnowsFetchedInode(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir) // the real window: the directory is listed
+	must(t, "Open", err)
+	id := s.NewID()
+	f, err := s.CreateDetached(id, 0o644)
+	must(t, "CreateDetached", err)
+	f.Write(make([]byte, 5000))
+	var st unix.Stat_t
+	must(t, "fstat", unix.Fstat(int(f.Fd()), &st))
+	f.Close()
+	must(t, "LinkDetached", s.LinkDetached(RootID, "fetched", id, st.Ino))
+	must(t, "ClearWriting", s.ClearWriting(id))
+	saveCheckpoint(t, s, ids(s))
+	_, objs, rep := reload(t, dir, s)
+	if !rep.FromSnapshot || rep.DirsListed != 1 || rep.Stated != 0 || len(objs) != 1 {
+		t.Fatalf("report %+v: want the root listed, the fetched object recognised without a stat", rep)
+	}
+}

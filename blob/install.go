@@ -27,15 +27,16 @@ func (s *Store) CreateDetached(id ID, mode uint32) (*os.File, error) {
 	return os.NewFile(uintptr(fd), wname), nil
 }
 
-// LinkDetached gives a file made by CreateDetached its name, if the name
-// is free (EEXIST if not). The file stays marked under writing/ until
-// ClearWriting: a crash in between reclaims it as incomplete.
-func (s *Store) LinkDetached(parent ID, name string, id ID) error {
+// LinkDetached gives a file made by CreateDetached, stored inode ino
+// (0: not known), its name, if the name is free (EEXIST if not). The file
+// stays marked under writing/ until ClearWriting: a crash in between
+// reclaims it as incomplete.
+func (s *Store) LinkDetached(parent ID, name string, id ID, ino uint64) error {
 	d, err := s.freeName(parent, name)
 	if err != nil {
 		return err
 	}
-	return s.linkMarked("link", d, name, id, 0)
+	return s.linkMarked("link", d, name, id, ino)
 }
 
 // NamePath is the path, relative to data/, of name in directory parent.

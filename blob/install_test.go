@@ -26,8 +26,8 @@ func TestDetachedCrash(t *testing.T) {
 	must(t, "CreateDetached", err)
 	f.Write(make([]byte, 9000))
 	f.Close()
-	must(t, "LinkDetached", s.LinkDetached(RootID, "fetched", named))
-	if err := s.LinkDetached(RootID, "kept", half); err != unix.EEXIST {
+	must(t, "LinkDetached", s.LinkDetached(RootID, "fetched", named, 0))
+	if err := s.LinkDetached(RootID, "kept", half, 0); err != unix.EEXIST {
 		t.Errorf("LinkDetached over a taken name: %v, want EEXIST", err)
 	}
 	s.Close() // the crash: no ClearWriting, no snapshot

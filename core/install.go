@@ -149,7 +149,7 @@ func (in *install) link(parent blob.ID, name string) error {
 		return err
 	}
 	c.mu.Lock()
-	err = c.store.LinkDetached(parent, name, in.id)
+	err = c.store.LinkDetached(parent, name, in.id, st.Ino)
 	c.mu.Unlock()
 	if errors.Is(err, unix.EEXIST) {
 		return ErrExists
