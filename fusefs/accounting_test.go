@@ -69,11 +69,12 @@ func TestLRUOrder(t *testing.T) {
 	k := mountSmall(t, withCache(0))
 	for i := range 8 {
 		mustWrite(t, k.path(fmt.Sprintf("obj%d", i)), pattern(i, mib))
+		k.released(0) // the LRU order is the order of the RELEASEs
 	}
 	if st := k.M.Stats(); st.UsedBytes != smallCap {
 		t.Fatalf("used %d after filling, want %d", st.UsedBytes, smallCap)
 	}
-	k.pastGrace()
+	k.pastGrace(0)
 	f, err := os.Open(k.path("obj0"))
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +87,7 @@ func TestLRUOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	k.pastGrace()
+	k.pastGrace(0)
 
 	mustWrite(t, k.path("new0"), pattern(100, mib))
 	if exists(t, k.path("obj1")) || !exists(t, k.path("obj0")) {
@@ -126,7 +127,7 @@ func TestOpenHandlesNeverEvicted(t *testing.T) {
 	if _, err := w.Write(wdata[:mib]); err != nil {
 		t.Fatal(err)
 	}
-	k.pastGrace()
+	k.pastGrace(2)
 
 	s := sampleCapacity(k, false)
 	flood(t, k, "flood", 5*smallCap/mib, mib, 2)
@@ -172,7 +173,7 @@ func TestEvictionRemovesEveryName(t *testing.T) {
 	for _, n := range names {
 		lstat(t, k.path(n)) // cache the entries and attributes
 	}
-	k.pastGrace()
+	k.pastGrace(0)
 	flood(t, k, "flood", smallCap/mib, mib, 1)
 
 	gone := eventually(2*time.Second, func() bool {
@@ -213,7 +214,7 @@ func TestUnlinkRacingEviction(t *testing.T) {
 	for i := range n {
 		lstat(t, k.path(fmt.Sprintf("old%02d", i)))
 	}
-	k.pastGrace()
+	k.pastGrace(0)
 	s := sampleCapacity(k, false)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -374,7 +375,7 @@ func TestNoSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	k.pastGrace()
+	k.pastGrace(3)
 	k.M.Poll()
 	// 7 MiB held by writers (d its reservation, the size of "keep"), 1 MiB
 	// evictable ("keep"), nothing free.
@@ -431,7 +432,7 @@ func TestWriteLargerThanCapacity(t *testing.T) {
 			k := mountKVFS(t, append([]mountOpt{withCapacity(256 * kib), withGrace(grace)}, m.opts...)...)
 			mustWrite(t, k.path("a"), pattern(1, 64*kib))
 			mustWrite(t, k.path("b"), pattern(2, 64*kib))
-			k.pastGrace()
+			k.pastGrace(0)
 			err := writeObject(k.path("big"), pattern(3, 512*kib))
 			wantErrno(t, "store of 512 KiB on a 256 KiB cache", err, syscall.ENOSPC)
 			wantGone(t, k.path("big"))
@@ -480,7 +481,7 @@ func TestDoomedStoreKeepsCache(t *testing.T) {
 			for i := range n {
 				mustWrite(t, k.path(fmt.Sprintf("o%02d", i)), pattern(i, obj))
 			}
-			k.pastGrace()
+			k.pastGrace(0)
 			err := writeObject(k.path("doomed"), pattern(99, smallCap+mib))
 			wantErrno(t, "store of capacity + 1 MiB", err, syscall.ENOSPC)
 			wantGone(t, k.path("doomed"))

@@ -48,8 +48,25 @@ type testClock struct{ skipped atomic.Int64 }
 
 func (c *testClock) Now() time.Time { return time.Now().Add(time.Duration(c.skipped.Load())) }
 
-// pastGrace makes every object closed so far evictable.
-func (k *kvfsMount) pastGrace() { k.clock.skipped.Add(int64(2*k.Opts.Grace + time.Millisecond)) }
+// pastGrace makes every object closed so far evictable. A writer's
+// RELEASE starts its grace period, so it first waits for the RELEASEs of
+// what the test closed (see released).
+func (k *kvfsMount) pastGrace(held int64) {
+	k.t.Helper()
+	k.released(held)
+	k.clock.skipped.Add(int64(2*k.Opts.Grace + time.Millisecond))
+}
+
+// released waits until only the held objects the test keeps open are
+// pinned: close(2) returns before the kernel's RELEASE of the handle
+// reaches kvfs, and RELEASE is what unpins the object, starts a writer's
+// grace period and moves the object to the hot end of the LRU.
+func (k *kvfsMount) released(held int64) {
+	k.t.Helper()
+	if st := k.settled(func(st core.Stats) bool { return st.PinnedObjects == held }); st.PinnedObjects != held {
+		k.t.Fatalf("%d objects pinned, want only the %d held open", st.PinnedObjects, held)
+	}
+}
 
 // mountOpt adjusts the options of a mount before it starts.
 type mountOpt func(*mount.Options)
