@@ -25,6 +25,7 @@ type mObj struct {
 	res, over            int64
 	nlink, pins, writers int
 	lastClose, lastUse   int64
+	final                bool
 }
 
 // charge is what the object costs: its size, or its reservation while a
@@ -43,7 +44,45 @@ type model struct {
 	evicted    int64
 	refusals   int64
 	reconciled int64
-	peakOver   int64
+	peak       peakWindow
+	// writing lists the objects with writers, in the order the first
+	// writer of each opened.
+	writing []ID
+}
+
+// startWriter and endWriter keep m.writing as a writer count of o
+// leaves or reaches zero.
+func (m *model) startWriter(o *mObj) {
+	if o.writers == 0 {
+		m.writing = append(m.writing, o.id)
+	}
+}
+
+func (m *model) endWriter(id ID) {
+	for i, x := range m.writing {
+		if x == id {
+			m.writing = append(m.writing[:i:i], m.writing[i+1:]...)
+			return
+		}
+	}
+}
+
+// reclaim predicts the reservations taken back for need bytes.
+func (m *model) reclaim(need int64, self ID) int64 {
+	var got int64
+	for _, id := range m.writing {
+		o := m.objs[id]
+		if got >= need {
+			break
+		}
+		if id == self || o.res <= mCharge(o.size) {
+			continue
+		}
+		take := min(o.res-mCharge(o.size), mCharge(need-got))
+		o.res -= take
+		got += take
+	}
+	return got
 }
 
 // mCharge rounds up with its own arithmetic, not the ledger's Charge.
@@ -84,6 +123,7 @@ func (m *model) touch(id ID) {
 }
 
 func (m *model) drop(id ID) {
+	m.endWriter(id)
 	delete(m.objs, id)
 	for i, x := range m.order {
 		if x == id {
@@ -154,6 +194,14 @@ func (m *model) room(need, total int64, self ID, freeOnly bool) ([]Victim[ID], e
 	}
 	free := fzCap - m.admitted()
 	if free >= need {
+		return nil, nil
+	}
+	if !freeOnly {
+		if v, ok := m.evict(need-free, self); ok {
+			return v, nil
+		}
+	}
+	if free += m.reclaim(need-free, self); free >= need {
 		return nil, nil
 	}
 	if freeOnly {
@@ -257,8 +305,7 @@ func (r *fuzzRun) check() {
 	}
 	want.Evictions, want.EvictedBytes = r.m.evictions, r.m.evicted
 	want.AdmissionFailures, want.Reconciliations = r.m.refusals, r.m.reconciled
-	r.m.peakOver = max(r.m.peakOver, r.m.used()-fzCap)
-	want.OvershootMaxBytes = r.m.peakOver
+	want.OvershootMaxBytes = r.m.peak.max(r.m.now, max(r.m.used()-fzCap, 0))
 	if st != want {
 		r.failf("stats\n got %+v\nwant %+v", st, want)
 	}
@@ -334,10 +381,35 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 		r.desc = "Refused"
 		r.l.Refused()
 		r.m.refusals++
+	case 19:
+		r.endGrace(id, o)
+	case 20:
+		r.overloaded(fzSize(arg))
 	}
 }
 
-const fzOps = 19
+const fzOps = 21
+
+func (r *fuzzRun) endGrace(id ID, o *mObj) {
+	r.desc = fmt.Sprintf("EndGrace(%d)", id)
+	r.l.EndGrace(id)
+	if o != nil {
+		o.final, o.lastClose = true, 0
+	}
+}
+
+func (r *fuzzRun) overloaded(n int64) {
+	r.desc = fmt.Sprintf("Overloaded(%d)", n)
+	var written int64
+	for _, o := range r.m.objs {
+		if o.writers > 0 {
+			written += mCharge(o.size)
+		}
+	}
+	if got, want := r.l.Overloaded(n), written+mCharge(n) > fzCap; got != want {
+		r.failf("Overloaded = %v, model %v (written %d)", got, want, written)
+	}
+}
 
 func (r *fuzzRun) create(slot int, id ID, o *mObj, write bool) {
 	if o != nil {
@@ -350,6 +422,7 @@ func (r *fuzzRun) create(slot int, id ID, o *mObj, write bool) {
 	r.errIs(r.l.Create(id, write), nil)
 	o = &mObj{id: id, nlink: 1, pins: 1}
 	if write {
+		r.m.startWriter(o)
 		o.writers = 1
 	}
 	r.m.add(o)
@@ -364,6 +437,7 @@ func (r *fuzzRun) open(id ID, o *mObj, write bool) {
 	r.errIs(r.l.Open(id, write), nil)
 	o.pins++
 	if write {
+		r.m.startWriter(o)
 		o.writers++
 	}
 	r.m.touch(id)
@@ -394,7 +468,12 @@ func (r *fuzzRun) close(id ID, o *mObj, write bool) {
 	o.pins--
 	if write {
 		o.writers--
-		o.lastClose = r.m.now
+		if o.writers == 0 {
+			r.m.endWriter(id)
+		}
+		if !o.final {
+			o.lastClose = r.m.now
+		}
 	}
 	r.m.touch(id)
 	r.released(id, got, o.pins == 0 && o.nlink == 0)

@@ -6,7 +6,7 @@ func (l *Ledger[K]) insert(e *entry[K]) {
 	l.entries[e.id] = e
 	l.lru.pushBack(e)
 	l.used += e.charge
-	l.peakOver = max(l.peakOver, l.used-l.capacity)
+	l.noteOver()
 	if e.nlink == 0 {
 		l.shadow += e.charge
 	}
@@ -19,6 +19,7 @@ func (l *Ledger[K]) remove(e *entry[K]) {
 	}
 	if e.writers > 0 {
 		l.writeBytes -= e.charge
+		l.open.remove(e)
 	}
 	if e.nlink == 0 {
 		l.shadow -= e.charge
@@ -28,6 +29,7 @@ func (l *Ledger[K]) remove(e *entry[K]) {
 	l.reserved -= e.charge - Charge(e.size)
 	l.lru.remove(e)
 	delete(l.entries, e.id)
+	l.signal()
 }
 
 func (l *Ledger[K]) pin(e *entry[K], write bool) {
@@ -39,6 +41,7 @@ func (l *Ledger[K]) pin(e *entry[K], write bool) {
 	if write {
 		if e.writers == 0 {
 			l.writeBytes += e.charge
+			l.open.pushBack(e)
 		}
 		e.writers++
 	}
@@ -49,6 +52,7 @@ func (l *Ledger[K]) unpin(e *entry[K], write bool) {
 		e.writers--
 		if e.writers == 0 {
 			l.writeBytes -= e.charge
+			l.open.remove(e)
 		}
 	}
 	e.pins--
@@ -78,8 +82,9 @@ func (l *Ledger[K]) admit(e *entry[K], size, res int64, freeOnly bool) ([]Victim
 }
 
 // room admits need more bytes for e, whose admitted charge is then total:
-// from free space, or by evicting others from the cold end, all or
-// nothing. Unadmitted bytes take no room: they must not make others
+// from free space, by evicting others from the cold end, or, when that
+// cannot free enough, by taking back other writers' unused reservations
+// first, all or nothing (a reservation taken back stays taken). Unadmitted bytes take no room: they must not make others
 // evict.
 func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victim[K], error) {
 	if need <= 0 {
@@ -90,6 +95,16 @@ func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victi
 	}
 	free := l.capacity - (l.used - l.over)
 	if free >= need {
+		return nil, nil
+	}
+	if !freeOnly {
+		if victims, err := l.evict(need-free, e); err == nil {
+			return victims, nil
+		}
+	}
+	// Cold objects alone cannot make the room: what open writers
+	// reserved and have not written can.
+	if free += l.reclaim(need-free, e); free >= need {
 		return nil, nil
 	}
 	if freeOnly {
@@ -116,7 +131,10 @@ func (l *Ledger[K]) recharge(e *entry[K], charge int64) {
 	delta := charge - e.charge
 	e.charge = charge
 	l.used += delta
-	l.peakOver = max(l.peakOver, l.used-l.capacity)
+	if delta < 0 {
+		l.signal()
+	}
+	l.noteOver()
 	if e.pins > 0 {
 		l.pinnedBytes += delta
 	}

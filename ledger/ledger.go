@@ -101,8 +101,15 @@ type Ledger[K comparable] struct {
 	writeBytes int64
 	// INVARIANT: reserved == sum of charge - Charge(size) over entries.
 	reserved int64
-	// peakOver is the most used has ever been over the capacity.
-	peakOver   int64
+	// open lists the entries with writers open, in the order their first
+	// writer opened: whose reservation is taken back first.
+	open writerList[K]
+	// peak is the most used has been over the capacity lately (see
+	// overshoot.go).
+	peak peakWindow
+	// changed is closed and replaced when space may have been freed
+	// while someone waits for it (Changed).
+	changed chan struct{}
 	evictions  int64
 	evicted    int64
 	refusals   int64
@@ -126,7 +133,12 @@ type entry[K comparable] struct {
 	nlink      int32
 	lastClose  int64 // unix nanoseconds, of the last writer's close
 	lastUse    int64 // unix nanoseconds, of the last open or close
+	// final: the object went through its publish step (a link or a
+	// rename to it): no writer's close starts a grace period any more.
+	final      bool
 	prev, next *entry[K]
+	// wprev, wnext link the entries with writers, oldest writer first.
+	wprev, wnext *entry[K]
 }
 
 // New returns an empty ledger.
@@ -142,6 +154,7 @@ func New[K comparable](cfg Config) *Ledger[K] {
 		entries:  make(map[K]*entry[K], cfg.SizeHint),
 	}
 	l.lru.init()
+	l.open.init()
 	return l
 }
 
@@ -234,15 +247,30 @@ func (l *Ledger[K]) Close(id K, write bool) (released bool, victims []Victim[K])
 		victims = l.endWriting(e)
 	}
 	l.unpin(e, write)
-	if write {
+	if write && !e.final {
 		e.lastClose = l.now().UnixNano()
 	}
 	l.use(e)
+	l.signal()
 	if e.pins == 0 && e.nlink == 0 {
 		l.remove(e)
 		return true, victims
 	}
 	return false, victims
+}
+
+// EndGrace is an object's publish step (a link or a rename to a name):
+// the grace period that protects a just-closed object until then ends
+// now, and no later writer's close starts another, so a full cache of
+// published objects turns over at eviction's pace, not at capacity /
+// grace.
+func (l *Ledger[K]) EndGrace(id K) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.entries[id]; ok {
+		e.final, e.lastClose = true, 0
+		l.signal()
+	}
 }
 
 // endWriting returns the last writer's reservation and admits whatever it

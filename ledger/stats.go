@@ -21,9 +21,9 @@ type Stats struct {
 	// UnadmittedBytes is what writers wrote past the daemon beyond what
 	// could be admitted: on disk over the capacity until they close.
 	UnadmittedBytes int64 `json:"unadmitted_bytes"`
-	// OvershootMaxBytes is the most used_bytes has ever been over the
-	// capacity (the high-water mark of unadmitted bytes); 0 in normal
-	// operation.
+	// OvershootMaxBytes is the most used_bytes has been over the
+	// capacity lately (in the last one to two OvershootWindows; the
+	// high-water mark of unadmitted bytes); 0 in normal operation.
 	OvershootMaxBytes int64 `json:"overshoot_max_bytes"`
 }
 
@@ -44,7 +44,7 @@ func (l *Ledger[K]) Stats() Stats {
 		Reconciliations:   l.reconciled,
 		ReservedBytes:     l.reserved,
 		UnadmittedBytes:   l.over,
-		OvershootMaxBytes: l.peakOver,
+		OvershootMaxBytes: l.peak.max(l.now().UnixNano(), max(l.used-l.capacity, 0)),
 	}
 }
 
@@ -123,8 +123,8 @@ func (l *Ledger[K]) checkSums(n int, s sums) error {
 		return fmt.Errorf("write bytes %d, entries give %d", l.writeBytes, s.writeBytes)
 	case s.reserved != l.reserved:
 		return fmt.Errorf("reserved %d, entries give %d", l.reserved, s.reserved)
-	case l.peakOver < l.used-l.capacity:
-		return fmt.Errorf("overshoot high-water mark %d below present %d", l.peakOver, l.used-l.capacity)
+	case max(l.peak.cur, l.peak.prev) < l.used-l.capacity:
+		return fmt.Errorf("overshoot high-water mark %d below present %d", max(l.peak.cur, l.peak.prev), l.used-l.capacity)
 	}
 	return nil
 }

@@ -1,0 +1,127 @@
+package ledger
+
+import "time"
+
+// What the ledger does under pressure: take back the unused part of open
+// writers' reservations before anything is refused, tell waiters when
+// space may have been freed, say when the cache is overloaded by objects
+// being written, and keep a windowed high-water mark of the overshoot.
+// The helpers below run with l.mu held.
+
+// OvershootWindow is how far back overshoot_max_bytes looks: the most
+// used has been over the capacity in this window and the one before it.
+const OvershootWindow = time.Minute
+
+// reclaim takes back up to need bytes of the reservations open writers
+// other than self hold beyond what they have written, oldest writer
+// first, and returns how much it freed. A reservation is a guess at an
+// object's size made when its writer opened; bytes written are never
+// taken back. A writer that then writes past what it kept is admitted as
+// it grows, like one that had no reservation.
+func (l *Ledger[K]) reclaim(need int64, self *entry[K]) int64 {
+	var got int64
+	for e := l.open.front(); e != nil && got < need; e = l.open.nextOf(e) {
+		if e == self || e.res <= Charge(e.size) {
+			continue
+		}
+		take := min(e.res-Charge(e.size), Charge(need-got))
+		l.resize(e, e.size, e.res-take)
+		got += take
+	}
+	return got
+}
+
+// Overloaded says whether a writer expecting to store n bytes cannot fit
+// beside what the open writers have already written: the cache is full
+// of objects in flight, so the only way for it to fit is to wait for
+// them to finish and publish. Admission refuses such a writer at once,
+// rather than have it write its object and fail at close.
+func (l *Ledger[K]) Overloaded(n int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	written := l.writeBytes - l.reserved
+	return written+Charge(n) > l.capacity
+}
+
+// Changed returns a channel closed the next time space may be freed (a
+// handle closed, a name removed, a grace period ended, a charge shrunk):
+// take it before an admission, and wait on it if the admission fails.
+func (l *Ledger[K]) Changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.changed
+}
+
+// signal wakes whoever waits on Changed.
+func (l *Ledger[K]) signal() {
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
+}
+
+// noteOver records used's excess over the capacity, if any.
+func (l *Ledger[K]) noteOver() {
+	if over := l.used - l.capacity; over > 0 {
+		l.peak.note(l.now().UnixNano(), over)
+	}
+}
+
+// peakWindow is a high-water mark that forgets: the most seen in the
+// present window of OvershootWindow and the one before.
+type peakWindow struct {
+	idx       int64
+	cur, prev int64
+}
+
+func (p *peakWindow) roll(now int64) {
+	idx := now / int64(OvershootWindow)
+	if idx == p.idx {
+		return
+	}
+	p.prev = 0
+	if idx == p.idx+1 {
+		p.prev = p.cur
+	}
+	p.cur, p.idx = 0, idx
+}
+
+func (p *peakWindow) note(now, over int64) {
+	p.roll(now)
+	p.cur = max(p.cur, over)
+}
+
+// max is the mark at now, counting the present excess.
+func (p *peakWindow) max(now, present int64) int64 {
+	p.note(now, present)
+	return max(p.cur, p.prev)
+}
+
+// writerList links the entries with open writers, oldest first.
+type writerList[K comparable] struct{ root entry[K] }
+
+func (q *writerList[K]) init() { q.root.wnext, q.root.wprev = &q.root, &q.root }
+
+func (q *writerList[K]) front() *entry[K] { return q.nextOf(&q.root) }
+
+func (q *writerList[K]) nextOf(e *entry[K]) *entry[K] {
+	if e.wnext == &q.root {
+		return nil
+	}
+	return e.wnext
+}
+
+func (q *writerList[K]) pushBack(e *entry[K]) {
+	e.wprev, e.wnext = q.root.wprev, &q.root
+	q.root.wprev.wnext = e
+	q.root.wprev = e
+}
+
+func (q *writerList[K]) remove(e *entry[K]) {
+	e.wprev.wnext = e.wnext
+	e.wnext.wprev = e.wprev
+	e.wprev, e.wnext = nil, nil
+}

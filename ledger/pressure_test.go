@@ -1,0 +1,132 @@
+package ledger
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// Six writers open into an empty cache that reserves a quarter of it
+// each: the fifth and sixth take back what the first ones reserved and
+// have not written, and every writer settles, because what they wrote
+// fits.
+func TestReservationsTakenBack(t *testing.T) {
+	l, _ := newTest(t, 16*blk)
+	for id := ID(1); id <= 6; id++ {
+		if err := l.Create(id, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Reserve(id, 4*blk); err != nil {
+			t.Fatalf("writer %d: reserve: %v", id, err)
+		}
+		mustOK(t, l)
+	}
+	if st := l.Stats(); st.UsedBytes > 16*blk {
+		t.Fatalf("reservations pass the capacity: %+v", st)
+	}
+	// The oldest writers gave theirs up first.
+	if _, c, _ := l.Size(1); c != 0 {
+		t.Fatalf("writer 1 keeps a charge of %d", c)
+	}
+	for id := ID(1); id <= 6; id++ {
+		if _, err := l.Settle(id, 2*blk); err != nil {
+			t.Fatalf("writer %d: settle: %v", id, err)
+		}
+		mustOK(t, l)
+	}
+	if st := l.Stats(); st.UsedBytes != 12*blk || st.AdmissionFailures != 0 {
+		t.Fatalf("after settling: %+v", st)
+	}
+}
+
+// Written bytes are never taken back: a reservation is only a guess.
+func TestReclaimSparesWrittenBytes(t *testing.T) {
+	l, _ := newTest(t, 8*blk)
+	l.Create(1, true)
+	l.Reserve(1, 8*blk)
+	l.Observe(1, 6*blk)
+	l.Create(2, true)
+	if _, err := l.Reserve(2, 4*blk); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("reserve past written bytes: %v", err)
+	}
+	if _, err := l.Reserve(2, 2*blk); err != nil {
+		t.Fatalf("reserve of the unwritten rest: %v", err)
+	}
+	if size, c, _ := l.Size(1); size != 6*blk || c != 6*blk {
+		t.Fatalf("writer 1: size %d charge %d", size, c)
+	}
+	mustOK(t, l)
+}
+
+// A publish step ends the grace period: the object is plain LRU at once,
+// and a writer's close after it starts no new one.
+func TestEndGrace(t *testing.T) {
+	l, _ := newTest(t, 4*blk)
+	l.Create(1, true)
+	l.Settle(1, 2*blk)
+	release(l, 1, true)
+	l.Create(2, true)
+	if _, err := l.Settle(2, 4*blk); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("evicted an object in its grace period: %v", err)
+	}
+	l.EndGrace(1)
+	l.Open(1, true)
+	release(l, 1, true) // a later writer's close: no new grace
+	v, err := l.Settle(2, 4*blk)
+	if err != nil || len(v) != 1 || v[0].ID != 1 {
+		t.Fatalf("published object not evictable: %v %v", v, err)
+	}
+	mustOK(t, l)
+}
+
+func TestOverloaded(t *testing.T) {
+	l, _ := newTest(t, 8*blk)
+	l.Create(1, true)
+	l.Reserve(1, 8*blk)
+	if l.Overloaded(4 * blk) {
+		t.Fatal("a reservation alone overloads the cache")
+	}
+	l.Observe(1, 6*blk)
+	if !l.Overloaded(4*blk) || l.Overloaded(2*blk) {
+		t.Fatal("written bytes not counted")
+	}
+}
+
+// Changed is closed when a close may have freed space.
+func TestChanged(t *testing.T) {
+	l, _ := newTest(t, 8*blk)
+	l.Create(1, false)
+	ch := l.Changed()
+	select {
+	case <-ch:
+		t.Fatal("closed before anything changed")
+	default:
+	}
+	release(l, 1, false)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("not closed by a close")
+	}
+}
+
+// overshoot_max_bytes forgets an excess two windows later.
+func TestOvershootWindow(t *testing.T) {
+	l, c := newTest(t, 4*blk)
+	l.Create(1, true)
+	l.Observe(1, 8*blk)
+	l.Settle(1, 0)
+	release(l, 1, true)
+	if st := l.Stats(); st.OvershootMaxBytes != 4*blk {
+		t.Fatalf("overshoot %d, want %d", st.OvershootMaxBytes, 4*blk)
+	}
+	c.Advance(OvershootWindow)
+	if st := l.Stats(); st.OvershootMaxBytes != 4*blk {
+		t.Fatalf("forgotten after one window: %d", st.OvershootMaxBytes)
+	}
+	c.Advance(OvershootWindow + time.Second)
+	if st := l.Stats(); st.OvershootMaxBytes != 0 {
+		t.Fatalf("overshoot %d after two windows", st.OvershootMaxBytes)
+	}
+	mustOK(t, l)
+}
