@@ -14,15 +14,19 @@ type victims = []ledger.Victim[blob.ID]
 
 // admit runs a ledger admission of about need bytes under the namespace
 // lock, so that its victims' names go in the same critical section, and
-// retries while the space exists but recently closed or read-pinned
-// objects hold it, up to the wait limit: backpressure, not failure. An
-// ENOSPC it gives up with is counted as one answered to a client. It does
-// not answer a FUSE interrupt with EINTR: the Go runtime interrupts its
-// own threads all the time, and callers that do not retry open(2) would
-// see EINTR for a wait the limit bounds anyway.
+// while the space exists but recently closed or read-pinned objects hold
+// it, waits for the ledger to free some (or the grace periods to run
+// out) and tries again, up to the wait limit: backpressure, not failure.
+// It never runs where the kernel holds a directory's lock (reservations
+// at create and open do not wait: see reserve). An ENOSPC it gives up
+// with is counted as one answered to a client. It does not answer a FUSE
+// interrupt with EINTR: the Go runtime interrupts its own threads all
+// the time, and callers that do not retry close(2) would see EINTR for a
+// wait the limit bounds anyway.
 func (c *Core) admit(need int64, op func() (victims, error)) error {
-	deadline := time.Now().Add(c.cfg.WaitLimit)
+	deadline := c.cfg.Now().Add(c.cfg.WaitLimit)
 	for {
+		changed := c.ledger.Changed()
 		err := c.locked(op)
 		if !errors.Is(err, ledger.ErrNoSpace) {
 			if errors.Is(err, ledger.ErrTooLarge) {
@@ -31,11 +35,19 @@ func (c *Core) admit(need int64, op func() (victims, error)) error {
 			return ledgerErr(err)
 		}
 		wait := c.ledger.WaitHint(need)
-		if wait == 0 || time.Now().Add(wait).After(deadline) {
+		if left := deadline.Sub(c.cfg.Now()); wait == 0 || left <= 0 {
+			c.ledger.Refused()
+			return ErrNoSpace
+		} else {
+			wait = min(wait, left)
+		}
+		select {
+		case <-changed:
+		case <-c.cfg.After(wait):
+		case <-c.done:
 			c.ledger.Refused()
 			return ErrNoSpace
 		}
-		time.Sleep(wait)
 	}
 }
 
@@ -115,11 +127,27 @@ func (c *Core) published(size int64) {
 	c.next++
 }
 
-// reserve admits a writer's reservation.
+// reserve admits a writer's reservation as it opens, without waiting:
+// open and create run while the kernel holds the directory's lock, and a
+// wait there would stall every link and create in that directory. When
+// what open writers have already written leaves no room for one more
+// object, the cache is overloaded and the writer is refused at once,
+// cheaply, rather than write an object that would fail at its close.
+// Otherwise it gets its reservation if the room can be had now, and none
+// if not: its bytes are then admitted as they come and at its close,
+// where waiting is harmless.
 func (c *Core) reserve(id blob.ID) error {
 	n := c.Reservation()
 	if n == 0 {
 		return nil
 	}
-	return c.admit(n, func() (victims, error) { return c.ledger.Reserve(id, n) })
+	if c.ledger.Overloaded(n) {
+		c.ledger.Refused()
+		return ErrNoSpace
+	}
+	err := c.locked(func() (victims, error) { return c.ledger.Reserve(id, n) })
+	if err != nil && !errors.Is(err, ledger.ErrNoSpace) {
+		return ledgerErr(err)
+	}
+	return nil
 }

@@ -90,8 +90,9 @@ type Config struct {
 	// CheckpointInterval is how often, while the store changes, its
 	// checkpoint is written (see checkpoint.go; zero: only at Close).
 	CheckpointInterval time.Duration
-	// Now is the clock (tests pass their own).
+	// Now and After are the clock (tests pass their own).
 	Now    func() time.Time
+	After  func(time.Duration) <-chan time.Time
 	Logger *zap.Logger
 	// Published, when set, is told the path (relative to the namespace's
 	// root) of every name that now holds a complete object: a link or a
@@ -144,6 +145,9 @@ type Core struct {
 	// that are writing, and the store's crash marker of id exists while
 	// it is above zero.
 	marked map[blob.ID]int
+	// GUARDED_BY(writersMu). INVARIANT: base has an entry exactly for the
+	// IDs in marked: see baseSize.
+	base map[blob.ID]int64
 	// GUARDED_BY(writersMu): passthrough writers the poller watches.
 	watched map[*Handle]struct{}
 	wake    chan struct{}
@@ -213,6 +217,9 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.After == nil {
+		cfg.After = time.After
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -223,6 +230,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		dropped: func(Drop) {},
 		ledger:  ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint}),
 		marked:  map[blob.ID]int{},
+		base:    map[blob.ID]int64{},
 		watched: map[*Handle]struct{}{},
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),

@@ -185,6 +185,7 @@ func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
 	if err != nil {
 		return err
 	}
+	c.truncated(id, size)
 	if err := f.Truncate(size); err != nil {
 		c.settleShort(id, f)
 		return err
@@ -249,27 +250,18 @@ func (c *Core) settleShort(id blob.ID, f *os.File) {
 	}
 }
 
-// Flush is the close of a writer by the process that writes: its object
-// is admitted at its final size (evicting, waiting) and complete, or, if
-// it cannot be admitted, removed with ENOSPC: nothing over the capacity
-// is ever published.
+// Flush is a close(2) of a descriptor of the handle. Descriptors are
+// duplicated (dup, fork, a shell's redirect, a child's stdout), so a
+// close is not the end of writing: that is the handle's Release. Flush
+// admits what the object holds so far at its exact size (giving the rest
+// of the reservation back, evicting or waiting for room) and answers
+// ENOSPC, removing the object, when it cannot fit: nothing over the
+// capacity is ever published. The object stays marked and watched.
 func (h *Handle) Flush() error {
 	if !h.write {
 		return nil
 	}
-	wrote := h.isWriting()
-	err := h.c.settle(h)
-	if err == nil && wrote {
-		// One store per writer's close after it (may have) written,
-		// however many copies of the descriptor close.
-		h.c.counters.stores.Add(1)
-	}
-	// Complete, or removed: either way no longer being written.
-	err = errors.Join(err, h.c.endWriting(h))
-	if err == nil {
-		h.c.publishID(h.id)
-	}
-	return err
+	return h.c.settle(h)
 }
 
 // size is what a writer's stored file holds now.
@@ -293,31 +285,40 @@ func (c *Core) settle(h *Handle) error {
 	// What a passthrough writer wrote since the last poll is on disk:
 	// the ledger sees it first (and the overshoot, if it is one).
 	c.observed(h.id, size)
-	err = c.admit(ledger.Charge(size), func() (victims, error) { return c.ledger.Settle(h.id, size) })
-	switch {
-	case err == nil:
-		c.published(size)
-	case errors.Is(err, ErrNoSpace):
+	known, _, _ := c.ledger.Size(h.id)
+	err = c.admit(ledger.Charge(size)-ledger.Charge(known), func() (victims, error) { return c.ledger.Settle(h.id, size) })
+	if errors.Is(err, ErrNoSpace) {
+		h.refused.Store(true)
 		c.refuse(h)
 	}
 	return err
 }
 
-// refuse removes a writer's object that cannot be admitted: every name,
-// and its bytes (the writer's handle keeps the inode, empty, until it is
-// released).
+// refuse undoes what a writer did to an object that cannot be admitted.
+// An object it created, or whose bytes it truncated, loses every name and
+// its bytes (the writer's handle keeps the inode, empty, until it is
+// released); an object that was complete before the writer opened it
+// keeps its names and goes back to the size it had, so a refused writer
+// never takes a published object down with it.
 func (c *Core) refuse(h *Handle) {
 	c.mu.Lock()
-	names := c.store.Drop(h.id)
-	for range names {
-		c.ledger.Unlink(h.id)
+	base := c.baseSize(h.id)
+	var names []blob.Name
+	if base < 0 {
+		names = c.store.Drop(h.id)
+		for range names {
+			c.ledger.Unlink(h.id)
+		}
+		base = 0
 	}
-	if err := h.file.Truncate(0); err != nil {
+	if err := h.file.Truncate(base); err != nil {
 		c.log.Warn("truncating a refused object", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
-	c.ledger.Settle(h.id, 0)
+	c.ledger.Settle(h.id, base)
 	c.mu.Unlock()
-	c.deliver([]Drop{{ID: h.id, Names: names, Why: Refused}})
+	if len(names) > 0 {
+		c.deliver([]Drop{{ID: h.id, Names: names, Why: Refused}})
+	}
 }
 
 // Fsync makes the stored bytes durable.
@@ -337,23 +338,51 @@ func (h *Handle) Attr() (Attr, error) {
 	return h.c.Getattr(h.id, h.file)
 }
 
-// Release drops the handle: a writer that never flushed is flushed (the
-// kernel ignores release's result, so an object that cannot be admitted
-// is removed without a word), the stored file is closed, then the pin is
-// dropped, so an unlinked inode's bytes are gone from the store before
-// its charge is.
+// Release drops the handle: its last descriptor and mapping are gone,
+// so for a writer this is the end of writing. What the object holds is
+// admitted once more (the kernel ignores release's result: an object
+// that cannot be admitted is removed without a word, as its last close
+// was told), and when no other writer is left its crash marker goes and
+// it is published. Then the stored file is closed and the pin dropped, so
+// an unlinked inode's bytes are gone from the store before its charge is.
 func (h *Handle) Release() {
 	c := h.c
 	if h.write {
-		if h.isWriting() {
-			if err := h.Flush(); err != nil {
-				c.log.Warn("a writer released without a close could not be completed", zap.Uint64("id", uint64(h.id)), zap.Error(err))
-			}
-		}
 		c.unwatch(h)
+		c.endWrite(h)
 	}
 	h.file.Close()
 	h.unpin()
+}
+
+// endWrite ends a writer's writing: a last settle, then, for the last
+// writer of a complete object, its marker cleared and its names
+// published.
+func (c *Core) endWrite(h *Handle) {
+	if !h.isWriting() {
+		return
+	}
+	var err error
+	if h.refused.Load() {
+		// Its client was told at a close; what was written since goes too.
+		c.refuse(h)
+	} else if err = c.settle(h); err != nil {
+		c.log.Warn("a writer's object could not be admitted at its release", zap.Uint64("id", uint64(h.id)), zap.Error(err))
+	}
+	last, merr := c.endWriting(h)
+	if merr != nil {
+		c.log.Warn("clearing a writing marker", zap.Uint64("id", uint64(h.id)), zap.Error(merr))
+	}
+	if err != nil || h.refused.Load() {
+		return
+	}
+	c.counters.stores.Add(1)
+	if size, _, ok := c.ledger.Size(h.id); ok {
+		c.published(size)
+	}
+	if last {
+		c.publishID(h.id)
+	}
 }
 
 // unpin drops the ledger's pin.

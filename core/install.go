@@ -186,6 +186,9 @@ func (in *install) finish() *Handle {
 func (c *Core) markInstall(id blob.ID) {
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
+	if c.marked[id] == 0 {
+		c.base[id] = -1
+	}
 	c.marked[id]++
 }
 

@@ -155,6 +155,7 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
 	a, err := c.link(id, parent, name)
 	if err == nil {
+		c.ledger.EndGrace(id)
 		c.publishName(parent, name)
 	}
 	return a, err
@@ -178,24 +179,34 @@ func (c *Core) link(id, parent blob.ID, name string) (Attr, error) {
 // Rename moves a name, atomically, with rename(2)'s flags; a file it
 // replaces loses that name.
 func (c *Core) Rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) error {
-	err := c.rename(parent, name, newParent, newName, flags)
+	moved, err := c.rename(parent, name, newParent, newName, flags)
 	if err == nil {
+		for _, id := range moved {
+			c.ledger.EndGrace(id)
+		}
 		c.publishRenamed(parent, name, newParent, newName, flags)
 	}
 	return err
 }
 
-func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) error {
+// rename renames, and reports the files whose names it moved: the
+// renamed one, and the other too for an exchange.
+func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) (moved []blob.ID, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	replaced, err := c.store.Rename(parent, name, newParent, newName, flags)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if replaced != 0 {
 		c.ledger.Unlink(replaced)
 	}
-	return nil
+	for _, at := range []blob.Name{{Parent: newParent, Name: newName}, {Parent: parent, Name: name}} {
+		if e, err := c.store.Lookup(at.Parent, at.Name); err == nil && !e.Dir {
+			moved = append(moved, e.ID)
+		}
+	}
+	return moved, nil
 }
 
 // SyncDir makes a directory's entries durable.

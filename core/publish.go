@@ -16,7 +16,8 @@ func (c *Core) PathOf(parent blob.ID, name string) (string, bool) {
 }
 
 // publishName reports name in parent to Config.Published if it holds a
-// file; no lock held.
+// complete file; one still being written is published by its last
+// writer's release, under every name it has then. No lock held.
 func (c *Core) publishName(parent blob.ID, name string) {
 	if c.cfg.Published == nil {
 		return
@@ -25,7 +26,7 @@ func (c *Core) publishName(parent blob.ID, name string) {
 	e, err := c.store.Lookup(parent, name)
 	p, ok := c.store.NamePath(parent, name)
 	c.mu.RUnlock()
-	if err == nil && ok && !e.Dir {
+	if err == nil && ok && !e.Dir && !c.beingWritten(e.ID) {
 		c.cfg.Published(p)
 	}
 }

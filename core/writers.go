@@ -11,7 +11,8 @@ import (
 // until the matching endWriting leaves the object marked incomplete, and
 // has a passthrough writer watched. born: the object was created marked.
 // A marker that cannot be made fails the call and is tried again by the
-// next one.
+// next one. The first writer of an object records the size it was
+// admitted at (see baseSize).
 func (c *Core) startWriting(h *Handle, born bool) error {
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
@@ -24,9 +25,15 @@ func (c *Core) startWriting(h *Handle, born bool) error {
 	if h.writing {
 		return nil
 	}
-	if c.marked[h.id] == 0 && !born {
-		if err := c.store.MarkWriting(h.file, h.id); err != nil {
-			return err
+	if c.marked[h.id] == 0 {
+		if born {
+			c.base[h.id] = -1
+		} else {
+			if err := c.store.MarkWriting(h.file, h.id); err != nil {
+				return err
+			}
+			size, _, _ := c.ledger.Size(h.id)
+			c.base[h.id] = size
 		}
 	}
 	c.marked[h.id]++
@@ -34,16 +41,17 @@ func (c *Core) startWriting(h *Handle, born bool) error {
 	return nil
 }
 
-// endWriting is the close of a writer: when no writer is left the object
-// is complete.
-func (c *Core) endWriting(h *Handle) error {
+// endWriting is the release of a writer: when no writer is left the
+// object is complete (last).
+func (c *Core) endWriting(h *Handle) (last bool, err error) {
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
 	if !h.writing {
-		return nil
+		return false, nil
 	}
 	h.writing = false
-	return c.unmarkLocked(h.id)
+	err = c.unmarkLocked(h.id)
+	return c.marked[h.id] == 0, err
 }
 
 // unmarkLocked ends one of id's writers (a handle or an install); the
@@ -53,7 +61,40 @@ func (c *Core) unmarkLocked(id blob.ID) error {
 		return nil
 	}
 	delete(c.marked, id)
+	delete(c.base, id)
 	return c.store.ClearWriting(id)
+}
+
+// baseSize is the size a refused writer's object goes back to: what it
+// was admitted at when its first writer opened it, or -1 when it was
+// created by a writer or truncated by one since, so nothing of it was
+// ever complete. mu held (any writer's refusal serialises there).
+func (c *Core) baseSize(id blob.ID) int64 {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if b, ok := c.base[id]; ok {
+		return b
+	}
+	return -1
+}
+
+// truncated records a truncate of an object being written: below the
+// size it was admitted at, its old bytes are gone, and a refusal removes
+// it instead of restoring them.
+func (c *Core) truncated(id blob.ID, size int64) {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if b, ok := c.base[id]; ok && size < b {
+		c.base[id] = -1
+	}
+}
+
+// beingWritten says whether a writer has id open: it is not complete, so
+// it is not published yet (its last writer's release publishes it).
+func (c *Core) beingWritten(id blob.ID) bool {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	return c.marked[id] > 0
 }
 
 func (h *Handle) isWriting() bool {

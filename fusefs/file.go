@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"sync/atomic"
 	"syscall"
 
@@ -24,9 +23,6 @@ const fsyncDataOnly = 1
 type handle struct {
 	*core.Handle
 	n *fileNode
-	// opener is the thread that opened h, as FUSE reports callers; see
-	// Flush.
-	opener uint32
 	// passthrough: the kernel serves h's reads and writes from the
 	// stored file itself.
 	passthrough bool
@@ -103,23 +99,20 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	h.n.writeAgain(h)
 	n, err := h.Handle.Write(data, off)
 	return uint32(n), h.n.fs.errno("write", err)
 }
 
-// Flush runs on every close(2) of the handle, before close returns: a
-// writer's object is admitted in full and complete once its writer
-// flushes, or removed with ENOSPC. A close by another process is only a
-// copy of the descriptor going away (a child closing what it inherited,
-// at exec or exit) while the writer may go on writing: the object stays
-// incomplete until the writer's own close, or release.
+// Flush runs on every close(2) of a descriptor of the handle, before
+// close returns. A descriptor may have been duplicated (a shell's
+// redirect, a child's stdout, dd), so it is not the end of writing (that
+// is Release): a writer's object is admitted at what it holds so far, or
+// removed with ENOSPC when it cannot fit.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	if !h.Writable() || !sameProcess(callerPid(ctx), h.opener) {
+	if !h.Writable() {
 		return 0
 	}
 	err := h.Handle.Flush()
-	h.n.doneWriting(h)
 	// The charge st_blocks reports has just settled (an open writer's is
 	// at least its reservation): the kernel's cached attributes go before
 	// close(2) returns. Dropping attributes alone (offset -1) takes no
@@ -129,25 +122,6 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		h.n.fs.queue(notice{inode: h.n.EmbeddedInode()})
 	}
 	return h.n.fs.errno("flush", err)
-}
-
-// callerPid is the thread that made a request; 0 when unknown.
-func callerPid(ctx context.Context) uint32 {
-	if c, ok := fuse.FromContext(ctx); ok {
-		return c.Pid
-	}
-	return 0
-}
-
-// sameProcess says whether two calling threads belong to one process;
-// unknown callers count as the same. /proc/A/task names the threads of
-// A's process, so one lookup answers (a thread that is gone is in none).
-func sameProcess(a, b uint32) bool {
-	if a == b || a == 0 || b == 0 {
-		return true
-	}
-	var st unix.Stat_t
-	return unix.Stat("/proc/"+strconv.FormatUint(uint64(a), 10)+"/task/"+strconv.FormatUint(uint64(b), 10), &st) == nil
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {

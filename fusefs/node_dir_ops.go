@@ -53,7 +53,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags, mode uint32, o
 	if ch.Writable() {
 		fn.startWrite()
 	}
-	h := fn.adopt(ch, callerPid(ctx))
+	h := fn.adopt(ch)
 	return child, h.served(), h.fuseFlags(), 0
 }
 

@@ -140,7 +140,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		}
 		return nil, 0, n.fs.errno("open", err)
 	}
-	h := n.adopt(ch, callerPid(ctx))
+	h := n.adopt(ch)
 	if !write {
 		n.touch(ch.File())
 		if !h.passthrough {
@@ -168,10 +168,10 @@ func (n *fileNode) touch(f *os.File) {
 // after a crash recovers.
 const touchEvery = 1
 
-// adopt makes the FUSE handle of a core handle for the thread opener; a
-// writer has been counted by startWrite.
-func (n *fileNode) adopt(ch *core.Handle, opener uint32) *handle {
-	h := &handle{Handle: ch, n: n, opener: opener, passthrough: n.fs.cfg.Passthrough, writing: ch.Writable()}
+// adopt makes the FUSE handle of a core handle; a writer has been counted
+// by startWrite.
+func (n *fileNode) adopt(ch *core.Handle) *handle {
+	h := &handle{Handle: ch, n: n, passthrough: n.fs.cfg.Passthrough, writing: ch.Writable()}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.handles = append(n.handles, h)
@@ -205,19 +205,7 @@ func (n *fileNode) endWrite() {
 	n.writers--
 }
 
-// writeAgain counts h writing again after its writer's close, through a
-// copy of the descriptor (daemon writes only: passthrough ones pass by).
-func (n *fileNode) writeAgain(h *handle) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !h.writing {
-		h.writing = true
-		n.writers++
-		n.dropRAMLocked()
-	}
-}
-
-// doneWriting uncounts h: its writer closed it, or it is released.
+// doneWriting uncounts h as it is released.
 func (n *fileNode) doneWriting(h *handle) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -54,9 +54,12 @@ func withRemote(srv *s3test.Server, prefix string, clock remote.Clock) mountOpt 
 	}
 }
 
-// waitUploads waits until k's tier has uploaded what is pending.
+// waitUploads waits until k's tier has uploaded what is pending: an
+// object is queued at its writer's RELEASE, which reaches kvfs after
+// close(2) returns, so it first waits for the RELEASEs.
 func (k *kvfsMount) waitUploads() {
 	k.t.Helper()
+	k.released(0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := k.M.Tier().WaitUploads(ctx); err != nil {

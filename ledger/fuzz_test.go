@@ -679,7 +679,7 @@ func (r *fuzzRun) waitHint(n int64) {
 	var writeBytes int64
 	for _, o := range r.m.objs {
 		if o.writers > 0 {
-			writeBytes += o.charge()
+			writeBytes += mCharge(o.size)
 		}
 	}
 	got := r.l.WaitHint(n)

@@ -510,12 +510,13 @@ func (l *Ledger[K]) Writers(id K) int {
 
 // WaitHint says how long a refused admission of n bytes should wait
 // before retrying: the space exists but is held by recently closed or
-// read-pinned inodes that will become evictable. Zero means retrying
-// cannot help.
+// read-pinned inodes, or reserved by writers, and will become evictable.
+// Zero means retrying cannot help: what open writers have written leaves
+// less than n.
 func (l *Ledger[K]) WaitHint(n int64) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if n > l.capacity-l.writeBytes {
+	if n > l.capacity-(l.writeBytes-l.reserved) {
 		return 0
 	}
 	return time.Duration(l.grace)/4 + time.Millisecond

@@ -1,0 +1,262 @@
+package core
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/blob"
+)
+
+// published records what Config.Published is told.
+type published struct {
+	mu    sync.Mutex
+	paths []string
+}
+
+func (p *published) add(path string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paths = append(p.paths, path)
+}
+
+func (p *published) get() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.paths)
+}
+
+// passthroughCore is a core whose writers write past it, polled by hand.
+func passthroughCore(t *testing.T, capacity int64, pub *published) *testCore {
+	cfg := Config{Capacity: capacity, Passthrough: true, PollInterval: time.Hour, Grace: time.Hour}
+	if pub != nil {
+		cfg.Published = pub.add
+	}
+	return newTestCore(t, cfg)
+}
+
+var nobody = blob.Owner{UID: -1, GID: -1}
+
+// markers counts the crash markers in the store.
+func (tc *testCore) markers() int {
+	ents, err := os.ReadDir(filepath.Join(tc.store.Dir(), blob.WritingName))
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// A descriptor closed early (a shell's redirect, a Popen parent's copy)
+// is not the end of writing: the object stays marked, unpublished and
+// watched until the handle's release, and is then published once, at
+// the size the last writer left.
+func TestWritingEndsAtRelease(t *testing.T) {
+	var pub published
+	tc := passthroughCore(t, 64*mib, &pub)
+	h, err := tc.Create(blob.RootID, "obj", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Flush(); err != nil { // the parent's copy, before a byte
+		t.Fatal(err)
+	}
+	if tc.markers() != 1 || len(pub.get()) != 0 {
+		t.Fatalf("after the first close: %d markers, published %v", tc.markers(), pub.get())
+	}
+	if _, err := h.File().WriteAt(make([]byte, 3*mib), 0); err != nil { // the child
+		t.Fatal(err)
+	}
+	tc.Poll()
+	if st := tc.Stats(); st.UsedBytes != 3*mib {
+		t.Fatalf("after the child's writes: used %d, want 3 MiB", st.UsedBytes)
+	}
+	if err := h.Flush(); err != nil { // the child's close
+		t.Fatal(err)
+	}
+	h.Release()
+	if tc.markers() != 0 || !slices.Equal(pub.get(), []string{"obj"}) {
+		t.Fatalf("after the release: %d markers, published %v", tc.markers(), pub.get())
+	}
+	if st := tc.Stats(); st.UsedBytes != 3*mib || st.Stores != 1 {
+		t.Fatalf("after the release: %+v", st)
+	}
+}
+
+// A writer that grows past what can fit after its first close succeeded
+// fails a later close and leaves nothing published, and the ledger
+// equals the store.
+func TestDupWriterPastCapacityRefused(t *testing.T) {
+	var pub published
+	tc := passthroughCore(t, 16*mib, &pub)
+	h, err := tc.Create(blob.RootID, "obj", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.File().WriteAt(make([]byte, 24*mib), 0); err != nil {
+		t.Fatal(err)
+	}
+	tc.Poll()
+	if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("close past the capacity: %v, want ErrNoSpace", err)
+	}
+	h.Release()
+	if tc.exists("obj") || len(pub.get()) != 0 {
+		t.Fatalf("published %v, obj present %v", pub.get(), tc.exists("obj"))
+	}
+	if st := tc.Stats(); st.UsedBytes != 0 || st.Objects != 0 || st.AdmissionFailures != 1 {
+		t.Fatalf("after the refusal: %+v", st)
+	}
+}
+
+// A link while the writer is still open publishes nothing; the release
+// publishes every name the object has then.
+func TestLinkBeforeReleasePublishesAtRelease(t *testing.T) {
+	var pub published
+	tc := passthroughCore(t, 64*mib, &pub)
+	h, err := tc.Create(blob.RootID, ".tmp", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.File().WriteAt(make([]byte, mib), 0)
+	if err := h.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.Link(h.ID(), blob.RootID, "final"); err != nil {
+		t.Fatal(err)
+	}
+	if len(pub.get()) != 0 {
+		t.Fatalf("published %v before the release", pub.get())
+	}
+	if err := tc.Unlink(blob.RootID, ".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	if got := pub.get(); !slices.Equal(got, []string{"final"}) {
+		t.Fatalf("published %v, want [final]", got)
+	}
+	// Published after its release: a link now is a publish of its own.
+	if _, err := tc.Link(h.ID(), blob.RootID, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pub.get(); !slices.Equal(got, []string{"final", "again"}) {
+		t.Fatalf("published %v, want [final again]", got)
+	}
+}
+
+// The grace period covers the publish step and ends there: a linked
+// object is evictable at once, a closed temp is not.
+func TestGraceEndsAtPublish(t *testing.T) {
+	tc := passthroughCore(t, 4*mib, nil)
+	store := func(name string) blob.ID {
+		h, err := tc.Create(blob.RootID, name, 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.File().WriteAt(make([]byte, 2*mib), 0)
+		if err := h.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		h.Release()
+		return h.ID()
+	}
+	tmp := store("tmp")
+	if _, err := tc.Link(tmp, blob.RootID, "final"); err != nil {
+		t.Fatal(err)
+	}
+	tc.Unlink(blob.RootID, "tmp")
+	store("unpublished")
+	// A third object needs the room: the published one goes, although
+	// the grace (an hour) has not run out; the unpublished one stays.
+	store("third")
+	if tc.exists("final") || !tc.exists("unpublished") || !tc.exists("third") {
+		t.Fatalf("final %v unpublished %v third %v", tc.exists("final"), tc.exists("unpublished"), tc.exists("third"))
+	}
+}
+
+// Six writers open at once into an empty cache whose reservations are a
+// quarter of it: none is refused, and all six store.
+func TestSixWritersIntoEmptyCache(t *testing.T) {
+	tc := passthroughCore(t, 64*mib, nil)
+	tc.put("big", 16*mib)
+	tc.Unlink(blob.RootID, "big")
+	var hs []*Handle
+	for i := range 6 {
+		h, err := tc.Create(blob.RootID, string(rune('a'+i)), 0o644, nobody, true)
+		if err != nil {
+			t.Fatalf("writer %d: %v", i, err)
+		}
+		hs = append(hs, h)
+	}
+	for _, h := range hs {
+		h.File().WriteAt(make([]byte, 8*mib), 0)
+	}
+	tc.Poll()
+	for i, h := range hs {
+		if err := h.Flush(); err != nil {
+			t.Fatalf("writer %d close: %v", i, err)
+		}
+		h.Release()
+	}
+	if st := tc.Stats(); st.UsedBytes != 48*mib || st.AdmissionFailures != 0 || st.Objects != 6 {
+		t.Fatalf("after six stores: %+v", st)
+	}
+}
+
+// When what open writers have written leaves no room for one more
+// object, a create is refused at once, before it has a name.
+func TestOverloadRefusedAtCreate(t *testing.T) {
+	tc := passthroughCore(t, 16*mib, nil)
+	tc.put("seen", 4*mib) // reservations are 4 MiB from now on
+	tc.Unlink(blob.RootID, "seen")
+	var hs []*Handle
+	for i := range 4 {
+		h, err := tc.Create(blob.RootID, string(rune('a'+i)), 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.File().WriteAt(make([]byte, 4*mib), 0)
+		hs = append(hs, h)
+	}
+	tc.Poll()
+	if _, err := tc.Create(blob.RootID, "late", 0o644, nobody, true); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("create into an overloaded cache: %v, want ErrNoSpace", err)
+	}
+	if tc.exists("late") {
+		t.Fatal("a refused create left its name")
+	}
+	for _, h := range hs {
+		h.Flush()
+		h.Release()
+	}
+}
+
+// A second writer whose close fails gives the object back at the size it
+// had: it does not take down the object a first writer published.
+func TestRefusedRewriteKeepsPublished(t *testing.T) {
+	tc := passthroughCore(t, 8*mib, nil)
+	id := tc.put("obj", mib)
+	h, err := tc.Open(id, os.O_RDWR, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.File().WriteAt(make([]byte, 12*mib), 0)
+	tc.Poll()
+	if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("rewrite past the capacity: %v", err)
+	}
+	h.Release()
+	e, a, err := tc.Lookup(blob.RootID, "obj")
+	if err != nil || e.ID != id || a.Size != mib {
+		t.Fatalf("after the refused rewrite: %v, size %d", err, a.Size)
+	}
+	if st := tc.Stats(); st.UsedBytes != mib {
+		t.Fatalf("after the refused rewrite: %+v", st)
+	}
+}
