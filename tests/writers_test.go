@@ -446,7 +446,7 @@ func TestKillLoopWriters(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d, %d cycles", seed, cycles)
 	r := rand.New(rand.NewPCG(uint64(seed), 22))
-	done := map[string]int{} // completed objects' names -> size
+	done := map[string]int{}   // completed objects' names -> size
 	drawn := map[string]int{}  // cycles by writer kind
 	served := map[string]int{} // cycles whose writer's object was served, by kind
 	for c := 0; c < cycles; c++ {
