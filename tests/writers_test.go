@@ -348,10 +348,10 @@ func killDaemonAndWriter(t testing.TB, d *daemon, w *writerProc) {
 		t.Fatalf("kill -9 of the daemon: %v", err)
 	}
 	w.kill()
-	if waitFor(10*time.Second, func() bool { return !d.alive() }) {
+	if waitFor(15*time.Second, func() bool { return !d.alive() }) {
 		return
 	}
-	t.Errorf("the daemon for %s had not exited 10s after kill -9 (stuck in the kernel?)", d.mp)
+	t.Errorf("the daemon for %s had not exited 15s after kill -9 (stuck in the kernel?)", d.mp)
 	unix.Unmount(d.mp, unix.MNT_FORCE)
 	if !waitFor(15*time.Second, func() bool { return !d.alive() }) {
 		t.Fatalf("the daemon for %s did not exit even after its connection was aborted", d.mp)
@@ -426,7 +426,7 @@ func TestCrashDupWriter(t *testing.T) {
 // kind (shell redirect, dd, Popen child, fs_native in a process of its
 // own) cut off mid-write at a random size, while completed objects
 // accumulate (and are evicted: 32 MiB capacity). After each kill the
-// daemon must exit by itself; after each restart the writer's object is
+// daemon must exit by itself (15 s bound); after each restart the writer's object is
 // not served, every served object is a completed one byte for byte, and
 // the ledger is exact. 10 cycles by default (make test); KVFS_LONG=1
 // runs the 100 of issue 22.
