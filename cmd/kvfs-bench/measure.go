@@ -97,6 +97,17 @@ func (b *bench) measure() error {
 			return err
 		}
 	}
+	for _, s := range []struct {
+		key string
+		fn  func() error
+	}{{"overload", b.overloadRows}, {"turnover", b.turnoverRows}} {
+		if w[s.key] {
+			syncFS(b.work)
+			if err := s.fn(); err != nil {
+				return err
+			}
+		}
+	}
 	// The flood leaves the page cache full of its 3 GiB: the remote rows'
 	// stores and the server's writes would then wait on reclaim. Start
 	// them with memory free, as every group before them did (dropCaches

@@ -1,0 +1,515 @@
+package tests
+
+// Writers as shells and subprocesses make them (issue 22): a descriptor
+// duplicated by a shell redirect, by dd, or handed to a child as its
+// stdout, whose first close (FLUSH) is not the end of writing. These
+// tests run real writer processes against the built binary and check
+// the ledger, publication and crash safety once the last descriptor is
+// released.
+
+import (
+	crand "crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Writer kinds: each holds the object through a descriptor some process
+// closes while another copy of it goes on writing.
+const (
+	kindShell  = "shell" // `for ...; do head -c 1M ...; done > obj`
+	kindDD     = "dd"    // dd opens of=, dup2s it onto stdout, closes the original
+	kindPopen  = "popen" // subprocess.Popen(stdout=f); f.close() in the parent
+	kindNative = "fs_native"
+)
+
+// pythonExe is the real python3 interpreter (not a pyenv shim script),
+// or "" when there is none.
+var pythonExe = sync.OnceValue(func() string {
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+})
+
+func requirePython(t testing.TB) string {
+	t.Helper()
+	py := pythonExe()
+	if py == "" {
+		t.Skip("needs python3 for the subprocess.Popen writer")
+	}
+	return py
+}
+
+// popenParent: the parent opens the object, starts the child (popenChild,
+// its first argument) with it as stdout, closes its own copy at once and
+// waits. Any error in a write or a close makes the exit status 1.
+const popenParent = `
+import subprocess, sys
+child, path = sys.argv[1], sys.argv[2]
+rc = 0
+f = open(path, 'wb')
+p = subprocess.Popen([sys.executable, '-c', child] + sys.argv[3:], stdout=f)
+try:
+    f.close()
+except OSError as e:
+    sys.stderr.write('parent close: %s\n' % e)
+    rc = 1
+if p.wait() != 0:
+    rc = 1
+sys.exit(rc)
+`
+
+// popenChild writes n 1 MiB chunks read from src to its stdout, pausing
+// between them, then closes it.
+const popenChild = `
+import os, sys, time
+src, n, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+rc = 0
+with open(src, 'rb') as s:
+    for i in range(n):
+        b = s.read(1 << 20)
+        try:
+            while b:
+                b = b[os.write(1, b):]
+        except OSError as e:
+            sys.stderr.write('child write: %s\n' % e)
+            rc = 1
+            break
+        if pause:
+            time.sleep(pause)
+try:
+    os.close(1)
+except OSError as e:
+    sys.stderr.write('child close: %s\n' % e)
+    rc = 1
+sys.exit(rc)
+`
+
+// nativeScript is LMCache fs_native's store from a process of its own,
+// slowly: O_EXCL temp file, 1 MiB writes with pauses, close, link, unlink.
+const nativeScript = `
+import os, sys, time
+tmp, final, n, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+with open('/dev/urandom', 'rb') as s:
+    for i in range(n):
+        b = s.read(1 << 20)
+        while b:
+            b = b[os.write(fd, b):]
+        time.sleep(pause)
+os.close(fd)
+try:
+    os.link(tmp, final)
+except FileExistsError:
+    pass
+os.unlink(tmp)
+`
+
+// writerProc is one writer process (and its children, one process group).
+type writerProc struct {
+	kind   string
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	done   chan struct{}
+	err    error // valid once done is closed
+}
+
+// startWriter starts a writer of kind writing n 1 MiB chunks to path,
+// read from src ("" for /dev/urandom), pausing between chunks. For
+// kindNative path is the final name and the temp file is tmp.
+func startWriter(t testing.TB, kind, path, tmp, src string, n int, pause time.Duration) *writerProc {
+	t.Helper()
+	if src == "" {
+		src = "/dev/urandom"
+	}
+	p := strconv.FormatFloat(pause.Seconds(), 'f', 3, 64)
+	sleep := ""
+	if pause > 0 {
+		sleep = "sleep " + p + "; "
+	}
+	var cmd *exec.Cmd
+	switch kind {
+	case kindShell:
+		// head reads exactly 1 MiB of the shared descriptor per run.
+		script := fmt.Sprintf(`exec 3<"$1"; rc=0; for i in $(seq %d); do head -c 1M <&3 || rc=1; %sdone > "$2" || rc=1; exit $rc`, n, sleep)
+		cmd = exec.Command("sh", "-c", script, "sh", src, path)
+	case kindDD:
+		if pause == 0 {
+			cmd = exec.Command("dd", "if="+src, "of="+path, "bs=1M", "status=none")
+		} else {
+			script := fmt.Sprintf(`exec 3<"$1"; for i in $(seq %d); do head -c 1M <&3; %sdone | dd of="$2" bs=1M iflag=fullblock status=none`, n, sleep)
+			cmd = exec.Command("sh", "-c", script, "sh", src, path)
+		}
+	case kindPopen:
+		cmd = exec.Command(requirePython(t), "-c", popenParent, popenChild, path, src, strconv.Itoa(n), p)
+	case kindNative:
+		cmd = exec.Command(requirePython(t), "-c", nativeScript, tmp, path, strconv.Itoa(n), p)
+	default:
+		t.Fatalf("unknown writer kind %q", kind)
+	}
+	w := &writerProc{kind: kind, cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = w.stderr
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the %s writer: %v", kind, err)
+	}
+	go func() { w.err = cmd.Wait(); close(w.done) }()
+	t.Cleanup(w.kill)
+	return w
+}
+
+// wait waits for the writer to exit (bounded) and returns its exit status.
+func (w *writerProc) wait(t testing.TB) int {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(120 * time.Second):
+		w.kill()
+		t.Fatalf("the %s writer still running after 120s; stderr %q", w.kind, w.stderr)
+	}
+	var ee *exec.ExitError
+	switch {
+	case w.err == nil:
+		return 0
+	case errors.As(w.err, &ee):
+		return ee.ExitCode()
+	}
+	t.Fatalf("the %s writer: %v", w.kind, w.err)
+	return -1
+}
+
+func (w *writerProc) exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill SIGKILLs the writer's whole process group and reaps it.
+func (w *writerProc) kill() {
+	if w.exited() {
+		return
+	}
+	syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+// randomFile is a file of n random MiB outside the mount.
+func randomFile(t testing.TB, dir string, n int) string {
+	t.Helper()
+	b := make([]byte, n*MiB)
+	crand.Read(b)
+	p := filepath.Join(dir, fmt.Sprintf("src-%dMiB", n))
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func fileSum(t testing.TB, p string) ([32]byte, int64) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("reading %s: %v", p, err)
+	}
+	return sha256.Sum256(b), int64(len(b))
+}
+
+// waitReleased polls the ledger until nothing is pinned: the kernel's
+// RELEASE of the last descriptor comes after close(2) returns.
+func waitReleased(t testing.TB, d *daemon) kvfsStats {
+	t.Helper()
+	var st kvfsStats
+	if !waitFor(20*time.Second, func() bool { st = stats(t, d.mp); return st.PinnedObjects == 0 }) {
+		t.Fatalf("still %d objects pinned (%d bytes) 20s after the writers exited", st.PinnedObjects, st.PinnedBytes)
+	}
+	return st
+}
+
+// ledgerExact: kvfs stats used_bytes == df used == the store's bytes for
+// objects (each file's size rounded up to 4096), measured once.
+func ledgerExact(t testing.TB, d *daemon) kvfsStats {
+	t.Helper()
+	st := stats(t, d.mp)
+	df, err1 := dfUsed(d.mp)
+	sb, err2 := storeBytes(d.store)
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatalf("measuring %s: %v", d.mp, err)
+	}
+	if st.UsedBytes != df || df != sb || st.UsedBytes > st.CapacityBytes {
+		t.Errorf("ledger drift: kvfs stats used_bytes %d, df used %d, store %d; capacity %d, pinned %d, shadow %d",
+			st.UsedBytes, df, sb, st.CapacityBytes, st.PinnedObjects, st.ShadowBytes)
+	}
+	return st
+}
+
+// storeLargest is the largest file size in the store's data/.
+func storeLargest(t testing.TB, store string) (string, int64) {
+	t.Helper()
+	var name string
+	var most int64
+	for rel, st := range storeFiles(t, store) {
+		if st.Size > most {
+			name, most = rel, st.Size
+		}
+	}
+	return name, most
+}
+
+// TestDupWriters: a shell redirect, dd and a Popen child write one
+// object each, inside the capacity (8 MiB into 64 MiB) and past it (24
+// MiB into 16 MiB). Once the writer has exited and its last descriptor
+// is released: stats == df == store; inside, the object is byte for
+// byte what was written; past, the writer saw an error (a write or a
+// close), the object is not published, and nothing in the store is
+// larger than the capacity.
+func TestDupWriters(t *testing.T) {
+	cases := []struct {
+		name     string
+		capacity int64
+		mib      int
+	}{{"inside", 64 * MiB, 8}, {"past", 16 * MiB, 24}}
+	for _, kind := range []string{kindShell, kindDD, kindPopen} {
+		for _, c := range cases {
+			t.Run(kind+"/"+c.name, func(t *testing.T) {
+				d := mountCache(t, "--capacity", strconv.FormatInt(c.capacity, 10))
+				src := ""
+				if c.name == "inside" || kind == kindDD {
+					src = randomFile(t, t.TempDir(), c.mib)
+				}
+				obj := filepath.Join(d.mp, "obj")
+				pause := time.Duration(0)
+				if kind == kindPopen {
+					pause = 10 * time.Millisecond
+				}
+				w := startWriter(t, kind, obj, "", src, c.mib, pause)
+				rc := w.wait(t)
+				waitReleased(t, d)
+				var st unix.Stat_t
+				statErr := unix.Lstat(obj, &st)
+				if c.name == "inside" {
+					if rc != 0 {
+						t.Errorf("writer exited %d; stderr %q", rc, w.stderr)
+					}
+					want, n := fileSum(t, src)
+					if statErr != nil {
+						t.Errorf("%s: %v, want the %d-byte object", obj, statErr, n)
+					} else if got, m := fileSum(t, obj); got != want {
+						t.Errorf("%s: %d bytes, sha256 %x; wrote %d bytes, sha256 %x", obj, m, got[:8], n, want[:8])
+					}
+				} else {
+					if rc == 0 {
+						t.Errorf("writer of %d MiB into a %d MiB cache exited 0: no write or close told it ENOSPC; stderr %q",
+							c.mib, c.capacity/MiB, w.stderr)
+					}
+					if statErr == nil {
+						t.Errorf("%s is published with %d bytes, over the capacity %d", obj, st.Size, c.capacity)
+					}
+					if name, size := storeLargest(t, d.store); size > c.capacity {
+						t.Errorf("the store holds %s with %d bytes, over the capacity %d", name, size, c.capacity)
+					}
+				}
+				ledgerExact(t, d)
+				t.Logf("%s %s: writer exit %d, stderr %q", kind, c.name, rc, tail(w.stderr.String(), 300))
+			})
+		}
+	}
+}
+
+// killDaemonAndWriter is the crash: SIGKILL the daemon, then the writer
+// (so the daemon never sees its last release), and require the daemon
+// to exit by itself. A daemon stuck in a kernel notification after kill
+// -9 is a bug; it is reported, then the connection is aborted so the
+// test can go on.
+func killDaemonAndWriter(t testing.TB, d *daemon, w *writerProc) {
+	t.Helper()
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill -9 of the daemon: %v", err)
+	}
+	w.kill()
+	if waitFor(15*time.Second, func() bool { return !d.alive() }) {
+		return
+	}
+	t.Errorf("the daemon for %s had not exited 15s after kill -9 (stuck in the kernel?)", d.mp)
+	unix.Unmount(d.mp, unix.MNT_FORCE)
+	if !waitFor(15*time.Second, func() bool { return !d.alive() }) {
+		t.Fatalf("the daemon for %s did not exit even after its connection was aborted", d.mp)
+	}
+}
+
+// waitStoreSize polls the store's file for rel until it holds at least
+// n bytes; the writer must still be running then.
+func waitStoreSize(t testing.TB, store, rel string, n int64, w *writerProc) {
+	t.Helper()
+	p := filepath.Join(store, "data", rel)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Size >= n {
+			return
+		}
+		if w.exited() {
+			t.Fatalf("the %s writer exited (%v) before %s held %d bytes; stderr %q", w.kind, w.err, rel, n, w.stderr)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not reach %d bytes in 60s (%d now)", rel, n, st.Size)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// requireAbsent fails (and returns false) if the mount serves name.
+func requireAbsent(t testing.TB, mp, name, why string) bool {
+	t.Helper()
+	var st unix.Stat_t
+	err := unix.Lstat(filepath.Join(mp, name), &st)
+	switch {
+	case err == nil:
+		t.Errorf("%s: %s is served with %d bytes", why, name, st.Size)
+	case err != unix.ENOENT:
+		t.Errorf("%s: lstat %s: %v", why, name, err)
+	}
+	return err == unix.ENOENT
+}
+
+// TestCrashDupWriter: a writer of each kind writes 1 MiB chunks slowly
+// (50 ms apart); once the store holds 4 MiB of it the daemon and the
+// writer are SIGKILLed. Restarted on the same store, the object is not
+// served (its writer never finished), the ledger is exact, and fsck finds
+// the store clean.
+func TestCrashDupWriter(t *testing.T) {
+	for i, kind := range []string{kindShell, kindShell, kindDD, kindDD, kindPopen, kindPopen} {
+		t.Run(fmt.Sprintf("%s-%d", kind, i%2+1), func(t *testing.T) {
+			dir := t.TempDir()
+			mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
+			if err := os.Mkdir(mp, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			flags := []string{"--store", store, "--capacity", "256MiB"}
+			d := startDaemon(t, mp, flags...)
+			w := startWriter(t, kind, filepath.Join(mp, "obj"), "", "", 64, 50*time.Millisecond)
+			waitStoreSize(t, store, "obj", 4*MiB, w)
+			killDaemonAndWriter(t, d, w)
+			var st unix.Stat_t
+			unix.Stat(filepath.Join(store, "data", "obj"), &st)
+			d = startDaemon(t, mp, flags...)
+			requireAbsent(t, mp, "obj", fmt.Sprintf("after a kill -9 mid-write (%d bytes in the store)", st.Size))
+			got := assertQuietEqual(t, d)
+			d.stop()
+			requireCleanFsck(t, store, got)
+		})
+	}
+}
+
+// TestKillLoopWriters: kill -9 cycles, each with a writer of a random
+// kind (shell redirect, dd, Popen child, fs_native in a process of its
+// own) cut off mid-write at a random size, while completed objects
+// accumulate (and are evicted: 32 MiB capacity). After each kill the
+// daemon must exit by itself (15 s bound); after each restart the writer's object is
+// not served, every served object is a completed one byte for byte, and
+// the ledger is exact. 10 cycles by default (make test); KVFS_LONG=1
+// runs the 100 of issue 22.
+func TestKillLoopWriters(t *testing.T) {
+	cycles := 10
+	if os.Getenv("KVFS_LONG") == "1" {
+		cycles = 100
+	}
+	dir := t.TempDir()
+	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--store", store, "--capacity", "32MiB", "--grace", "200ms", "--checkpoint-interval", "20ms"}
+	d := startDaemon(t, mp, flags...)
+	kinds := []string{kindShell, kindDD, kindPopen, kindNative}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d, %d cycles", seed, cycles)
+	r := rand.New(rand.NewPCG(uint64(seed), 22))
+	done := map[string]int{}   // completed objects' names -> size
+	drawn := map[string]int{}  // cycles by writer kind
+	served := map[string]int{} // cycles whose writer's object was served, by kind
+	for c := 0; c < cycles; c++ {
+		for i := range 2 {
+			name := fmt.Sprintf("done-%03d-%d", c, i)
+			data := objectBytes(name, 2*MiB)
+			if err := os.WriteFile(filepath.Join(mp, name), data, 0o644); err != nil {
+				t.Fatalf("cycle %d: storing %s: %v", c, name, err)
+			}
+			done[name] = len(data)
+		}
+		kind := kinds[r.IntN(len(kinds))]
+		drawn[kind]++
+		name := fmt.Sprintf("w-%03d", c)
+		tmp := fmt.Sprintf("%s%d.%d", tmpPrefix, os.Getpid(), c)
+		rel := name
+		if kind == kindNative {
+			rel = tmp
+		}
+		w := startWriter(t, kind, filepath.Join(mp, name), filepath.Join(mp, tmp), "", 16, 50*time.Millisecond)
+		at := int64(1+r.IntN(8)) * MiB
+		waitStoreSize(t, store, rel, at, w)
+		killDaemonAndWriter(t, d, w)
+		d = startDaemon(t, mp, flags...)
+		why := fmt.Sprintf("cycle %d: %s writer killed at %d MiB", c, kind, at/MiB)
+		if !requireAbsent(t, mp, name, why) || !requireAbsent(t, mp, tmp, why) {
+			served[kind]++
+			// Reported; removed so the next cycles are judged alone.
+			unix.Unlink(filepath.Join(mp, name))
+			unix.Unlink(filepath.Join(mp, tmp))
+		}
+		checkServed(t, mp, done, why)
+		assertQuietEqual(t, d)
+	}
+	t.Logf("%d cycles, writers %v; the killed writer's object was served after the restart in %v", cycles, drawn, served)
+	st := assertQuietEqual(t, d)
+	d.stop()
+	requireCleanFsck(t, store, st)
+}
+
+// checkServed: every file the mount serves is a completed object, byte
+// for byte (an absent one was evicted).
+func checkServed(t testing.TB, mp string, done map[string]int, why string) {
+	t.Helper()
+	err := filepath.WalkDir(mp, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		size, ok := done[e.Name()]
+		if !ok {
+			t.Errorf("%s: %s is served, but no writer completed it", why, e.Name())
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := checkObject(data, e.Name(), size); err != nil {
+			t.Errorf("%s: %v", why, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: walking %s: %v", why, mp, err)
+	}
+}
