@@ -10,7 +10,7 @@ import "time"
 
 // OvershootWindow is how far back overshoot_max_bytes looks: the most
 // used has been over the capacity in this window and the one before it.
-const OvershootWindow = time.Minute
+const OvershootWindow = 10 * time.Second
 
 // reclaim takes back up to need bytes of the reservations open writers
 // other than self hold beyond what they have written, oldest writer

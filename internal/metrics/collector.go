@@ -37,7 +37,7 @@ var ledgerSeries = []series{
 	gauge("kvfs_shadow_bytes", "Bytes of objects unlinked while still open.", func(s *fusefs.Stats) int64 { return s.ShadowBytes }),
 	gauge("kvfs_reserved_bytes", "Space admitted to open writers beyond what they have written.", func(s *fusefs.Stats) int64 { return s.ReservedBytes }),
 	gauge("kvfs_unadmitted_bytes", "Bytes passthrough writers wrote beyond what could be admitted (over the capacity until they close).", func(s *fusefs.Stats) int64 { return s.UnadmittedBytes }),
-	gauge("kvfs_overshoot_max_bytes", "The most used bytes have ever been over the capacity (0 in normal operation).", func(s *fusefs.Stats) int64 { return s.OvershootMaxBytes }),
+	gauge("kvfs_overshoot_max_bytes", "The most used bytes have been over the capacity in the last 10 to 20 s (0 in normal operation).", func(s *fusefs.Stats) int64 { return s.OvershootMaxBytes }),
 	counter("kvfs_evictions_total", "Objects evicted to make room (also at start-up, to fit the capacity).", func(s *fusefs.Stats) int64 { return s.Evictions }),
 	counter("kvfs_evicted_bytes_total", "Bytes freed by evictions.", func(s *fusefs.Stats) int64 { return s.EvictedBytes }),
 	counter("kvfs_admission_failures_total", "Writes, truncates, fallocates and closes refused with ENOSPC.", func(s *fusefs.Stats) int64 { return s.AdmissionFailures }),
