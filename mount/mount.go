@@ -164,6 +164,10 @@ func (m *Mount) mount() error {
 			Debug:             m.DebugFUSE,
 			Logger:            zap.NewStdLog(m.log.Named("fuse")),
 		},
+		// Modes are the store's, all of them: go-fuse would otherwise show
+		// a mode with no permission bits (chmod 000) as 0644 or 0755,
+		// which the kernel then enforces for other users.
+		NullPermissions: true,
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
 		NegativeTimeout: &negative,
