@@ -132,7 +132,10 @@
 // the Dev field in the Stat_t result for a file in the mount.
 package fuse
 
-import "log"
+import (
+	"log"
+	"time"
+)
 
 // Types for users to implement.
 
@@ -387,7 +390,20 @@ type MountOptions struct {
 	// ExtraCapabilities is a bitmask of capabilities which
 	// must be enabled in addition to the defaults.
 	ExtraCapabilities uint64
+
+	// RequestTimeout, if non-zero, asks the kernel to abort the
+	// connection when a request stays unanswered this long (whole
+	// seconds, rounded up; at most MaxRequestTimeout). It is sent in
+	// the INIT reply, and so applies to this connection only, if the
+	// kernel offers CAP_REQUEST_TIMEOUT (Linux 6.14 and later); check
+	// with KernelSettings() after mounting. The kernel's
+	// max_request_timeout sysctl caps it.
+	RequestTimeout time.Duration
 }
+
+// MaxRequestTimeout is the largest RequestTimeout the protocol carries
+// (a 16-bit count of seconds).
+const MaxRequestTimeout = 65535 * time.Second
 
 // RawFileSystem is an interface close to the FUSE wire protocol.
 //

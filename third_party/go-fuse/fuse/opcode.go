@@ -10,6 +10,7 @@ import (
 	"log"
 	"runtime"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -122,6 +123,10 @@ func doInit(server *protocolServer, req *request) {
 		kernelFlags |= input.Flags64() & CAP_AUTO_INVAL_DATA
 	}
 
+	if server.opts.RequestTimeout > 0 {
+		kernelFlags |= input.Flags64() & CAP_REQUEST_TIMEOUT
+	}
+
 	kernelFlags = kernelFlags &^ server.opts.DisabledCapabilities
 
 	// maxPages is the maximum request size we want the kernel to use, in units of
@@ -146,6 +151,9 @@ func doInit(server *protocolServer, req *request) {
 		MaxStackDepth:       uint32(server.opts.MaxStackDepth),
 	}
 	out.setFlags(kernelFlags)
+	if kernelFlags&CAP_REQUEST_TIMEOUT != 0 {
+		out.RequestTimeout = requestTimeoutSeconds(server.opts.RequestTimeout)
+	}
 	server.negotiatedFlags = out.Flags64()
 	if server.opts.MaxReadAhead != 0 && uint32(server.opts.MaxReadAhead) < out.MaxReadAhead {
 		out.MaxReadAhead = uint32(server.opts.MaxReadAhead)
@@ -155,6 +163,15 @@ func doInit(server *protocolServer, req *request) {
 	}
 
 	req.status = OK
+}
+
+// requestTimeoutSeconds is d in whole seconds, rounded up and capped to
+// what the INIT reply's 16-bit field holds.
+func requestTimeoutSeconds(d time.Duration) uint16 {
+	if d >= MaxRequestTimeout {
+		return uint16(MaxRequestTimeout / time.Second)
+	}
+	return uint16((d + time.Second - 1) / time.Second)
 }
 
 func doOpen(server *protocolServer, req *request) {
