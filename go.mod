@@ -38,3 +38,6 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/ini.v1 v1.67.3 // indirect
 )
+
+// go-fuse v2.12.1 plus kvfs's patches (third_party/README.md).
+replace github.com/hanwen/go-fuse/v2 => ./third_party/go-fuse

@@ -60,6 +60,10 @@ var (
 	ErrStale = errors.New("object is gone")
 	// ErrNoSpace: nothing evictable is left to make room (ENOSPC).
 	ErrNoSpace = errors.New("no space left under the capacity")
+	// ErrTooLarge: a size stated outright (truncate, fallocate) is past
+	// the capacity, which no eviction can ever make room for (EFBIG): the
+	// capacity is the largest file, as a file-size limit is.
+	ErrTooLarge = errors.New("size larger than the capacity")
 	// ErrExists: the name is taken (EEXIST). It is the errno itself, as
 	// the store answers a taken name, so one test matches every path.
 	ErrExists error = syscall.EEXIST

@@ -169,6 +169,9 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 // file, or nil to open one. The object is pinned as written meanwhile, so
 // it is neither evicted nor reconciled half-way.
 func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
+	if err := c.fits(size); err != nil {
+		return err
+	}
 	if err := c.ledger.Open(id, true); err != nil {
 		return ledgerErr(err)
 	}
@@ -193,6 +196,20 @@ func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
 	return nil
 }
 
+// fits refuses a size stated outright that is past the whole capacity,
+// before the file is opened or anything is admitted or counted: no
+// eviction could make room, so it is EFBIG, never ENOSPC ("not now").
+// Writes keep ENOSPC: a passthrough writer learns of its excess only at
+// close, which can only answer ENOSPC, and a write through the daemon
+// answers the same, so a connector sees one errno for an object too
+// large to store, however it was written.
+func (c *Core) fits(size int64) error {
+	if ledger.Charge(size) > c.ledger.Capacity() {
+		return ErrTooLarge
+	}
+	return nil
+}
+
 // Allocate supports plain preallocation, charged like a write, hole
 // punching, and preallocation that keeps the size within the blocks
 // already charged.
@@ -202,6 +219,9 @@ func (h *Handle) Allocate(off, size int64, mode uint32) error {
 	c.observe(h)
 	switch mode {
 	case 0:
+		if err := c.fits(off + size); err != nil {
+			return err
+		}
 		_, charge, _ := c.ledger.Size(h.id)
 		err := c.admit(ledger.Charge(off+size)-charge, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
 		if err != nil {

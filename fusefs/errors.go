@@ -29,6 +29,8 @@ func (f *FS) errno(op string, err error) syscall.Errno {
 		return syscall.ESTALE
 	case errors.Is(err, core.ErrNoSpace):
 		return syscall.ENOSPC
+	case errors.Is(err, core.ErrTooLarge):
+		return syscall.EFBIG
 	case errors.Is(err, core.ErrExists):
 		return syscall.EEXIST
 	}

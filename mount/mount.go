@@ -133,12 +133,6 @@ func (m *Mount) load(store *blob.Store) error {
 }
 
 func (m *Mount) mount() error {
-	// The request timeout is fixed at INIT, which WaitMount waits for.
-	restore, err := setRequestTimeout(m.RequestTimeout, m.log)
-	if err != nil {
-		return err
-	}
-	defer restore()
 	timeout, negative := m.CacheTimeout, m.CacheTimeout
 	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
@@ -161,9 +155,15 @@ func (m *Mount) mount() error {
 			// sets SB_NOSEC); kvfs keeps no set-user-ID bits to kill.
 			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_HANDLE_KILLPRIV_V2,
 			PanicHandler:      m.fs.Panic,
-			Debug:             m.DebugFUSE,
-			Logger:            zap.NewStdLog(m.log.Named("fuse")),
+			// Sent in the INIT reply: this connection's, no one else's.
+			RequestTimeout: m.RequestTimeout,
+			Debug:          m.DebugFUSE,
+			Logger:         zap.NewStdLog(m.log.Named("fuse")),
 		},
+		// Modes are the store's, all of them: go-fuse would otherwise show
+		// a mode with no permission bits (chmod 000) as 0644 or 0755,
+		// which the kernel then enforces for other users.
+		NullPermissions: true,
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
 		NegativeTimeout: &negative,
@@ -178,6 +178,11 @@ func (m *Mount) mount() error {
 	if err := server.WaitMount(); err != nil {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
 	}
+	if err := requestTimeoutOffered(m.RequestTimeout, server.KernelSettings().Flags64()); err != nil {
+		m.unmountRefused(server)
+		return err
+	}
+	logRequestTimeout(m.RequestTimeout, m.log)
 	m.server = server
 	m.widenReadahead(maxRead)
 	m.log.Info("mounted", zap.String("mountpoint", m.Mountpoint), zap.Int64("capacity", m.Capacity),
@@ -191,6 +196,16 @@ func (m *Mount) mount() error {
 			"mount with --no-passthrough or --strict-capacity to use it")
 	}
 	return nil
+}
+
+// unmountRefused takes back a mount whose INIT settled on something kvfs
+// refuses, before any client can have used it.
+func (m *Mount) unmountRefused(server *fuse.Server) {
+	if err := server.Unmount(); err != nil {
+		m.log.Warn("unmount busy; detaching lazily", zap.Error(err))
+		detach(m.Mountpoint)
+	}
+	server.Wait()
 }
 
 // kernelOptions are the mount options for the kernel. With other users

@@ -190,11 +190,13 @@ func TestBadInputSizes(t *testing.T) {
 	}
 }
 
-// badInputSizes: sizes no object can ever have fail with ENOSPC and evict
-// nothing. A truncate or fallocate states its size and fails at once. A
-// write past the daemon (passthrough) lands, but the close fails and the
-// object is removed: nothing over the capacity is ever published; a write
-// through the daemon (strict capacity) fails at once.
+// badInputSizes: sizes no object can ever have evict nothing. A truncate
+// or fallocate states its size and fails at once with EFBIG (the capacity
+// is the largest file, like a file-size limit; ENOSPC would say "not
+// now"), uncounted as an admission failure. A write past the daemon
+// (passthrough) lands, but the close fails with ENOSPC and the object is
+// removed: nothing over the capacity is ever published; a write through
+// the daemon (strict capacity) fails at once with ENOSPC.
 func badInputSizes(t *testing.T, strict bool) {
 	const capacity = 16 * MiB
 	flags := []string{"--capacity", "16MiB", "--grace", "0s"}
@@ -226,13 +228,14 @@ func badInputSizes(t *testing.T, strict bool) {
 	}{
 		{"ftruncate to the capacity + 1", func() error { return unix.Ftruncate(fd, capacity+1) }},
 		{"truncate(path) to 1 TiB", func() error { return unix.Truncate(f.Name(), 1<<40) }},
+		{"truncate(path) to 999999999999999", func() error { return unix.Truncate(f.Name(), 999999999999999) }},
 		{"ftruncate to 2^62", func() error { return unix.Ftruncate(fd, 1<<62) }},
 		{"ftruncate to 2^63-1", func() error { return unix.Ftruncate(fd, 1<<63-1) }},
 		{"fallocate the capacity + 4 KiB", func() error { return unix.Fallocate(fd, 0, 0, capacity+4096) }},
 		{"fallocate 4 KiB at 1 TiB", func() error { return unix.Fallocate(fd, 0, 1<<40, 4096) }},
 	}
 	for _, c := range sizes {
-		wantErrno(t, c.what, c.call(), unix.ENOSPC)
+		wantErrno(t, c.what, c.call(), unix.EFBIG)
 		if st, _ := f.Stat(); st.Size() != 0 {
 			t.Errorf("%s left the file at %d bytes", c.what, st.Size())
 		}
@@ -251,7 +254,7 @@ func badInputSizes(t *testing.T, strict bool) {
 			return err
 		}},
 	}
-	refused := len(sizes)
+	refused := 0
 	for i, c := range writes {
 		p := filepath.Join(d.mp, fmt.Sprintf("w%d", i))
 		w, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)

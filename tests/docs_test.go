@@ -2,6 +2,7 @@ package tests
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -26,6 +27,35 @@ func TestReadmeDocumentsEveryFlag(t *testing.T) {
 			if !strings.Contains(string(readme), "`--"+f[1]) {
 				t.Errorf("README.md does not document kvfs %s --%s", cmd, f[1])
 			}
+		}
+	}
+}
+
+var docTest = regexp.MustCompile("`(?:[a-z]+ )?`?(Test[A-Za-z0-9]+)")
+
+// TestBadInputDocNamesTests: every test docs/bad-input.md names as the
+// check of a row exists, so a row cannot point at nothing.
+func TestBadInputDocNamesTests(t *testing.T) {
+	doc, err := os.ReadFile("../docs/bad-input.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sources strings.Builder
+	files, _ := filepath.Glob("../*/*_test.go")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources.Write(b)
+	}
+	names := docTest.FindAllStringSubmatch(string(doc), -1)
+	if len(names) < 20 {
+		t.Fatalf("found only %d test names in docs/bad-input.md", len(names))
+	}
+	for _, m := range names {
+		if !strings.Contains(sources.String(), "func "+m[1]+"(") {
+			t.Errorf("docs/bad-input.md names %s, which no package's tests define", m[1])
 		}
 	}
 }

@@ -173,20 +173,31 @@ func TestUnmountBusyHealthy(t *testing.T) {
 
 // TestRequestTimeout: with --request-timeout the kernel itself aborts
 // the connection of a stopped daemon: a blocked client gets an error
-// without anyone unmounting. The system-wide default is put back once
-// the mount has started. It waits out the kernel's timer (it checks
-// about every 15 s), the one wait in the suite no clock can replace.
+// without anyone unmounting. The timeout is this connection's, set in
+// kvfs's INIT reply: the system-wide default_request_timeout is 0 and
+// stays 0 before, during and after the mount, so the abort can only come
+// from it (and the mount itself shows that this kernel offers
+// CAP_REQUEST_TIMEOUT: kvfs refuses the flag otherwise). It waits out
+// the kernel's timer (it checks about every 15 s), the one wait in the
+// suite no clock can replace.
 func TestRequestTimeout(t *testing.T) {
 	requireRoot(t)
 	const sysctl = "/proc/sys/fs/fuse/default_request_timeout"
-	before, err := os.ReadFile(sysctl)
-	if err != nil {
-		t.Skipf("needs a kernel with FUSE request timeouts (6.14+): %v", err)
+	readSysctl := func() string {
+		t.Helper()
+		b, err := os.ReadFile(sysctl)
+		if err != nil {
+			t.Skipf("needs a kernel with FUSE request timeouts (6.14+): %v", err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if v := readSysctl(); v != "0" {
+		t.Skipf("%s is %s: an abort would not show that the mount's own timeout applies", sysctl, v)
 	}
 	d := mountCache(t, "--capacity", "16MiB", "--request-timeout", "1s")
 	t.Cleanup(func() { d.cmd.Process.Signal(syscall.SIGCONT) })
-	if after, _ := os.ReadFile(sysctl); !bytes.Equal(after, before) {
-		t.Fatalf("%s is %q after the mount, was %q", sysctl, after, before)
+	if v := readSysctl(); v != "0" {
+		t.Fatalf("%s is %s while kvfs is mounted with --request-timeout 1s; want 0, untouched", sysctl, v)
 	}
 	putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))
 	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -212,6 +223,9 @@ func TestRequestTimeout(t *testing.T) {
 	}
 	if m, ok := mountAt(d.mp); ok && m.ID == d.mountID {
 		t.Fatalf("%s still mounted", d.mp)
+	}
+	if v := readSysctl(); v != "0" {
+		t.Fatalf("%s is %s after the mount; want 0, untouched", sysctl, v)
 	}
 }
 

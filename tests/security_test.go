@@ -113,6 +113,72 @@ func TestPermissionsAllowOther(t *testing.T) {
 	d.stop()
 }
 
+// TestModeZeroAllowOther: modes are the store's, all of them. A file and
+// a directory set to 000 read back as 000, in the mount and in the store
+// (was: 0644 and 0755, go-fuse's stand-in for a mode with no permission
+// bits), and with --allow-other the kernel enforces them: nobody cannot
+// read the file, list the directory or reach into it. pjdfstest's
+// open/26.t: a file nobody creates with open(O_CREAT|O_WRONLY, 0) takes
+// the bytes written through that descriptor, lstats as "regular,0", and
+// nobody's later opens for reading, writing or both fail with EACCES.
+func TestModeZeroAllowOther(t *testing.T) {
+	requireRoot(t)
+	dir := worldDir(t)
+	mp := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", filepath.Join(dir, "store"), "--capacity", "16MiB", "--allow-other")
+	p := func(name string) string { return filepath.Join(mp, name) }
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	putFile(t, p("secret"), []byte("secret\n"))
+	must(os.Chmod(p("secret"), 0))
+	must(os.Mkdir(p("closed"), 0o755))
+	putFile(t, p("closed/inner"), []byte("inner\n"))
+	must(os.Chmod(p("closed/inner"), 0o644))
+	must(os.Chmod(p("closed"), 0))
+	must(os.Mkdir(p("nobodys"), 0o755))
+	must(os.Chown(p("nobodys"), 65534, 65534))
+
+	const create = "import os, sys\nfd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0)\nos.write(fd, b'mine')\nos.close(fd)\n"
+	if code, out := asNobody(t, "/usr/bin/python3", "-c", create, p("nobodys/m0")); code != 0 {
+		t.Fatalf("nobody: open(O_CREAT|O_WRONLY, 0) and write: exit %d, %q", code, out)
+	}
+	for path, want := range map[string]uint32{
+		p("secret"): unix.S_IFREG, p("closed"): unix.S_IFDIR, p("nobodys/m0"): unix.S_IFREG,
+		filepath.Join(d.store, "data", "secret"): unix.S_IFREG, filepath.Join(d.store, "data", "closed"): unix.S_IFDIR,
+		filepath.Join(d.store, "data", "nobodys", "m0"): unix.S_IFREG,
+	} {
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil || st.Mode != want {
+			t.Errorf("lstat %s: mode %#o (%v), want %#o (type, permissions 0)", path, st.Mode, err, want)
+		}
+	}
+	const reopen = "import os, sys, errno\nfor fl in (os.O_RDONLY, os.O_WRONLY, os.O_RDWR):\n  try:\n    os.close(os.open(sys.argv[1], fl)); print('opened')\n  except OSError as e:\n    print(errno.errorcode[e.errno])\n"
+	if code, out := asNobody(t, "/usr/bin/python3", "-c", reopen, p("nobodys/m0")); code != 0 || out != "EACCES\nEACCES\nEACCES\n" {
+		t.Errorf("nobody reopening its mode 0 file O_RDONLY, O_WRONLY, O_RDWR: exit %d, %q; want EACCES thrice", code, out)
+	}
+	for _, argv := range [][]string{
+		{"/bin/cat", p("secret")},
+		{"/bin/ls", p("closed")},
+		{"/bin/cat", p("closed/inner")},
+	} {
+		if code, out := asNobody(t, argv...); code == 0 || !strings.Contains(out, "Permission denied") {
+			t.Errorf("nobody: %v: exit %d, %q; want Permission denied", argv, code, out)
+		}
+	}
+	if got, err := os.ReadFile(p("nobodys/m0")); err != nil || string(got) != "mine" {
+		t.Errorf("root reading nobody's mode 0 file: %q, %v", got, err)
+	}
+	assertQuietEqual(t, d)
+	d.stop()
+}
+
 // TestNoAllowOtherByDefault: without --allow-other (the default) no user
 // but the mounter gets into the mount at all, whatever the modes say.
 func TestNoAllowOtherByDefault(t *testing.T) {

@@ -152,7 +152,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.CheckpointInterval, "checkpoint-interval", mount.DefaultCheckpointInterval, "how often, while the store changes, to checkpoint the index so a restart after a crash is fast (0: only at a clean stop)")
 	fs.Var(sizeFlag{&o.RAMCache}, "ram-cache", "keep copies of objects plain reads load in this much RAM, like 4GiB (default 0: none; passthrough reads never need it)")
 	fs.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the mounter in")
-	fs.DurationVar(&o.RequestTimeout, "request-timeout", 0, "abort the FUSE connection when a request goes unanswered this long, like 60s (0: never; root, Linux 6.14+)")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", 0, "abort the FUSE connection when a request goes unanswered this long, like 60s (0: never; this mount only, Linux 6.14+)")
 	noPassthrough := fs.Bool("no-passthrough", false, "serve reads and writes through the daemon even where FUSE passthrough works")
 	fs.BoolVar(&o.DebugFUSE, "debug-fuse", false, "log every FUSE request")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
