@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/kvfs/kvfs/internal/usageerr"
@@ -47,6 +48,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"fsck":    cmdFsck,
 		"cat":     cmdCat,
 		"put":     cmdPut,
+	}
+	if args[0] == mount.GuardCommand {
+		return guard(args[1:], stderr)
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok && isHelperForm(args) {
@@ -204,6 +208,13 @@ func cmdMount(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
 		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)
 	x.serve(m, stdout, log)
+	if bin, err := os.Executable(); err == nil {
+		if g, err := m.StartGuard(bin); err != nil {
+			log.Warn("no guard for the daemon: a kill -9 while it notifies the kernel can leave the mount hung until `kvfs unmount`", zap.Error(err))
+		} else {
+			defer g.Stop()
+		}
+	}
 	life := &lifecycle{log: log}
 	if err := life.ready(m); err != nil {
 		m.Unmount()
@@ -222,6 +233,24 @@ func cmdMount(args []string, stdout io.Writer) error {
 	life.stopping()
 	fmt.Fprintf(stdout, "kvfs: unmounted %s\n", m.Mountpoint)
 	return nil
+}
+
+// guard runs a daemon's guard (see mount.StartGuard): PID CONN
+// MOUNTPOINT, with the daemon's pipe as descriptor 3.
+func guard(args []string, stderr io.Writer) int {
+	if len(args) != 3 {
+		fmt.Fprintln(stderr, "kvfs: the guard is started by kvfs mount")
+		return 2
+	}
+	pid, err := strconv.Atoi(args[0])
+	if err != nil {
+		fmt.Fprintln(stderr, "kvfs: the guard is started by kvfs mount")
+		return 2
+	}
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	log, _ := newLogger("info")
+	mount.RunGuard(pid, args[1], args[2], os.NewFile(3, "daemon"), log.Named("guard"))
+	return 0
 }
 
 func cmdUnmount(args []string, stdout io.Writer) error {

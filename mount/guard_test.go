@@ -1,0 +1,72 @@
+package mount
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// stuckExiting starts a process whose leader thread has exited while
+// another thread goes on, as a SIGKILLed daemon with a thread asleep in
+// the kernel looks from outside: its /proc state is Z.
+func stuckExiting(t *testing.T) int {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("needs gcc to build a process whose leader exits before its thread (.ci/run installs it)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "stuck.c")
+	os.WriteFile(src, []byte(`#include <pthread.h>
+#include <unistd.h>
+static void *sleeper(void *a) { sleep(60); return a; }
+int main(void) { pthread_t t; pthread_create(&t, 0, sleeper, 0); pthread_exit(0); }
+`), 0o644)
+	bin := filepath.Join(dir, "stuck")
+	if out, err := exec.Command("gcc", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	for i := 0; i < 500 && !zombie(pid); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !zombie(pid) {
+		t.Fatalf("pid %d never showed its leader exited", pid)
+	}
+	return pid
+}
+
+// TestGuardAbortsStuckDaemon: the guard of a daemon stuck exiting tries
+// to abort its connection, and returns once the daemon is gone.
+func TestGuardAbortsStuckDaemon(t *testing.T) {
+	pid := stuckExiting(t)
+	core, logs := observer.New(zap.WarnLevel)
+	r, w, _ := os.Pipe()
+	done := make(chan struct{})
+	go func() {
+		RunGuard(pid, "999999", t.TempDir(), r, zap.New(core))
+		close(done)
+	}()
+	for i := 0; i < 100 && logs.FilterMessageSnippet("stuck exiting").Len() == 0; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if logs.FilterMessageSnippet("stuck exiting").Len() != 1 {
+		t.Fatalf("the guard did not act on a daemon stuck exiting: %v", logs.All())
+	}
+	select {
+	case <-done:
+		t.Fatal("the guard returned while the daemon still holds its pipe")
+	default:
+	}
+	w.Close() // the daemon's last thread ends
+	<-done
+}
