@@ -12,8 +12,11 @@ import (
 
 // The ratio chart: one group per row that has a ratio, a bar for kvfs
 // against plain and one against the loopback when it ran, each with the
-// range of its per-round ratios as an error bar, and a line at 1 (equal).
-// Drawn by hand: a few rectangles and lines need no plotting library.
+// range of its per-round ratios as an error bar. The axis is a log
+// scale centred on 1 (equal): a bar to the right favours kvfs, 2x
+// faster and 2x slower are the same length, and one noisy round cannot
+// squash the other rows. Drawn by hand: a few rectangles and lines need
+// no plotting library.
 
 // bar is one drawn ratio: the median ratio and its per-round range.
 type bar struct {
@@ -57,9 +60,9 @@ func ratioBar(against string, ratio float64, kvfs, base []float64, higher bool, 
 
 // Layout, in SVG user units (pixels).
 const (
-	chartWidth   = 900
-	labelWidth   = 260
-	plotRight    = 40
+	plotWidth    = 600
+	plotRight    = 60
+	charWidth    = 6.6 // of a 12px sans-serif label, about
 	barHeight    = 14
 	barGap       = 3
 	groupGap     = 14
@@ -104,22 +107,26 @@ func (b *bench) writeSVG(path string) error {
 }
 
 func (b *bench) drawChart(w io.Writer, rows []*row) error {
-	top := max(1.25, scaleTop(rows))
-	plotW := float64(chartWidth - labelWidth - plotRight)
-	x := func(v float64) float64 { return labelWidth + plotW*v/top }
+	lo, hi := scaleRange(rows)
+	labelWidth := 0.0
+	for _, r := range rows {
+		labelWidth = max(labelWidth, charWidth*float64(len(rowLabel(r)))+16)
+	}
+	x := func(v float64) float64 { return labelWidth + plotWidth*(math.Log2(v)-lo)/(hi-lo) }
+	width := int(labelWidth) + plotWidth + plotRight
 	height := headerHeight + footerHeight
 	for _, r := range rows {
 		height += len(chartBars(r))*(barHeight+barGap) + groupGap
 	}
 	s := &svgWriter{w: w}
 	s.printf(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
-		chartWidth, height, chartWidth, height)
+		width, height, width, height)
 	s.printf(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
-	s.text(10, 20, "start", "font-size=\"15\" font-weight=\"bold\"", "kvfs against a plain directory and go-fuse's loopback (ratio in throughput terms: above 1 favours kvfs)")
+	s.text(10, 20, "start", `font-size="15" font-weight="bold"`, "kvfs against a plain directory and go-fuse's loopback: throughput ratio, right of 1 favours kvfs")
 	s.text(10, 38, "start", "", b.chartSubtitle())
 	s.legend(10, 56)
 	plotBottom := height - footerHeight
-	s.axis(x, top, headerHeight-4, plotBottom)
+	s.axis(x, lo, hi, headerHeight-4, plotBottom)
 	y := headerHeight
 	for _, r := range rows {
 		bars := chartBars(r)
@@ -131,33 +138,24 @@ func (b *bench) drawChart(w io.Writer, rows []*row) error {
 		}
 		y += groupGap - barGap
 	}
-	s.printf(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#222" stroke-width="1.5" stroke-dasharray="4 3"/>`+"\n",
+	s.printf(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#222" stroke-width="1.5"/>`+"\n",
 		x(1), headerHeight-4, x(1), plotBottom)
 	s.text(10, float64(height-12), "start", `fill="#555"`,
-		"bar: ratio of the medians; whisker: range of the per-round paired ratios; dashed line: equal (1.0)")
+		"bar: ratio of the medians (the table's ratio and vs loop); whisker: range of the per-round paired ratios; log scale")
 	s.printf("</svg>\n")
 	return s.err
 }
 
-// scaleTop is the largest value drawn, rounded up to a tick.
-func scaleTop(rows []*row) float64 {
-	top := 0.0
+// scaleRange is the axis in powers of 2: from the smallest to the
+// largest value drawn, at least 1/2 to 2.
+func scaleRange(rows []*row) (lo, hi float64) {
+	lo, hi = -1, 1
 	for _, r := range rows {
 		for _, br := range chartBars(r) {
-			top = math.Max(top, br.high)
+			lo, hi = math.Min(lo, math.Floor(math.Log2(br.low))), math.Max(hi, math.Ceil(math.Log2(br.high)))
 		}
 	}
-	return math.Ceil(top/tickStep(top)) * tickStep(top)
-}
-
-// tickStep is a round step giving about five ticks up to top.
-func tickStep(top float64) float64 {
-	for _, s := range []float64{0.25, 0.5, 1, 2, 5, 10, 20, 50, 100} {
-		if top/s <= 6 {
-			return s
-		}
-	}
-	return math.Pow(10, math.Ceil(math.Log10(top/5)))
+	return lo, hi
 }
 
 func rowLabel(r *row) string {
@@ -198,17 +196,25 @@ func (s *svgWriter) legend(x, y float64) {
 	}
 }
 
-func (s *svgWriter) axis(x func(float64) float64, top float64, y0, y1 int) {
-	step := tickStep(top)
-	for v := 0.0; v <= top+step/2; v += step {
+// axis draws a grid line and a label at each power of 2.
+func (s *svgWriter) axis(x func(float64) float64, lo, hi float64, y0, y1 int) {
+	for e := lo; e <= hi; e++ {
+		v := math.Exp2(e)
+		label := fmt.Sprintf("%g", v)
+		if v < 1 {
+			label = fmt.Sprintf("1/%g", 1/v)
+		}
 		s.printf(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>`+"\n", x(v), y0, x(v), y1)
-		s.text(x(v), float64(y1+14), "middle", `fill="#555"`, fmt.Sprintf("%g", v))
+		s.text(x(v), float64(y1+14), "middle", `fill="#555"`, label)
 	}
 }
 
+// bar draws a ratio from 1 to its value, its whisker, and its value
+// right of whichever reaches further right.
 func (s *svgWriter) bar(x func(float64) float64, y int, br bar) {
+	left, right := x(math.Min(1, br.ratio)), x(math.Max(1, br.ratio))
 	s.printf(`<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>kvfs / %s: %.2f (%.2f..%.2f)</title></rect>`+"\n",
-		x(0), y, x(br.ratio)-x(0), barHeight, br.colour, br.against, br.ratio, br.low, br.high)
+		left, y, math.Max(right-left, 1), barHeight, br.colour, br.against, br.ratio, br.low, br.high)
 	mid := float64(y) + barHeight/2.0
 	if br.hasSpread {
 		s.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#111"/>`+"\n", x(br.low), mid, x(br.high), mid)
@@ -216,5 +222,5 @@ func (s *svgWriter) bar(x func(float64) float64, y int, br bar) {
 			s.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#111"/>`+"\n", x(v), mid-4, x(v), mid+4)
 		}
 	}
-	s.text(x(br.high)+5, mid+4, "start", `font-size="11"`, fmt.Sprintf("%.2f", br.ratio))
+	s.text(x(math.Max(1, br.high))+5, mid+4, "start", `font-size="11"`, fmt.Sprintf("%.2f", br.ratio))
 }
