@@ -12,6 +12,7 @@ import (
 // config is what one run measures, after --quick and explicit flags.
 type config struct {
 	dir, passthrough, jsonPath string
+	svgFile                    string
 	workloads                  map[string]bool
 	quick, strict              bool
 	rounds                     int
@@ -54,6 +55,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.BoolVar(&c.quick, "quick", false, "small sizes for a smoke test (under a minute)")
 	fs.BoolVar(&c.strict, "strict", false, "exit 1 if any row fails its bar")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the report as JSON to this file (- for stdout; the table then goes to stderr)")
+	fs.StringVar(&c.svgFile, "svg", "", "write the ratio chart (SVG) to this file (default: beside --json FILE, with .svg)")
 	work := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))
 	fs.Var(sizeValue{&c.capacity}, "capacity", "capacity of the kvfs mounts (default 16GiB)")
 	fs.Var(sizeValue{&c.ramCache}, "ram-cache", "RAM tier of a third mount, kvfs-ram (no passthrough, --ram-cache SIZE), measured on reads (default 1GiB; 0 leaves it out)")

@@ -2,7 +2,10 @@
 // disk, side by side in one run, with the I/O that KV-cache connectors
 // do, and prints medians, kvfs/plain ratios and the spec's bars.
 //
-//	go run ./cmd/kvfs-bench [--quick] [--dir DIR] [--rounds N] [--passthrough on|off|both] [--json FILE]
+//	go run ./cmd/kvfs-bench [--quick] [--dir DIR] [--rounds N] [--passthrough on|off|both] [--json FILE] [--svg FILE]
+//
+// With --json FILE it also draws the ratios as a chart, FILE with .svg
+// (or --svg's): kvfs against plain and against the loopback, per row.
 //
 // It mounts kvfs itself with $KVFS_BIN (bin/kvfs) and always unmounts
 // and removes its work directory at exit, on errors and on Ctrl-C.
@@ -134,6 +137,11 @@ func (b *bench) report() {
 	if b.cfg.jsonPath != "" {
 		if err := b.writeJSON(b.cfg.jsonPath); err != nil {
 			fmt.Fprintln(os.Stderr, "kvfs-bench: writing JSON:", err)
+		}
+	}
+	if path := b.cfg.svgPath(); path != "" {
+		if err := b.writeSVG(path); err != nil {
+			fmt.Fprintln(os.Stderr, "kvfs-bench: writing the chart:", err)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"runtime/debug"
 
 	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/remote"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -61,6 +62,33 @@ var ramSeries = []series{
 	counter("kvfs_ram_cache_stale_total", "Copies found outdated by their stamp (the store changed behind kvfs's back).", func(s *fusefs.Stats) int64 { return s.RAMCache.Stale }),
 }
 
+// remoteSeries are the remote tier's figures, when there is one, named
+// after their remote_* fields of `kvfs stats --json`.
+var remoteSeries = []series{
+	counter("kvfs_remote_hits_total", "Remote lookups that found the name in the bucket.", func(s *fusefs.Stats) int64 { return s.RemoteStats.Hits }),
+	counter("kvfs_remote_misses_total", "Remote lookups that did not (absent, excluded, or the server unavailable).", func(s *fusefs.Stats) int64 { return s.RemoteStats.Misses }),
+	counter("kvfs_remote_heads_total", "HEAD requests sent (lookups and the check before an upload).", func(s *fusefs.Stats) int64 { return s.RemoteStats.Heads }),
+	counter("kvfs_remote_fetches_total", "Downloads that completed and verified.", func(s *fusefs.Stats) int64 { return s.RemoteStats.Fetches }),
+	counter("kvfs_remote_fetched_bytes_total", "Bytes of those downloads.", func(s *fusefs.Stats) int64 { return s.RemoteStats.FetchedBytes }),
+	counter("kvfs_remote_corrupt_total", "Fetched objects whose size or checksum was wrong.", func(s *fusefs.Stats) int64 { return s.RemoteStats.Corrupt }),
+	counter("kvfs_remote_uploads_total", "Objects uploaded.", func(s *fusefs.Stats) int64 { return s.RemoteStats.Uploads }),
+	counter("kvfs_remote_uploaded_bytes_total", "Bytes uploaded.", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadedBytes }),
+	counter("kvfs_remote_upload_already_present_total", "Uploads not needed because the key was there (the first writer won).", func(s *fusefs.Stats) int64 { return s.RemoteStats.AlreadyPresent }),
+	counter("kvfs_remote_upload_failures_total", "Failed upload attempts (each retry counts).", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadFailures }),
+	counter("kvfs_remote_upload_dropped_total", "Uploads given up: the queue was full, or the server refused for good.", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadDropped }),
+	counter("kvfs_remote_upload_skipped_total", "Uploads not needed: temp names, names known remote, local objects gone.", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadSkipped }),
+	gauge("kvfs_remote_queue_depth", "Uploads pending now, the ones in progress included.", func(s *fusefs.Stats) int64 { return s.RemoteStats.QueueDepth }),
+}
+
+// breakerState is 1 for the remote tier's circuit breaker's state and 0
+// for the others: every state is always exported, so that an alert on
+// state="open" selects a series whatever the state now.
+var breakerState = prometheus.NewDesc("kvfs_remote_breaker_state",
+	"The remote tier's circuit breaker: 1 for its state now (closed: requests go to the server; open: they are not sent; half-open: one probe is), 0 for the others.",
+	[]string{"state"}, nil)
+
+var breakerStates = []string{remote.BreakerClosed, remote.BreakerOpen, remote.BreakerHalfOpen}
+
 // snapshotCollector reads one snapshot per scrape, so every figure of a
 // scrape is from the same moment, and equals what `kvfs stats` printed
 // had it asked at that moment.
@@ -76,10 +104,13 @@ func newSnapshotCollector(src Source) *snapshotCollector {
 }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, s := range append(ledgerSeries, ramSeries...) {
-		ch <- s.desc
+	for _, ss := range [][]series{ledgerSeries, ramSeries, remoteSeries} {
+		for _, s := range ss {
+			ch <- s.desc
+		}
 	}
 	ch <- lookups
+	ch <- breakerState
 	for _, m := range c.startup {
 		ch <- m.Desc()
 	}
@@ -93,6 +124,12 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	if st.RAMCache != nil {
 		emit(ch, ramSeries, &st)
 	}
+	if st.RemoteStats != nil {
+		emit(ch, remoteSeries, &st)
+		for _, state := range breakerStates {
+			ch <- prometheus.MustNewConstMetric(breakerState, prometheus.GaugeValue, oneIf(state == st.BreakerState), state)
+		}
+	}
 	for _, m := range c.startup {
 		ch <- m
 	}
@@ -104,13 +141,16 @@ func emit(ch chan<- prometheus.Metric, ss []series, st *fusefs.Stats) {
 	}
 }
 
+func oneIf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // startupMetrics are what start-up found: fixed for the mount's life.
 func startupMetrics(src Source) []prometheus.Metric {
 	r := src.Loaded
-	fromSnapshot := 0.0
-	if r.FromSnapshot {
-		fromSnapshot = 1
-	}
 	fixed := func(name, help string, v float64) prometheus.Metric {
 		return prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, nil, nil), prometheus.GaugeValue, v)
 	}
@@ -118,7 +158,7 @@ func startupMetrics(src Source) []prometheus.Metric {
 		fixed("kvfs_startup_duration_seconds", "How long start-up took to rebuild the index and the ledger from the store.", r.Took.Seconds()),
 		fixed("kvfs_startup_objects", "Objects start-up found in the store.", float64(r.Objects)),
 		fixed("kvfs_startup_bytes", "Bytes start-up charged for them.", float64(r.Bytes)),
-		fixed("kvfs_startup_from_snapshot", "1 if start-up read the index a clean stop saved, 0 if it walked the store.", fromSnapshot),
+		fixed("kvfs_startup_from_snapshot", "1 if start-up read the index a clean stop saved, 0 if it walked the store.", oneIf(r.FromSnapshot)),
 		fixed("kvfs_startup_incomplete_objects", "Objects start-up deleted because they were being written at a crash.", float64(r.Incomplete)),
 		fixed("kvfs_startup_evicted_objects", "Objects start-up evicted to fit the capacity.", float64(r.Evicted)),
 	}

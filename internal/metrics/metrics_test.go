@@ -10,6 +10,7 @@ import (
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/ramcache"
+	"github.com/kvfs/kvfs/remote"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -17,8 +18,10 @@ import (
 func distinctStats() fusefs.Stats {
 	var st fusefs.Stats
 	st.RAMCache = &ramcache.Stats{}
+	st.RemoteStats = &fusefs.RemoteStats{BreakerState: remote.BreakerHalfOpen}
 	n := int64(100)
-	for _, v := range []reflect.Value{reflect.ValueOf(&st.Stats.Stats).Elem(), reflect.ValueOf(&st.Stats).Elem(), reflect.ValueOf(st.RAMCache).Elem()} {
+	for _, v := range []reflect.Value{reflect.ValueOf(&st.Stats.Stats).Elem(), reflect.ValueOf(&st.Stats).Elem(),
+		reflect.ValueOf(st.RAMCache).Elem(), reflect.ValueOf(st.RemoteStats).Elem()} {
 		for i := range v.NumField() {
 			if f := v.Field(i); f.Kind() == reflect.Int64 {
 				n += 7
@@ -133,14 +136,28 @@ func flatJSON(t *testing.T, st fusefs.Stats) map[string]float64 {
 	return out
 }
 
-// TestNoRAMTierNoRAMSeries: a mount without a RAM tier exports none of
-// its series rather than zeros.
-func TestNoRAMTierNoRAMSeries(t *testing.T) {
+// TestNoTierNoTierSeries: a mount without a RAM tier or a remote tier
+// exports none of their series rather than zeros.
+func TestNoTierNoTierSeries(t *testing.T) {
 	m := New()
 	m.Watch(Source{Stats: func() fusefs.Stats { return fusefs.Stats{} }})
 	for name := range gather(t, m) {
-		if strings.HasPrefix(name, "kvfs_ram_cache") {
-			t.Errorf("%s exported without a RAM tier", name)
+		if strings.HasPrefix(name, "kvfs_ram_cache") || strings.HasPrefix(name, "kvfs_remote") {
+			t.Errorf("%s exported without its tier", name)
+		}
+	}
+}
+
+// TestBreakerState: every state of the remote tier's breaker is a
+// series, 1 for the state now and 0 for the others.
+func TestBreakerState(t *testing.T) {
+	m := New()
+	m.Watch(Source{Stats: distinctStats})
+	got := gather(t, m)
+	for state, want := range map[string]float64{remote.BreakerClosed: 0, remote.BreakerOpen: 0, remote.BreakerHalfOpen: 1} {
+		name := `kvfs_remote_breaker_state{state="` + state + `"}`
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
 		}
 	}
 }
