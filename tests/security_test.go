@@ -243,6 +243,9 @@ func TestNoEscapeThroughMount(t *testing.T) {
 	for _, name := range []string{"writing/1", "kvfs.lock", "data"} {
 		putFile(t, p(name), objectBytes(name, 5000))
 	}
+	// A store is complete at its RELEASE, which reaches kvfs after
+	// close(2) returns: a crash before it leaves the object incomplete.
+	waitReleased(t, d)
 	d.kill9()
 	d = startDaemon(t, d.mp, flags...)
 	for _, name := range []string{"writing/1", "kvfs.lock", "data"} {
