@@ -2,6 +2,7 @@ package quota
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,4 +188,63 @@ func reexecChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("re-executed: CAP_LEASE held=%v, in bounding set=%v", holds(unix.CAP_LEASE), inBounding == 1)
+}
+
+// TestRecord: the record names a project only for the directory it was
+// written on.
+func TestRecord(t *testing.T) {
+	dir := t.TempDir()
+	f, err := openFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	if _, ok := record(f.fd, f.ino); ok {
+		t.Fatalf("a fresh directory has a record")
+	}
+	for _, c := range []struct {
+		val  string
+		want uint32
+	}{
+		{fmt.Sprintf("%d %d", 1<<30+7, f.ino), 1<<30 + 7},
+		{fmt.Sprintf("%d %d", 1<<30+7, f.ino+1), 0}, // copied from another directory
+		{fmt.Sprintf("0 %d", f.ino), 0},
+		{"junk", 0},
+	} {
+		if err := unix.Fsetxattr(f.fd, RecordXattr, []byte(c.val), 0); err != nil {
+			t.Skipf("no user extended attributes here: %v", err)
+		}
+		if got, _ := record(f.fd, f.ino); got != c.want {
+			t.Errorf("record %q: project %d, want %d", c.val, got, c.want)
+		}
+	}
+}
+
+// TestTagEncoding: FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR as encoded
+// here work on the file system under the test's temporary directory:
+// project 0 with PROJINHERIT on a directory is accepted everywhere that
+// has the ioctls, and read back.
+func TestTagEncoding(t *testing.T) {
+	dir := t.TempDir()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	x, err := getFsx(fd)
+	if errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EOPNOTSUPP) {
+		t.Skipf("no FS_IOC_FSGETXATTR here: %v", err)
+	}
+	if err != nil || x.Projid != 0 {
+		t.Fatalf("FS_IOC_FSGETXATTR: %+v, %v; want project 0", x, err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the rest")
+	}
+	if _, err := tag(fd, 0, true); err != nil {
+		t.Fatalf("setting PROJINHERIT: %v", err)
+	}
+	if ok, err := tagged(fd, 0, true); !ok || err != nil {
+		t.Fatalf("PROJINHERIT not read back: %v", err)
+	}
 }
