@@ -4,12 +4,13 @@
 // watches. kvfs caps its store with it: a FUSE passthrough writer keeps
 // writing straight into the stored file after the daemon dies.
 //
-// The directory gets a project ID of its own, recorded in an extended
-// attribute on it (RecordXattr) with its inode number, so that a later
-// run finds the same project and a copy of the directory does not share
-// it. Every file and directory under it is given the project, directories
-// with FS_XFLAG_PROJINHERIT so that what is created later inherits it;
-// then the project's block hard limit is set.
+// The directory gets a project ID that nothing on its file system uses.
+// It and every file and directory under it are given the project,
+// directories with FS_XFLAG_PROJINHERIT so that what is created later
+// inherits it; then the project is recorded in an extended attribute on
+// the directory (RecordXattr) with its inode number, so that a later run
+// finds it and skips the walk, and a copy of the directory does not share
+// it; then the project's block hard limit is set.
 package quota
 
 import (
@@ -95,14 +96,14 @@ func Apply(dir string, limit int64) (Status, error) {
 	if err := f.enforced(); err != nil {
 		return Status{}, err
 	}
-	id, err := f.choose(dir)
+	id, recorded, err := f.choose(dir)
 	if err != nil {
 		return Status{}, err
 	}
 	st := Status{Project: id}
 	if done, err := tagged(f.fd, id, true); err != nil {
 		return st, err
-	} else if !done {
+	} else if !recorded || !done {
 		// No limit while the tree moves into the project: moving a file
 		// into a project over its limit fails.
 		if err := f.setLimit(id, 0); err != nil {
@@ -110,6 +111,12 @@ func Apply(dir string, limit int64) (Status, error) {
 		}
 		if st.Tagged, err = tagTree(dir, id); err != nil {
 			return st, err
+		}
+		// The record says the whole tree has the project: a walk cut
+		// short leaves none, and the next Apply starts over.
+		val := fmt.Sprintf("%d %d", id, f.ino)
+		if err := unix.Fsetxattr(f.fd, RecordXattr, []byte(val), 0); err != nil {
+			return st, fmt.Errorf("quota: recording the project of %s: %w", dir, err)
 		}
 	}
 	if err := f.setLimit(id, limit); err != nil {
@@ -227,32 +234,29 @@ func (f *fsRef) setLimit(id uint32, limit int64) error {
 	return nil
 }
 
-// choose is dir's recorded project, or a new one that nothing uses.
-func (f *fsRef) choose(dir string) (uint32, error) {
+// choose is dir's recorded project (recorded), or a new one that
+// nothing uses.
+func (f *fsRef) choose(dir string) (id uint32, recorded bool, err error) {
 	if id, ok := record(f.fd, f.ino); ok {
-		return id, nil
+		return id, true, nil
 	}
 	// Start from the inode number, so two stores on one file system start
 	// apart, in the upper half of the 31-bit range, away from the small
 	// IDs administrators hand out.
 	const base, span = 1 << 30, 1 << 30
 	c := uint32(f.ino % span)
-	for i := 0; i < 4096; i++ {
-		id := base + (c+uint32(i))%span
+	for i := uint32(0); i < 4096; i++ {
+		id := base + (c+i)%span
 		q, err := f.get(id)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		if q == (dqblk{}) || q.CurSpace == 0 && q.CurInodes == 0 && q.BHardlimit == 0 && q.BSoftlimit == 0 &&
+		if q.CurSpace == 0 && q.CurInodes == 0 && q.BHardlimit == 0 && q.BSoftlimit == 0 &&
 			q.IHardlimit == 0 && q.ISoftlimit == 0 {
-			val := fmt.Sprintf("%d %d", id, f.ino)
-			if err := unix.Fsetxattr(f.fd, RecordXattr, []byte(val), 0); err != nil {
-				return 0, fmt.Errorf("quota: recording the project of %s: %w", dir, err)
-			}
-			return id, nil
+			return id, false, nil
 		}
 	}
-	return 0, fmt.Errorf("quota: no unused project ID found for %s", dir)
+	return 0, false, fmt.Errorf("quota: no unused project ID found for %s", dir)
 }
 
 // record is the project RecordXattr names, if it was written for this
@@ -308,15 +312,16 @@ func tag(fd int, id uint32, dir bool) (bool, error) {
 	return true, nil
 }
 
-// tagTree gives every file and directory under dir project id, dir
-// itself last: a tree is known tagged when its top is.
+// tagTree gives every file and directory under dir, and dir, project
+// id. A directory is tagged before its entries are listed, so what is
+// created in it meanwhile inherits the project or is listed.
 func tagTree(dir string, id uint32) (int, error) {
 	n := 0
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
-		if err != nil || p == dir || !d.Type().IsDir() && !d.Type().IsRegular() {
+		if err != nil || !d.Type().IsDir() && !d.Type().IsRegular() {
 			return err
 		}
 		done, err := tagPath(p, id, d.IsDir())
@@ -325,13 +330,6 @@ func tagTree(dir string, id uint32) (int, error) {
 		}
 		return err
 	})
-	if err != nil {
-		return n, err
-	}
-	done, err := tagPath(dir, id, true)
-	if done {
-		n++
-	}
 	return n, err
 }
 
