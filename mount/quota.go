@@ -13,8 +13,8 @@ import (
 
 // A FUSE passthrough writer writes into the stored file through the
 // kernel, and keeps doing so after the daemon is killed or its
-// connection aborted (docs/operations.md, "A writer that outlives the daemon"): only something in
-// the kernel can bound it then. Where the store's file system enforces
+// connection aborted (docs/operations.md, "A writer that outlives the
+// daemon"): only something in the kernel can bound it then. Where the store's file system enforces
 // project quotas, the store directory is given a project of its own
 // whose block hard limit is the capacity plus QuotaSlack; past it every
 // write into the store fails with EDQUOT, daemon or no daemon. The limit
