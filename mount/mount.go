@@ -36,6 +36,8 @@ type Mount struct {
 	ram    *ramcache.Cache // nil without --ram-cache
 	tier   *remote.Tier    // nil without --remote
 	log    *zap.Logger
+	// quotaBytes is the store's project quota limit; 0: not capped.
+	quotaBytes int64
 }
 
 // Start validates the options, loads the store (reclaiming what a crash
@@ -67,6 +69,7 @@ func Start(o Options) (*Mount, error) {
 	if err := m.load(store); err != nil {
 		return nil, err
 	}
+	m.capStore()
 	if err := m.mount(); err != nil {
 		m.fs.Close()
 		m.closeRemote()

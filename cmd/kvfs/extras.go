@@ -81,7 +81,7 @@ func (e *extras) serve(m *mount.Mount, stdout io.Writer, log *zap.Logger) {
 	if e.metrics == nil {
 		return
 	}
-	e.metrics.Watch(metrics.Source{Stats: m.Stats, Loaded: m.Loaded})
+	e.metrics.Watch(metrics.Source{Stats: m.Stats, Loaded: m.Loaded, StoreQuotaBytes: m.QuotaBytes()})
 	e.server.Serve(e.metrics, log.Named("metrics"))
 	fmt.Fprintf(stdout, "kvfs: metrics at http://%s/metrics\n", e.server.Addr())
 	log.Info("serving metrics", zap.String("addr", e.server.Addr()))

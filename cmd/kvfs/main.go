@@ -182,6 +182,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	defer log.Sync()
 	o.Logger = log.Named("mount")
+	mount.ShedQuotaExemption(o, o.Logger)
 	x, err := extra.start(&o, log)
 	if err != nil {
 		return err

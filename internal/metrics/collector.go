@@ -161,6 +161,7 @@ func startupMetrics(src Source) []prometheus.Metric {
 		fixed("kvfs_startup_from_snapshot", "1 if start-up read the index a clean stop saved, 0 if it walked the store.", oneIf(r.FromSnapshot)),
 		fixed("kvfs_startup_incomplete_objects", "Objects start-up deleted because they were being written at a crash.", float64(r.Incomplete)),
 		fixed("kvfs_startup_evicted_objects", "Objects start-up evicted to fit the capacity.", float64(r.Evicted)),
+		fixed("kvfs_store_quota_bytes", "The block limit of the project quota that caps the store even with no daemon (capacity plus slack); 0: the store's file system enforces none.", float64(src.StoreQuotaBytes)),
 	}
 }
 

@@ -48,6 +48,9 @@ type Source struct {
 	// Stats is one snapshot of the mount: what `kvfs stats --json` prints.
 	Stats  func() fusefs.Stats
 	Loaded core.LoadReport
+	// StoreQuotaBytes is the limit of the project quota that caps the
+	// store when the daemon is gone (mount.Mount.QuotaBytes); 0: none.
+	StoreQuotaBytes int64
 }
 
 // New makes the registry and the histograms fed as things happen; Watch

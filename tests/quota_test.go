@@ -1,0 +1,179 @@
+package tests
+
+import (
+	"errors"
+
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/internal/quota"
+	"github.com/kvfs/kvfs/mount"
+	"golang.org/x/sys/unix"
+)
+
+// quotaFS makes a file system of kind ("ext4" or "xfs") with project
+// quotas enforced, on a loop device, mounted in a temporary directory;
+// the test's cleanup, which runs after the daemon's, unmounts it (which
+// frees the loop device). It skips where that cannot be done, saying why.
+func quotaFS(t *testing.T, kind string) string {
+	t.Helper()
+	requireRoot(t)
+	mkfs := map[string][]string{
+		"ext4": {"mkfs.ext4", "-q", "-F", "-O", "quota,project"},
+		"xfs":  {"mkfs.xfs", "-q", "-f"},
+	}[kind]
+	opt := map[string]string{"ext4": "loop,prjquota", "xfs": "loop,pquota"}[kind]
+	for _, tool := range []string{mkfs[0], "losetup", "mount", "dd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (e2fsprogs, xfsprogs, util-linux, coreutils): %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	img, mnt := filepath.Join(dir, kind+".img"), filepath.Join(dir, "fs")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Sparse; XFS wants 300 MiB at least.
+	if err := os.WriteFile(img, nil, 0o600); err != nil || os.Truncate(img, 320<<20) != nil {
+		t.Fatalf("making the image: %v", err)
+	}
+	if out, err := exec.Command(mkfs[0], append(mkfs[1:], img)...).CombinedOutput(); err != nil {
+		t.Skipf("%s cannot make a file system with project quotas here: %v: %s", mkfs[0], err, out)
+	}
+	if out, err := exec.Command("mount", "-o", opt, img, mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount %s with -o %s (a kernel without quota support: CONFIG_QUOTA, CONFIG_XFS_QUOTA): %v: %s",
+			kind, opt, err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmounting the loop file system %s: %v", mnt, err)
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	})
+	return mnt
+}
+
+// TestQuotaStopsWriterAfterKill: a writer that has an object open keeps
+// writing through FUSE passthrough after kill -9 of the daemon; the
+// store's project quota stops it at the capacity plus the slack.
+func TestQuotaStopsWriterAfterKill(t *testing.T) {
+	for _, kind := range []string{"ext4", "xfs"} {
+		t.Run(kind, func(t *testing.T) { testQuotaStopsWriter(t, kind) })
+	}
+}
+
+func testQuotaStopsWriter(t *testing.T, kind string) {
+	fs := quotaFS(t, kind)
+	const capacity = 32 << 20
+	limit := mount.QuotaLimit(capacity)
+	store, mp := filepath.Join(fs, "store"), filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", store, "--capacity", "32MiB")
+	if !waitFor(5*time.Second, func() bool { return strings.Contains(d.out.String(), "store capped by a project quota") }) {
+		t.Fatalf("the mount log does not say the store is capped; output:\n%s", d.out)
+	}
+	if st, err := quota.Read(store); err != nil || st.Project == 0 || st.LimitBytes != limit {
+		t.Fatalf("the store's project quota: %+v, %v; want a project limited to %d", st, err, limit)
+	}
+
+	// dd writes what the test feeds it, 1 MiB at a time, into an object.
+	dd := exec.Command("dd", "of="+filepath.Join(mp, "obj"), "bs=1M", "iflag=fullblock", "status=none")
+	feed, err := dd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ddErr lockedBuffer
+	dd.Stderr = &ddErr
+	if err := dd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error // valid once exited is closed
+	go func() { waitErr = dd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		feed.Close()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			dd.Process.Kill()
+			<-exited
+		}
+	})
+	zeros := make([]byte, 1<<20)
+	for i := 0; i < 4; i++ {
+		if _, err := feed.Write(zeros); err != nil {
+			t.Fatalf("feeding the writer: %v; dd said %q", err, ddErr.String())
+		}
+	}
+	if !waitFor(10*time.Second, func() bool { n, _ := duCommand(store); return n >= 4<<20 }) {
+		t.Fatalf("4 MiB fed to the writer never reached the store")
+	}
+	before, _ := duCommand(store)
+	d.kill9()
+
+	// Feed up to 16 times the capacity: without a cap it all lands.
+	fed := int64(4 << 20)
+	for fed < 16*capacity {
+		if _, err := feed.Write(zeros); err != nil {
+			break // dd exited: its write failed
+		}
+		fed += 1 << 20
+	}
+	feed.Close()
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the writer is still running 60 s after it was fed %d bytes", fed)
+	}
+	after, err := duCommand(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: store held %d bytes at the kill, %d after the writer stopped (capacity %d, quota limit %d); %d bytes fed",
+		kind, before, after, capacity, limit, fed)
+	msg := ddErr.String()
+	if waitErr == nil || !strings.Contains(msg, "quota") && !strings.Contains(msg, "No space left") {
+		t.Errorf("the writer was not stopped by the quota: exit %v, stderr %q", waitErr, msg)
+	}
+	if after > limit {
+		t.Errorf("the store holds %d bytes after the kill, more than the quota's %d", after, limit)
+	}
+	if after <= capacity {
+		t.Errorf("the store holds only %d bytes: the writer never wrote past the capacity, so the test proved nothing", after)
+	}
+}
+
+// TestQuotaUncapped: a store on a file system without project quotas
+// (tmpfs) mounts and serves, and the mount log says it is not capped.
+func TestQuotaUncapped(t *testing.T) {
+	requireRoot(t)
+	fs := mountTmpfs(t, t.TempDir(), "64m")
+	store, mp := filepath.Join(fs, "store"), filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", store, "--capacity", "16MiB")
+	if err := os.WriteFile(filepath.Join(mp, "obj"), make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatalf("storing into an uncapped store: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(mp, "obj"))
+	if err != nil || len(got) != 1<<20 {
+		t.Fatalf("reading it back: %d bytes, %v", len(got), err)
+	}
+	if !waitFor(5*time.Second, func() bool { return strings.Contains(d.out.String(), "enforces no project quota") }) {
+		t.Errorf("the mount log does not say the store is uncapped; output:\n%s", d.out)
+	}
+	if strings.Contains(d.out.String(), "store capped by a project quota") {
+		t.Errorf("the mount log says a tmpfs store is capped; output:\n%s", d.out)
+	}
+	if _, err := unix.Getxattr(store, quota.RecordXattr, make([]byte, 64)); !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP) {
+		t.Errorf("an uncapped store got a project recorded (%v)", err)
+	}
+	d.stop()
+}
