@@ -10,8 +10,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // A daemon SIGKILLed while one of its threads is inside a kernel
@@ -23,12 +25,28 @@ import (
 // from outside the process, frees both. The guard is that outside: a
 // small process started beside the daemon that aborts the daemon's
 // connection when it sees the daemon stuck that way.
+//
+// The guard also bounds what a passthrough writer puts into the store
+// once the daemon is gone (the kernel keeps feeding it the backing file):
+// every object with a writer open is still marked under writing/, so the
+// next start reclaims it and never serves it; the guard holds those files
+// open and truncates them to nothing as they grow, until none has grown
+// for capQuiet. Where a project quota caps the store (quota.go) that is
+// the hard bound; this one works on every file system, for as long as the
+// writer does not pause longer than capQuiet.
 
 // GuardCommand is the hidden kvfs command that runs RunGuard.
 const GuardCommand = "__guard"
 
-// guardPoll is how often the guard looks for a daemon stuck exiting.
-const guardPoll = 200 * time.Millisecond
+const (
+	// guardPoll is how often the guard looks for a daemon stuck exiting.
+	guardPoll = 200 * time.Millisecond
+	// capPoll is how often a dead daemon's writers are truncated: what a
+	// writer adds in that time is the most it holds in the store.
+	capPoll = 5 * time.Millisecond
+	// capQuiet ends the capping once no writer has grown for this long.
+	capQuiet = 5 * time.Second
+)
 
 // Guard is the daemon's end of its guard.
 type Guard struct {
@@ -53,7 +71,7 @@ func (m *Mount) StartGuard(bin string) (*Guard, error) {
 		return nil, err
 	}
 	defer r.Close()
-	cmd := exec.Command(bin, GuardCommand, strconv.Itoa(os.Getpid()), conn, m.Mountpoint)
+	cmd := exec.Command(bin, GuardCommand, strconv.Itoa(os.Getpid()), conn, m.Mountpoint, m.Store)
 	cmd.ExtraFiles = []*os.File{r}
 	// Its own process group: a terminal's Ctrl-C is for the daemon.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -64,40 +82,90 @@ func (m *Mount) StartGuard(bin string) (*Guard, error) {
 	return &Guard{w: w, cmd: cmd}, nil
 }
 
-// Stop tells the guard the daemon stops, and waits for it.
+// Stop tells the guard the daemon stops cleanly, and waits for it.
 func (g *Guard) Stop() {
+	g.w.Write([]byte{'q'})
 	g.w.Close()
 	g.cmd.Wait()
 }
 
 // RunGuard is the guard of daemon pid, whose mount at mp is FUSE
-// connection conn (its name in fusectl). It returns when quit closes: the
-// daemon stopped, cleanly or not (a daemon that exits entirely closes
-// /dev/fuse, and the kernel ends the connection itself). If the daemon's
-// leader thread exits while another of its threads cannot, it aborts the
-// connection first, which lets that thread, and so the daemon, finish.
-func RunGuard(pid int, conn, mp string, quit *os.File, log *zap.Logger) {
-	said := make(chan struct{})
+// connection conn (its name in fusectl) and whose store is store. It
+// returns when the daemon says it stops cleanly (a byte on quit). If the
+// daemon's leader thread exits while another of its threads cannot, it
+// aborts the connection, which lets that thread, and so the daemon,
+// finish. When quit closes without a word the daemon died (the kernel
+// ended the connection itself as /dev/fuse closed), and it caps the
+// writers the daemon left (capWriters) before it returns.
+func RunGuard(pid int, conn, mp, store string, quit *os.File, log *zap.Logger) {
+	said := make(chan bool, 1)
 	go func() {
 		b := make([]byte, 1)
-		quit.Read(b)
-		close(said)
+		n, _ := quit.Read(b)
+		said <- n == 1
 	}()
 	tick := time.NewTicker(guardPoll)
 	defer tick.Stop()
+	aborted := false
 	for {
 		select {
-		case <-said:
+		case clean := <-said:
+			if !clean {
+				capWriters(store, log)
+			}
 			return
 		case <-tick.C:
-			if zombie(pid) {
+			if !aborted && zombie(pid) {
 				log.Warn("the daemon was killed but is stuck exiting; aborting its FUSE connection", zap.Int("pid", pid), zap.String("mountpoint", mp))
 				abortGuarded(conn, mp, log)
-				<-said
-				return
+				aborted = true
 			}
 		}
 	}
+}
+
+// capWriters truncates the stored files of the objects a dead daemon
+// left marked as being written, as they grow, until none has grown for
+// capQuiet. It opens them once, at once: no daemon is left to mark new
+// ones, and a later daemon's own writers must not be touched; it keeps
+// them open, so one the next start unlinks (reclaiming it) stays capped.
+func capWriters(store string, log *zap.Logger) {
+	files := openMarked(filepath.Join(store, blob.WritingName))
+	if len(files) == 0 {
+		return
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	var freed int64
+	quiet := time.Now()
+	for time.Since(quiet) < capQuiet {
+		for _, f := range files {
+			var st unix.Stat_t
+			if unix.Fstat(int(f.Fd()), &st) == nil && st.Size > 0 {
+				freed += st.Blocks * 512
+				f.Truncate(0)
+				quiet = time.Now()
+			}
+		}
+		time.Sleep(capPoll)
+	}
+	log.Warn("capped the writers a dead daemon left", zap.String("store", store), zap.Int("objects", len(files)), zap.Int64("truncated_bytes", freed))
+}
+
+// openMarked opens the files marked under writing/.
+func openMarked(dir string) []*os.File {
+	ents, _ := os.ReadDir(dir)
+	var files []*os.File
+	for _, e := range ents {
+		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_WRONLY|unix.O_NOFOLLOW, 0)
+		if err == nil {
+			files = append(files, f)
+		}
+	}
+	return files
 }
 
 // abortGuarded aborts connection conn, through fusectl, or by a forced

@@ -53,7 +53,7 @@ func TestGuardAbortsStuckDaemon(t *testing.T) {
 	r, w, _ := os.Pipe()
 	done := make(chan struct{})
 	go func() {
-		RunGuard(pid, "999999", t.TempDir(), r, zap.New(core))
+		RunGuard(pid, "999999", t.TempDir(), t.TempDir(), r, zap.New(core))
 		close(done)
 	}()
 	for i := 0; i < 100 && logs.FilterMessageSnippet("stuck exiting").Len() == 0; i++ {
@@ -67,6 +67,7 @@ func TestGuardAbortsStuckDaemon(t *testing.T) {
 		t.Fatal("the guard returned while the daemon still holds its pipe")
 	default:
 	}
-	w.Close() // the daemon's last thread ends
+	w.Write([]byte{'q'}) // the daemon's last thread ends
+	w.Close()
 	<-done
 }

@@ -237,9 +237,9 @@ func cmdMount(args []string, stdout io.Writer) error {
 }
 
 // guard runs a daemon's guard (see mount.StartGuard): PID CONN
-// MOUNTPOINT, with the daemon's pipe as descriptor 3.
+// MOUNTPOINT STORE, with the daemon's pipe as descriptor 3.
 func guard(args []string, stderr io.Writer) int {
-	if len(args) != 3 {
+	if len(args) != 4 {
 		fmt.Fprintln(stderr, "kvfs: the guard is started by kvfs mount")
 		return 2
 	}
@@ -250,7 +250,7 @@ func guard(args []string, stderr io.Writer) int {
 	}
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	log, _ := newLogger("info")
-	mount.RunGuard(pid, args[1], args[2], os.NewFile(3, "daemon"), log.Named("guard"))
+	mount.RunGuard(pid, args[1], args[2], args[3], os.NewFile(3, "daemon"), log.Named("guard"))
 	return 0
 }
 

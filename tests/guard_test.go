@@ -1,0 +1,84 @@
+package tests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestGuardCapsWriterAfterKill: on a store with no project quota (the
+// test's own disk), a writer that has an object open when the daemon is
+// killed keeps writing into the backing file (FUSE passthrough), and the
+// daemon's guard truncates that marked, never-to-be-served file as it
+// grows: the store stays near the capacity while the writer writes 16
+// times it, the guard leaves once the writer stops, and the next mount
+// serves nothing of the object.
+func TestGuardCapsWriterAfterKill(t *testing.T) {
+	requireRoot(t)
+	const capacity = 32 << 20
+	d := mountCache(t, "--capacity", "32MiB")
+	dd := exec.Command("dd", "of="+filepath.Join(d.mp, "obj"), "bs=1M", "iflag=fullblock", "status=none")
+	feed, err := dd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ddErr lockedBuffer
+	dd.Stderr = &ddErr
+	if err := dd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error // valid once exited is closed
+	go func() { waitErr = dd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		feed.Close()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			dd.Process.Kill()
+			<-exited
+		}
+	})
+	zeros := make([]byte, 1<<20)
+	for range 4 {
+		if _, err := feed.Write(zeros); err != nil {
+			t.Fatalf("feeding the writer: %v; dd said %q", err, ddErr.String())
+		}
+	}
+	if !waitFor(10*time.Second, func() bool { n, _ := duCommand(d.store); return n >= 4<<20 }) {
+		t.Fatal("4 MiB fed to the writer never reached the store")
+	}
+	d.kill9()
+
+	fed, most := int64(4<<20), int64(0)
+	for fed < 16*capacity {
+		if _, err := feed.Write(zeros); err != nil {
+			t.Fatalf("the writer stopped after %d bytes: %v; dd said %q", fed, err, ddErr.String())
+		}
+		if fed += 1 << 20; fed%(8<<20) == 0 {
+			n, _ := duCommand(d.store)
+			most = max(most, n)
+		}
+	}
+	feed.Close()
+	<-exited
+	t.Logf("fed %d bytes after the kill; the store held at most %d (capacity %d); dd: %v %q", fed, most, capacity, waitErr, ddErr.String())
+	if most > 2*capacity {
+		t.Errorf("the store held %d bytes while a writer outlived the daemon, over twice the capacity", most)
+	}
+	store := d.store
+	if !waitFor(20*time.Second, func() bool {
+		out, _ := exec.Command("pgrep", "-f", "__guard .* "+store).Output()
+		return len(strings.TrimSpace(string(out))) == 0
+	}) {
+		t.Errorf("the guard of %s is still running 20 s after its writer stopped", store)
+	}
+	d = startDaemon(t, d.mp, "--store", store, "--capacity", "32MiB")
+	if _, err := os.Stat(filepath.Join(d.mp, "obj")); !os.IsNotExist(err) {
+		t.Errorf("the object written past the daemon's death is served: %v", err)
+	}
+	ledgerExact(t, d)
+}
