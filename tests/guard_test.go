@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,40 @@ import (
 	"testing"
 	"time"
 )
+
+// ddWriter is dd writing what the test feeds it, 1 MiB at a time, into
+// one file: a writer whose pace the test sets.
+type ddWriter struct {
+	feed   io.WriteCloser
+	stderr lockedBuffer
+	exited chan struct{}
+	err    error // valid once exited is closed
+}
+
+func startDDWriter(t *testing.T, path string) *ddWriter {
+	t.Helper()
+	dd := exec.Command("dd", "of="+path, "bs=1M", "iflag=fullblock", "status=none")
+	w := &ddWriter{exited: make(chan struct{})}
+	var err error
+	if w.feed, err = dd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	dd.Stderr = &w.stderr
+	if err := dd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.err = dd.Wait(); close(w.exited) }()
+	t.Cleanup(func() {
+		w.feed.Close()
+		select {
+		case <-w.exited:
+		case <-time.After(10 * time.Second):
+			dd.Process.Kill()
+			<-w.exited
+		}
+	})
+	return w
+}
 
 // TestGuardCapsWriterAfterKill: on a store with no project quota (the
 // test's own disk), a writer that has an object open when the daemon is
@@ -20,28 +55,8 @@ func TestGuardCapsWriterAfterKill(t *testing.T) {
 	requireRoot(t)
 	const capacity = 32 << 20
 	d := mountCache(t, "--capacity", "32MiB")
-	dd := exec.Command("dd", "of="+filepath.Join(d.mp, "obj"), "bs=1M", "iflag=fullblock", "status=none")
-	feed, err := dd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ddErr lockedBuffer
-	dd.Stderr = &ddErr
-	if err := dd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error // valid once exited is closed
-	go func() { waitErr = dd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		feed.Close()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			dd.Process.Kill()
-			<-exited
-		}
-	})
+	w := startDDWriter(t, filepath.Join(d.mp, "obj"))
+	feed, ddErr, exited := w.feed, &w.stderr, w.exited
 	zeros := make([]byte, 1<<20)
 	for range 4 {
 		if _, err := feed.Write(zeros); err != nil {
@@ -65,7 +80,7 @@ func TestGuardCapsWriterAfterKill(t *testing.T) {
 	}
 	feed.Close()
 	<-exited
-	t.Logf("fed %d bytes after the kill; the store held at most %d (capacity %d); dd: %v %q", fed, most, capacity, waitErr, ddErr.String())
+	t.Logf("fed %d bytes after the kill; the store held at most %d (capacity %d); dd: %v %q", fed, most, capacity, w.err, ddErr.String())
 	if most > 2*capacity {
 		t.Errorf("the store held %d bytes while a writer outlived the daemon, over twice the capacity", most)
 	}

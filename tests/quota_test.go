@@ -82,29 +82,8 @@ func testQuotaStopsWriter(t *testing.T, kind string) {
 		t.Fatalf("the store's project quota: %+v, %v; want a project limited to %d", st, err, limit)
 	}
 
-	// dd writes what the test feeds it, 1 MiB at a time, into an object.
-	dd := exec.Command("dd", "of="+filepath.Join(mp, "obj"), "bs=1M", "iflag=fullblock", "status=none")
-	feed, err := dd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ddErr lockedBuffer
-	dd.Stderr = &ddErr
-	if err := dd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error // valid once exited is closed
-	go func() { waitErr = dd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		feed.Close()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			dd.Process.Kill()
-			<-exited
-		}
-	})
+	w := startDDWriter(t, filepath.Join(mp, "obj"))
+	feed, ddErr, exited := w.feed, &w.stderr, w.exited
 	zeros := make([]byte, 1<<20)
 	for i := 0; i < 4; i++ {
 		if _, err := feed.Write(zeros); err != nil {
@@ -138,8 +117,8 @@ func testQuotaStopsWriter(t *testing.T, kind string) {
 	t.Logf("%s: store held %d bytes at the kill, %d after the writer stopped (capacity %d, quota limit %d); %d bytes fed",
 		kind, before, after, capacity, limit, fed)
 	msg := ddErr.String()
-	if waitErr == nil || !strings.Contains(msg, "quota") && !strings.Contains(msg, "No space left") {
-		t.Errorf("the writer was not stopped by the quota: exit %v, stderr %q", waitErr, msg)
+	if w.err == nil || !strings.Contains(msg, "quota") && !strings.Contains(msg, "No space left") {
+		t.Errorf("the writer was not stopped by the quota: exit %v, stderr %q", w.err, msg)
 	}
 	if after > limit {
 		t.Errorf("the store holds %d bytes after the kill, more than the quota's %d", after, limit)
