@@ -39,8 +39,11 @@ import (
 const GuardCommand = "__guard"
 
 const (
-	// guardPoll is how often the guard looks for a daemon stuck exiting.
+	// guardPoll is how often the guard looks for a daemon stuck exiting,
+	// and stuckFor how long it must look so: every killed daemon's leader
+	// exits before its other threads for a moment.
 	guardPoll = 200 * time.Millisecond
+	stuckFor  = 5
 	// capPoll is how often a dead daemon's writers are truncated: what a
 	// writer adds in that time is the most it holds in the store.
 	capPoll = 5 * time.Millisecond
@@ -106,7 +109,7 @@ func RunGuard(pid int, conn, mp, store string, quit *os.File, log *zap.Logger) {
 	}()
 	tick := time.NewTicker(guardPoll)
 	defer tick.Stop()
-	aborted := false
+	aborted, stuck := false, 0
 	for {
 		select {
 		case clean := <-said:
@@ -115,7 +118,11 @@ func RunGuard(pid int, conn, mp, store string, quit *os.File, log *zap.Logger) {
 			}
 			return
 		case <-tick.C:
-			if !aborted && zombie(pid) {
+			if !zombie(pid) {
+				stuck = 0
+				continue
+			}
+			if stuck++; !aborted && stuck >= stuckFor {
 				log.Warn("the daemon was killed but is stuck exiting; aborting its FUSE connection", zap.Int("pid", pid), zap.String("mountpoint", mp))
 				abortGuarded(conn, mp, log)
 				aborted = true
