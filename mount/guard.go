@@ -69,6 +69,7 @@ func (m *Mount) StartGuard(bin string) (*Guard, error) {
 	if !ok {
 		return nil, fmt.Errorf("no FUSE connection for %s (device %q)", m.Mountpoint, e.Dev)
 	}
+	closeOnExec()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -83,6 +84,19 @@ func (m *Mount) StartGuard(bin string) (*Guard, error) {
 		return nil, err
 	}
 	return &Guard{w: w, cmd: cmd}, nil
+}
+
+// closeOnExec marks every descriptor of the process close-on-exec, so the
+// guard inherits none but its pipe: go-fuse opens /dev/fuse without
+// O_CLOEXEC, and a guard holding it would keep a dead daemon's connection
+// alive, every request waiting, for as long as the guard runs.
+func closeOnExec() {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
 }
 
 // Stop tells the guard the daemon stops cleanly, and waits for it.
