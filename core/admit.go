@@ -51,6 +51,20 @@ func (c *Core) admit(need int64, op func() (victims, error)) error {
 	}
 }
 
+// admitFirstFree runs free, an admission that takes free space only and
+// so needs no namespace lock, and only if that would have to evict runs
+// admit with op, the same admission, under the lock.
+func (c *Core) admitFirstFree(free func() error, need int64, op func() (victims, error)) error {
+	err := free()
+	switch {
+	case errors.Is(err, ledger.ErrBusy):
+		return c.admit(need, op)
+	case errors.Is(err, ledger.ErrTooLarge):
+		c.ledger.Refused()
+	}
+	return ledgerErr(err)
+}
+
 // locked runs a ledger operation that may evict under the namespace
 // lock, drops its victims' names there, and reports them after.
 func (c *Core) locked(op func() (victims, error)) error {
@@ -145,7 +159,10 @@ func (c *Core) reserve(id blob.ID) error {
 		c.ledger.Refused()
 		return ErrNoSpace
 	}
-	err := c.locked(func() (victims, error) { return c.ledger.Reserve(id, n) })
+	err := c.ledger.ReserveFree(id, n)
+	if errors.Is(err, ledger.ErrBusy) {
+		err = c.locked(func() (victims, error) { return c.ledger.Reserve(id, n) })
+	}
 	if err != nil && !errors.Is(err, ledger.ErrNoSpace) {
 		return ledgerErr(err)
 	}

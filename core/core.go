@@ -18,10 +18,13 @@
 //	                      objects the ledger holds. Readers (lookup, list,
 //	                      open by name, stat) share it; every change of a
 //	                      name takes it exclusively, and so does every
-//	                      admission, because admission may evict, and an
-//	                      eviction drops the victims' names in the same
-//	                      critical section: no one ever sees a name whose
-//	                      object the ledger has already given up.
+//	                      admission that must evict, because an eviction
+//	                      drops the victims' names in the same critical
+//	                      section: no one ever sees a name whose object
+//	                      the ledger has already given up. An admission
+//	                      that fits in free space (the ledger's ...Free
+//	                      methods: a writer's reservation, growth and
+//	                      settle) takes no namespace lock at all.
 //	Core.writersMu        open writers: crash markers and the poller's list
 //	Core.sizesMu          recently published sizes (reservation sizing)
 //	installs.mu           the names being installed (Install); a leaf

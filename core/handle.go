@@ -252,12 +252,14 @@ func (c *Core) observe(h *Handle) {
 	}
 }
 
-// observed has the ledger see a writer's stored size. Only growth takes
-// the namespace lock (it may evict); a report older than a truncate is
+// observed has the ledger see a writer's stored size. Only growth that
+// must evict takes the namespace lock; a report older than a truncate is
 // corrected when the writer settles.
 func (c *Core) observed(id blob.ID, size int64) {
 	if known, _, ok := c.ledger.Size(id); ok && size > known {
-		c.locked(func() (victims, error) { return c.ledger.Observe(id, size) })
+		if errors.Is(c.ledger.ObserveFree(id, size), ledger.ErrBusy) {
+			c.locked(func() (victims, error) { return c.ledger.Observe(id, size) })
+		}
 	}
 }
 
@@ -306,7 +308,8 @@ func (c *Core) settle(h *Handle) error {
 	// the ledger sees it first (and the overshoot, if it is one).
 	c.observed(h.id, size)
 	known, _, _ := c.ledger.Size(h.id)
-	err = c.admit(ledger.Charge(size)-ledger.Charge(known), func() (victims, error) { return c.ledger.Settle(h.id, size) })
+	err = c.admitFirstFree(func() error { return c.ledger.SettleFree(h.id, size) },
+		ledger.Charge(size)-ledger.Charge(known), func() (victims, error) { return c.ledger.Settle(h.id, size) })
 	if errors.Is(err, ErrNoSpace) {
 		h.refused.Store(true)
 		c.refuse(h)

@@ -48,6 +48,8 @@ type model struct {
 	// writing lists the objects with writers, in the order the first
 	// writer of each opened.
 	writing []ID
+	// freeOnly: the op runs as a ...Free method.
+	freeOnly bool
 }
 
 // startWriter and endWriter keep m.writing as a writer count of o
@@ -196,6 +198,9 @@ func (m *model) room(need, total int64, self ID, freeOnly bool) ([]Victim[ID], e
 	if free >= need {
 		return nil, nil
 	}
+	if m.freeOnly {
+		return nil, ErrBusy
+	}
 	if !freeOnly {
 		if v, ok := m.evict(need-free, self); ok {
 			return v, nil
@@ -339,6 +344,7 @@ func (r *fuzzRun) writer(o *mObj) error {
 }
 
 func (r *fuzzRun) do(op, slot int, arg byte) {
+	r.m.freeOnly = false
 	id, o := r.m.cur(slot)
 	write := arg&1 == 1
 	switch op {
@@ -352,11 +358,14 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 		r.grow(id, o, fzSize(arg), arg&2 == 0)
 	case 6:
 		r.setSize(id, o, fzSize(arg))
-	case 7:
+	case 7, 21:
+		r.m.freeOnly = op == 21
 		r.reserve(id, o, fzSize(arg))
-	case 8:
+	case 8, 22:
+		r.m.freeOnly = op == 22
 		r.observe(id, o, fzSize(arg))
-	case 9:
+	case 9, 23:
+		r.m.freeOnly = op == 23
 		r.settle(id, o, fzSize(arg))
 	case 10:
 		r.link(id, o)
@@ -388,7 +397,7 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 	}
 }
 
-const fzOps = 21
+const fzOps = 24
 
 func (r *fuzzRun) endGrace(id ID, o *mObj) {
 	r.desc = fmt.Sprintf("EndGrace(%d)", id)
@@ -537,8 +546,14 @@ func (r *fuzzRun) setSize(id ID, o *mObj, size int64) {
 }
 
 func (r *fuzzRun) reserve(id ID, o *mObj, n int64) {
-	r.desc = fmt.Sprintf("Reserve(%d, %d)", id, n)
-	v, err := r.l.Reserve(id, n)
+	r.desc = fmt.Sprintf("Reserve(%d, %d, free %v)", id, n, r.m.freeOnly)
+	var v []Victim[ID]
+	var err error
+	if r.m.freeOnly {
+		err = r.l.ReserveFree(id, n)
+	} else {
+		v, err = r.l.Reserve(id, n)
+	}
 	if werr := r.writer(o); werr != nil {
 		r.errIs(err, werr)
 		r.victims(v, nil)
@@ -548,16 +563,22 @@ func (r *fuzzRun) reserve(id ID, o *mObj, n int64) {
 }
 
 func (r *fuzzRun) observe(id ID, o *mObj, size int64) {
-	r.desc = fmt.Sprintf("Observe(%d, %d)", id, size)
-	v, err := r.l.Observe(id, size)
+	r.desc = fmt.Sprintf("Observe(%d, %d, free %v)", id, size, r.m.freeOnly)
+	var v []Victim[ID]
+	var err error
+	if r.m.freeOnly {
+		err = r.l.ObserveFree(id, size)
+	} else {
+		v, err = r.l.Observe(id, size)
+	}
 	if werr := r.writer(o); werr != nil || size <= o.size {
 		r.errIs(err, werr)
 		r.victims(v, nil)
 		return
 	}
-	r.errIs(err, nil)
 	charge := max(mCharge(size), o.res)
 	if charge <= o.charge() {
+		r.errIs(err, nil)
 		r.victims(v, nil)
 		o.size = size
 		return
@@ -565,6 +586,11 @@ func (r *fuzzRun) observe(id ID, o *mObj, size int64) {
 	grow := charge - o.charge()
 	pastBudget := o.res > 0 && charge > 2*o.res
 	want, werr := r.m.room(grow, o.admitted()+grow, o.id, pastBudget)
+	if errors.Is(werr, ErrBusy) {
+		r.errIs(err, ErrBusy)
+		return
+	}
+	r.errIs(err, nil)
 	r.victims(v, want)
 	r.m.commit(want)
 	if werr != nil {
@@ -574,8 +600,14 @@ func (r *fuzzRun) observe(id ID, o *mObj, size int64) {
 }
 
 func (r *fuzzRun) settle(id ID, o *mObj, size int64) {
-	r.desc = fmt.Sprintf("Settle(%d, %d)", id, size)
-	v, err := r.l.Settle(id, size)
+	r.desc = fmt.Sprintf("Settle(%d, %d, free %v)", id, size, r.m.freeOnly)
+	var v []Victim[ID]
+	var err error
+	if r.m.freeOnly {
+		err = r.l.SettleFree(id, size)
+	} else {
+		v, err = r.l.Settle(id, size)
+	}
 	if werr := r.writer(o); werr != nil {
 		r.errIs(err, werr)
 		r.victims(v, nil)

@@ -97,6 +97,9 @@ func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victi
 	if free >= need {
 		return nil, nil
 	}
+	if l.freeOnly {
+		return nil, ErrBusy
+	}
 	if !freeOnly {
 		if victims, err := l.evict(need-free, e); err == nil {
 			return victims, nil

@@ -40,6 +40,11 @@ var (
 	ErrExists = errors.New("ledger: object already exists")
 	// ErrNotWriter means the operation needs an open writer.
 	ErrNotWriter = errors.New("ledger: object has no writer open")
+	// ErrBusy means an admission asked to take free space only (the
+	// ...Free methods) needs more: an eviction, or a reservation taken
+	// back. Nothing changed; the caller retries it the usual way, under
+	// whatever lock must cover an eviction.
+	ErrBusy = errors.New("ledger: admission needs an eviction")
 )
 
 // Charge is what an inode of the given size costs.
@@ -110,6 +115,8 @@ type Ledger[K comparable] struct {
 	// changed is closed and replaced when space may have been freed
 	// while someone waits for it (Changed).
 	changed chan struct{}
+	// freeOnly: the method running takes free space only (see free).
+	freeOnly bool
 	evictions  int64
 	evicted    int64
 	refusals   int64
@@ -294,6 +301,10 @@ func (l *Ledger[K]) endWriting(e *entry[K]) []Victim[K] {
 func (l *Ledger[K]) Reserve(id K, n int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.reserve(id, n)
+}
+
+func (l *Ledger[K]) reserve(id K, n int64) ([]Victim[K], error) {
 	e, err := l.writer(id)
 	if err != nil {
 		return nil, err
@@ -353,6 +364,10 @@ func (l *Ledger[K]) SetSize(id K, size int64) ([]Victim[K], error) {
 func (l *Ledger[K]) Observe(id K, size int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.observe(id, size)
+}
+
+func (l *Ledger[K]) observe(id K, size int64) ([]Victim[K], error) {
 	e, err := l.writer(id)
 	if err != nil || size <= e.size {
 		return nil, err
@@ -364,6 +379,9 @@ func (l *Ledger[K]) Observe(id K, size int64) ([]Victim[K], error) {
 	}
 	grow := charge - e.charge
 	victims, err := l.room(e, grow, e.charge-e.over+grow, l.pastBudget(e, charge))
+	if errors.Is(err, ErrBusy) {
+		return nil, err
+	}
 	over := e.over
 	if err != nil {
 		over += grow
@@ -381,6 +399,10 @@ func (l *Ledger[K]) Observe(id K, size int64) ([]Victim[K], error) {
 func (l *Ledger[K]) Settle(id K, size int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.settle(id, size)
+}
+
+func (l *Ledger[K]) settle(id K, size int64) ([]Victim[K], error) {
 	e, err := l.writer(id)
 	if err != nil {
 		return nil, err

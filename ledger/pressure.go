@@ -12,6 +12,33 @@ import "time"
 // used has been over the capacity in this window and the one before it.
 const OvershootWindow = 10 * time.Second
 
+// ReserveFree, ObserveFree and SettleFree are Reserve, Observe and Settle
+// when they fit in free space (or need none), and ErrBusy, with nothing
+// changed, when they would have to evict or take a reservation back. The
+// admission that evicts nothing, the common one, then needs none of the
+// caller's locks that an eviction needs.
+func (l *Ledger[K]) ReserveFree(id K, n int64) error {
+	return l.free(func() ([]Victim[K], error) { return l.reserve(id, n) })
+}
+
+func (l *Ledger[K]) ObserveFree(id K, size int64) error {
+	return l.free(func() ([]Victim[K], error) { return l.observe(id, size) })
+}
+
+func (l *Ledger[K]) SettleFree(id K, size int64) error {
+	return l.free(func() ([]Victim[K], error) { return l.settle(id, size) })
+}
+
+// free runs an admission that takes free space only.
+func (l *Ledger[K]) free(op func() ([]Victim[K], error)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.freeOnly = true
+	defer func() { l.freeOnly = false }()
+	_, err := op()
+	return err
+}
+
 // reclaim takes back up to need bytes of the reservations open writers
 // other than self hold beyond what they have written, oldest writer
 // first, and returns how much it freed. A reservation is a guess at an
