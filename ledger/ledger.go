@@ -116,7 +116,7 @@ type Ledger[K comparable] struct {
 	// while someone waits for it (Changed).
 	changed chan struct{}
 	// freeOnly: the method running takes free space only (see free).
-	freeOnly bool
+	freeOnly   bool
 	evictions  int64
 	evicted    int64
 	refusals   int64
@@ -134,12 +134,12 @@ type entry[K comparable] struct {
 	// least this until the last writer settles.
 	res int64
 	// over is the part of charge not admitted against the capacity.
-	over       int64
-	pins       int32
-	writers    int32
-	nlink      int32
-	lastClose  int64 // unix nanoseconds, of the last writer's close
-	lastUse    int64 // unix nanoseconds, of the last open or close
+	over      int64
+	pins      int32
+	writers   int32
+	nlink     int32
+	lastClose int64 // unix nanoseconds, of the last writer's close
+	lastUse   int64 // unix nanoseconds, of the last open or close
 	// final: the object went through its publish step (a link or a
 	// rename to it): no writer's close starts a grace period any more.
 	final      bool
