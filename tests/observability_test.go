@@ -80,16 +80,16 @@ func TestSeriesCheckRefuses(t *testing.T) {
 	s := scrape{`kvfs_lookups_total{result="hit"}`: 1, `kvfs_lookups_total{result="miss"}`: 1, "kvfs_used_bytes": 1}
 	idx := indexScrape(t, s)
 	for expr, bad := range map[string]bool{
-		`rate(kvfs_lookups_total{result="hit",instance=~".*"}[5m])`: false,
+		`rate(kvfs_lookups_total{result="hit",instance=~".*"}[5m])`:                 false,
 		`sum by (result, job) (kvfs_lookups_total) / on (instance) kvfs_used_bytes`: false,
-		`up{job="kvfs"} == 0`:                                      false,
-		`kvfs_used_byte`:                                           true,
-		`kvfs_lookups_total{outcome="hit"}`:                        true,
-		`kvfs_lookups_total{result="hits"}`:                        true,
-		`sum by (op) (kvfs_lookups_total)`:                         true,
-		`kvfs_used_bytes and on (result) kvfs_lookups_total`:       false,
-		`kvfs_used_bytes and on (op) kvfs_lookups_total`:           true,
-		`rate(kvfs_lookups_total[5m]`:                              true,
+		`up{job="kvfs"} == 0`:                                false,
+		`kvfs_used_byte`:                                     true,
+		`kvfs_lookups_total{outcome="hit"}`:                  true,
+		`kvfs_lookups_total{result="hits"}`:                  true,
+		`sum by (op) (kvfs_lookups_total)`:                   true,
+		`kvfs_used_bytes and on (result) kvfs_lookups_total`: false,
+		`kvfs_used_bytes and on (op) kvfs_lookups_total`:     true,
+		`rate(kvfs_lookups_total[5m]`:                        true,
 	} {
 		if errs := idx.check(expr, map[string]bool{}); (len(errs) > 0) != bad {
 			t.Errorf("%s: %v; want errors: %v", expr, errs, bad)
