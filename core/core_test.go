@@ -95,9 +95,10 @@ func (tc *testCore) exists(name string) bool {
 // rename of the same name are ordered; each sees the name entirely before
 // or entirely after the eviction (issue: LMCache took a link EEXIST from
 // a name being evicted as "another writer published", and lost its
-// store). A hook holds the eviction inside its critical section while
-// the other operation starts: that operation must not finish until the
-// eviction has, and must then see the name gone.
+// store). A hook holds the eviction inside its critical section until
+// the other operation is parked on the namespace lock (read from its
+// goroutine's stack, not hoped for with a yield): that operation must
+// not finish before then, and must then see the name gone.
 func TestEvictionAtomicWithNames(t *testing.T) {
 	for _, op := range []string{"lookup", "create", "link", "rename"} {
 		t.Run(op, func(t *testing.T) {
@@ -107,25 +108,44 @@ func TestEvictionAtomicWithNames(t *testing.T) {
 			tc.put("keep", mib)
 			tc.clock.Skip(time.Second)
 			done := make(chan error, 1)
-			var early atomic.Bool
+			var early, outside, hooked atomic.Bool
 			testHookDropping = func() {
 				testHookDropping = nil
-				go func() { done <- probe(tc, op) }()
-				// The probe cannot finish while the eviction holds the
-				// namespace lock; if it did, it saw the half-way state.
-				runtime.Gosched()
-				select {
-				case err := <-done:
-					early.Store(true)
-					done <- err
-				default:
+				hooked.Store(true)
+				if tc.Core.mu.TryRLock() {
+					tc.Core.mu.RUnlock()
+					outside.Store(true)
+				}
+				started := make(chan uint64)
+				go func() {
+					started <- goid()
+					done <- probe(tc, op)
+				}()
+				g := <-started
+				// Wait until the probe is provably waiting for the lock
+				// the eviction holds; if it finishes instead, it saw the
+				// half-way state.
+				for !parked(g, "core.(*Core)", lockWaits...) {
+					select {
+					case err := <-done:
+						early.Store(true)
+						done <- err
+						return
+					default:
+						runtime.Gosched()
+					}
 				}
 			}
 			defer func() { testHookDropping = nil }()
 			// Evict "victim" (the coldest) to admit 2 MiB (twice the
 			// reservation: what a daemon writer may evict for).
 			tc.put("big", 2*mib)
-			if early.Load() {
+			switch {
+			case !hooked.Load():
+				t.Fatal("no eviction ran the hook: the test exercised nothing")
+			case outside.Load():
+				t.Fatal("the eviction dropped names without holding the namespace lock")
+			case early.Load():
 				t.Fatalf("%s finished while the eviction was half-way", op)
 			}
 			if err := <-done; err != nil {
