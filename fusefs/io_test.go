@@ -297,8 +297,10 @@ func storeLikeLMCache(k *kvfsMount, w, key int, data []byte) (bool, error) {
 
 // TestPassthroughRead: as root, read-only handles of committed objects
 // are served by FUSE passthrough, byte for byte, with concurrent readers
-// of one object and a writer of another; and handles of one object that
-// cannot share passthrough (readers and writers) never meet EIO.
+// of one object and a writer of another: the daemon answers not one READ
+// request (its per-opcode counter); and handles of one object opened for
+// reading and for writing at once share the stored file, never meet EIO,
+// and are served by the kernel too.
 func TestPassthroughRead(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("FUSE passthrough needs root (CAP_SYS_ADMIN to register backing files)")
@@ -350,6 +352,9 @@ func TestPassthroughRead(t *testing.T) {
 		t.Error(err)
 	}
 	mustRead(t, k.path("other"), other)
+	if n := k.M.Stats().FuseRequests["READ"]; n != 0 {
+		t.Errorf("the daemon served %d READ requests of passthrough readers, want 0", n)
+	}
 
 	// A reader opened while the object is open for writing, then a
 	// second one after the writer closed, with the first still open.
@@ -357,6 +362,7 @@ func TestPassthroughRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer w.Close() // on a failure below; closed before then otherwise
 	r1, err := os.Open(k.path("other"))
 	if err != nil {
 		t.Fatalf("reader while a writer is open: %v", err)
@@ -390,6 +396,7 @@ func TestPassthroughRead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("open for writing while passthrough readers are open: %v", err)
 	}
+	defer w.Close()
 	patch := pattern(4, 4096)
 	if _, err := w.WriteAt(patch, mib); err != nil {
 		t.Fatal(err)
@@ -409,4 +416,7 @@ func TestPassthroughRead(t *testing.T) {
 	}
 	r1.Close()
 	mustRead(t, k.path("big"), want)
+	if n := k.M.Stats().FuseRequests["READ"]; n != 0 {
+		t.Errorf("the daemon served %d READ requests of handles that share a passthrough file, want 0", n)
+	}
 }
