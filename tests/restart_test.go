@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -375,30 +377,61 @@ func TestFsckAfterKill9(t *testing.T) {
 }
 
 // TestRestartWithSmallerCapacity: a store holding more than the new
-// capacity is cut down to it at start-up, coldest first, exactly.
+// capacity is cut down to it at start-up, coldest first, exactly: the
+// objects are opened in a known order before a clean stop, and what
+// survives is the longest run of the most recently opened that fits.
 func TestRestartWithSmallerCapacity(t *testing.T) {
+	const capacity = 8 * MiB
 	d := mountCache(t, "--capacity", "64MiB")
 	want := populate(t, d.mp)
 	assertQuietEqual(t, d)
+	// One path of each object (an inode), opened in a shuffled but fixed
+	// order: the LRU order, coldest first.
+	byKey := map[string]string{}
+	for rel, o := range want {
+		if p, ok := byKey[o.key]; !ok || rel < p {
+			byKey[o.key] = rel
+		}
+	}
+	order := slices.Sorted(maps.Values(byKey))
+	rand.New(rand.NewPCG(3, 5)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for _, rel := range order {
+		if _, err := os.ReadFile(filepath.Join(d.mp, rel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total int64
+	for _, rel := range order {
+		total += charge(want[rel].size)
+	}
+	cut := 0
+	for ; total > capacity; cut++ {
+		total -= charge(want[order[cut]].size)
+	}
+	kept := map[string]bool{}
+	for _, rel := range order[cut:] {
+		kept[want[rel].key] = true
+	}
 	d.stop()
 
 	d = startDaemon(t, d.mp, "--store", d.store, "--capacity", "8MiB")
 	st := assertQuietEqual(t, d)
-	if st.UsedBytes > 8*MiB || st.Objects == 0 {
-		t.Errorf("after restarting smaller: %+v", st)
+	if st.UsedBytes != total || st.Objects != int64(len(order)-cut) {
+		t.Errorf("after restarting smaller: %+v; want the %d most recently used objects, %d bytes", st, len(order)-cut, total)
 	}
 	survivors := map[string]object{}
-	filepath.WalkDir(d.mp, func(p string, e fs.DirEntry, err error) error {
-		if err == nil && !e.IsDir() {
-			rel, _ := filepath.Rel(d.mp, p)
-			survivors[rel] = want[rel]
+	for rel, o := range want {
+		if kept[o.key] {
+			survivors[rel] = o
 		}
-		return err
-	})
-	verifyTree(t, d.mp, survivors) // fails on anything not in want
-	t.Logf("%d of %d names survive in %d bytes", len(survivors), len(want), st.UsedBytes)
+	}
+	verifyTree(t, d.mp, survivors) // exactly these, byte for byte
+	t.Logf("LRU order %v: the coldest %d evicted, %d names survive in %d bytes", order, cut, len(survivors), st.UsedBytes)
 	d.stop()
 }
+
+// charge is what kvfs charges for an object of size bytes.
+func charge(size int) int64 { return (int64(size) + 4095) / 4096 * 4096 }
 
 // TestKill9UnderLoad: kill -9 in the middle of concurrent fs_native
 // stores and deletes; after a restart every file served is complete and
