@@ -4,8 +4,14 @@ BIN     := bin/kvfs
 MNT     ?= /tmp/kvfs
 FUZZTIME ?= 150000x
 export KVFS_BIN := $(abspath $(BIN))
+# Every suite runs with -json through testsummary, which prints each
+# package's result and the output of what failed, then "N passed, N
+# failed, N skipped" and each skip's reason, and fails the target if a
+# test failed; `make test` ends with the total over all suites.
+TESTSUM := bin/testsummary
+RESULTS := bin/test-results
 
-.PHONY: all build run test unit third-party third-party-check fuse integration fuzz bench vet clean install s3server
+.PHONY: all build run test unit third-party third-party-check fuse integration fuzz bench vet clean install s3server testsummary
 
 all: build
 
@@ -24,16 +30,22 @@ vet:
 # The whole suite: the core under the race detector and a short fuzz run,
 # in-process mounts, then the built binary mounted for real.
 test: build vet unit third-party fuzz fuse integration
+	@echo "== make test: every suite =="
+	@$(TESTSUM) -total $(RESULTS)/unit.json $(RESULTS)/third-party.json $(RESULTS)/fuse.json $(RESULTS)/integration.json
 
-unit:
-	$(GO) test -race -count=1 ./ledger/ ./blob/ ./core/ ./ramcache/ ./mount/ ./internal/... ./cmd/... ./gpudirect/ ./remote/
+testsummary:
+	$(GO) build -o $(TESTSUM) ./internal/testsummary
+	mkdir -p $(RESULTS)
+
+unit: testsummary
+	$(GO) test -json -race -count=1 ./ledger/ ./blob/ ./core/ ./ramcache/ ./mount/ ./internal/... ./cmd/... ./gpudirect/ ./remote/ | $(TESTSUM) -save $(RESULTS)/unit.json
 
 # The patched go-fuse package's tests of what kvfs patched (INIT) and of
 # its request parsing: a nested module, which ./... does not reach. The
 # package's mount tests need libfuse 2's /bin/fusermount, which kvfs
 # does not use and these machines lack.
-third-party:
-	cd third_party/go-fuse && $(GO) test -count=1 -run 'RequestTimeout|ProtocolServer' ./fuse/
+third-party: testsummary
+	cd third_party/go-fuse && $(GO) test -json -count=1 -run 'RequestTimeout|ProtocolServer' ./fuse/ | ../../$(TESTSUM) -save ../../$(RESULTS)/third-party.json
 
 # third_party/go-fuse is the base go.mod names plus the patches, nothing
 # else (see third_party/README.md).
@@ -45,11 +57,11 @@ third-party-check:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzLedger -fuzztime $(FUZZTIME) -timeout 10m ./ledger/
 
-fuse:
-	$(GO) test -race -count=1 -timeout 15m ./fusefs/
+fuse: testsummary
+	$(GO) test -json -race -count=1 -timeout 15m ./fusefs/ | $(TESTSUM) -save $(RESULTS)/fuse.json
 
-integration: build
-	$(GO) test -count=1 -timeout 30m ./tests/
+integration: build testsummary
+	$(GO) test -json -count=1 -timeout 30m ./tests/ | $(TESTSUM) -save $(RESULTS)/integration.json
 
 bench: build
 	$(GO) run ./cmd/kvfs-bench $(ARGS)

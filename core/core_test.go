@@ -95,9 +95,10 @@ func (tc *testCore) exists(name string) bool {
 // rename of the same name are ordered; each sees the name entirely before
 // or entirely after the eviction (issue: LMCache took a link EEXIST from
 // a name being evicted as "another writer published", and lost its
-// store). A hook holds the eviction inside its critical section while
-// the other operation starts: that operation must not finish until the
-// eviction has, and must then see the name gone.
+// store). A hook holds the eviction inside its critical section until
+// the other operation is parked on the namespace lock (read from its
+// goroutine's stack, not hoped for with a yield): that operation must
+// not finish before then, and must then see the name gone.
 func TestEvictionAtomicWithNames(t *testing.T) {
 	for _, op := range []string{"lookup", "create", "link", "rename"} {
 		t.Run(op, func(t *testing.T) {
@@ -107,25 +108,44 @@ func TestEvictionAtomicWithNames(t *testing.T) {
 			tc.put("keep", mib)
 			tc.clock.Skip(time.Second)
 			done := make(chan error, 1)
-			var early atomic.Bool
+			var early, outside, hooked atomic.Bool
 			testHookDropping = func() {
 				testHookDropping = nil
-				go func() { done <- probe(tc, op) }()
-				// The probe cannot finish while the eviction holds the
-				// namespace lock; if it did, it saw the half-way state.
-				runtime.Gosched()
-				select {
-				case err := <-done:
-					early.Store(true)
-					done <- err
-				default:
+				hooked.Store(true)
+				if tc.Core.mu.TryRLock() {
+					tc.Core.mu.RUnlock()
+					outside.Store(true)
+				}
+				started := make(chan uint64)
+				go func() {
+					started <- goid()
+					done <- probe(tc, op)
+				}()
+				g := <-started
+				// Wait until the probe is provably waiting for the lock
+				// the eviction holds; if it finishes instead, it saw the
+				// half-way state.
+				for !parked(g, "core.(*Core)", lockWaits...) {
+					select {
+					case err := <-done:
+						early.Store(true)
+						done <- err
+						return
+					default:
+						runtime.Gosched()
+					}
 				}
 			}
 			defer func() { testHookDropping = nil }()
 			// Evict "victim" (the coldest) to admit 2 MiB (twice the
 			// reservation: what a daemon writer may evict for).
 			tc.put("big", 2*mib)
-			if early.Load() {
+			switch {
+			case !hooked.Load():
+				t.Fatal("no eviction ran the hook: the test exercised nothing")
+			case outside.Load():
+				t.Fatal("the eviction dropped names without holding the namespace lock")
+			case early.Load():
 				t.Fatalf("%s finished while the eviction was half-way", op)
 			}
 			if err := <-done; err != nil {
@@ -283,52 +303,90 @@ func TestUnlinkIdempotent(t *testing.T) {
 // TestConcurrentCore runs creates (through the daemon and past it),
 // opens, links, renames, unlinks and polls from several goroutines on a
 // small cache, with the race detector watching; the ledger's invariants
-// and the drift equality hold at the end.
+// and the drift equality hold at the end: used bytes == the charges of
+// the inodes the names hold == the charges of the files the store holds.
+// Every operation's error is one the contract allows for it.
 func TestConcurrentCore(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 2 * mib, WaitLimit: 50 * time.Millisecond, Grace: time.Millisecond, PollInterval: time.Millisecond, Passthrough: true})
 	names := []string{"a", "b", "c", "d", "e", "f"}
 	var wg sync.WaitGroup
-	var ok atomic.Int64
+	var ok, stores atomic.Int64
 	for w := range 6 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(w), 7))
 			for range 300 {
-				if randomCoreOp(tc, r, names) == nil {
+				stored, err := randomCoreOp(tc, r, names)
+				switch {
+				case err == nil:
 					ok.Add(1)
+					if stored {
+						stores.Add(1)
+					}
+				case errors.Is(err, ErrNotFound), errors.Is(err, ErrExists), errors.Is(err, ErrNoSpace), errors.Is(err, ErrStale):
+				default:
+					t.Errorf("unexpected error: %v", err)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if ok.Load() == 0 {
-		t.Fatal("no operation succeeded: the test exercises nothing")
+	if ok.Load() == 0 || stores.Load() == 0 {
+		t.Fatalf("%d operations and %d stores succeeded: the test exercises nothing", ok.Load(), stores.Load())
 	}
 	if err := tc.CheckInvariants(); err != nil {
 		t.Fatal(err)
 	}
-	var held int64
+	named := map[blob.ID]int64{}
 	for _, n := range names {
-		if _, a, err := tc.Lookup(blob.RootID, n); err == nil {
-			held += ledger.Charge(a.Size)
+		if e, a, err := tc.Lookup(blob.RootID, n); err == nil {
+			named[e.ID] = ledger.Charge(a.Size)
 		}
 	}
-	if st := tc.Stats(); st.UsedBytes > held || st.PinnedObjects != 0 || st.ReservedBytes != 0 || st.UnadmittedBytes != 0 {
-		t.Fatalf("at rest: %+v, names hold %d bytes", st, held)
+	var held int64
+	for _, c := range named {
+		held += c
+	}
+	st := tc.Stats()
+	if st.UsedBytes != held || st.Objects != int64(len(named)) || st.PinnedObjects != 0 || st.ReservedBytes != 0 || st.UnadmittedBytes != 0 {
+		t.Fatalf("at rest: %+v; the names hold %d objects of %d bytes", st, len(named), held)
+	}
+	if onDisk := tc.storeBytes(); onDisk != held {
+		t.Fatalf("the store holds %d bytes, the names %d", onDisk, held)
 	}
 }
 
-func randomCoreOp(tc *testCore, r *rand.Rand, names []string) error {
+// storeBytes is the charge of every file the store holds, once an inode.
+func (tc *testCore) storeBytes() int64 {
+	tc.t.Helper()
+	walked, err := tc.store.Walk(nil)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	var n int64
+	for _, st := range walked {
+		if !seen[st.Ino] {
+			seen[st.Ino] = true
+			n += ledger.Charge(st.Size)
+		}
+	}
+	return n
+}
+
+// randomCoreOp does one random operation; stored says it was a create
+// that completed.
+func randomCoreOp(tc *testCore, r *rand.Rand, names []string) (stored bool, err error) {
 	name := names[r.IntN(len(names))]
 	owner := blob.Owner{UID: -1, GID: -1}
 	switch r.IntN(6) {
 	case 0, 1:
 		h, err := tc.Create(blob.RootID, name, 0o644, owner, true)
 		if err != nil {
-			return err
+			return false, err
 		}
-		size := r.IntN(700 * kib)
+		size := 1 + r.IntN(700*kib)
 		if r.IntN(2) == 0 {
 			_, err = h.Write(make([]byte, size), 0)
 		} else {
@@ -336,15 +394,15 @@ func randomCoreOp(tc *testCore, r *rand.Rand, names []string) error {
 		}
 		err = errors.Join(err, h.Flush())
 		h.Release()
-		return err
+		return err == nil, err
 	case 2:
 		e, _, err := tc.Lookup(blob.RootID, name)
 		if err != nil {
-			return err
+			return false, err
 		}
 		h, err := tc.Open(e.ID, os.O_RDONLY, false, nil)
 		if err != nil {
-			return err
+			return false, err
 		}
 		h.Release()
 	case 3:
@@ -352,13 +410,13 @@ func randomCoreOp(tc *testCore, r *rand.Rand, names []string) error {
 		if err == nil {
 			_, err = tc.Link(e.ID, blob.RootID, names[r.IntN(len(names))])
 		}
-		return err
+		return false, err
 	case 4:
-		return tc.Rename(blob.RootID, name, blob.RootID, names[r.IntN(len(names))], 0)
+		return false, tc.Rename(blob.RootID, name, blob.RootID, names[r.IntN(len(names))], 0)
 	case 5:
-		return tc.Unlink(blob.RootID, name)
+		return false, tc.Unlink(blob.RootID, name)
 	}
-	return nil
+	return false, nil
 }
 
 // TestAbandonedCreateDropsNames: a create that fails after the ledger

@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,7 +169,10 @@ func TestInstallAdmission(t *testing.T) {
 }
 
 // TestInstallOnce: concurrent installs of one name run one fetch; the
-// others wait for it and learn that the name exists.
+// others wait for it and learn that the name exists. The leader's fetch
+// is released only once every follower is parked waiting for it (read
+// from the followers' stacks) or has returned or run a fetch of its own
+// (failures), so "followers wait" is forced, not left to timing.
 func TestInstallOnce(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 8 * mib})
 	started, release := make(chan struct{}), make(chan struct{})
@@ -187,18 +192,35 @@ func TestInstallOnce(t *testing.T) {
 		h.Release()
 	}()
 	<-started
-	errs := make(chan error, 4)
-	for range 4 {
+	const followers = 4
+	errs := make(chan error, followers)
+	ids := make(chan uint64, followers)
+	var second, returned atomic.Int64
+	for range followers {
 		go func() {
+			ids <- goid()
 			_, err := tc.Install(blob.RootID, "x", tc.NewID(), func(func(int64) (*os.File, error)) error {
-				t.Error("a second fetch ran")
-				return nil
+				second.Add(1)
+				return errors.New("a second fetch ran")
 			})
+			returned.Add(1)
 			errs <- err
 		}()
 	}
+	for range followers {
+		g := <-ids
+		for !parked(g, "core.(*Core).Install", "chan receive") && second.Load() == 0 && returned.Load() == 0 {
+			runtime.Gosched()
+		}
+	}
+	if n := second.Load(); n != 0 {
+		t.Errorf("%d fetches ran while the first was in progress", n)
+	}
+	if n := returned.Load(); n != 0 {
+		t.Errorf("%d followers returned before the install they wait for ended", n)
+	}
 	close(release)
-	for range 4 {
+	for range followers {
 		if err := <-errs; !errors.Is(err, ErrExists) {
 			t.Errorf("follower: %v, want ErrExists", err)
 		}

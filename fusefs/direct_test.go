@@ -35,46 +35,52 @@ func getxattr(fd int, path, attr string) (string, error) {
 // passthrough, a writer is told its stored file: its bytes are polled.
 func TestDirectWritesNeedPassthrough(t *testing.T) {
 	for _, strict := range []bool{true, false} {
-		var k *kvfsMount
-		if strict {
-			k = mountKVFS(t, withStrict())
-		} else {
-			if os.Geteuid() != 0 {
-				t.Log("the passthrough half needs root (CAP_SYS_ADMIN to register backing files); checked the strict half only")
-				return
-			}
-			k = mountKVFS(t)
+		t.Run(map[bool]string{true: "strict", false: "passthrough"}[strict], func(t *testing.T) {
+			directWrites(t, strict)
+		})
+	}
+}
+
+// directWrites is one half of TestDirectWritesNeedPassthrough.
+func directWrites(t *testing.T, strict bool) {
+	var k *kvfsMount
+	if strict {
+		k = mountKVFS(t, withStrict())
+	} else {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: FUSE passthrough registers backing files (CAP_SYS_ADMIN)")
 		}
-		want := map[bool]string{true: fusefs.WritesDaemon, false: fusefs.WritesPassthrough}[strict]
-		if err := os.Mkdir(k.path("d"), 0o755); err != nil {
-			t.Fatal(err)
+		k = mountKVFS(t)
+	}
+	want := map[bool]string{true: fusefs.WritesDaemon, false: fusefs.WritesPassthrough}[strict]
+	if err := os.Mkdir(k.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{k.Mnt, k.path("d")} {
+		if got, err := getxattr(-1, dir, fusefs.WritesXattr); err != nil || got != want {
+			t.Fatalf("strict %v: %s of %s = %q, %v; want %q", strict, fusefs.WritesXattr, dir, got, err, want)
 		}
-		for _, dir := range []string{k.Mnt, k.path("d")} {
-			if got, err := getxattr(-1, dir, fusefs.WritesXattr); err != nil || got != want {
-				t.Fatalf("strict %v: %s of %s = %q, %v; want %q", strict, fusefs.WritesXattr, dir, got, err, want)
-			}
-		}
-		p := filepath.Join(k.Mnt, "obj")
-		w, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stored := k.storePath("obj")
-		got, err := getxattr(int(w.Fd()), "", fusefs.BackingXattr)
-		switch {
-		case strict && err != syscall.EPERM:
-			t.Fatalf("strict: a writer's %s = %q, %v; want EPERM", fusefs.BackingXattr, got, err)
-		case !strict && (err != nil || got != stored):
-			t.Fatalf("passthrough: a writer's %s = %q, %v; want %s", fusefs.BackingXattr, got, err, stored)
-		}
-		if _, err := w.Write([]byte("abc")); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := getxattr(-1, p, fusefs.BackingXattr); err != nil || got != stored {
-			t.Fatalf("strict %v: with no writer open, %s = %q, %v; want %s", strict, fusefs.BackingXattr, got, err, stored)
-		}
+	}
+	p := filepath.Join(k.Mnt, "obj")
+	w, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := k.storePath("obj")
+	got, err := getxattr(int(w.Fd()), "", fusefs.BackingXattr)
+	switch {
+	case strict && err != syscall.EPERM:
+		t.Fatalf("strict: a writer's %s = %q, %v; want EPERM", fusefs.BackingXattr, got, err)
+	case !strict && (err != nil || got != stored):
+		t.Fatalf("passthrough: a writer's %s = %q, %v; want %s", fusefs.BackingXattr, got, err, stored)
+	}
+	if _, err := w.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := getxattr(-1, p, fusefs.BackingXattr); err != nil || got != stored {
+		t.Fatalf("strict %v: with no writer open, %s = %q, %v; want %s", strict, fusefs.BackingXattr, got, err, stored)
 	}
 }

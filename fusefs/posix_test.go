@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
+	"golang.org/x/sys/unix"
 )
 
 // unsupported lists the posixtest tests kvfs does not pass by design,
@@ -57,5 +58,25 @@ func TestPosix(t *testing.T) {
 				t.Errorf("ledger invariants after %s: %v", name, err)
 			}
 		})
+	}
+}
+
+// TestPosixUnsupportedReasons checks the answers the skips above give as
+// their reasons, so a skip whose reason stops being true is noticed:
+// symlink(2) is EPERM, setxattr ENOTSUP, O_TMPFILE EOPNOTSUPP.
+func TestPosixUnsupportedReasons(t *testing.T) {
+	k := mountKVFS(t)
+	if err := unix.Symlink("target", k.path("link")); err != unix.EPERM {
+		t.Errorf("symlink: %v, want EPERM (SymlinkReadlink, SetattrSymlink, OpenSymlinkRace)", err)
+	}
+	mustWrite(t, k.path("f"), []byte("x"))
+	if err := unix.Setxattr(k.path("f"), "user.test", []byte("v"), 0); err != unix.ENOTSUP {
+		t.Errorf("setxattr: %v, want ENOTSUP (XAttr, XAttrLarge)", err)
+	}
+	if fd, err := unix.Open(k.Mnt, unix.O_TMPFILE|unix.O_RDWR, 0o600); err != unix.EOPNOTSUPP {
+		if err == nil {
+			unix.Close(fd)
+		}
+		t.Errorf("open(O_TMPFILE): %v, want EOPNOTSUPP (Tmpfile)", err)
 	}
 }

@@ -97,6 +97,7 @@ func TestExclude(t *testing.T) {
 		".lmcache-write.tmp.123.4":         true,
 		"a/b/.lmcache-write.tmp.1.1":       true,
 		"key.tmp":                          true,
+		"ab_m_0_2.bin.tmp.7.1403.c0ffee":   true,
 		"m@0x0@ab.data":                    false,
 		".lmcache-objects-v1/ab/cd/x.data": false,
 		"tmp/m@0x0@ab.data":                true,

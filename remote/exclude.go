@@ -6,11 +6,13 @@ import (
 )
 
 // DefaultExclude matches the temporary names connectors write before
-// they publish: LMCache fs_native's `.lmcache-write.tmp.<pid>.<n>` (and
-// any name ending in .tmp, which is what LMCache's C++ FSConnector and
-// fs adapter use: the final `<key>.data` with `.tmp` in place of
-// `.data`). A temp name is never uploaded, nor looked up remotely.
-var DefaultExclude = []string{".lmcache-write.tmp.*", "*.tmp"}
+// they publish: LMCache fs_native's `.lmcache-write.tmp.<pid>.<n>`, any
+// name ending in .tmp (what LMCache's C++ FSConnector and fs adapter use:
+// the final `<key>.data` with `.tmp` in place of `.data`; vLLM's fs tier's
+// `<dest>_<rand>.tmp`), and any name with `.tmp.` inside (SGLang
+// HiCacheFile's `<final>.tmp.<pid>.<tid>.<uuid>`). A temp name is never
+// uploaded, nor looked up remotely.
+var DefaultExclude = []string{".lmcache-write.tmp.*", "*.tmp", "*.tmp.*"}
 
 // ParseExclude reads a --remote-exclude value: comma-separated patterns
 // in path.Match syntax. A pattern without '/' is matched against a

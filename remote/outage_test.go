@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,17 +65,32 @@ func TestServerDown(t *testing.T) {
 }
 
 // TestServerHung: a server that accepts and never answers costs a fetch
-// or a lookup the timeout, not more, and the breaker then answers at
-// once; a good probe after the cool-down closes it.
+// or a lookup one request and the timeout, not more, and the breaker then
+// answers at once; a good probe after the cool-down closes it. The bound
+// is read, not timed: each lookup's one request carries a deadline of
+// Timeout from when the call began (between the call's start and end,
+// (after the call began, before the request went out, plus Timeout), so no
+// retry and no longer wait can hide behind it.
 func TestServerHung(t *testing.T) {
+	const timeout = 100 * time.Millisecond
 	srv := s3test.New(t)
-	n := newNode(t, srv, "p", nodeOpts{cfg: func(c *Config) {
-		c.BreakerFailures, c.Timeout = 3, 100*time.Millisecond
-	}})
+	var mu sync.Mutex
+	type sentReq struct{ at, deadline time.Time } // deadline zero if none
+	var sent []sentReq
+	n := newNode(t, srv, "p", nodeOpts{
+		cfg: func(c *Config) { c.BreakerFailures, c.Timeout = 3, timeout },
+		before: func(r *http.Request) {
+			d, _ := r.Context().Deadline()
+			mu.Lock()
+			defer mu.Unlock()
+			sent = append(sent, sentReq{time.Now(), d})
+		},
+	})
 	if err := n.Put(context.Background(), "k.data", strings.NewReader("kv")); err != nil {
 		t.Fatal(err)
 	}
 	srv.Pause()
+	before := n.reqs.total()
 	created := false
 	_, err := n.Fetch(context.Background(), "k.data", func(Info) (*os.File, error) {
 		created = true
@@ -82,15 +99,32 @@ func TestServerHung(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || created {
 		t.Fatalf("Fetch from a hung server = %v (create called: %v), want ErrUnavailable", err, created)
 	}
+	if got := n.reqs.total() - before; got != 1 {
+		t.Fatalf("a fetch from a hung server sent %d requests, want 1", got)
+	}
 	for i := range 2 {
+		mu.Lock()
+		first := len(sent)
+		mu.Unlock()
+		start := time.Now()
 		_, found, err := n.Lookup(context.Background(), fmt.Sprintf("h%d.data", i))
 		if found || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("lookup of a hung server = %v, %v; want ErrUnavailable from the timeout", found, err)
 		}
+		mu.Lock()
+		now := sent[first:]
+		mu.Unlock()
+		if len(now) != 1 {
+			t.Fatalf("a lookup of a hung server sent %d requests, want 1", len(now))
+		}
+		if r := now[0]; r.deadline.Before(start.Add(timeout)) || r.deadline.After(r.at.Add(timeout)) {
+			t.Fatalf("a lookup's request went out %v after the call began with a deadline %v after it; want %v",
+				r.at.Sub(start), r.deadline.Sub(start), timeout)
+		}
 	}
-	sent := n.reqs.total()
-	if _, _, err := n.Lookup(context.Background(), "h9.data"); !errors.Is(err, ErrUnavailable) || n.reqs.total() != sent {
-		t.Fatalf("with the breaker open: %v, %d new requests", err, n.reqs.total()-sent)
+	before = n.reqs.total()
+	if _, _, err := n.Lookup(context.Background(), "h9.data"); !errors.Is(err, ErrUnavailable) || n.reqs.total() != before {
+		t.Fatalf("with the breaker open: %v, %d new requests", err, n.reqs.total()-before)
 	}
 	srv.Resume()
 	n.clock.Advance(DefaultBreakerCoolDown)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvfs/kvfs/internal/disktmp"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/usage"
 	"os"
@@ -28,7 +29,9 @@ var kvfsBin string
 // the run if any of them is still mounted at the end.
 var started sync.Map // mount point -> struct{}
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+// TestMain runs the suite with its temporary directories on a real disk
+// (internal/disktmp), as kvfs's stores need.
+func TestMain(m *testing.M) { os.Exit(disktmp.Run(func() int { return testMain(m) })) }
 
 func testMain(m *testing.M) int {
 	if bin := os.Getenv("KVFS_BIN"); bin != "" {

@@ -16,8 +16,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The gpudirect client's protocol is kvfs's: the attribute it asks for is
-// the one the daemon answers.
+// TestGPUDirectXattrName: the gpudirect client's protocol is kvfs's: the
+// attributes it asks for are the ones the daemon answers, asked of a real
+// mount: an object opened through it names its stored file under the
+// attribute gpudirect reads, a directory says how writers' bytes reach
+// the store under gpudirect's name and values, and gpudirect.Open finds
+// the stored file that way and reads the object's bytes from it.
 func TestGPUDirectXattrName(t *testing.T) {
 	if gpudirect.BackingXattr != fusefs.BackingXattr {
 		t.Fatalf("gpudirect asks for %q, kvfs answers %q", gpudirect.BackingXattr, fusefs.BackingXattr)
@@ -26,6 +30,33 @@ func TestGPUDirectXattrName(t *testing.T) {
 		gpudirect.WritesPassthrough != fusefs.WritesPassthrough {
 		t.Fatalf("gpudirect asks for %q (%q, %q), kvfs answers %q (%q, %q)", gpudirect.WritesXattr, gpudirect.WritesDaemon,
 			gpudirect.WritesPassthrough, fusefs.WritesXattr, fusefs.WritesDaemon, fusefs.WritesPassthrough)
+	}
+	for _, c := range []struct {
+		flags  []string
+		writes string
+	}{{nil, gpudirect.WritesPassthrough}, {[]string{"--strict-capacity"}, gpudirect.WritesDaemon}} {
+		d := mountCache(t, append([]string{"--capacity", "64MiB"}, c.flags...)...)
+		p := filepath.Join(d.mp, "obj.data")
+		want := objectBytes(p, 3*4096+5)
+		putFile(t, p, want)
+		buf := make([]byte, 4096)
+		n, err := unix.Getxattr(d.mp, gpudirect.WritesXattr, buf)
+		if err != nil || string(buf[:n]) != c.writes {
+			t.Fatalf("%v: %s of the mount's root = %q, %v; want %q", c.flags, gpudirect.WritesXattr, buf[:max(n, 0)], err, c.writes)
+		}
+		pin, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err = unix.Fgetxattr(int(pin.Fd()), gpudirect.BackingXattr, buf)
+		pin.Close()
+		if stored := filepath.Join(d.store, "data", "obj.data"); err != nil || string(buf[:n]) != stored {
+			t.Fatalf("%v: %s of an open object = %q, %v; want %s", c.flags, gpudirect.BackingXattr, buf[:max(n, 0)], err, stored)
+		}
+		if got := directRead(t, newReader(t, gpudirect.Options{Chunk: 4096, Depth: 2}), p); !bytes.Equal(got, want) {
+			t.Fatalf("%v: gpudirect read %d bytes, equal %v", c.flags, len(got), bytes.Equal(got, want))
+		}
+		d.stop()
 	}
 }
 

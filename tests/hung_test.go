@@ -67,10 +67,10 @@ func (c *blockedClient) requireAborted(t *testing.T) {
 
 // withFusectl mounts the FUSE control file system for the test if it is
 // not mounted, and unmounts it again afterwards.
-func withFusectl(t *testing.T) {
+func withFusectl(t *testing.T) bool {
 	t.Helper()
 	if _, ok := mountAt("/sys/fs/fuse/connections"); ok {
-		return
+		return false
 	}
 	if err := unix.Mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, ""); err != nil {
 		t.Fatalf("mounting fusectl: %v", err)
@@ -80,16 +80,41 @@ func withFusectl(t *testing.T) {
 			t.Errorf("unmounting fusectl: %v", err)
 		}
 	})
+	return false
 }
 
-// withoutFusectl hides the FUSE control file system for the test, so
-// that kvfs unmount must take its other way.
-func withoutFusectl(t *testing.T) {
+// privateMountNS is set in a test binary run in a mount namespace of its
+// own (see withoutFusectl).
+const privateMountNS = "KVFS_TEST_PRIVATE_MOUNT_NS"
+
+// withoutFusectl gives the test a machine without the FUSE control file
+// system, so that kvfs unmount must take its other way. Where fusectl is
+// mounted (for everyone: unmounting it would change the machine), it
+// runs the test again in a child test binary in a mount namespace of its
+// own (private propagation, set up by Go for CLONE_NEWNS), where fusectl
+// is unmounted for that namespace only, and reports true: the test ran
+// there and passed.
+func withoutFusectl(t *testing.T) bool {
 	t.Helper()
 	if _, ok := mountAt("/sys/fs/fuse/connections"); !ok {
-		return
+		return false
 	}
-	t.Skip("fusectl is mounted on this machine; the MNT_FORCE way is not reachable without unmounting it for everyone")
+	if os.Getenv(privateMountNS) != "" {
+		if err := unix.Unmount("/sys/fs/fuse/connections", unix.MNT_DETACH); err != nil {
+			t.Fatalf("unmounting fusectl in a private mount namespace: %v", err)
+		}
+		return false
+	}
+	name := strings.ReplaceAll(t.Name(), "/", "$/^")
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+name+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), privateMountNS+"=1", "KVFS_BIN="+kvfsBin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("%s in a mount namespace without fusectl: %v\n%s", t.Name(), err, out)
+	}
+	t.Logf("fusectl is mounted here; ran in a mount namespace without it:\n%s", out)
+	return true
 }
 
 // TestUnmountHungDaemon (issue 8, part 3): with the daemon stopped by
@@ -101,7 +126,7 @@ func withoutFusectl(t *testing.T) {
 func TestUnmountHungDaemon(t *testing.T) {
 	cases := []struct {
 		name    string
-		setup   func(*testing.T)
+		setup   func(*testing.T) bool // true: the case ran elsewhere
 		how     string
 		release syscall.Signal
 	}{
@@ -110,7 +135,9 @@ func TestUnmountHungDaemon(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.setup(t)
+			if c.setup(t) {
+				return
+			}
 			d := mountCache(t, "--capacity", "16MiB")
 			t.Cleanup(func() { d.cmd.Process.Signal(syscall.SIGCONT) })
 			putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))

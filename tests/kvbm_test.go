@@ -1,15 +1,19 @@
 package tests
 
 // NVIDIA Dynamo KVBM's disk tier (G3), DiskStorage::new and
-// allocate_file in lib/llm/src/block_manager/storage/disk.rs, syscall for
+// allocate_file in ai-dynamo/dynamo lib/llm/src/block_manager/storage/disk.rs
+// at commit 1fe5a66103831e0892cee212d71a97aa95838cb3, syscall for
 // syscall: one large pool file per worker, made with mkostemp
 // ("dynamo-kvbm-disk-cache-XXXXXX" in $DYN_KVBM_DISK_CACHE_DIR: open
 // O_RDWR|O_CREAT|O_EXCL|O_CLOEXEC, 0600), switched to O_DIRECT with
-// fcntl(F_SETFL), sized with fallocate(fd, 0, 0, size) (EOPNOTSUPP falls
-// back to ftruncate), registered with NIXL, then unlinked: the pool lives
-// as an open, unlinked file until the process exits. Blocks are
-// page-aligned pwrite/pread at block offsets inside it (NIXL's POSIX
-// backend). Nothing survives a restart.
+// fcntl(F_GETFL/F_SETFL) (a failure there closes and unlinks), sized with
+// fallocate(fd, 0, 0, size) (EOPNOTSUPP falls back to ftruncate), then
+// registered with NIXL and unlinked: the pool lives as an open, unlinked
+// file until the process exits. When fallocate fails otherwise (ENOSPC),
+// allocate_file's error is returned by `?` at once: the descriptor stays
+// open and the mkostemp file stays linked, as they are. Blocks are
+// page-aligned pwrite/pread at block offsets inside the pool (NIXL's
+// POSIX backend). Nothing survives a restart.
 
 import (
 	"fmt"
@@ -28,7 +32,9 @@ type kvbmPool struct {
 	path string
 }
 
-// openKVBMPool is DiskStorage::new(size) up to the unlink.
+// openKVBMPool is DiskStorage::new(size) up to the unlink. When
+// fallocate fails it returns the pool as KVBM leaves it (descriptor
+// open, file linked) with the error.
 func openKVBMPool(dir string, size int64) (*kvbmPool, error) {
 	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 	name := []byte("dynamo-kvbm-disk-cache-XXXXXX")
@@ -45,28 +51,34 @@ func openKVBMPool(dir string, size int64) (*kvbmPool, error) {
 	if err == nil {
 		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags|unix.O_DIRECT)
 	}
-	if err == nil {
-		err = unix.Fallocate(fd, 0, 0, size)
-	}
 	if err != nil {
 		p.drop()
 		return nil, err
 	}
+	if err := unix.Fallocate(fd, 0, 0, size); err == unix.EOPNOTSUPP {
+		if err := unix.Ftruncate(fd, size); err != nil {
+			return p, err
+		}
+	} else if err != nil {
+		return p, err // no close, no unlink: disk.rs returns early
+	}
 	return p, nil
 }
 
-// drop is what a failed allocation and Drop do: close, unlink.
+// drop is what a failed fcntl and Drop do: close, unlink.
 func (p *kvbmPool) drop() {
 	unix.Close(p.fd)
 	unix.Unlink(p.path)
 }
 
-// TestKVBMDiskTierReplay: a 32 MiB G3 pool on a 64 MiB mount holding
+// TestKVBMDiskTierReplay: a pool larger than the capacity fails with
+// EFBIG evicting nothing, and what KVBM leaves behind (its descriptor
+// open, an empty file linked) costs nothing and stays an empty object
+// after the worker exits; a 32 MiB G3 pool on a 64 MiB mount holding
 // 48 MiB of other objects: fallocate makes room by evicting the oldest
 // (the pool is charged in full at once), the unlinked pool stays charged
 // as shadow bytes while open, blocks written and read back with O_DIRECT
-// at their offsets are exact, closing releases the charge once, and a
-// pool larger than the capacity fails with ENOSPC evicting nothing.
+// at their offsets are exact, closing releases the charge once.
 func TestKVBMDiskTierReplay(t *testing.T) {
 	const poolSize, blockSize = 32 * MiB, 1 * MiB
 	d := mountCache(t, "--capacity", "64MiB", "--grace", "0s")
@@ -75,13 +87,20 @@ func TestKVBMDiskTierReplay(t *testing.T) {
 	}
 	before := assertQuietEqual(t, d)
 
-	// Larger than the whole capacity, it can never fit: EFBIG, as for a
-	// file-size limit (docs/bad-input.md); KVBM fails the pool either way.
-	if _, err := openKVBMPool(d.mp, 65*MiB); err != unix.EFBIG {
-		t.Fatalf("a pool larger than the capacity: %v, want EFBIG", err)
+	leaked, err := openKVBMPool(d.mp, 65*MiB)
+	if err != unix.EFBIG || leaked == nil {
+		t.Fatalf("a pool larger than the capacity: %v, want EFBIG (docs/bad-input.md)", err)
 	}
-	if st := assertQuietEqual(t, d); st.Evictions != before.Evictions || st.Objects != before.Objects {
-		t.Fatalf("a refused pool evicted: before %+v, after %+v", before, st)
+	var lst unix.Stat_t
+	if err := unix.Fstat(leaked.fd, &lst); err != nil || lst.Size != 0 || lst.Nlink != 1 {
+		t.Fatalf("the refused pool's file: size %d, %d links, %v; want empty, still linked", lst.Size, lst.Nlink, err)
+	}
+	if st := stats(t, d.mp); st.Evictions != before.Evictions || st.UsedBytes != before.UsedBytes || st.Objects != before.Objects+1 {
+		t.Fatalf("a refused pool: before %+v, after %+v; want nothing evicted, nothing charged, its empty file an object", before, st)
+	}
+	unix.Close(leaked.fd) // the worker exits; nobody unlinks the file
+	if st := assertQuietEqual(t, d); st.Evictions != before.Evictions || st.UsedBytes != before.UsedBytes || st.Objects != before.Objects+1 {
+		t.Fatalf("after the refused worker exits: before %+v, after %+v", before, st)
 	}
 
 	p, err := openKVBMPool(d.mp, poolSize)
@@ -115,7 +134,7 @@ func TestKVBMDiskTierReplay(t *testing.T) {
 	}
 	ents, _ := os.ReadDir(d.mp)
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "dynamo-kvbm-disk-cache-") {
+		if strings.HasPrefix(e.Name(), "dynamo-kvbm-disk-cache-") && e.Name() != filepath.Base(leaked.path) {
 			t.Errorf("the pool came back after a restart: %s", e.Name())
 		}
 	}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -375,40 +377,81 @@ func TestFsckAfterKill9(t *testing.T) {
 }
 
 // TestRestartWithSmallerCapacity: a store holding more than the new
-// capacity is cut down to it at start-up, coldest first, exactly.
+// capacity is cut down to it at start-up, coldest first, exactly: the
+// objects are opened in a known order before a clean stop, and what
+// survives is the longest run of the most recently opened that fits.
 func TestRestartWithSmallerCapacity(t *testing.T) {
+	const capacity = 8 * MiB
 	d := mountCache(t, "--capacity", "64MiB")
 	want := populate(t, d.mp)
 	assertQuietEqual(t, d)
+	// One path of each object (an inode), opened in a shuffled but fixed
+	// order: the LRU order, coldest first.
+	byKey := map[string]string{}
+	for rel, o := range want {
+		if p, ok := byKey[o.key]; !ok || rel < p {
+			byKey[o.key] = rel
+		}
+	}
+	order := slices.Sorted(maps.Values(byKey))
+	rand.New(rand.NewPCG(3, 5)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for _, rel := range order {
+		if _, err := os.ReadFile(filepath.Join(d.mp, rel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total int64
+	for _, rel := range order {
+		total += charge(want[rel].size)
+	}
+	cut := 0
+	for ; total > capacity; cut++ {
+		total -= charge(want[order[cut]].size)
+	}
+	kept := map[string]bool{}
+	for _, rel := range order[cut:] {
+		kept[want[rel].key] = true
+	}
 	d.stop()
 
 	d = startDaemon(t, d.mp, "--store", d.store, "--capacity", "8MiB")
 	st := assertQuietEqual(t, d)
-	if st.UsedBytes > 8*MiB || st.Objects == 0 {
-		t.Errorf("after restarting smaller: %+v", st)
+	if st.UsedBytes != total || st.Objects != int64(len(order)-cut) {
+		t.Errorf("after restarting smaller: %+v; want the %d most recently used objects, %d bytes", st, len(order)-cut, total)
 	}
 	survivors := map[string]object{}
-	filepath.WalkDir(d.mp, func(p string, e fs.DirEntry, err error) error {
-		if err == nil && !e.IsDir() {
-			rel, _ := filepath.Rel(d.mp, p)
-			survivors[rel] = want[rel]
+	for rel, o := range want {
+		if kept[o.key] {
+			survivors[rel] = o
 		}
-		return err
-	})
-	verifyTree(t, d.mp, survivors) // fails on anything not in want
-	t.Logf("%d of %d names survive in %d bytes", len(survivors), len(want), st.UsedBytes)
+	}
+	verifyTree(t, d.mp, survivors) // exactly these, byte for byte
+	t.Logf("LRU order %v: the coldest %d evicted, %d names survive in %d bytes", order, cut, len(survivors), st.UsedBytes)
 	d.stop()
 }
 
+// charge is what kvfs charges for an object of size bytes.
+func charge(size int) int64 { return (int64(size) + 4095) / 4096 * 4096 }
+
 // TestKill9UnderLoad: kill -9 in the middle of concurrent fs_native
-// stores; after a restart every file served is complete and exact,
-// whatever name it has, and the accounting is exact.
+// stores and deletes; after a restart every file served is complete and
+// exact, whatever name it has, every key whose store completed (link
+// done) and that no delete touched since is there, and the accounting is
+// exact. The capacity holds every key, so nothing is evicted: a missing
+// key is a lost object. The kill comes once enough stores completed, not
+// after a sleep.
 func TestKill9UnderLoad(t *testing.T) {
-	d := mountCache(t, "--capacity", "48MiB", "--grace", "300ms")
-	flags := []string{"--store", d.store, "--capacity", "48MiB", "--grace", "300ms"}
+	flags := []string{"--capacity", "160MiB", "--grace", "300ms"}
+	d := mountCache(t, flags...)
+	flags = append([]string{"--store", d.store}, flags...)
 	keys := workloadKeys(16, MiB, 6*MiB)
 	var stop atomic.Bool
 	var stored atomic.Int64
+	enough := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	gen := map[string]int{}        // deletes begun, by key
+	published := map[string]bool{} // store completed, no delete since
 	var wg sync.WaitGroup
 	for w := range 4 {
 		cl := &fsNative{base: d.mp, direct: w%2 == 1, whole: w >= 2, seq: &atomic.Int64{}}
@@ -418,23 +461,45 @@ func TestKill9UnderLoad(t *testing.T) {
 			for !stop.Load() {
 				k := keys[r.IntN(len(keys))]
 				fillObject(buf[:k.size], k.key)
-				if ok, err := cl.store(k.key, buf[:k.size]); ok && err == nil {
-					stored.Add(1)
+				mu.Lock()
+				g := gen[k.key]
+				mu.Unlock()
+				if _, err := cl.store(k.key, buf[:k.size]); err == nil {
+					mu.Lock()
+					if gen[k.key] == g {
+						published[k.key] = true
+					}
+					mu.Unlock()
+					if stored.Add(1) == 24 {
+						once.Do(func() { close(enough) })
+					}
 				}
 				if r.IntN(4) == 0 {
-					cl.remove(keys[r.IntN(len(keys))].key)
+					del := keys[r.IntN(len(keys))].key
+					// A store that begins before the unlink ends may
+					// find the name it removes: neither counts.
+					bump := func() {
+						mu.Lock()
+						defer mu.Unlock()
+						gen[del]++
+						published[del] = false
+					}
+					bump()
+					cl.remove(del)
+					bump()
 				}
 			}
 		})
 	}
-	time.Sleep(1500 * time.Millisecond)
+	<-enough
 	d.kill9()
 	stop.Store(true)
 	wg.Wait() // the writers' calls fail with ENOTCONN now
-	t.Logf("%d stores published before the crash", stored.Load())
+	t.Logf("%d stores completed before the crash", stored.Load())
 
 	d = startDaemon(t, d.mp, flags...)
 	files := 0
+	found := map[string]bool{}
 	err := filepath.WalkDir(d.mp, func(p string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
 			return err
@@ -452,13 +517,28 @@ func TestKill9UnderLoad(t *testing.T) {
 		if err := checkObject(data, key, size); err != nil {
 			t.Errorf("%s after the crash: %v", p, err)
 		}
+		if p == finalPath(d.mp, key) {
+			found[key] = true
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := 0
+	for key, ok := range published {
+		if ok {
+			want++
+			if !found[key] {
+				t.Errorf("%s: stored before the crash, never deleted, missing after the restart", key)
+			}
+		}
+	}
+	if want == 0 {
+		t.Fatal("no completed store to look for after the restart: the test checked nothing")
+	}
 	st := assertQuietEqual(t, d)
-	t.Logf("after the restart: %d files, %+v", files, st)
+	t.Logf("after the restart: %d files, %d keys that must be there, %+v", files, want, st)
 	d.stop()
 	requireCleanFsck(t, d.store, st)
 }

@@ -132,9 +132,11 @@ func (v *vllmFsTier) load(hash string, buf []byte) (bool, error) {
 
 // TestVLLMFsTierReplay: four writer threads store 80 MiB of 2 MiB
 // O_DIRECT chunks into a 32 MiB mount while two loaders look up and load
-// them; every load is whole and byte-exact or a miss; accounting is
-// exact with no temp file left; after a restart lookups find exactly the
-// chunks kvfs kept, and they load byte for byte.
+// them; every load is whole and byte-exact or a miss, loads succeed while
+// the writers run, and a lookup that found a chunk misses at its load
+// only if an eviction took it between the two; accounting is exact with
+// no temp file left; after a restart lookups find exactly the chunks
+// kvfs kept, and they load byte for byte.
 func TestVLLMFsTierReplay(t *testing.T) {
 	const blockSize, blocks, writers, loaders = 2 * MiB, 40, 4, 2
 	d := mountCache(t, "--capacity", "32MiB", "--grace", "500ms")
@@ -188,10 +190,19 @@ func TestVLLMFsTierReplay(t *testing.T) {
 	st := assertQuietEqual(t, d)
 	t.Logf("%d chunks stored, %d loads verified, %d lookups that missed at load; kvfs: %d objects, %d evictions",
 		stored.Load(), loaded.Load(), misses.Load(), st.Objects, st.Evictions)
+	if loaded.Load() == 0 {
+		t.Errorf("no load succeeded while the writers ran (%d misses)", misses.Load())
+	}
+	if misses.Load() > st.Evictions {
+		t.Errorf("%d loads of chunks a lookup had just found missed, but kvfs evicted only %d", misses.Load(), st.Evictions)
+	}
 	if stored.Load() != blocks || st.Evictions == 0 {
 		t.Fatalf("stored %d of %d chunks, %d evictions", stored.Load(), blocks, st.Evictions)
 	}
 	before := vllmCheck(t, v, hashes, blockSize)
+	if before == 0 {
+		t.Errorf("after the run lookups find no chunk of %d stored in a 32 MiB cache", blocks)
+	}
 	if want := st.Objects - vllmConfigHeld(v); int64(before) != want {
 		t.Errorf("lookups find %d chunks, kvfs holds %d objects besides config.json", before, want)
 	}
