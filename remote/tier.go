@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -30,12 +30,6 @@ var (
 	// ErrClosed: the tier was closed.
 	ErrClosed = errors.New("remote: closed")
 )
-
-// Opener opens a local object for upload: its bytes and their length.
-// It returns an error satisfying errors.Is(err, ErrNotFound) (or
-// fs.ErrNotExist) when the object is gone, and the upload is dropped.
-// The reader is read twice: the checksum, then the upload.
-type Opener func(name string) (io.ReadSeekCloser, int64, error)
 
 // Deps is what the daemon hands the tier besides its Config.
 type Deps struct {
@@ -74,6 +68,7 @@ type Tier struct {
 	fetches flight[*fetchShare]
 	queue   *queue
 	st      counters
+	rejects rejected
 
 	closed  atomic.Bool
 	done    chan struct{}
@@ -143,6 +138,9 @@ func newClient(cfg Config, wrap func(http.RoundTripper) http.RoundTripper) (*min
 		// One try per call: the breaker and the upload backoff decide
 		// what happens after a failure, not ten hidden retries.
 		MaxRetries: 1,
+		// An upload's CRC32C goes as the PUT's trailer, computed in the
+		// one pass that reads and sends the object.
+		TrailingHeaders: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("remote: client for %s: %w", host, err)
@@ -172,16 +170,24 @@ func (t *Tier) Close() error {
 	return nil
 }
 
+// ErrBadName: a name that cannot be an S3 key (not valid UTF-8, over
+// 1024 bytes with the prefix, not a clean relative path). It is never
+// sent: an upload of it is refused for good, a lookup is a miss.
+var ErrBadName = errors.New("remote: name cannot be an object key")
+
 // key is name's object key. Names are relative, slash-separated paths
-// without empty, "." or ".." components.
+// without empty, "." or ".." components, in UTF-8 (S3 keys are).
 func (t *Tier) key(name string) (string, error) {
 	if name == "" || strings.HasPrefix(name, "/") || path.Clean(name) != name || name == "." ||
 		strings.HasPrefix(name, "../") || name == ".." {
-		return "", fmt.Errorf("remote: bad name %q", name)
+		return "", fmt.Errorf("%w: %q is not a clean relative path", ErrBadName, name)
+	}
+	if !utf8.ValidString(name) {
+		return "", fmt.Errorf("%w: %q is not valid UTF-8", ErrBadName, name)
 	}
 	k := t.cfg.Prefix + name
 	if len(k) > 1024 {
-		return "", fmt.Errorf("remote: name %q makes a key over S3's 1024 bytes", name)
+		return "", fmt.Errorf("%w: %q makes a key over S3's 1024 bytes", ErrBadName, name)
 	}
 	return k, nil
 }

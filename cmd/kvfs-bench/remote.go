@@ -109,7 +109,7 @@ func (b *bench) startRemoteBench() (*remoteBench, error) {
 	if err := cfg.Finish(func(string) string { return "" }); err != nil {
 		return rb, err
 	}
-	noUploads := func(string) (io.ReadSeekCloser, int64, error) { return nil, 0, remote.ErrNotFound }
+	noUploads := func(string) (remote.Source, error) { return nil, remote.ErrNotFound }
 	if rb.tier, err = remote.New(cfg, remote.Deps{JournalDir: filepath.Join(b.work, "bench-journal"), Open: noUploads}); err != nil {
 		return rb, err
 	}
