@@ -227,3 +227,16 @@ func localize(ops fs.InodeEmbedder) (func(), error) {
 	}
 	return func() {}, nil
 }
+
+// removedRemote is an rm (or the source of a rename) of path with a
+// shared tier: the name leaves the bucket too, so that no node finds it
+// there any more, and this node answers it absent at once, while the
+// delete is in flight or the server is down (the tier's tombstone,
+// kept in its journal across restarts). A temp name was never uploaded.
+// A name that is a directory has no key: Rmdir does not come here.
+func (f *FS) removedRemote(path string) {
+	if f.remote == nil || f.remote.Excluded(path) {
+		return
+	}
+	f.remote.Delete(path)
+}

@@ -118,7 +118,7 @@ func newClient(cfg Config, wrap func(http.RoundTripper) http.RoundTripper) (*min
 	if cfg.Endpoint != "" {
 		u, err := url.Parse(cfg.Endpoint)
 		if err != nil {
-			return nil, usagef("bad remote endpoint %q: %v", cfg.Endpoint, err)
+			return nil, usagef("bad remote endpoint %q: %v", Redact(cfg.Endpoint), err)
 		}
 		host, secure = u.Host, u.Scheme == "https"
 	}
