@@ -286,3 +286,35 @@ func storedCRC(t *testing.T, c *minio.Client, bucket, key string) string {
 	}
 	return checksumPrefix + formatCRC(sum)
 }
+
+// drain moves the node's clock (backoffs, breaker cool-down) until no
+// work is pending, a minute of real time at most: a worker may start
+// its backoff after any one move.
+func (n *node) drain(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		n.clock.Advance(maxBackoff)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := n.WaitUploads(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	t.Fatalf("work still pending: %+v", n.Stats())
+}
+
+// advanceUntil moves the node's clock by minBackoff until cond holds, a
+// minute of real time at most.
+func (n *node) advanceUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not after a minute: %+v", what, n.Stats())
+		}
+		n.clock.Advance(minBackoff)
+		runtimeYield()
+	}
+}

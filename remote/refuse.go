@@ -29,6 +29,10 @@ var permanentCodes = map[string]bool{
 	"AccessDenied":            true,
 	"EntityTooLarge":          true,
 	"MethodNotAllowed":        true,
+	// A store whose keys are paths (versitygw's posix backend) cannot
+	// hold "x" beside "x/y": whichever came second is refused for good.
+	"ObjectParentIsFile":        true,
+	"ExistingObjectIsDirectory": true,
 }
 
 // transient400 are the 400s that say nothing against the key.
