@@ -183,6 +183,10 @@ func (q *queue) add(name string, o op) bool {
 	a := q.change(name, o)
 	switch a {
 	case admitDup:
+		// Published again (its writer's last release after a reopen):
+		// an upload waiting for its writer need not wait out its
+		// backoff.
+		q.t.wakeUploaders()
 		return true
 	case admitFull:
 		q.t.st.dropped.Add(1)

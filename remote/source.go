@@ -20,7 +20,7 @@ type Source interface {
 	Size() int64
 	// Unchanged is asked once the last byte was read, before the upload
 	// is let complete: nil if the object is still the one opened (same
-	// size, modification and change times, no writer), else why not.
+	// size and modification time, no writer), else why not.
 	Unchanged() error
 }
 
@@ -39,8 +39,10 @@ var ErrBusy = errors.New("remote: local object is being written")
 var errSourceChanged = errors.New("local object changed while uploading")
 
 // FileSource is a Source over an open file: Unchanged compares the
-// file's size, mtime and ctime with those at open, and asks busy (if
-// set) whether a writer has it open.
+// file's size and mtime with those at open, and asks busy (if set)
+// whether a writer has it open. Not ctime: kvfs itself records each
+// open in the stored file's atime (LRU order across crashes), which
+// moves ctime, and a reader's open must not cut an upload.
 type FileSource struct {
 	f     *os.File
 	r     io.Reader
@@ -80,7 +82,7 @@ func (s *FileSource) Unchanged() error {
 	switch {
 	case s.busy != nil && s.busy():
 		return ErrBusy
-	case now.Size != s.at.Size || now.Mtim != s.at.Mtim || now.Ctim != s.at.Ctim:
+	case now.Size != s.at.Size || now.Mtim != s.at.Mtim:
 		return fmt.Errorf("%w: size %d, was %d", errSourceChanged, now.Size, s.at.Size)
 	}
 	return nil

@@ -296,8 +296,18 @@ func (rb *remoteBench) publish() error {
 		rs := st.RemoteStats
 		b.note("tier-on node: %d uploads (%d bytes), %d already present, %d failed attempts, %d dropped, %d HEADs",
 			rs.Uploads, rs.UploadedBytes, rs.AlreadyPresent, rs.UploadFailures, rs.UploadDropped, rs.Heads)
+		b.note("tier-on node: %s of the stored file per upload (%d reads for %d uploads; %d cut by a change, %d refused for good, %d deletes)",
+			readsPerUpload(rs.UploadReads, rs.Uploads), rs.UploadReads, rs.Uploads, rs.UploadChanged, rs.Rejected, rs.Deletes)
 	}
 	return err
+}
+
+// readsPerUpload says how many times each upload read its object.
+func readsPerUpload(reads, uploads int64) string {
+	if uploads == 0 {
+		return "no read"
+	}
+	return fmt.Sprintf("%.2f reads", float64(reads)/float64(uploads))
 }
 
 // storeRound is storeObjects fs_native stores, one at a time (the tier's
