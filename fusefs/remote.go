@@ -64,6 +64,12 @@ func (n *dirNode) lookupRemote(ctx context.Context, name string, out *fuse.Entry
 	if err != nil {
 		n.fs.log.Debug("remote lookup", zap.String("name", path), zap.Error(err))
 	}
+	if found && makingDir(ctx) {
+		// A local directory is being made under that name: it wins, and
+		// hides the remote file here from then on.
+		n.fs.log.Debug("remote name hidden by a mkdir", zap.String("name", path))
+		found = false
+	}
 	if !found {
 		out.SetEntryTimeout(noNegativeEntry)
 		return nil, n.fs.errno("lookup", core.ErrNotFound)

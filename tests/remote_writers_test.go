@@ -17,7 +17,6 @@ import (
 	"testing"
 
 	"github.com/kvfs/kvfs/internal/s3test"
-	"golang.org/x/sys/unix"
 )
 
 // slowChild is a Python child that writes its file argument to stdout
@@ -215,11 +214,12 @@ func TestRemoteRmWhileServerDown(t *testing.T) {
 	}
 }
 
-// TestRemoteNameDirCollision: docs/remote.md, "Names and directories". A
-// node's local directory wins over a file of that name from the bucket:
-// it stays a directory, mkdir -p under it works and the remote file is
-// never looked up there; a node without the directory sees the file (and
-// mkdir there answers EEXIST, as for any file).
+// TestRemoteNameDirCollision: docs/remote.md, "Names and directories".
+// A file of the bucket (published by A) does not block a local
+// directory of that name: on B, which made the directory first, and on
+// C, which saw the file first, mkdir x and mkdir -p x/sub work, and the
+// local directory then hides the remote file (never looked up there); a
+// node that makes no directory still loads the file.
 func TestRemoteNameDirCollision(t *testing.T) {
 	srv := s3test.New(t)
 	dir := t.TempDir()
@@ -231,34 +231,40 @@ func TestRemoteNameDirCollision(t *testing.T) {
 	file := objectBytes("x", MiB)
 	putFile(t, filepath.Join(a.mp, "x"), file)
 	a.uploaded()
-	heads := srv.Requests("HEAD", remotePrefix+"/x")
-	if st, err := os.Stat(filepath.Join(b.mp, "x")); err != nil || !st.IsDir() {
-		t.Fatalf("B's x after A published a file x: %v, %v; want B's directory", st, err)
-	}
-	sub := filepath.Join(b.mp, "x", "sub", "k.data")
-	if err := os.MkdirAll(filepath.Dir(sub), 0o755); err != nil {
-		t.Fatalf("mkdir -p x/sub on B: %v", err)
-	}
-	mine := objectBytes("x/sub", MiB)
-	putFile(t, sub, mine)
-	if got, err := os.ReadFile(sub); err != nil || !bytes.Equal(got, mine) {
-		t.Fatalf("B's x/sub/k.data: %v", err)
-	}
-	f := b.uploaded() // versitygw's posix store refuses x/sub/k.data beside x: dropped, not retried
-	if f.Uploads+f.Rejected != 1 || f.UploadFailures != 0 {
-		t.Errorf("B's figures %+v: want x/sub/k.data uploaded or refused once", f)
-	}
-	if n := srv.Requests("HEAD", remotePrefix+"/x"); n != heads {
-		t.Errorf("B looked the hidden remote x up %d times", n-heads)
-	}
 	c := startRemoteNode(t, srv, dir, "c")
-	if got, err := os.ReadFile(filepath.Join(c.mp, "x")); err != nil || !bytes.Equal(got, file) {
-		t.Errorf("C, without a directory x, does not load A's file x: %v", err)
+	if st, err := os.Stat(filepath.Join(c.mp, "x")); err != nil || !st.Mode().IsRegular() {
+		t.Fatalf("C does not see A's file x: %v", err)
 	}
-	if err := os.Mkdir(filepath.Join(c.mp, "x"), 0o755); !errors.Is(err, unix.EEXIST) {
-		t.Errorf("mkdir x on C where x is a file: %v, want EEXIST", err)
+	heads := srv.Requests("HEAD", remotePrefix+"/x")
+	for _, n := range []*remoteNode{b, c} {
+		// mkdir(1), which tries mkdir(2) first (Go's MkdirAll stats x
+		// first and stops at the file it finds).
+		if out, err := exec.Command("mkdir", "-p", filepath.Join(n.mp, "x", "sub")).CombinedOutput(); err != nil {
+			t.Fatalf("mkdir -p x/sub on %s: %v: %s", n.mp, err, out)
+		}
+		if st, err := os.Stat(filepath.Join(n.mp, "x")); err != nil || !st.IsDir() {
+			t.Fatalf("%s/x after mkdir -p: %v; want the local directory", n.mp, err)
+		}
+		sub := filepath.Join(n.mp, "x", "sub", "k.data")
+		mine := objectBytes(n.mp, MiB)
+		putFile(t, sub, mine)
+		if got, err := os.ReadFile(sub); err != nil || !bytes.Equal(got, mine) {
+			t.Fatalf("%s: %v", sub, err)
+		}
+		// versitygw's posix store cannot hold x/sub/k.data beside x: the
+		// upload is refused for good, not retried.
+		if f := n.uploaded(); f.Uploads+f.Rejected != 1 || f.UploadFailures != 0 {
+			t.Errorf("%s's figures %+v: want x/sub/k.data uploaded or refused once", n.mp, f)
+		}
 	}
-	for _, n := range []*remoteNode{c, b, a} {
+	if got := srv.Requests("HEAD", remotePrefix+"/x"); got > heads+1 {
+		t.Errorf("%d HEADs of x after the directories were made; the mkdir's own at most", got-heads)
+	}
+	d := startRemoteNode(t, srv, dir, "d")
+	if got, err := os.ReadFile(filepath.Join(d.mp, "x")); err != nil || !bytes.Equal(got, file) {
+		t.Errorf("D, without a directory x, does not load A's file x: %v", err)
+	}
+	for _, n := range []*remoteNode{d, c, b, a} {
 		n.stop()
 	}
 }
