@@ -118,6 +118,9 @@ func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 // Unlink removes a name; with a shared tier, from the bucket too (see
 // removedRemote).
 func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	if n.fs.remote == nil {
+		return n.fs.errno("unlink", n.fs.core.Unlink(n.id, name))
+	}
 	path, ok := n.fs.core.PathOf(n.id, name)
 	err := n.fs.core.Unlink(n.id, name)
 	if err == nil && ok {
@@ -134,14 +137,9 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	if !ok {
 		return n.fs.errno("rename", errNotDir)
 	}
-	path, ok := n.fs.core.PathOf(n.id, name)
-	if n.fs.remote == nil || n.fs.remote.Excluded(path) {
-		ok = false
-	} else if e, _, lerr := n.fs.core.Lookup(n.id, name); lerr == nil && e.Dir {
-		ok = false // a directory has no key
-	}
+	path, remote := n.remoteFile(name)
 	err := n.fs.core.Rename(n.id, name, to.id, newName, flags)
-	if err == nil && ok && flags&unix.RENAME_EXCHANGE == 0 {
+	if err == nil && remote && flags&unix.RENAME_EXCHANGE == 0 {
 		// The old name is gone, as after an rm.
 		n.fs.removedRemote(path)
 	}

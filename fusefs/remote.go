@@ -234,6 +234,19 @@ func localize(ops fs.InodeEmbedder) (func(), error) {
 	return func() {}, nil
 }
 
+// remoteFile is the tier's name for the file name in n, when there is
+// a tier and name is not a local directory (a directory has no key).
+func (n *dirNode) remoteFile(name string) (string, bool) {
+	if n.fs.remote == nil {
+		return "", false
+	}
+	path, ok := n.fs.core.PathOf(n.id, name)
+	if e, _, err := n.fs.core.Lookup(n.id, name); ok && err == nil && e.Dir {
+		return "", false
+	}
+	return path, ok
+}
+
 // removedRemote is an rm (or the source of a rename) of path with a
 // shared tier: the name leaves the bucket too, so that no node finds it
 // there any more, and this node answers it absent at once, while the
