@@ -30,6 +30,12 @@ type Source interface {
 // being written, and the upload is tried again later.
 type Opener func(name string) (Source, error)
 
+// rewinder is a Source that can be read again from its start: what a
+// server without checksum trailers needs (see Tier.noTrailer).
+type rewinder interface {
+	Rewind() error
+}
+
 // ErrBusy: the local object is open for writing; its upload waits.
 var ErrBusy = errors.New("remote: local object is being written")
 
@@ -72,6 +78,12 @@ func NewFileSource(f *os.File, busy func() bool, close func() error) (*FileSourc
 }
 
 func (s *FileSource) Read(p []byte) (int, error) { return s.r.Read(p) }
+
+// Rewind starts the reading over.
+func (s *FileSource) Rewind() error {
+	s.r = io.NewSectionReader(s.f, 0, s.at.Size)
+	return nil
+}
 func (s *FileSource) Size() int64                { return s.at.Size }
 
 func (s *FileSource) Unchanged() error {
@@ -100,6 +112,9 @@ type sendReader struct {
 	n    int64
 	size int64
 	kick func()
+	// want, if set, is the CRC32C the bytes must have (checksummed by a
+	// first pass, where the server takes no trailer).
+	want *uint32
 }
 
 func newSendReader(src Source, kick func()) *sendReader {
@@ -124,6 +139,9 @@ func (s *sendReader) Read(p []byte) (int, error) {
 		if cerr := s.src.Unchanged(); cerr != nil {
 			return 0, fmt.Errorf("%w: %w", errSourceChanged, cerr)
 		}
+		if s.want != nil && *s.want != s.h.Sum32() {
+			return 0, fmt.Errorf("%w: the bytes differ from the ones checksummed", errSourceChanged)
+		}
 		return n, io.EOF
 	case err == io.EOF:
 		return 0, fmt.Errorf("%w: ended after %d of %d bytes", errSourceChanged, s.n, s.size)
@@ -137,8 +155,13 @@ func (s *sendReader) sum() uint32 { return s.h.Sum32() }
 // seekerSource is a Source over an io.ReadSeeker that nothing else
 // changes (Tier.Put).
 type seekerSource struct {
-	r    io.Reader
+	r    io.ReadSeeker
 	size int64
+}
+
+func (s *seekerSource) Rewind() error {
+	_, err := s.r.Seek(0, io.SeekStart)
+	return err
 }
 
 func newSeekerSource(r io.ReadSeeker) (*seekerSource, error) {

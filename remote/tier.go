@@ -14,6 +14,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 	"go.uber.org/zap"
 )
 
@@ -69,6 +70,11 @@ type Tier struct {
 	queue   *queue
 	st      counters
 	rejects rejected
+	// noTrailer: the server takes no checksum trailer on a PUT (GCS's
+	// S3 API; minio-go refuses to send one there), so an upload reads
+	// its object twice: the CRC32C first, for user metadata, then the
+	// PUT, which must read the same bytes.
+	noTrailer bool
 
 	closed  atomic.Bool
 	done    chan struct{}
@@ -104,6 +110,7 @@ func New(cfg Config, deps Deps) (*Tier, error) {
 	if t.client, err = newClient(cfg, deps.WrapTransport); err != nil {
 		return nil, err
 	}
+	t.noTrailer = s3utils.IsGoogleEndpoint(*t.client.EndpointURL())
 	t.breaker = newBreaker(t.clock, cfg.BreakerFailures, cfg.BreakerCoolDown, t.wakeUploaders)
 	t.baseCtx, t.stop = context.WithCancel(context.Background())
 	if t.queue, err = openQueue(deps.JournalDir, cfg.QueueMax, t); err != nil {

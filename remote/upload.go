@@ -191,12 +191,21 @@ func (t *Tier) put(key string, src Source) (Info, error) {
 		opts.UserMetadata = userMeta(0, 0)
 		opts.Checksum = minio.ChecksumNone
 	}
+	var want *uint32
+	if t.noTrailer && size > 0 {
+		sum, err := t.checksumFirst(src)
+		if err != nil {
+			return Info{}, err
+		}
+		opts.UserMetadata, opts.Checksum, want = userMeta(size, sum), minio.ChecksumNone, &sum
+	}
 	opts.SetMatchETagExcept("*")
 	ctx, cancel := context.WithCancel(t.baseCtx)
 	defer cancel()
 	wd := startWatchdog(t.cfg.Timeout, cancel)
 	defer wd.stop()
 	body := newSendReader(src, wd.kick)
+	body.want = want
 	ui, err := t.client.PutObject(ctx, t.cfg.Bucket, key, body, size, opts)
 	if errors.Is(err, errSourceChanged) {
 		t.breaker.neutral()
@@ -206,6 +215,26 @@ func (t *Tier) put(key string, src Source) (Info, error) {
 		return Info{}, err
 	}
 	return Info{Size: size, Checksum: checksumPrefix + formatCRC(body.sum()), ETag: ui.ETag, ModTime: ui.LastModified}, nil
+}
+
+// checksumFirst is the first of two passes where the server takes no
+// checksum trailer (GCS's S3 API): the CRC32C goes in user metadata,
+// which is sent before the body, and the second pass (the PUT) must
+// read the same bytes.
+func (t *Tier) checksumFirst(src Source) (uint32, error) {
+	rw, ok := src.(rewinder)
+	if !ok {
+		return 0, errors.New("remote: this server takes no checksum trailer, and the source cannot be read twice")
+	}
+	n, sum, err := checksumOf(io.LimitReader(src, src.Size()))
+	if err == nil && n != src.Size() {
+		err = fmt.Errorf("%w: %d of %d bytes", errSourceChanged, n, src.Size())
+	}
+	if err == nil {
+		err = rw.Rewind()
+	}
+	t.st.reads.Add(1)
+	return sum, err
 }
 
 // Put uploads r's bytes under name now, as an upload from the queue

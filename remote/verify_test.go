@@ -223,3 +223,28 @@ func TestUploadRefusedByServer(t *testing.T) {
 		t.Fatalf("the journal holds %d entries", len(ents))
 	}
 }
+
+// TestUploadWithoutTrailer: where the server takes no checksum trailer
+// (GCS), an upload checksums first and puts the CRC32C in user metadata:
+// two reads, and another node verifies the object by it.
+func TestUploadWithoutTrailer(t *testing.T) {
+	srv := s3test.New(t)
+	a := newNode(t, srv, "p", nodeOpts{})
+	a.noTrailer = true // before any upload: the workers read it after the Enqueue
+	b := newNode(t, srv, "p", nodeOpts{})
+	data := randBytes(t, 512<<10)
+	a.write(t, "g.data", data)
+	a.Enqueue("g.data")
+	a.waitUploads(t)
+	if st := a.Stats(); st.Uploads != 1 || st.UploadReads != 2 {
+		t.Fatalf("%+v: want one upload of two reads", st)
+	}
+	_, oi := getRaw(t, srv.Client(), srv.Bucket, "p/g.data")
+	_, sum, _ := checksumOf(bytes.NewReader(data))
+	if oi.UserMetadata["Kvfs-Crc32c"] != formatCRC(sum) {
+		t.Fatalf("user metadata %v, want kvfs-crc32c %08x", oi.UserMetadata, sum)
+	}
+	if got, _, err := b.fetch(t, "g.data"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("B's fetch: %v", err)
+	}
+}
