@@ -235,16 +235,20 @@ func localize(ops fs.InodeEmbedder) (func(), error) {
 }
 
 // remoteFile is the tier's name for the file name in n, when there is
-// a tier and name is not a local directory (a directory has no key).
+// a tier, name is not a temp name, and it is not a local directory (a
+// directory has no key).
 func (n *dirNode) remoteFile(name string) (string, bool) {
 	if n.fs.remote == nil {
 		return "", false
 	}
 	path, ok := n.fs.core.PathOf(n.id, name)
-	if e, _, err := n.fs.core.Lookup(n.id, name); ok && err == nil && e.Dir {
+	if !ok || n.fs.remote.Excluded(path) {
+		return "", false // a temp name was never uploaded
+	}
+	if e, _, err := n.fs.core.Lookup(n.id, name); err == nil && e.Dir {
 		return "", false
 	}
-	return path, ok
+	return path, true
 }
 
 // removedRemote is an rm (or the source of a rename) of path with a
