@@ -84,7 +84,7 @@ func (s *FileSource) Rewind() error {
 	s.r = io.NewSectionReader(s.f, 0, s.at.Size)
 	return nil
 }
-func (s *FileSource) Size() int64                { return s.at.Size }
+func (s *FileSource) Size() int64 { return s.at.Size }
 
 func (s *FileSource) Unchanged() error {
 	var now unix.Stat_t
