@@ -64,6 +64,16 @@ func TestRemoteSameNameAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	nodes := []*remoteNode{startRemoteNode(t, srv, dir, "a"), startRemoteNode(t, srv, dir, "b")}
 	versions := [][]byte{objectBytes("race-a", 4*MiB), objectBytes("race-b", 4*MiB)}
+	// Each node has looked the name up (absent) before either stores: a
+	// store's own stat is then answered from the node's memory of it, so
+	// both store their bytes however late one starts, and the race is
+	// the uploads' (otherwise a node that starts after the other's upload
+	// finds the object and rightly stores nothing).
+	for _, n := range nodes {
+		if _, err := os.Stat(finalPath(n.mp, "race")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("race on %s before the stores: %v", n.mp, err)
+		}
+	}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i, n := range nodes {
