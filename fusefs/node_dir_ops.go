@@ -10,6 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
+	"golang.org/x/sys/unix"
 )
 
 // owner is who a new inode belongs to: the caller, when the daemon runs
@@ -114,8 +115,18 @@ func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	return n.fs.errno("rmdir", n.fs.core.Rmdir(n.id, name))
 }
 
+// Unlink removes a name; with a shared tier, from the bucket too (see
+// removedRemote).
 func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.fs.errno("unlink", n.fs.core.Unlink(n.id, name))
+	if n.fs.remote == nil {
+		return n.fs.errno("unlink", n.fs.core.Unlink(n.id, name))
+	}
+	path, ok := n.fs.core.PathOf(n.id, name)
+	err := n.fs.core.Unlink(n.id, name)
+	if err == nil && ok {
+		n.fs.removedRemote(path)
+	}
+	return n.fs.errno("unlink", err)
 }
 
 func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -126,7 +137,13 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	if !ok {
 		return n.fs.errno("rename", errNotDir)
 	}
-	return n.fs.errno("rename", n.fs.core.Rename(n.id, name, to.id, newName, flags))
+	path, remote := n.remoteFile(name)
+	err := n.fs.core.Rename(n.id, name, to.id, newName, flags)
+	if err == nil && remote && flags&unix.RENAME_EXCHANGE == 0 {
+		// The old name is gone, as after an rm.
+		n.fs.removedRemote(path)
+	}
+	return n.fs.errno("rename", err)
 }
 
 // Link gives an object another name; EEXIST when the name is taken is

@@ -64,6 +64,12 @@ func (n *dirNode) lookupRemote(ctx context.Context, name string, out *fuse.Entry
 	if err != nil {
 		n.fs.log.Debug("remote lookup", zap.String("name", path), zap.Error(err))
 	}
+	if found && makingDir(ctx) {
+		// A local directory is being made under that name: it wins, and
+		// hides the remote file here from then on.
+		n.fs.log.Debug("remote name hidden by a mkdir", zap.String("name", path))
+		found = false
+	}
 	if !found {
 		out.SetEntryTimeout(noNegativeEntry)
 		return nil, n.fs.errno("lookup", core.ErrNotFound)
@@ -226,4 +232,34 @@ func localize(ops fs.InodeEmbedder) (func(), error) {
 		return r.local()
 	}
 	return func() {}, nil
+}
+
+// remoteFile is the tier's name for the file name in n, when there is
+// a tier, name is not a temp name, and it is not a local directory (a
+// directory has no key).
+func (n *dirNode) remoteFile(name string) (string, bool) {
+	if n.fs.remote == nil {
+		return "", false
+	}
+	path, ok := n.fs.core.PathOf(n.id, name)
+	if !ok || n.fs.remote.Excluded(path) {
+		return "", false // a temp name was never uploaded
+	}
+	if e, _, err := n.fs.core.Lookup(n.id, name); err == nil && e.Dir {
+		return "", false
+	}
+	return path, true
+}
+
+// removedRemote is an rm (or the source of a rename) of path with a
+// shared tier: the name leaves the bucket too, so that no node finds it
+// there any more, and this node answers it absent at once, while the
+// delete is in flight or the server is down (the tier's tombstone,
+// kept in its journal across restarts). A temp name was never uploaded.
+// A name that is a directory has no key: Rmdir does not come here.
+func (f *FS) removedRemote(path string) {
+	if f.remote == nil || f.remote.Excluded(path) {
+		return
+	}
+	f.remote.Delete(path)
 }

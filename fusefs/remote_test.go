@@ -185,6 +185,40 @@ func TestRemoteWriteBehind(t *testing.T) {
 	}
 }
 
+// TestRemoteRenameAndRm: the old name of a rename, and an rm'd name,
+// leave the bucket (no DELETE for a temp name); the new name is
+// uploaded.
+func TestRemoteRenameAndRm(t *testing.T) {
+	srv := s3test.New(t)
+	a := mountKVFS(t, withRemote(srv, "p", &manualClock{now: time.Now()}))
+	mustWrite(t, filepath.Join(a.Mnt, "old.data"), pattern(7, 64*kib))
+	mustWrite(t, filepath.Join(a.Mnt, "rm.data"), pattern(8, 64*kib))
+	a.waitUploads()
+	if err := os.Rename(filepath.Join(a.Mnt, "old.data"), filepath.Join(a.Mnt, "new.data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(a.Mnt, "rm.data")); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(a.Mnt, ".lmcache-write.tmp.1.1")
+	mustWrite(t, tmp, pattern(9, 4*kib))
+	if err := os.Remove(tmp); err != nil {
+		t.Fatal(err)
+	}
+	a.waitUploads()
+	for key, want := range map[string]bool{"p/old.data": false, "p/rm.data": false, "p/new.data": true} {
+		if _, err := getObject(t, srv, key); (err == nil) != want {
+			t.Errorf("%s in the bucket: %v, want present %v", key, err, want)
+		}
+	}
+	if n := srv.Requests("DELETE", "p/.lmcache-write.tmp.1.1"); n != 0 {
+		t.Errorf("%d DELETEs of a temp name", n)
+	}
+	if rs := a.remoteStats(); rs.Deletes != 2 || rs.Uploads != 3 {
+		t.Errorf("A's tier: %+v; want 2 deletes, 3 uploads", rs)
+	}
+}
+
 // TestRemoteMiss: an object gone from the bucket between lookup and
 // open answers ENOENT, leaves nothing local, and its name goes from the
 // kernel.

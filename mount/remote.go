@@ -3,14 +3,12 @@ package mount
 import (
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // startRemote builds the remote tier when Options.Remote asks for one:
@@ -67,31 +65,25 @@ func (m *Mount) closeRemote() {
 func (m *Mount) Tier() *remote.Tier { return m.tier }
 
 // openForUpload is the tier's Opener: the object by its name, read
-// through a handle that pins it (not evicted while it uploads).
-func (m *Mount) openForUpload(name string) (io.ReadSeekCloser, int64, error) {
+// through a handle that pins it (not evicted while it uploads). The
+// core calls Published once writing has ended, and the tier checks it
+// again: an object some handle has open for writing is not read
+// (remote.ErrBusy, tried again later), and one that a writer reopens
+// during the read is not uploaded as read.
+func (m *Mount) openForUpload(name string) (remote.Source, error) {
 	h, err := m.core.OpenPath(name)
 	if errors.Is(err, core.ErrNotFound) {
-		return nil, 0, remote.ErrNotFound
+		return nil, remote.ErrNotFound
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(h.File().Fd()), &st); err != nil {
+	id := h.ID()
+	src, err := remote.NewFileSource(h.File(), func() bool { return m.core.Writers(id) > 0 },
+		func() error { h.Release(); return nil })
+	if err != nil {
 		h.Release()
-		return nil, 0, err
+		return nil, err
 	}
-	return &pinnedReader{SectionReader: io.NewSectionReader(h.File(), 0, st.Size), h: h}, st.Size, nil
-}
-
-// pinnedReader reads an object through its handle (the tier reads it
-// twice, checksum then upload) and releases the handle at Close.
-type pinnedReader struct {
-	*io.SectionReader
-	h *core.Handle
-}
-
-func (r *pinnedReader) Close() error {
-	r.h.Release()
-	return nil
+	return src, nil
 }

@@ -54,7 +54,7 @@ func newBenchNode(b *testing.B, srv *s3test.Server) *Tier {
 	if err := cfg.Finish(func(string) string { return "" }); err != nil {
 		b.Fatal(err)
 	}
-	t, err := New(cfg, Deps{JournalDir: b.TempDir(), Open: func(string) (io.ReadSeekCloser, int64, error) { return nil, 0, ErrNotFound }})
+	t, err := New(cfg, Deps{JournalDir: b.TempDir(), Open: func(string) (Source, error) { return nil, ErrNotFound }})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package remote
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
@@ -13,11 +15,15 @@ import (
 	"github.com/minio/minio-go/v7"
 )
 
-// Every object kvfs uploads carries its size and CRC32C in user metadata
-// (x-amz-meta-kvfs-size, x-amz-meta-kvfs-crc32c). CRC32C because it is
+// Every object kvfs uploads carries its size in user metadata
+// (x-amz-meta-kvfs-size, declared before the body) and its CRC32C as
+// S3's own x-amz-checksum-crc32c, computed while the body is sent and
+// sent as the request's trailer; the server checks it and keeps it with
+// the object. Objects from older versions (and empty ones) carry the
+// CRC32C in user metadata instead (x-amz-meta-kvfs-crc32c), which wins
+// when present. CRC32C because it is
 // hardware-assisted on amd64 and arm64 (see BenchmarkChecksum: tens of
-// GB/s, far above any S3 transfer) and is S3's own x-amz-checksum-crc32c,
-// so a later move to server-side checksums keeps the same value. It
+// GB/s, far above any S3 transfer) and S3 checks it itself. It
 // guards against damage, not against an adversary with write access to
 // the bucket.
 const (
@@ -52,7 +58,8 @@ func userMeta(size int64, sum uint32) map[string]string {
 // something else): it cannot be verified, so it is not served.
 var errNoChecksum = errors.New("object has no kvfs checksum metadata")
 
-// infoOf reads kvfs's metadata from an object's info. The size is the
+// infoOf reads kvfs's size and checksum from an object's info (asked
+// for with checksum mode). The size is the
 // one recorded at upload, which a truncated object no longer has.
 func infoOf(oi minio.ObjectInfo) (Info, uint32, error) {
 	var crcHex, sizeStr string
@@ -64,9 +71,19 @@ func infoOf(oi minio.ObjectInfo) (Info, uint32, error) {
 			sizeStr = v
 		}
 	}
-	sum, err1 := strconv.ParseUint(crcHex, 16, 32)
-	size, err2 := strconv.ParseInt(sizeStr, 10, 64)
-	if crcHex == "" || sizeStr == "" || err1 != nil || err2 != nil || size < 0 {
+	size, err := strconv.ParseInt(sizeStr, 10, 64)
+	if sizeStr == "" || err != nil || size < 0 {
+		return Info{}, 0, errNoChecksum
+	}
+	sum, err := strconv.ParseUint(crcHex, 16, 32)
+	if crcHex == "" {
+		s, ok := serverCRC(oi)
+		sum, err = uint64(s), nil
+		if !ok {
+			err = errNoChecksum
+		}
+	}
+	if err != nil {
 		return Info{}, 0, errNoChecksum
 	}
 	info := Info{Size: size, Checksum: checksumPrefix + formatCRC(uint32(sum)),
@@ -81,38 +98,12 @@ func checksumOf(r io.Reader) (int64, uint32, error) {
 	return n, h.Sum32(), err
 }
 
-// errSourceChanged is what an upload's body returns when the bytes read
-// are not the ones checksummed a moment before (the local object was
-// replaced meanwhile): the PUT fails instead of storing a mismatch.
-var errSourceChanged = errors.New("local object changed while uploading")
-
-var _ io.Reader = (*verifyReader)(nil)
-
-// verifyReader passes size bytes through and fails the read that
-// completes them if their CRC32C is not want.
-type verifyReader struct {
-	r    io.Reader
-	h    hash.Hash32
-	n    int64
-	size int64
-	want uint32
-}
-
-func newVerifyReader(r io.Reader, size int64, want uint32) *verifyReader {
-	return &verifyReader{r: r, h: newCRC(), size: size, want: want}
-}
-
-func (v *verifyReader) Read(p []byte) (int, error) {
-	n, err := v.r.Read(p)
-	v.h.Write(p[:n])
-	v.n += int64(n)
-	switch {
-	case v.n > v.size:
-		return 0, errSourceChanged
-	case v.n == v.size && v.h.Sum32() != v.want:
-		return 0, errSourceChanged
-	case err == io.EOF && v.n < v.size:
-		return n, errSourceChanged
+// serverCRC is the CRC32C the server stored with an object (the upload's
+// trailer), asked for with checksum mode; ok is false without one.
+func serverCRC(oi minio.ObjectInfo) (uint32, bool) {
+	b, err := base64.StdEncoding.DecodeString(oi.ChecksumCRC32C)
+	if err != nil || len(b) != 4 {
+		return 0, false
 	}
-	return n, err
+	return binary.BigEndian.Uint32(b), true
 }

@@ -9,26 +9,47 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// TestVerifyReader: an upload body fails if the bytes are not the ones
-// checksummed: changed, shorter or longer.
-func TestVerifyReader(t *testing.T) {
+// TestSendReader: an upload body is the source read once, exactly its
+// size, checksummed on the way; it fails instead of ending when the
+// source turned out shorter, or changed.
+func TestSendReader(t *testing.T) {
 	data := bytes.Repeat([]byte("kvfs"), 100_000)
 	_, sum, _ := checksumOf(bytes.NewReader(data))
-	read := func(b []byte, size int64) error {
-		_, err := io.Copy(io.Discard, newVerifyReader(bytes.NewReader(b), size, sum))
-		return err
+	send := func(src Source) (*sendReader, error) {
+		s := newSendReader(src, nil)
+		_, err := io.Copy(io.Discard, s)
+		return s, err
 	}
-	if err := read(data, int64(len(data))); err != nil {
-		t.Fatalf("unchanged: %v", err)
+	s, err := send(&fakeSource{r: bytes.NewReader(data), size: int64(len(data))})
+	if err != nil || s.sum() != sum || s.n != int64(len(data)) {
+		t.Fatalf("unchanged: %v, %d bytes, crc %08x want %08x", err, s.n, s.sum(), sum)
 	}
-	changed := bytes.Clone(data)
-	changed[7] ^= 1
-	for what, b := range map[string][]byte{"changed": changed, "shorter": data[:len(data)-1], "longer": append(bytes.Clone(data), 'x')} {
-		if err := read(b, int64(len(data))); !errors.Is(err, errSourceChanged) {
+	for what, src := range map[string]*fakeSource{
+		"shorter": {r: bytes.NewReader(data[:len(data)-1]), size: int64(len(data))},
+		"changed": {r: bytes.NewReader(data), size: int64(len(data)), changed: errors.New("mtime moved")},
+	} {
+		if _, err := send(src); !errors.Is(err, errSourceChanged) {
 			t.Errorf("%s: %v, want errSourceChanged", what, err)
 		}
 	}
+	// Longer: only size bytes are read, and Unchanged (which sees the
+	// size move) decides.
+	long := &fakeSource{r: bytes.NewReader(append(bytes.Clone(data), 'x')), size: int64(len(data))}
+	if s, err := send(long); err != nil || s.n != int64(len(data)) {
+		t.Errorf("longer, unchanged by its own account: %v after %d bytes", err, s.n)
+	}
 }
+
+type fakeSource struct {
+	r       io.Reader
+	size    int64
+	changed error
+}
+
+func (f *fakeSource) Read(p []byte) (int, error) { return f.r.Read(p) }
+func (f *fakeSource) Size() int64                { return f.size }
+func (f *fakeSource) Unchanged() error           { return f.changed }
+func (f *fakeSource) Close() error               { return nil }
 
 // BenchmarkChecksum is the cost of the checksum on a 32 MiB object
 // (LMCache chunks are 10-100 MiB); xxhash for comparison.

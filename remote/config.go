@@ -156,18 +156,54 @@ func (c *Config) defaults() {
 	}
 }
 
+// checkEndpoint checks Endpoint and takes credentials out of it: a
+// user and password in it (http://KEY:SECRET@host) are the access and
+// secret key unless flags or the environment gave keys, and Endpoint keeps only scheme and
+// host, so that nothing that prints it (logs, errors, stats) can show a
+// secret. Errors show it redacted.
 func (c *Config) checkEndpoint() error {
 	if c.Endpoint == "" {
 		return nil
 	}
 	u, err := url.Parse(c.Endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usagef("bad remote endpoint %q: want http://HOST[:PORT] or https://HOST[:PORT]", c.Endpoint)
+		return usagef("bad remote endpoint %q: want http://HOST[:PORT] or https://HOST[:PORT]", Redact(c.Endpoint))
 	}
-	if u.Path != "" && u.Path != "/" {
-		return usagef("bad remote endpoint %q: no path allowed (the bucket goes in --remote)", c.Endpoint)
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" {
+		return usagef("bad remote endpoint %q: no path allowed (the bucket goes in --remote)", Redact(c.Endpoint))
 	}
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok && c.AccessKey == "" {
+			c.AccessKey, c.SecretKey = u.User.Username(), pw
+		}
+	}
+	c.Endpoint = u.Scheme + "://" + u.Host
 	return nil
+}
+
+// Redact is s with any password in it (a URL's userinfo,
+// scheme://user:PASSWORD@host) replaced by "xxxxx", also where s does
+// not parse as a URL. Everything that prints a user's endpoint or
+// remote URL passes it through Redact.
+func Redact(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	authority, path, _ := strings.Cut(rest, "/")
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return s
+	}
+	user, _, hasPass := strings.Cut(authority[:at], ":")
+	if !hasPass {
+		return s
+	}
+	out := scheme + "://" + user + ":xxxxx@" + authority[at+1:]
+	if len(rest) > len(authority) {
+		out += "/" + path
+	}
+	return out
 }
 
 func (c *Config) checkNumbers() error {
@@ -196,17 +232,21 @@ func (c *Config) checkNumbers() error {
 // ParseURL splits s3://BUCKET[/PREFIX] into the bucket and a prefix that
 // is empty or ends in "/". Errors are ErrUsage, one line.
 func ParseURL(s string) (bucket, prefix string, err error) {
+	shown := Redact(s)
 	rest, ok := strings.CutPrefix(s, "s3://")
 	if !ok {
-		return "", "", usagef("bad --remote %q: want s3://BUCKET/PREFIX", s)
+		return "", "", usagef("bad --remote %q: want s3://BUCKET/PREFIX", shown)
 	}
 	bucket, prefix, _ = strings.Cut(rest, "/")
+	if strings.Contains(bucket, "@") {
+		return "", "", usagef("bad --remote %q: no credentials in it (use the environment)", shown)
+	}
 	if err := checkBucket(bucket); err != nil {
-		return "", "", usagef("bad --remote %q: %v", s, err)
+		return "", "", usagef("bad --remote %q: %v", shown, err)
 	}
 	prefix = strings.TrimSuffix(prefix, "/")
 	if err := checkPrefix(prefix); err != nil {
-		return "", "", usagef("bad --remote %q: %v", s, err)
+		return "", "", usagef("bad --remote %q: %v", shown, err)
 	}
 	if prefix != "" {
 		prefix += "/"

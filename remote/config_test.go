@@ -163,3 +163,34 @@ func TestNameCacheBound(t *testing.T) {
 		t.Fatal("an entry outlived its deadline")
 	}
 }
+
+// TestConfigRedacts: credentials in --remote-endpoint are used as keys
+// and never kept in the endpoint; errors show them redacted.
+func TestConfigRedacts(t *testing.T) {
+	c := Config{URL: "s3://bucket/p", Endpoint: "http://AKUSER:S3CR3T-PASS@127.0.0.1:7070"}
+	if err := c.Finish(func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if c.Endpoint != "http://127.0.0.1:7070" || c.AccessKey != "AKUSER" || c.SecretKey != "S3CR3T-PASS" {
+		t.Fatalf("endpoint %q, keys %q/%q", c.Endpoint, c.AccessKey, c.SecretKey)
+	}
+	for _, bad := range []Config{
+		{URL: "s3://bucket/p", Endpoint: "ftp://u:S3CR3T-PASS@host"},
+		{URL: "s3://bucket/p", Endpoint: "http://u:S3CR3T-PASS@host/path"},
+		{URL: "s3://u:S3CR3T-PASS@bucket/p"},
+		{URL: "http://u:S3CR3T-PASS@bucket/p"},
+	} {
+		err := bad.Finish(func(string) string { return "" })
+		if !errors.Is(err, ErrUsage) || strings.Contains(err.Error(), "S3CR3T") {
+			t.Errorf("%+v: %v; want a usage error without the password", bad, err)
+		}
+	}
+	for in, want := range map[string]string{
+		"http://u:pw@h:1/x": "http://u:xxxxx@h:1/x", "http://h:1": "http://h:1",
+		"http://u@h": "http://u@h", "%zz://u:pw@h": "%zz://u:xxxxx@h", "no url": "no url",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -14,12 +14,18 @@
 // Requests: one HEAD per Lookup that memory cannot answer (absent names
 // are remembered for NegativeTTL, present ones for PositiveTTL; one HEAD
 // is shared by concurrent callers), one GET per Fetch however many
-// callers, a HEAD and a conditional PUT per upload. A circuit breaker
+// callers, a HEAD and then (if the key is absent) one conditional PUT
+// per upload, which reads the local object once and carries its CRC32C
+// as a trailer, and one DELETE per Delete (an rm). A circuit breaker
 // stops all of them after BreakerFailures consecutive failures, for
-// BreakerCoolDown, then lets one probe through.
+// BreakerCoolDown, then lets one probe through. Refusals of a key for
+// good are dropped (refuse.go); the rest back off.
 //
-// Locks: nameCache.mu, flight.mu, queue.mu, breaker.mu and Tier.wakeMu
-// each guard their own struct and are never held while another is
-// taken, nor across a request or a file operation (the breaker calls
-// its onClose hook after releasing its lock).
+// Locks: nameCache.mu, flight.mu, queue.mu, breaker.mu, rejected.mu and
+// Tier.wakeMu each guard their own struct and are never held while
+// another is taken, nor across a request or a file operation (the
+// breaker calls its onClose hook after releasing its lock). The one
+// exception is queue.fileMu, outermost: it is held across a journal
+// file's write or removal and the change of the pending set it records
+// (queue.mu inside it), and may wake the uploaders (Tier.wakeMu).
 package remote

@@ -51,6 +51,9 @@ func (t *Tier) Fetch(ctx context.Context, name string, create CreateFunc) (Fetch
 	if err != nil {
 		return Fetched{}, err
 	}
+	if t.queue.tombstone(name) {
+		return Fetched{}, ErrNotFound
+	}
 	c, lead := t.fetches.join(name)
 	if lead {
 		return t.lead(ctx, name, key, c, create)
@@ -137,7 +140,7 @@ func (t *Tier) download(ctx context.Context, name, key string, create CreateFunc
 	defer cancel()
 	wd := startWatchdog(t.cfg.Timeout, cancel)
 	defer wd.stop()
-	body, oi, _, err := minio.Core{Client: t.client}.GetObject(rctx, t.cfg.Bucket, key, minio.GetObjectOptions{})
+	body, oi, _, err := minio.Core{Client: t.client}.GetObject(rctx, t.cfg.Bucket, key, minio.GetObjectOptions{Checksum: true})
 	if err = t.classify(ctx, err); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			t.rememberAbsent(name) // replaces a present entry

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -41,8 +42,12 @@ func TestFetchByteIdentical(t *testing.T) {
 			len(got), bytes.Equal(got, data), f.Leader, f.Info, info)
 	}
 	raw, oi := getRaw(t, srv.Client(), srv.Bucket, "fleet/m@0x1@ab.data")
-	if !bytes.Equal(raw, data) || "crc32c:"+oi.UserMetadata["Kvfs-Crc32c"] != info.Checksum {
-		t.Fatalf("stored object: equal %v, metadata %v, tier's checksum %s", bytes.Equal(raw, data), oi.UserMetadata, info.Checksum)
+	stored := storedCRC(t, srv.Client(), srv.Bucket, "fleet/m@0x1@ab.data")
+	_, want, _ := checksumOf(bytes.NewReader(data))
+	if !bytes.Equal(raw, data) || stored != info.Checksum || info.Checksum != checksumPrefix+formatCRC(want) ||
+		oi.UserMetadata["Kvfs-Size"] != fmt.Sprint(len(data)) {
+		t.Fatalf("stored object: equal %v, metadata %v, server's checksum %s, tier's %s, the data's %08x",
+			bytes.Equal(raw, data), oi.UserMetadata, stored, info.Checksum, want)
 	}
 	if st := b.Stats(); st.Fetches != 1 || st.FetchedBytes != int64(len(data)) || st.Hits != 1 || st.Heads != 1 {
 		t.Fatalf("B's stats: %+v", st)
@@ -137,8 +142,8 @@ func TestFetchCorrupt(t *testing.T) {
 	if err := n.Put(context.Background(), "good.data", bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
-	_, oi := getRaw(t, c, srv.Bucket, "p/good.data")
-	meta := map[string]string{metaCRC: oi.UserMetadata["Kvfs-Crc32c"], metaSize: oi.UserMetadata["Kvfs-Size"]}
+	_, sum, _ := checksumOf(bytes.NewReader(data))
+	meta := userMeta(int64(len(data)), sum) // kvfs's metadata, as older versions wrote it
 	flipped := bytes.Clone(data)
 	flipped[len(flipped)/2] ^= 0x40
 	putRaw(t, c, srv.Bucket, "p/flipped.data", flipped, meta)

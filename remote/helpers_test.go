@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,6 +123,11 @@ type node struct {
 	journal string
 	reqs    *counter
 	clock   *fakeClock
+	// busy (nil: never) says whether a writer has a local object open;
+	// wrap (nil: none) wraps each Source opened; opened counts opens.
+	busy   func(name string) bool
+	wrap   func(name string, s Source) Source
+	opened atomic.Int64
 }
 
 // nodeOpts adjusts a node's config or deps before New.
@@ -161,21 +167,30 @@ func newNode(t *testing.T, srv *s3test.Server, prefix string, o nodeOpts) *node 
 	return n
 }
 
-// open is the node's Opener: the file under its store.
-func (n *node) open(name string) (io.ReadSeekCloser, int64, error) {
+// open is the node's Opener: the file under its store; busy, when set,
+// says whether a writer has it.
+func (n *node) open(name string) (Source, error) {
 	f, err := os.Open(filepath.Join(n.store, filepath.FromSlash(name)))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, ErrNotFound
+		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	st, err := f.Stat()
+	var busy func() bool
+	if n.busy != nil {
+		busy = func() bool { return n.busy(name) }
+	}
+	src, err := NewFileSource(f, busy, nil)
 	if err != nil {
 		f.Close()
-		return nil, 0, err
+		return nil, err
 	}
-	return f, st.Size(), nil
+	n.opened.Add(1)
+	if n.wrap != nil {
+		return n.wrap(name, src), nil
+	}
+	return src, nil
 }
 
 // write stores data locally under name.
@@ -256,3 +271,50 @@ func putRaw(t *testing.T, c *minio.Client, bucket, key string, data []byte, meta
 func runtimeYield() { time.Sleep(time.Millisecond) } // waiting for goroutines to reach a state
 
 func minioRemove() minio.RemoveObjectOptions { return minio.RemoveObjectOptions{} }
+
+// storedCRC is the CRC32C the server keeps with key, as Info.Checksum
+// spells it; "" without one.
+func storedCRC(t *testing.T, c *minio.Client, bucket, key string) string {
+	t.Helper()
+	oi, err := c.StatObject(context.Background(), bucket, key, minio.StatObjectOptions{Checksum: true})
+	if err != nil {
+		t.Fatalf("stat %s: %v", key, err)
+	}
+	sum, ok := serverCRC(oi)
+	if !ok {
+		return ""
+	}
+	return checksumPrefix + formatCRC(sum)
+}
+
+// drain moves the node's clock (backoffs, breaker cool-down) until no
+// work is pending, a minute of real time at most: a worker may start
+// its backoff after any one move.
+func (n *node) drain(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		n.clock.Advance(maxBackoff)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := n.WaitUploads(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	t.Fatalf("work still pending: %+v", n.Stats())
+}
+
+// advanceUntil moves the node's clock by minBackoff until cond holds, a
+// minute of real time at most.
+func (n *node) advanceUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not after a minute: %+v", what, n.Stats())
+		}
+		n.clock.Advance(minBackoff)
+		runtimeYield()
+	}
+}

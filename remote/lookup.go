@@ -43,6 +43,9 @@ func (t *Tier) lookup(ctx context.Context, name string) (lookupResult, error) {
 	if err != nil {
 		return lookupResult{}, err
 	}
+	if t.queue.tombstone(name) {
+		return lookupResult{}, nil // an rm is pending: absent here
+	}
 	if r, ok := t.cached(name); ok {
 		return r, nil
 	}
@@ -53,6 +56,9 @@ func (t *Tier) lookup(ctx context.Context, name string) (lookupResult, error) {
 	r, ok := t.cached(name) // a call that just finished may have answered
 	if !ok {
 		r, err = t.head(name, key)
+	}
+	if t.queue.tombstone(name) {
+		r = lookupResult{} // an rm came during the HEAD
 	}
 	t.lookups.finish(name, c, r, err)
 	return r, err
@@ -92,7 +98,8 @@ func (t *Tier) stat(key string) (minio.ObjectInfo, error) {
 	ctx, cancel := context.WithTimeout(t.baseCtx, t.cfg.Timeout)
 	defer cancel()
 	t.st.heads.Add(1)
-	oi, err := t.client.StatObject(ctx, t.cfg.Bucket, key, minio.StatObjectOptions{})
+	// Checksum mode: the answer carries the CRC32C stored with the object.
+	oi, err := t.client.StatObject(ctx, t.cfg.Bucket, key, minio.StatObjectOptions{Checksum: true})
 	return oi, t.classify(t.baseCtx, err)
 }
 

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,26 +13,64 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/minio/minio-go/v7"
 	"go.uber.org/zap"
 )
 
+// op is what is pending for a name.
+type op uint8
+
+const (
+	opUpload       op = iota // upload the local object
+	opDelete                 // delete the key (an rm): a tombstone meanwhile
+	opDeleteUpload           // an rm, then a new store: delete, then upload
+)
+
+// journal file contents: an upload's is the bare name (as before
+// deletes existed); the others start with their tag. A name never holds
+// a NUL byte.
+var opTags = map[op]string{opDelete: "delete\x00", opDeleteUpload: "delete+upload\x00"}
+
+// merge is what is pending after o was pending and next arrives.
+func merge(o, next op) op {
+	switch {
+	case next == opDelete:
+		return opDelete // the rm wins over any upload not yet done
+	case o == opUpload:
+		return opUpload
+	}
+	return opDeleteUpload // a store after an rm: the delete goes first
+}
+
 // queue is the write-behind queue and its journal: one small file per
 // pending name in dir, named by the SHA-256 of the name and holding the
-// name. A file is written (no fsync) before Enqueue returns and removed
-// once the upload is settled, so a daemon killed with uploads pending
-// (kill -9 included: the page cache keeps the file) finds them at the
-// next New. Power loss can lose the entries of the last seconds, as it
-// can lose the unsynced objects they name.
+// name (with its op's tag). A file is written (no fsync) before Enqueue
+// or Delete returns and removed once the work is settled, so a daemon
+// killed with work pending (kill -9 included: the page cache keeps the
+// file) finds it at the next New. Power loss can lose the entries of
+// the last seconds, as it can lose the unsynced objects they name.
+//
+// Lock order: fileMu, then mu. fileMu serializes the journal's file
+// operations with the changes of pending they record (so a file always
+// holds its name's current op); mu alone guards pending, and is what
+// lookups take (tombstones), never across a file operation.
 type queue struct {
 	dir string
 	max int
 	t   *Tier
 	ch  chan string // names waiting for a worker; cap max
 
+	fileMu sync.Mutex
+
 	mu      sync.Mutex
-	pending map[string]struct{} // journaled, not settled; GUARDED_BY(mu)
+	pending map[string]*entry // journaled, not settled; GUARDED_BY(mu)
 	// INVARIANT: len(pending) <= max; len(ch) <= len(pending).
 	idle chan struct{} // closed while pending is empty; GUARDED_BY(mu)
+}
+
+type entry struct {
+	op  op
+	gen uint64 // bumped by every change of op
 }
 
 func openQueue(dir string, max int, t *Tier) (*queue, error) {
@@ -42,7 +81,7 @@ func openQueue(dir string, max int, t *Tier) (*queue, error) {
 		return nil, fmt.Errorf("remote: journal: %w", err)
 	}
 	q := &queue{dir: dir, max: max, t: t, ch: make(chan string, max),
-		pending: make(map[string]struct{}), idle: make(chan struct{})}
+		pending: make(map[string]*entry), idle: make(chan struct{})}
 	close(q.idle)
 	return q, q.replay()
 }
@@ -52,6 +91,8 @@ func journalName(name string) string {
 	return hex.EncodeToString(h[:])
 }
 
+func (q *queue) path(name string) string { return filepath.Join(q.dir, journalName(name)) }
+
 // replay queues the names a previous run left pending.
 func (q *queue) replay() error {
 	ents, err := os.ReadDir(q.dir)
@@ -60,11 +101,11 @@ func (q *queue) replay() error {
 	}
 	var queued, dropped int
 	for _, e := range ents {
-		name, ok := q.readEntry(e)
+		name, o, ok := q.readEntry(e)
 		switch {
 		case !ok:
 			os.Remove(filepath.Join(q.dir, e.Name()))
-		case q.admit(name) == admitNew:
+		case q.change(name, o) == admitNew:
 			q.ch <- name
 			queued++
 		default:
@@ -81,34 +122,47 @@ func (q *queue) replay() error {
 
 // readEntry reads one journal file: ok is false for anything that is not
 // a valid, current entry (a torn write, a name now excluded).
-func (q *queue) readEntry(e fs.DirEntry) (string, bool) {
+func (q *queue) readEntry(e fs.DirEntry) (string, op, bool) {
 	if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") {
-		return "", false
+		return "", 0, false
 	}
 	b, err := os.ReadFile(filepath.Join(q.dir, e.Name()))
+	if err != nil {
+		return "", 0, false
+	}
+	o := opUpload
+	for tagged, tag := range opTags {
+		if rest, ok := bytes.CutPrefix(b, []byte(tag)); ok {
+			o, b = tagged, rest
+		}
+	}
 	name := string(b)
-	if err != nil || journalName(name) != e.Name() {
-		return "", false
+	if journalName(name) != e.Name() || !q.t.uploadable(name) {
+		return "", 0, false
 	}
-	if !q.t.uploadable(name) {
-		return "", false
-	}
-	return name, true
+	return name, o, true
 }
 
 type admission int
 
 const (
-	admitNew admission = iota
-	admitDup           // already pending
+	admitNew     admission = iota
+	admitChanged           // was pending: its op changed
+	admitDup               // was pending with that op already
 	admitFull
 )
 
-// admit adds name to pending unless it is there or the queue is full.
-func (q *queue) admit(name string) admission {
+// change makes o pending for name (merged with what is), unless the
+// queue is full. mu taken.
+func (q *queue) change(name string, o op) admission {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if _, ok := q.pending[name]; ok {
+	if e, ok := q.pending[name]; ok {
+		if m := merge(e.op, o); m != e.op {
+			e.op = m
+			e.gen++
+			return admitChanged
+		}
 		return admitDup
 	}
 	if len(q.pending) >= q.max {
@@ -117,39 +171,107 @@ func (q *queue) admit(name string) admission {
 	if len(q.pending) == 0 {
 		q.idle = make(chan struct{})
 	}
-	q.pending[name] = struct{}{}
+	q.pending[name] = &entry{op: o}
 	return admitNew
 }
 
-// add journals name and hands it to the workers. It reports whether the
-// name is now pending (newly or already).
-func (q *queue) add(name string) bool {
-	switch q.admit(name) {
+// add journals o for name and hands new names to the workers. It
+// reports whether the name is now pending.
+func (q *queue) add(name string, o op) bool {
+	q.fileMu.Lock()
+	defer q.fileMu.Unlock()
+	a := q.change(name, o)
+	switch a {
 	case admitDup:
+		// Published again (its writer's last release after a reopen):
+		// an upload waiting for its writer need not wait out its
+		// backoff.
+		q.t.wakeUploaders()
 		return true
 	case admitFull:
 		q.t.st.dropped.Add(1)
 		return false
 	}
-	p := filepath.Join(q.dir, journalName(name))
-	if err := os.WriteFile(p, []byte(name), 0o644); err != nil {
-		q.t.log.Warn("upload journal write failed; upload dropped", zap.String("name", name), zap.Error(err))
-		q.settle(name)
+	cur, _, _ := q.current(name)
+	if err := os.WriteFile(q.path(name), []byte(opTags[cur]+name), 0o644); err != nil {
+		q.t.log.Warn("upload journal write failed; dropped", zap.String("name", name), zap.Error(err))
+		q.forgetLocked(name)
 		q.t.st.dropped.Add(1)
 		return false
 	}
-	q.ch <- name // never blocks: see INVARIANT
+	if a == admitNew {
+		q.ch <- name // never blocks: see INVARIANT
+	}
 	return true
 }
 
-// settle ends name's upload, done or given up: its journal file goes.
-func (q *queue) settle(name string) {
-	err := os.Remove(filepath.Join(q.dir, journalName(name)))
+// current is what is pending for name, and its generation.
+func (q *queue) current(name string) (op, uint64, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e, ok := q.pending[name]
+	if !ok {
+		return 0, 0, false
+	}
+	return e.op, e.gen, true
+}
+
+// tombstone says whether an rm of name is pending: the name is absent
+// whatever the bucket says.
+func (q *queue) tombstone(name string) bool {
+	o, _, ok := q.current(name)
+	return ok && o != opUpload
+}
+
+// deleted records that the delete of a delete-then-upload is done: only
+// the upload is left (in the journal too).
+func (q *queue) deleted(name string) {
+	q.fileMu.Lock()
+	defer q.fileMu.Unlock()
+	q.mu.Lock()
+	e, ok := q.pending[name]
+	if ok && e.op == opDeleteUpload {
+		e.op = opUpload
+		e.gen++
+	}
+	q.mu.Unlock()
+	if ok {
+		if err := os.WriteFile(q.path(name), []byte(name), 0o644); err != nil {
+			q.t.log.Warn("upload journal write failed", zap.String("name", name), zap.Error(err))
+		}
+	}
+}
+
+// settle ends name's work as it was at gen, done or given up: its
+// journal file goes. It reports false, and keeps the name, when the
+// work changed since (an rm or a new store meanwhile): there is more to
+// do.
+func (q *queue) settle(name string, gen uint64) bool {
+	q.fileMu.Lock()
+	defer q.fileMu.Unlock()
+	q.mu.Lock()
+	e, ok := q.pending[name]
+	stale := ok && e.gen != gen
+	q.mu.Unlock()
+	if stale {
+		return false
+	}
+	q.forgetLocked(name)
+	return true
+}
+
+// forgetLocked removes name's journal file and pending entry; fileMu
+// held.
+func (q *queue) forgetLocked(name string) {
+	err := os.Remove(q.path(name))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		q.t.log.Warn("upload journal remove failed", zap.String("name", name), zap.Error(err))
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if _, ok := q.pending[name]; !ok {
+		return
+	}
 	delete(q.pending, name)
 	if len(q.pending) == 0 {
 		close(q.idle)
@@ -171,23 +293,75 @@ func (q *queue) idleChan() <-chan struct{} {
 // Enqueue schedules name's upload (write-behind) and returns at once; it
 // reports whether name is pending. A temp name (Excluded), a name the
 // tier knows the remote holds (it fetched it, saw it, or uploaded it),
-// and a name already pending are not queued again. With QueueMax names
-// pending, new ones are dropped (counted); a pending name survives a
-// crash of the daemon and is uploaded by the next New on the journal.
+// and a name already pending are not queued again; a name that cannot
+// be a key is refused for good (counted, logged once). With QueueMax
+// names pending, new ones are dropped (counted); a pending name
+// survives a crash of the daemon and is uploaded by the next New on the
+// journal. A store after an rm still pending (Delete) uploads once the
+// delete is done.
 func (t *Tier) Enqueue(name string) bool {
 	if t.closed.Load() {
 		return false
 	}
-	if !t.uploadable(name) {
+	if t.exclude.match(name) {
 		t.st.skipped.Add(1)
 		return false
 	}
-	if r, ok := t.cached(name); ok && r.found {
+	if _, err := t.key(name); err != nil {
+		t.reject(name, err)
+		return false
+	}
+	if r, ok := t.cached(name); ok && r.found && !t.queue.tombstone(name) {
 		t.st.skipped.Add(1)
 		return false
 	}
 	t.names.drop(name) // "absent" is about to be wrong
-	return t.queue.add(name)
+	return t.queue.add(name, opUpload)
+}
+
+// Delete is an rm of name with the shared tier: the key is deleted from
+// the bucket in the background, and until that is done (server down,
+// daemon restarted: the journal keeps it) the tier answers name absent
+// whatever the bucket says. A store of name afterwards (Enqueue)
+// supersedes it: the delete goes first, then the new object's upload.
+// A temp name, or one that cannot be a key, was never sent: nothing to
+// do. It reports whether the delete is pending.
+func (t *Tier) Delete(name string) bool {
+	if t.closed.Load() || !t.uploadable(name) {
+		return false
+	}
+	ok := t.queue.add(name, opDelete)
+	t.rememberAbsent(name)
+	return ok
+}
+
+// deleteOnce makes one attempt at deleting name's key: settled when the
+// key is gone (deleted now, or absent already) or refused for good.
+func (t *Tier) deleteOnce(name string) bool {
+	key, err := t.key(name)
+	if err != nil {
+		t.reject(name, err)
+		return true
+	}
+	if !t.breaker.allow() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(t.baseCtx, t.cfg.Timeout)
+	defer cancel()
+	t.st.deleteRequests.Add(1)
+	err = t.classify(t.baseCtx, t.client.RemoveObject(ctx, t.cfg.Bucket, key, minio.RemoveObjectOptions{}))
+	switch {
+	case err == nil || errors.Is(err, ErrNotFound):
+		t.st.deletes.Add(1)
+		t.rememberAbsent(name)
+		return true
+	case permanent(err):
+		t.reject(name, err)
+		return true
+	}
+	t.st.failures.Add(1)
+	t.log.Debug("remote delete failed; will retry", zap.String("name", name), zap.Error(err))
+	return false
 }
 
 // uploadable reports whether name may be queued: a valid key, not a
@@ -198,8 +372,9 @@ func (t *Tier) uploadable(name string) bool {
 	return err == nil && !t.exclude.match(name)
 }
 
-// WaitUploads blocks until no upload is pending or ctx ends. It starts
-// nothing: uploads go at their own pace (backoff, breaker).
+// WaitUploads blocks until nothing is pending (uploads and deletes) or
+// ctx ends. It starts nothing: work goes at its own pace (backoff,
+// breaker).
 func (t *Tier) WaitUploads(ctx context.Context) error {
 	for {
 		ch := t.queue.idleChan()

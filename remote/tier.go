@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 	"go.uber.org/zap"
 )
 
@@ -30,12 +31,6 @@ var (
 	// ErrClosed: the tier was closed.
 	ErrClosed = errors.New("remote: closed")
 )
-
-// Opener opens a local object for upload: its bytes and their length.
-// It returns an error satisfying errors.Is(err, ErrNotFound) (or
-// fs.ErrNotExist) when the object is gone, and the upload is dropped.
-// The reader is read twice: the checksum, then the upload.
-type Opener func(name string) (io.ReadSeekCloser, int64, error)
 
 // Deps is what the daemon hands the tier besides its Config.
 type Deps struct {
@@ -74,6 +69,12 @@ type Tier struct {
 	fetches flight[*fetchShare]
 	queue   *queue
 	st      counters
+	rejects rejected
+	// noTrailer: the server takes no checksum trailer on a PUT (GCS's
+	// S3 API; minio-go refuses to send one there), so an upload reads
+	// its object twice: the CRC32C first, for user metadata, then the
+	// PUT, which must read the same bytes.
+	noTrailer bool
 
 	closed  atomic.Bool
 	done    chan struct{}
@@ -109,6 +110,7 @@ func New(cfg Config, deps Deps) (*Tier, error) {
 	if t.client, err = newClient(cfg, deps.WrapTransport); err != nil {
 		return nil, err
 	}
+	t.noTrailer = s3utils.IsGoogleEndpoint(*t.client.EndpointURL())
 	t.breaker = newBreaker(t.clock, cfg.BreakerFailures, cfg.BreakerCoolDown, t.wakeUploaders)
 	t.baseCtx, t.stop = context.WithCancel(context.Background())
 	if t.queue, err = openQueue(deps.JournalDir, cfg.QueueMax, t); err != nil {
@@ -123,7 +125,7 @@ func newClient(cfg Config, wrap func(http.RoundTripper) http.RoundTripper) (*min
 	if cfg.Endpoint != "" {
 		u, err := url.Parse(cfg.Endpoint)
 		if err != nil {
-			return nil, usagef("bad remote endpoint %q: %v", cfg.Endpoint, err)
+			return nil, usagef("bad remote endpoint %q: %v", Redact(cfg.Endpoint), err)
 		}
 		host, secure = u.Host, u.Scheme == "https"
 	}
@@ -143,6 +145,9 @@ func newClient(cfg Config, wrap func(http.RoundTripper) http.RoundTripper) (*min
 		// One try per call: the breaker and the upload backoff decide
 		// what happens after a failure, not ten hidden retries.
 		MaxRetries: 1,
+		// An upload's CRC32C goes as the PUT's trailer, computed in the
+		// one pass that reads and sends the object.
+		TrailingHeaders: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("remote: client for %s: %w", host, err)
@@ -172,16 +177,24 @@ func (t *Tier) Close() error {
 	return nil
 }
 
+// ErrBadName: a name that cannot be an S3 key (not valid UTF-8, over
+// 1024 bytes with the prefix, not a clean relative path). It is never
+// sent: an upload of it is refused for good, a lookup is a miss.
+var ErrBadName = errors.New("remote: name cannot be an object key")
+
 // key is name's object key. Names are relative, slash-separated paths
-// without empty, "." or ".." components.
+// without empty, "." or ".." components, in UTF-8 (S3 keys are).
 func (t *Tier) key(name string) (string, error) {
 	if name == "" || strings.HasPrefix(name, "/") || path.Clean(name) != name || name == "." ||
 		strings.HasPrefix(name, "../") || name == ".." {
-		return "", fmt.Errorf("remote: bad name %q", name)
+		return "", fmt.Errorf("%w: %q is not a clean relative path", ErrBadName, name)
+	}
+	if !utf8.ValidString(name) {
+		return "", fmt.Errorf("%w: %q is not valid UTF-8", ErrBadName, name)
 	}
 	k := t.cfg.Prefix + name
 	if len(k) > 1024 {
-		return "", fmt.Errorf("remote: name %q makes a key over S3's 1024 bytes", name)
+		return "", fmt.Errorf("%w: %q makes a key over S3's 1024 bytes", ErrBadName, name)
 	}
 	return k, nil
 }

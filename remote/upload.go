@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -34,20 +35,29 @@ func (t *Tier) uploader() {
 		case <-t.done:
 			return
 		case name := <-t.queue.ch:
-			t.uploadUntilSettled(name)
+			t.runUntilSettled(name)
 		}
 	}
 }
 
-// uploadUntilSettled retries name's upload until it is settled or the
-// tier closes (then the journal keeps it).
-func (t *Tier) uploadUntilSettled(name string) {
+// runUntilSettled does what is pending for name (upload, delete, or a
+// delete then an upload) until it is settled or the tier closes (then
+// the journal keeps it). What is pending may change meanwhile (an rm
+// during an upload): it is settled only as it was when it succeeded.
+func (t *Tier) runUntilSettled(name string) {
 	backoff := minBackoff
 	for {
 		wake := t.wakeChan()
-		if t.uploadOnce(name) {
-			t.queue.settle(name)
+		o, gen, ok := t.queue.current(name)
+		if !ok {
 			return
+		}
+		if t.runOnce(name, o) {
+			if t.queue.settle(name, gen) {
+				return
+			}
+			backoff = minBackoff
+			continue
 		}
 		select {
 		case <-t.clock.After(backoff):
@@ -59,8 +69,23 @@ func (t *Tier) uploadUntilSettled(name string) {
 	}
 }
 
-// uploadOnce makes one attempt; settled is false when it is worth
-// trying again later.
+// runOnce makes one attempt at o; settled is false when it is worth
+// trying again later. A delete-then-upload whose delete succeeds is
+// turned into an upload, so a retry does not delete again.
+func (t *Tier) runOnce(name string, o op) (settled bool) {
+	switch o {
+	case opDelete:
+		return t.deleteOnce(name)
+	case opDeleteUpload:
+		if !t.deleteOnce(name) {
+			return false
+		}
+		t.queue.deleted(name)
+	}
+	return t.uploadOnce(name)
+}
+
+// uploadOnce makes one upload attempt.
 func (t *Tier) uploadOnce(name string) (settled bool) {
 	if r, ok := t.cached(name); ok && r.found {
 		t.st.present.Add(1)
@@ -69,23 +94,12 @@ func (t *Tier) uploadOnce(name string) (settled bool) {
 	if !t.breaker.allow() {
 		return false
 	}
-	src, err := t.source(name)
-	switch {
-	case errors.Is(err, ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+	key, err := t.key(name)
+	if err != nil {
 		t.breaker.neutral()
-		t.st.skipped.Add(1)
-		return true
-	case err != nil:
-		t.breaker.neutral()
-		return t.uploadFailed(name, err, false)
+		return t.uploadFailed(name, err)
 	}
-	defer src.rc.Close()
-	return t.send(name, src)
-}
-
-// send checks the key is absent, then puts it if still absent.
-func (t *Tier) send(name string, src source) bool {
-	key, _ := t.key(name)
+	// HEAD first: a key already there is not read at all.
 	oi, err := t.stat(key)
 	switch {
 	case err == nil:
@@ -94,85 +108,105 @@ func (t *Tier) send(name string, src source) bool {
 		}
 		t.st.present.Add(1)
 		return true
-	case !errors.Is(err, ErrNotFound):
-		return t.uploadFailed(name, err, false)
+	case errors.Is(err, ErrUnavailable):
+		return t.uploadFailed(name, err)
 	}
+	// 404, or a refusal a HEAD cannot explain (it has no body): the
+	// PUT's answer says what the server thinks of the key.
+	return t.sendLocal(name, key)
+}
+
+// sendLocal opens the local object and puts it.
+func (t *Tier) sendLocal(name, key string) bool {
+	src, err := t.open(name)
+	switch {
+	case errors.Is(err, ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+		t.st.skipped.Add(1)
+		return true
+	case errors.Is(err, ErrBusy):
+		t.log.Debug("upload waits for the writer", zap.String("name", strconv.Quote(name)))
+		return false
+	case err != nil:
+		return t.uploadFailed(name, err)
+	}
+	defer src.Close()
+	t.st.reads.Add(1)
 	info, err := t.put(key, src)
-	status := statusOf(err)
 	switch {
 	case err == nil:
 		t.st.uploads.Add(1)
-		t.st.uploadedBytes.Add(src.size)
+		t.st.uploadedBytes.Add(info.Size)
 		t.rememberPresent(name, info)
 		return true
-	case status == http.StatusPreconditionFailed:
+	case statusOf(err) == http.StatusPreconditionFailed:
 		t.st.present.Add(1) // another writer won: not an error
 		return true
-	case status == http.StatusConflict || errors.Is(err, errSourceChanged) || errors.Is(err, ErrUnavailable):
-		return t.uploadFailed(name, err, false)
+	case errors.Is(err, errSourceChanged):
+		t.st.changed.Add(1)
+		t.log.Debug("local object changed while uploading; will retry", zap.String("name", strconv.Quote(name)), zap.Error(err))
+		return false
 	}
-	return t.uploadFailed(name, err, status >= 400 && status < 500)
+	return t.uploadFailed(name, err)
 }
 
-// uploadFailed counts a failed attempt; a permanent one (the server
-// refused the request itself) is dropped.
-func (t *Tier) uploadFailed(name string, err error, permanent bool) bool {
-	t.st.failures.Add(1)
-	if permanent {
-		t.st.dropped.Add(1)
-		t.log.Error("upload refused by the server; dropped", zap.String("name", name), zap.Error(err))
+// uploadFailed counts a failed attempt. A permanent refusal (see
+// permanent) is counted, logged once and settled: dropped from the
+// queue and the journal; any other failure is tried again later.
+func (t *Tier) uploadFailed(name string, err error) bool {
+	if permanent(err) {
+		t.reject(name, err)
 		return true
 	}
-	t.log.Debug("upload failed; will retry", zap.String("name", name), zap.Error(err))
+	t.st.failures.Add(1)
+	t.log.Debug("upload failed; will retry", zap.String("name", strconv.Quote(name)), zap.Error(err))
 	return false
 }
 
-// source is a local object ready to upload: positioned at its start,
-// with its length and CRC32C.
-type source struct {
-	rc   io.ReadCloser
-	size int64
-	sum  uint32
-}
-
-// source opens name, checksums it and seeks back to its start.
-func (t *Tier) source(name string) (source, error) {
-	rc, size, err := t.open(name)
-	if err != nil {
-		return source{}, err
-	}
-	n, sum, err := checksumOf(rc)
-	if err == nil && n != size {
-		err = errSourceChanged
-	}
-	if err == nil {
-		_, err = rc.Seek(0, io.SeekStart)
-	}
-	if err != nil {
-		rc.Close()
-		return source{}, err
-	}
-	return source{rc: rc, size: size, sum: sum}, nil
-}
-
 // put is the conditional PUT: If-None-Match: * makes the first writer
-// win; the body fails (and the PUT with it) if the bytes are not the
-// ones checksummed. One request, no multipart: If-None-Match applies to
-// it directly on every server that supports it, and KV objects are far
+// win. The body is the source read once: its length is declared up
+// front (kvfs-size), its CRC32C is computed as it goes out and sent as
+// the request's trailer (x-amz-checksum-crc32c, which the server checks
+// and stores with the object), and the read that would end it fails if
+// the source changed, so an object made of two versions is never
+// stored. One request, no multipart: If-None-Match applies to it
+// directly on every server that supports it, and KV objects are far
 // below S3's 5 GiB single-PUT limit.
-func (t *Tier) put(key string, src source) (Info, error) {
+func (t *Tier) put(key string, src Source) (Info, error) {
+	size := src.Size()
 	opts := minio.PutObjectOptions{
-		UserMetadata:     userMeta(src.size, src.sum),
+		UserMetadata:     map[string]string{metaSize: strconv.FormatInt(size, 10)},
 		ContentType:      "application/octet-stream",
 		DisableMultipart: true,
+		Checksum:         minio.ChecksumCRC32C,
+		// No SHA-256 of the body in the signature (a second hash, and
+		// versitygw refuses the signed-chunks-with-trailer form): the
+		// CRC32C trailer is what guards the bytes.
+		DisableContentSha256: true,
+	}
+	if size == 0 {
+		// An empty body has no trailer: its checksum is known now.
+		if err := src.Unchanged(); err != nil {
+			return Info{}, fmt.Errorf("%w: %w", errSourceChanged, err)
+		}
+		opts.UserMetadata = userMeta(0, 0)
+		opts.Checksum = minio.ChecksumNone
+	}
+	var want *uint32
+	if t.noTrailer && size > 0 {
+		sum, err := t.checksumFirst(src)
+		if err != nil {
+			return Info{}, err
+		}
+		opts.UserMetadata, opts.Checksum, want = userMeta(size, sum), minio.ChecksumNone, &sum
 	}
 	opts.SetMatchETagExcept("*")
 	ctx, cancel := context.WithCancel(t.baseCtx)
 	defer cancel()
 	wd := startWatchdog(t.cfg.Timeout, cancel)
 	defer wd.stop()
-	body := &kickReader{r: newVerifyReader(src.rc, src.size, src.sum), wd: wd}
-	ui, err := t.client.PutObject(ctx, t.cfg.Bucket, key, body, src.size, opts)
+	body := newSendReader(src, wd.kick)
+	body.want = want
+	ui, err := t.client.PutObject(ctx, t.cfg.Bucket, key, body, size, opts)
 	if errors.Is(err, errSourceChanged) {
 		t.breaker.neutral()
 		return Info{}, err
@@ -180,39 +214,43 @@ func (t *Tier) put(key string, src source) (Info, error) {
 	if err = t.classify(t.baseCtx, err); err != nil {
 		return Info{}, err
 	}
-	return Info{Size: src.size, Checksum: checksumPrefix + formatCRC(src.sum), ETag: ui.ETag, ModTime: ui.LastModified}, nil
+	return Info{Size: size, Checksum: checksumPrefix + formatCRC(body.sum()), ETag: ui.ETag, ModTime: ui.LastModified}, nil
 }
 
-// kickReader kicks a watchdog on every read: a PUT whose body the server
-// stops taking is cut after Timeout.
-type kickReader struct {
-	r  io.Reader
-	wd *watchdog
-}
-
-func (k *kickReader) Read(p []byte) (int, error) {
-	n, err := k.r.Read(p)
-	k.wd.kick()
-	return n, err
+// checksumFirst is the first of two passes where the server takes no
+// checksum trailer (GCS's S3 API): the CRC32C goes in user metadata,
+// which is sent before the body, and the second pass (the PUT) must
+// read the same bytes.
+func (t *Tier) checksumFirst(src Source) (uint32, error) {
+	rw, ok := src.(rewinder)
+	if !ok {
+		return 0, errors.New("remote: this server takes no checksum trailer, and the source cannot be read twice")
+	}
+	n, sum, err := checksumOf(io.LimitReader(src, src.Size()))
+	if err == nil && n != src.Size() {
+		err = fmt.Errorf("%w: %d of %d bytes", errSourceChanged, n, src.Size())
+	}
+	if err == nil {
+		err = rw.Rewind()
+	}
+	t.st.reads.Add(1)
+	return sum, err
 }
 
 // Put uploads r's bytes under name now, as an upload from the queue
-// would (checksum metadata, If-None-Match: *), bypassing the queue. It
-// returns ErrExists if the key was there. For seeding a bucket, tests
-// and benchmarks.
+// would (size and checksum recorded, If-None-Match: *), bypassing the
+// queue. It returns ErrExists if the key was there. For seeding a
+// bucket, tests and benchmarks.
 func (t *Tier) Put(ctx context.Context, name string, r io.ReadSeeker) error {
 	key, err := t.key(name)
 	if err != nil {
 		return err
 	}
-	n, sum, err := checksumOf(r)
+	src, err := newSeekerSource(r)
 	if err != nil {
 		return err
 	}
-	if _, err := r.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	info, err := t.put(key, source{rc: io.NopCloser(r), size: n, sum: sum})
+	info, err := t.put(key, src)
 	if statusOf(err) == http.StatusPreconditionFailed {
 		return fmt.Errorf("%w: %s", ErrExists, key)
 	}

@@ -54,6 +54,10 @@ type remoteFigures struct {
 	UploadFailures int64  `json:"remote_upload_failures"`
 	UploadDropped  int64  `json:"remote_upload_dropped"`
 	UploadSkipped  int64  `json:"remote_upload_skipped"`
+	Rejected       int64  `json:"remote_rejected"`
+	UploadReads    int64  `json:"remote_upload_reads"`
+	UploadChanged  int64  `json:"remote_upload_changed"`
+	Deletes        int64  `json:"remote_deletes"`
 	QueueDepth     *int64 `json:"remote_queue_depth"`
 	BreakerState   string `json:"remote_breaker_state"`
 }

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,6 +64,16 @@ func TestRemoteSameNameAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	nodes := []*remoteNode{startRemoteNode(t, srv, dir, "a"), startRemoteNode(t, srv, dir, "b")}
 	versions := [][]byte{objectBytes("race-a", 4*MiB), objectBytes("race-b", 4*MiB)}
+	// Each node has looked the name up (absent) before either stores: a
+	// store's own stat is then answered from the node's memory of it, so
+	// both store their bytes however late one starts, and the race is
+	// the uploads' (otherwise a node that starts after the other's upload
+	// finds the object and rightly stores nothing).
+	for _, n := range nodes {
+		if _, err := os.Stat(finalPath(n.mp, "race")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("race on %s before the stores: %v", n.mp, err)
+		}
+	}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i, n := range nodes {
@@ -190,11 +201,10 @@ func TestRemoteCorruptObject(t *testing.T) {
 	data := objectBytes("good", 2*MiB)
 	a.put("good", data)
 	a.uploaded()
-	_, oi := remoteObject(t, srv, "good")
-	meta := map[string]string{}
-	for k, v := range oi.UserMetadata {
-		meta[k] = v
-	}
+	// kvfs's size and checksum of the good bytes, as user metadata (the
+	// form older versions wrote, which still wins over the server's).
+	meta := map[string]string{"kvfs-size": fmt.Sprint(len(data)),
+		"kvfs-crc32c": fmt.Sprintf("%08x", crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))}
 	flipped := bytes.Clone(data)
 	flipped[MiB] ^= 0x01
 	putRemote(t, srv, "flipped", flipped, meta)

@@ -109,7 +109,7 @@ func (b *bench) startRemoteBench() (*remoteBench, error) {
 	if err := cfg.Finish(func(string) string { return "" }); err != nil {
 		return rb, err
 	}
-	noUploads := func(string) (io.ReadSeekCloser, int64, error) { return nil, 0, remote.ErrNotFound }
+	noUploads := func(string) (remote.Source, error) { return nil, remote.ErrNotFound }
 	if rb.tier, err = remote.New(cfg, remote.Deps{JournalDir: filepath.Join(b.work, "bench-journal"), Open: noUploads}); err != nil {
 		return rb, err
 	}
@@ -296,8 +296,18 @@ func (rb *remoteBench) publish() error {
 		rs := st.RemoteStats
 		b.note("tier-on node: %d uploads (%d bytes), %d already present, %d failed attempts, %d dropped, %d HEADs",
 			rs.Uploads, rs.UploadedBytes, rs.AlreadyPresent, rs.UploadFailures, rs.UploadDropped, rs.Heads)
+		b.note("tier-on node: %s of the stored file per upload (%d reads for %d uploads; %d cut by a change, %d refused for good, %d deletes)",
+			readsPerUpload(rs.UploadReads, rs.Uploads), rs.UploadReads, rs.Uploads, rs.UploadChanged, rs.Rejected, rs.Deletes)
 	}
 	return err
+}
+
+// readsPerUpload says how many times each upload read its object.
+func readsPerUpload(reads, uploads int64) string {
+	if uploads == 0 {
+		return "no read"
+	}
+	return fmt.Sprintf("%.2f reads", float64(reads)/float64(uploads))
 }
 
 // storeRound is storeObjects fs_native stores, one at a time (the tier's

@@ -73,7 +73,9 @@ func cmdStats(args []string, stdout io.Writer) error {
 			kv{"remote_uploads", r.Uploads}, kv{"remote_uploaded_bytes", r.UploadedBytes},
 			kv{"remote_upload_already_present", r.AlreadyPresent}, kv{"remote_upload_failures", r.UploadFailures},
 			kv{"remote_upload_dropped", r.UploadDropped}, kv{"remote_upload_skipped", r.UploadSkipped},
-			kv{"remote_queue_depth", r.QueueDepth})
+			kv{"remote_rejected", r.Rejected}, kv{"remote_upload_reads", r.UploadReads},
+			kv{"remote_upload_changed", r.UploadChanged}, kv{"remote_deletes", r.Deletes},
+			kv{"remote_delete_requests", r.DeleteRequests}, kv{"remote_queue_depth", r.QueueDepth})
 	}
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	for _, r := range rows {

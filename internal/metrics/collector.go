@@ -75,9 +75,14 @@ var remoteSeries = []series{
 	counter("kvfs_remote_uploaded_bytes_total", "Bytes uploaded.", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadedBytes }),
 	counter("kvfs_remote_upload_already_present_total", "Uploads not needed because the key was there (the first writer won).", func(s *fusefs.Stats) int64 { return s.RemoteStats.AlreadyPresent }),
 	counter("kvfs_remote_upload_failures_total", "Failed upload attempts (each retry counts).", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadFailures }),
-	counter("kvfs_remote_upload_dropped_total", "Uploads given up: the queue was full, or the server refused for good.", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadDropped }),
+	counter("kvfs_remote_upload_dropped_total", "Uploads and deletes given up because the queue was full.", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadDropped }),
 	counter("kvfs_remote_upload_skipped_total", "Uploads not needed: temp names, names known remote, local objects gone.", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadSkipped }),
-	gauge("kvfs_remote_queue_depth", "Uploads pending now, the ones in progress included.", func(s *fusefs.Stats) int64 { return s.RemoteStats.QueueDepth }),
+	counter("kvfs_remote_rejected_total", "Uploads and deletes refused for good (a name no key can hold, or the server's refusal of the key); dropped, logged once.", func(s *fusefs.Stats) int64 { return s.RemoteStats.Rejected }),
+	counter("kvfs_remote_upload_reads_total", "Reads of stored files for upload: one per PUT sent.", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadReads }),
+	counter("kvfs_remote_upload_changed_total", "Uploads cut because the stored file changed while it was read (tried again).", func(s *fusefs.Stats) int64 { return s.RemoteStats.UploadChanged }),
+	counter("kvfs_remote_deletes_total", "Keys deleted from the bucket for an rm (a key already absent counts).", func(s *fusefs.Stats) int64 { return s.RemoteStats.Deletes }),
+	counter("kvfs_remote_delete_requests_total", "DELETE requests sent, retries included.", func(s *fusefs.Stats) int64 { return s.RemoteStats.DeleteRequests }),
+	gauge("kvfs_remote_queue_depth", "Uploads and deletes pending now, the ones in progress included.", func(s *fusefs.Stats) int64 { return s.RemoteStats.QueueDepth }),
 }
 
 // breakerState is 1 for the remote tier's circuit breaker's state and 0
