@@ -155,6 +155,11 @@ type Core struct {
 	// GUARDED_BY(writersMu). INVARIANT: base has an entry exactly for the
 	// IDs in marked: see baseSize.
 	base map[blob.ID]int64
+	// GUARDED_BY(writersMu): for IDs in marked, the size the last close
+	// settled (settled), and whether a publish cleared the marker early
+	// (early): see publishedWhileOpen.
+	settled map[blob.ID]int64
+	early   map[blob.ID]bool
 	// GUARDED_BY(writersMu): passthrough writers the poller watches.
 	watched map[*Handle]struct{}
 	wake    chan struct{}
@@ -238,6 +243,8 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		ledger:  ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint}),
 		marked:  map[blob.ID]int{},
 		base:    map[blob.ID]int64{},
+		settled: map[blob.ID]int64{},
+		early:   map[blob.ID]bool{},
 		watched: map[*Handle]struct{}{},
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),

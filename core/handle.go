@@ -310,7 +310,10 @@ func (c *Core) settle(h *Handle) error {
 	known, _, _ := c.ledger.Size(h.id)
 	err = c.admitFirstFree(func() error { return c.ledger.SettleFree(h.id, size) },
 		ledger.Charge(size)-ledger.Charge(known), func() (victims, error) { return c.ledger.Settle(h.id, size) })
-	if errors.Is(err, ErrNoSpace) {
+	switch {
+	case err == nil:
+		c.settledAt(h.id, size)
+	case errors.Is(err, ErrNoSpace):
 		h.refused.Store(true)
 		c.refuse(h)
 	}

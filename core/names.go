@@ -156,6 +156,7 @@ func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
 	a, err := c.link(id, parent, name)
 	if err == nil {
 		c.ledger.EndGrace(id)
+		c.publishedWhileOpen(id)
 		c.publishName(parent, name)
 	}
 	return a, err
@@ -183,6 +184,7 @@ func (c *Core) Rename(parent blob.ID, name string, newParent blob.ID, newName st
 	if err == nil {
 		for _, id := range moved {
 			c.ledger.EndGrace(id)
+			c.publishedWhileOpen(id)
 		}
 		c.publishRenamed(parent, name, newParent, newName, flags)
 	}

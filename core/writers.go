@@ -62,6 +62,8 @@ func (c *Core) unmarkLocked(id blob.ID) error {
 	}
 	delete(c.marked, id)
 	delete(c.base, id)
+	delete(c.settled, id)
+	delete(c.early, id)
 	return c.store.ClearWriting(id)
 }
 
@@ -178,5 +180,60 @@ func (c *Core) observeWatched(h *Handle) {
 	c.writersMu.Unlock()
 	if ok && err == nil {
 		c.observed(h.id, size)
+		c.remarkIfGrown(h, size)
+	}
+}
+
+// The publish step (a link or rename to an object) is its client saying
+// the object is complete. Between a writer's last close(2) and the
+// kernel's RELEASE, which reaches kvfs after close returns, the object
+// is still marked as being written; a crash there would throw away an
+// object its connector had stored and published. So a publish of an
+// object whose stored size is what its last close settled clears the
+// crash marker at once (published), and should a duplicate descriptor
+// write more after all, the poller marks it again (remarkIfGrown).
+
+// publishedWhileOpen clears the marker of an object being written that its last
+// close settled at the size it now has; no lock held.
+func (c *Core) publishedWhileOpen(id blob.ID) {
+	c.writersMu.Lock()
+	settled, ok := c.settled[id]
+	c.writersMu.Unlock()
+	if !ok {
+		return
+	}
+	c.mu.RLock()
+	st, err := c.store.Stat(id)
+	c.mu.RUnlock()
+	if err != nil || st.Size != settled {
+		return
+	}
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if c.marked[id] > 0 && c.settled[id] == settled && !c.early[id] {
+		if err := c.store.ClearWriting(id); err == nil {
+			c.early[id] = true
+		}
+	}
+}
+
+// remarkIfGrown marks again an object published while open that a
+// writer grew since.
+func (c *Core) remarkIfGrown(h *Handle, size int64) {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if c.early[h.id] && size != c.settled[h.id] && h.writing {
+		if c.store.MarkWriting(h.file, h.id) == nil {
+			delete(c.early, h.id)
+		}
+	}
+}
+
+// settledAt records the size a writer's close admitted its object at.
+func (c *Core) settledAt(id blob.ID, size int64) {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if c.marked[id] > 0 {
+		c.settled[id] = size
 	}
 }

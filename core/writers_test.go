@@ -260,3 +260,34 @@ func TestRefusedRewriteKeepsPublished(t *testing.T) {
 		t.Fatalf("after the refused rewrite: %+v", st)
 	}
 }
+
+// A publish step (link) after the last close, before the kernel's
+// RELEASE reaches kvfs, clears the crash marker: a crash in that window
+// keeps the stored and published object. A duplicate descriptor that
+// writes after all gets the marker back.
+func TestPublishClearsMarkerBeforeRelease(t *testing.T) {
+	tc := passthroughCore(t, 64*mib, nil)
+	h, err := tc.Create(blob.RootID, ".tmp", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	h.File().WriteAt(make([]byte, mib), 0)
+	if err := h.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if tc.markers() != 1 {
+		t.Fatalf("%d markers after the close, want 1 (RELEASE has not come)", tc.markers())
+	}
+	if _, err := tc.Link(h.ID(), blob.RootID, "final"); err != nil {
+		t.Fatal(err)
+	}
+	if tc.markers() != 0 {
+		t.Fatalf("%d markers after the publish step, want 0", tc.markers())
+	}
+	h.File().WriteAt(make([]byte, mib), mib)
+	tc.Poll()
+	if tc.markers() != 1 {
+		t.Fatalf("%d markers after a write past the publish, want 1", tc.markers())
+	}
+}
