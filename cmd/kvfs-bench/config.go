@@ -32,9 +32,10 @@ type config struct {
 	restartParent              string
 	mountTimeout               time.Duration
 	overloadDur, turnoverDur   time.Duration
+	threadsDur                 time.Duration
 }
 
-var allWorkloads = []string{"read", "cold", "store", "mixed", "stat", "small", "direct", "flood", "overload", "turnover", "ledger", "restart", "remote"}
+var allWorkloads = []string{"read", "cold", "store", "mixed", "stat", "small", "direct", "flood", "overload", "turnover", "threads", "ledger", "restart", "remote"}
 
 // quickValues are the defaults --quick changes, each unless the flag
 // was given explicitly.
@@ -43,7 +44,7 @@ var quickValues = map[string]string{
 	"mixed-duration": "300ms", "stat-objects": "200", "stat-ops": "2000",
 	"small-objects": "200", "ledger-objects": "100000", "ledger-rounds": "1",
 	"restart-objects": "10000", "restart-rounds": "1",
-	"overload-duration": "5s", "turnover-duration": "2s",
+	"overload-duration": "5s", "turnover-duration": "2s", "threads-duration": "300ms",
 }
 
 func parseConfig(args []string) (*config, error) {
@@ -79,6 +80,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.StringVar(&c.restartParent, "restart-dir", "", "where the restart store is built and kept for reuse (default: --dir's)")
 	fs.DurationVar(&c.overloadDur, "overload-duration", 10*time.Second, "how long the overload workload's writers start stores")
 	fs.DurationVar(&c.turnoverDur, "turnover-duration", 5*time.Second, "length of each turnover measurement (2 protocols x 2 caches)")
+	fs.DurationVar(&c.threadsDur, "threads-duration", time.Second, "length of each thread-row measurement (4 operations x 3 thread counts x 3 targets x rounds)")
 	fs.DurationVar(&c.mountTimeout, "mount-timeout", 3*time.Minute, "how long a mount may take to appear")
 	c.capacity, c.warmBytes, c.ramCache = 16<<30, 1<<30, 1<<30
 	if err := fs.Parse(args); err != nil {
@@ -125,8 +127,8 @@ func (c *config) check(work string) error {
 			return fmt.Errorf("--%s must be positive, got %d", name, v)
 		}
 	}
-	if c.overloadDur <= 0 || c.turnoverDur <= 0 {
-		return fmt.Errorf("--overload-duration and --turnover-duration must be positive")
+	if c.overloadDur <= 0 || c.turnoverDur <= 0 || c.threadsDur <= 0 {
+		return fmt.Errorf("--overload-duration, --turnover-duration and --threads-duration must be positive")
 	}
 	if c.smallSize <= 0 || c.smallSize > c.objSize {
 		return fmt.Errorf("--small-size must be between 1 and --object-size")
@@ -159,6 +161,7 @@ func (c *config) public() map[string]any {
 		"small_objects": c.smallObjects, "small_size": c.smallSize, "ledger_objects": c.ledgerObjects,
 		"ledger_rounds": c.ledgerRounds, "restart_objects": c.restartObjects, "restart_rounds": c.restartRounds,
 		"workloads": c.workloads, "overload_duration_s": c.overloadDur.Seconds(), "turnover_duration_s": c.turnoverDur.Seconds(),
+		"threads_duration_s": c.threadsDur.Seconds(),
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,17 +21,31 @@ var loopbackWorkloads = map[string]bool{"read": true, "cold": true, "store": tru
 
 // mountLoopback builds and mounts the loopback; its teardown unmounts it.
 func (b *bench) mountLoopback(cl *cleanups) (*target, error) {
-	bin := filepath.Join(b.work, "loopback")
-	if out, err := exec.Command("go", "build", "-o", bin, loopbackPkg).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building %s: %v: %s", loopbackPkg, err, out)
+	return b.mountLoop(cl, loopFS{name: "loopback", pkg: loopbackPkg, fsType: "fuse.loopback",
+		args: func(mp, orig string) []string { return []string{"-q", "-directmount", mp, orig} }, only: loopbackWorkloads})
+}
+
+// loopFS is a loopback file system the bench builds and mounts.
+type loopFS struct {
+	name, pkg, fsType string
+	args              func(mp, orig string) []string
+	only              map[string]bool
+}
+
+// mountLoop builds and mounts l over a directory of its own in the work
+// directory; its teardown unmounts it.
+func (b *bench) mountLoop(cl *cleanups, l loopFS) (*target, error) {
+	bin := filepath.Join(b.work, l.name)
+	if out, err := exec.Command("go", "build", "-o", bin, l.pkg).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building %s: %v: %s", l.pkg, err, out)
 	}
-	orig, mp := filepath.Join(b.work, "loop-orig"), filepath.Join(b.work, "mnt-loopback")
+	orig, mp := filepath.Join(b.work, l.name+"-orig"), filepath.Join(b.work, "mnt-"+l.name)
 	for _, d := range []string{orig, mp} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	cmd := exec.Command(bin, "-q", "-directmount", mp, orig)
+	cmd := exec.Command(bin, l.args(mp, orig)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -41,18 +54,18 @@ func (b *bench) mountLoopback(cl *cleanups) (*target, error) {
 	go func() { exited <- cmd.Wait() }()
 	cl.add(func() { stopLoopback(mp, cmd, exited) })
 	deadline := time.Now().Add(b.cfg.mountTimeout)
-	for mountedType(mp) != "fuse.loopback" {
+	for mountedType(mp) != l.fsType {
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("loopback exited before mounting: %v", err)
+			return nil, fmt.Errorf("%s exited before mounting: %v", l.name, err)
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return nil, errors.New("loopback mount did not appear")
+			return nil, fmt.Errorf("%s mount did not appear", l.name)
 		}
 	}
-	b.progress("mounted go-fuse's example/loopback at %s over %s", mp, orig)
-	return &target{name: "loopback", root: mp, only: loopbackWorkloads}, nil
+	b.progress("mounted %s (%s) at %s over %s", l.name, l.pkg, mp, orig)
+	return &target{name: l.name, root: mp, only: l.only}, nil
 }
 
 func stopLoopback(mp string, cmd *exec.Cmd, exited chan error) {

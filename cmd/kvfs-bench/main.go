@@ -32,6 +32,7 @@ type bench struct {
 	work    string
 	plain   *target
 	loop    *target // go-fuse's example/loopback: the floor
+	loopKP  *target // the same with CAP_HANDLE_KILLPRIV_V2: the thread rows' floor
 	kvfs    []*target
 	all     []*target
 	data    []byte // what stores write
@@ -193,6 +194,12 @@ func (b *bench) setup(cl *cleanups) error {
 		return err
 	}
 	b.all = append(b.all, b.loop)
+	if b.cfg.workloads["threads"] {
+		if b.loopKP, err = b.mountLoopKP(cl); err != nil {
+			return err
+		}
+		b.all = append(b.all, b.loopKP)
+	}
 	modes := map[string][]string{"on": {"passthrough"}, "off": {"no-passthrough"},
 		"both": {"passthrough", "no-passthrough"}}[b.cfg.passthrough]
 	if b.cfg.workloads["store"] || b.cfg.workloads["mixed"] || b.cfg.workloads["small"] {
@@ -216,7 +223,7 @@ func (b *bench) setup(cl *cleanups) error {
 }
 
 func (b *bench) needMounts() bool {
-	for _, w := range []string{"read", "cold", "store", "mixed", "stat", "small", "direct"} {
+	for _, w := range []string{"read", "cold", "store", "mixed", "stat", "small", "direct", "threads"} {
 		if b.cfg.workloads[w] {
 			return true
 		}

@@ -79,6 +79,11 @@ func (b *bench) measure() error {
 			return err
 		}
 	}
+	if w["threads"] {
+		if err := b.threadRows(); err != nil {
+			return err
+		}
+	}
 	b.ramCheck()
 	if w["store"] || w["small"] {
 		if err := b.requestRows(); err != nil {
