@@ -80,6 +80,7 @@ func directWrites(t *testing.T, strict bool) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
+	k.released(0) // writing ends at the RELEASE, a moment after close(2)
 	if got, err := getxattr(-1, p, fusefs.BackingXattr); err != nil || got != stored {
 		t.Fatalf("strict %v: with no writer open, %s = %q, %v; want %s", strict, fusefs.BackingXattr, got, err, stored)
 	}

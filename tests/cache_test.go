@@ -319,6 +319,8 @@ func TestRAMCache(t *testing.T) {
 	p := filepath.Join(d.mp, "obj")
 	want := objectBytes("obj", 3<<20+5)
 	putFile(t, p, want)
+	// No copy is made of an object whose writer's RELEASE has not come.
+	waitReleased(t, d)
 	load := func() {
 		t.Helper()
 		f, err := os.Open(p)
