@@ -39,6 +39,9 @@ func TestGPUDirectXattrName(t *testing.T) {
 		p := filepath.Join(d.mp, "obj.data")
 		want := objectBytes(p, 3*4096+5)
 		putFile(t, p, want)
+		// A strict mount names no stored file while a writer is open,
+		// which lasts until its RELEASE, a moment after close(2).
+		waitReleased(t, d)
 		buf := make([]byte, 4096)
 		n, err := unix.Getxattr(d.mp, gpudirect.WritesXattr, buf)
 		if err != nil || string(buf[:n]) != c.writes {
