@@ -254,8 +254,16 @@ func (o *overload) run(d time.Duration) {
 			}
 		})
 	}
+	o.flood(&flood, stop)
+	writers.Wait()
+	close(stop)
+	flood.Wait()
+}
+
+// flood starts overloadFlood threads storing 1 MiB objects until stop.
+func (o *overload) flood(wg *sync.WaitGroup, stop chan struct{}) {
 	for f := range overloadFlood {
-		flood.Go(func() {
+		wg.Go(func() {
 			buf := make([]byte, overloadSmall)
 			for i := 0; ; i++ {
 				select {
@@ -269,9 +277,6 @@ func (o *overload) run(d time.Duration) {
 			}
 		})
 	}
-	writers.Wait()
-	close(stop)
-	flood.Wait()
 }
 
 // percentile of sorted durations.
@@ -360,21 +365,7 @@ func TestLargeStoreBeatsFlood(t *testing.T) {
 	o := &overload{dir: d.mp, counts: map[string]int{}}
 	stop := make(chan struct{})
 	var flood sync.WaitGroup
-	for f := range overloadFlood {
-		flood.Go(func() {
-			buf := make([]byte, overloadSmall)
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if !o.store("flood", fmt.Sprintf("flood-%d-%05d", f, i), buf) {
-					return
-				}
-			}
-		})
-	}
+	o.flood(&flood, stop)
 	buf := make([]byte, big)
 	for i := range rounds {
 		o.store("big", fmt.Sprintf("big-%d", i), buf)
