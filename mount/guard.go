@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,10 +31,10 @@ import (
 // once the daemon is gone (the kernel keeps feeding it the backing file):
 // every object with a writer open is still marked under writing/, so the
 // next start reclaims it and never serves it; the guard holds those files
-// open and truncates them to nothing as they grow, until none has grown
-// for capQuiet. Where a project quota caps the store (quota.go) that is
-// the hard bound; this one works on every file system, for as long as the
-// writer does not pause longer than capQuiet.
+// open and truncates them to nothing as they grow, for as long as some
+// process holds a file of the mount open. Where a project quota caps the
+// store (quota.go) that is the hard bound; this one works on every file
+// system, but only while the guard runs.
 
 // GuardCommand is the hidden kvfs command that runs RunGuard.
 const GuardCommand = "__guard"
@@ -47,8 +48,12 @@ const (
 	// capPoll is how often a dead daemon's writers are truncated: what a
 	// writer adds in that time is the most it holds in the store.
 	capPoll = 5 * time.Millisecond
-	// capQuiet ends the capping once no writer has grown for this long.
-	capQuiet = 5 * time.Second
+	// capQuiet: once no writer has grown for this long, the files are
+	// looked at every capQuietPoll only; whether a process still holds a
+	// file of the mount open is looked for every capHeldEvery.
+	capQuiet     = time.Second
+	capQuietPoll = 100 * time.Millisecond
+	capHeldEvery = 100 * time.Millisecond
 )
 
 // Guard is the daemon's end of its guard.
@@ -128,7 +133,7 @@ func RunGuard(pid int, conn, mp, store string, quit *os.File, log *zap.Logger) {
 		select {
 		case clean := <-said:
 			if !clean {
-				capWriters(store, log)
+				capWriters(mp, store, log)
 			}
 			return
 		case <-tick.C:
@@ -146,11 +151,12 @@ func RunGuard(pid int, conn, mp, store string, quit *os.File, log *zap.Logger) {
 }
 
 // capWriters truncates the stored files of the objects a dead daemon
-// left marked as being written, as they grow, until none has grown for
-// capQuiet. It opens them once, at once: no daemon is left to mark new
-// ones, and a later daemon's own writers must not be touched; it keeps
-// them open, so one the next start unlinks (reclaiming it) stays capped.
-func capWriters(store string, log *zap.Logger) {
+// left marked as being written, as they grow, until no process holds a
+// file of the mount open any more. It opens them once, at once: no
+// daemon is left to mark new ones, and a later daemon's own writers must
+// not be touched; it keeps them open, so one the next start unlinks
+// (reclaiming it) stays capped.
+func capWriters(mp, store string, log *zap.Logger) {
 	files := openMarked(filepath.Join(store, blob.WritingName))
 	if len(files) == 0 {
 		return
@@ -161,19 +167,47 @@ func capWriters(store string, log *zap.Logger) {
 		}
 	}()
 	var freed int64
-	quiet := time.Now()
-	for time.Since(quiet) < capQuiet {
+	grew, looked := time.Now(), time.Now()
+	for {
 		for _, f := range files {
 			var st unix.Stat_t
 			if unix.Fstat(int(f.Fd()), &st) == nil && st.Size > 0 {
 				freed += st.Blocks * 512
 				f.Truncate(0)
-				quiet = time.Now()
+				grew = time.Now()
 			}
 		}
-		time.Sleep(capPoll)
+		if time.Since(looked) >= capHeldEvery {
+			if !heldOpen(mp) {
+				break
+			}
+			looked = time.Now()
+		}
+		if time.Since(grew) < capQuiet {
+			time.Sleep(capPoll)
+		} else {
+			time.Sleep(capQuietPoll)
+		}
 	}
 	log.Warn("capped the writers a dead daemon left", zap.String("store", store), zap.Int("objects", len(files)), zap.Int64("truncated_bytes", freed))
+}
+
+// heldOpen says whether some process has a descriptor of a file under
+// mp: only such a process can still write past the dead daemon.
+func heldOpen(mp string) bool {
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		fds, err := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if dest, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); err == nil && strings.HasPrefix(dest, mp+"/") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // openMarked opens the files marked under writing/.
