@@ -395,7 +395,16 @@ func (c *Core) endWrite(h *Handle) {
 	} else if err = c.settle(h); err != nil {
 		c.log.Warn("a writer's object could not be admitted at its release", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
+	// The names to publish are taken as the last writer ends, under the
+	// namespace lock: a link racing this release publishes its name
+	// itself or leaves it to this list, never both (see publish.go).
+	c.mu.RLock()
 	last, merr := c.endWriting(h)
+	var pub []string
+	if last && err == nil && !h.refused.Load() {
+		pub = c.pathsLocked(h.id)
+	}
+	c.mu.RUnlock()
 	if merr != nil {
 		c.log.Warn("clearing a writing marker", zap.Uint64("id", uint64(h.id)), zap.Error(merr))
 	}
@@ -406,9 +415,7 @@ func (c *Core) endWrite(h *Handle) {
 	if size, _, ok := c.ledger.Size(h.id); ok {
 		c.published(size)
 	}
-	if last {
-		c.publishID(h.id)
-	}
+	c.publish(pub)
 }
 
 // unpin drops the ledger's pin.

@@ -153,52 +153,54 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 // LMCache learns that another writer published first, so it is answered
 // only for a name that exists.
 func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
-	a, err := c.link(id, parent, name)
+	a, pub, err := c.link(id, parent, name)
 	if err == nil {
 		c.ledger.EndGrace(id)
 		c.publishedWhileOpen(id)
-		c.publishName(parent, name)
+		c.publish(pub)
 	}
 	return a, err
 }
 
-func (c *Core) link(id, parent blob.ID, name string) (Attr, error) {
+// link links, and reports the path to publish (see publishableLocked).
+func (c *Core) link(id, parent blob.ID, name string) (Attr, []string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.store.Link(id, parent, name); err != nil {
-		return Attr{}, err
+		return Attr{}, nil, err
 	}
 	if err := c.ledger.Link(id); err != nil {
 		// Cannot happen: eviction and Link both hold mu, and the store
 		// had names for id.
-		return Attr{}, ledgerErr(err)
+		return Attr{}, nil, ledgerErr(err)
 	}
 	a, _, err := c.fileAttrLocked(id, nil)
-	return a, err
+	return a, c.publishableLocked(nil, blob.Name{Parent: parent, Name: name}), err
 }
 
 // Rename moves a name, atomically, with rename(2)'s flags; a file it
 // replaces loses that name.
 func (c *Core) Rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) error {
-	moved, err := c.rename(parent, name, newParent, newName, flags)
+	moved, pub, err := c.rename(parent, name, newParent, newName, flags)
 	if err == nil {
 		for _, id := range moved {
 			c.ledger.EndGrace(id)
 			c.publishedWhileOpen(id)
 		}
-		c.publishRenamed(parent, name, newParent, newName, flags)
+		c.publish(pub)
 	}
 	return err
 }
 
-// rename renames, and reports the files whose names it moved: the
-// renamed one, and the other too for an exchange.
-func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) (moved []blob.ID, err error) {
+// rename renames, and reports the files whose names it moved (the
+// renamed one, and the other too for an exchange) and the paths to
+// publish.
+func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) (moved []blob.ID, pub []string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	replaced, err := c.store.Rename(parent, name, newParent, newName, flags)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if replaced != 0 {
 		c.ledger.Unlink(replaced)
@@ -206,9 +208,10 @@ func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName st
 	for _, at := range []blob.Name{{Parent: newParent, Name: newName}, {Parent: parent, Name: name}} {
 		if e, err := c.store.Lookup(at.Parent, at.Name); err == nil && !e.Dir {
 			moved = append(moved, e.ID)
+			pub = c.publishableLocked(pub, at)
 		}
 	}
-	return moved, nil
+	return moved, pub, nil
 }
 
 // SyncDir makes a directory's entries durable.

@@ -15,48 +15,47 @@ func (c *Core) PathOf(parent blob.ID, name string) (string, bool) {
 	return c.store.NamePath(parent, name)
 }
 
-// publishName reports name in parent to Config.Published if it holds a
-// complete file; one still being written is published by its last
-// writer's release, under every name it has then. No lock held.
-func (c *Core) publishName(parent blob.ID, name string) {
+// Publishing. A complete object is reported to Config.Published under
+// each name it gets: by a link or rename to it once its writing has
+// ended, or, for one still being written then, by its last writer's
+// release under every name it has at that moment. Both decisions are
+// taken under Core.mu (with writersMu inside it), so a link racing the
+// release is published by exactly one of them.
+
+// publishableLocked appends the path of at to pub if at names a file
+// whose writing has ended; mu held.
+func (c *Core) publishableLocked(pub []string, at blob.Name) []string {
 	if c.cfg.Published == nil {
-		return
+		return pub
 	}
-	c.mu.RLock()
-	e, err := c.store.Lookup(parent, name)
-	p, ok := c.store.NamePath(parent, name)
-	c.mu.RUnlock()
-	if err == nil && ok && !e.Dir && !c.beingWritten(e.ID) {
-		c.cfg.Published(p)
+	e, err := c.store.Lookup(at.Parent, at.Name)
+	if err != nil || e.Dir || c.beingWritten(e.ID) {
+		return pub
 	}
+	if p, ok := c.store.NamePath(at.Parent, at.Name); ok {
+		pub = append(pub, p)
+	}
+	return pub
 }
 
-// publishID reports every name of file id to Config.Published; no lock
-// held.
-func (c *Core) publishID(id blob.ID) {
+// pathsLocked are the paths of every name of file id; mu held.
+func (c *Core) pathsLocked(id blob.ID) []string {
 	if c.cfg.Published == nil {
-		return
+		return nil
 	}
-	c.mu.RLock()
-	names := c.store.Names(id)
-	paths := make([]string, 0, len(names))
-	for _, n := range names {
+	var paths []string
+	for _, n := range c.store.Names(id) {
 		if p, ok := c.store.NamePath(n.Parent, n.Name); ok {
 			paths = append(paths, p)
 		}
 	}
-	c.mu.RUnlock()
-	for _, p := range paths {
-		c.cfg.Published(p)
-	}
+	return paths
 }
 
-// publishRenamed reports what a rename published: the new name, and the
-// old one too when the two were exchanged.
-func (c *Core) publishRenamed(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) {
-	c.publishName(newParent, newName)
-	if flags&unix.RENAME_EXCHANGE != 0 {
-		c.publishName(parent, name)
+// publish reports paths to Config.Published; no lock held.
+func (c *Core) publish(paths []string) {
+	for _, p := range paths {
+		c.cfg.Published(p)
 	}
 }
 

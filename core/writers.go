@@ -222,7 +222,9 @@ func (c *Core) publishedWhileOpen(id blob.ID) {
 func (c *Core) remarkIfGrown(h *Handle, size int64) {
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
-	if c.early[h.id] && size != c.settled[h.id] && h.writing {
+	// Only growth: a size read before the last close settled is older,
+	// not new.
+	if c.early[h.id] && size > c.settled[h.id] && h.writing {
 		if c.store.MarkWriting(h.file, h.id) == nil {
 			delete(c.early, h.id)
 		}

@@ -445,7 +445,7 @@ func TestKill9UnderLoad(t *testing.T) {
 	d := mountCache(t, flags...)
 	flags = append([]string{"--store", d.store}, flags...)
 	keys := workloadKeys(16, MiB, 6*MiB)
-	var stop atomic.Bool
+	var stop, killing atomic.Bool
 	var stored atomic.Int64
 	enough := make(chan struct{})
 	var once sync.Once
@@ -464,7 +464,10 @@ func TestKill9UnderLoad(t *testing.T) {
 				mu.Lock()
 				g := gen[k.key]
 				mu.Unlock()
-				if _, err := cl.store(k.key, buf[:k.size]); err == nil {
+				// A store that returns once the kill has begun may have
+				// been answered by the kernel's caches alone (stat of a
+				// cached name): only those before it count.
+				if _, err := cl.store(k.key, buf[:k.size]); err == nil && !killing.Load() {
 					mu.Lock()
 					if gen[k.key] == g {
 						published[k.key] = true
@@ -492,6 +495,9 @@ func TestKill9UnderLoad(t *testing.T) {
 		})
 	}
 	<-enough
+	mu.Lock() // no store is between its success and its bookkeeping
+	killing.Store(true)
+	mu.Unlock()
 	d.kill9()
 	stop.Store(true)
 	wg.Wait() // the writers' calls fail with ENOTCONN now
@@ -525,14 +531,25 @@ func TestKill9UnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := 0
+	// Writing ends at the kernel's RELEASE, which reaches kvfs after
+	// close(2) returns: a store whose close and link had returned but
+	// whose RELEASE had not come may be discarded as incomplete (never
+	// served), and the restart counts it in incomplete_reclaimed. Any
+	// other missing object is a lost store.
+	want, missing := 0, []string{}
 	for key, ok := range published {
 		if ok {
 			want++
 			if !found[key] {
-				t.Errorf("%s: stored before the crash, never deleted, missing after the restart", key)
+				missing = append(missing, key)
 			}
 		}
+	}
+	if r := loaded(t, d); int64(len(missing)) > r.Incomplete {
+		t.Errorf("%d completed stores missing after the restart (%v), only %d discarded as incomplete: stores lost",
+			len(missing), missing, r.Incomplete)
+	} else if len(missing) > 0 {
+		t.Logf("%d completed stores discarded as incomplete (their RELEASE had not reached kvfs at the kill): %v", len(missing), missing)
 	}
 	if want == 0 {
 		t.Fatal("no completed store to look for after the restart: the test checked nothing")

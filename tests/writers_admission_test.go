@@ -323,6 +323,12 @@ func TestOverloadPublish(t *testing.T) {
 // checkOverloadNames reads every name in dir back against its key's
 // object; a temp file left behind is an error too.
 func checkOverloadNames(t *testing.T, dir string) (wrong, read int) {
+	return checkStoredNames(t, dir, overloadBig)
+}
+
+// checkStoredNames is checkOverloadNames with the size of the big-*
+// objects given.
+func checkStoredNames(t *testing.T, dir string, bigSize int) (wrong, read int) {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -336,7 +342,7 @@ func checkOverloadNames(t *testing.T, dir string) (wrong, read int) {
 		}
 		size := overloadSmall
 		if strings.HasPrefix(key, "big-") {
-			size = overloadBig
+			size = bigSize
 		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -380,6 +386,6 @@ func TestLargeStoreBeatsFlood(t *testing.T) {
 		t.Errorf("%d of %d large stores published under the flood; want all", got, rounds)
 	}
 	waitReleased(t, d)
-	checkOverloadNames(t, d.mp)
+	checkStoredNames(t, d.mp, big)
 	ledgerExact(t, d)
 }
