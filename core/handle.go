@@ -313,6 +313,7 @@ func (c *Core) settle(h *Handle) error {
 	switch {
 	case err == nil:
 		c.settledAt(h.id, size)
+		c.published(size) // sizes the next writers' reservations
 	case errors.Is(err, ErrNoSpace):
 		h.refused.Store(true)
 		c.refuse(h)
@@ -412,9 +413,6 @@ func (c *Core) endWrite(h *Handle) {
 		return
 	}
 	c.counters.stores.Add(1)
-	if size, _, ok := c.ledger.Size(h.id); ok {
-		c.published(size)
-	}
 	c.publish(pub)
 }
 
