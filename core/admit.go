@@ -130,7 +130,7 @@ func (c *Core) Reservation() int64 {
 	return ledger.Charge(min(max(c.cfg.WriteReserve, biggest), c.ledger.Capacity()/4))
 }
 
-// published remembers the size of an object a writer completed.
+// published remembers the size a writer's close admitted an object at.
 func (c *Core) published(size int64) {
 	if size <= 0 {
 		return

@@ -190,11 +190,12 @@ func (c *Core) observeWatched(h *Handle) {
 // is still marked as being written; a crash there would throw away an
 // object its connector had stored and published. So a publish of an
 // object whose stored size is what its last close settled clears the
-// crash marker at once (published), and should a duplicate descriptor
-// write more after all, the poller marks it again (remarkIfGrown).
+// crash marker at once (publishedWhileOpen), and should a duplicate
+// descriptor write more after all, the poller marks it again
+// (remarkIfGrown).
 
-// publishedWhileOpen clears the marker of an object being written that its last
-// close settled at the size it now has; no lock held.
+// publishedWhileOpen clears the marker of an object being written that
+// its last close settled at the size it now has; no lock held.
 func (c *Core) publishedWhileOpen(id blob.ID) {
 	c.writersMu.Lock()
 	settled, ok := c.settled[id]
