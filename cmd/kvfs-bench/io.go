@@ -88,7 +88,23 @@ func storeNative(final string, data []byte) error {
 func publishNative(final string, data []byte) error {
 	tmp := filepath.Join(filepath.Dir(final),
 		fmt.Sprintf(".lmcache-write.tmp.%d.%d", os.Getpid(), tmpSeq.Add(1)))
-	fd, err := unix.Open(tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err := writeTemp(tmp, unix.O_EXCL, data); err != nil {
+		return err
+	}
+	if err := unix.Link(tmp, final); err != nil && err != unix.EEXIST {
+		unix.Unlink(tmp)
+		return fmt.Errorf("link %s: %w", final, err)
+	}
+	if err := unix.Unlink(tmp); err != nil {
+		return fmt.Errorf("unlink %s: %w", tmp, err)
+	}
+	return nil
+}
+
+// writeTemp creates tmp (open flags beyond O_CREAT|O_WRONLY), writes
+// data in 1 MiB slices and closes it; on failure tmp is removed.
+func writeTemp(tmp string, flags int, data []byte) error {
+	fd, err := unix.Open(tmp, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC|flags, 0o644)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", tmp, err)
 	}
@@ -100,13 +116,6 @@ func publishNative(final string, data []byte) error {
 	if err := unix.Close(fd); err != nil {
 		unix.Unlink(tmp)
 		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := unix.Link(tmp, final); err != nil && err != unix.EEXIST {
-		unix.Unlink(tmp)
-		return fmt.Errorf("link %s: %w", final, err)
-	}
-	if err := unix.Unlink(tmp); err != nil {
-		return fmt.Errorf("unlink %s: %w", tmp, err)
 	}
 	return nil
 }

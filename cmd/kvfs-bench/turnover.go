@@ -108,18 +108,8 @@ func (b *bench) turnover(dir, proto string, data []byte) (stores, failed int64, 
 // O_CREAT|O_WRONLY|O_TRUNC, written, closed, renamed onto final.
 func publishRename(final string, data []byte) error {
 	tmp := final + ".tmp"
-	fd, err := unix.Open(tmp, unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", tmp, err)
-	}
-	if err := writeAll(fd, data, sliceSize); err != nil {
-		unix.Close(fd)
-		unix.Unlink(tmp)
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := unix.Close(fd); err != nil {
-		unix.Unlink(tmp)
-		return fmt.Errorf("close %s: %w", tmp, err)
+	if err := writeTemp(tmp, unix.O_TRUNC, data); err != nil {
+		return err
 	}
 	if err := unix.Rename(tmp, final); err != nil {
 		unix.Unlink(tmp)
