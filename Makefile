@@ -27,7 +27,8 @@ run: build
 vet:
 	$(GO) vet ./...
 
-# The whole suite: the core under the race detector and a short fuzz run,
+# The whole suite: the core under the race detector (and the lock-order
+# checker, -tags lockcheck: internal/lockorder) and a short fuzz run,
 # in-process mounts, then the built binary mounted for real.
 test: build vet unit third-party fuzz fuse integration
 	@echo "== make test: every suite =="
@@ -38,7 +39,7 @@ testsummary:
 	mkdir -p $(RESULTS)
 
 unit: testsummary
-	$(GO) test -json -race -count=1 ./ledger/ ./blob/ ./core/ ./ramcache/ ./mount/ ./internal/... ./cmd/... ./gpudirect/ ./remote/ | $(TESTSUM) -save $(RESULTS)/unit.json
+	$(GO) test -json -race -tags lockcheck -count=1 ./ledger/ ./blob/ ./core/ ./ramcache/ ./mount/ ./internal/... ./cmd/... ./gpudirect/ ./remote/ | $(TESTSUM) -save $(RESULTS)/unit.json
 
 # The patched go-fuse package's tests of what kvfs patched (INIT) and of
 # its request parsing: a nested module, which ./... does not reach. The
@@ -58,7 +59,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzLedger -fuzztime $(FUZZTIME) -timeout 10m ./ledger/
 
 fuse: testsummary
-	$(GO) test -json -race -count=1 -timeout 15m ./fusefs/ | $(TESTSUM) -save $(RESULTS)/fuse.json
+	$(GO) test -json -race -tags lockcheck -count=1 -timeout 15m ./fusefs/ | $(TESTSUM) -save $(RESULTS)/fuse.json
 
 integration: build testsummary
 	$(GO) test -json -count=1 -timeout 30m ./tests/ | $(TESTSUM) -save $(RESULTS)/integration.json

@@ -32,11 +32,21 @@ func (s *Store) CreateDetached(id ID, mode uint32) (*os.File, error) {
 // stays marked under writing/ until ClearWriting: a crash in between
 // reclaims it as incomplete.
 func (s *Store) LinkDetached(parent ID, name string, id ID, ino uint64) error {
-	d, err := s.freeName(parent, name)
+	rel, err := s.FreePath(parent, name)
 	if err != nil {
 		return err
 	}
-	return s.linkMarked("link", d, name, id, ino)
+	if err := s.linkMarkedAt("link", rel, id); err != nil {
+		return err
+	}
+	return s.AddFile(parent, name, id, ino)
+}
+
+// LinkDetachedAt is LinkDetached's change of the store, at rel (see
+// the phases in phases.go); AddFile commits it.
+func (s *Store) LinkDetachedAt(rel string, id ID) error {
+	s.changes.Add(1)
+	return s.linkMarkedAt("link", rel, id)
 }
 
 // NamePath is the path, relative to data/, of name in directory parent.

@@ -10,45 +10,106 @@ import (
 // rename(2)'s flags (RENAME_NOREPLACE, RENAME_EXCHANGE). When it replaces
 // a file, it returns that file's ID so the caller can uncharge the name.
 func (s *Store) Rename(parent ID, name string, newParent ID, newName string, flags uint32) (replaced ID, err error) {
-	s.changes.Add(1)
+	p, err := s.PlanRename(parent, name, newParent, newName, flags)
+	if err != nil || p.Noop {
+		return 0, err
+	}
+	if err := s.RenameAt(p); err != nil {
+		return 0, err
+	}
+	replaced, _ = s.CommitRename(p)
+	return replaced, nil
+}
+
+// RenamePlan is a rename planned from the index (see PlanRename).
+type RenamePlan struct {
+	From, To Name
+	Flags    uint32
+	// Src is what From names; Dst what To names (0: nothing).
+	Src, Dst ID
+	// SrcDir: Src is a directory, so the paths of everything under it
+	// move too.
+	SrcDir bool
+	// Noop: To already names Src; nothing to do.
+	Noop     bool
+	Old, New string
+}
+
+// PlanRename applies rename(2)'s rules to a rename from the index.
+func (s *Store) PlanRename(parent ID, name string, newParent ID, newName string, flags uint32) (RenamePlan, error) {
+	p := RenamePlan{From: Name{parent, name}, To: Name{newParent, newName}, Flags: flags}
 	from, to := s.dirs[parent], s.dirs[newParent]
 	if from == nil || to == nil {
-		return 0, ErrNotFound
+		return p, ErrNotFound
 	}
 	src, ok := from.kids[name]
 	if !ok {
-		return 0, ErrNotFound
+		return p, ErrNotFound
 	}
 	dst, exists := to.kids[newName]
 	if err := s.checkRename(src, dst, exists, to, flags); err != nil {
-		return 0, err
+		return p, err
 	}
-	if exists && src == dst {
-		return 0, nil
-	}
-	oldRel, newRel := s.childPath(parent, name), s.childPath(newParent, newName)
-	err = s.at2(oldRel, newRel, func(da int, na string, db int, nb string) error {
-		return unix.Renameat2(da, na, db, nb, uint(flags))
+	p.Src, p.Dst, p.SrcDir = src, dst, s.IsDir(src)
+	p.Noop = exists && src == dst
+	p.Old, p.New = s.childPath(parent, name), s.childPath(newParent, newName)
+	return p, nil
+}
+
+// RenameAt makes a planned rename in the store.
+func (s *Store) RenameAt(p RenamePlan) error {
+	s.changes.Add(1)
+	err := s.at2(p.Old, p.New, func(da int, na string, db int, nb string) error {
+		return unix.Renameat2(da, na, db, nb, uint(p.Flags))
 	})
 	if err != nil {
-		return 0, &os.LinkError{Op: "rename", Old: oldRel, New: newRel, Err: underlying(err)}
+		return &os.LinkError{Op: "rename", Old: p.Old, New: p.New, Err: underlying(err)}
 	}
-	if flags&unix.RENAME_EXCHANGE != 0 {
-		s.moveName(dst, to, newName, from, name)
-		s.moveName(src, from, name, to, newName)
-		return 0, nil
+	return nil
+}
+
+// CommitRename commits a rename made in the store to the index, and
+// returns the file it replaced (0: none). Between plan and commit the
+// owner may have dropped Src or Dst from the index (an eviction): the
+// store's rename moved the dropped file's bytes all the same, so lost
+// are the names that now hold bytes the index no longer has, for the
+// owner to unlink.
+func (s *Store) CommitRename(p RenamePlan) (replaced ID, lost []Name) {
+	from, to := s.dirs[p.From.Parent], s.dirs[p.To.Parent]
+	srcHere := from != nil && from.kids[p.From.Name] == p.Src
+	dstHere := p.Dst != 0 && to != nil && to.kids[p.To.Name] == p.Dst
+	if p.Flags&unix.RENAME_EXCHANGE != 0 {
+		switch {
+		case srcHere && dstHere:
+			s.moveName(p.Dst, to, p.To.Name, from, p.From.Name)
+			s.moveName(p.Src, from, p.From.Name, to, p.To.Name)
+		case srcHere:
+			delete(from.kids, p.From.Name)
+			s.moveName(p.Src, from, p.From.Name, to, p.To.Name)
+			lost = append(lost, p.From)
+		case dstHere:
+			delete(to.kids, p.To.Name)
+			s.moveName(p.Dst, to, p.To.Name, from, p.From.Name)
+			lost = append(lost, p.To)
+		default:
+			lost = append(lost, p.From, p.To)
+		}
+		return 0, lost
 	}
-	if exists {
-		if _, isDir := s.dirs[dst]; isDir {
-			delete(s.dirs, dst)
-			delete(to.kids, newName)
+	if dstHere {
+		if _, isDir := s.dirs[p.Dst]; isDir {
+			delete(s.dirs, p.Dst)
+			delete(to.kids, p.To.Name)
 		} else {
-			s.dropName(dst, to, newName)
-			replaced = dst
+			s.dropName(p.Dst, to, p.To.Name)
+			replaced = p.Dst
 		}
 	}
-	delete(from.kids, name)
-	s.moveName(src, from, name, to, newName)
+	if !srcHere {
+		return replaced, append(lost, p.To)
+	}
+	delete(from.kids, p.From.Name)
+	s.moveName(p.Src, from, p.From.Name, to, p.To.Name)
 	return replaced, nil
 }
 

@@ -167,45 +167,18 @@ func (s *Store) List(parent ID) ([]DirEntry, error) {
 type Owner struct{ UID, GID int }
 
 // Create makes a new empty file id (from NewID), exclusively, and opens
-// it read-write. The file is born under writing/ and only then linked to
-// its name, so a crash at any point leaves it marked incomplete until its
-// writer finishes (ClearWriting).
+// it read-write (see CreateAt).
 func (s *Store) Create(parent ID, name string, id ID, mode uint32, who Owner) (*os.File, error) {
-	s.changes.Add(1)
-	d, err := s.freeName(parent, name)
+	rel, err := s.FreePath(parent, name)
 	if err != nil {
 		return nil, err
 	}
-	f, err := s.CreateDetached(id, mode)
+	f, st, err := s.CreateAt(rel, id, mode, who)
 	if err != nil {
 		return nil, err
 	}
-	var st unix.Stat_t
-	unix.Fstat(int(f.Fd()), &st) // for the inode number only; 0 if it fails
-	if who.UID >= 0 {
-		f.Chown(who.UID, who.GID)
-	}
-	if err := s.linkMarked("create", d, name, id, st.Ino); err != nil {
-		unix.Unlinkat(int(s.writing.Fd()), writingName(id), 0)
-		f.Close()
-		return nil, err
-	}
+	s.AddFile(parent, name, id, st.Ino)
 	return f, nil
-}
-
-// linkMarked gives the file marked under writing/ as id its name in d,
-// and indexes it with its stored inode's number (0: not known); op
-// names the failure.
-func (s *Store) linkMarked(op string, d *dir, name string, id ID, ino uint64) error {
-	wfd, wname := int(s.writing.Fd()), writingName(id)
-	rel := s.childPath(d.id, name)
-	err := s.at(rel, func(dirfd int, name string) error { return unix.Linkat(wfd, wname, dirfd, name, 0) })
-	if err != nil {
-		return &os.PathError{Op: op, Path: rel, Err: underlying(err)}
-	}
-	d.kids[name] = id
-	s.files[id] = &file{links: []Name{{d.id, name}}, ino: ino}
-	return nil
 }
 
 // freeName checks that name is free in parent.
@@ -222,69 +195,42 @@ func (s *Store) freeName(parent ID, name string) (*dir, error) {
 
 // Mkdir makes a new directory.
 func (s *Store) Mkdir(parent ID, name string, mode uint32, who Owner) (ID, error) {
-	s.changes.Add(1)
-	d, err := s.freeName(parent, name)
+	rel, err := s.FreePath(parent, name)
 	if err != nil {
 		return 0, err
 	}
-	rel := s.childPath(parent, name)
-	err = s.at(rel, func(dirfd int, name string) error {
-		if err := unix.Mkdirat(dirfd, name, mode); err != nil {
-			return err
-		}
-		if who.UID >= 0 {
-			unix.Fchownat(dirfd, name, who.UID, who.GID, unix.AT_SYMLINK_NOFOLLOW)
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, &os.PathError{Op: "mkdir", Path: rel, Err: underlying(err)}
+	if err := s.MkdirAt(rel, mode, who); err != nil {
+		return 0, err
 	}
-	id := s.NewID()
-	d.kids[name] = id
-	s.dirs[id] = &dir{id: id, parent: d, name: name, kids: map[string]ID{}}
-	return id, nil
+	return s.AddDir(parent, name)
 }
 
 // Link gives file id another name.
 func (s *Store) Link(id, parent ID, name string) error {
-	s.changes.Add(1)
-	f, ok := s.files[id]
-	if !ok || len(f.links) == 0 {
-		return ErrNotFound
-	}
-	d, err := s.freeName(parent, name)
+	old, rel, err := s.LinkPaths(id, parent, name)
 	if err != nil {
 		return err
 	}
-	old, rel := s.childPath(f.links[0].Parent, f.links[0].Name), s.childPath(parent, name)
-	err = s.at2(old, rel, func(da int, na string, db int, nb string) error {
-		return unix.Linkat(da, na, db, nb, 0)
-	})
-	if err != nil {
-		return &os.PathError{Op: "link", Path: rel, Err: underlying(err)}
+	if err := s.LinkAt(old, rel); err != nil {
+		return err
 	}
-	d.kids[name] = id
-	f.links = append(f.links, Name{parent, name})
-	return nil
+	return s.AddLink(id, parent, name)
 }
 
 // Unlink removes a file's name and returns the file's ID. A name whose
 // stored file already vanished is still removed from the index.
 func (s *Store) Unlink(parent ID, name string) (ID, error) {
-	s.changes.Add(1)
-	d, id, err := s.child(parent, name)
+	_, id, err := s.child(parent, name)
 	if err != nil {
 		return 0, err
 	}
-	if _, isDir := s.dirs[id]; isDir {
+	if s.IsDir(id) {
 		return 0, unix.EISDIR
 	}
-	rel := s.childPath(parent, name)
-	if err := s.unlinkAt(rel, 0); err != nil {
-		return 0, &os.PathError{Op: "unlink", Path: rel, Err: err}
+	if err := s.UnlinkAt(s.childPath(parent, name)); err != nil {
+		return 0, err
 	}
-	s.dropName(id, d, name)
+	s.RemoveName(parent, name)
 	return id, nil
 }
 
@@ -334,39 +280,28 @@ func (s *Store) unlinkAt(rel string, flags int) error {
 
 // Rmdir removes an empty directory.
 func (s *Store) Rmdir(parent ID, name string) (ID, error) {
-	s.changes.Add(1)
-	d, id, err := s.child(parent, name)
+	id, rel, err := s.RmdirPath(parent, name)
 	if err != nil {
 		return 0, err
 	}
-	child, isDir := s.dirs[id]
-	if !isDir {
-		return 0, unix.ENOTDIR
+	if err := s.RmdirAt(rel); err != nil {
+		return 0, err
 	}
-	if len(child.kids) > 0 {
-		return 0, unix.ENOTEMPTY
-	}
-	rel := s.childPath(parent, name)
-	if err := s.unlinkAt(rel, unix.AT_REMOVEDIR); err != nil {
-		return 0, &os.PathError{Op: "rmdir", Path: rel, Err: err}
-	}
-	delete(d.kids, name)
-	delete(s.dirs, id)
+	s.RemoveDir(parent, name, id)
 	return id, nil
 }
 
 // Drop removes every name of file id, from the store and the index, and
 // returns them so the caller can tell the kernel.
 func (s *Store) Drop(id ID) []Name {
-	s.changes.Add(1)
-	f, ok := s.files[id]
-	if !ok {
-		return nil
+	var paths []string
+	if f, ok := s.files[id]; ok {
+		for _, n := range f.links {
+			paths = append(paths, s.childPath(n.Parent, n.Name))
+		}
 	}
-	names := append([]Name(nil), f.links...)
-	for _, n := range names {
-		s.unlinkAt(s.childPath(n.Parent, n.Name), 0)
-		s.dropName(id, s.dirs[n.Parent], n.Name)
+	for _, rel := range paths {
+		s.UnlinkAt(rel)
 	}
-	return names
+	return s.Forget(id)
 }

@@ -72,6 +72,7 @@ func (c *Core) locked(op func() (victims, error)) error {
 	v, err := op()
 	drops := c.dropLocked(v, Evicted)
 	c.mu.Unlock()
+	c.reap(drops)
 	c.deliver(drops)
 	return err
 }
@@ -81,8 +82,9 @@ func (c *Core) locked(op func() (victims, error)) error {
 // against that moment.
 var testHookDropping func()
 
-// dropLocked removes the names and stored bytes of objects the ledger
-// has let go; mu held.
+// dropLocked takes the names of objects the ledger has let go out of the
+// index, and dooms their stored names (reap unlinks them after); mu
+// held.
 func (c *Core) dropLocked(v victims, why Why) []Drop {
 	if len(v) == 0 {
 		return nil
@@ -93,7 +95,9 @@ func (c *Core) dropLocked(v victims, why Why) []Drop {
 	now := c.cfg.Now().UnixNano()
 	drops := make([]Drop, len(v))
 	for i, x := range v {
-		drops[i] = Drop{ID: x.ID, Names: c.store.Drop(x.ID), Why: why, Idle: time.Duration(now - x.LastUse)}
+		names := c.store.Forget(x.ID)
+		c.doomLocked(x.ID, names)
+		drops[i] = Drop{ID: x.ID, Names: names, Why: why, Idle: time.Duration(now - x.LastUse)}
 	}
 	return drops
 }

@@ -53,6 +53,7 @@ func (c *Core) Audit() (AuditReport, error) {
 	}
 	drops = append(drops, c.dropLocked(c.ledger.Trim(), Evicted)...)
 	c.mu.Unlock()
+	c.reap(drops)
 	c.deliver(drops)
 	if r != (AuditReport{}) {
 		c.log.Warn("store changed behind kvfs; ledger reconciled",
@@ -94,6 +95,7 @@ func (c *Core) reconcile(id blob.ID) {
 		}
 	}
 	c.mu.Unlock()
+	c.reap(drops)
 	c.deliver(drops)
 }
 
@@ -102,6 +104,7 @@ func (c *Core) vanished(id blob.ID, why error) {
 	c.mu.Lock()
 	drops := c.vanishedLocked(id, why)
 	c.mu.Unlock()
+	c.reap(drops)
 	c.deliver(drops)
 }
 
@@ -110,7 +113,9 @@ func (c *Core) vanishedLocked(id blob.ID, why error) []Drop {
 		c.log.Warn("object vanished from the store; dropped from the ledger",
 			zap.Uint64("id", uint64(id)), zap.Error(why))
 	}
-	return []Drop{{ID: id, Names: c.store.Drop(id), Why: Vanished}}
+	names := c.store.Forget(id)
+	c.doomLocked(id, names)
+	return []Drop{{ID: id, Names: names, Why: Vanished}}
 }
 
 // auditLoop audits at once if asked, then every AuditInterval (if any)

@@ -1,10 +1,10 @@
 package core
 
 import (
-	"sync"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/lockorder"
 	"go.uber.org/zap"
 )
 
@@ -12,7 +12,7 @@ import (
 // kvfs runs, so that a start after a crash reads it and lists only the
 // directories that changed since, instead of stat'ing every stored file.
 type checkpointer struct {
-	mu sync.Mutex // one checkpoint at a time
+	mu lockorder.Mutex // one checkpoint at a time
 	// saved is the store's change count the last checkpoint saw;
 	// GUARDED_BY(mu). stale: the checkpoint on disk is behind the store
 	// whatever the count says (the start listed or stat'ed what it had

@@ -9,26 +9,37 @@
 // # Lock order
 //
 // Outermost first; a lock may be taken while holding those above it, never
-// the reverse:
+// the reverse. No syscall is made under a lock held exclusively that
+// covers the whole namespace (Core.mu, Core.tree but for a directory's
+// rename, writersMu): see order.go for how changes of names are ordered.
 //
 //	fusefs remoteNode.installMu  a remote name's install, held across
 //	                      Install (fusefs, outside this package)
 //	fusefs fileNode.mu    a node's open handles (fusefs, outside this package)
-//	Core.mu               the namespace: the store's index, and which
-//	                      objects the ledger holds. Readers (lookup, list,
-//	                      open by name, stat) share it; every change of a
-//	                      name takes it exclusively, and so does every
-//	                      admission that must evict, because an eviction
-//	                      drops the victims' names in the same critical
-//	                      section: no one ever sees a name whose object
-//	                      the ledger has already given up. An admission
-//	                      that fits in free space (the ledger's ...Free
-//	                      methods: a writer's reservation, growth and
-//	                      settle) takes no namespace lock at all.
-//	Core.writersMu        open writers: crash markers and the poller's list
+//	fusefs, ramcache      the RAM tier's locks are leaves of their own,
+//	                      taken with none of these held
+//	Core.dirs[i]          a directory's changes of names (a striped
+//	                      table), held from plan to commit, syscalls
+//	                      included; two are taken in stripe order
+//	Core.tree             paths: shared by every change, exclusive for a
+//	                      directory's rename
+//	Core.markers[i]       one object's crash marker (a striped table by
+//	                      ID), held across the marker's syscall
+//	Handle.mu             a handle's stored file while the poller reads it
+//	checkpointer.mu       one checkpoint at a time
+//	Core.mu               the index and which objects the ledger holds:
+//	                      shared by readers (lookup, list, open by name,
+//	                      stat), exclusive only to commit a change of
+//	                      names or an eviction's drop, in memory. An
+//	                      admission that fits in free space (the ledger's
+//	                      ...Free methods) takes no namespace lock at all.
+//	Core.writersMu        open writers: counts, sizes, the poller's list
 //	Core.sizesMu          recently published sizes (reservation sizing)
-//	installs.mu           the names being installed (Install); a leaf
+//	installs.mu           the names being installed (Install)
+//	Core.doomedMu         names dropped from the index, still stored
 //	ledger.mu             inside the ledger; a leaf
+//
+// The race tests check this order (lockorder, -tags lockcheck).
 //
 // The ledger's pin operations (open and close of a handle) take only the
 // ledger's lock: an object evicted between a lookup and an open is simply
@@ -48,6 +59,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/lockorder"
 	"github.com/kvfs/kvfs/ledger"
 	"go.uber.org/zap"
 )
@@ -145,9 +157,18 @@ type Core struct {
 	// dropped receives every object whose names kvfs dropped (see Start).
 	dropped func(Drop)
 
-	mu sync.RWMutex // see the lock order above
+	// Locks: see the lock order above and order.go.
+	dirs    dirLocks
+	tree    lockorder.RWMutex
+	markers [markerStripes]lockorder.Mutex
+	mu      lockorder.RWMutex
 
-	writersMu sync.Mutex
+	doomedMu lockorder.Mutex
+	// GUARDED_BY(doomedMu): names dropped from the index whose stored
+	// names are still to be unlinked, and their objects.
+	doomed map[blob.Name]blob.ID
+
+	writersMu lockorder.Mutex
 	// GUARDED_BY(writersMu). INVARIANT: marked[id] counts id's handles
 	// that are writing, and the store's crash marker of id exists while
 	// it is above zero.
@@ -164,7 +185,7 @@ type Core struct {
 	watched map[*Handle]struct{}
 	wake    chan struct{}
 
-	sizesMu sync.Mutex
+	sizesMu lockorder.Mutex
 	// GUARDED_BY(sizesMu): the sizes of the last published objects.
 	sizes [64]int64
 	next  int
@@ -235,7 +256,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Core{
+	c := &Core{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		store:   store,
@@ -248,7 +269,20 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		watched: map[*Handle]struct{}{},
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
+		doomed:  map[blob.Name]blob.ID{},
 	}
+	c.dirs.init()
+	c.tree.SetRank(rankTree)
+	for i := range c.markers {
+		c.markers[i].SetStripe(rankMarker, i)
+	}
+	c.mu.SetRank(rankCore)
+	c.doomedMu.SetRank(rankDoomed)
+	c.writersMu.SetRank(rankWriters)
+	c.sizesMu.SetRank(rankSizes)
+	c.installing.mu.SetRank(rankInstalls)
+	c.ckpt.mu.SetRank(rankCheckpoint)
+	return c
 }
 
 // restore charges the loaded objects, least recently used first, and

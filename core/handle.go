@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/lockorder"
 	"github.com/kvfs/kvfs/ledger"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -26,6 +27,12 @@ type Handle struct {
 	// refused: a write through h was refused for space, so what it
 	// stored is not the object its writer meant: its close removes it.
 	refused atomic.Bool
+	// born: the attributes a created handle's file was made with, for
+	// its first Attr (nothing can have been written through it yet).
+	born atomic.Pointer[unix.Stat_t]
+	// mu orders the poller's reads of file with its close (closed).
+	mu     lockorder.Mutex
+	closed bool
 }
 
 // ID is the object's ID.
@@ -53,14 +60,13 @@ func (c *Core) Create(parent blob.ID, name string, mode uint32, who blob.Owner, 
 			return nil, err
 		}
 	}
-	c.mu.Lock()
-	f, err := c.store.Create(parent, name, id, mode, who)
-	c.mu.Unlock()
+	f, st, err := c.createStored(parent, name, id, mode, who)
 	if err != nil {
 		c.abandon(id, write)
 		return nil, err
 	}
 	h.file = f
+	h.born.Store(&st)
 	if !write {
 		// Born marked incomplete, but no writer will ever finish it: an
 		// empty file created read-only is complete now.
@@ -69,6 +75,39 @@ func (c *Core) Create(parent blob.ID, name string, mode uint32, who blob.Owner, 
 	}
 	c.startWriting(h, true)
 	return h, nil
+}
+
+// createStored makes the stored file of a new object and names it,
+// under its directory's lock (see order.go), and returns its attributes.
+// The reservation is admitted before, as it may evict.
+func (c *Core) createStored(parent blob.ID, name string, id blob.ID, mode uint32, who blob.Owner) (*os.File, unix.Stat_t, error) {
+	unlock := c.lockDirs(parent, 0)
+	defer unlock()
+	c.tree.RLock()
+	defer c.tree.RUnlock()
+	c.mu.RLock()
+	rel, err := c.store.FreePath(parent, name)
+	c.mu.RUnlock()
+	if err != nil {
+		return nil, unix.Stat_t{}, err
+	}
+	c.clearDoomed(blob.Name{Parent: parent, Name: name}, rel)
+	f, st, err := c.store.CreateAt(rel, id, mode, who)
+	if err != nil {
+		return nil, st, err
+	}
+	c.mu.Lock()
+	err = c.store.AddFile(parent, name, id, st.Ino)
+	c.mu.Unlock()
+	if err != nil {
+		// Cannot happen: the name and its directory are ours until the
+		// lock goes.
+		f.Close()
+		c.unlinkStored(rel)
+		c.clearMarker(id)
+		return nil, st, err
+	}
+	return f, st, nil
 }
 
 // taken says whether a name exists, so a create that must fail does not
@@ -332,19 +371,22 @@ func (c *Core) refuse(h *Handle) {
 	base := c.baseSize(h.id)
 	var names []blob.Name
 	if base < 0 {
-		names = c.store.Drop(h.id)
+		names = c.store.Forget(h.id)
 		for range names {
 			c.ledger.Unlink(h.id)
 		}
+		c.doomLocked(h.id, names)
 		base = 0
 	}
+	c.mu.Unlock()
+	drops := []Drop{{ID: h.id, Names: names, Why: Refused}}
+	c.reap(drops)
 	if err := h.file.Truncate(base); err != nil {
 		c.log.Warn("truncating a refused object", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
 	c.ledger.Settle(h.id, base)
-	c.mu.Unlock()
 	if len(names) > 0 {
-		c.deliver([]Drop{{ID: h.id, Names: names, Why: Refused}})
+		c.deliver(drops)
 	}
 }
 
@@ -359,6 +401,10 @@ func (h *Handle) Fsync(dataOnly bool) error {
 // Attr reads the object's attributes through the handle; a writer's
 // bytes are seen first, so fstat(2) shows their charge.
 func (h *Handle) Attr() (Attr, error) {
+	if st := h.born.Swap(nil); st != nil {
+		_, charge, _ := h.c.ledger.Size(h.id)
+		return Attr{Stat_t: *st, Charge: charge, Links: 1}, nil
+	}
 	if h.write {
 		h.c.observe(h)
 	}
@@ -378,6 +424,9 @@ func (h *Handle) Release() {
 		c.unwatch(h)
 		c.endWrite(h)
 	}
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
 	h.file.Close()
 	h.unpin()
 }
@@ -399,13 +448,12 @@ func (c *Core) endWrite(h *Handle) {
 	// The names to publish are taken as the last writer ends, under the
 	// namespace lock: a link racing this release publishes its name
 	// itself or leaves it to this list, never both (see publish.go).
-	c.mu.RLock()
-	last, merr := c.endWriting(h)
-	var pub []string
-	if last && err == nil && !h.refused.Load() {
-		pub = c.pathsLocked(h.id)
-	}
-	c.mu.RUnlock()
+	_, pub, merr := c.endWriting(h, func() []string {
+		if err != nil || h.refused.Load() {
+			return nil
+		}
+		return c.pathsLocked(h.id)
+	})
 	if merr != nil {
 		c.log.Warn("clearing a writing marker", zap.Uint64("id", uint64(h.id)), zap.Error(merr))
 	}

@@ -3,9 +3,9 @@ package core
 import (
 	"errors"
 	"os"
-	"sync"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/lockorder"
 	"github.com/kvfs/kvfs/ledger"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -70,7 +70,7 @@ func (c *Core) Install(parent blob.ID, name string, id blob.ID, fetch FetchFunc)
 
 // installs are the names being installed.
 type installs struct {
-	mu sync.Mutex
+	mu lockorder.Mutex
 	// GUARDED_BY(mu): each install in progress, closed when it ends.
 	m map[blob.Name]chan struct{}
 }
@@ -148,11 +148,35 @@ func (in *install) link(parent blob.ID, name string) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	err = c.store.LinkDetached(parent, name, in.id, st.Ino)
-	c.mu.Unlock()
+	err = c.linkInstalled(parent, name, in.id, st.Ino)
 	if errors.Is(err, unix.EEXIST) {
 		return ErrExists
+	}
+	return err
+}
+
+// linkInstalled names an installed file, under its directory's lock
+// (see order.go).
+func (c *Core) linkInstalled(parent blob.ID, name string, id blob.ID, ino uint64) error {
+	unlock := c.lockDirs(parent, 0)
+	defer unlock()
+	c.tree.RLock()
+	defer c.tree.RUnlock()
+	c.mu.RLock()
+	rel, err := c.store.FreePath(parent, name)
+	c.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	c.clearDoomed(blob.Name{Parent: parent, Name: name}, rel)
+	if err := c.store.LinkDetachedAt(rel, id); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	err = c.store.AddFile(parent, name, id, ino)
+	c.mu.Unlock()
+	if err != nil {
+		c.unlinkStored(rel)
 	}
 	return err
 }
@@ -184,6 +208,9 @@ func (in *install) finish() *Handle {
 // opens the object by its name before the install ends keeps the crash
 // marker the install made (see startWriting).
 func (c *Core) markInstall(id blob.ID) {
+	m := c.marker(id)
+	m.Lock()
+	defer m.Unlock()
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
 	if c.marked[id] == 0 {
@@ -195,9 +222,16 @@ func (c *Core) markInstall(id blob.ID) {
 // unmarkInstall ends an install's writing; the last writer clears the
 // marker.
 func (c *Core) unmarkInstall(id blob.ID) {
+	m := c.marker(id)
+	m.Lock()
+	defer m.Unlock()
 	c.writersMu.Lock()
-	defer c.writersMu.Unlock()
-	if err := c.unmarkLocked(id); err != nil {
+	last := c.unmarkLocked(id)
+	c.writersMu.Unlock()
+	if !last {
+		return
+	}
+	if err := c.store.ClearWriting(id); err != nil {
 		c.log.Warn("clearing an install's marker", zap.Uint64("id", uint64(id)), zap.Error(err))
 	}
 }

@@ -113,39 +113,110 @@ func (c *Core) List(parent blob.ID) ([]blob.DirEntry, error) {
 
 // Mkdir makes a directory.
 func (c *Core) Mkdir(parent blob.ID, name string, mode uint32, who blob.Owner) (blob.ID, unix.Stat_t, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	id, err := c.store.Mkdir(parent, name, mode, who)
+	unlock := c.lockDirs(parent, 0)
+	defer unlock()
+	c.tree.RLock()
+	defer c.tree.RUnlock()
+	c.mu.RLock()
+	rel, err := c.store.FreePath(parent, name)
+	c.mu.RUnlock()
 	if err != nil {
 		return 0, unix.Stat_t{}, err
 	}
+	c.clearDoomed(blob.Name{Parent: parent, Name: name}, rel)
+	if err := c.store.MkdirAt(rel, mode, who); err != nil {
+		return 0, unix.Stat_t{}, err
+	}
+	c.mu.Lock()
+	id, err := c.store.AddDir(parent, name)
+	c.mu.Unlock()
+	if err != nil {
+		return 0, unix.Stat_t{}, err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	st, err := c.store.Stat(id)
 	return id, st, err
 }
 
-// Rmdir removes an empty directory.
+// Rmdir removes an empty directory. Names dropped from it whose stored
+// names are not unlinked yet are unlinked first.
 func (c *Core) Rmdir(parent blob.ID, name string) error {
+	c.mu.RLock()
+	e, err := c.store.Lookup(parent, name)
+	c.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	unlock := c.lockDirs(parent, e.ID)
+	defer unlock()
+	c.tree.RLock()
+	defer c.tree.RUnlock()
+	c.mu.RLock()
+	id, rel, err := c.store.RmdirPath(parent, name)
+	c.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	if id != e.ID {
+		// Renamed over between the lookup and the locks: its lock is
+		// not held; the kernel retries what it gets back.
+		return ErrStale
+	}
+	c.clearDoomedIn(id)
+	if err := c.store.RmdirAt(rel); err != nil {
+		return err
+	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, err := c.store.Rmdir(parent, name)
-	return err
+	c.store.RemoveDir(parent, name, id)
+	c.mu.Unlock()
+	return nil
+}
+
+// clearDoomedIn unlinks the doomed names in directory id; its lock and
+// tree held.
+func (c *Core) clearDoomedIn(id blob.ID) {
+	c.doomedMu.Lock()
+	var names []blob.Name
+	for n := range c.doomed {
+		if n.Parent == id {
+			names = append(names, n)
+		}
+	}
+	c.doomedMu.Unlock()
+	for _, n := range names {
+		c.mu.RLock()
+		rel, ok := c.store.NamePath(n.Parent, n.Name)
+		c.mu.RUnlock()
+		if ok {
+			c.clearDoomed(n, rel)
+		}
+	}
 }
 
 // Unlink removes a file's name. Delete is idempotent: a name kvfs no
 // longer holds (evicted under a stale kernel entry, or deleted by another
 // client) is already what the caller wants, and can never leave a charge
-// behind.
+// behind. The name leaves the index (and its charge the ledger) first,
+// then the store.
 func (c *Core) Unlink(parent blob.ID, name string) error {
+	unlock := c.lockDirs(parent, 0)
+	defer unlock()
+	c.tree.RLock()
+	defer c.tree.RUnlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	id, err := c.store.Unlink(parent, name)
+	id, rel, err := c.store.RemoveName(parent, name)
+	if err == nil {
+		c.ledger.Unlink(id)
+	}
+	c.mu.Unlock()
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	c.ledger.Unlink(id)
+	c.unlinkStored(rel)
 	return nil
 }
 
@@ -153,29 +224,60 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 // LMCache learns that another writer published first, so it is answered
 // only for a name that exists.
 func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
-	a, pub, err := c.link(id, parent, name)
-	if err == nil {
-		c.ledger.EndGrace(id)
-		c.publishedWhileOpen(id)
-		c.publish(pub)
+	pub, err := c.link(id, parent, name)
+	if err != nil {
+		return Attr{}, err
 	}
+	c.ledger.EndGrace(id)
+	a, err := c.Getattr(id, nil)
+	if err == nil {
+		c.publishedWhileOpen(id, a.Size)
+	}
+	c.publish(pub)
 	return a, err
 }
 
 // link links, and reports the path to publish (see publishableLocked).
-func (c *Core) link(id, parent blob.ID, name string) (Attr, []string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.store.Link(id, parent, name); err != nil {
-		return Attr{}, nil, err
+func (c *Core) link(id, parent blob.ID, name string) ([]string, error) {
+	unlock := c.lockDirs(parent, 0)
+	defer unlock()
+	c.tree.RLock()
+	defer c.tree.RUnlock()
+	at := blob.Name{Parent: parent, Name: name}
+	for try := 0; ; try++ {
+		c.mu.RLock()
+		old, rel, err := c.store.LinkPaths(id, parent, name)
+		c.mu.RUnlock()
+		if err != nil {
+			return nil, err
+		}
+		c.clearDoomed(at, rel)
+		err = c.store.LinkAt(old, rel)
+		if errors.Is(err, syscall.ENOENT) && try < 3 {
+			// The name linked from went (unlinked, renamed) after the
+			// plan: link from another, or find none.
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if err = c.store.AddLink(id, parent, name); err == nil {
+			err = c.ledger.Link(id)
+		}
+		var pub []string
+		if err == nil {
+			pub = c.publishableLocked(nil, at)
+		}
+		c.mu.Unlock()
+		if err != nil {
+			// Dropped (evicted, or its last name removed) since the
+			// plan: the new stored name goes too.
+			c.unlinkStored(rel)
+			return nil, ErrNotFound
+		}
+		return pub, nil
 	}
-	if err := c.ledger.Link(id); err != nil {
-		// Cannot happen: eviction and Link both hold mu, and the store
-		// had names for id.
-		return Attr{}, nil, ledgerErr(err)
-	}
-	a, _, err := c.fileAttrLocked(id, nil)
-	return a, c.publishableLocked(nil, blob.Name{Parent: parent, Name: name}), err
 }
 
 // Rename moves a name, atomically, with rename(2)'s flags; a file it
@@ -185,7 +287,7 @@ func (c *Core) Rename(parent blob.ID, name string, newParent blob.ID, newName st
 	if err == nil {
 		for _, id := range moved {
 			c.ledger.EndGrace(id)
-			c.publishedWhileOpen(id)
+			c.publishedWhileOpen(id, -1)
 		}
 		c.publish(pub)
 	}
@@ -196,19 +298,61 @@ func (c *Core) Rename(parent blob.ID, name string, newParent blob.ID, newName st
 // renamed one, and the other too for an exchange) and the paths to
 // publish.
 func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) (moved []blob.ID, pub []string, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	replaced, err := c.store.Rename(parent, name, newParent, newName, flags)
+	unlock := c.lockDirs(parent, newParent)
+	defer unlock()
+	c.mu.RLock()
+	e, err := c.store.Lookup(parent, name)
+	c.mu.RUnlock()
 	if err != nil {
 		return nil, nil, err
 	}
+	if e.Dir {
+		c.tree.Lock()
+		defer c.tree.Unlock()
+	} else {
+		c.tree.RLock()
+		defer c.tree.RUnlock()
+	}
+	c.mu.RLock()
+	p, err := c.store.PlanRename(parent, name, newParent, newName, flags)
+	c.mu.RUnlock()
+	if err != nil || p.Noop {
+		return nil, nil, err
+	}
+	if p.SrcDir != e.Dir {
+		return nil, nil, ErrStale
+	}
+	if p.Dst == 0 {
+		c.clearDoomed(p.To, p.New)
+	}
+	if err := c.store.RenameAt(p); err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	// The rename replaced whatever the store held at the new name.
+	c.undoom(p.To)
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		c.undoom(p.From)
+	}
+	replaced, lost := c.store.CommitRename(p)
 	if replaced != 0 {
 		c.ledger.Unlink(replaced)
 	}
-	for _, at := range []blob.Name{{Parent: newParent, Name: newName}, {Parent: parent, Name: name}} {
+	for _, at := range []blob.Name{p.To, p.From} {
 		if e, err := c.store.Lookup(at.Parent, at.Name); err == nil && !e.Dir {
 			moved = append(moved, e.ID)
 			pub = c.publishableLocked(pub, at)
+		}
+	}
+	c.mu.Unlock()
+	for _, n := range lost {
+		// An eviction dropped what was renamed after the plan: its bytes
+		// now sit under the new name, and go.
+		c.mu.RLock()
+		rel, ok := c.store.NamePath(n.Parent, n.Name)
+		c.mu.RUnlock()
+		if ok {
+			c.unlinkStored(rel)
 		}
 	}
 	return moved, pub, nil

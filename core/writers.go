@@ -1,11 +1,16 @@
 package core
 
 import (
-	"time"
+	"syscall"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/lockorder"
 	"go.uber.org/zap"
 )
+
+// marker is the lock of id's crash marker: what changes whether id is
+// marked (its count of writers and the marker's syscalls) holds it.
+func (c *Core) marker(id blob.ID) *lockorder.Mutex { return &c.markers[id%markerStripes] }
 
 // startWriting records that h may change its object, so a crash from now
 // until the matching endWriting leaves the object marked incomplete, and
@@ -14,26 +19,34 @@ import (
 // next one. The first writer of an object records the size it was
 // admitted at (see baseSize).
 func (c *Core) startWriting(h *Handle, born bool) error {
+	m := c.marker(h.id)
+	m.Lock()
+	defer m.Unlock()
 	c.writersMu.Lock()
-	defer c.writersMu.Unlock()
 	if c.cfg.Passthrough {
 		if _, ok := c.watched[h]; !ok {
 			c.watched[h] = struct{}{}
 			c.nudge()
 		}
 	}
-	if h.writing {
+	first := c.marked[h.id] == 0
+	writing := h.writing
+	c.writersMu.Unlock()
+	if writing {
 		return nil
 	}
-	if c.marked[h.id] == 0 {
-		if born {
-			c.base[h.id] = -1
-		} else {
-			if err := c.store.MarkWriting(h.file, h.id); err != nil {
-				return err
-			}
-			size, _, _ := c.ledger.Size(h.id)
-			c.base[h.id] = size
+	if first && !born {
+		// The count changes only under the marker's lock: still first.
+		if err := c.store.MarkWriting(h.file, h.id); err != nil {
+			return err
+		}
+	}
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if first {
+		c.base[h.id] = -1
+		if !born {
+			c.base[h.id], _, _ = c.ledger.Size(h.id)
 		}
 	}
 	c.marked[h.id]++
@@ -42,29 +55,41 @@ func (c *Core) startWriting(h *Handle, born bool) error {
 }
 
 // endWriting is the release of a writer: when no writer is left the
-// object is complete (last).
-func (c *Core) endWriting(h *Handle) (last bool, err error) {
+// object is complete (last), and publish, run under Core.mu with the
+// count at zero, says what to publish; then the marker goes.
+func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []string, err error) {
+	m := c.marker(h.id)
+	m.Lock()
+	defer m.Unlock()
+	c.mu.RLock()
 	c.writersMu.Lock()
-	defer c.writersMu.Unlock()
-	if !h.writing {
-		return false, nil
+	if h.writing {
+		h.writing = false
+		last = c.unmarkLocked(h.id)
 	}
-	h.writing = false
-	err = c.unmarkLocked(h.id)
-	return c.marked[h.id] == 0, err
+	c.writersMu.Unlock()
+	if last {
+		pub = publish()
+	}
+	c.mu.RUnlock()
+	if last {
+		err = c.store.ClearWriting(h.id)
+	}
+	return last, pub, err
 }
 
-// unmarkLocked ends one of id's writers (a handle or an install); the
-// last one clears the crash marker. writersMu held.
-func (c *Core) unmarkLocked(id blob.ID) error {
+// unmarkLocked ends one of id's writers (a handle or an install) and
+// says whether it was the last, whose caller clears the crash marker;
+// the marker's lock and writersMu held.
+func (c *Core) unmarkLocked(id blob.ID) (last bool) {
 	if c.marked[id]--; c.marked[id] > 0 {
-		return nil
+		return false
 	}
 	delete(c.marked, id)
 	delete(c.base, id)
 	delete(c.settled, id)
 	delete(c.early, id)
-	return c.store.ClearWriting(id)
+	return true
 }
 
 // baseSize is the size a refused writer's object goes back to: what it
@@ -128,10 +153,12 @@ func (c *Core) nudge() {
 }
 
 // pollLoop watches passthrough writers: their bytes reach the store
-// without the daemon seeing a write, so it reads their stored sizes every
-// PollInterval while any is open, and has the ledger admit the growth
-// (evicting ahead of the writer) or, past what can be admitted, charge it
-// unadmitted until the writer closes.
+// without the daemon seeing a write, so it reads their stored sizes while
+// any is open, and has the ledger admit the growth (evicting ahead of the
+// writer) or, past what can be admitted, charge it unadmitted until the
+// writer closes. It polls every PollInterval while a writer grows, backs
+// off to pollIdle times that while none does, and sleeps while no writer
+// is open; a new writer wakes it.
 func (c *Core) pollLoop() {
 	defer c.wg.Done()
 	for {
@@ -140,20 +167,40 @@ func (c *Core) pollLoop() {
 			return
 		case <-c.wake:
 		}
-		for c.Poll() > 0 {
+		every := c.cfg.PollInterval
+		for {
+			n, grew := c.poll()
+			if n == 0 {
+				break
+			}
+			if grew {
+				every = c.cfg.PollInterval
+			} else {
+				every = min(2*every, pollIdle*c.cfg.PollInterval)
+			}
 			select {
 			case <-c.done:
 				return
-			case <-time.After(c.cfg.PollInterval):
+			case <-c.wake:
+				every = c.cfg.PollInterval
+			case <-c.cfg.After(every):
 			}
 		}
 	}
 }
 
+// pollIdle bounds the poller's back-off while no watched writer grows.
+const pollIdle = 8
+
 // Poll reads every watched writer's stored size once and reports the
 // ledger's view of them; it returns how many writers are watched. Tests
 // call it to drive the poller.
 func (c *Core) Poll() int {
+	n, _ := c.poll()
+	return n
+}
+
+func (c *Core) poll() (n int, grew bool) {
 	c.writersMu.Lock()
 	watched := make([]*Handle, 0, len(c.watched))
 	for h := range c.watched {
@@ -161,27 +208,31 @@ func (c *Core) Poll() int {
 	}
 	c.writersMu.Unlock()
 	for _, h := range watched {
-		c.observeWatched(h)
+		if c.observeWatched(h) {
+			grew = true
+		}
 	}
-	return len(watched)
+	return len(watched), grew
 }
 
-// observeWatched observes a watched writer, if it still is: Release
-// unwatches it under writersMu before closing its file, so the file is
-// read only while it is open.
-func (c *Core) observeWatched(h *Handle) {
-	c.writersMu.Lock()
-	_, ok := c.watched[h]
+// observeWatched observes a watched writer, if it is still open: Release
+// marks it closed under its lock before closing its file, so the file is
+// read only while it is open. It says whether the writer grew.
+func (c *Core) observeWatched(h *Handle) bool {
+	h.mu.Lock()
 	var size int64
-	var err error
-	if ok {
+	var err error = syscall.EBADF
+	if !h.closed {
 		size, err = h.size()
 	}
-	c.writersMu.Unlock()
-	if ok && err == nil {
-		c.observed(h.id, size)
-		c.remarkIfGrown(h, size)
+	h.mu.Unlock()
+	if err != nil {
+		return false
 	}
+	known, _, _ := c.ledger.Size(h.id)
+	c.observed(h.id, size)
+	c.remarkIfGrown(h, size)
+	return size > known
 }
 
 // The publish step (a link or rename to an object) is its client saying
@@ -195,40 +246,60 @@ func (c *Core) observeWatched(h *Handle) {
 // (remarkIfGrown).
 
 // publishedWhileOpen clears the marker of an object being written that
-// its last close settled at the size it now has; no lock held.
-func (c *Core) publishedWhileOpen(id blob.ID) {
+// its last close settled at the size it now has (size; -1: read it); no
+// lock held.
+func (c *Core) publishedWhileOpen(id blob.ID, size int64) {
 	c.writersMu.Lock()
 	settled, ok := c.settled[id]
 	c.writersMu.Unlock()
 	if !ok {
 		return
 	}
-	c.mu.RLock()
-	st, err := c.store.Stat(id)
-	c.mu.RUnlock()
-	if err != nil || st.Size != settled {
+	if size < 0 {
+		c.mu.RLock()
+		st, err := c.store.Stat(id)
+		c.mu.RUnlock()
+		if err != nil {
+			return
+		}
+		size = st.Size
+	}
+	if size != settled {
 		return
 	}
+	m := c.marker(id)
+	m.Lock()
+	defer m.Unlock()
 	c.writersMu.Lock()
-	defer c.writersMu.Unlock()
-	if c.marked[id] > 0 && c.settled[id] == settled && !c.early[id] {
-		if err := c.store.ClearWriting(id); err == nil {
-			c.early[id] = true
-		}
+	clear := c.marked[id] > 0 && c.settled[id] == settled && !c.early[id]
+	c.writersMu.Unlock()
+	if clear && c.store.ClearWriting(id) == nil {
+		c.writersMu.Lock()
+		c.early[id] = true
+		c.writersMu.Unlock()
 	}
 }
 
 // remarkIfGrown marks again an object published while open that a
 // writer grew since.
 func (c *Core) remarkIfGrown(h *Handle, size int64) {
+	m := c.marker(h.id)
+	m.Lock()
+	defer m.Unlock()
 	c.writersMu.Lock()
-	defer c.writersMu.Unlock()
 	// Only growth: a size read before the last close settled is older,
 	// not new.
-	if c.early[h.id] && size > c.settled[h.id] && h.writing {
-		if c.store.MarkWriting(h.file, h.id) == nil {
-			delete(c.early, h.id)
-		}
+	remark := c.early[h.id] && size > c.settled[h.id] && h.writing
+	c.writersMu.Unlock()
+	if !remark {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed && c.store.MarkWriting(h.file, h.id) == nil {
+		c.writersMu.Lock()
+		delete(c.early, h.id)
+		c.writersMu.Unlock()
 	}
 }
 

@@ -1,0 +1,227 @@
+package blob
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Changes in phases. An owner that lets changes in different directories
+// run at once makes each one in three steps: it plans the change from
+// the index (the ...Path and Plan... methods, under its lock, shared),
+// makes it in the store directory (the ...At methods, which never touch
+// the index and so need no lock of the owner's), and commits it to the
+// index (the Add..., Remove... and Commit... methods, under its lock,
+// exclusively, with no syscall). Between plan and commit the owner keeps
+// every other change of the same names out (package core orders them
+// per directory, as the kernel does). The one-call methods (Create,
+// Link, Unlink, Rename, Mkdir, Rmdir, Drop) run the three steps in a
+// row, for owners that serialise everything.
+
+// FreePath is the path, relative to data/, of name in parent, which the
+// index must not hold yet (EEXIST; ErrNotFound: no such directory).
+func (s *Store) FreePath(parent ID, name string) (string, error) {
+	if _, err := s.freeName(parent, name); err != nil {
+		return "", err
+	}
+	return s.childPath(parent, name), nil
+}
+
+// CreateAt makes a new empty file id at rel, exclusively, and opens it
+// read-write; it returns the new file's attributes. The file is born
+// under writing/ and only then linked to its name, so a crash at any
+// point leaves it marked incomplete until its writer finishes
+// (ClearWriting).
+func (s *Store) CreateAt(rel string, id ID, mode uint32, who Owner) (*os.File, unix.Stat_t, error) {
+	s.changes.Add(1)
+	var st unix.Stat_t
+	f, err := s.CreateDetached(id, mode)
+	if err != nil {
+		return nil, st, err
+	}
+	if who.UID >= 0 {
+		f.Chown(who.UID, who.GID)
+	}
+	// The attributes after the chown, for the reply; the inode number
+	// for the index (0 if this fails).
+	unix.Fstat(int(f.Fd()), &st)
+	if err := s.linkMarkedAt("create", rel, id); err != nil {
+		unix.Unlinkat(int(s.writing.Fd()), writingName(id), 0)
+		f.Close()
+		return nil, st, err
+	}
+	return f, st, nil
+}
+
+// linkMarkedAt gives the file marked under writing/ as id the name rel;
+// op names the failure.
+func (s *Store) linkMarkedAt(op, rel string, id ID) error {
+	wfd, wname := int(s.writing.Fd()), writingName(id)
+	err := s.at(rel, func(dirfd int, name string) error { return unix.Linkat(wfd, wname, dirfd, name, 0) })
+	if err != nil {
+		return &os.PathError{Op: op, Path: rel, Err: underlying(err)}
+	}
+	return nil
+}
+
+// AddFile indexes a new file id, stored inode ino (0: not known), as
+// name in parent.
+func (s *Store) AddFile(parent ID, name string, id ID, ino uint64) error {
+	d, err := s.freeName(parent, name)
+	if err != nil {
+		return err
+	}
+	d.kids[name] = id
+	s.files[id] = &file{links: []Name{{d.id, name}}, ino: ino}
+	return nil
+}
+
+// LinkPaths plans a link of file id as name in parent: the path of a
+// name it has, and the new one's.
+func (s *Store) LinkPaths(id, parent ID, name string) (old, rel string, err error) {
+	f, ok := s.files[id]
+	if !ok || len(f.links) == 0 {
+		return "", "", ErrNotFound
+	}
+	if rel, err = s.FreePath(parent, name); err != nil {
+		return "", "", err
+	}
+	return s.childPath(f.links[0].Parent, f.links[0].Name), rel, nil
+}
+
+// LinkAt links the stored file at old to rel.
+func (s *Store) LinkAt(old, rel string) error {
+	s.changes.Add(1)
+	err := s.at2(old, rel, func(da int, na string, db int, nb string) error {
+		return unix.Linkat(da, na, db, nb, 0)
+	})
+	if err != nil {
+		return &os.PathError{Op: "link", Path: rel, Err: underlying(err)}
+	}
+	return nil
+}
+
+// AddLink indexes another name of file id (ErrNotFound: id has no name
+// left in the index).
+func (s *Store) AddLink(id, parent ID, name string) error {
+	f, ok := s.files[id]
+	if !ok || len(f.links) == 0 {
+		return ErrNotFound
+	}
+	d, err := s.freeName(parent, name)
+	if err != nil {
+		return err
+	}
+	d.kids[name] = id
+	f.links = append(f.links, Name{parent, name})
+	return nil
+}
+
+// RemoveName takes a file's name out of the index and returns the file
+// and the name's path; the stored name stays for UnlinkAt.
+func (s *Store) RemoveName(parent ID, name string) (ID, string, error) {
+	d, id, err := s.child(parent, name)
+	if err != nil {
+		return 0, "", err
+	}
+	if _, isDir := s.dirs[id]; isDir {
+		return 0, "", unix.EISDIR
+	}
+	rel := s.childPath(parent, name)
+	s.dropName(id, d, name)
+	return id, rel, nil
+}
+
+// UnlinkAt removes the stored name rel; one already gone is not an
+// error.
+func (s *Store) UnlinkAt(rel string) error {
+	s.changes.Add(1)
+	if err := s.unlinkAt(rel, 0); err != nil {
+		return &os.PathError{Op: "unlink", Path: rel, Err: err}
+	}
+	return nil
+}
+
+// Forget takes every name of file id out of the index and returns them;
+// the stored names stay for UnlinkAt.
+func (s *Store) Forget(id ID) []Name {
+	f, ok := s.files[id]
+	if !ok {
+		return nil
+	}
+	names := append([]Name(nil), f.links...)
+	for _, n := range names {
+		s.dropName(id, s.dirs[n.Parent], n.Name)
+	}
+	return names
+}
+
+// MkdirAt makes the stored directory rel.
+func (s *Store) MkdirAt(rel string, mode uint32, who Owner) error {
+	s.changes.Add(1)
+	err := s.at(rel, func(dirfd int, name string) error {
+		if err := unix.Mkdirat(dirfd, name, mode); err != nil {
+			return err
+		}
+		if who.UID >= 0 {
+			unix.Fchownat(dirfd, name, who.UID, who.GID, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		return nil
+	})
+	if err != nil {
+		return &os.PathError{Op: "mkdir", Path: rel, Err: underlying(err)}
+	}
+	return nil
+}
+
+// AddDir indexes a new directory name in parent and returns its ID.
+func (s *Store) AddDir(parent ID, name string) (ID, error) {
+	d, err := s.freeName(parent, name)
+	if err != nil {
+		return 0, err
+	}
+	id := s.NewID()
+	d.kids[name] = id
+	s.dirs[id] = &dir{id: id, parent: d, name: name, kids: map[string]ID{}}
+	return id, nil
+}
+
+// RmdirPath plans the removal of directory name in parent: its ID and
+// path, if it is an empty directory.
+func (s *Store) RmdirPath(parent ID, name string) (ID, string, error) {
+	_, id, err := s.child(parent, name)
+	if err != nil {
+		return 0, "", err
+	}
+	child, isDir := s.dirs[id]
+	if !isDir {
+		return 0, "", unix.ENOTDIR
+	}
+	if len(child.kids) > 0 {
+		return 0, "", unix.ENOTEMPTY
+	}
+	return id, s.childPath(parent, name), nil
+}
+
+// RmdirAt removes the stored, empty directory rel.
+func (s *Store) RmdirAt(rel string) error {
+	s.changes.Add(1)
+	if err := s.unlinkAt(rel, unix.AT_REMOVEDIR); err != nil {
+		return &os.PathError{Op: "rmdir", Path: rel, Err: err}
+	}
+	return nil
+}
+
+// RemoveDir takes directory id, named name in parent, out of the index.
+func (s *Store) RemoveDir(parent ID, name string, id ID) {
+	if d, ok := s.dirs[parent]; ok && d.kids[name] == id {
+		delete(d.kids, name)
+	}
+	delete(s.dirs, id)
+}
+
+// IsDir says whether id is a directory of the index.
+func (s *Store) IsDir(id ID) bool {
+	_, ok := s.dirs[id]
+	return ok
+}
