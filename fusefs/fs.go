@@ -8,7 +8,6 @@ package fusefs
 
 import (
 	"context"
-	"encoding/json"
 	"runtime/debug"
 	"sync"
 
@@ -36,6 +35,10 @@ type Config struct {
 	// misses are looked up there and installed at open (see remoteNode).
 	// Its owner closes it after the server stops.
 	Remote *remote.Tier
+	// Stats is what the root's StatsXattr holds: the mount's figures as
+	// JSON, gathered where the parts are wired (package mount); nil: the
+	// root has no such attribute.
+	Stats func() ([]byte, error)
 }
 
 // FS is one mounted kvfs: the core, and the kernel-facing bookkeeping
@@ -103,39 +106,9 @@ func (f *FS) Close() {
 	f.wg.Wait()
 }
 
-// Stats is what `kvfs stats` reports: the core's figures, and the RAM
-// tier's counters when there is one.
-type Stats struct {
-	core.Stats
-	RAMCache *ramcache.Stats `json:"ram_cache,omitempty"`
-	// FuseRequests counts the requests answered so far by type (see
-	// Instrument; a request still being answered is not in it).
-	FuseRequests map[string]int64 `json:"fuse_requests,omitempty"`
-	// RemoteStats, with a remote tier, adds its remote_* figures.
-	*RemoteStats
-}
-
-// RemoteStats are the remote tier's figures (flat remote_* fields).
-type RemoteStats = remote.Stats
-
-// Stats is a snapshot of the core, the RAM tier and the remote tier.
-func (f *FS) Stats() Stats {
-	st := Stats{Stats: f.core.Stats(), FuseRequests: f.reqs.counts()}
-	if f.ram != nil {
-		r := f.ram.Stats()
-		st.RAMCache = &r
-	}
-	if f.remote != nil {
-		r := f.remote.Stats()
-		st.RemoteStats = &r
-	}
-	return st
-}
-
-func (f *FS) statsJSON() []byte {
-	data, _ := json.Marshal(f.Stats())
-	return data
-}
+// Requests counts the requests answered so far by type (see
+// Instrument; a request still being answered is not in it).
+func (f *FS) Requests() map[string]int64 { return f.reqs.counts() }
 
 // Dropped tells the kernel and the RAM tier about an object whose names
 // the core dropped. The core calls it without locks held.

@@ -22,8 +22,8 @@ type dirNode struct {
 	id blob.ID
 }
 
-// StatsXattr is the root's extended attribute that holds the core's
-// figures as JSON; `kvfs stats` reads it.
+// StatsXattr is the root's extended attribute that holds the mount's
+// figures as JSON (Config.Stats); `kvfs stats` reads it.
 const StatsXattr = "user.kvfs.stats"
 
 // WritesXattr is every directory's extended attribute that says how
@@ -144,8 +144,12 @@ func (n *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 
 func (n *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	switch {
-	case n.id == blob.RootID && attr == StatsXattr:
-		return n.fs.copyXattr(n.fs.statsJSON(), dest)
+	case n.id == blob.RootID && attr == StatsXattr && n.fs.cfg.Stats != nil:
+		data, err := n.fs.cfg.Stats()
+		if err != nil {
+			return 0, n.fs.errno("getxattr", err)
+		}
+		return n.fs.copyXattr(data, dest)
 	case attr == WritesXattr:
 		return n.fs.copyXattr([]byte(n.fs.writes()), dest)
 	}

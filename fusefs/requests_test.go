@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/internal/stats"
 )
 
 // notRequests are the RawFileSystem methods that are no FUSE request.
@@ -18,8 +19,8 @@ var notRequests = map[string]bool{"String": true, "SetDebug": true, "Init": true
 func TestInstrumentCountsEveryRequest(t *testing.T) {
 	var f FS
 	var mu sync.Mutex
-	timed := map[Op]int{}
-	raw := f.Instrument(fuse.NewDefaultRawFileSystem(), func(op Op, took time.Duration) {
+	timed := map[stats.Op]int{}
+	raw := f.Instrument(fuse.NewDefaultRawFileSystem(), func(op stats.Op, took time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
 		if took < 0 {
@@ -47,8 +48,8 @@ func TestInstrumentCountsEveryRequest(t *testing.T) {
 			seen[op] = true
 		}
 	}
-	if len(seen) != int(NumOps) {
-		t.Errorf("%d request types counted, want all %d", len(seen), NumOps)
+	if len(seen) != int(stats.NumOps) {
+		t.Errorf("%d request types counted, want all %d", len(seen), stats.NumOps)
 	}
 	for op, n := range f.reqs.counts() {
 		if want := map[bool]int{true: 2, false: 1}[op == "WRITE"]; int(n) != want || timedOf(timed, op) != want {
@@ -86,7 +87,7 @@ func movedOp(t *testing.T, before, after map[string]int64) (string, bool) {
 	return moved[0], true
 }
 
-func timedOf(timed map[Op]int, name string) int {
+func timedOf(timed map[stats.Op]int, name string) int {
 	for op, n := range timed {
 		if op.String() == name {
 			return n

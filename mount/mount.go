@@ -130,7 +130,8 @@ func (m *Mount) load(store *blob.Store) error {
 		c.Close()
 		return err
 	}
-	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), RAM: m.ram, Logger: m.log.Named("fusefs"), Remote: m.tier})
+	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), RAM: m.ram, Logger: m.log.Named("fusefs"),
+		Remote: m.tier, Stats: m.statsJSON})
 	c.Start(m.dropped)
 	return nil
 }
@@ -255,9 +256,6 @@ func (m *Mount) PassthroughActive() bool {
 // RAMWait waits until the RAM tier has applied the copies offered to
 // it; tests use it.
 func (m *Mount) RAMWait() { m.ram.Wait() }
-
-// Stats is the ledger's snapshot, and the RAM tier's counters.
-func (m *Mount) Stats() fusefs.Stats { return m.fs.Stats() }
 
 // Wait serves until the file system is unmounted, then saves the
 // snapshot and releases the store.

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/core"
-	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/stats"
 )
 
 // Observer is told what happens as it happens: every object whose names
@@ -13,7 +13,7 @@ import (
 // from many goroutines: quick, and safe for concurrent use.
 type Observer interface {
 	Dropped(core.Drop)
-	Request(op fusefs.Op, took time.Duration)
+	Request(op stats.Op, took time.Duration)
 }
 
 // dropped hands a dropped object to the file system (kernel notices,
@@ -27,7 +27,7 @@ func (m *Mount) dropped(d core.Drop) {
 
 // requestTimer is what times FUSE requests: nothing without an observer
 // (they are still counted).
-func (m *Mount) requestTimer() func(fusefs.Op, time.Duration) {
+func (m *Mount) requestTimer() func(stats.Op, time.Duration) {
 	if m.Observer == nil {
 		return nil
 	}

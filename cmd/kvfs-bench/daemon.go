@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/stats"
 	"golang.org/x/sys/unix"
 )
 
@@ -179,8 +179,8 @@ func (d *daemon) rssBytes() int64 {
 }
 
 // stats runs `kvfs stats --json` against the mount.
-func (d *daemon) stats() (fusefs.Stats, error) {
-	var st fusefs.Stats
+func (d *daemon) stats() (stats.Snapshot, error) {
+	var st stats.Snapshot
 	out, err := exec.Command(d.bin, "stats", "--json", d.mp).Output()
 	if err != nil {
 		return st, fmt.Errorf("kvfs stats %s: %w", d.mp, err)

@@ -16,6 +16,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -70,26 +71,43 @@ type helperMountOpts struct {
 	log               string   // the daemon's output; empty: /dev/null
 }
 
-// valueOpts and boolOpts are the kvfs mount flags an -o option may set,
-// written with '-' or '_'.
-var (
-	valueOpts = map[string]bool{"capacity": true, "grace": true, "wait-limit": true, "cache-timeout": true,
-		"audit-interval": true, "ram-cache": true, "request-timeout": true, "log-level": true,
-		"metrics-addr": true, "progress-interval": true, "write-reserve": true, "checkpoint-interval": true,
-		"remote": true, "remote-endpoint": true, "remote-region": true, "remote-timeout": true,
-		"remote-negative-ttl": true, "remote-positive-ttl": true, "remote-queue": true, "remote-uploaders": true,
-		"remote-breaker-failures": true, "remote-breaker-cooldown": true, "remote-exclude": true}
-	boolOpts = map[string]bool{"allow-other": true, "no-passthrough": true, "debug-fuse": true, "strict-capacity": true}
-	// vfsOpts are generic mount options: the per-mount flag each sets
-	// (applied after mounting), or 0 for those accepted with no effect.
-	// kvfs always mounts nosuid,nodev; dev and suid (which mount.fuse3
-	// adds by default) do not change that. kvfs keeps its own access
-	// order, so atime options only change what stat shows.
-	vfsOpts = map[string]uintptr{"rw": 0, "ro": unix.MS_RDONLY, "dev": 0, "nodev": 0, "suid": 0, "nosuid": 0,
-		"exec": 0, "noexec": unix.MS_NOEXEC, "async": 0, "defaults": 0, "relatime": 0, "atime": 0,
-		"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "strictatime": unix.MS_STRICTATIME,
-		"auto": 0, "noauto": 0, "user": 0, "nouser": 0, "users": 0, "_netdev": 0, "nofail": 0}
-)
+// notOptions are the `kvfs mount` flags no -o option sets, and why.
+var notOptions = map[string]string{
+	"store":             "the helper form's first argument is the store",
+	"cpuprofile":        "profiles are for a daemon run by hand",
+	"remote-access-key": "fstab and the mount's options are readable by all: credentials come from ~/.aws/credentials or the instance role",
+	"remote-secret-key": "the same",
+}
+
+// mountOptions are the kvfs mount flags an -o option may set, written
+// with '-' or '_', each with whether it takes a value (a bool flag does
+// not): every flag of `kvfs mount` but notOptions.
+var mountOptions = optionsOf(newMountFlags().fs)
+
+func optionsOf(fs *flag.FlagSet) map[string]bool {
+	out := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, no := notOptions[f.Name]; !no {
+			out[f.Name] = !isBoolFlag(f)
+		}
+	})
+	return out
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// vfsOpts are generic mount options: the per-mount flag each sets
+// (applied after mounting), or 0 for those accepted with no effect.
+// kvfs always mounts nosuid,nodev; dev and suid (which mount.fuse3
+// adds by default) do not change that. kvfs keeps its own access
+// order, so atime options only change what stat shows.
+var vfsOpts = map[string]uintptr{"rw": 0, "ro": unix.MS_RDONLY, "dev": 0, "nodev": 0, "suid": 0, "nosuid": 0,
+	"exec": 0, "noexec": unix.MS_NOEXEC, "async": 0, "defaults": 0, "relatime": 0, "atime": 0,
+	"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "strictatime": unix.MS_STRICTATIME,
+	"auto": 0, "noauto": 0, "user": 0, "nouser": 0, "users": 0, "_netdev": 0, "nofail": 0}
 
 func parseHelper(args []string) (*helperMountOpts, error) {
 	store, err := filepath.Abs(strings.TrimPrefix(args[0], "kvfs#"))
@@ -110,18 +128,19 @@ func parseHelper(args []string) (*helperMountOpts, error) {
 func (h *helperMountOpts) option(o string) error {
 	key, val, hasVal := strings.Cut(o, "=")
 	name := strings.ReplaceAll(key, "_", "-")
+	takesValue, isFlag := mountOptions[name]
 	switch {
 	case o == "" || strings.HasPrefix(o, "x-") || strings.HasPrefix(o, "X-") || key == "comment":
 		return nil
-	case valueOpts[name] && hasVal && val != "":
+	case isFlag && takesValue && hasVal && val != "":
 		h.flags = append(h.flags, "--"+name, val)
-	case boolOpts[name] && !hasVal:
+	case isFlag && !takesValue && !hasVal:
 		h.flags = append(h.flags, "--"+name)
 	case key == "log" && hasVal && filepath.IsAbs(val):
 		h.log = val
 	case !hasVal && isVFSOpt(key):
 		h.msFlags |= vfsOpts[key]
-	case valueOpts[name], boolOpts[name], key == "log":
+	case isFlag, key == "log":
 		return fmt.Errorf("mount option %q: want %s", o, optionForm(name))
 	default:
 		return fmt.Errorf("unknown mount option %q (kvfs takes %s, log=, ro, noexec)", o, kvfsOptions())
@@ -134,11 +153,12 @@ func isVFSOpt(key string) bool { _, ok := vfsOpts[key]; return ok }
 // kvfsOptions lists the options that set kvfs flags, as fstab spells them.
 func kvfsOptions() string {
 	var names []string
-	for k := range valueOpts {
-		names = append(names, strings.ReplaceAll(k, "-", "_")+"=")
-	}
-	for k := range boolOpts {
-		names = append(names, strings.ReplaceAll(k, "-", "_"))
+	for k, takesValue := range mountOptions {
+		o := strings.ReplaceAll(k, "-", "_")
+		if takesValue {
+			o += "="
+		}
+		names = append(names, o)
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
@@ -146,10 +166,10 @@ func kvfsOptions() string {
 
 func optionForm(name string) string {
 	switch {
-	case boolOpts[name]:
-		return name + " without a value"
 	case name == "log":
 		return "log=/absolute/path"
+	case !mountOptions[name]:
+		return name + " without a value"
 	}
 	return name + "=VALUE"
 }

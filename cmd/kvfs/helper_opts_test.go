@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"slices"
 	"strings"
@@ -22,7 +23,10 @@ func TestHelperOptionsMapToFlags(t *testing.T) {
 		t.Fatalf("flags %q, want %q", h.flags, want)
 	}
 	_, err = parseHelper([]string{"/s", "/m", "-o", "rw,bogus"})
-	for name := range valueOpts {
+	for name, takesValue := range mountOptions {
+		if !takesValue {
+			continue
+		}
 		if err == nil || !strings.Contains(err.Error(), strings.ReplaceAll(name, "-", "_")+"=") {
 			t.Errorf("refusal %v does not list %s", err, name)
 		}
@@ -41,4 +45,32 @@ func TestReadmeDocumentsHelperOptions(t *testing.T) {
 			t.Errorf("README.md does not document the mount option %s", o)
 		}
 	}
+}
+
+// TestEveryMountFlagIsAnOption: the -o options are the flags of `kvfs
+// mount` (a value flag takes name=VALUE, a bool flag the bare name), less
+// notOptions, each of which is still a flag.
+func TestEveryMountFlagIsAnOption(t *testing.T) {
+	fs := newMountFlags().fs
+	for name, why := range notOptions {
+		if fs.Lookup(name) == nil {
+			t.Errorf("notOptions names %s (%s), which kvfs mount no longer has", name, why)
+		}
+		if _, ok := mountOptions[name]; ok {
+			t.Errorf("%s is an option though notOptions says %s", name, why)
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		takesValue, ok := mountOptions[f.Name]
+		if _, no := notOptions[f.Name]; !ok && !no {
+			t.Errorf("kvfs mount --%s is no -o option", f.Name)
+		}
+		o := f.Name
+		if takesValue {
+			o += "=1"
+		}
+		if h, err := parseHelper([]string{"/s", "/m", "-o", "rw," + o}); ok && (err != nil || h.flags[0] != "--"+f.Name) {
+			t.Errorf("-o %s: %v, %v", o, h, err)
+		}
+	})
 }

@@ -6,15 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"slices"
 	"text/tabwriter"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/stats"
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"golang.org/x/sys/unix"
 )
@@ -45,52 +44,17 @@ func cmdStats(args []string, stdout io.Writer) error {
 	if *asJSON {
 		return printJSON(stdout, st)
 	}
-	type kv struct {
-		k string
-		v int64
-	}
-	rows := []kv{
-		{"capacity_bytes", st.CapacityBytes}, {"used_bytes", st.UsedBytes},
-		{"objects", st.Objects}, {"pinned_objects", st.PinnedObjects},
-		{"pinned_bytes", st.PinnedBytes}, {"shadow_bytes", st.ShadowBytes},
-		{"evictions", st.Evictions}, {"evicted_bytes", st.EvictedBytes},
-		{"admission_failures", st.AdmissionFailures}, {"reconciliations", st.Reconciliations},
-		{"reserved_bytes", st.ReservedBytes}, {"unadmitted_bytes", st.UnadmittedBytes},
-		{"overshoot_max_bytes", st.OvershootMaxBytes}, {"lookups_hit", st.LookupHits},
-		{"lookups_miss", st.LookupMisses}, {"stores", st.Stores}, {"loads", st.Loads},
-	}
-	if r := st.RAMCache; r != nil {
-		rows = append(rows, kv{"ram_cache.capacity_bytes", r.CapacityBytes}, kv{"ram_cache.bytes", r.Bytes},
-			kv{"ram_cache.hits", r.Hits}, kv{"ram_cache.misses", r.Misses}, kv{"ram_cache.fills", r.Fills},
-			kv{"ram_cache.drops", r.Drops}, kv{"ram_cache.stale", r.Stale})
-	}
-	for _, op := range slices.Sorted(maps.Keys(st.FuseRequests)) {
-		rows = append(rows, kv{"fuse_requests." + op, st.FuseRequests[op]})
-	}
-	if r := st.RemoteStats; r != nil {
-		rows = append(rows, kv{"remote_hits", r.Hits}, kv{"remote_misses", r.Misses}, kv{"remote_heads", r.Heads},
-			kv{"remote_fetches", r.Fetches}, kv{"remote_fetched_bytes", r.FetchedBytes}, kv{"remote_corrupt", r.Corrupt},
-			kv{"remote_uploads", r.Uploads}, kv{"remote_uploaded_bytes", r.UploadedBytes},
-			kv{"remote_upload_already_present", r.AlreadyPresent}, kv{"remote_upload_failures", r.UploadFailures},
-			kv{"remote_upload_dropped", r.UploadDropped}, kv{"remote_upload_skipped", r.UploadSkipped},
-			kv{"remote_rejected", r.Rejected}, kv{"remote_upload_reads", r.UploadReads},
-			kv{"remote_upload_changed", r.UploadChanged}, kv{"remote_deletes", r.Deletes},
-			kv{"remote_delete_requests", r.DeleteRequests}, kv{"remote_queue_depth", r.QueueDepth})
-	}
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%d\n", r.k, r.v)
-	}
-	if r := st.RemoteStats; r != nil {
-		fmt.Fprintf(w, "remote_breaker_state\t%s\n", r.BreakerState)
+	for _, r := range st.Rows() {
+		fmt.Fprintf(w, "%s\t%s\n", r.Name, r.Value)
 	}
 	return w.Flush()
 }
 
-// readStats asks a live mount for its ledger (and RAM tier) through the
-// root's stats extended attribute.
-func readStats(mp string) (fusefs.Stats, error) {
-	var st fusefs.Stats
+// readStats asks a live mount for its figures through the root's stats
+// extended attribute.
+func readStats(mp string) (stats.Snapshot, error) {
+	var st stats.Snapshot
 	b, err := statsJSON(mp)
 	if err != nil {
 		return st, err

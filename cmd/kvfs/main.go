@@ -15,7 +15,6 @@ import (
 
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"github.com/kvfs/kvfs/mount"
-	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -143,53 +142,34 @@ func newLogger(level string) (*zap.Logger, error) {
 }
 
 func cmdMount(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("mount", flag.ContinueOnError)
-	var o mount.Options
-	fs.StringVar(&o.Store, "store", "", "store directory (default: MOUNTPOINT.kvfs-store beside the mount point)")
-	fs.Var(sizeFlag{&o.Capacity}, "capacity", "capacity, like 64GiB (default: 90% of the store's free space)")
-	fs.DurationVar(&o.Grace, "grace", mount.DefaultGrace, "how long a just-closed object is safe from eviction")
-	fs.DurationVar(&o.WaitLimit, "wait-limit", mount.DefaultWaitLimit, "how long a write waits for space before ENOSPC (0: not at all)")
-	fs.Var(sizeFlag{&o.WriteReserve}, "write-reserve", "the least space a writer is admitted when it opens, like 64MiB (default 0: the largest recently stored object)")
-	fs.BoolVar(&o.StrictCapacity, "strict-capacity", false, "pass every written byte through the daemon, so used never exceeds the capacity even for a moment (slower)")
-	fs.DurationVar(&o.CacheTimeout, "cache-timeout", mount.DefaultCacheTimeout, "kernel name and attribute cache timeout")
-	fs.DurationVar(&o.AuditInterval, "audit-interval", mount.DefaultAuditInterval, "how often to walk the store for changes made behind kvfs's back (0: never)")
-	fs.DurationVar(&o.CheckpointInterval, "checkpoint-interval", mount.DefaultCheckpointInterval, "how often, while the store changes, to checkpoint the index so a restart after a crash is fast (0: only at a clean stop)")
-	fs.Var(sizeFlag{&o.RAMCache}, "ram-cache", "keep copies of objects plain reads load in this much RAM, like 4GiB (default 0: none; passthrough reads never need it)")
-	fs.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the mounter in")
-	fs.DurationVar(&o.RequestTimeout, "request-timeout", 0, "abort the FUSE connection when a request goes unanswered this long, like 60s (0: never; this mount only, Linux 6.14+)")
-	noPassthrough := fs.Bool("no-passthrough", false, "serve reads and writes through the daemon even where FUSE passthrough works")
-	fs.BoolVar(&o.DebugFUSE, "debug-fuse", false, "log every FUSE request")
-	level := fs.String("log-level", "info", "debug, info, warn or error")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the daemon to this file")
-	extra := mountExtraFlags(fs)
-	var rc remote.Config
-	rc.RegisterFlags(fs)
-	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
+	mf := newMountFlags()
+	rest, err := parse(mf.fs, args, 1, "one MOUNTPOINT")
 	if err != nil {
 		return err
 	}
-	if err := explicitZero(fs, "capacity"); err != nil {
+	if err := explicitZero(mf.fs, "capacity"); err != nil {
 		return err
 	}
-	if o.Remote, err = remoteConfig(fs, &rc); err != nil {
+	o := mf.opts
+	if o.Remote, err = remoteConfig(mf.fs, &mf.remote); err != nil {
 		return err
 	}
 	o.Mountpoint = rest[0]
-	o.Passthrough = !*noPassthrough
-	log, err := newLogger(*level)
+	o.Passthrough = !mf.noPassthrough
+	log, err := newLogger(mf.logLevel)
 	if err != nil {
 		return err
 	}
 	defer log.Sync()
 	o.Logger = log.Named("mount")
 	mount.ShedQuotaExemption(o, o.Logger)
-	x, err := extra.start(&o, log)
+	x, err := mf.extra.start(&o, log)
 	if err != nil {
 		return err
 	}
 	defer x.close()
-	if *cpuProfile != "" {
-		stop, err := startProfile(*cpuProfile)
+	if mf.cpuProfile != "" {
+		stop, err := startProfile(mf.cpuProfile)
 		if err != nil {
 			return err
 		}

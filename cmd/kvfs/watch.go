@@ -7,27 +7,23 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/progress"
+	"github.com/kvfs/kvfs/internal/stats"
 )
 
 // sample is one reading of a mount's stats: what `kvfs stats --json`
-// prints, plus counters a daemon may add. Those are pointers so that a
-// daemon without them shows nothing rather than zeros.
+// prints, and when. A figure an older daemon does not report is absent
+// from it and shown nowhere, rather than as zero.
 type sample struct {
-	fusefs.Stats
-	Stores      *int64 `json:"stores"`       // objects stored (writers closed)
-	Loads       *int64 `json:"loads"`        // objects opened for reading
-	LookupsHit  *int64 `json:"lookups_hit"`  // lookups of a name that found an object
-	LookupsMiss *int64 `json:"lookups_miss"` // lookups of a name that found none
-	at          time.Time
+	stats.Snapshot
+	at time.Time
 }
 
 func readSample(mp string) (sample, error) {
 	s := sample{at: time.Now()}
 	b, err := statsJSON(mp)
 	if err == nil {
-		err = json.Unmarshal(b, &s)
+		err = json.Unmarshal(b, &s.Snapshot)
 	}
 	return s, err
 }
@@ -58,85 +54,72 @@ func watchStats(mp string, interval time.Duration, count int, stdout io.Writer) 
 	return nil
 }
 
-// rates are per-second changes between two readings; a rate whose
-// counter the daemon does not expose is absent.
-type rates struct {
-	stores, loads, evictions, evictedBytes, enospc *float64
-	hit                                            *float64 // ratio of lookups that hit, over the interval
-}
+// columns are the figures --watch shows (stats.Field.Watch).
+var columns = watchColumns()
 
-func rateOf(prev, cur sample) rates {
-	secs := max(cur.at.Sub(prev.at).Seconds(), 1e-3)
-	per := func(a, b int64) *float64 { v := float64(b-a) / secs; return &v }
-	opt := func(a, b *int64) *float64 {
-		if a == nil || b == nil {
-			return nil
+func watchColumns() []stats.Field {
+	var out []stats.Field
+	for _, f := range stats.Fields {
+		if f.Watch != "" {
+			out = append(out, f)
 		}
-		return per(*a, *b)
 	}
-	return rates{
-		stores: opt(prev.Stores, cur.Stores), loads: opt(prev.Loads, cur.Loads),
-		evictions:    per(prev.Evictions, cur.Evictions),
-		evictedBytes: per(prev.EvictedBytes, cur.EvictedBytes),
-		enospc:       per(prev.AdmissionFailures, cur.AdmissionFailures),
-		hit:          hitRatio(delta(prev.LookupsHit, cur.LookupsHit), delta(prev.LookupsMiss, cur.LookupsMiss)),
-	}
+	return out
 }
 
-func delta(a, b *int64) *int64 {
-	if a == nil || b == nil {
-		return nil
+// perSecond is f's change per second from prev to cur, if both have it and
+// it is a counter.
+func perSecond(f stats.Field, prev, cur *sample) (float64, bool) {
+	a, okA := f.Int(&prev.Snapshot)
+	b, okB := f.Int(&cur.Snapshot)
+	if f.Kind != stats.Counter || !okA || !okB {
+		return 0, false
 	}
-	d := *b - *a
-	return &d
+	return float64(b-a) / seconds(prev, cur), true
 }
 
-// totalHit is the hit ratio since the mount started, if known.
-func totalHit(s sample) *float64 { return hitRatio(s.LookupsHit, s.LookupsMiss) }
+func seconds(prev, cur *sample) float64 { return max(cur.at.Sub(prev.at).Seconds(), 1e-3) }
 
-// hitRatio is hits/(hits+misses), if both are known and any happened.
-func hitRatio(hits, misses *int64) *float64 {
-	if hits == nil || misses == nil || *hits+*misses == 0 {
-		return nil
+// hitRatio is the share of lookups that hit from prev to cur (prev nil:
+// since the mount started), if the daemon reports lookups and any
+// happened.
+func hitRatio(prev, cur *sample) (float64, bool) {
+	hits, okH := stats.LookupHits.Int(&cur.Snapshot)
+	misses, okM := stats.LookupMisses.Int(&cur.Snapshot)
+	if prev != nil {
+		h0, okH0 := stats.LookupHits.Int(&prev.Snapshot)
+		m0, okM0 := stats.LookupMisses.Int(&prev.Snapshot)
+		hits, misses, okH, okM = hits-h0, misses-m0, okH && okH0, okM && okM0
 	}
-	v := float64(*hits) / float64(*hits+*misses)
-	return &v
+	if !okH || !okM || hits+misses == 0 {
+		return 0, false
+	}
+	return float64(hits) / float64(hits+misses), true
 }
 
 // viewLine is one reading as key=value fields, for logs and pipes.
 func viewLine(prev *sample, cur sample) string {
-	f := []string{cur.at.UTC().Format(time.RFC3339),
-		fmt.Sprintf("used=%d", cur.UsedBytes), fmt.Sprintf("capacity=%d", cur.CapacityBytes),
-		fmt.Sprintf("used%%=%.1f", pct(cur.UsedBytes, cur.CapacityBytes)),
-		fmt.Sprintf("objects=%d", cur.Objects), fmt.Sprintf("pinned=%d", cur.PinnedObjects),
-		fmt.Sprintf("evictions=%d", cur.Evictions), fmt.Sprintf("enospc=%d", cur.AdmissionFailures)}
-	if cur.Stores != nil {
-		f = append(f, fmt.Sprintf("stores=%d", *cur.Stores))
-	}
-	if cur.Loads != nil {
-		f = append(f, fmt.Sprintf("loads=%d", *cur.Loads))
-	}
-	if prev != nil {
-		r := rateOf(*prev, cur)
-		f = appendRate(f, "stores/s", r.stores)
-		f = appendRate(f, "loads/s", r.loads)
-		f = appendRate(f, "evictions/s", r.evictions)
-		f = appendRate(f, "enospc/s", r.enospc)
-		if r.hit != nil {
-			f = append(f, fmt.Sprintf("hit%%=%.1f", 100**r.hit))
+	f := []string{cur.at.UTC().Format(time.RFC3339)}
+	for _, c := range columns {
+		if v, ok := c.Int(&cur.Snapshot); ok {
+			f = append(f, fmt.Sprintf("%s=%d", c.Watch, v))
 		}
 	}
-	if h := totalHit(cur); h != nil {
-		f = append(f, fmt.Sprintf("hit_total%%=%.1f", 100**h))
+	f = append(f, fmt.Sprintf("used%%=%.1f", pct(cur.UsedBytes, cur.CapacityBytes)))
+	if prev != nil {
+		for _, c := range columns {
+			if v, ok := perSecond(c, prev, &cur); ok {
+				f = append(f, fmt.Sprintf("%s/s=%.1f", c.Watch, v))
+			}
+		}
+		if h, ok := hitRatio(prev, &cur); ok {
+			f = append(f, fmt.Sprintf("hit%%=%.1f", 100*h))
+		}
+	}
+	if h, ok := hitRatio(nil, &cur); ok {
+		f = append(f, fmt.Sprintf("hit_total%%=%.1f", 100*h))
 	}
 	return strings.Join(f, " ")
-}
-
-func appendRate(f []string, name string, v *float64) []string {
-	if v == nil {
-		return f
-	}
-	return append(f, fmt.Sprintf("%s=%.1f", name, *v))
 }
 
 // viewBlock is the terminal view: a bar for used/capacity, then counts
@@ -151,19 +134,18 @@ func viewBlock(mp string, prev *sample, cur sample, interval time.Duration) stri
 	if prev == nil {
 		return b.String()
 	}
-	r := rateOf(*prev, cur)
 	var rs []string
-	for _, x := range []struct {
-		name string
-		v    *float64
-	}{{"stores", r.stores}, {"loads", r.loads}, {"evictions", r.evictions}, {"ENOSPC", r.enospc}} {
-		if x.v != nil {
-			rs = append(rs, fmt.Sprintf("%s %.1f", x.name, *x.v))
+	for _, c := range columns {
+		if v, ok := perSecond(c, prev, &cur); ok {
+			rs = append(rs, fmt.Sprintf("%s %.1f", c.Watch, v))
 		}
 	}
-	fmt.Fprintf(&b, "per sec   %s   evicted %s/s\n", strings.Join(rs, "   "), human(int64(*r.evictedBytes)))
-	if r.hit != nil || totalHit(cur) != nil {
-		fmt.Fprintf(&b, "hit ratio %s now   %s since mount\n", ratio(r.hit), ratio(totalHit(cur)))
+	evicted := float64(cur.EvictedBytes-prev.EvictedBytes) / seconds(prev, &cur)
+	fmt.Fprintf(&b, "per sec   %s   evicted %s/s\n", strings.Join(rs, "   "), human(int64(evicted)))
+	now, okNow := hitRatio(prev, &cur)
+	total, okTotal := hitRatio(nil, &cur)
+	if okNow || okTotal {
+		fmt.Fprintf(&b, "hit ratio %s now   %s since mount\n", ratio(now, okNow), ratio(total, okTotal))
 	}
 	return b.String()
 }
@@ -175,11 +157,11 @@ func pct(a, b int64) float64 {
 	return 100 * float64(a) / float64(b)
 }
 
-func ratio(v *float64) string {
-	if v == nil {
+func ratio(v float64, ok bool) string {
+	if !ok {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f%%", 100**v)
+	return fmt.Sprintf("%.1f%%", 100*v)
 }
 
 func bar(used, capacity int64, width int) string {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/core"
-	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/stats"
 )
 
 // TestEveryMetricDocumented: README.md and docs/metrics.md name every
@@ -16,7 +16,7 @@ func TestEveryMetricDocumented(t *testing.T) {
 	m := New()
 	m.Watch(Source{Stats: distinctStats})
 	m.Dropped(core.Drop{Why: core.Evicted, Idle: time.Second})
-	m.Request(fusefs.OpLookup, time.Millisecond)
+	m.Request(stats.OpLookup, time.Millisecond)
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

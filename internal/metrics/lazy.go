@@ -3,7 +3,7 @@ package metrics
 import (
 	"sync"
 
-	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/stats"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -14,7 +14,7 @@ type lazyObserver struct {
 	obs  prometheus.Observer
 }
 
-func (l *lazyObserver) get(vec *prometheus.HistogramVec, op fusefs.Op) prometheus.Observer {
+func (l *lazyObserver) get(vec *prometheus.HistogramVec, op stats.Op) prometheus.Observer {
 	l.once.Do(func() { l.obs = vec.WithLabelValues(op.String()) })
 	return l.obs
 }

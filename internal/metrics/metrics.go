@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/core"
-	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/stats"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -40,13 +40,13 @@ type Metrics struct {
 	requests *prometheus.HistogramVec
 	// byOp caches each request type's histogram once seen, so that a
 	// request pays no label lookup and unseen types export nothing.
-	byOp [fusefs.NumOps]lazyObserver
+	byOp [stats.NumOps]lazyObserver
 }
 
 // Source is where the figures read at scrape time come from.
 type Source struct {
 	// Stats is one snapshot of the mount: what `kvfs stats --json` prints.
-	Stats  func() fusefs.Stats
+	Stats  func() stats.Snapshot
 	Loaded core.LoadReport
 	// StoreQuotaBytes is the limit of the project quota that caps the
 	// store when the daemon is gone (mount.Mount.QuotaBytes); 0: none.
@@ -91,8 +91,8 @@ func (m *Metrics) Dropped(d core.Drop) {
 }
 
 // Request observes how long a FUSE request took.
-func (m *Metrics) Request(op fusefs.Op, took time.Duration) {
-	if op < fusefs.NumOps {
+func (m *Metrics) Request(op stats.Op, took time.Duration) {
+	if op < stats.NumOps {
 		m.byOp[op].get(m.requests, op).Observe(took.Seconds())
 	}
 }

@@ -8,17 +8,17 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/core"
-	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/stats"
 	"github.com/kvfs/kvfs/ramcache"
 	"github.com/kvfs/kvfs/remote"
 	dto "github.com/prometheus/client_model/go"
 )
 
 // distinctStats sets every figure of a snapshot to a value of its own.
-func distinctStats() fusefs.Stats {
-	var st fusefs.Stats
+func distinctStats() stats.Snapshot {
+	var st stats.Snapshot
 	st.RAMCache = &ramcache.Stats{}
-	st.RemoteStats = &fusefs.RemoteStats{BreakerState: remote.BreakerHalfOpen}
+	st.RemoteStats = &stats.RemoteStats{BreakerState: remote.BreakerHalfOpen}
 	n := int64(100)
 	for _, v := range []reflect.Value{reflect.ValueOf(&st.Stats.Stats).Elem(), reflect.ValueOf(&st.Stats).Elem(),
 		reflect.ValueOf(st.RAMCache).Elem(), reflect.ValueOf(st.RemoteStats).Elem()} {
@@ -78,7 +78,7 @@ func TestEveryStatIsAMetric(t *testing.T) {
 	st := distinctStats()
 	snapshots := 0
 	m := New()
-	m.Watch(Source{Stats: func() fusefs.Stats { snapshots++; return st }})
+	m.Watch(Source{Stats: func() stats.Snapshot { snapshots++; return st }})
 	got := gather(t, m)
 	if snapshots != 1 {
 		t.Errorf("one scrape took %d snapshots, want 1", snapshots)
@@ -108,7 +108,7 @@ func metricName(key string) string {
 
 // flatJSON is the snapshot as `kvfs stats --json` prints it, nested
 // objects flattened with dots.
-func flatJSON(t *testing.T, st fusefs.Stats) map[string]float64 {
+func flatJSON(t *testing.T, st stats.Snapshot) map[string]float64 {
 	b, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func flatJSON(t *testing.T, st fusefs.Stats) map[string]float64 {
 // exports none of their series rather than zeros.
 func TestNoTierNoTierSeries(t *testing.T) {
 	m := New()
-	m.Watch(Source{Stats: func() fusefs.Stats { return fusefs.Stats{} }})
+	m.Watch(Source{Stats: func() stats.Snapshot { return stats.Snapshot{} }})
 	for name := range gather(t, m) {
 		if strings.HasPrefix(name, "kvfs_ram_cache") || strings.HasPrefix(name, "kvfs_remote") {
 			t.Errorf("%s exported without its tier", name)
@@ -183,9 +183,9 @@ func TestEvictionAge(t *testing.T) {
 // its first request.
 func TestRequestLatency(t *testing.T) {
 	m := New()
-	m.Request(fusefs.OpLookup, 20*time.Microsecond)
-	m.Request(fusefs.OpLookup, 2*time.Millisecond)
-	m.Request(fusefs.OpCreate, time.Second)
+	m.Request(stats.OpLookup, 20*time.Microsecond)
+	m.Request(stats.OpLookup, 2*time.Millisecond)
+	m.Request(stats.OpCreate, time.Second)
 	if h := histogram(t, m, "kvfs_fuse_request_duration_seconds", "LOOKUP"); h.GetSampleCount() != 2 || below(h, 1e-4) != 1 {
 		t.Errorf("LOOKUP: %d samples, %d below 100 µs; want 2, 1", h.GetSampleCount(), below(h, 1e-4))
 	}
@@ -204,7 +204,7 @@ func TestStartupFigures(t *testing.T) {
 	m := New()
 	rep := core.LoadReport{Bytes: 8192, Evicted: 3, Took: 1500 * time.Millisecond}
 	rep.Objects, rep.Incomplete, rep.FromSnapshot = 2, 1, true
-	m.Watch(Source{Stats: func() fusefs.Stats { return fusefs.Stats{} }, Loaded: rep})
+	m.Watch(Source{Stats: func() stats.Snapshot { return stats.Snapshot{} }, Loaded: rep})
 	got := gather(t, m)
 	for name, want := range map[string]float64{"kvfs_startup_duration_seconds": 1.5, "kvfs_startup_objects": 2,
 		"kvfs_startup_bytes": 8192, "kvfs_startup_from_snapshot": 1, "kvfs_startup_incomplete_objects": 1,

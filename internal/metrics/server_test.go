@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/stats"
 	"go.uber.org/zap"
 )
 
@@ -27,7 +27,7 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := New()
-	m.Watch(Source{Stats: func() fusefs.Stats { return distinctStats() }})
+	m.Watch(Source{Stats: func() stats.Snapshot { return distinctStats() }})
 	s.Serve(m, zap.NewNop())
 	resp, err := http.Get("http://" + s.Addr() + "/metrics")
 	if err != nil {
