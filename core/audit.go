@@ -18,43 +18,44 @@ type AuditReport struct {
 // Audit brings the ledger back in line with a store that changed behind
 // kvfs's back (files deleted, truncated, grown or added directly in the
 // store while mounted), then evicts if that put it over capacity. It
-// walks the store without the lock, then settles each difference under
-// it, after checking it again.
+// walks the store without a lock, compares the walk with the index under
+// Core.mu shared, then checks each difference again and settles it one
+// at a time, under the lock of the directory it is in (so a change
+// through the mount in flight there is never mistaken for one behind
+// kvfs's back), with Core.mu exclusive only to commit, in memory.
 func (c *Core) Audit() (AuditReport, error) {
 	walked, err := c.store.Walk(c.done)
 	if err != nil {
 		return AuditReport{}, err
 	}
-	var r AuditReport
+	c.mu.RLock()
+	p := c.store.AuditPlan(walked)
+	c.mu.RUnlock()
 	c.mu.Lock()
-	a := c.store.Audit(walked)
-	drops := []Drop{{Names: a.Dropped, Why: Vanished}}
-	for _, id := range a.Vanished {
-		if c.ledger.Forget(id) {
-			r.Vanished++
-		}
-	}
-	for _, id := range a.Linked {
-		if c.ledger.Link(id) == nil {
-			r.Linked++
-		}
-	}
-	for id, size := range a.Sizes {
-		if c.resizedLocked(id, size) {
-			r.Resized++
-		}
-	}
-	for _, o := range a.Adopted {
-		v, err := c.ledger.Adopt(o.ID, o.Size, o.Links)
-		if err == nil {
-			r.Adopted++
-		}
-		drops = append(drops, c.dropLocked(v, Evicted)...)
-	}
-	drops = append(drops, c.dropLocked(c.ledger.Trim(), Evicted)...)
+	c.store.ApplyInos(p.Inos)
 	c.mu.Unlock()
-	c.reap(drops)
-	c.deliver(drops)
+	var r AuditReport
+	for _, n := range p.Missing {
+		c.auditName(n, p.Sizes, &r)
+	}
+	for _, id := range p.MissingDirs {
+		c.auditDir(id, &r)
+	}
+	known := map[uint64]blob.ID{}
+	for id, ino := range p.Inos {
+		known[ino] = id
+	}
+	for rel, st := range p.Unknown {
+		c.auditFound(rel, st, known, &r)
+	}
+	for id, size := range p.Sizes {
+		if known, _, ok := c.ledger.Size(id); ok && known != size && c.ledger.Writers(id) == 0 {
+			if c.reconcile(id) {
+				r.Resized++
+			}
+		}
+	}
+	c.locked(func() (victims, error) { return c.ledger.Trim(), nil })
 	if r != (AuditReport{}) {
 		c.log.Warn("store changed behind kvfs; ledger reconciled",
 			zap.Int("vanished", r.Vanished), zap.Int("resized", r.Resized),
@@ -63,40 +64,139 @@ func (c *Core) Audit() (AuditReport, error) {
 	return r, nil
 }
 
-// resizedLocked reconciles one file whose walked size differs from the
-// ledger, after reading it again: a write through the mount may have
-// landed since. mu held.
-func (c *Core) resizedLocked(id blob.ID, walked int64) bool {
-	size, _, ok := c.ledger.Size(id)
-	if !ok || size == walked || c.ledger.Writers(id) > 0 {
-		return false
+// auditName settles an indexed name the walk did not see.
+func (c *Core) auditName(n blob.Name, sizes map[blob.ID]int64, r *AuditReport) {
+	unlock := c.lockDirs(n.Parent, 0)
+	defer unlock()
+	c.tree.RLock()
+	defer c.tree.RUnlock()
+	c.mu.RLock()
+	id := c.store.Kid(n.Parent, n.Name)
+	st, _, present := c.store.RecheckName(n)
+	c.mu.RUnlock()
+	if id == 0 || present {
+		if present {
+			sizes[id] = st.Size
+		}
+		return
 	}
-	st, err := c.store.Stat(id)
-	return err == nil && st.Size != size && c.ledger.Reconcile(id, st.Size)
+	var a blob.Audit
+	c.mu.Lock()
+	c.store.ApplyVanishedName(n, id, &a)
+	c.settleVanishedLocked(a, r)
+	c.mu.Unlock()
+	c.deliver([]Drop{{ID: id, Names: a.Dropped, Why: Vanished}})
+}
+
+// settleVanishedLocked has the ledger forget the files an audit found
+// with no name left; mu held.
+func (c *Core) settleVanishedLocked(a blob.Audit, r *AuditReport) {
+	for _, id := range a.Vanished {
+		if c.ledger.Forget(id) {
+			r.Vanished++
+		}
+	}
+}
+
+// auditDir settles an indexed directory the walk did not see.
+func (c *Core) auditDir(id blob.ID, r *AuditReport) {
+	c.mu.RLock()
+	at, ok := c.store.DirName(id)
+	c.mu.RUnlock()
+	if !ok {
+		return
+	}
+	unlock := c.lockDirs(at.Parent, id)
+	defer unlock()
+	c.tree.RLock()
+	defer c.tree.RUnlock()
+	c.mu.RLock()
+	still := c.store.RecheckDir(id)
+	c.mu.RUnlock()
+	if still {
+		return
+	}
+	var a blob.Audit
+	c.mu.Lock()
+	c.store.ApplyVanishedDir(id, &a)
+	c.settleVanishedLocked(a, r)
+	c.mu.Unlock()
+	c.deliver([]Drop{{Names: a.Dropped, Why: Vanished}})
+}
+
+// auditFound settles a file the walk found that the index has no name
+// for: adopted (charged), or a new name of an indexed file.
+func (c *Core) auditFound(rel string, walked unix.Stat_t, known map[uint64]blob.ID, r *AuditReport) {
+	// What adopting evicts is reaped with no directory's lock held.
+	drops := c.adoptFound(rel, walked, known, r)
+	c.reap(drops)
+	c.deliver(drops)
+}
+
+func (c *Core) adoptFound(rel string, walked unix.Stat_t, known map[uint64]blob.ID, r *AuditReport) []Drop {
+	c.mu.RLock()
+	above := c.store.IndexedAbove(rel)
+	c.mu.RUnlock()
+	unlock := c.lockDirs(above, 0)
+	defer unlock()
+	c.tree.RLock()
+	defer c.tree.RUnlock()
+	c.mu.RLock()
+	f, ok := c.store.RecheckUnknown(rel, walked)
+	c.mu.RUnlock()
+	if !ok {
+		return nil
+	}
+	var a blob.Audit
+	c.mu.Lock()
+	c.store.ApplyFound(f, known, nil, &a)
+	for _, id := range a.Linked {
+		if c.ledger.Link(id) == nil {
+			r.Linked++
+		}
+	}
+	var drops []Drop
+	for _, o := range a.Adopted {
+		v, err := c.ledger.Adopt(o.ID, o.Size, o.Links)
+		if err == nil {
+			r.Adopted++
+		}
+		drops = append(drops, c.dropLocked(v, Evicted)...)
+	}
+	c.mu.Unlock()
+	return drops
 }
 
 // reconcile follows the store for one object whose stored file vanished
 // or changed size behind kvfs's back, and evicts if that put the ledger
-// over capacity.
-func (c *Core) reconcile(id blob.ID) {
-	c.mu.Lock()
+// over capacity; it says whether the ledger changed its size. The store
+// is read under Core.mu shared; the ledger follows only if nothing
+// changed the object in between.
+func (c *Core) reconcile(id blob.ID) bool {
+	before, _, _ := c.ledger.Size(id)
+	c.mu.RLock()
 	st, err := c.store.Stat(id)
+	c.mu.RUnlock()
 	var drops []Drop
-	switch {
+	resized := false
+	c.mu.Lock()
+	switch now, _, ok := c.ledger.Size(id); {
+	case !ok || now != before:
 	case errors.Is(err, unix.ENOENT):
 		drops = c.vanishedLocked(id, err)
 	case err != nil:
 	default:
-		size, _, _ := c.ledger.Size(id)
-		if c.ledger.Reconcile(id, st.Size) {
+		if c.ledger.Writers(id) == 0 && c.ledger.Reconcile(id, st.Size) {
+			resized = true
 			c.log.Warn("object size changed behind kvfs; ledger reconciled",
-				zap.Uint64("id", uint64(id)), zap.Int64("ledger", size), zap.Int64("store", st.Size))
+				zap.Uint64("id", uint64(id)), zap.Int64("ledger", before), zap.Int64("store", st.Size))
 			drops = c.dropLocked(c.ledger.Trim(), Evicted)
 		}
 	}
 	c.mu.Unlock()
 	c.reap(drops)
 	c.deliver(drops)
+	return resized
 }
 
 // vanished reconciles an object whose stored bytes disappeared.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -366,7 +367,7 @@ func (tc *testCore) storeBytes() int64 {
 	}
 	seen := map[uint64]bool{}
 	var n int64
-	for _, st := range walked {
+	for _, st := range walked.Files {
 		if !seen[st.Ino] {
 			seen[st.Ino] = true
 			n += ledger.Charge(st.Size)
@@ -458,5 +459,51 @@ func TestAbandonedCreateDropsNames(t *testing.T) {
 	}
 	if st := tc.Stats(); st.UsedBytes != 3*mib+mib/2 || st.Objects != 1 || tc.exists(long) {
 		t.Fatalf("after the failed create: %+v, x present %v", st, tc.exists(long))
+	}
+}
+
+// TestAuditAdoptsEvictsAndDrops: files added, deleted and resized in the
+// store behind kvfs's back are settled by an audit, which evicts what no
+// longer fits (its reaping takes directory locks: under -tags lockcheck
+// a reap while the audit still held one panics), and leaves the ledger
+// charging exactly what the store holds.
+func TestAuditAdoptsEvictsAndDrops(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	tc.put("old", 2*mib)
+	tc.put("gone", mib)
+	sub, _, err := tc.Mkdir(blob.RootID, "sub", 0o755, blob.Owner{UID: -1, GID: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.put("grown", 10)
+	tc.clock.Skip(time.Second)
+	data := filepath.Join(tc.store.Dir(), blob.DataName)
+	if err := os.Remove(filepath.Join(data, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "grown"), make([]byte, 100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(data, "sub", "new"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "sub", "new", "adopted"), make([]byte, 3*mib), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tc.Audit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Vanished != 1 || r.Adopted != 1 || r.Resized != 1 {
+		t.Errorf("audit %+v, want 1 vanished, 1 adopted, 1 resized", r)
+	}
+	if tc.exists("gone") || tc.exists("old") {
+		t.Errorf("gone (deleted behind kvfs) or old (evicted for the adopted file) is still served")
+	}
+	if _, _, err := tc.Lookup(sub, "new"); err != nil {
+		t.Errorf("the directory made behind kvfs is not served: %v", err)
+	}
+	if held, charged := tc.storeBytes(), tc.Stats().UsedBytes; held != charged {
+		t.Errorf("the store holds %d bytes, the ledger charges %d", held, charged)
 	}
 }
