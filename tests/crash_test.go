@@ -264,7 +264,7 @@ func (w *crashWorker) store(k *crashKey) error {
 	fillObject(data, k.key)
 	wrote, err := w.cl.store(k.key, data)
 	final := filepath.Join(w.c.mp, k.locs[0])
-	if err == nil && !wrote && waitFor(2*time.Second, func() bool { return unix.Stat(final, new(unix.Stat_t)) == unix.ENOENT }) {
+	if err == nil && !wrote && waitFor(func() bool { return unix.Stat(final, new(unix.Stat_t)) == unix.ENOENT }) {
 		// The kernel still had the name of an object evicted a moment
 		// ago: eviction invalidates kernel entries asynchronously.
 		w.c.count(w.c.ops, "store-saw-stale-entry")
