@@ -176,7 +176,7 @@ func TestEvictionRemovesEveryName(t *testing.T) {
 	k.pastGrace(0)
 	flood(t, k, "flood", smallCap/mib, mib, 1)
 
-	gone := eventually(2*time.Second, func() bool {
+	gone := eventually(func() bool {
 		for _, n := range names {
 			if exists(t, k.path(n)) {
 				return false
@@ -224,7 +224,7 @@ func TestUnlinkRacingEviction(t *testing.T) {
 	}()
 	// Start deleting once eviction is under way, from the coldest
 	// objects up, so that the first unlinks meet names just evicted.
-	if !eventually(5*time.Second, func() bool { return k.M.Stats().Evictions >= 4 }) {
+	if !eventually(func() bool { return k.M.Stats().Evictions >= 4 }) {
 		t.Fatalf("the flood evicted nothing")
 	}
 	results := make([]error, n)
@@ -339,7 +339,7 @@ func TestShadowBytes(t *testing.T) {
 	before := k.M.Stats()
 	w.Close()
 	r.Close()
-	if !eventually(2*time.Second, func() bool { return k.M.Stats().Objects == 0 }) {
+	if !eventually(func() bool { return k.M.Stats().Objects == 0 }) {
 		t.Fatalf("unlinked objects not released after their last close: %+v", k.M.Stats())
 	}
 	after := k.M.Stats()

@@ -148,7 +148,7 @@ func (k *kvfsMount) teardown(served chan struct{}, fdsBefore map[string]string) 
 	// go-fuse's Serve closes /dev/fuse just after Wait returns, so give
 	// it a moment.
 	var leaked []string
-	eventually(2*time.Second, func() bool {
+	eventually(func() bool {
 		leaked = newFDs(fdsBefore, openFDs(t))
 		return len(leaked) == 0
 	})
@@ -214,22 +214,15 @@ func (d driftReport) equal() bool {
 // assertNoDrift checks SPEC's drift equality with nothing open: statfs
 // used == du of the mount == used_bytes == the charge of what the store
 // holds under data/. Releases reach the daemon after close(2) returns,
-// so it allows them a moment to land.
+// so it waits for them to land.
 func assertNoDrift(t *testing.T, mnt string, m *mount.Mount, storeDir string) {
 	t.Helper()
 	var d driftReport
 	var err error
-	deadline := time.Now().Add(3 * time.Second)
-	for {
+	eventually(func() bool {
 		d, err = measureDrift(mnt, m, storeDir)
-		if err == nil && d.equal() && m.Stats().PinnedObjects == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && d.equal() && m.Stats().PinnedObjects == 0
+	})
 	if err != nil {
 		t.Errorf("drift check: %v", err)
 		return
@@ -327,26 +320,37 @@ func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {
 	}
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
+// hangGuard bounds every wait in these tests. It is no verdict on speed:
+// a wait that runs into it is waiting for an event that is not coming (a
+// hang), which a slow machine is not. It is shorter than the kernel's
+// default name cache timeout, so a name the kernel forgets only when its
+// entry expires is never taken for one kvfs told it to forget.
+const hangGuard = 50 * time.Second
+
+// eventually reports whether cond came to hold before hangGuard passed,
+// polling it: for states nothing announces (the ledger's figures, the
+// kernel's cached names).
+func eventually(cond func() bool) bool {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	guard := time.After(hangGuard)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-guard:
+			return cond()
 		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	return true
 }
 
-// settled returns the ledger's stats once cond holds, or after 2s: the
+// settled returns the ledger's stats once cond holds (or at the hang
+// guard): the
 // kernel sends a release after close(2) has returned, so an unlinked
 // object can stay charged as shadow bytes for a moment.
 func (k *kvfsMount) settled(cond func(core.Stats) bool) core.Stats {
 	var st core.Stats
-	eventually(2*time.Second, func() bool {
+	eventually(func() bool {
 		st = k.M.Stats().Stats
 		return cond(st)
 	})

@@ -185,6 +185,9 @@ func TestConcurrentStoresAndLoads(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var published []int
+	// some is closed by the first publish: readers start with it.
+	some, someOnce := make(chan struct{}), sync.Once{}
+	writersDone := make(chan struct{})
 	var done atomic.Bool
 	var loads, misses, lost atomic.Int64
 	s := sampleCapacity(k, false)
@@ -207,6 +210,7 @@ func TestConcurrentStoresAndLoads(t *testing.T) {
 				mu.Lock()
 				published = append(published, key)
 				mu.Unlock()
+				someOnce.Do(func() { close(some) })
 			}
 		}()
 	}
@@ -215,6 +219,10 @@ func TestConcurrentStoresAndLoads(t *testing.T) {
 		go func() {
 			defer rg.Done()
 			rng := rand.New(rand.NewPCG(uint64(r), 1))
+			select {
+			case <-some:
+			case <-writersDone:
+			}
 			for !done.Load() {
 				mu.Lock()
 				n := len(published)
@@ -224,8 +232,7 @@ func TestConcurrentStoresAndLoads(t *testing.T) {
 				}
 				mu.Unlock()
 				if key < 0 {
-					time.Sleep(time.Millisecond)
-					continue
+					return // no writer published anything
 				}
 				got, err := os.ReadFile(k.path(fmt.Sprintf("key%02d.data", key)))
 				switch {
@@ -244,6 +251,7 @@ func TestConcurrentStoresAndLoads(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	close(writersDone)
 	done.Store(true)
 	rg.Wait()
 	s.check(t)

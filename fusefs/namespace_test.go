@@ -45,7 +45,7 @@ func wantGone(t *testing.T, p string) {
 	t.Helper()
 	var st unix.Stat_t
 	var err error
-	eventually(2*time.Second, func() bool { err = unix.Lstat(p, &st); return err == unix.ENOENT })
+	eventually(func() bool { err = unix.Lstat(p, &st); return err == unix.ENOENT })
 	wantErrno(t, "lstat "+p, err, syscall.ENOENT)
 }
 
@@ -145,11 +145,11 @@ func testRenameReplaces(t *testing.T, cache time.Duration) {
 			}
 		}()
 	}
-	eventually(5*time.Second, func() bool { return reads.Load() >= 50 || len(errs) > 0 })
+	eventually(func() bool { return reads.Load() >= 50 || len(errs) > 0 })
 	if err := os.Rename(k.path("tmp"), final); err != nil {
 		t.Fatalf("rename over an existing object: %v", err)
 	}
-	if !eventually(5*time.Second, func() bool { return sawNew.Load() >= 50 || len(errs) > 0 }) {
+	if !eventually(func() bool { return sawNew.Load() >= 50 || len(errs) > 0 }) {
 		t.Errorf("readers never saw the new object")
 	}
 	stop.Store(true)

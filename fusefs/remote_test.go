@@ -115,7 +115,7 @@ func TestRemoteReadThrough(t *testing.T) {
 	if used := b.M.Stats().UsedBytes; used != ceil4096(int64(len(data))) {
 		t.Errorf("B used %d after the fetch, want %d", used, ceil4096(int64(len(data))))
 	}
-	eventually(2*time.Second, func() bool { return unix.Stat(path, &st) == nil && st.Blocks == blocksFor(int64(len(data))) })
+	eventually(func() bool { return unix.Stat(path, &st) == nil && st.Blocks == blocksFor(int64(len(data))) })
 	if st.Blocks != blocksFor(int64(len(data))) {
 		t.Errorf("st_blocks %d after the fetch, want the charge %d", st.Blocks, blocksFor(int64(len(data))))
 	}
@@ -237,7 +237,7 @@ func TestRemoteMiss(t *testing.T) {
 	}
 	_, err := os.ReadFile(path)
 	wantErrno(t, "open of an object deleted remotely", err, syscall.ENOENT)
-	if !eventually(2*time.Second, func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }) {
+	if !eventually(func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }) {
 		t.Error("the name is still in the kernel after the miss")
 	}
 	if st := b.M.Stats(); st.Objects != 0 || st.UsedBytes != 0 {

@@ -8,8 +8,30 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 )
+
+// hangGuard bounds the waits of these tests: a wait that runs into it is
+// waiting for something that is not coming, however slow the machine.
+const hangGuard = time.Minute
+
+// waitUntil reports whether cond came to hold before hangGuard passed,
+// polling it: for another process's state in /proc, which nothing
+// announces to a process that is not its parent.
+func waitUntil(cond func() bool) bool {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	guard := time.After(hangGuard)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-guard:
+			return cond()
+		}
+	}
+	return true
+}
 
 // stuckExiting starts a process whose leader thread has exited while
 // another thread goes on, as a SIGKILLed daemon with a thread asleep in
@@ -36,10 +58,9 @@ int main(void) { pthread_t t; pthread_create(&t, 0, sleeper, 0); pthread_exit(0)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	pid := cmd.Process.Pid
-	for i := 0; i < 500 && !zombie(pid); i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !zombie(pid) {
+	// Its leader is gone while its thread lives: no wait(2) reports
+	// that, only its /proc state.
+	if !waitUntil(func() bool { return zombie(pid) }) {
 		t.Fatalf("pid %d never showed its leader exited", pid)
 	}
 	return pid
@@ -50,14 +71,29 @@ int main(void) { pthread_t t; pthread_create(&t, 0, sleeper, 0); pthread_exit(0)
 func TestGuardAbortsStuckDaemon(t *testing.T) {
 	pid := stuckExiting(t)
 	core, logs := observer.New(zap.WarnLevel)
+	logged := make(chan struct{}, 1)
+	core = zapcore.RegisterHooks(core, func(zapcore.Entry) error {
+		select {
+		case logged <- struct{}{}:
+		default:
+		}
+		return nil
+	})
 	r, w, _ := os.Pipe()
 	done := make(chan struct{})
 	go func() {
 		RunGuard(pid, "999999", t.TempDir(), t.TempDir(), r, zap.New(core))
 		close(done)
 	}()
-	for i := 0; i < 100 && logs.FilterMessageSnippet("stuck exiting").Len() == 0; i++ {
-		time.Sleep(20 * time.Millisecond)
+	guard := time.After(hangGuard)
+	for logs.FilterMessageSnippet("stuck exiting").Len() == 0 {
+		select {
+		case <-logged: // the guard logged something: look again
+		case <-done:
+			t.Fatalf("the guard returned while the daemon still holds its pipe: %v", logs.All())
+		case <-guard:
+			t.Fatalf("the guard did not act on a daemon stuck exiting: %v", logs.All())
+		}
 	}
 	if logs.FilterMessageSnippet("stuck exiting").Len() != 1 {
 		t.Fatalf("the guard did not act on a daemon stuck exiting: %v", logs.All())

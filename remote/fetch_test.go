@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/kvfs/kvfs/internal/s3test"
 )
@@ -115,20 +114,15 @@ func TestFetchOneDownload(t *testing.T) {
 // waitCall waits until name's call in g has n followers.
 func waitCall[T any](t *testing.T, g *flight[T], name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
+	followers := func() bool {
 		g.mu.Lock()
-		got := -1
-		if c := g.calls[name]; c != nil {
-			got = c.followers
-		}
-		g.mu.Unlock()
-		if got == n {
-			return
-		}
-		runtimeYield()
+		defer g.mu.Unlock()
+		c := g.calls[name]
+		return c != nil && c.followers == n
 	}
-	t.Fatalf("the call for %s never had %d followers", name, n)
+	if !poll(followers) {
+		t.Fatalf("the call for %s never had %d followers", name, n)
+	}
 }
 
 // TestFetchCorrupt: a damaged, a truncated and a foreign object (put

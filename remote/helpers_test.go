@@ -268,7 +268,25 @@ func putRaw(t *testing.T, c *minio.Client, bucket, key string, data []byte, meta
 	}
 }
 
-func runtimeYield() { time.Sleep(time.Millisecond) } // waiting for goroutines to reach a state
+// hangGuard bounds the waits of these tests: a wait that runs into it
+// is waiting for something that is not coming, however slow the machine.
+const hangGuard = time.Minute
+
+// poll reports whether cond came to hold before hangGuard passed, looking
+// every millisecond: for states of goroutines that nothing announces.
+func poll(cond func() bool) bool {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	guard := time.After(hangGuard)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-guard:
+			return cond()
+		}
+	}
+	return true
+}
 
 func minioRemove() minio.RemoveObjectOptions { return minio.RemoveObjectOptions{} }
 
@@ -305,16 +323,17 @@ func (n *node) drain(t *testing.T) {
 	t.Fatalf("work still pending: %+v", n.Stats())
 }
 
-// advanceUntil moves the node's clock by minBackoff until cond holds, a
-// minute of real time at most.
+// advanceUntil moves the node's clock by minBackoff at each look until
+// cond holds.
 func (n *node) advanceUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not after a minute: %+v", what, n.Stats())
+	if !poll(func() bool {
+		if cond() {
+			return true
 		}
 		n.clock.Advance(minBackoff)
-		runtimeYield()
+		return false
+	}) {
+		t.Fatalf("%s: still not after %v: %+v", what, hangGuard, n.Stats())
 	}
 }

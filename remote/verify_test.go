@@ -11,27 +11,20 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/kvfs/kvfs/internal/s3test"
 	"github.com/minio/minio-go/v7"
 )
 
-// waitStats polls the node's stats until cond holds (a minute at most);
-// the uploads run in their own goroutines.
+// waitStats polls the node's stats until cond holds; the uploads run in
+// their own goroutines.
 func (n *node) waitStats(t *testing.T, what string, cond func(Stats) bool) Stats {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		st := n.Stats()
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %+v", what, st)
-		}
-		runtimeYield()
+	var st Stats
+	if !poll(func() bool { st = n.Stats(); return cond(st) }) {
+		t.Fatalf("%s: still %+v", what, st)
 	}
+	return st
 }
 
 // changingSource appends to its file after its first read, while its

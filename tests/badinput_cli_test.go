@@ -50,7 +50,7 @@ func TestBadInputMountPaths(t *testing.T) {
 		store := filepath.Join(dir, "link-store")
 		wait := func(d *linkDaemon) {
 			t.Helper()
-			if !waitFor(10*time.Second, func() bool {
+			if !waitFor(func() bool {
 				m, ok := mountAt(real)
 				return ok && m.FSType == "fuse.kvfs" && unix.Statfs(real, new(unix.Statfs_t)) == nil
 			}) {

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -274,7 +273,7 @@ func badInputSizes(t *testing.T, strict bool) {
 			refused++
 		}
 		if strict || werr == nil {
-			waitFor(2*time.Second, func() bool { _, err := os.Lstat(p); return errors.Is(err, os.ErrNotExist) })
+			waitFor(func() bool { _, err := os.Lstat(p); return errors.Is(err, os.ErrNotExist) })
 			if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("%s: the object is still there (%v); a store refused for space must be removed", c.what, err)
 			}
@@ -445,7 +444,7 @@ func TestBadInputOpenFiles(t *testing.T) {
 		// The open writer is charged at least its reservation, and what it
 		// wrote once kvfs has seen it (passthrough writes pass the daemon).
 		var st kvfsStats
-		if !waitFor(2*time.Second, func() bool {
+		if !waitFor(func() bool {
 			st = stats(t, d.mp)
 			return st.ShadowBytes == 5*MiB+st.ReservedBytes
 		}) {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -123,7 +122,7 @@ func TestOpenStoreSurvivesFlood(t *testing.T) {
 // open and stat say ENOENT, an exclusive re-create works, and no charge
 // is left behind.
 func TestEvictedNameStillCached(t *testing.T) {
-	d := mountCache(t, "--capacity", "16MiB", "--grace", "100ms")
+	d := mountCache(t, "--capacity", "16MiB", "--grace", "0s")
 	names := []string{"unlinked.data", "unlinked-twice.data", "opened.data", "statted.data", "recreated.data"}
 	for _, n := range names {
 		putFile(t, filepath.Join(d.mp, n), objectBytes(n, 2*MiB+100))
@@ -134,7 +133,6 @@ func TestEvictedNameStillCached(t *testing.T) {
 			t.Fatalf("stat %s: %v (size %d)", n, err, st.Size)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // past the grace period
 	flood(t, d.mp, "flood", 8, 2*MiB)
 	for _, n := range names {
 		if _, err := os.Stat(filepath.Join(d.store, "data", n)); !errors.Is(err, os.ErrNotExist) {
@@ -259,15 +257,18 @@ func TestShadowBytes(t *testing.T) {
 // a restart, from the store's access times.
 func TestLRUOrder(t *testing.T) {
 	const size = 4 * MiB
-	d := mountCache(t, "--capacity", "16MiB", "--grace", "50ms")
-	flags := []string{"--store", d.store, "--capacity", "16MiB", "--grace", "50ms"}
+	d := mountCache(t, "--capacity", "16MiB", "--grace", "0s")
+	flags := []string{"--store", d.store, "--capacity", "16MiB", "--grace", "0s"}
 	path := func(n string) string { return filepath.Join(d.mp, n) }
+	// The order a restart finds is the store's file times: each step
+	// waits until they have moved past the last one's.
+	tick := storeTick(t, d.store)
 	put := func(n string) {
-		time.Sleep(100 * time.Millisecond) // past the grace period, and distinct times
+		tick()
 		putFile(t, path(n), objectBytes(n, size))
 	}
 	touch := func(n string) {
-		time.Sleep(100 * time.Millisecond)
+		tick()
 		if data, err := os.ReadFile(path(n)); err != nil || checkObject(data, n, size) != nil {
 			t.Fatalf("reading %s: %v", n, err)
 		}
@@ -300,7 +301,6 @@ func TestLRUOrder(t *testing.T) {
 	present("b", "c", "d", "e")
 	statOnly("c")
 	touch("d") // c b e d
-	time.Sleep(100 * time.Millisecond)
 	assertQuietEqual(t, d)
 	d.stop()
 
@@ -353,10 +353,7 @@ func TestRAMCache(t *testing.T) {
 	}
 	load()
 	// The copy reaches the tier asynchronously.
-	for i := 0; i < 50 && ram().RAM.Hits == 0; i++ {
-		time.Sleep(20 * time.Millisecond)
-		load()
-	}
+	waitFor(func() bool { load(); return ram().RAM.Hits > 0 })
 	if st := ram(); st.RAM.Capacity != 16<<20 || st.RAM.Hits < 1 || st.RAM.Bytes != int64(len(want)) {
 		t.Fatalf("RAM tier after loads: %+v", *st.RAM)
 	}
@@ -397,4 +394,30 @@ func TestRAMCache(t *testing.T) {
 	}
 	requireCleanLog(t, plain)
 	plain.stop()
+}
+
+// storeTick returns a wait for the store's file system clock to tick:
+// it returns once a file written there now gets a later time than any
+// stored object has, so objects stored or opened after it are ordered by
+// their times even where the file system's clock is coarse.
+func storeTick(t *testing.T, store string) func() {
+	probe := store + ".clock-probe" // beside the store, on its file system
+	t.Cleanup(func() { os.Remove(probe) })
+	latest := func() int64 {
+		var most int64
+		for _, st := range storeFiles(t, store) {
+			most = max(most, st.Atim.Nano(), st.Mtim.Nano())
+		}
+		return most
+	}
+	return func() {
+		t.Helper()
+		last := latest()
+		if !waitFor(func() bool {
+			var st unix.Stat_t
+			return os.WriteFile(probe, nil, 0o600) == nil && unix.Stat(probe, &st) == nil && st.Mtim.Nano() > last
+		}) {
+			t.Fatalf("the store's clock did not pass %d", last)
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,7 +40,7 @@ func loaded(t *testing.T, d *daemon) loadedReport {
 // checkpoint cannot see (objects rewritten in place since).
 func waitAudited(t *testing.T, d *daemon) {
 	t.Helper()
-	if !waitFor(20*time.Second, func() bool { return strings.Contains(d.out.String(), "start-up audit done") }) {
+	if !d.printed("start-up audit done") {
 		t.Fatalf("no start-up audit:\n%s", d.out.String())
 	}
 }
@@ -137,16 +136,16 @@ func TestCrashAfterPeriodicCheckpoint(t *testing.T) {
 	flags := []string{"--store", d.store, "--capacity", "64MiB"}
 	want := populate(t, d.mp)
 	n := assertQuietEqual(t, d).Objects
-	saved := func() bool {
-		for _, line := range strings.Split(d.out.String(), "\n") {
+	saved := func(out string) bool {
+		for _, line := range strings.Split(out, "\n") {
 			if strings.Contains(line, "checkpoint saved") && strings.Contains(line, `"objects": `+strconv.FormatInt(n, 10)+",") {
 				return true
 			}
 		}
 		return false
 	}
-	if !waitFor(10*time.Second, saved) {
-		t.Fatalf("no checkpoint of %d objects within 10s:\n%s", n, d.out.String())
+	if !d.waitOutput(saved) {
+		t.Fatalf("no checkpoint of %d objects:\n%s", n, d.out.String())
 	}
 	for _, rel := range []string{"top/late1", "a/b/c/late2"} {
 		putFile(t, filepath.Join(d.mp, rel), objectBytes(rel, MiB+1))

@@ -84,7 +84,7 @@ func TestCrashLoop(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 31))
 	kills := 0
 	for kills < *crashKills && !t.Failed() {
-		c.run(d, time.Duration(150+r.IntN(600))*time.Millisecond, kills%4 == 3)
+		c.run(d, int64(5+r.IntN(100)), kills%4 == 3)
 		kills++
 		c.checkStore(d)
 		d = startDaemon(t, mp, flags...)
@@ -121,15 +121,17 @@ type crashLoop struct {
 }
 
 // run drives the workload, four workers each owning every fourth key,
-// and SIGKILLs the daemon after the given time.
-func (c *crashLoop) run(d *daemon, after time.Duration, namespace bool) {
+// and SIGKILLs the daemon once they have completed `after` operations
+// between them (or all stopped): a point in the work, not in time.
+func (c *crashLoop) run(d *daemon, after int64, namespace bool) {
 	var killed atomic.Bool
 	var wg sync.WaitGroup
+	done := &progress{}
 	for w := range 4 {
 		if c.bufs[w] == nil {
 			c.bufs[w] = alignedBuffer(c.t, 3*MiB)
 		}
-		cw := &crashWorker{c: c, id: w, killed: &killed, namespace: namespace,
+		cw := &crashWorker{c: c, id: w, killed: &killed, namespace: namespace, done: done,
 			cl: &fsNative{base: c.mp, direct: w%2 == 1, whole: w >= 2, seq: &c.seq},
 			r:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(w))), buf: c.bufs[w]}
 		for i := w; i < len(c.keys); i += 4 {
@@ -137,10 +139,29 @@ func (c *crashLoop) run(d *daemon, after time.Duration, namespace bool) {
 		}
 		wg.Go(cw.loop)
 	}
-	time.Sleep(after)
+	go func() { wg.Wait(); done.end() }()
+	done.await(after)
 	killed.Store(true)
 	d.kill9()
 	wg.Wait()
+}
+
+// pick is a random key of the worker's own; in a namespace round, one
+// that has a name (nil when none has: no stores in such a round).
+func (w *crashWorker) pick() *crashKey {
+	if !w.namespace {
+		return w.keys[w.r.IntN(len(w.keys))]
+	}
+	var named []*crashKey
+	for _, k := range w.keys {
+		if len(k.have) > 0 {
+			named = append(named, k)
+		}
+	}
+	if len(named) == 0 {
+		return nil
+	}
+	return named[w.r.IntN(len(named))]
 }
 
 type crashWorker struct {
@@ -152,6 +173,7 @@ type crashWorker struct {
 	r         *rand.Rand
 	buf       []byte
 	killed    *atomic.Bool
+	done      *progress // operations completed by all workers
 }
 
 // loop runs operations until one fails, as all do once the daemon is
@@ -161,24 +183,22 @@ type crashWorker struct {
 // rather than in the long stores.
 func (w *crashWorker) loop() {
 	for !w.c.t.Failed() {
-		k := w.keys[w.r.IntN(len(w.keys))]
+		k := w.pick()
 		op := "store"
 		switch {
+		case k == nil:
+			return // nothing of its own left to work on
 		case len(k.have) > 0 && w.namespace && len(k.have) == 1:
 			op = []string{"link", "rename", "load"}[w.r.IntN(3)]
 		case len(k.have) > 0:
 			op = []string{"link", "rename", "rename", "unlink", "load", "load"}[w.r.IntN(6)]
-		case w.namespace && w.killed.Load():
-			return // nothing of its own left to work on
-		case w.namespace:
-			time.Sleep(time.Millisecond)
-			continue
 		}
 		before := len(k.have)
 		err := w.do(k, op)
 		k.note("%s %v -> %v %v", op, before, err, k.have)
 		if err == nil {
 			w.c.count(w.c.ops, op)
+			w.done.Add(1)
 			continue
 		}
 		if w.killed.Load() {
@@ -264,9 +284,12 @@ func (w *crashWorker) store(k *crashKey) error {
 	fillObject(data, k.key)
 	wrote, err := w.cl.store(k.key, data)
 	final := filepath.Join(w.c.mp, k.locs[0])
-	if err == nil && !wrote && waitFor(2*time.Second, func() bool { return unix.Stat(final, new(unix.Stat_t)) == unix.ENOENT }) {
+	if err == nil && !wrote && w.c.goneFromStore(k.locs[0]) {
 		// The kernel still had the name of an object evicted a moment
 		// ago: eviction invalidates kernel entries asynchronously.
+		if !waitFor(func() bool { return unix.Stat(final, new(unix.Stat_t)) == unix.ENOENT }) {
+			return fmt.Errorf("%s still served %v after its object left the store", k.locs[0], hangGuard)
+		}
 		w.c.count(w.c.ops, "store-saw-stale-entry")
 		wrote, err = w.cl.store(k.key, data)
 	}
@@ -289,6 +312,12 @@ func (w *crashWorker) store(k *crashKey) error {
 		k.ino = st.Ino
 	}
 	return nil
+}
+
+// goneFromStore reports whether the store holds no file at rel.
+func (c *crashLoop) goneFromStore(rel string) bool {
+	_, err := os.Lstat(filepath.Join(c.store, "data", rel))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 func (w *crashWorker) some(k *crashKey) string {

@@ -82,12 +82,28 @@ func requireRoot(t testing.TB) {
 type lockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
+	// grew is closed by the next write, for those waiting on a line.
+	grew chan struct{} // GUARDED_BY(mu)
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.grew != nil {
+		close(b.grew)
+		b.grew = nil
+	}
 	return b.buf.Write(p)
+}
+
+// next is the output so far and a channel closed by the next write.
+func (b *lockedBuffer) next() (string, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.grew == nil {
+		b.grew = make(chan struct{})
+	}
+	return b.buf.String(), b.grew
 }
 
 func (b *lockedBuffer) String() string {
@@ -154,21 +170,57 @@ func startDaemonEnv(t testing.TB, bin string, env []string, mp string, flags ...
 		close(d.exited)
 	}()
 	t.Cleanup(d.cleanup)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	mounted := false
+	waitFor(func() bool {
 		sfErr := unix.Statfs(mp, new(unix.Statfs_t))
-		if m, ok := mountAt(mp); ok && m.FSType == "fuse.kvfs" && (!hadOld || m.ID != old.ID || sfErr == nil) {
-			d.mountID = m.ID
-			return d
+		m, ok := mountAt(mp)
+		if ok && m.FSType == "fuse.kvfs" && (!hadOld || m.ID != old.ID || sfErr == nil) {
+			d.mountID, mounted = m.ID, true
+		}
+		return mounted || !d.alive()
+	})
+	switch {
+	case mounted:
+	case !d.alive():
+		t.Fatalf("kvfs mount %s exited before mounting (%v); output:\n%s", mp, d.waitErr, d.out)
+	case !mounted:
+		t.Fatalf("%s not mounted as fuse.kvfs after %v (hung?); output:\n%s", mp, hangGuard, d.out)
+	}
+	return d
+}
+
+// waitOutput reports whether the daemon printed what match looks for,
+// looking again at each write it makes, until it exits or hangGuard
+// passes.
+func (d *daemon) waitOutput(match func(out string) bool) bool {
+	guard := time.After(hangGuard)
+	for {
+		out, grew := d.out.next()
+		if match(out) {
+			return true
 		}
 		select {
+		case <-grew:
 		case <-d.exited:
-			t.Fatalf("kvfs mount %s exited before mounting (%v); output:\n%s", mp, d.waitErr, d.out)
-		case <-time.After(20 * time.Millisecond):
+			return match(d.out.String())
+		case <-guard:
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not mounted as fuse.kvfs after 10s; output:\n%s", mp, d.out)
-		}
+	}
+}
+
+// printed reports whether the daemon printed s (see waitOutput).
+func (d *daemon) printed(s string) bool {
+	return d.waitOutput(func(out string) bool { return strings.Contains(out, s) })
+}
+
+// waitExited reports whether the daemon exited before hangGuard passed.
+func (d *daemon) waitExited() bool {
+	select {
+	case <-d.exited:
+		return true
+	case <-time.After(hangGuard):
+		return false
 	}
 }
 
@@ -210,10 +262,8 @@ func (d *daemon) stop() {
 func (d *daemon) waitExit() {
 	t := d.t
 	t.Helper()
-	select {
-	case <-d.exited:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("daemon for %s still running 15s after the stop; output:\n%s", d.mp, d.out)
+	if !d.waitExited() {
+		t.Fatalf("daemon for %s still running %v after the stop (hung?); output:\n%s", d.mp, hangGuard, d.out)
 	}
 	if d.waitErr != nil {
 		t.Fatalf("daemon for %s exited with %v; output:\n%s", d.mp, d.waitErr, d.out)
@@ -230,23 +280,19 @@ func (d *daemon) waitExit() {
 // waits in the kernel for the directory's lock, held by a client whose
 // request only the dead daemon could answer. The daemon's guard (kvfs
 // __guard) aborts the FUSE connection then, which frees them both; a
-// daemon still there 10 s after SIGKILL fails the test, and a forced
-// unmount cleans up.
+// daemon still there when the wait's hang guard runs out fails the test,
+// and a forced unmount cleans up.
 func (d *daemon) kill9() {
 	d.t.Helper()
 	if err := d.cmd.Process.Kill(); err != nil {
 		d.t.Fatalf("kill -9: %v", err)
 	}
-	select {
-	case <-d.exited:
+	if d.waitExited() {
 		return
-	case <-time.After(10 * time.Second):
 	}
-	d.t.Errorf("daemon for %s still exiting 10s after SIGKILL: its guard did not abort its FUSE connection", d.mp)
+	d.t.Errorf("daemon for %s still exiting %v after SIGKILL: its guard did not abort its FUSE connection", d.mp, hangGuard)
 	unix.Unmount(d.mp, unix.MNT_FORCE)
-	select {
-	case <-d.exited:
-	case <-time.After(15 * time.Second):
+	if !d.waitExited() {
 		d.t.Fatalf("daemon for %s did not exit after SIGKILL and a forced unmount", d.mp)
 	}
 }
@@ -273,10 +319,11 @@ func (d *daemon) cleanup() {
 		if !ok || m.ID != d.mountID {
 			break
 		}
+		// A lazy unmount is gone from the table when it returns; one
+		// that failed is tried again, a stacked mount is next.
 		if err := unix.Unmount(d.mp, unix.MNT_DETACH); err != nil {
 			exec.Command("umount", "-l", d.mp).Run()
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	if d.t.Failed() {
 		d.t.Logf("kvfs daemon output for %s:\n%s", d.mp, d.out)
@@ -426,12 +473,12 @@ func storeBytes(store string) (int64, error) {
 // assertQuietEqual checks the drift equation of a mount with nothing
 // open: df used == du -s == used_bytes == bytes the store holds, and no
 // pins or shadow bytes. Handles are released asynchronously after close,
-// so it waits a little for the ledger to settle before failing.
+// so it waits for the ledger to settle before failing.
 func assertQuietEqual(t testing.TB, d *daemon) kvfsStats {
 	t.Helper()
 	var msg string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var quiet kvfsStats
+	settled := waitFor(func() bool {
 		st := stats(t, d.mp)
 		df, errDf := dfUsed(d.mp)
 		du, errDu := usage.Du(d.mp)
@@ -440,15 +487,14 @@ func assertQuietEqual(t testing.TB, d *daemon) kvfsStats {
 		if err := errors.Join(errDf, errDu, errSb, errCmd); err != nil {
 			t.Fatalf("measuring %s: %v", d.mp, err)
 		}
-		if df == du && du == duCmd && du == st.UsedBytes && du == sb &&
-			st.PinnedObjects == 0 && st.PinnedBytes == 0 && st.ShadowBytes == 0 && st.UsedBytes <= st.CapacityBytes {
-			return st
-		}
+		quiet = st
 		msg = fmt.Sprintf("df used %d, du walk %d, du -sB1 %d, used_bytes %d, store %d; pinned %d/%d bytes, shadow %d, capacity %d",
 			df, du, duCmd, st.UsedBytes, sb, st.PinnedObjects, st.PinnedBytes, st.ShadowBytes, st.CapacityBytes)
-		if time.Now().After(deadline) {
-			t.Fatalf("drift on a quiet mount: %s", msg)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return df == du && du == duCmd && du == st.UsedBytes && du == sb &&
+			st.PinnedObjects == 0 && st.PinnedBytes == 0 && st.ShadowBytes == 0 && st.UsedBytes <= st.CapacityBytes
+	})
+	if !settled {
+		t.Fatalf("drift on a quiet mount: %s", msg)
 	}
+	return quiet
 }

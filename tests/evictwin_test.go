@@ -41,10 +41,20 @@ type evictCounters struct {
 
 // evictWindow is one run of the stress.
 type evictWindow struct {
-	t    *testing.T
-	dir  string // the probed directory in the mount
-	stop atomic.Bool
-	c    evictCounters
+	t     *testing.T
+	dir   string    // the probed directory in the mount
+	until time.Time // the run's end: the workload's length
+	stop  atomic.Bool
+	c     evictCounters
+}
+
+// running reports whether the workers go on: the run has time left and
+// nothing has failed.
+func (w *evictWindow) running() bool {
+	if time.Now().After(w.until) {
+		w.stop.Store(true)
+	}
+	return !w.stop.Load()
 }
 
 // fail reports a broken promise and stops the run.
@@ -65,7 +75,8 @@ func (w *evictWindow) fail(format string, args ...any) {
 // false EEXISTs in 21,536 links.
 func TestEvictionWindow(t *testing.T) {
 	d := mountCache(t, "--capacity", "32MiB", "--grace", "0s")
-	w := &evictWindow{t: t, dir: filepath.Join(d.mp, "probe")}
+	start := time.Now()
+	w := &evictWindow{t: t, dir: filepath.Join(d.mp, "probe"), until: start.Add(*evictWindowFor)}
 	for _, dn := range []string{w.dir, filepath.Join(d.mp, "flood")} {
 		if err := os.Mkdir(dn, 0o755); err != nil {
 			t.Fatal(err)
@@ -78,11 +89,6 @@ func TestEvictionWindow(t *testing.T) {
 	for i := range evictProbes {
 		wg.Go(func() { w.probe(i) })
 	}
-	start := time.Now()
-	for !w.stop.Load() && time.Since(start) < *evictWindowFor {
-		time.Sleep(50 * time.Millisecond)
-	}
-	w.stop.Store(true)
 	w.wait(d, &wg)
 
 	c := &w.c
@@ -110,13 +116,13 @@ func (w *evictWindow) wait(d *daemon, wg *sync.WaitGroup) {
 	select {
 	case <-done:
 		return
-	case <-time.After(30 * time.Second):
+	case <-time.After(time.Until(w.until) + hangGuard):
 	}
-	w.t.Errorf("probes and flood still blocked in the mount 30s after the run ended (daemon alive: %v); aborting the FUSE connection", d.alive())
+	w.t.Errorf("probes and flood still blocked in the mount %v after the run ended (daemon alive: %v); aborting the FUSE connection", hangGuard, d.alive())
 	unix.Unmount(d.mp, unix.MNT_FORCE)
 	select {
 	case <-done:
-	case <-time.After(15 * time.Second):
+	case <-time.After(hangGuard):
 		w.t.Errorf("still blocked after the abort")
 	}
 	w.t.FailNow()
@@ -126,7 +132,7 @@ func (w *evictWindow) wait(d *daemon, wg *sync.WaitGroup) {
 // are never deleted, so each store needs an eviction.
 func (w *evictWindow) flood(dir string, id int) {
 	buf := make([]byte, MiB)
-	for i := 0; !w.stop.Load(); i++ {
+	for i := 0; w.running(); i++ {
 		err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d-%d", id, i)), buf, 0o644)
 		switch {
 		case err == nil:
@@ -149,7 +155,7 @@ func (w *evictWindow) probe(id int) {
 	for i := id; i < evictNames; i += evictProbes {
 		names = append(names, filepath.Join(w.dir, fmt.Sprintf("n%02d", i)))
 	}
-	for seq := 0; !w.stop.Load(); seq++ {
+	for seq := 0; w.running(); seq++ {
 		name := names[r.IntN(len(names))]
 		if exists[name] && lstatErr(name) == unix.ENOENT {
 			w.c.evictedSeen.Add(1)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -202,11 +201,11 @@ func TestStoreChangedWhileMounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	want["big"] = objectBytes("big", 8*MiB)
-	if !waitFor(10*time.Second, func() bool {
+	if !waitFor(func() bool {
 		return stats(t, d.mp).Reconciliations > before.Reconciliations &&
 			strings.Contains(d.out.String(), "store changed behind kvfs; ledger reconciled")
 	}) {
-		t.Fatalf("no reconciliation 10s after changing the store: %+v", stats(t, d.mp))
+		t.Fatalf("no reconciliation after changing the store: %+v", stats(t, d.mp))
 	}
 	st := assertQuietEqual(t, d)
 	t.Logf("after the audit: %d reconciliations, %d evictions; %+v", st.Reconciliations, st.Evictions, st)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/kvfs/kvfs/gpudirect"
 	"golang.org/x/sys/unix"
@@ -179,7 +178,7 @@ func TestGPUDirectWriteNeverFits(t *testing.T) {
 	}
 	// kvfs tells the kernel to forget the name from a goroutine of its
 	// own: its cached entry may answer for a moment.
-	waitFor(2*time.Second, func() bool { _, err := os.Stat(p); return errors.Is(err, os.ErrNotExist) })
+	waitFor(func() bool { _, err := os.Stat(p); return errors.Is(err, os.ErrNotExist) })
 	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the refused object is still served: %v", err)
 	}

@@ -44,9 +44,10 @@ func workloadKeys(n, minSize, maxSize int) []kvKey {
 
 // counters is what the concurrent workload did.
 type counters struct {
-	storeTries, stored, present, enospc, lostPublish atomic.Int64
-	lookups, hits, loads, loadMisses, bytesLoaded    atomic.Int64
-	deletes, deleteMisses, maxDf                     atomic.Int64
+	storeTries                                    progress // readers, deleters and df act every so many
+	stored, present, enospc, lostPublish          atomic.Int64
+	lookups, hits, loads, loadMisses, bytesLoaded atomic.Int64
+	deletes, deleteMisses, maxDf                  atomic.Int64
 }
 
 // TestLMCacheFSNative runs fs_native's I/O from several writers, readers
@@ -78,19 +79,15 @@ func TestLMCacheFSNative(t *testing.T) {
 
 	var c counters
 	seq := &atomic.Int64{}
-	var writersDone atomic.Bool
 	start := time.Now()
 
-	var sampler sync.WaitGroup
-	stopSampling := make(chan struct{})
-	sampler.Go(func() { sampleDf(t, mp, capacity, &c, stopSampling) })
-
 	var others sync.WaitGroup
+	others.Go(func() { c.storeTries.every(1, func() { sampleDf(t, mp, capacity, &c) }) })
 	for r := range readers {
-		others.Go(func() { fsNativeReader(t, &fsNative{base: mp, seq: seq}, keys, r, &c, &writersDone) })
+		others.Go(func() { fsNativeReader(t, &fsNative{base: mp, seq: seq}, keys, r, &c) })
 	}
 	for r := range deleters {
-		others.Go(func() { fsNativeDeleter(t, &fsNative{base: mp, seq: seq}, keys, r, &c, &writersDone) })
+		others.Go(func() { fsNativeDeleter(t, &fsNative{base: mp, seq: seq}, keys, r, &c) })
 	}
 	var ws sync.WaitGroup
 	for w := range writers {
@@ -99,10 +96,8 @@ func TestLMCacheFSNative(t *testing.T) {
 		ws.Go(func() { fsNativeWriter(t, cl, keys, w, storesPerWriter, buf, &c) })
 	}
 	ws.Wait()
-	writersDone.Store(true)
+	c.storeTries.end()
 	others.Wait()
-	close(stopSampling)
-	sampler.Wait()
 	elapsed := time.Since(start)
 
 	st := assertQuietEqual(t, d)
@@ -153,27 +148,22 @@ func TestLMCacheFSNative(t *testing.T) {
 	d.stop()
 }
 
-// sampleDf watches df used stay within the capacity while the workload
-// runs.
-func sampleDf(t *testing.T, mp string, capacity int64, c *counters, stop chan struct{}) {
-	for {
-		select {
-		case <-stop:
-			return
-		case <-time.After(2 * time.Millisecond):
-		}
-		used, err := dfUsed(mp)
-		if err != nil {
-			t.Errorf("statfs %s: %v", mp, err)
-			return
-		}
-		if used > c.maxDf.Load() {
-			c.maxDf.Store(used)
-		}
-		if used > capacity {
-			t.Errorf("df used %d exceeds the capacity %d", used, capacity)
-			return
-		}
+// sampleDf checks that df used is within the capacity, once per store
+// tried while the workload runs.
+func sampleDf(t *testing.T, mp string, capacity int64, c *counters) {
+	if t.Failed() {
+		return
+	}
+	used, err := dfUsed(mp)
+	if err != nil {
+		t.Errorf("statfs %s: %v", mp, err)
+		return
+	}
+	if used > c.maxDf.Load() {
+		c.maxDf.Store(used)
+	}
+	if used > capacity {
+		t.Errorf("df used %d exceeds the capacity %d", used, capacity)
 	}
 }
 
@@ -201,14 +191,16 @@ func fsNativeWriter(t *testing.T, cl *fsNative, keys []kvKey, w, n int, buf []by
 	}
 }
 
-func fsNativeReader(t *testing.T, cl *fsNative, keys []kvKey, id int, c *counters, done *atomic.Bool) {
+func fsNativeReader(t *testing.T, cl *fsNative, keys []kvKey, id int, c *counters) {
 	r := rand.New(rand.NewPCG(uint64(id), 2))
 	// Reuse is skewed, as prefixes are: a hot few keys are read all the
 	// time and the rest rarely, so the cold end of the LRU is not kept
 	// warm by reads (each close restarts an object's grace period).
 	zipf := rand.NewZipf(r, 1.3, 1, uint64(len(keys)-1))
-	for !done.Load() {
-		time.Sleep(time.Millisecond) // a lookup per request, not a spin
+	c.storeTries.every(1, func() {
+		if t.Failed() {
+			return
+		}
 		batch := make([]kvKey, 4)
 		names := make([]string, len(batch))
 		for i := range batch {
@@ -246,13 +238,15 @@ func fsNativeReader(t *testing.T, cl *fsNative, keys []kvKey, id int, c *counter
 			c.loads.Add(1)
 			c.bytesLoaded.Add(int64(len(got)))
 		}
-	}
+	})
 }
 
-func fsNativeDeleter(t *testing.T, cl *fsNative, keys []kvKey, id int, c *counters, done *atomic.Bool) {
+func fsNativeDeleter(t *testing.T, cl *fsNative, keys []kvKey, id int, c *counters) {
 	r := rand.New(rand.NewPCG(uint64(id), 3))
-	for !done.Load() {
-		time.Sleep(400 * time.Millisecond)
+	c.storeTries.every(4, func() {
+		if t.Failed() {
+			return
+		}
 		// fs_native's delete is unlink, ENOENT being success; only an
 		// unlink that removed the object counts as a delete. The key is
 		// one a lookup found, as a cache deletes what it holds.
@@ -278,7 +272,7 @@ func fsNativeDeleter(t *testing.T, cl *fsNative, keys []kvKey, id int, c *counte
 			t.Errorf("deleter %d: %v", id, err)
 			return
 		}
-	}
+	})
 }
 
 // verifyScanned loads every object a restart scan found and checks it is

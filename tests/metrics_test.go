@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // scrape is one reading of /metrics: every sample, by its name and
@@ -65,7 +64,7 @@ var metricsLine = regexp.MustCompile(`kvfs: metrics at (http://\S+/metrics)`)
 func metricsURL(t *testing.T, d *daemon) string {
 	t.Helper()
 	var m []string
-	if !waitFor(10*time.Second, func() bool { m = metricsLine.FindStringSubmatch(d.out.String()); return m != nil }) {
+	if !d.waitOutput(func(out string) bool { m = metricsLine.FindStringSubmatch(out); return m != nil }) {
 		t.Fatalf("the daemon never said where it serves metrics:\n%s", d.out)
 	}
 	return m[1]
@@ -179,7 +178,7 @@ func awaitEvictionsObserved(t *testing.T, url string) scrape {
 	t.Helper()
 	var s scrape
 	var ev, aged float64
-	if !waitFor(10*time.Second, func() bool {
+	if !waitFor(func() bool {
 		s = scrapeMetrics(t, url)
 		ev, aged = s.need(t, "kvfs_evictions_total"), s.need(t, "kvfs_evicted_idle_seconds_count")
 		return ev > 0 && aged == ev && s.need(t, "kvfs_evicted_idle_seconds_sum") > 0

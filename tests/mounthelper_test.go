@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -94,7 +93,7 @@ func requireServing(t *testing.T, mp, store, log string) *helperDaemon {
 
 // gone waits until the daemon's process has exited.
 func (h *helperDaemon) gone() bool {
-	return waitFor(15*time.Second, func() bool {
+	return waitFor(func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.pid))
 		if err != nil {
 			return true

@@ -75,7 +75,7 @@ func testQuotaStopsWriter(t *testing.T, kind string) {
 		t.Fatal(err)
 	}
 	d := startDaemon(t, mp, "--store", store, "--capacity", "32MiB")
-	if !waitFor(5*time.Second, func() bool { return strings.Contains(d.out.String(), "store capped by a project quota") }) {
+	if !d.printed("store capped by a project quota") {
 		t.Fatalf("the mount log does not say the store is capped; output:\n%s", d.out)
 	}
 	if st, err := quota.Read(store); err != nil || st.Project == 0 || st.LimitBytes != limit {
@@ -90,7 +90,7 @@ func testQuotaStopsWriter(t *testing.T, kind string) {
 			t.Fatalf("feeding the writer: %v; dd said %q", err, ddErr.String())
 		}
 	}
-	if !waitFor(10*time.Second, func() bool { n, _ := duCommand(store); return n >= 4<<20 }) {
+	if !waitFor(func() bool { n, _ := duCommand(store); return n >= 4<<20 }) {
 		t.Fatalf("4 MiB fed to the writer never reached the store")
 	}
 	before, _ := duCommand(store)
@@ -145,7 +145,7 @@ func TestQuotaUncapped(t *testing.T) {
 	if err != nil || len(got) != 1<<20 {
 		t.Fatalf("reading it back: %d bytes, %v", len(got), err)
 	}
-	if !waitFor(5*time.Second, func() bool { return strings.Contains(d.out.String(), "enforces no project quota") }) {
+	if !d.printed("enforces no project quota") {
 		t.Errorf("the mount log does not say the store is uncapped; output:\n%s", d.out)
 	}
 	if strings.Contains(d.out.String(), "store capped by a project quota") {

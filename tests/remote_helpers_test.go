@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/kvfs/kvfs/internal/s3test"
 	"github.com/minio/minio-go/v7"
@@ -77,8 +76,8 @@ func (n *remoteNode) remote() remoteFigures {
 func (n *remoteNode) waitRemote(what string, cond func(remoteFigures) bool) remoteFigures {
 	n.t.Helper()
 	var f remoteFigures
-	if !waitFor(time.Minute, func() bool { f = n.remote(); return cond(f) }) {
-		n.t.Fatalf("%s: still %+v (queue %d) after a minute", what, f, *f.QueueDepth)
+	if !waitFor(func() bool { f = n.remote(); return cond(f) }) {
+		n.t.Fatalf("%s: still %+v (queue %d) after %v", what, f, *f.QueueDepth, hangGuard)
 	}
 	return f
 }

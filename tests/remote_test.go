@@ -220,7 +220,7 @@ func TestRemoteCorruptObject(t *testing.T) {
 		if f := b.remote(); f.Corrupt != int64(i+1) {
 			t.Errorf("%s: remote_corrupt %d, want %d", key, f.Corrupt, i+1)
 		}
-		if !waitFor(5*time.Second, func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }) {
+		if !waitFor(func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }) {
 			t.Errorf("%s: still looked up after the failed fetch", key)
 		}
 	}
@@ -255,7 +255,7 @@ func TestRemoteDeletedAfterLookup(t *testing.T) {
 	if _, err := os.Open(path); !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("open of an object deleted remotely: %v, want ENOENT", err)
 	}
-	if !waitFor(5*time.Second, func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }) {
+	if !waitFor(func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }) {
 		t.Error("the kernel still has the name after the miss")
 	}
 	if st := assertQuietEqual(t, b.daemon); st.Objects != 0 {

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -299,7 +298,7 @@ func TestNoEscapeThroughMount(t *testing.T) {
 		}
 	}
 	noSecret("right after planting")
-	if !waitFor(5*time.Second, func() bool { return stats(t, d.mp).Reconciliations > before.Reconciliations }) {
+	if !waitFor(func() bool { return stats(t, d.mp).Reconciliations > before.Reconciliations }) {
 		t.Errorf("the audit did not reconcile the replaced object")
 	}
 	noSecret("after the audit")

@@ -36,10 +36,11 @@ type soakConfig struct {
 
 // soakCounters is what a soak did, by kind of operation.
 type soakCounters struct {
-	storeTries, stored, present, enospc, lostPublish, bytesWritten atomic.Int64
-	loads, loadMisses, bytesRead                                   atomic.Int64
-	deletes, renames, renameMisses, renamesBack, dirRenames        atomic.Int64
-	walks, walkedFiles, dfSamples, maxDf, statsSamples             atomic.Int64
+	storeTries                                              progress // the others act every so many
+	stored, present, enospc, lostPublish, bytesWritten      atomic.Int64
+	loads, loadMisses, bytesRead                            atomic.Int64
+	deletes, renames, renameMisses, renamesBack, dirRenames atomic.Int64
+	walks, walkedFiles, dfSamples, maxDf, statsSamples      atomic.Int64
 }
 
 // soakDirs are the two names one directory of moved objects alternates
@@ -91,32 +92,34 @@ func runSoak(t *testing.T, bin string, cfg soakConfig) *daemon {
 	for _, k := range keys {
 		total += int64(k.size)
 	}
-	s := &soak{t: t, mp: mp, keys: keys, names: keyIndex(keys), seq: &atomic.Int64{}}
-	var samplers, workers sync.WaitGroup
-	samplers.Go(func() { s.sampleDf(cfg.capacity) })
-	samplers.Go(func() { s.sampleStats(cfg.capacity) })
+	start := time.Now()
+	s := &soak{t: t, mp: mp, keys: keys, names: keyIndex(keys), seq: &atomic.Int64{}, until: start.Add(cfg.duration)}
+	// The writers store until the run's length is up; the others act
+	// every so many stores tried, the mix a run of 10 s measured with
+	// pauses between operations before.
+	tries := &s.c.storeTries
+	var writers, others sync.WaitGroup
 	for w := range cfg.writers {
 		cl := &fsNative{base: mp, direct: w%2 == 1, whole: w%4 >= 2, seq: s.seq}
 		buf := alignedBuffer(t, 6*MiB)
-		workers.Go(func() { s.writer(w, cl, buf) })
+		writers.Go(func() { s.writer(w, cl, buf) })
 	}
+	others.Go(func() { tries.every(1, func() { s.sampleDf(cfg.capacity) }) })
+	others.Go(func() { tries.every(64, func() { s.sampleStats(cfg.capacity) }) })
 	for r := range cfg.readers {
-		workers.Go(func() { s.reader(r) })
+		others.Go(func() { s.reader(r) })
 	}
 	for r := range cfg.deleters {
-		workers.Go(func() { s.deleter(r) })
+		others.Go(func() { s.deleter(r) })
 	}
 	for r := range cfg.renamers {
-		workers.Go(func() { s.renamer(r) })
+		others.Go(func() { s.renamer(r) })
 	}
-	workers.Go(s.dirRenamer)
-	workers.Go(s.walker)
-	start := time.Now()
-	time.Sleep(cfg.duration)
-	s.stop.Store(true)
-	workers.Wait()
-	s.samplersStop.Store(true)
-	samplers.Wait()
+	others.Go(s.dirRenamer)
+	others.Go(s.walker)
+	writers.Wait()
+	tries.end()
+	others.Wait()
 	elapsed := time.Since(start)
 
 	st := assertQuietEqual(t, d)
@@ -158,14 +161,14 @@ func runSoak(t *testing.T, bin string, cfg soakConfig) *daemon {
 }
 
 type soak struct {
-	t            *testing.T
-	mp           string
-	keys         []kvKey
-	names        map[string]kvKey
-	seq          *atomic.Int64
-	stop         atomic.Bool
-	samplersStop atomic.Bool
-	c            soakCounters
+	t     *testing.T
+	mp    string
+	keys  []kvKey
+	names map[string]kvKey
+	seq   *atomic.Int64
+	until time.Time // the run's end: the workload's length
+	stop  atomic.Bool
+	c     soakCounters
 }
 
 // fail reports a broken promise and stops the workload.
@@ -174,9 +177,15 @@ func (s *soak) fail(format string, args ...any) {
 	s.stop.Store(true)
 }
 
+// storing reports whether the writers go on: the run has time left and
+// nothing has failed.
+func (s *soak) storing() bool {
+	return !s.stop.Load() && time.Now().Before(s.until)
+}
+
+// sampleDf checks that df used stays within the capacity.
 func (s *soak) sampleDf(capacity int64) {
-	for !s.samplersStop.Load() {
-		time.Sleep(3 * time.Millisecond)
+	if !s.stop.Load() {
 		used, err := dfUsed(s.mp)
 		if err != nil {
 			s.fail("statfs: %v", err)
@@ -193,10 +202,9 @@ func (s *soak) sampleDf(capacity int64) {
 	}
 }
 
-// sampleStats checks the ledger itself, through kvfs stats, every 500ms.
+// sampleStats checks the ledger itself, through kvfs stats.
 func (s *soak) sampleStats(capacity int64) {
-	for !s.samplersStop.Load() {
-		time.Sleep(500 * time.Millisecond)
+	if !s.stop.Load() {
 		res := runKvfs(nil, "stats", "--json", s.mp)
 		var st kvfsStats
 		if err := json.Unmarshal([]byte(res.stdout), &st); res.code != 0 || err != nil {
@@ -213,7 +221,7 @@ func (s *soak) sampleStats(capacity int64) {
 
 func (s *soak) writer(w int, cl *fsNative, buf []byte) {
 	r := rand.New(rand.NewPCG(uint64(w), 21))
-	for !s.stop.Load() {
+	for s.storing() {
 		k := s.keys[r.IntN(len(s.keys))]
 		data := buf[:k.size]
 		fillObject(data, k.key)
@@ -243,12 +251,14 @@ func (s *soak) writer(w int, cl *fsNative, buf []byte) {
 func (s *soak) reader(id int) {
 	r := rand.New(rand.NewPCG(uint64(id), 22))
 	zipf := rand.NewZipf(r, 1.2, 1, uint64(len(s.keys)-1))
-	for !s.stop.Load() {
-		time.Sleep(time.Millisecond)
+	s.c.storeTries.every(2, func() {
+		if s.stop.Load() {
+			return
+		}
 		p := finalPath(s.mp, s.keys[zipf.Uint64()].key)
 		if r.IntN(3) == 0 {
 			if p = s.randomMoved(r); p == "" {
-				continue
+				return
 			}
 		}
 		data, err := readObject(p, s.names)
@@ -262,7 +272,7 @@ func (s *soak) reader(id int) {
 			s.c.loads.Add(1)
 			s.c.bytesRead.Add(int64(len(data)))
 		}
-	}
+	})
 }
 
 // randomMoved is the path of a random object in the moved directory, or
@@ -279,12 +289,14 @@ func (s *soak) randomMoved(r *rand.Rand) string {
 
 func (s *soak) deleter(id int) {
 	r := rand.New(rand.NewPCG(uint64(id), 23))
-	for !s.stop.Load() {
-		time.Sleep(60 * time.Millisecond)
+	s.c.storeTries.every(16, func() {
+		if s.stop.Load() {
+			return
+		}
 		p := finalPath(s.mp, s.keys[r.IntN(len(s.keys))].key)
 		if r.IntN(3) == 0 {
 			if p = s.randomMoved(r); p == "" {
-				continue
+				return
 			}
 		}
 		if err := unix.Unlink(p); err != nil && err != unix.ENOENT {
@@ -292,15 +304,17 @@ func (s *soak) deleter(id int) {
 			return
 		}
 		s.c.deletes.Add(1)
-	}
+	})
 }
 
 // renamer moves published objects into the moved directory (replacing a
 // copy there) and back to their final path.
 func (s *soak) renamer(id int) {
 	r := rand.New(rand.NewPCG(uint64(id), 24))
-	for !s.stop.Load() {
-		time.Sleep(5 * time.Millisecond)
+	s.c.storeTries.every(5, func() {
+		if s.stop.Load() {
+			return
+		}
 		if r.IntN(2) == 0 {
 			k := s.keys[r.IntN(len(s.keys))]
 			src := finalPath(s.mp, k.key)
@@ -321,11 +335,11 @@ func (s *soak) renamer(id int) {
 			} else {
 				s.c.renameMisses.Add(1)
 			}
-			continue
+			return
 		}
 		src := s.randomMoved(r)
 		if src == "" {
-			continue
+			return
 		}
 		k := s.names[filepath.Base(src)]
 		dst := finalPath(s.mp, k.key)
@@ -339,28 +353,34 @@ func (s *soak) renamer(id int) {
 			s.fail("renamer %d: rename %s back: %v", id, src, err)
 			return
 		}
-	}
+	})
 }
 
 // dirRenamer flips the moved directory's name while objects in it are
 // open, being moved in and out and deleted.
 func (s *soak) dirRenamer() {
-	for i := 0; !s.stop.Load(); i++ {
-		time.Sleep(40 * time.Millisecond)
+	i := 0
+	s.c.storeTries.every(8, func() {
+		if s.stop.Load() {
+			return
+		}
 		from, to := filepath.Join(s.mp, soakDirs[i%2]), filepath.Join(s.mp, soakDirs[(i+1)%2])
+		i++
 		if err := unix.Rename(from, to); err != nil {
 			s.fail("rename directory %s: %v", from, err)
 			return
 		}
 		s.c.dirRenames.Add(1)
-	}
+	})
 }
 
 // walker lists the whole tree now and then, as du and the restart scan
 // do: only directories and regular files, and no errors but ENOENT.
 func (s *soak) walker() {
-	for !s.stop.Load() {
-		time.Sleep(300 * time.Millisecond)
+	s.c.storeTries.every(64, func() {
+		if s.stop.Load() {
+			return
+		}
 		n := 0
 		err := filepath.WalkDir(s.mp, func(p string, d fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -381,7 +401,7 @@ func (s *soak) walker() {
 		}
 		s.c.walks.Add(1)
 		s.c.walkedFiles.Add(int64(n))
-	}
+	})
 }
 
 // verifyAll reads every file left after the workload: each is a

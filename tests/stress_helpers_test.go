@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -89,16 +90,90 @@ func tail(s string, n int) string {
 	return "..." + s[len(s)-n:]
 }
 
-// waitFor polls cond every 50ms until it holds or limit passes.
-func waitFor(limit time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(limit)
+// hangGuard bounds every wait in these tests. It is no verdict on speed:
+// a wait that runs into it is waiting for an event that is not coming (a
+// hang), which a slow machine is not.
+const hangGuard = time.Minute
+
+// pollEvery is how often waitFor looks again.
+const pollEvery = 10 * time.Millisecond
+
+// waitFor reports whether cond came to hold before hangGuard passed. It
+// is for states nothing announces (the ledger through kvfs stats, the
+// kernel's cached names, a file's size); a wait for a process, a line of
+// the daemon's output or a channel waits on that instead.
+func waitFor(cond func() bool) bool {
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	guard := time.After(hangGuard)
 	for !cond() {
-		if time.Now().After(deadline) {
-			return false
+		select {
+		case <-tick.C:
+		case <-guard:
+			return cond()
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	return true
+}
+
+// progress counts a workload's steps (stores tried), so that the other
+// workers can act every so many of them: the mix of operations is then
+// the same on a slow machine as on a fast one, where pausing for a fixed
+// time between operations would change it.
+type progress struct {
+	mu    sync.Mutex
+	moved *sync.Cond // broadcast on each step and at the end
+	n     int64      // GUARDED_BY(mu)
+	ended bool       // GUARDED_BY(mu)
+}
+
+func (p *progress) cond() *sync.Cond {
+	if p.moved == nil {
+		p.moved = sync.NewCond(&p.mu)
+	}
+	return p.moved
+}
+
+// Add counts n more steps and returns the total.
+func (p *progress) Add(n int64) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n += n
+	p.cond().Broadcast()
+	return p.n
+}
+
+// Load is the number of steps so far.
+func (p *progress) Load() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+// end wakes every await for good: the workload is over.
+func (p *progress) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = true
+	p.cond().Broadcast()
+}
+
+// await waits until n steps are done and returns the count then, or
+// false once the workload has ended.
+func (p *progress) await(n int64) (int64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.n < n && !p.ended {
+		p.cond().Wait()
+	}
+	return p.n, !p.ended
+}
+
+// every runs step after each `steps` steps of p until the workload ends.
+func (p *progress) every(steps int64, step func()) {
+	for n, ok := p.await(steps); ok; n, ok = p.await(n + steps) {
+		step()
+	}
 }
 
 // mountTmpfs mounts a tmpfs of the given size (like "48m") at a new

@@ -241,8 +241,8 @@ func fileSum(t testing.TB, p string) ([32]byte, int64) {
 func waitReleased(t testing.TB, d *daemon) kvfsStats {
 	t.Helper()
 	var st kvfsStats
-	if !waitFor(20*time.Second, func() bool { st = stats(t, d.mp); return st.PinnedObjects == 0 }) {
-		t.Fatalf("still %d objects pinned (%d bytes) 20s after the writers exited", st.PinnedObjects, st.PinnedBytes)
+	if !waitFor(func() bool { st = stats(t, d.mp); return st.PinnedObjects == 0 }) {
+		t.Fatalf("still %d objects pinned (%d bytes) %v after the writers exited", st.PinnedObjects, st.PinnedBytes, hangGuard)
 	}
 	return st
 }
@@ -348,12 +348,12 @@ func killDaemonAndWriter(t testing.TB, d *daemon, w *writerProc) {
 		t.Fatalf("kill -9 of the daemon: %v", err)
 	}
 	w.kill()
-	if waitFor(15*time.Second, func() bool { return !d.alive() }) {
+	if d.waitExited() {
 		return
 	}
-	t.Errorf("the daemon for %s had not exited 15s after kill -9 (stuck in the kernel?)", d.mp)
+	t.Errorf("the daemon for %s had not exited %v after kill -9 (stuck in the kernel?)", d.mp, hangGuard)
 	unix.Unmount(d.mp, unix.MNT_FORCE)
-	if !waitFor(15*time.Second, func() bool { return !d.alive() }) {
+	if !d.waitExited() {
 		t.Fatalf("the daemon for %s did not exit even after its connection was aborted", d.mp)
 	}
 }
@@ -363,19 +363,18 @@ func killDaemonAndWriter(t testing.TB, d *daemon, w *writerProc) {
 func waitStoreSize(t testing.TB, store, rel string, n int64, w *writerProc) {
 	t.Helper()
 	p := filepath.Join(store, "data", rel)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil && st.Size >= n {
-			return
-		}
-		if w.exited() {
-			t.Fatalf("the %s writer exited (%v) before %s held %d bytes; stderr %q", w.kind, w.err, rel, n, w.stderr)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not reach %d bytes in 60s (%d now)", rel, n, st.Size)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var st unix.Stat_t
+	reached := false
+	waitFor(func() bool {
+		reached = unix.Stat(p, &st) == nil && st.Size >= n
+		return reached || w.exited()
+	})
+	switch {
+	case reached:
+	case w.exited():
+		t.Fatalf("the %s writer exited (%v) before %s held %d bytes; stderr %q", w.kind, w.err, rel, n, w.stderr)
+	default:
+		t.Fatalf("%s did not reach %d bytes in %v (%d now)", rel, n, hangGuard, st.Size)
 	}
 }
 

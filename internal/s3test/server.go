@@ -173,21 +173,25 @@ func (s *Server) launch() error {
 }
 
 func (s *Server) waitReady(exited chan struct{}) error {
-	deadline := time.Now().Add(readyWithin)
+	// versitygw announces nothing a test can wait on before it serves:
+	// its port is polled, every 20 ms, until it answers.
+	guard := time.After(readyWithin)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	client := &http.Client{Timeout: time.Second}
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("%s exited at start: %s", s.bin, s.logTail())
-		default:
-		}
+	for {
 		if resp, err := client.Get(s.Endpoint + "/"); err == nil {
 			resp.Body.Close()
 			return nil
 		}
-		time.Sleep(20 * time.Millisecond) // polling a child process for readiness
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited at start: %s", s.bin, s.logTail())
+		case <-guard:
+			return fmt.Errorf("%s not answering on %s after %s: %s", s.bin, s.Addr, readyWithin, s.logTail())
+		case <-tick.C:
+		}
 	}
-	return fmt.Errorf("%s not answering on %s after %s: %s", s.bin, s.Addr, readyWithin, s.logTail())
 }
 
 func (s *Server) logTail() string {
@@ -323,28 +327,19 @@ func (s *Server) signal(sig syscall.Signal, paused bool) {
 	s.paused = paused
 }
 
-// waitStopped waits (briefly) until every thread of pid is stopped.
+// waitStopped waits until pid, a child told SIGSTOP, has stopped: the
+// kernel reports a stop to waitid only once every thread of the process
+// has stopped. WNOWAIT leaves the report for no one else to miss (the
+// goroutine in cmd.Wait waits for the exit only); an exit instead (the
+// server died) ends the wait too.
 func waitStopped(pid int) {
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) && !allStopped(pid) {
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func allStopped(pid int) bool {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return false
-	}
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if err != nil || i < 0 || i+2 >= len(s) || (s[i+2] != 'T' && s[i+2] != 't') {
-			return false
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED|unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			return
 		}
 	}
-	return true
 }
 
 // kill is the final cleanup: a paused process is continued so that it
