@@ -17,9 +17,11 @@
 //	kvfs.index   the checkpoint of the index (see CheckpointName)
 //	kvfs.hint    how many objects the last start found (see HintName)
 //
-// A Store does no locking of its own. Its owner (package core) serialises
-// every change of the namespace and lets readers in only between changes;
-// Load, the audit walk and the snapshot say what they need.
+// A Store does no locking of its own. Its owner (package core) guards the
+// index with its lock, and orders the changes of each name (see the
+// phases in phases.go: a change is made in the store first, without the
+// owner's lock, and committed to the index after); Load, the audit walk
+// and the snapshot say what they need.
 package blob
 
 import (
@@ -58,9 +60,11 @@ var (
 	ErrNotFound = errors.New("no such name")
 )
 
-// Store is one store directory and the index of its namespace. Every
-// method that changes the namespace changes the index and the directory
-// together, so the two never disagree.
+// Store is one store directory and the index of its namespace. The index
+// follows the directory: every change is made in the directory first and
+// committed to the index after (phases.go), so a name the index holds is
+// in the directory, but for one that vanished behind kvfs's back, which
+// the audit finds.
 type Store struct {
 	dir     string
 	lock    *os.File
