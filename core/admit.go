@@ -72,10 +72,17 @@ func (c *Core) locked(op func() (victims, error)) error {
 	v, err := op()
 	drops := c.dropLocked(v, Evicted)
 	c.mu.Unlock()
+	if testHookReaping != nil && len(drops) > 0 {
+		testHookReaping()
+	}
 	c.reap(drops)
 	c.deliver(drops)
 	return err
 }
+
+// testHookReaping, when set, runs after an eviction dropped its victims'
+// names from the index and before their stored names are reaped.
+var testHookReaping func()
 
 // testHookDropping, when set, runs inside an eviction's critical section
 // before the victims' names go; tests use it to race other operations

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -506,4 +507,63 @@ func TestAuditAdoptsEvictsAndDrops(t *testing.T) {
 	if held, charged := tc.storeBytes(), tc.Stats().UsedBytes; held != charged {
 		t.Errorf("the store holds %d bytes, the ledger charges %d", held, charged)
 	}
+}
+
+// TestDoomedNameTakenBeforeReap: an evicted name is out of the index at
+// once, but its stored name is unlinked after (reap). A create, link or
+// rename to the name in between must unlink the evicted bytes first (or
+// its store step fails with EEXIST), and the reap after must leave the
+// new object alone. Fails if either side of that ordering is removed.
+func TestDoomedNameTakenBeforeReap(t *testing.T) {
+	for _, op := range []string{"create", "link", "rename"} {
+		t.Run(op, func(t *testing.T) {
+			tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: time.Second})
+			tc.put("victim", mib)
+			tc.put("src", 10)
+			tc.put("keep", mib)
+			tc.clock.Skip(time.Second)
+			var probed error
+			testHookReaping = func() {
+				testHookReaping = nil
+				switch op {
+				case "create":
+					tc.put("victim", 5)
+				case "link":
+					id := tc.lookupID("src")
+					_, probed = tc.Link(id, blob.RootID, "victim")
+				case "rename":
+					probed = tc.Rename(blob.RootID, "src", blob.RootID, "victim", 0)
+				}
+			}
+			defer func() { testHookReaping = nil }()
+			tc.put("big", 2*mib) // evicts "victim", the coldest
+			if probed != nil {
+				t.Fatalf("%s to the evicted name before its reap: %v", op, probed)
+			}
+			want := int64(10)
+			if op == "create" {
+				want = 5
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(tc.store.Dir(), blob.DataName, "victim"), &st); err != nil || st.Size != want {
+				t.Fatalf("the store's victim after the reap: %v, size %d, want the new object of %d bytes", err, st.Size, want)
+			}
+			if e, a, err := tc.Lookup(blob.RootID, "victim"); err != nil || a.Size != want {
+				t.Fatalf("lookup of the new victim: %v %+v %v", e, a.Size, err)
+			}
+			if held, charged := tc.storeBytes(), tc.Stats().UsedBytes; held != charged {
+				t.Errorf("the store holds %d bytes, the ledger charges %d", held, charged)
+			}
+		})
+	}
+}
+
+// lookupID is the ID a name in the root has.
+func (tc *testCore) lookupID(name string) blob.ID {
+	tc.t.Helper()
+	e, _, err := tc.Lookup(blob.RootID, name)
+	if err != nil {
+		tc.t.Fatalf("lookup %s: %v", name, err)
+	}
+	return e.ID
 }
