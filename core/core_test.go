@@ -311,6 +311,16 @@ func TestUnlinkIdempotent(t *testing.T) {
 func TestConcurrentCore(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 2 * mib, WaitLimit: 50 * time.Millisecond, Grace: time.Millisecond, PollInterval: time.Millisecond, Passthrough: true})
 	names := []string{"a", "b", "c", "d", "e", "f"}
+	// Three directories: changes in different ones run at once, and
+	// links, renames and evictions cross them.
+	dirs := []blob.ID{blob.RootID}
+	for _, d := range []string{"x", "y"} {
+		id, _, err := tc.Mkdir(blob.RootID, d, 0o755, blob.Owner{UID: -1, GID: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, id)
+	}
 	var wg sync.WaitGroup
 	var ok, stores atomic.Int64
 	for w := range 6 {
@@ -319,7 +329,7 @@ func TestConcurrentCore(t *testing.T) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(w), 7))
 			for range 300 {
-				stored, err := randomCoreOp(tc, r, names)
+				stored, err := randomCoreOp(tc, r, names, dirs...)
 				switch {
 				case err == nil:
 					ok.Add(1)
@@ -341,9 +351,11 @@ func TestConcurrentCore(t *testing.T) {
 		t.Fatal(err)
 	}
 	named := map[blob.ID]int64{}
-	for _, n := range names {
-		if e, a, err := tc.Lookup(blob.RootID, n); err == nil {
-			named[e.ID] = ledger.Charge(a.Size)
+	for _, d := range dirs {
+		for _, n := range names {
+			if e, a, err := tc.Lookup(d, n); err == nil && !e.Dir {
+				named[e.ID] = ledger.Charge(a.Size)
+			}
 		}
 	}
 	var held int64
@@ -379,12 +391,17 @@ func (tc *testCore) storeBytes() int64 {
 
 // randomCoreOp does one random operation; stored says it was a create
 // that completed.
-func randomCoreOp(tc *testCore, r *rand.Rand, names []string) (stored bool, err error) {
+func randomCoreOp(tc *testCore, r *rand.Rand, names []string, dirs ...blob.ID) (stored bool, err error) {
+	if len(dirs) == 0 {
+		dirs = []blob.ID{blob.RootID}
+	}
 	name := names[r.IntN(len(names))]
+	dir := func() blob.ID { return dirs[r.IntN(len(dirs))] }
+	in, to := dir(), dir()
 	owner := blob.Owner{UID: -1, GID: -1}
 	switch r.IntN(6) {
 	case 0, 1:
-		h, err := tc.Create(blob.RootID, name, 0o644, owner, true)
+		h, err := tc.Create(in, name, 0o644, owner, true)
 		if err != nil {
 			return false, err
 		}
@@ -398,7 +415,7 @@ func randomCoreOp(tc *testCore, r *rand.Rand, names []string) (stored bool, err 
 		h.Release()
 		return err == nil, err
 	case 2:
-		e, _, err := tc.Lookup(blob.RootID, name)
+		e, _, err := tc.Lookup(in, name)
 		if err != nil {
 			return false, err
 		}
@@ -408,15 +425,15 @@ func randomCoreOp(tc *testCore, r *rand.Rand, names []string) (stored bool, err 
 		}
 		h.Release()
 	case 3:
-		e, _, err := tc.Lookup(blob.RootID, name)
+		e, _, err := tc.Lookup(in, name)
 		if err == nil {
-			_, err = tc.Link(e.ID, blob.RootID, names[r.IntN(len(names))])
+			_, err = tc.Link(e.ID, to, names[r.IntN(len(names))])
 		}
 		return false, err
 	case 4:
-		return false, tc.Rename(blob.RootID, name, blob.RootID, names[r.IntN(len(names))], 0)
+		return false, tc.Rename(in, name, to, names[r.IntN(len(names))], 0)
 	case 5:
-		return false, tc.Unlink(blob.RootID, name)
+		return false, tc.Unlink(in, name)
 	}
 	return false, nil
 }
