@@ -181,8 +181,10 @@ type Core struct {
 	// (early): see publishedWhileOpen.
 	settled map[blob.ID]int64
 	early   map[blob.ID]bool
-	// GUARDED_BY(writersMu): passthrough writers the poller watches.
-	watched map[*Handle]struct{}
+	// GUARDED_BY(writersMu): passthrough writers the poller watches, with
+	// the poller's round when each was added (round).
+	watched map[*Handle]uint64
+	round   uint64
 	wake    chan struct{}
 
 	sizesMu lockorder.Mutex
@@ -266,7 +268,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		base:    map[blob.ID]int64{},
 		settled: map[blob.ID]int64{},
 		early:   map[blob.ID]bool{},
-		watched: map[*Handle]struct{}{},
+		watched: map[*Handle]uint64{},
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		doomed:  map[blob.Name]blob.ID{},

@@ -226,9 +226,9 @@ func (c *Core) unmarkInstall(id blob.ID) {
 	m.Lock()
 	defer m.Unlock()
 	c.writersMu.Lock()
-	last := c.unmarkLocked(id)
+	_, marked := c.unmarkLocked(id)
 	c.writersMu.Unlock()
-	if !last {
+	if !marked {
 		return
 	}
 	if err := c.store.ClearWriting(id); err != nil {

@@ -25,7 +25,7 @@ func (c *Core) startWriting(h *Handle, born bool) error {
 	c.writersMu.Lock()
 	if c.cfg.Passthrough {
 		if _, ok := c.watched[h]; !ok {
-			c.watched[h] = struct{}{}
+			c.watched[h] = c.round
 			c.nudge()
 		}
 	}
@@ -63,33 +63,36 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 	defer m.Unlock()
 	c.mu.RLock()
 	c.writersMu.Lock()
+	marked := false
 	if h.writing {
 		h.writing = false
-		last = c.unmarkLocked(h.id)
+		last, marked = c.unmarkLocked(h.id)
 	}
 	c.writersMu.Unlock()
 	if last {
 		pub = publish()
 	}
 	c.mu.RUnlock()
-	if last {
+	if marked {
 		err = c.store.ClearWriting(h.id)
 	}
 	return last, pub, err
 }
 
 // unmarkLocked ends one of id's writers (a handle or an install) and
-// says whether it was the last, whose caller clears the crash marker;
+// says whether it was the last, and whether the crash marker is still
+// there for its caller to clear (a publish may have cleared it early);
 // the marker's lock and writersMu held.
-func (c *Core) unmarkLocked(id blob.ID) (last bool) {
+func (c *Core) unmarkLocked(id blob.ID) (last, marked bool) {
 	if c.marked[id]--; c.marked[id] > 0 {
-		return false
+		return false, false
 	}
+	marked = !c.early[id]
 	delete(c.marked, id)
 	delete(c.base, id)
 	delete(c.settled, id)
 	delete(c.early, id)
-	return true
+	return true, marked
 }
 
 // baseSize is the size a refused writer's object goes back to: what it
@@ -169,7 +172,14 @@ func (c *Core) pollLoop() {
 		}
 		every := c.cfg.PollInterval
 		for {
-			n, grew := c.poll()
+			// A writer is first read an interval after it opened: most
+			// stores have closed by then, and their close settles them.
+			select {
+			case <-c.done:
+				return
+			case <-c.cfg.After(every):
+			}
+			n, grew := c.poll(false)
 			if n == 0 {
 				break
 			}
@@ -179,11 +189,9 @@ func (c *Core) pollLoop() {
 				every = min(2*every, pollIdle*c.cfg.PollInterval)
 			}
 			select {
-			case <-c.done:
-				return
 			case <-c.wake:
 				every = c.cfg.PollInterval
-			case <-c.cfg.After(every):
+			default:
 			}
 		}
 	}
@@ -196,23 +204,29 @@ const pollIdle = 8
 // ledger's view of them; it returns how many writers are watched. Tests
 // call it to drive the poller.
 func (c *Core) Poll() int {
-	n, _ := c.poll()
+	n, _ := c.poll(true)
 	return n
 }
 
-func (c *Core) poll() (n int, grew bool) {
+// poll reads the watched writers (all: also those watched since the last
+// round) and says how many are watched and whether any grew.
+func (c *Core) poll(all bool) (n int, grew bool) {
 	c.writersMu.Lock()
 	watched := make([]*Handle, 0, len(c.watched))
-	for h := range c.watched {
-		watched = append(watched, h)
+	for h, since := range c.watched {
+		if all || since != c.round {
+			watched = append(watched, h)
+		}
 	}
+	n = len(c.watched)
+	c.round++
 	c.writersMu.Unlock()
 	for _, h := range watched {
 		if c.observeWatched(h) {
 			grew = true
 		}
 	}
-	return len(watched), grew
+	return n, grew
 }
 
 // observeWatched observes a watched writer, if it is still open: Release
