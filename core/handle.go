@@ -477,7 +477,10 @@ func (c *Core) unpin(id blob.ID, write bool) {
 }
 
 // closeWrite drops a write pin; the last writer's close admits what its
-// writers left unadmitted, so it may evict.
+// writers left unadmitted, so it may evict, and only then takes the
+// namespace lock.
 func (c *Core) closeWrite(id blob.ID) {
-	c.locked(func() (victims, error) { _, v := c.ledger.Close(id, true); return v, nil })
+	if _, err := c.ledger.CloseFree(id, true); errors.Is(err, ledger.ErrBusy) {
+		c.locked(func() (victims, error) { _, v := c.ledger.Close(id, true); return v, nil })
+	}
 }

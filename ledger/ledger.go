@@ -246,6 +246,10 @@ func (l *Ledger[K]) Open(id K, write bool) error {
 func (l *Ledger[K]) Close(id K, write bool) (released bool, victims []Victim[K]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.close(id, write)
+}
+
+func (l *Ledger[K]) close(id K, write bool) (released bool, victims []Victim[K]) {
 	e, ok := l.entries[id]
 	if !ok || e.pins == 0 || (write && e.writers == 0) {
 		return false, nil
@@ -264,6 +268,24 @@ func (l *Ledger[K]) Close(id K, write bool) (released bool, victims []Victim[K])
 		return true, victims
 	}
 	return false, victims
+}
+
+// CloseFree is Close for a close that must not evict: when the last
+// writer's close would have to (it admits what its writers left
+// unadmitted), it changes nothing and answers ErrBusy, and the caller
+// closes with Close under its namespace lock.
+func (l *Ledger[K]) CloseFree(id K, write bool) (released bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.entries[id]; ok && write && e.writers == 1 && e.pins > 0 {
+		// What endWriting leaves charged, against the capacity.
+		used := l.used - e.charge + Charge(e.size)
+		if used-(l.over-e.over) > l.capacity {
+			return false, ErrBusy
+		}
+	}
+	released, _ = l.close(id, write) // no victims: it fits
+	return released, nil
 }
 
 // EndGrace is an object's publish step (a link or a rename to a name):

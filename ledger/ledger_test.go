@@ -1161,3 +1161,48 @@ func TestCloseAdmitsUnsettled(t *testing.T) {
 		t.Fatalf("after close: %+v", st)
 	}
 }
+
+// TestCloseFree: a writer's close that fits closes as Close does, with no
+// eviction; one that would have to evict (its writer left bytes
+// unadmitted) changes nothing and answers ErrBusy, and Close then
+// evicts.
+func TestCloseFree(t *testing.T) {
+	l, c := newTest(t, 16<<10)
+	put(t, l, c, 1, 8<<10)
+	if err := l.Create(2, true); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := l.Grow(2, 4<<10); err != nil || len(v) != 0 {
+		t.Fatalf("Grow = %v, %v", v, err)
+	}
+	if released, err := l.CloseFree(2, true); released || err != nil {
+		t.Fatalf("CloseFree of a writer that fits = %v, %v", released, err)
+	}
+	mustOK(t, l)
+	if w := l.Writers(2); w != 0 {
+		t.Fatalf("writers after CloseFree: %d", w)
+	}
+	// A writer whose growth could not be admitted while 1 was read-pinned.
+	if err := l.Open(1, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Create(3, true); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := l.Observe(3, 8<<10); err != nil || len(v) != 0 {
+		t.Fatalf("Observe = %v, %v", v, err)
+	}
+	release(l, 1, false)
+	c.Advance(testGrace + time.Millisecond)
+	before := l.Stats()
+	if _, err := l.CloseFree(3, true); !errors.Is(err, ErrBusy) {
+		t.Fatalf("CloseFree of a writer that must evict: %v, want ErrBusy", err)
+	}
+	if after := l.Stats(); after != before || l.Writers(3) != 1 {
+		t.Fatalf("CloseFree that answered ErrBusy changed the ledger: %+v -> %+v", before, after)
+	}
+	if _, v := l.Close(3, true); !sameIDs(ids(v), []ID{2}) {
+		t.Fatalf("Close evicted %v, want [2], the coldest", ids(v))
+	}
+	mustOK(t, l)
+}
