@@ -193,6 +193,7 @@ type Core struct {
 	next  int
 
 	installing installs
+	lastUse    lastUse // see lastuse.go
 
 	counters counters
 	// auditAtStart: the index came from a snapshot, which cannot see a

@@ -133,6 +133,7 @@ func (c *Core) Open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 	h, err := c.open(id, flags, write, via)
 	if err == nil && !write {
 		c.counters.loads.Add(1)
+		c.used(h)
 	}
 	return h, err
 }

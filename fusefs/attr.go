@@ -6,15 +6,13 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
 // fillAttr copies an inode's attributes, with kvfs's own inode number
 // and, for st_blocks, exactly the ledger's charge (directories cost 0).
-func fillAttr(out *fuse.Attr, id blob.ID, a core.Attr) {
+func fillAttr(out *fuse.Attr, id core.ID, a core.Attr) {
 	st := &a.Stat_t
 	out.Ino = uint64(id)
 	out.Size = uint64(st.Size)
@@ -28,7 +26,7 @@ func fillAttr(out *fuse.Attr, id blob.ID, a core.Attr) {
 		out.Nlink = uint32(a.Links)
 	}
 	out.Uid, out.Gid = st.Uid, st.Gid
-	out.Blksize = ledger.BlockSize
+	out.Blksize = core.BlockSize
 }
 
 // fileMode is the mode a stored file gets: a cache keeps no set-user-ID
@@ -86,20 +84,6 @@ func applyTimes(fd int, in *fuse.SetAttrIn) error {
 
 func timespec(t time.Time) unix.Timespec {
 	return unix.NsecToTimespec(t.UnixNano())
-}
-
-// openFlags are the flags kvfs opens a stored file with for a handle
-// opened with flags: the kernel already did creation, truncation and
-// append positioning, and O_DIRECT alignment is the client's business
-// with the mount, not the store's. With passthrough every stored file is
-// opened read-write: go-fuse shares the first handle's file with every
-// later handle of the inode, whatever they may do.
-func (f *FS) openFlags(flags uint32) int {
-	fl := int(flags) &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC | syscall.O_APPEND | syscall.O_DIRECT | syscall.O_NOCTTY)
-	if f.cfg.Passthrough || fl&syscall.O_ACCMODE == syscall.O_WRONLY {
-		fl = fl&^syscall.O_ACCMODE | syscall.O_RDWR
-	}
-	return fl
 }
 
 func writable(flags uint32) bool { return flags&syscall.O_ACCMODE != syscall.O_RDONLY }

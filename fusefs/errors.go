@@ -47,18 +47,13 @@ var (
 	// errNoSetAttr: extended attributes cannot be set; ENOTSUP (not
 	// ENODATA) is what lets cp -a, rsync -X and the like carry on.
 	errNoSetAttr = fmt.Errorf("kvfs keeps no extended attributes: %w", syscall.ENOTSUP)
-	// errDirectWrite: on a mount whose writers' bytes all pass through
-	// the daemon (--strict-capacity, or no passthrough), the stored file
-	// of an object open for writing is not named (see beingWritten).
-	errDirectWrite = fmt.Errorf("every written byte passes through the daemon on this mount; no direct writes: %w", syscall.EPERM)
-	// errIsDir: the name is a directory.
-	errIsDir  = fmt.Errorf("is a directory: %w", syscall.EISDIR)
+	// errNotDir: the name is not a directory.
 	errNotDir = fmt.Errorf("not a directory: %w", syscall.ENOTDIR)
 )
 
 // checkName refuses names kvfs cannot store.
 func checkName(name string) error {
-	if len(name) > 255 {
+	if len(name) > core.NameMax {
 		return syscall.ENAMETOOLONG
 	}
 	return nil

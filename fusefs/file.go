@@ -26,8 +26,6 @@ type handle struct {
 	// passthrough: the kernel serves h's reads and writes from the
 	// stored file itself.
 	passthrough bool
-	// writing: h is counted in n.writers; GUARDED_BY(n.mu).
-	writing bool
 	// ram, for a plain reader, is the RAM tier's copy of the object it
 	// serves reads from; fill, failing that, collects what its reads
 	// return into a copy. Both are set by attachRAM and cleared by
@@ -135,7 +133,6 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.n.forget(h)
 	h.fill.Swap(nil).Abandon()
 	h.Handle.Release()
-	h.n.doneWriting(h)
 	return 0
 }
 

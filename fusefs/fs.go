@@ -13,7 +13,6 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ramcache"
 	"github.com/kvfs/kvfs/remote"
@@ -57,7 +56,7 @@ type FS struct {
 
 	// dirs maps directory IDs to the go-fuse inodes the kernel knows,
 	// so dropped names can be invalidated in them.
-	dirs sync.Map // blob.ID -> *fs.Inode
+	dirs sync.Map // core.ID -> *fs.Inode
 
 	reqs requests // counted by Instrument's wrapper
 
@@ -70,7 +69,7 @@ type FS struct {
 // because sending it from inside a handler can deadlock against the lock
 // the kernel holds on the directory being operated on.
 type notice struct {
-	parent blob.ID
+	parent core.ID
 	name   string
 	inode  *fs.Inode // when set: drop the inode's cached data instead
 }
@@ -97,7 +96,7 @@ func New(c *core.Core, cfg Config) *FS {
 }
 
 // Root is the root directory node, to hand to fs.Mount.
-func (f *FS) Root() fs.InodeEmbedder { return &dirNode{fs: f, id: blob.RootID} }
+func (f *FS) Root() fs.InodeEmbedder { return &dirNode{fs: f, id: core.RootID} }
 
 // Close stops the notifier. Call it after the server has stopped.
 func (f *FS) Close() {

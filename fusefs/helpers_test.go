@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/internal/mountinfo"
-	"github.com/kvfs/kvfs/ledger"
 	"github.com/kvfs/kvfs/mount"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -77,9 +76,13 @@ func withWait(d time.Duration) mountOpt   { return func(o *mount.Options) { o.Wa
 func withCache(d time.Duration) mountOpt  { return func(o *mount.Options) { o.CacheTimeout = d } }
 func withPassthrough(on bool) mountOpt    { return func(o *mount.Options) { o.Passthrough = on } }
 func withStrict() mountOpt                { return func(o *mount.Options) { o.StrictCapacity = true } }
-func ceil4096(n int64) int64              { return ledger.Charge(n) }
 func blocksFor(size int64) int64          { return ceil4096(size) / 512 }
 func errnoOf(err error) (e syscall.Errno) { errors.As(err, &e); return e }
+
+// ceil4096 is the charge of size bytes: rounded up to the ledger's block.
+func ceil4096(size int64) int64 {
+	return (max(size, 0) + core.BlockSize - 1) / core.BlockSize * core.BlockSize
+}
 
 // mountKVFS mounts a fresh kvfs (64 MiB, 50ms grace, 1s wait limit, the
 // production cache timeout, passthrough on) in a temporary directory and

@@ -7,9 +7,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
-	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,7 +17,7 @@ import (
 type dirNode struct {
 	fs.Inode
 	fs *FS
-	id blob.ID
+	id core.ID
 }
 
 // StatsXattr is the root's extended attribute that holds the mount's
@@ -40,7 +38,7 @@ const (
 )
 
 func (n *dirNode) OnAdd(ctx context.Context) {
-	if n.id == blob.RootID {
+	if n.id == core.RootID {
 		n.fs.dirs.Store(n.id, n.EmbeddedInode())
 	}
 }
@@ -50,7 +48,7 @@ func (n *dirNode) OnForget() {
 }
 
 // child makes (or finds) the go-fuse inode for an entry of n.
-func (n *dirNode) child(ctx context.Context, e blob.Entry) *fs.Inode {
+func (n *dirNode) child(ctx context.Context, e core.Entry) *fs.Inode {
 	if e.Dir {
 		ch := n.NewInode(ctx, &dirNode{fs: n.fs, id: e.ID}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: uint64(e.ID)})
 		n.fs.dirs.Store(e.ID, ch)
@@ -71,17 +69,23 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, n.fs.errno("lookup", err)
 	}
 	fillAttr(&out.Attr, e.ID, a)
+	return n.entryInode(ctx, name, e), 0
+}
+
+// entryInode is the go-fuse inode for entry e at name in n: the one the
+// kernel knows there already (READDIRPLUS looks up every entry again),
+// or a new one.
+func (n *dirNode) entryInode(ctx context.Context, name string, e core.Entry) *fs.Inode {
 	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Ino == uint64(e.ID) {
-		// Known already (READDIRPLUS looks up every entry again):
-		// go-fuse would keep this inode and drop a new one, which
-		// must not replace it in fs.dirs, or notices for names in it
-		// would reach no inode the kernel knows.
+		// go-fuse would keep this inode and drop a new one, which must
+		// not replace it in fs.dirs, or notices for names in it would
+		// reach no inode the kernel knows.
 		if e.Dir {
 			n.fs.dirs.Store(e.ID, ch)
 		}
-		return ch, 0
+		return ch
 	}
-	return n.child(ctx, e), 0
+	return n.child(ctx, e)
 }
 
 func (n *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -95,7 +99,7 @@ func (n *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrO
 
 func (n *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if _, ok := in.GetSize(); ok {
-		return n.fs.errno("setattr", errIsDir)
+		return n.fs.errno("setattr", core.ErrIsDir)
 	}
 	f, err := n.fs.core.OpenStored(n.id, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
@@ -132,19 +136,16 @@ func (n *dirNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) sys
 }
 
 func (n *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	st := n.fs.core.Stats()
-	out.Bsize, out.Frsize, out.NameLen = ledger.BlockSize, ledger.BlockSize, 255
-	out.Blocks = uint64(st.CapacityBytes / ledger.BlockSize)
-	out.Bfree = uint64(max(st.CapacityBytes-st.UsedBytes, 0) / ledger.BlockSize)
-	out.Bavail = out.Bfree
-	out.Files = uint64(st.Objects) + 1<<20
-	out.Ffree = 1 << 20
+	st := n.fs.core.Statfs()
+	out.Bsize, out.Frsize, out.NameLen = st.BlockSize, st.BlockSize, st.NameMax
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Free, st.Avail
+	out.Files, out.Ffree = st.Files, st.FreeFiles
 	return 0
 }
 
 func (n *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	switch {
-	case n.id == blob.RootID && attr == StatsXattr && n.fs.cfg.Stats != nil:
+	case n.id == core.RootID && attr == StatsXattr && n.fs.cfg.Stats != nil:
 		data, err := n.fs.cfg.Stats()
 		if err != nil {
 			return 0, n.fs.errno("getxattr", err)

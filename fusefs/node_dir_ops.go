@@ -2,26 +2,26 @@ package fusefs
 
 import (
 	"context"
-	"errors"
 	"os"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
 	"golang.org/x/sys/unix"
 )
 
 // owner is who a new inode belongs to: the caller, when the daemon runs
 // as root and can give it away; otherwise the daemon.
-func owner(ctx context.Context) blob.Owner {
+func owner(ctx context.Context) core.Owner {
 	if c, ok := fuse.FromContext(ctx); ok && os.Geteuid() == 0 {
-		return blob.Owner{UID: int(c.Uid), GID: int(c.Gid)}
+		return core.Owner{UID: int(c.Uid), GID: int(c.Gid)}
 	}
-	return blob.Owner{UID: -1, GID: -1}
+	return core.Owner{UID: -1, GID: -1}
 }
 
+// Create is open(2) with O_CREAT; the core creates the file, or opens
+// the one the name holds (see core.CreateOrOpen).
 func (n *dirNode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	if err := checkName(name); err != nil {
 		return nil, nil, 0, n.fs.errno("create", err)
@@ -29,17 +29,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags, mode uint32, o
 	if t := mode & syscall.S_IFMT; t != 0 && t != syscall.S_IFREG {
 		return nil, nil, 0, n.fs.errno("create", errNotStored)
 	}
-	ch, err := n.fs.core.Create(n.id, name, fileMode(mode), owner(ctx), writable(flags))
-	for try := 0; errors.Is(err, core.ErrExists) && flags&syscall.O_EXCL == 0; try++ {
-		ino, fh, fuseFlags, errno := n.openExisting(ctx, name, flags, out)
-		if errno != syscall.ENOENT || try == 3 {
-			return ino, fh, fuseFlags, errno
-		}
-		// The name went (evicted, unlinked) between the create and the
-		// lookup: open(O_CREAT) in an existing directory never answers
-		// ENOENT, so create it after all.
-		ch, err = n.fs.core.Create(n.id, name, fileMode(mode), owner(ctx), writable(flags))
-	}
+	ch, how, err := n.fs.core.CreateOrOpen(n.id, name, int(flags), fileMode(mode), owner(ctx))
 	if err != nil {
 		return nil, nil, 0, n.fs.errno("create", err)
 	}
@@ -49,33 +39,18 @@ func (n *dirNode) Create(ctx context.Context, name string, flags, mode uint32, o
 		return nil, nil, 0, n.fs.errno("create", err)
 	}
 	fillAttr(&out.Attr, ch.ID(), a)
-	child := n.child(ctx, blob.Entry{ID: ch.ID()})
-	fn, _ := fileOf(child.Operations()) // a fresh ID: always a new fileNode
-	if ch.Writable() {
-		fn.startWrite()
+	child := n.entryInode(ctx, name, core.Entry{ID: ch.ID()})
+	fn, _ := fileOf(child.Operations()) // the core opened a file
+	if how == core.Truncated {
+		fn.truncated()
 	}
-	h := fn.adopt(ch)
+	var h *handle
+	if how == core.Created {
+		h = fn.adopt(ch)
+	} else {
+		h = fn.opened(ch)
+	}
 	return child, h.served(), h.fuseFlags(), 0
-}
-
-// openExisting answers an O_CREAT without O_EXCL that lost a race with
-// another creator: it opens what is there, as open(2) would.
-func (n *dirNode) openExisting(ctx context.Context, name string, flags uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	ch, errno := n.Lookup(ctx, name, out)
-	if errno != 0 {
-		return nil, nil, 0, errno
-	}
-	fn, ok := fileOf(ch.Operations())
-	if !ok {
-		return nil, nil, 0, n.fs.errno("create", errIsDir)
-	}
-	if flags&syscall.O_TRUNC != 0 {
-		if err := fn.truncate(nil, 0); err != nil {
-			return nil, nil, 0, n.fs.errno("create", err)
-		}
-	}
-	h, fuseFlags, errno := ch.Operations().(fs.NodeOpener).Open(ctx, flags)
-	return ch, h, fuseFlags, errno
 }
 
 // Mknod makes empty regular files, as POSIX allows; kvfs stores nothing
@@ -108,7 +83,7 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 		return nil, n.fs.errno("mkdir", err)
 	}
 	fillAttr(&out.Attr, id, core.Attr{Stat_t: st})
-	return n.child(ctx, blob.Entry{ID: id, Dir: true}), 0
+	return n.child(ctx, core.Entry{ID: id, Dir: true}), 0
 }
 
 func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {

@@ -7,11 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ramcache"
 	"golang.org/x/sys/unix"
@@ -25,24 +23,17 @@ const BackingXattr = "user.kvfs.backing"
 type fileNode struct {
 	fs.Inode
 	fs *FS
-	id blob.ID
+	id core.ID
 
 	mu sync.Mutex
 	// GUARDED_BY(mu). handles are the open handles, so an inode with no
 	// name left can still be reached through one of their files.
 	handles []*handle
-	// GUARDED_BY(mu). writers counts handles that may be writing (from
-	// open to their writer's close): while there is one, no RAM copy is
-	// made or served.
-	writers int
 	// cached: a plain reader has been open, so the kernel may hold pages
 	// of the object that a later write makes stale. Plain writers use
 	// direct I/O and passthrough handles share the store's page cache:
 	// without plain readers there is nothing to invalidate.
 	cached atomic.Bool
-	// touched is when an open last recorded itself in the stored file's
-	// atime, in unix seconds.
-	touched atomic.Int64
 }
 
 // withAnyFile runs fn on the stored file of some open handle, under n.mu
@@ -124,57 +115,54 @@ func (n *fileNode) truncate(h *handle, size int64) error {
 	if err := n.fs.core.Truncate(n.id, f, size); err != nil {
 		return err
 	}
-	n.fs.queue(notice{inode: n.EmbeddedInode()})
+	n.changed()
 	return nil
 }
 
+// truncated is told that the core cut the object's bytes (an O_TRUNC
+// that CreateOrOpen carried out): the RAM tier's copy goes, and what the
+// kernel caches of it.
+func (n *fileNode) truncated() {
+	n.dropRAM()
+	n.changed()
+}
+
+// changed has the kernel drop the pages it may cache of the object, from
+// the notifier's goroutine.
+func (n *fileNode) changed() { n.fs.queue(notice{inode: n.EmbeddedInode()}) }
+
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	write := writable(flags)
-	if write {
-		n.startWrite()
-	}
-	ch, err := n.fs.core.Open(n.id, n.fs.openFlags(flags), write, n.reopen)
+	ch, err := n.fs.core.Open(n.id, n.fs.core.StoredFlags(int(flags)), writable(flags), n.reopen)
 	if err != nil {
-		if write {
-			n.endWrite()
-		}
 		return nil, 0, n.fs.errno("open", err)
 	}
-	h := n.adopt(ch)
-	if !write {
-		n.touch(ch.File())
-		if !h.passthrough {
-			n.cached.Store(true)
-			n.attachRAM(h)
-		}
-	}
+	h := n.opened(ch)
 	return h.served(), h.fuseFlags(), 0
 }
 
-// touch records an open in the stored file's atime, which is how LRU
-// order survives a crash; at most once a touchEvery, since each costs the
-// store's file system a journalled inode update.
-func (n *fileNode) touch(f *os.File) {
-	now := time.Now()
-	if last := n.touched.Load(); now.Unix()-last < touchEvery && last != 0 {
-		return
+// opened makes the FUSE handle of a core handle that opened an existing
+// object: a plain reader may have the kernel cache its pages, and may be
+// served from the RAM tier.
+func (n *fileNode) opened(ch *core.Handle) *handle {
+	h := n.adopt(ch)
+	if !ch.Writable() && !h.passthrough {
+		n.cached.Store(true)
+		n.attachRAM(h)
 	}
-	n.touched.Store(now.Unix())
-	ts := []unix.Timespec{timespec(now), {Nsec: unix.UTIME_OMIT}}
-	unix.UtimesNanoAt(int(f.Fd()), "", ts, unix.AT_EMPTY_PATH)
+	return h
 }
 
-// touchEvery is the resolution, in seconds, of the LRU order a restart
-// after a crash recovers.
-const touchEvery = 1
-
-// adopt makes the FUSE handle of a core handle; a writer has been counted
-// by startWrite.
+// adopt makes the FUSE handle of a core handle. A writer's object may
+// change from now on, so the RAM tier's copies of it go: the core counts
+// the writer before this runs, and attachRAM makes no copy while it does.
 func (n *fileNode) adopt(ch *core.Handle) *handle {
-	h := &handle{Handle: ch, n: n, passthrough: n.fs.cfg.Passthrough, writing: ch.Writable()}
+	h := &handle{Handle: ch, n: n, passthrough: n.fs.cfg.Passthrough}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.handles = append(n.handles, h)
+	if ch.Writable() {
+		n.dropRAMLocked()
+	}
 	return h
 }
 
@@ -189,44 +177,19 @@ func (n *fileNode) forget(h *handle) {
 	}
 }
 
-// startWrite counts a writer about to open: the object's bytes may change
-// from now on, so RAM copies go and none is made until it closes. adopt
-// makes the count the handle's (writing), or endWrite takes it back.
-func (n *fileNode) startWrite() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.writers++
-	n.dropRAMLocked()
-}
-
-func (n *fileNode) endWrite() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.writers--
-}
-
-// doneWriting uncounts h as it is released.
-func (n *fileNode) doneWriting(h *handle) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if h.writing {
-		h.writing = false
-		n.writers--
-	}
-}
-
 // attachRAM gives a plain reader the RAM tier's copy of the object, or a
-// fill that makes one from its reads. It runs under n.mu with no writer
-// open, so the copy is of the bytes as they are, and a writer that comes
-// later finds the handle in n.handles and the fill registered, and
-// cancels both (dropRAMLocked).
+// fill that makes one from its reads. It runs under n.mu while the core
+// counts no writer of the object, so the copy is of the bytes as they
+// are; a writer is counted by the core before adopt takes n.mu, so one
+// that opens later finds the handle in n.handles and the fill
+// registered, and cancels both (dropRAMLocked).
 func (n *fileNode) attachRAM(h *handle) {
 	if n.fs.ram == nil {
 		return
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.writers > 0 {
+	if n.fs.core.Writers(n.id) > 0 {
 		return
 	}
 	var st unix.Stat_t
@@ -269,24 +232,13 @@ func (n *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 	if attr != BackingXattr {
 		return 0, n.fs.errno("getxattr", errNoAttr)
 	}
-	if !n.fs.cfg.Passthrough && n.beingWritten() {
-		return 0, n.fs.errno("getxattr", errDirectWrite)
-	}
-	path, ok := n.fs.core.BackingPath(n.id)
-	if !ok {
-		return 0, n.fs.errno("getxattr", errNoAttr)
+	// The core says whether the stored file may be named (see
+	// core.DirectPath).
+	path, err := n.fs.core.DirectPath(n.id)
+	if err != nil {
+		return 0, n.fs.errno("getxattr", err)
 	}
 	return n.fs.copyXattr([]byte(path), dest)
-}
-
-// beingWritten says whether a writer has the object open. Without
-// passthrough the core does not poll writers' stored files (every byte
-// is to pass through it), so it names no stored file while one is open:
-// a direct write (package gpudirect) would bypass the ledger.
-func (n *fileNode) beingWritten() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.writers > 0
 }
 
 func (n *fileNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {

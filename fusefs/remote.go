@@ -12,9 +12,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
-	"github.com/kvfs/kvfs/ledger"
 	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
 )
@@ -30,7 +28,7 @@ import (
 // the kernel.
 type remoteNode struct {
 	fileNode // id: the placeholder's, and the installed object's
-	parent   blob.ID
+	parent   core.ID
 	name     string // in parent
 	path     string // the tier's name for it
 	info     remote.Info
@@ -113,7 +111,7 @@ func (n *remoteNode) fillAttr(out *fuse.Attr) {
 	}
 	out.SetTimes(&t, &t, &t)
 	out.Uid, out.Gid = uint32(os.Geteuid()), uint32(os.Getegid())
-	out.Blksize = ledger.BlockSize
+	out.Blksize = core.BlockSize
 }
 
 // installMode is the mode of a remote object, before and after install.
@@ -190,27 +188,19 @@ func (n *remoteNode) local() (release func(), err error) {
 }
 
 // fetch is the install's download: the tier fetches into the file the
-// core admitted and made. The tier's failures are misses.
+// core admitted and made. What the tier calls a miss (remote.Missed) is
+// the core's ErrNotFetched.
 func (n *remoteNode) fetch(create func(size int64) (*os.File, error)) error {
 	// Bound by the tier's own timeouts and the mount's life, not by the
 	// opener's request.
 	_, err := n.fs.remote.Fetch(n.fs.life, n.path, func(info remote.Info) (*os.File, error) {
 		return create(info.Size)
 	})
-	if tierMiss(err) {
+	if remote.Missed(err) {
 		n.fs.log.Info("remote object not fetched", zap.String("name", n.path), zap.Error(err))
 		return fmt.Errorf("%w: %s: %v", core.ErrNotFetched, n.path, err)
 	}
 	return err
-}
-
-// tierMiss: the tier could not provide the object (as opposed to a local
-// failure, such as no space to admit it); the mount's end cuts a fetch
-// short too.
-func tierMiss(err error) bool {
-	return errors.Is(err, remote.ErrNotFound) || errors.Is(err, remote.ErrCorrupt) ||
-		errors.Is(err, remote.ErrUnavailable) || errors.Is(err, remote.ErrClosed) ||
-		errors.Is(err, context.Canceled)
 }
 
 // fileOf is the file node behind a go-fuse node: a fileNode, or a

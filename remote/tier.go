@@ -32,6 +32,17 @@ var (
 	ErrClosed = errors.New("remote: closed")
 )
 
+// Missed says whether a Lookup's or Fetch's error means the tier could
+// not provide the object (a miss, to be answered like an absent name), as
+// opposed to a failure of the caller's own, such as no room for it: not
+// found, damaged, unreachable, the tier closed, or the request cancelled
+// (the caller's end cuts a fetch short).
+func Missed(err error) bool {
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorrupt) ||
+		errors.Is(err, ErrUnavailable) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, context.Canceled)
+}
+
 // Deps is what the daemon hands the tier besides its Config.
 type Deps struct {
 	// JournalDir holds the upload queue (one small file per pending
