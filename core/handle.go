@@ -421,23 +421,27 @@ func (h *Handle) Attr() (Attr, error) {
 // an unlinked inode's bytes are gone from the store before its charge is.
 func (h *Handle) Release() {
 	c := h.c
+	var pub []string
 	if h.write {
 		c.unwatch(h)
-		c.endWrite(h)
+		pub = c.endWrite(h)
 	}
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()
 	h.file.Close()
 	h.unpin()
+	// Published once its write pin is gone, so an upload that reads it
+	// at once finds it complete.
+	c.publish(pub)
 }
 
 // endWrite ends a writer's writing: a last settle, then, for the last
-// writer of a complete object, its marker cleared and its names
-// published.
-func (c *Core) endWrite(h *Handle) {
+// writer of a complete object, its marker cleared; it returns the names
+// to publish.
+func (c *Core) endWrite(h *Handle) []string {
 	if !h.isWriting() {
-		return
+		return nil
 	}
 	var err error
 	if h.refused.Load() {
@@ -459,10 +463,10 @@ func (c *Core) endWrite(h *Handle) {
 		c.log.Warn("clearing a writing marker", zap.Uint64("id", uint64(h.id)), zap.Error(merr))
 	}
 	if err != nil || h.refused.Load() {
-		return
+		return nil
 	}
 	c.counters.stores.Add(1)
-	c.publish(pub)
+	return pub
 }
 
 // unpin drops the ledger's pin.
