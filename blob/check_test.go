@@ -88,8 +88,8 @@ func exists(p string) bool {
 	return err == nil
 }
 
-func markerPath(s *Store, id ID) string {
-	return filepath.Join(s.Dir(), WritingName, writingName(id))
+func markerFile(s *Store, id ID) string {
+	return filepath.Join(s.Dir(), markerPath(id))
 }
 
 // checkIndex compares the index with data/ and writing/ on disk: every
@@ -137,7 +137,7 @@ func checkIndex(t *testing.T, s *Store) {
 		idOf[st.Ino] = id
 		links := uint64(len(s.files[id].links))
 		var m unix.Stat_t
-		if unix.Lstat(markerPath(s, id), &m) == nil && m.Ino == st.Ino {
+		if unix.Lstat(markerFile(s, id), &m) == nil && m.Ino == st.Ino {
 			links++
 		}
 		if st.Nlink != links {
@@ -247,24 +247,25 @@ func diskNames(t *testing.T, root string, fail func(string, ...any)) map[string]
 // checkWriting checks that writing/ holds only regular files named by
 // file IDs, on the inode of that file while it has names.
 func checkWriting(s *Store, inoOf map[ID]uint64, fail func(string, ...any)) {
-	ents, err := os.ReadDir(filepath.Join(s.dir, WritingName))
+	names, err := ReadMarkers(filepath.Join(s.dir, WritingName))
 	if err != nil {
 		fail("read writing/: %v", err)
 		return
 	}
-	for _, e := range ents {
-		n, err := strconv.ParseUint(e.Name(), 16, 64)
-		if err != nil || !e.Type().IsRegular() {
-			fail("writing/%s: not a marker (%v, type %v)", e.Name(), err, e.Type())
+	for _, name := range names {
+		n, err := strconv.ParseUint(filepath.Base(name), 16, 64)
+		var st unix.Stat_t
+		lerr := unix.Lstat(filepath.Join(s.dir, WritingName, name), &st)
+		if err != nil || lerr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || filepath.Dir(name) != shardName(ID(n)) {
+			fail("writing/%s: not a marker (%v, %v, mode %o)", name, err, lerr, st.Mode)
 			continue
 		}
 		id := ID(n)
 		if _, ok := s.files[id]; !ok {
 			continue // its file lost every name while a writer held it
 		}
-		var st unix.Stat_t
-		if unix.Lstat(filepath.Join(s.dir, WritingName, e.Name()), &st) == nil && st.Ino != inoOf[id] {
-			fail("writing/%s: inode %d, but file %d is inode %d", e.Name(), st.Ino, id, inoOf[id])
+		if st.Ino != inoOf[id] {
+			fail("writing/%s: inode %d, but file %d is inode %d", name, st.Ino, id, inoOf[id])
 		}
 	}
 }

@@ -241,7 +241,7 @@ func TestCheckpointThenCrash(t *testing.T) {
 	if e1, e2 := lookupPath(t, s, "a/linked"), lookupPath(t, s, "a/b/linked2"); e1 != e2 {
 		t.Errorf("a/linked and its new name a/b/linked2 are two objects")
 	}
-	if ents, _ := os.ReadDir(filepath.Join(dir, WritingName)); len(ents) != 0 {
+	if ents, _ := ReadMarkers(filepath.Join(dir, WritingName)); len(ents) != 0 {
 		t.Errorf("writing/ holds %d markers after the start", len(ents))
 	}
 

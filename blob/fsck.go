@@ -66,18 +66,18 @@ func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress
 }
 
 func scanWriting(path string, rep *FsckReport) (map[uint64]bool, error) {
-	ents, err := os.ReadDir(path)
+	names, err := ReadMarkers(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	marked := map[uint64]bool{}
-	for _, e := range ents {
+	for _, name := range names {
 		var st unix.Stat_t
-		if unix.Lstat(filepath.Join(path, e.Name()), &st) == nil && st.Nlink > 1 {
+		if unix.Lstat(filepath.Join(path, name), &st) == nil && st.Nlink > 1 {
 			marked[st.Ino] = true
 			continue
 		}
-		rep.Problems = append(rep.Problems, fmt.Sprintf("stale write marker %s/%s", WritingName, e.Name()))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("stale write marker %s/%s", WritingName, name))
 	}
 	return marked, nil
 }

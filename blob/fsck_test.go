@@ -110,7 +110,7 @@ func TestFsckRepair(t *testing.T) {
 	if got := dataNames(t, c.dir); !slices.Equal(got, c.kept) {
 		t.Fatalf("data/ after repair = %v, want %v", got, c.kept)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(c.dir, WritingName)); len(ents) != 0 {
+	if ents, _ := ReadMarkers(filepath.Join(c.dir, WritingName)); len(ents) != 0 {
 		t.Fatalf("writing/ after repair holds %d entries", len(ents))
 	}
 
@@ -177,7 +177,7 @@ func TestFsckWithoutWriting(t *testing.T) {
 	must(t, "Open", err)
 	mustCreate(t, s, RootID, "a", []byte("a"))
 	s.Close()
-	must(t, "remove", os.Remove(filepath.Join(dir, WritingName)))
+	must(t, "remove", os.RemoveAll(filepath.Join(dir, WritingName)))
 	rep, err := Fsck(dir, false, ledger.Charge)
 	if err != nil || len(rep.Problems) != 0 || rep.Objects != 1 {
 		t.Fatalf("Fsck without writing/ = %+v, %v", rep, err)

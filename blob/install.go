@@ -19,12 +19,12 @@ const RemoteName = "remote"
 // LinkDetached leaves nothing but the marker, which start-up reclaims;
 // ClearWriting removes it.
 func (s *Store) CreateDetached(id ID, mode uint32) (*os.File, error) {
-	wname := writingName(id)
-	fd, err := unix.Openat(int(s.writing.Fd()), wname, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
+	dirfd, wname := s.marker(id)
+	fd, err := unix.Openat(dirfd, wname, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
 	if err != nil {
-		return nil, &os.PathError{Op: "create", Path: wname, Err: err}
+		return nil, &os.PathError{Op: "create", Path: markerPath(id), Err: err}
 	}
-	return os.NewFile(uintptr(fd), wname), nil
+	return os.NewFile(uintptr(fd), markerPath(id)), nil
 }
 
 // LinkDetached gives a file made by CreateDetached, stored inode ino

@@ -1,7 +1,6 @@
 package blob
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -46,7 +45,7 @@ func TestDetachedCrash(t *testing.T) {
 	if names := dataNames(t, dir); len(names) != 1 || names[0] != "kept" {
 		t.Errorf("data/ holds %v", names)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(dir, WritingName)); len(ents) != 0 {
+	if ents, _ := ReadMarkers(filepath.Join(dir, WritingName)); len(ents) != 0 {
 		t.Errorf("writing/ still holds %d entries", len(ents))
 	}
 }

@@ -104,7 +104,7 @@ func (s *Store) readWriting() (*marks, error) {
 		return nil, err
 	}
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
+	names, err := ReadMarkers(f.Name())
 	if err != nil {
 		return nil, err
 	}

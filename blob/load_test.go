@@ -138,7 +138,7 @@ func TestLoadAfterCrash(t *testing.T) {
 	if got := dataNames(t, c.dir); !slices.Equal(got, c.kept) {
 		t.Errorf("data/ after Load = %v\nwant %v", got, c.kept)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(c.dir, WritingName)); len(ents) != 0 {
+	if ents, _ := ReadMarkers(filepath.Join(c.dir, WritingName)); len(ents) != 0 {
 		t.Errorf("writing/ after Load holds %d entries", len(ents))
 	}
 	if _, err := os.Stat("/etc"); err != nil {

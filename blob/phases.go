@@ -46,7 +46,7 @@ func (s *Store) CreateAt(rel string, id ID, mode uint32, who Owner) (*os.File, u
 	// for the index (0 if this fails).
 	unix.Fstat(int(f.Fd()), &st)
 	if err := s.linkMarkedAt("create", rel, id); err != nil {
-		unix.Unlinkat(int(s.writing.Fd()), writingName(id), 0)
+		s.ClearWriting(id)
 		f.Close()
 		return nil, st, err
 	}
@@ -56,7 +56,7 @@ func (s *Store) CreateAt(rel string, id ID, mode uint32, who Owner) (*os.File, u
 // linkMarkedAt gives the file marked under writing/ as id the name rel;
 // op names the failure.
 func (s *Store) linkMarkedAt(op, rel string, id ID) error {
-	wfd, wname := int(s.writing.Fd()), writingName(id)
+	wfd, wname := s.marker(id)
 	err := s.at(rel, func(dirfd int, name string) error { return unix.Linkat(wfd, wname, dirfd, name, 0) })
 	if err != nil {
 		return &os.PathError{Op: op, Path: rel, Err: underlying(err)}

@@ -276,7 +276,7 @@ func TestRenameOpenWriterKeepsMarker(t *testing.T) {
 	must(t, "Create", err)
 	defer f.Close()
 	mustRename(t, s, RootID, "a", d, "a", 0)
-	if !exists(markerPath(s, id)) {
+	if !exists(markerFile(s, id)) {
 		t.Fatal("rename dropped the write marker")
 	}
 	must(t, "ClearWriting", s.ClearWriting(id))

@@ -10,8 +10,9 @@
 //	kvfs.lock    flock(2)ed by the daemon that serves the store
 //	data/        the namespace: directories and regular files
 //	writing/     one extra hard link, named by object ID, per file that
-//	             has a write handle open; what is still here at start-up
-//	             was being written at a crash and is reclaimed
+//	             has a write handle open, in 16 subdirectories by ID;
+//	             what is still here at start-up was being written at a
+//	             crash and is reclaimed
 //	remote/      the remote tier's upload journal, when one is configured
 //	             (see RemoteName)
 //	kvfs.index   the checkpoint of the index (see CheckpointName)
@@ -30,7 +31,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -70,6 +70,8 @@ type Store struct {
 	lock    *os.File
 	data    *os.File
 	writing *os.File
+	// shards are writing/'s subdirectories (see writing.go).
+	shards [writingShards]*os.File
 	nextID  atomic.Uint64
 	// changes counts the calls that may have changed data/ or writing/,
 	// so the checkpointer knows when its last checkpoint is behind.
@@ -153,8 +155,10 @@ func (s *Store) openLayout() error {
 	if s.data, err = openDir(filepath.Join(s.dir, DataName)); err != nil {
 		return err
 	}
-	s.writing, err = openDir(filepath.Join(s.dir, WritingName))
-	return err
+	if s.writing, err = openDir(filepath.Join(s.dir, WritingName)); err != nil {
+		return err
+	}
+	return s.openShards()
 }
 
 func openDir(path string) (*os.File, error) {
@@ -166,7 +170,7 @@ func openDir(path string) (*os.File, error) {
 
 // Close releases the store and its lock.
 func (s *Store) Close() error {
-	for _, f := range []*os.File{s.data, s.writing, s.lock} {
+	for _, f := range append([]*os.File{s.data, s.writing, s.lock}, s.shards[:]...) {
 		if f != nil {
 			f.Close()
 		}
@@ -261,34 +265,6 @@ func underlying(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-func writingName(id ID) string { return strconv.FormatUint(uint64(id), 16) }
-
-// MarkWriting records that id has a write handle open, durably enough to
-// survive a crash of the daemon: a hard link to f under writing/.
-func (s *Store) MarkWriting(f *os.File, id ID) error {
-	s.changes.Add(1)
-	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()),
-		int(s.writing.Fd()), writingName(id), unix.AT_SYMLINK_FOLLOW)
-	if err == unix.EEXIST || err == unix.ENOENT {
-		// Already marked, or the file has no name left to lose.
-		return nil
-	}
-	if err != nil {
-		return &os.PathError{Op: "mark writing", Path: writingName(id), Err: err}
-	}
-	return nil
-}
-
-// ClearWriting records that id is complete again.
-func (s *Store) ClearWriting(id ID) error {
-	s.changes.Add(1)
-	err := unix.Unlinkat(int(s.writing.Fd()), writingName(id), 0)
-	if err != nil && err != unix.ENOENT {
-		return &os.PathError{Op: "clear writing", Path: writingName(id), Err: err}
-	}
-	return nil
 }
 
 // SyncDir makes a directory's entries durable.

@@ -86,7 +86,7 @@ func TestCreate(t *testing.T) {
 		t.Fatalf("Create gave id %d", id)
 	}
 	// Born under writing/, linked to its name: one inode, two links.
-	st, m := lstat(t, filepath.Join(data, "a")), lstat(t, markerPath(s, id))
+	st, m := lstat(t, filepath.Join(data, "a")), lstat(t, markerFile(s, id))
 	if st.Ino != m.Ino || st.Nlink != 2 || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		t.Fatalf("data/a ino %d nlink %d mode %o; marker ino %d", st.Ino, st.Nlink, st.Mode, m.Ino)
 	}
@@ -117,7 +117,7 @@ func TestCreate(t *testing.T) {
 
 	// Finished writing: the marker goes, and clearing twice is harmless.
 	must(t, "ClearWriting", s.ClearWriting(id))
-	if exists(markerPath(s, id)) || lstat(t, filepath.Join(data, "a")).Nlink != 1 {
+	if exists(markerFile(s, id)) || lstat(t, filepath.Join(data, "a")).Nlink != 1 {
 		t.Fatal("ClearWriting left the marker")
 	}
 	must(t, "second ClearWriting", s.ClearWriting(id))
@@ -129,7 +129,7 @@ func TestCreate(t *testing.T) {
 	defer w.Close()
 	must(t, "MarkWriting", s.MarkWriting(w, id))
 	must(t, "second MarkWriting", s.MarkWriting(w, id))
-	if st := lstat(t, filepath.Join(data, "a")); st.Nlink != 2 || lstat(t, markerPath(s, id)).Ino != st.Ino {
+	if st := lstat(t, filepath.Join(data, "a")); st.Nlink != 2 || lstat(t, markerFile(s, id)).Ino != st.Ino {
 		t.Fatalf("MarkWriting: nlink %d", st.Nlink)
 	}
 	checkIndex(t, s)
@@ -165,7 +165,7 @@ func TestCreateOverForeignFileCleansUp(t *testing.T) {
 	must(t, "plant", os.WriteFile(ghost, []byte("not ours"), 0o644))
 	_, _, err := create(s, RootID, "ghost", 0o644, nobody)
 	wantErr(t, "Create over a name the index lacks", err, unix.EEXIST)
-	if ents, _ := os.ReadDir(filepath.Join(s.Dir(), WritingName)); len(ents) != 0 {
+	if ents, _ := ReadMarkers(filepath.Join(s.Dir(), WritingName)); len(ents) != 0 {
 		t.Fatalf("failed Create left %d markers", len(ents))
 	}
 	if _, err := s.Lookup(RootID, "ghost"); !errors.Is(err, ErrNotFound) {
@@ -187,7 +187,7 @@ func TestMarkWritingUnlinkedFile(t *testing.T) {
 	_, err = s.Unlink(RootID, "a")
 	must(t, "Unlink", err)
 	must(t, "MarkWriting a file with no name", s.MarkWriting(f, id))
-	if exists(markerPath(s, id)) {
+	if exists(markerFile(s, id)) {
 		t.Fatal("MarkWriting gave an unlinked file a name under writing/")
 	}
 	checkIndex(t, s)

@@ -212,10 +212,10 @@ func heldOpen(mp string) bool {
 
 // openMarked opens the files marked under writing/.
 func openMarked(dir string) []*os.File {
-	ents, _ := os.ReadDir(dir)
+	names, _ := blob.ReadMarkers(dir)
 	var files []*os.File
-	for _, e := range ents {
-		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_WRONLY|unix.O_NOFOLLOW, 0)
+	for _, name := range names {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|unix.O_NOFOLLOW, 0)
 		if err == nil {
 			files = append(files, f)
 		}

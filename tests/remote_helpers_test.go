@@ -114,13 +114,9 @@ func (n *remoteNode) mustLoad(key string, want []byte) {
 // crash markers and unfinished fetches.
 func (n *remoteNode) writingEntries() []string {
 	n.t.Helper()
-	ents, err := os.ReadDir(filepath.Join(n.store, "writing"))
+	names, err := markerNames(filepath.Join(n.store, "writing"))
 	if err != nil {
 		n.t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
 	}
 	return names
 }

@@ -258,18 +258,43 @@ func storeFiles(t testing.TB, store string) map[string]unix.Stat_t {
 func writingMarks(t testing.TB, store string) map[uint64]bool {
 	t.Helper()
 	dir := filepath.Join(store, "writing")
-	ents, err := os.ReadDir(dir)
+	names, err := markerNames(dir)
 	if err != nil {
 		t.Fatalf("reading %s: %v", dir, err)
 	}
 	out := map[uint64]bool{}
-	for _, e := range ents {
+	for _, name := range names {
 		var st unix.Stat_t
-		if unix.Lstat(filepath.Join(dir, e.Name()), &st) == nil {
+		if unix.Lstat(filepath.Join(dir, name), &st) == nil {
 			out[st.Ino] = true
 		}
 	}
 	return out
+}
+
+// markerNames lists the crash markers under a store's writing/, in its
+// subdirectories (by object ID) or directly under it (an earlier
+// version's), relative to it.
+func markerNames(writing string) ([]string, error) {
+	ents, err := os.ReadDir(writing)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			names = append(names, e.Name())
+			continue
+		}
+		sub, err := os.ReadDir(filepath.Join(writing, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range sub {
+			names = append(names, filepath.Join(e.Name(), m.Name()))
+		}
+	}
+	return names, nil
 }
 
 // detachAll lazily unmounts whatever is still mounted at mp.
