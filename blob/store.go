@@ -72,7 +72,7 @@ type Store struct {
 	writing *os.File
 	// shards are writing/'s subdirectories (see writing.go).
 	shards [writingShards]*os.File
-	nextID  atomic.Uint64
+	nextID atomic.Uint64
 	// changes counts the calls that may have changed data/ or writing/,
 	// so the checkpointer knows when its last checkpoint is behind.
 	changes atomic.Uint64
