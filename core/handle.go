@@ -188,7 +188,8 @@ func (c *Core) openStored(id blob.ID, flags int, via func(int) (*os.File, error)
 func (h *Handle) Write(data []byte, off int64) (int, error) {
 	c, end := h.c, off+int64(len(data))
 	_, charge, _ := c.ledger.Size(h.id)
-	err := c.admit(ledger.Charge(end)-charge, func() (victims, error) { return c.ledger.Grow(h.id, end) })
+	err := c.admitFirstFree(func() error { return c.ledger.GrowFree(h.id, end) },
+		ledger.Charge(end)-charge, func() (victims, error) { return c.ledger.Grow(h.id, end) })
 	if errors.Is(err, ErrNoSpace) {
 		h.refused.Store(true)
 	}
@@ -224,7 +225,8 @@ func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
 		defer f.Close()
 	}
 	_, charge, _ := c.ledger.Size(id)
-	err := c.admit(ledger.Charge(size)-charge, func() (victims, error) { return c.ledger.SetSize(id, size) })
+	err := c.admitFirstFree(func() error { return c.ledger.SetSizeFree(id, size) },
+		ledger.Charge(size)-charge, func() (victims, error) { return c.ledger.SetSize(id, size) })
 	if err != nil {
 		return err
 	}
@@ -263,7 +265,8 @@ func (h *Handle) Allocate(off, size int64, mode uint32) error {
 			return err
 		}
 		_, charge, _ := c.ledger.Size(h.id)
-		err := c.admit(ledger.Charge(off+size)-charge, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
+		err := c.admitFirstFree(func() error { return c.ledger.ExtendFree(h.id, off+size) },
+			ledger.Charge(off+size)-charge, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
 		if err != nil {
 			return err
 		}

@@ -31,13 +31,9 @@ func fetchOf(data []byte) FetchFunc {
 
 // writingLeft lists what the store's writing/ holds.
 func (tc *testCore) writingLeft() []string {
-	ents, err := os.ReadDir(filepath.Join(tc.store.Dir(), blob.WritingName))
+	names, err := blob.ReadMarkers(filepath.Join(tc.store.Dir(), blob.WritingName))
 	if err != nil {
 		tc.t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
 	}
 	return names
 }

@@ -43,11 +43,11 @@ var nobody = blob.Owner{UID: -1, GID: -1}
 
 // markers counts the crash markers in the store.
 func (tc *testCore) markers() int {
-	ents, err := os.ReadDir(filepath.Join(tc.store.Dir(), blob.WritingName))
+	names, err := blob.ReadMarkers(filepath.Join(tc.store.Dir(), blob.WritingName))
 	if err != nil {
 		tc.t.Fatal(err)
 	}
-	return len(ents)
+	return len(names)
 }
 
 // A descriptor closed early (a shell's redirect, a Popen parent's copy)

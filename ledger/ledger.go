@@ -353,6 +353,10 @@ func (l *Ledger[K]) Extend(id K, end int64) ([]Victim[K], error) {
 func (l *Ledger[K]) grow(id K, end int64, budgeted bool) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.growLocked(id, end, budgeted)
+}
+
+func (l *Ledger[K]) growLocked(id K, end int64, budgeted bool) ([]Victim[K], error) {
 	e, ok := l.entries[id]
 	if !ok {
 		return nil, ErrGone
@@ -370,6 +374,10 @@ func (l *Ledger[K]) grow(id K, end int64, budgeted bool) ([]Victim[K], error) {
 func (l *Ledger[K]) SetSize(id K, size int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.setSize(id, size)
+}
+
+func (l *Ledger[K]) setSize(id K, size int64) ([]Victim[K], error) {
 	e, ok := l.entries[id]
 	if !ok {
 		return nil, ErrGone

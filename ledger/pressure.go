@@ -12,7 +12,8 @@ import "time"
 // used has been over the capacity in this window and the one before it.
 const OvershootWindow = 10 * time.Second
 
-// ReserveFree, ObserveFree and SettleFree are Reserve, Observe and Settle
+// ReserveFree, ObserveFree, SettleFree, GrowFree, ExtendFree and
+// SetSizeFree are Reserve, Observe, Settle, Grow, Extend and SetSize
 // when they fit in free space (or need none), and ErrBusy, with nothing
 // changed, when they would have to evict or take a reservation back. The
 // admission that evicts nothing, the common one, then needs none of the
@@ -27,6 +28,18 @@ func (l *Ledger[K]) ObserveFree(id K, size int64) error {
 
 func (l *Ledger[K]) SettleFree(id K, size int64) error {
 	return l.free(func() ([]Victim[K], error) { return l.settle(id, size) })
+}
+
+func (l *Ledger[K]) GrowFree(id K, end int64) error {
+	return l.free(func() ([]Victim[K], error) { return l.growLocked(id, end, true) })
+}
+
+func (l *Ledger[K]) ExtendFree(id K, end int64) error {
+	return l.free(func() ([]Victim[K], error) { return l.growLocked(id, end, false) })
+}
+
+func (l *Ledger[K]) SetSizeFree(id K, size int64) error {
+	return l.free(func() ([]Victim[K], error) { return l.setSize(id, size) })
 }
 
 // free runs an admission that takes free space only.

@@ -56,7 +56,7 @@ func (m *RWMutex) Unlock() {
 }
 
 func (m *RWMutex) RLock() {
-	acquire(m.rank, 0, m)
+	acquireShared(m.rank, m)
 	m.mu.RLock()
 }
 

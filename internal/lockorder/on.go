@@ -21,6 +21,8 @@ type held struct {
 
 var (
 	mu sync.Mutex
+	// GUARDED_BY(mu): acquisitions by rank, exclusive and shared.
+	counts = map[Rank]*[2]int64{}
 	// GUARDED_BY(mu): the ranked locks each goroutine holds, in the
 	// order taken.
 	holds = map[uint64][]held{}
@@ -36,12 +38,24 @@ func goid() uint64 {
 }
 
 func acquire(r Rank, sub int, lock any) {
+	acquireAs(r, sub, lock, 0)
+}
+
+func acquireShared(r Rank, lock any) {
+	acquireAs(r, 0, lock, 1)
+}
+
+func acquireAs(r Rank, sub int, lock any, kind int) {
 	if r == 0 {
 		return
 	}
 	g := goid()
 	mu.Lock()
 	defer mu.Unlock()
+	if counts[r] == nil {
+		counts[r] = &[2]int64{}
+	}
+	counts[r][kind]++
 	for _, h := range holds[g] {
 		if h.rank > r || (h.rank == r && h.sub >= sub) {
 			panic(fmt.Sprintf("lockorder: taking a lock of rank %d.%d while holding one of rank %d.%d", r, sub, h.rank, h.sub))
@@ -74,4 +88,16 @@ func release(lock any) {
 	if len(holds[g]) == 0 {
 		delete(holds, g)
 	}
+}
+
+// Counts reports how many times each rank's locks were taken so far,
+// exclusively and shared.
+func Counts() map[Rank][2]int64 {
+	mu.Lock()
+	defer mu.Unlock()
+	out := make(map[Rank][2]int64, len(counts))
+	for r, c := range counts {
+		out[r] = *c
+	}
+	return out
 }
