@@ -79,6 +79,6 @@ install: build
 	install -D -m 0644 contrib/systemd/kvfs@.service $(DESTDIR)$(SYSTEMDDIR)/kvfs@.service
 
 # The S3 server the remote tier's tests start: found, or built into the
-# cache directory where they look (internal/s3test); prints its path.
+# cache directory where they look (internal/s3local); prints its path.
 s3server:
-	$(GO) run ./internal/s3test/s3server
+	$(GO) run ./internal/s3local/s3server

@@ -11,6 +11,9 @@ import (
 // know of the others' figures.
 func (m *Mount) Stats() stats.Snapshot {
 	s := stats.Snapshot{Stats: m.core.Stats(), FuseRequests: m.fs.Requests()}
+	if m.PassthroughActive() {
+		s.Passthrough = 1
+	}
 	if m.ram != nil {
 		r := m.ram.Stats()
 		s.RAMCache = &r

@@ -104,18 +104,3 @@ func TestExcludedNeverAsked(t *testing.T) {
 		t.Fatalf("lookups of temp names sent %d requests", n.reqs.total())
 	}
 }
-
-// TestMeasureAbsentLookup: the bench helper reports one HEAD for the
-// first lookup and none for the cached ones.
-func TestMeasureAbsentLookup(t *testing.T) {
-	srv := s3test.New(t)
-	n := newNode(t, srv, "p", nodeOpts{})
-	c, err := n.MeasureAbsentLookup(context.Background(), "absent.data", 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.HeadsFirst != 1 || c.HeadsCached != 0 || c.RawHead <= 0 || c.First <= 0 {
-		t.Fatalf("cost %+v: want 1 HEAD first, none cached", c)
-	}
-	t.Logf("absent lookup: raw HEAD %v, first %v, cached %v", c.RawHead, c.First, c.Cached)
-}

@@ -27,7 +27,6 @@ type daemon struct {
 
 	mu     sync.Mutex
 	log    bytes.Buffer // stderr, then stdout, as they came
-	passth *bool        // from the "mounted" log line
 	loaded string       // the "store loaded" log line
 }
 
@@ -73,10 +72,6 @@ func (d *daemon) capture(r io.Reader, wg *sync.WaitGroup) {
 		line := sc.Text()
 		d.mu.Lock()
 		d.log.WriteString(line + "\n")
-		if strings.Contains(line, "\tmounted\t") || strings.Contains(line, " mounted ") {
-			p := strings.Contains(line, `"passthrough": true`)
-			d.passth = &p
-		}
 		if strings.Contains(line, "store loaded") {
 			d.loaded = line
 		}
@@ -91,15 +86,18 @@ func (d *daemon) Log() string {
 	return d.log.String()
 }
 
-// Passthrough reports the daemon's own word on passthrough: "true",
-// "false", or "unknown" if it never logged its "mounted" line.
-func (d *daemon) Passthrough() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.passth == nil {
-		return "unknown"
+// passthrough is the daemon's own word on passthrough, from its stats:
+// "true", "false", or "unknown" from a daemon that does not report it.
+func (d *daemon) passthrough() (string, error) {
+	st, err := d.stats()
+	if err != nil {
+		return "", err
 	}
-	return fmt.Sprint(*d.passth)
+	v, ok := stats.Passthrough.Int(&st)
+	if !ok {
+		return "unknown", nil
+	}
+	return fmt.Sprint(v == 1), nil
 }
 
 // waitMounted polls /proc/self/mountinfo until the mount shows as

@@ -69,10 +69,10 @@ type runInfo struct {
 }
 
 type targetInfo struct {
-	Name              string `json:"name"`
-	Mode              string `json:"mode,omitempty"`
-	Root              string `json:"root"`
-	PassthroughLogged string `json:"passthrough_logged,omitempty"`
+	Name        string `json:"name"`
+	Mode        string `json:"mode,omitempty"`
+	Root        string `json:"root"`
+	Passthrough string `json:"passthrough,omitempty"`
 }
 
 func main() {
@@ -262,12 +262,11 @@ func (b *bench) mountTarget(cl *cleanups, mode string) (*target, error) {
 	if err := sameDisk(d.store, b.plain.root); err != nil {
 		return nil, err
 	}
-	// The "mounted" line comes right after the mount appears.
-	for i := 0; i < 100 && d.Passthrough() == "unknown"; i++ {
-		time.Sleep(10 * time.Millisecond)
+	if t.passthrough, err = d.passthrough(); err != nil {
+		return nil, err
 	}
-	b.progress("mounted %s (%s) at %s, store %s; daemon logged \"passthrough\": %s",
-		t.name, mode, t.root, d.store, d.Passthrough())
+	b.progress("mounted %s (%s) at %s, store %s; the daemon's stats say passthrough: %s",
+		t.name, mode, t.root, d.store, t.passthrough)
 	return t, nil
 }
 
@@ -306,11 +305,7 @@ func (b *bench) stopTarget(t *target) {
 }
 
 func (t *target) describe() targetInfo {
-	ti := targetInfo{Name: t.name, Mode: t.mode, Root: t.root}
-	if t.d != nil {
-		ti.PassthroughLogged = t.d.Passthrough()
-	}
-	return ti
+	return targetInfo{Name: t.name, Mode: t.mode, Root: t.root, Passthrough: t.passthrough}
 }
 
 func sameDisk(a, b string) error {

@@ -9,16 +9,16 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kvfs/kvfs/internal/s3test"
+	"github.com/kvfs/kvfs/internal/s3local"
 	"github.com/kvfs/kvfs/remote"
 	"github.com/minio/minio-go/v7"
 	"golang.org/x/sys/unix"
 )
 
 // The remote rows (--workloads remote) measure the shared remote tier
-// against a versitygw started for the run on the same disk, with the
-// same S3 client kvfs uses (remote.Tier) as the baseline where there is
-// one:
+// against a versitygw started for the run on the same disk, with a
+// plain S3 client, or the tier kvfs uses (remote.Tier) on its own, as
+// the baseline where there is one (s3baseline.go):
 //   - a cold remote hit: open and read of an object through a freshly
 //     mounted node that does not have it (lookup HEAD, GET into the
 //     store, passthrough read), against a raw GET of it;
@@ -46,13 +46,13 @@ const (
 // remoteBench is what the remote rows run on.
 type remoteBench struct {
 	b   *bench
-	srv *s3test.Server
+	srv *s3local.Server
 	// unmountS3 removes the server's tmpfs.
 	unmountS3 func()
-	tier      *remote.Tier // the bench's own client of the bucket
-	on        *target      // a mount with the tier (node A)
-	off       *target      // a mount without it
-	flags     []string     // the --remote flags of a node
+	base      s3Baseline // the bench's own clients of the bucket
+	on        *target    // a mount with the tier (node A)
+	off       *target    // a mount without it
+	flags     []string   // the --remote flags of a node
 }
 
 func (b *bench) remoteRows() error {
@@ -96,21 +96,25 @@ func (b *bench) startRemoteBench() (*remoteBench, error) {
 	} else {
 		b.note("remote rows: the S3 server shares kvfs's disk (no tmpfs for it: %v); its writes are noise in the publish rows", err)
 	}
-	srv, err := s3test.Launch(dir)
+	srv, err := s3local.Launch(dir)
 	if err != nil {
 		return rb, fmt.Errorf("%w: %v", errNoS3Server, err)
 	}
 	rb.srv = srv
 	b.progress("versitygw serving %s at %s", dir, srv.Endpoint)
 	rb.flags = []string{"--remote", srv.URL(remoteBucketPrefix), "--remote-endpoint", srv.Endpoint,
-		"--remote-access-key", s3test.AccessKey, "--remote-secret-key", s3test.SecretKey, "--remote-region", s3test.Region}
-	cfg := remote.Config{URL: srv.URL(remoteBucketPrefix), Endpoint: srv.Endpoint, AccessKey: s3test.AccessKey,
-		SecretKey: s3test.SecretKey, Region: s3test.Region}
+		"--remote-access-key", s3local.AccessKey, "--remote-secret-key", s3local.SecretKey, "--remote-region", s3local.Region}
+	rb.base = s3Baseline{bucket: srv.Bucket, prefix: remoteBucketPrefix}
+	if rb.base.client, err = srv.Client(); err != nil {
+		return rb, err
+	}
+	cfg := remote.Config{URL: srv.URL(remoteBucketPrefix), Endpoint: srv.Endpoint, AccessKey: s3local.AccessKey,
+		SecretKey: s3local.SecretKey, Region: s3local.Region}
 	if err := cfg.Finish(func(string) string { return "" }); err != nil {
 		return rb, err
 	}
 	noUploads := func(string) (remote.Source, error) { return nil, remote.ErrNotFound }
-	if rb.tier, err = remote.New(cfg, remote.Deps{JournalDir: filepath.Join(b.work, "bench-journal"), Open: noUploads}); err != nil {
+	if rb.base.tier, err = remote.New(cfg, remote.Deps{JournalDir: filepath.Join(b.work, "bench-journal"), Open: noUploads}); err != nil {
 		return rb, err
 	}
 	if rb.on, err = rb.mount("remote-a", rb.flags...); err != nil {
@@ -140,8 +144,8 @@ func (rb *remoteBench) close() {
 			rb.b.stopTarget(t)
 		}
 	}
-	if rb.tier != nil {
-		rb.tier.Close()
+	if rb.base.tier != nil {
+		rb.base.tier.Close()
 	}
 	if rb.srv != nil {
 		rb.srv.Close()
@@ -163,7 +167,7 @@ func (rb *remoteBench) coldHits() error {
 	var raw, cold, warm, localWarm []float64
 	for r := 0; r < b.cfg.rounds; r++ {
 		name := fmt.Sprintf("cold-%d.data", r)
-		if err := rb.tier.Put(b.ctx, name, bytes.NewReader(b.data)); err != nil {
+		if err := rb.base.tier.Put(b.ctx, name, bytes.NewReader(b.data)); err != nil {
 			return fmt.Errorf("seeding %s: %w", name, err)
 		}
 		node, err := rb.mount(fmt.Sprintf("remote-b%d", r), rb.flags...)
@@ -198,7 +202,7 @@ func (rb *remoteBench) coldPair(node *target, name string, rawFirst bool) (raw, 
 	size := int64(len(b.data))
 	getRaw := func() error {
 		start := time.Now()
-		n, err := rb.tier.RawGet(b.ctx, name, io.Discard)
+		n, err := rb.base.rawGet(b.ctx, name, io.Discard)
 		if err == nil && n != size {
 			err = fmt.Errorf("raw GET of %s: %d bytes", name, n)
 		}
@@ -348,7 +352,7 @@ func (rb *remoteBench) storeRound(t *target, round int, alone bool) (pub, all fl
 			return 0, 0, err
 		}
 		for _, f := range finals {
-			rb.srv.Client().RemoveObject(b.ctx, rb.srv.Bucket, remoteBucketPrefix+"/"+sub+"/"+filepath.Base(f), minio.RemoveObjectOptions{})
+			rb.base.client.RemoveObject(b.ctx, rb.srv.Bucket, rb.base.key(sub+"/"+filepath.Base(f)), minio.RemoveObjectOptions{})
 		}
 	}
 	n := float64(len(finals))
@@ -400,7 +404,7 @@ func (rb *remoteBench) absentLookups() error {
 	var extra, cached, tierCached []float64
 	var heads, cachedHeads int
 	for r := 0; r < b.cfg.rounds; r++ {
-		cost, err := rb.tier.MeasureAbsentLookup(b.ctx, fmt.Sprintf("probe-%d.data", r), 20)
+		cost, err := rb.base.absentLookup(b.ctx, fmt.Sprintf("probe-%d.data", r), 20)
 		if err != nil {
 			return err
 		}
@@ -411,7 +415,11 @@ func (rb *remoteBench) absentLookups() error {
 			if err != nil {
 				return err
 			}
-			heads += rb.srv.Requests("HEAD", remoteBucketPrefix+"/"+name)
+			n, err := rb.srv.Requests("HEAD", rb.base.key(name))
+			if err != nil {
+				return err
+			}
+			heads += n
 			firsts = append(firsts, float64(first))
 		}
 		name := fmt.Sprintf("absent-%d-0.data", r)
@@ -419,12 +427,16 @@ func (rb *remoteBench) absentLookups() error {
 		if err != nil {
 			return err
 		}
-		cachedHeads += rb.srv.Requests("HEAD", remoteBucketPrefix+"/"+name) - 1
+		n, err := rb.srv.Requests("HEAD", rb.base.key(name))
+		if err != nil {
+			return err
+		}
+		cachedHeads += n - 1
 		first := time.Duration(median(firsts))
-		extra = append(extra, float64(first-cost.RawHead)/1e3)
-		cached, tierCached = append(cached, float64(per)/1e3), append(tierCached, float64(cost.Cached)/1e3)
+		extra = append(extra, float64(first-cost.rawHead)/1e3)
+		cached, tierCached = append(cached, float64(per)/1e3), append(tierCached, float64(cost.cached)/1e3)
 		b.progress("absent-name lookup | round %d/%d raw HEAD %v, first stat %v (median of %d), cached stat %v (tier alone %v)",
-			r+1, b.cfg.rounds, cost.RawHead, first, absentNames, per, cost.Cached)
+			r+1, b.cfg.rounds, cost.rawHead, first, absentNames, per, cost.cached)
 	}
 	b.absRow("absent-name lookup via the mount: first stat minus a raw HEAD", "us", extra, 1000,
 		fmt.Sprintf("%d HEADs for %d first lookups", heads, absentNames*b.cfg.rounds))

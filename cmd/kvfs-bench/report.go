@@ -152,7 +152,7 @@ func (b *bench) printTable(w io.Writer) {
 	for _, t := range i.Targets {
 		fmt.Fprintf(w, "  %-10s %s", t.Name, t.Root)
 		if t.Mode != "" {
-			fmt.Fprintf(w, "  (%s requested; daemon logged \"passthrough\": %s)", t.Mode, t.PassthroughLogged)
+			fmt.Fprintf(w, "  (%s requested; the daemon's stats say passthrough: %s)", t.Mode, t.Passthrough)
 		}
 		fmt.Fprintln(w)
 	}

@@ -16,6 +16,9 @@ type target struct {
 	mode string // for kvfs: "passthrough", "no-passthrough", "ram" or "strict"
 	root string
 	d    *daemon
+	// passthrough is the daemon's word on it once mounted (kvfs
+	// targets): "true", "false" or "unknown".
+	passthrough string
 	// only, when set, names the workloads the target takes part in.
 	only map[string]bool
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -89,20 +90,25 @@ func get(t *testing.T, c *minio.Client, bucket, key string) string {
 	return string(b)
 }
 
-// TestLaunch: a server started outside a test's cleanup (kvfs-bench)
-// serves until Close, then is gone.
-func TestLaunch(t *testing.T) {
-	s, err := Launch(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
+// fakeTB records a failure instead of ending the test, so a test can
+// see s3test fail one.
+type fakeTB struct {
+	*testing.T
+	failed string
+}
+
+func (f *fakeTB) Fatalf(format string, args ...any) { f.failed = fmt.Sprintf(format, args...) }
+
+// TestFailures: where s3local returns an error, s3test fails the test.
+func TestFailures(t *testing.T) {
+	f := &fakeTB{T: t}
+	s := New(f)
+	s.Stop()
+	if f.failed != "" {
+		t.Fatalf("first Stop failed the test: %s", f.failed)
 	}
-	c := s.Client()
-	if _, err := c.BucketExists(context.Background(), s.Bucket); err != nil {
-		s.Close()
-		t.Fatalf("launched server: %v", err)
-	}
-	s.Close()
-	if _, err := c.BucketExists(context.Background(), s.Bucket); err == nil {
-		t.Fatal("server still answering after Close")
+	s.Stop()
+	if f.failed == "" {
+		t.Fatal("a Stop of a stopped server did not fail the test")
 	}
 }

@@ -117,6 +117,12 @@ func remoteOf(s *Snapshot, grow bool) *RemoteStats {
 	return s.RemoteStats
 }
 
+// Passthrough says whether the mount's handles use FUSE passthrough:
+// what a reader of the stats (kvfs-bench) asks rather than the log.
+var Passthrough = Field{Name: "passthrough", Kind: Gauge,
+	Help: "1 when the mount's handles use FUSE passthrough (asked for, not --strict-capacity, run as root, and granted by the kernel); 0 when every byte goes through the daemon.",
+	num:  func(s *Snapshot, _ bool) *int64 { return &s.Passthrough }}
+
 // LookupHits and LookupMisses are the lookups that found an object and
 // those that found nothing: --watch's hit ratio.
 var (
@@ -147,6 +153,7 @@ var Fields = []Field{
 	LookupMisses,
 	coreField("stores", Counter, "stores", "Writers' closes that published bytes.", func(s *core.Stats) *int64 { return &s.Stores }),
 	coreField("loads", Counter, "loads", "Opens of objects for reading.", func(s *core.Stats) *int64 { return &s.Loads }),
+	Passthrough,
 
 	ramField("capacity_bytes", Gauge, "The RAM tier's size.", func(r *ramcache.Stats) *int64 { return &r.CapacityBytes }),
 	ramField("bytes", Gauge, "Bytes of object copies the RAM tier holds.", func(r *ramcache.Stats) *int64 { return &r.Bytes }),

@@ -15,6 +15,10 @@ import (
 // `kvfs stats --json` prints, laid out by Fields.
 type Snapshot struct {
 	core.Stats
+	// Passthrough is 1 when the mount's handles use FUSE passthrough
+	// (asked for, allowed, and granted by the kernel), 0 when every
+	// byte goes through the daemon.
+	Passthrough int64
 	// RAMCache is the RAM tier's figures; nil: no RAM tier.
 	RAMCache *ramcache.Stats
 	// FuseRequests counts the requests answered so far by type (a

@@ -1,9 +1,9 @@
-// Package s3test starts a real S3 server for tests: versitygw (Apache-2.0)
-// serving a temporary directory through its posix backend, on a free
-// loopback port, with one bucket made. Tests that need it and cannot get
-// it fail with the reason; they never skip (CI installs the binary, see
-// .ci/run).
-package s3test
+// Package s3local runs a real S3 server on this machine: versitygw
+// (Apache-2.0) serving a directory through its posix backend, on a free
+// loopback port, with one bucket made. Every failure is an error; tests
+// use it through internal/s3test, which fails the test instead, and
+// kvfs-bench uses it directly.
+package s3local
 
 import (
 	"errors"
@@ -45,7 +45,7 @@ func Binary() (string, error) {
 func CacheDir() (string, error) {
 	base, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("s3test: no cache directory for versitygw: %w", err)
+		return "", fmt.Errorf("s3local: no cache directory for versitygw: %w", err)
 	}
 	return filepath.Join(base, "kvfs", binName), nil
 }
@@ -53,7 +53,7 @@ func CacheDir() (string, error) {
 func findOrBuild() (string, error) {
 	if p := os.Getenv(EnvServer); p != "" {
 		if err := executable(p); err != nil {
-			return "", fmt.Errorf("s3test: $%s=%s: %w", EnvServer, p, err)
+			return "", fmt.Errorf("s3local: $%s=%s: %w", EnvServer, p, err)
 		}
 		return p, nil
 	}
@@ -86,7 +86,7 @@ func buildInto(dir string) (string, error) {
 		return p, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("s3test: %w", err)
+		return "", fmt.Errorf("s3local: %w", err)
 	}
 	unlock, err := lockDir(dir)
 	if err != nil {
@@ -102,11 +102,11 @@ func buildInto(dir string) (string, error) {
 func lockDir(dir string) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("s3test: %w", err)
+		return nil, fmt.Errorf("s3local: %w", err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("s3test: lock %s: %w", dir, err)
+		return nil, fmt.Errorf("s3local: lock %s: %w", dir, err)
 	}
 	return func() { f.Close() }, nil
 }
@@ -114,7 +114,7 @@ func lockDir(dir string) (func(), error) {
 func goInstall(dir string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		return fmt.Errorf("s3test: versitygw not found ($%s, PATH, %s) and no go to build it: %w", EnvServer, dir, err)
+		return fmt.Errorf("s3local: versitygw not found ($%s, PATH, %s) and no go to build it: %w", EnvServer, dir, err)
 	}
 	cmd := exec.Command(goBin, "install", Module)
 	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=-buildvcs=false")
@@ -122,10 +122,10 @@ func goInstall(dir string) error {
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("s3test: versitygw not found ($%s, PATH, %s) and `go install %s` failed after %s: %v: %s",
+		return fmt.Errorf("s3local: versitygw not found ($%s, PATH, %s) and `go install %s` failed after %s: %v: %s",
 			EnvServer, dir, Module, time.Since(start).Round(time.Second), err, lastLines(string(out), 5))
 	}
-	fmt.Fprintf(os.Stderr, "s3test: built %s into %s in %s\n", Module, dir, time.Since(start).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "s3local: built %s into %s in %s\n", Module, dir, time.Since(start).Round(time.Second))
 	return nil
 }
 
