@@ -134,7 +134,7 @@ func (s *Store) RecheckName(n Name) (st unix.Stat_t, rel string, ok bool) {
 	if !ok {
 		return st, "", false
 	}
-	if _, ok := d.kids[n.Name]; !ok {
+	if _, ok := d.kids.lookup(n.Name); !ok {
 		return st, "", false
 	}
 	rel = s.childPath(n.Parent, n.Name)
@@ -147,7 +147,7 @@ func (s *Store) RecheckName(n Name) (st unix.Stat_t, rel string, ok bool) {
 // The owner's lock held.
 func (s *Store) ApplyVanishedName(n Name, id ID, a *Audit) {
 	d, ok := s.dirs[n.Parent]
-	if !ok || d.kids[n.Name] != id || s.files[id] == nil {
+	if !ok || d.kids.get(n.Name) != id || s.files[id] == nil {
 		return
 	}
 	s.dropName(id, d, n.Name)
@@ -160,7 +160,7 @@ func (s *Store) ApplyVanishedName(n Name, id ID, a *Audit) {
 // Kid is what name in parent refers to in the index (0: nothing).
 func (s *Store) Kid(parent ID, name string) ID {
 	if d, ok := s.dirs[parent]; ok {
-		return d.kids[name]
+		return d.kids.get(name)
 	}
 	return 0
 }
@@ -194,7 +194,7 @@ func (s *Store) ApplyVanishedDir(id ID, a *Audit) {
 		return
 	}
 	a.Vanished = append(a.Vanished, s.dropDir(d)...)
-	delete(d.parent.kids, d.name)
+	d.parent.kids.del(d.name)
 	a.Dropped = append(a.Dropped, Name{d.parent.id, d.name})
 }
 
@@ -219,7 +219,7 @@ func (s *Store) RecheckUnknown(rel string, walked unix.Stat_t) (Found, bool) {
 		parts := strings.Split(dirRel, "/")
 		for i, part := range parts {
 			if d != nil {
-				if id, ok := d.kids[part]; ok {
+				if id, ok := d.kids.lookup(part); ok {
 					if d = s.dirs[id]; d == nil {
 						return f, false // a file there in the index
 					}
@@ -251,7 +251,7 @@ func (s *Store) IndexedAbove(rel string) ID {
 		return d.id
 	}
 	for _, part := range strings.Split(dirRel, "/") {
-		sub, ok := s.dirs[d.kids[part]]
+		sub, ok := s.dirs[d.kids.get(part)]
 		if !ok {
 			break
 		}
@@ -275,26 +275,26 @@ func (s *Store) ApplyFound(f Found, known map[uint64]ID, adopted map[uint64]int,
 	if d == nil {
 		return
 	}
-	if _, taken := d.kids[name]; taken {
+	if _, taken := d.kids.lookup(name); taken {
 		return
 	}
 	st := f.St
 	if id, ok := known[st.Ino]; ok && s.files[id] != nil {
 		// A new name of an indexed file: no new bytes.
-		d.kids[name] = id
+		d.kids.set(name, id)
 		s.files[id].links = append(s.files[id].links, Name{d.id, name})
 		a.Linked = append(a.Linked, id)
 		return
 	}
 	if i, ok := adopted[st.Ino]; ok && s.files[a.Adopted[i].ID] != nil {
 		o := &a.Adopted[i]
-		d.kids[name] = o.ID
+		d.kids.set(name, o.ID)
 		s.files[o.ID].links = append(s.files[o.ID].links, Name{d.id, name})
 		o.Links++
 		return
 	}
 	id := s.NewID()
-	d.kids[name] = id
+	d.kids.set(name, id)
 	s.files[id] = &file{links: []Name{{d.id, name}}, ino: st.Ino}
 	if adopted == nil {
 		// Committed one by one: a later name of this inode is a link.
@@ -350,7 +350,7 @@ func (s *Store) dirByPathIndexed(rel string) *dir {
 		return d
 	}
 	for _, part := range strings.Split(rel, "/") {
-		id, ok := d.kids[part]
+		id, ok := d.kids.lookup(part)
 		if !ok {
 			return nil
 		}
@@ -370,10 +370,10 @@ func (s *Store) indexDir(rel string) {
 	if d == nil {
 		return
 	}
-	if _, taken := d.kids[name]; taken {
+	if _, taken := d.kids.lookup(name); taken {
 		return
 	}
 	id := s.NewID()
-	d.kids[name] = id
-	s.dirs[id] = &dir{id: id, parent: d, name: name, kids: map[string]ID{}}
+	d.kids.set(name, id)
+	s.dirs[id] = &dir{id: id, parent: d, name: name, kids: newKids(0)}
 }

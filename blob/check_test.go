@@ -163,7 +163,7 @@ func indexNames(s *Store, fail func(string, ...any)) map[string]ID {
 	var walk func(d *dir, rel string)
 	walk = func(d *dir, rel string) {
 		reached[d.id] = true
-		for name, id := range d.kids {
+		for name, id := range d.kids.all() {
 			p := path.Join(rel, name)
 			names[p] = id
 			if c, ok := s.dirs[id]; ok {
@@ -208,7 +208,7 @@ func indexNames(s *Store, fail func(string, ...any)) map[string]ID {
 				fail("file %d lists %v twice", id, l)
 			}
 			seen[l] = true
-			if d := s.dirs[l.Parent]; d == nil || d.kids[l.Name] != id {
+			if d := s.dirs[l.Parent]; d == nil || d.kids.get(l.Name) != id {
 				fail("file %d's link %v is not in its directory", id, l)
 			}
 		}

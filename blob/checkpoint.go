@@ -146,10 +146,10 @@ func (s *Store) captureDirs(w *cpWriter, cp *Checkpoint) map[ID]uint32 {
 		w.str(d.name)
 		w.u64(st.Ino)
 		w.u64(uint64(ctime))
-		w.u32(uint32(len(d.kids)))
+		w.u32(uint32(d.kids.len()))
 		trusted := err == nil && ctime < cp.Taken.Add(-s.racy).UnixNano()
 		if trusted {
-			cp.dirs = append(cp.dirs, cpDir{path: path, heldDir: heldDir{st.Ino, ctime, len(d.kids)}, flagAt: len(w.b)})
+			cp.dirs = append(cp.dirs, cpDir{path: path, heldDir: heldDir{st.Ino, ctime, d.kids.len()}, flagAt: len(w.b)})
 		}
 		w.u8(trusted)
 	}

@@ -133,19 +133,19 @@ func (c *cpLoad) parseDirs(r *cpReader) error {
 		cd.ino, cd.ctime, cd.names, cd.trusted = ino, ctime, int(names), trusted == 1
 		if i == 0 {
 			cd.d, cd.path = c.s.dirs[RootID], "."
-			cd.d.kids = make(map[string]ID, names)
+			cd.d.kids = newKids(int(names))
 			continue
 		}
 		if uint64(parent) >= uint64(i) || !validName(name) {
 			return fmt.Errorf("bad directory entry %d", i)
 		}
 		p := &c.dirs[parent]
-		if _, taken := p.d.kids[name]; taken {
+		if _, taken := p.d.kids.lookup(name); taken {
 			return fmt.Errorf("directory %q listed twice", name)
 		}
-		cd.d = &dir{id: c.s.NewID(), parent: p.d, name: name, kids: make(map[string]ID, names)}
+		cd.d = &dir{id: c.s.NewID(), parent: p.d, name: name, kids: newKids(int(names))}
 		cd.path = path.Join(p.path, name)
-		p.d.kids[name] = cd.d.id
+		p.d.kids.set(name, cd.d.id)
 		c.s.dirs[cd.d.id] = cd.d
 	}
 	return nil
@@ -175,8 +175,7 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 				return fmt.Errorf("bad name of object %d", i)
 			}
 			d := c.dirs[di].d
-			k := len(d.kids)
-			if d.kids[name] = id; len(d.kids) == k {
+			if !d.kids.set(name, id) {
 				c.taken[int(di)] = append(c.taken[int(di)], name)
 			}
 			names = append(names, Name{d.id, name})
@@ -222,7 +221,7 @@ func (c *cpLoad) untangle() {
 		}
 		kept := f.links[:0]
 		for _, n := range f.links {
-			if !claimed[n] || c.s.dirs[n.Parent].kids[n.Name] == o.id {
+			if !claimed[n] || c.s.dirs[n.Parent].kids.get(n.Name) == o.id {
 				kept = append(kept, n)
 			}
 		}

@@ -51,18 +51,18 @@ func (c *cpLoad) reconcileDir(cd *cpLoadDir) error {
 	kept := 0
 	var changed []dent
 	for _, e := range ch.ents {
-		if id, ok := d.kids[ch.name(e)]; ok && c.same(id, e) {
+		if id, ok := d.kids.lookup(ch.name(e)); ok && c.same(id, e) {
 			kept++
 			continue
 		}
 		changed = append(changed, e)
 	}
 	for _, e := range changed {
-		if id, ok := d.kids[ch.name(e)]; ok {
+		if id, ok := d.kids.lookup(ch.name(e)); ok {
 			c.s.forgetName(d, ch.name(e), id)
 		}
 	}
-	if len(d.kids) > kept {
+	if d.kids.len() > kept {
 		c.dropVanished(d, ch)
 	}
 	if len(changed) == 0 {
@@ -102,7 +102,7 @@ func (c *cpLoad) dropVanished(d *dir, ch *dirCheck) {
 	for _, e := range ch.ents {
 		listed[ch.name(e)] = struct{}{}
 	}
-	for name, id := range d.kids {
+	for name, id := range d.kids.all() {
 		if _, ok := listed[name]; !ok {
 			c.s.forgetName(d, name, id)
 		}
@@ -150,7 +150,7 @@ func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) er
 func (s *Store) forgetName(d *dir, name string, id ID) {
 	if sub, ok := s.dirs[id]; ok {
 		s.dropDir(sub)
-		delete(d.kids, name)
+		d.kids.del(name)
 		return
 	}
 	s.dropName(id, d, name)
@@ -177,7 +177,7 @@ func (c *cpLoad) mergeLinks() {
 			continue
 		}
 		for _, n := range c.s.files[other].links {
-			c.s.dirs[n.Parent].kids[n.Name] = o.id
+			c.s.dirs[n.Parent].kids.set(n.Name, o.id)
 			f.links = append(f.links, n)
 		}
 		delete(c.s.files, other)

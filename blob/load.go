@@ -274,8 +274,8 @@ func (l *loader) countIncomplete(ino uint64, size int64) {
 // addDir indexes a directory.
 func (l *loader) addDir(parent *dir, name string) *dir {
 	id := l.s.NewID()
-	d := &dir{id: id, parent: parent, name: name, kids: map[string]ID{}}
-	parent.kids[name] = id
+	d := &dir{id: id, parent: parent, name: name, kids: newKids(0)}
+	parent.kids.set(name, id)
 	l.s.dirs[id] = d
 	l.rep.Dirs++
 	return d
@@ -285,7 +285,7 @@ func (l *loader) addDir(parent *dir, name string) *dir {
 func (l *loader) addFile(d *dir, e *entry) {
 	st := &e.st
 	if id, ok := l.seen[st.Ino]; ok {
-		d.kids[e.name] = id
+		d.kids.set(e.name, id)
 		l.s.files[id].links = append(l.s.files[id].links, Name{d.id, e.name})
 		return
 	}
@@ -293,7 +293,7 @@ func (l *loader) addFile(d *dir, e *entry) {
 	if st.Nlink > 1 {
 		l.seen[st.Ino] = id
 	}
-	d.kids[e.name] = id
+	d.kids.set(e.name, id)
 	l.s.files[id] = &file{links: []Name{{d.id, e.name}}, ino: st.Ino}
 	l.objects = append(l.objects, Object{ID: id, Size: st.Size, Atime: max(ts(st.Atim), ts(st.Mtim))})
 	l.rep.Objects++

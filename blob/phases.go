@@ -71,7 +71,7 @@ func (s *Store) AddFile(parent ID, name string, id ID, ino uint64) error {
 	if err != nil {
 		return err
 	}
-	d.kids[name] = id
+	d.kids.set(name, id)
 	s.files[id] = &file{links: []Name{{d.id, name}}, ino: ino}
 	return nil
 }
@@ -112,7 +112,7 @@ func (s *Store) AddLink(id, parent ID, name string) error {
 	if err != nil {
 		return err
 	}
-	d.kids[name] = id
+	d.kids.set(name, id)
 	f.links = append(f.links, Name{parent, name})
 	return nil
 }
@@ -181,8 +181,8 @@ func (s *Store) AddDir(parent ID, name string) (ID, error) {
 		return 0, err
 	}
 	id := s.NewID()
-	d.kids[name] = id
-	s.dirs[id] = &dir{id: id, parent: d, name: name, kids: map[string]ID{}}
+	d.kids.set(name, id)
+	s.dirs[id] = &dir{id: id, parent: d, name: name, kids: newKids(0)}
 	return id, nil
 }
 
@@ -197,7 +197,7 @@ func (s *Store) RmdirPath(parent ID, name string) (ID, string, error) {
 	if !isDir {
 		return 0, "", unix.ENOTDIR
 	}
-	if len(child.kids) > 0 {
+	if child.kids.len() > 0 {
 		return 0, "", unix.ENOTEMPTY
 	}
 	return id, s.childPath(parent, name), nil
@@ -214,8 +214,8 @@ func (s *Store) RmdirAt(rel string) error {
 
 // RemoveDir takes directory id, named name in parent, out of the index.
 func (s *Store) RemoveDir(parent ID, name string, id ID) {
-	if d, ok := s.dirs[parent]; ok && d.kids[name] == id {
-		delete(d.kids, name)
+	if d, ok := s.dirs[parent]; ok && d.kids.get(name) == id {
+		d.kids.del(name)
 	}
 	delete(s.dirs, id)
 }

@@ -42,11 +42,11 @@ func (s *Store) PlanRename(parent ID, name string, newParent ID, newName string,
 	if from == nil || to == nil {
 		return p, ErrNotFound
 	}
-	src, ok := from.kids[name]
+	src, ok := from.kids.lookup(name)
 	if !ok {
 		return p, ErrNotFound
 	}
-	dst, exists := to.kids[newName]
+	dst, exists := to.kids.lookup(newName)
 	if err := s.checkRename(src, dst, exists, to, flags); err != nil {
 		return p, err
 	}
@@ -76,19 +76,19 @@ func (s *Store) RenameAt(p RenamePlan) error {
 // owner to unlink.
 func (s *Store) CommitRename(p RenamePlan) (replaced ID, lost []Name) {
 	from, to := s.dirs[p.From.Parent], s.dirs[p.To.Parent]
-	srcHere := from != nil && from.kids[p.From.Name] == p.Src
-	dstHere := p.Dst != 0 && to != nil && to.kids[p.To.Name] == p.Dst
+	srcHere := from != nil && from.kids.get(p.From.Name) == p.Src
+	dstHere := p.Dst != 0 && to != nil && to.kids.get(p.To.Name) == p.Dst
 	if p.Flags&unix.RENAME_EXCHANGE != 0 {
 		switch {
 		case srcHere && dstHere:
 			s.moveName(p.Dst, to, p.To.Name, from, p.From.Name)
 			s.moveName(p.Src, from, p.From.Name, to, p.To.Name)
 		case srcHere:
-			delete(from.kids, p.From.Name)
+			from.kids.del(p.From.Name)
 			s.moveName(p.Src, from, p.From.Name, to, p.To.Name)
 			lost = append(lost, p.From)
 		case dstHere:
-			delete(to.kids, p.To.Name)
+			to.kids.del(p.To.Name)
 			s.moveName(p.Dst, to, p.To.Name, from, p.From.Name)
 			lost = append(lost, p.To)
 		default:
@@ -99,7 +99,7 @@ func (s *Store) CommitRename(p RenamePlan) (replaced ID, lost []Name) {
 	if dstHere {
 		if _, isDir := s.dirs[p.Dst]; isDir {
 			delete(s.dirs, p.Dst)
-			delete(to.kids, p.To.Name)
+			to.kids.del(p.To.Name)
 		} else {
 			s.dropName(p.Dst, to, p.To.Name)
 			replaced = p.Dst
@@ -108,7 +108,7 @@ func (s *Store) CommitRename(p RenamePlan) (replaced ID, lost []Name) {
 	if !srcHere {
 		return replaced, append(lost, p.To)
 	}
-	delete(from.kids, p.From.Name)
+	from.kids.del(p.From.Name)
 	s.moveName(p.Src, from, p.From.Name, to, p.To.Name)
 	return replaced, nil
 }
@@ -143,7 +143,7 @@ func (s *Store) checkRename(src, dst ID, exists bool, to *dir, flags uint32) err
 		return unix.ENOTDIR
 	case !isSrcDir && isDstDir:
 		return unix.EISDIR
-	case isDstDir && len(dstDir.kids) > 0:
+	case isDstDir && dstDir.kids.len() > 0:
 		return unix.ENOTEMPTY
 	}
 	return nil
@@ -151,7 +151,7 @@ func (s *Store) checkRename(src, dst ID, exists bool, to *dir, flags uint32) err
 
 // moveName points to/newName at id, which was from/name.
 func (s *Store) moveName(id ID, from *dir, name string, to *dir, newName string) {
-	to.kids[newName] = id
+	to.kids.set(newName, id)
 	if d, ok := s.dirs[id]; ok {
 		d.parent, d.name = to, newName
 		return

@@ -399,16 +399,20 @@ func TestList(t *testing.T) {
 	z := mustCreate(t, s, RootID, "z", nil)
 	a := mustCreate(t, s, RootID, "a", nil)
 	must(t, "Link", s.Link(a, RootID, "b"))
-	got, err := s.List(RootID)
-	must(t, "List", err)
-	want := []DirEntry{{"a", Entry{a, false}}, {"b", Entry{a, false}}, {"m", Entry{d, true}}, {"z", Entry{z, false}}}
+	got, err := listAll(s, RootID, 1)
+	must(t, "ListPage", err)
+	for i := range got {
+		got[i].Cookie = 0
+	}
+	slices.SortFunc(got, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) })
+	want := []DirEntry{{"a", Entry{a, false}, 0}, {"b", Entry{a, false}, 0}, {"m", Entry{d, true}, 0}, {"z", Entry{z, false}, 0}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("List = %v, want %v", got, want)
 	}
-	if got, err := s.List(d); err != nil || len(got) != 0 {
+	if got, err := listAll(s, d, 1); err != nil || len(got) != 0 {
 		t.Fatalf("List of an empty directory = %v, %v", got, err)
 	}
-	if _, err := s.List(z); !errors.Is(err, ErrNotFound) {
+	if _, err := listAll(s, z, 1); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("List of a file: %v", err)
 	}
 	must(t, "SyncDir", s.SyncDir(d))
@@ -614,7 +618,7 @@ func randomOp(s *Store, r *rand.Rand, pick func() (ID, string), succeeded *[9]at
 				_, err = s.Stat(e.ID)
 			}
 		} else if err == nil {
-			_, err = s.List(e.ID)
+			_, _, err = s.ListPage(e.ID, 0, 64)
 		}
 	}
 	if err == nil {

@@ -2,7 +2,6 @@ package blob
 
 import (
 	"os"
-	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -14,7 +13,7 @@ type dir struct {
 	id     ID
 	parent *dir
 	name   string
-	kids   map[string]ID
+	kids   *kids
 }
 
 // file is an inode of the namespace: its names, usually one, and the
@@ -41,10 +40,13 @@ type Entry struct {
 type DirEntry struct {
 	Name string
 	Entry
+	// Cookie is where a listing resumes after this entry (ListPage):
+	// nonzero, below 1<<62+1, equal only for names of one hash.
+	Cookie uint64
 }
 
 func (s *Store) resetIndex(hint int) {
-	s.dirs = map[ID]*dir{RootID: {id: RootID, kids: map[string]ID{}}}
+	s.dirs = map[ID]*dir{RootID: {id: RootID, kids: newKids(0)}}
 	s.files = make(map[ID]*file, hint)
 }
 
@@ -63,7 +65,7 @@ func (s *Store) child(parent ID, name string) (*dir, ID, error) {
 	if !ok {
 		return nil, 0, ErrNotFound
 	}
-	id, ok := d.kids[name]
+	id, ok := d.kids.lookup(name)
 	if !ok {
 		return nil, 0, ErrNotFound
 	}
@@ -147,19 +149,23 @@ func (s *Store) Open(id ID, flags int) (*os.File, error) {
 	return s.openBeneath(rel, flags, 0)
 }
 
-// List returns a directory's entries in name order, so that concurrent
-// readers of one directory see one stable sequence.
-func (s *Store) List(parent ID) ([]DirEntry, error) {
+// ListPage returns the entries of a directory after the cookie after
+// (0: from the start), in cookie order, at least max of them unless the
+// directory ends (then more is false), and about max at most: its cost is
+// the page's, however large the directory (see kids). A name present for
+// a whole paged listing is listed exactly once; one made or removed
+// meanwhile may or may not be.
+func (s *Store) ListPage(parent ID, after uint64, max int) (page []DirEntry, more bool, err error) {
 	d, ok := s.dirs[parent]
 	if !ok {
-		return nil, ErrNotFound
+		return nil, false, ErrNotFound
 	}
-	out := make([]DirEntry, 0, len(d.kids))
-	for name, id := range d.kids {
-		out = append(out, DirEntry{Name: name, Entry: s.entry(id)})
+	names, more := d.kids.page(nil, after, max)
+	page = make([]DirEntry, len(names))
+	for i, n := range names {
+		page[i] = DirEntry{Name: n.name, Entry: s.entry(n.id), Cookie: n.cookie}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return page, more, nil
 }
 
 // Owner is who a new inode belongs to; negative fields leave the
@@ -187,7 +193,7 @@ func (s *Store) freeName(parent ID, name string) (*dir, error) {
 	if !ok {
 		return nil, ErrNotFound
 	}
-	if _, taken := d.kids[name]; taken {
+	if _, taken := d.kids.lookup(name); taken {
 		return nil, unix.EEXIST
 	}
 	return d, nil
@@ -236,7 +242,7 @@ func (s *Store) Unlink(parent ID, name string) (ID, error) {
 
 // dropName removes one name of file id from the index.
 func (s *Store) dropName(id ID, d *dir, name string) {
-	delete(d.kids, name)
+	d.kids.del(name)
 	f := s.files[id]
 	for i, l := range f.links {
 		if l.Parent == d.id && l.Name == name {
@@ -252,7 +258,7 @@ func (s *Store) dropName(id ID, d *dir, name string) {
 // dropDir removes d's subtree from the index only, and returns the
 // files that had no name left outside it.
 func (s *Store) dropDir(d *dir) (vanished []ID) {
-	for name, id := range d.kids {
+	for name, id := range d.kids.all() {
 		if sub, ok := s.dirs[id]; ok {
 			vanished = append(vanished, s.dropDir(sub)...)
 			continue

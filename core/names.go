@@ -104,11 +104,15 @@ func (c *Core) DirAttr(id blob.ID) (unix.Stat_t, error) {
 	return c.store.Stat(id)
 }
 
-// List returns a directory's entries in name order.
-func (c *Core) List(parent blob.ID) ([]blob.DirEntry, error) {
+// ListPage returns a page of a directory's entries after the cookie
+// after (0: from the start): see blob.Store.ListPage. Each page holds
+// Core.mu shared for the page's time only, so listing a directory of
+// millions of names never holds off commits for long; names evicted
+// before a page is taken are not in it.
+func (c *Core) ListPage(parent blob.ID, after uint64, max int) ([]blob.DirEntry, bool, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.store.List(parent)
+	return c.store.ListPage(parent, after, max)
 }
 
 // Mkdir makes a directory.

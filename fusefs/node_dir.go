@@ -112,24 +112,6 @@ func (n *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 	return n.Getattr(ctx, fh, out)
 }
 
-func (n *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	list, err := n.fs.core.List(n.id)
-	if err != nil {
-		return nil, n.fs.errno("readdir", err)
-	}
-	out := make([]fuse.DirEntry, 0, len(list)+2)
-	out = append(out, fuse.DirEntry{Name: ".", Ino: uint64(n.id), Mode: syscall.S_IFDIR},
-		fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
-	for _, e := range list {
-		mode := uint32(syscall.S_IFREG)
-		if e.Dir {
-			mode = syscall.S_IFDIR
-		}
-		out = append(out, fuse.DirEntry{Name: e.Name, Ino: uint64(e.ID), Mode: mode})
-	}
-	return fs.NewListDirStream(out), 0
-}
-
 // Fsync makes the directory's entries durable (fsync on a directory).
 func (n *dirNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	return n.fs.errno("fsyncdir", n.fs.core.SyncDir(n.id))
