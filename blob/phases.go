@@ -18,6 +18,16 @@ import (
 // Link, Unlink, Rename, Mkdir, Rmdir, Drop) run the three steps in a
 // row, for owners that serialise everything.
 
+// daemonUID and daemonGID own what the daemon creates: a new file owned
+// by who needs no chown when they are who (files are born under writing/,
+// which is never set-group-ID, so a new one takes the daemon's group).
+var daemonUID, daemonGID = os.Geteuid(), os.Getegid()
+
+// chown says whether a new file must be given to who.
+func (who Owner) chown() bool {
+	return who.UID >= 0 && (who.UID != daemonUID || who.GID != daemonGID)
+}
+
 // FreePath is the path, relative to data/, of name in parent, which the
 // index must not hold yet (EEXIST; ErrNotFound: no such directory).
 func (s *Store) FreePath(parent ID, name string) (string, error) {
@@ -39,7 +49,7 @@ func (s *Store) CreateAt(rel string, id ID, mode uint32, who Owner) (*os.File, u
 	if err != nil {
 		return nil, st, err
 	}
-	if who.UID >= 0 {
+	if who.chown() {
 		f.Chown(who.UID, who.GID)
 	}
 	// The attributes after the chown, for the reply; the inode number
@@ -89,16 +99,23 @@ func (s *Store) LinkPaths(id, parent ID, name string) (old, rel string, err erro
 	return s.childPath(f.links[0].Parent, f.links[0].Name), rel, nil
 }
 
-// LinkAt links the stored file at old to rel.
-func (s *Store) LinkAt(old, rel string) error {
+// LinkAt links the stored file at old to rel, and returns its
+// attributes as the new name reaches them (inode 0: not read).
+func (s *Store) LinkAt(old, rel string) (unix.Stat_t, error) {
 	s.changes.Add(1)
+	var st unix.Stat_t
 	err := s.at2(old, rel, func(da int, na string, db int, nb string) error {
-		return unix.Linkat(da, na, db, nb, 0)
+		if err := unix.Linkat(da, na, db, nb, 0); err != nil {
+			return err
+		}
+		// Inode 0 if this fails: the caller reads them again.
+		unix.Fstatat(db, nb, &st, unix.AT_SYMLINK_NOFOLLOW)
+		return nil
 	})
 	if err != nil {
-		return &os.PathError{Op: "link", Path: rel, Err: underlying(err)}
+		return st, &os.PathError{Op: "link", Path: rel, Err: underlying(err)}
 	}
-	return nil
+	return st, nil
 }
 
 // AddLink indexes another name of file id (ErrNotFound: id has no name

@@ -239,8 +239,13 @@ func (s *Store) at(rel string, op func(dirfd int, name string) error) error {
 	return op(d, name)
 }
 
-// at2 is at for operations on two names.
+// at2 is at for operations on two names; two in one directory resolve
+// it once.
 func (s *Store) at2(a, b string, op func(dirA int, nameA string, dirB int, nameB string) error) error {
+	if dirA, dirB := path.Dir(a), path.Dir(b); dirA == dirB {
+		nameB := path.Base(b)
+		return s.at(a, func(dir int, nameA string) error { return op(dir, nameA, dir, nameB) })
+	}
 	return s.at(a, func(dirA int, nameA string) error {
 		return s.at(b, func(dirB int, nameB string) error { return op(dirA, nameA, dirB, nameB) })
 	})

@@ -217,7 +217,7 @@ func (s *Store) Link(id, parent ID, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.LinkAt(old, rel); err != nil {
+	if _, err := s.LinkAt(old, rel); err != nil {
 		return err
 	}
 	return s.AddLink(id, parent, name)

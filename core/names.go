@@ -228,12 +228,12 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 // LMCache learns that another writer published first, so it is answered
 // only for a name that exists.
 func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
-	pub, err := c.link(id, parent, name)
+	pub, st, err := c.link(id, parent, name)
 	if err != nil {
 		return Attr{}, err
 	}
 	c.ledger.EndGrace(id)
-	a, err := c.Getattr(id, nil)
+	a, err := c.linkedAttr(id, st)
 	if err == nil {
 		c.publishedWhileOpen(id, a.Size)
 	}
@@ -241,8 +241,22 @@ func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
 	return a, err
 }
 
-// link links, and reports the path to publish (see publishableLocked).
-func (c *Core) link(id, parent blob.ID, name string) ([]string, error) {
+// linkedAttr are a just linked file's attributes, from what the link read
+// of it (st) when that agrees with the ledger, else read again.
+func (c *Core) linkedAttr(id blob.ID, st unix.Stat_t) (Attr, error) {
+	size, charge, ok := c.ledger.Size(id)
+	if st.Ino == 0 || !ok || (size != st.Size && c.ledger.Writers(id) == 0) {
+		return c.Getattr(id, nil)
+	}
+	c.mu.RLock()
+	links := c.store.Links(id)
+	c.mu.RUnlock()
+	return Attr{Stat_t: st, Charge: charge, Links: links}, nil
+}
+
+// link links, and reports the path to publish (see publishableLocked)
+// and the file's attributes as the link read them.
+func (c *Core) link(id, parent blob.ID, name string) ([]string, unix.Stat_t, error) {
 	unlock := c.lockDirs(parent, 0)
 	defer unlock()
 	c.tree.RLock()
@@ -253,17 +267,17 @@ func (c *Core) link(id, parent blob.ID, name string) ([]string, error) {
 		old, rel, err := c.store.LinkPaths(id, parent, name)
 		c.mu.RUnlock()
 		if err != nil {
-			return nil, err
+			return nil, unix.Stat_t{}, err
 		}
 		c.clearDoomed(at, rel)
-		err = c.store.LinkAt(old, rel)
+		st, err := c.store.LinkAt(old, rel)
 		if errors.Is(err, syscall.ENOENT) && try < 3 {
 			// The name linked from went (unlinked, renamed) after the
 			// plan: link from another, or find none.
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, st, err
 		}
 		c.mu.Lock()
 		if err = c.store.AddLink(id, parent, name); err == nil {
@@ -278,9 +292,9 @@ func (c *Core) link(id, parent blob.ID, name string) ([]string, error) {
 			// Dropped (evicted, or its last name removed) since the
 			// plan: the new stored name goes too.
 			c.unlinkStored(rel)
-			return nil, ErrNotFound
+			return nil, st, ErrNotFound
 		}
-		return pub, nil
+		return pub, st, nil
 	}
 }
 
