@@ -178,6 +178,11 @@ func (m *Mount) mount() error {
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
 	}
+	// Before serving: a request may come as soon as the mount exists
+	// (`kvfs stats` read the root's stats attribute, which asks the
+	// server whether the kernel took passthrough, and got EIO from a nil
+	// server).
+	m.server = server
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
@@ -187,7 +192,6 @@ func (m *Mount) mount() error {
 		return err
 	}
 	logRequestTimeout(m.RequestTimeout, m.log)
-	m.server = server
 	m.widenReadahead(maxRead)
 	m.log.Info("mounted", zap.String("mountpoint", m.Mountpoint), zap.Int64("capacity", m.Capacity),
 		zap.Bool("passthrough", m.PassthroughActive()), zap.Bool("strict_capacity", m.StrictCapacity),
