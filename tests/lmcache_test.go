@@ -48,6 +48,16 @@ type counters struct {
 	stored, present, enospc, lostPublish          atomic.Int64
 	lookups, hits, loads, loadMisses, bytesLoaded atomic.Int64
 	deletes, deleteMisses, maxDf                  atomic.Int64
+	// keys: each key's stores in flight and done, so a deleter can tell
+	// a store that landed between its two unlinks.
+	keys sync.Map // string -> *keyStores
+}
+
+type keyStores struct{ inFlight, published atomic.Int64 }
+
+func (c *counters) key(k string) *keyStores {
+	ks, _ := c.keys.LoadOrStore(k, &keyStores{})
+	return ks.(*keyStores)
 }
 
 // TestLMCacheFSNative runs fs_native's I/O from several writers, readers
@@ -174,7 +184,13 @@ func fsNativeWriter(t *testing.T, cl *fsNative, keys []kvKey, w, n int, buf []by
 		data := buf[:k.size]
 		fillObject(data, k.key)
 		c.storeTries.Add(1)
+		ks := c.key(k.key)
+		ks.inFlight.Add(1)
 		wrote, err := cl.store(k.key, data)
+		if err == nil && wrote {
+			ks.published.Add(1)
+		}
+		ks.inFlight.Add(-1)
 		switch {
 		case err == nil && wrote:
 			c.stored.Add(1)
@@ -257,12 +273,20 @@ func fsNativeDeleter(t *testing.T, cl *fsNative, keys []kvKey, id int, c *counte
 				break
 			}
 		}
+		ks := c.key(key)
+		published := ks.published.Load()
 		switch err := unix.Unlink(finalPath(cl.base, key)); err {
 		case nil:
 			c.deletes.Add(1)
-			// Two clients deleting one key: the second meets ENOENT.
-			if err := unix.Unlink(finalPath(cl.base, key)); err != unix.ENOENT {
-				t.Errorf("deleter %d: second unlink of %s: %v, want ENOENT", id, key, err)
+			// Two clients deleting one key: the second meets ENOENT,
+			// unless a writer stored the key again in between.
+			err := unix.Unlink(finalPath(cl.base, key))
+			if err == nil && (ks.inFlight.Load() > 0 || ks.published.Load() != published) {
+				c.deletes.Add(1)
+				return
+			}
+			if err != unix.ENOENT {
+				t.Errorf("deleter %d: second unlink of %s: %v, want ENOENT (no store of it in between)", id, key, err)
 				return
 			}
 			c.deleteMisses.Add(1)
