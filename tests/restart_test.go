@@ -456,8 +456,12 @@ func TestKill9UnderLoad(t *testing.T) {
 	gen := map[string]int{}        // deletes begun, by key
 	published := map[string]bool{} // store completed, no delete since
 	var wg sync.WaitGroup
+	// One process's writers share its temp-name counter, as LMCache's
+	// threads do: a counter each made two writers pick one temp name, and
+	// one of them publish the other's bytes under its key.
+	seq := &atomic.Int64{}
 	for w := range 4 {
-		cl := &fsNative{base: d.mp, direct: w%2 == 1, whole: w >= 2, seq: &atomic.Int64{}}
+		cl := &fsNative{base: d.mp, direct: w%2 == 1, whole: w >= 2, seq: seq}
 		buf := alignedBuffer(t, 6*MiB)
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(w), 9))
