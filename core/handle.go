@@ -81,17 +81,11 @@ func (c *Core) Create(parent blob.ID, name string, mode uint32, who blob.Owner, 
 // under its directory's lock (see order.go), and returns its attributes.
 // The reservation is admitted before, as it may evict.
 func (c *Core) createStored(parent blob.ID, name string, id blob.ID, mode uint32, who blob.Owner) (*os.File, unix.Stat_t, error) {
-	unlock := c.lockDirs(parent, 0)
-	defer unlock()
-	c.tree.RLock()
-	defer c.tree.RUnlock()
-	c.mu.RLock()
-	rel, err := c.store.FreePath(parent, name)
-	c.mu.RUnlock()
+	rel, unlock, err := c.takeFreeName(parent, name)
 	if err != nil {
 		return nil, unix.Stat_t{}, err
 	}
-	c.clearDoomed(blob.Name{Parent: parent, Name: name}, rel)
+	defer unlock()
 	f, st, err := c.store.CreateAt(rel, id, mode, who)
 	if err != nil {
 		return nil, st, err

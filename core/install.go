@@ -158,17 +158,11 @@ func (in *install) link(parent blob.ID, name string) error {
 // linkInstalled names an installed file, under its directory's lock
 // (see order.go).
 func (c *Core) linkInstalled(parent blob.ID, name string, id blob.ID, ino uint64) error {
-	unlock := c.lockDirs(parent, 0)
-	defer unlock()
-	c.tree.RLock()
-	defer c.tree.RUnlock()
-	c.mu.RLock()
-	rel, err := c.store.FreePath(parent, name)
-	c.mu.RUnlock()
+	rel, unlock, err := c.takeFreeName(parent, name)
 	if err != nil {
 		return err
 	}
-	c.clearDoomed(blob.Name{Parent: parent, Name: name}, rel)
+	defer unlock()
 	if err := c.store.LinkDetachedAt(rel, id); err != nil {
 		return err
 	}

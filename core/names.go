@@ -117,17 +117,11 @@ func (c *Core) ListPage(parent blob.ID, after uint64, max int) ([]blob.DirEntry,
 
 // Mkdir makes a directory.
 func (c *Core) Mkdir(parent blob.ID, name string, mode uint32, who blob.Owner) (blob.ID, unix.Stat_t, error) {
-	unlock := c.lockDirs(parent, 0)
-	defer unlock()
-	c.tree.RLock()
-	defer c.tree.RUnlock()
-	c.mu.RLock()
-	rel, err := c.store.FreePath(parent, name)
-	c.mu.RUnlock()
+	rel, unlock, err := c.takeFreeName(parent, name)
 	if err != nil {
 		return 0, unix.Stat_t{}, err
 	}
-	c.clearDoomed(blob.Name{Parent: parent, Name: name}, rel)
+	defer unlock()
 	if err := c.store.MkdirAt(rel, mode, who); err != nil {
 		return 0, unix.Stat_t{}, err
 	}

@@ -138,3 +138,22 @@ func (c *Core) unlinkStored(rel string) {
 		c.log.Warn("unlinking a dropped name", zap.String("path", rel), zap.Error(err))
 	}
 }
+
+// takeFreeName takes parent's lock and the tree shared for a change that
+// makes name in parent, checks the name is free in the index, and
+// unlinks a doomed predecessor's stored name; it returns the name's path
+// and the unlock.
+func (c *Core) takeFreeName(parent blob.ID, name string) (rel string, unlock func(), err error) {
+	unlockDir := c.lockDirs(parent, 0)
+	c.tree.RLock()
+	unlock = func() { c.tree.RUnlock(); unlockDir() }
+	c.mu.RLock()
+	rel, err = c.store.FreePath(parent, name)
+	c.mu.RUnlock()
+	if err != nil {
+		unlock()
+		return "", nil, err
+	}
+	c.clearDoomed(blob.Name{Parent: parent, Name: name}, rel)
+	return rel, unlock, nil
+}
