@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -35,6 +36,7 @@ type tally struct {
 	passed, failed int
 	skips          []string // "pkg TestX: reason"
 	failures       []string // "pkg TestX", or "pkg" for a package or build
+	why            []string // the failed tests' own lines (failReason)
 	output         map[string][]string
 }
 
@@ -125,6 +127,9 @@ func (t *tally) add(e event, echo bool) {
 			t.failed++
 		}
 		t.failures = append(t.failures, strings.TrimSpace(key))
+		if e.Test != "" {
+			t.why = append(t.why, failReason(strings.TrimSpace(key), t.output[key])...)
+		}
 		if echo {
 			fmt.Print(strings.Join(t.output[key], ""))
 			if e.Test == "" {
@@ -152,6 +157,35 @@ func skipReason(out []string) string {
 	return strings.Join(why, " / ")
 }
 
+// failReason is what a failed test said of itself, for the summary's
+// last lines, which are what a reader of a long log's tail sees: its
+// own log lines (file.go:N: ...), each cut short, the first and last
+// six of more, without the lines
+// that continue them (a daemon's output the test dumps, a long
+// message's body).
+func failReason(test string, out []string) []string {
+	const most, width = 12, 400
+	var why []string
+	for _, l := range out {
+		if !ownLine.MatchString(l) || strings.Contains(l, "daemon output for") {
+			continue
+		}
+		l = strings.TrimSpace(l)
+		if len(l) > width {
+			l = l[:width] + " ..."
+		}
+		why = append(why, fmt.Sprintf("WHY %s: %s", test, l))
+	}
+	if len(why) > most {
+		why = append(why[:most/2], why[len(why)-most/2:]...)
+	}
+	return why
+}
+
+// ownLine is a line t.Log, t.Error or t.Fatal began: four spaces, then
+// the file and line (more spaces in a subtest).
+var ownLine = regexp.MustCompile(`^ {4,}[\w.-]+\.go:\d+: `)
+
 func (t *tally) print(w io.Writer) {
 	sort.Strings(t.skips)
 	fmt.Fprintf(w, "%d passed, %d failed, %d skipped\n", t.passed, t.failed, len(t.skips))
@@ -160,5 +194,8 @@ func (t *tally) print(w io.Writer) {
 	}
 	for _, f := range t.failures {
 		fmt.Fprintf(w, "FAIL %s\n", f)
+	}
+	for _, l := range t.why {
+		fmt.Fprintln(w, l)
 	}
 }
