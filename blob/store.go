@@ -263,6 +263,20 @@ func (s *Store) stat(rel string) (unix.Stat_t, error) {
 	return st, nil
 }
 
+// SetAtime sets the atime of the file at rel, relative to data/, to ns
+// nanoseconds after the epoch, leaving its mtime: a record of its last
+// use (see Object).
+func (s *Store) SetAtime(rel string, ns int64) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(ns), {Nsec: unix.UTIME_OMIT}}
+	err := s.at(rel, func(dirfd int, name string) error {
+		return unix.UtimesNanoAt(dirfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+	})
+	if err != nil {
+		return &os.PathError{Op: "set atime", Path: rel, Err: underlying(err)}
+	}
+	return nil
+}
+
 // underlying unwraps a PathError so callers can wrap with their own op.
 func underlying(err error) error {
 	var pe *os.PathError

@@ -309,9 +309,10 @@ func (c *Core) restore(objects []blob.Object, rep *LoadReport) error {
 }
 
 // Start runs the background work (the passthrough writers' poller, the
-// audits) and from then on reports every object whose names kvfs drops
-// (evicted, removed for not fitting, gone from the store) to dropped,
-// without locks held; dropped must not call back into the Core.
+// audits, the checkpoints, the record of loads) and from then on reports
+// every object whose names kvfs drops (evicted, removed for not fitting,
+// gone from the store) to dropped, without locks held; dropped must not
+// call back into the Core.
 func (c *Core) Start(dropped func(Drop)) {
 	c.dropped = dropped
 	if c.cfg.Passthrough {
@@ -326,6 +327,8 @@ func (c *Core) Start(dropped func(Drop)) {
 		c.wg.Add(1)
 		go c.checkpointLoop()
 	}
+	c.wg.Add(1)
+	go c.recordLoop()
 }
 
 // Close stops the background work (Start must have run), writes the

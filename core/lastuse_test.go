@@ -17,15 +17,16 @@ func TestLastUseOncePerSecond(t *testing.T) {
 		sec   int64
 		first bool
 	}{{7, 100, true}, {7, 100, false}, {8, 100, true}, {7, 101, true}, {7, 101, false}, {8, 100, true}} {
-		if got := u.first(c.id, c.sec); got != c.first {
+		if got := u.first(c.id, time.Unix(c.sec, 0)); got != c.first {
 			t.Fatalf("object %d in second %d: first %v, want %v", c.id, c.sec, got, c.first)
 		}
 	}
 }
 
 // TestReaderOpenRecordsUse: a reader's open records the core's clock in
-// the stored file's atime (what a load after a crash orders by); a
-// writer's open and the remote tier's reads (OpenPath) do not.
+// the stored file's atime (what a load after a crash orders by) once its
+// second has ended; a writer's open and the remote tier's reads
+// (OpenPath) do not.
 func TestReaderOpenRecordsUse(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 4 * mib})
 	id := tc.put("a", 10)
@@ -50,6 +51,11 @@ func TestReaderOpenRecordsUse(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		h.Release()
+		if got := atime(); !got.Equal(long) {
+			t.Fatalf("%s: the atime is %v before its second ended; want the record off the open's path", what, got)
+		}
+		tc.clock.Skip(time.Second)
+		tc.recordUses()
 		return atime()
 	}
 	before := tc.clock.Now().Add(time.Second)

@@ -311,6 +311,65 @@ func TestLRUOrder(t *testing.T) {
 	d.stop()
 }
 
+// TestLRUOrderAfterCrash: a load is recorded in the stored file's atime
+// off the load's path, within about a second; a start after kill -9 with
+// no checkpoint orders the objects by those times, so the first eviction
+// takes the coldest, not the one loaded last. Each object is read once
+// first: the kernel's relatime moves the atime of a file read for the
+// first time since it was written, kvfs or not, and only then is a's
+// second load kvfs's record alone.
+func TestLRUOrderAfterCrash(t *testing.T) {
+	const size = 4 * MiB
+	flags := []string{"--capacity", "16MiB", "--grace", "0s", "--checkpoint-interval", "0"}
+	d := mountCache(t, flags...)
+	flags = append([]string{"--store", d.store}, flags...)
+	tick := storeTick(t, d.store)
+	for _, n := range []string{"a", "b", "c", "d"} {
+		tick()
+		putFile(t, filepath.Join(d.mp, n), objectBytes(n, size))
+	}
+	load := func(n string) {
+		if data, err := os.ReadFile(filepath.Join(d.mp, n)); err != nil || checkObject(data, n, size) != nil {
+			t.Fatalf("reading %s: %v", n, err)
+		}
+	}
+	for _, n := range []string{"a", "b", "c", "d"} {
+		load(n)
+	}
+	tick()
+	load("a")
+	recorded := func() bool {
+		files := storeFiles(t, d.store)
+		a := files["a"]
+		for _, st := range files {
+			if max(st.Mtim.Nano(), st.Atim.Nano()) >= a.Atim.Nano() && st != a {
+				return false
+			}
+		}
+		return true
+	}
+	if !waitFor(recorded) {
+		t.Fatalf("the load of a was not recorded in its stored atime within %v: %v", hangGuard, storeFiles(t, d.store))
+	}
+	d.kill9()
+	d = startDaemon(t, d.mp, flags...)
+	requireLoadedFrom(t, d, false)
+	putFile(t, filepath.Join(d.mp, "e"), objectBytes("e", size)) // evicts b, the coldest
+	ents, err := os.ReadDir(d.mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	if want := "[a c d e]"; fmt.Sprint(got) != want {
+		t.Errorf("after a crash and one more store: %v, want %s (the coldest, b, evicted)", got, want)
+	}
+	assertQuietEqual(t, d)
+	d.stop()
+}
+
 // TestRAMCache: `--ram-cache` with passthrough off serves a load whose
 // pages the kernel dropped from the RAM tier, exact, and says so in
 // `kvfs stats`; the mount's readahead is widened to 1 MiB (root).
