@@ -24,6 +24,10 @@ type daemon struct {
 	cmd            *exec.Cmd
 	exited         chan struct{}
 	waitErr        error
+	// audited is closed when the daemon logs its start-up audit done
+	// (a start from the checkpoint checks every stored file behind it).
+	audited     chan struct{}
+	auditedOnce sync.Once
 
 	mu     sync.Mutex
 	log    bytes.Buffer // stderr, then stdout, as they came
@@ -38,7 +42,7 @@ type daemon struct {
 func startDaemon(bin, store, mp string, capacity int64, extra ...string) (*daemon, error) {
 	args := []string{"mount", "--store", store, "--capacity", fmt.Sprint(capacity)}
 	args = append(append(args, extra...), mp)
-	d := &daemon{bin: bin, mp: mp, store: store, exited: make(chan struct{})}
+	d := &daemon{bin: bin, mp: mp, store: store, exited: make(chan struct{}), audited: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	stderr, err := d.cmd.StderrPipe()
@@ -74,6 +78,9 @@ func (d *daemon) capture(r io.Reader, wg *sync.WaitGroup) {
 		d.log.WriteString(line + "\n")
 		if strings.Contains(line, "store loaded") {
 			d.loaded = line
+		}
+		if strings.Contains(line, "start-up audit done") {
+			d.auditedOnce.Do(func() { close(d.audited) })
 		}
 		d.mu.Unlock()
 	}

@@ -129,22 +129,24 @@ func readNames(dir string) ([]string, error) {
 
 // warm stats every object once, with several threads, so the inodes
 // and directory entries are in the kernel's caches.
-func (s *restartStore) warm(b *bench) error {
+func (s *restartStore) warm(b *bench) error { return s.statEach(b, filepath.Join(s.store, "data")) }
+
+// statEach stats every object under root (the store's data/, or a
+// mount of the store) once, with several threads, as `find` would.
+func (s *restartStore) statEach(b *bench, root string) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, 2*runtime.GOMAXPROCS(0))
 	for w := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			var st unix.Stat_t
 			for i := int(next.Add(1)) - 1; i < s.n && b.ctx.Err() == nil; i = int(next.Add(1)) - 1 {
-				if err := unix.Lstat(filepath.Join(s.store, "data", s.name(i)), &st); err != nil {
+				if err := unix.Lstat(filepath.Join(root, s.name(i)), &st); err != nil {
 					errs[w] = err
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -419,5 +421,5 @@ func (b *bench) restartRows() error {
 	b.absRow("  daemon's own store load, after a crash, every directory listed (warm)", "s", loadWalk, 0, "")
 	b.absRow("  daemon RSS once serving, per object", "B/object", rss, 0, "")
 	b.absRow("  unmount until daemon exit (writes the checkpoint)", "s", stop, 0, "")
-	return nil
+	return b.scaleRows(s, mp)
 }

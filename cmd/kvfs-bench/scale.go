@@ -1,0 +1,212 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The scale rows: what the object count costs. Over the restart store
+// (--restart-objects, a million by default) and a store of scaleBase
+// objects built the same way, each round mounts each store afresh (its
+// metadata and the sampled objects' bytes in the page cache), waits for
+// its start-up audit and times, single-threaded, over the same number of names in each:
+// lookups (the first stat of a name in the mount: a LOOKUP each), stats
+// of those names again, loads (open, read, close) and fs_native stores
+// of new objects (removed after, so the stores stay as built). The
+// large store's rates are reported against the small one's, the bar
+// being within 10%. Then every name of the large store is looked up
+// (several threads, as `find` does) and the daemon's RSS divided by
+// the objects: the memory a node pays per object once its clients
+// have touched them all.
+
+// scaleBase is the object count the large store's rates are held to.
+const scaleBase = 10_000
+
+// scaleSample is how many names each timed pass touches.
+const scaleSample = 5_000
+
+// scaleRSSBar is the issue's bar on RSS per object after a full lookup.
+const scaleRSSBar = 300
+
+// scaleAuditWait bounds the wait for a start's audit.
+const scaleAuditWait = 10 * time.Minute
+
+// scaleSamples is one round over one store.
+type scaleSamples struct {
+	lookup, stat, load, store float64 // operations per second
+	audit                     time.Duration
+}
+
+// scaleRows adds the scale rows; big is the restart store, mp a free
+// mount point.
+func (b *bench) scaleRows(big *restartStore, mp string) error {
+	small := newRestartStore(filepath.Join(b.cfg.restartParent, fmt.Sprintf("kvfs-bench-restart-%d", scaleBase)), scaleBase)
+	if big.n <= scaleBase {
+		b.skipRow("scale", fmt.Sprintf("the restart store has %d objects, not more than the %d the rates are held to", big.n, scaleBase))
+		return nil
+	}
+	if _, err := small.ensure(b); err != nil {
+		return fmt.Errorf("building the %d-object store: %w", scaleBase, err)
+	}
+	var rates [2][]scaleSamples // [0] small, [1] big
+	var rss, audits []float64
+	for r := 0; r < b.cfg.restartRounds; r++ {
+		for i, s := range []*restartStore{small, big} {
+			smp, perObject, err := b.scaleRound(s, mp, i == 1 && r == 0)
+			if err != nil {
+				return err
+			}
+			rates[i] = append(rates[i], smp)
+			if perObject > 0 {
+				rss = append(rss, perObject)
+			}
+			if i == 1 {
+				audits = append(audits, smp.audit.Seconds())
+			}
+			b.progress("scale round %d/%d, %s objects: start-up audit %.1fs, then lookup %.0f/s, stat %.0f/s, load %.0f/s, store %.0f/s",
+				r+1, b.cfg.restartRounds, count(s.n), smp.audit.Seconds(), smp.lookup, smp.stat, smp.load, smp.store)
+		}
+	}
+	objs := count(big.n) + " objects"
+	b.absRow("scale, "+objs+": start-up audit, mount to done (background)", "s", audits, 0, "")
+	b.absRow("scale, "+objs+": daemon RSS after every name was looked up, per object", "B/object", rss, scaleRSSBar, "")
+	for _, m := range []struct {
+		name string
+		get  func(scaleSamples) float64
+	}{
+		{"lookup (first stat of a name)", func(s scaleSamples) float64 { return s.lookup }},
+		{"stat of a looked-up name", func(s scaleSamples) float64 { return s.stat }},
+		{"load (open, read 64 B, close)", func(s scaleSamples) float64 { return s.load }},
+		{"fs_native store of 4 KiB", func(s scaleSamples) float64 { return s.store }},
+	} {
+		var lo, hi []float64
+		for i := range rates[1] {
+			lo, hi = append(lo, m.get(rates[0][i])), append(hi, m.get(rates[1][i]))
+		}
+		b.scaleRow(fmt.Sprintf("scale, %s at %s vs %s objects", m.name, objs, count(scaleBase)), lo, hi)
+	}
+	return nil
+}
+
+// scaleRow adds a row of the large store's rate against the small
+// one's: the ratio of the medians, at least 0.9 to pass.
+func (b *bench) scaleRow(name string, small, big []float64) {
+	r := &row{Workload: name, Unit: "ops/s", HigherIsBetter: true, Plain: small, Kvfs: big,
+		PlainMedian: median(small), KvfsMedian: median(big), Bar: ">= 0.90 of the small store's"}
+	r.Ratio = throughputRatio(r.KvfsMedian, r.PlainMedian, true)
+	var paired []float64
+	for i := range min(len(small), len(big)) {
+		paired = append(paired, throughputRatio(big[i], small[i], true))
+	}
+	r.PairedRatio = median(paired)
+	r.Spread = spread(paired, "%.2f")
+	r.Note = "plain column: the " + count(scaleBase) + "-object store"
+	r.Result = passFail(r.Ratio >= 0.9)
+	b.rows = append(b.rows, r)
+}
+
+// scaleRound mounts store s, times its passes and, when full is set,
+// looks every name up and returns the daemon's RSS per object.
+func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples, float64, error) {
+	var smp scaleSamples
+	// The store's metadata and the sample's bytes cached first, in both
+	// stores alike (the restarts before dropped the caches): the rows
+	// compare kvfs at two sizes, not a cold disk with a warm one.
+	if err := s.warm(b); err != nil {
+		return smp, 0, err
+	}
+	buf := make([]byte, restartObjSize)
+	for i := range scaleSample {
+		if err := readWhole(filepath.Join(s.store, "data", s.name(i*(s.n/scaleSample))), buf); err != nil {
+			return smp, 0, err
+		}
+	}
+	d, err := startDaemon(b.bin, s.store, mp, max(b.cfg.capacity, int64(s.n)*2*4096))
+	if err != nil {
+		return smp, 0, err
+	}
+	defer d.stop()
+	if err := d.waitMounted(b.cfg.mountTimeout); err != nil {
+		return smp, 0, err
+	}
+	// A start from the checkpoint audits every stored file in the
+	// background: the rates are a node's once that is done.
+	start := time.Now()
+	select {
+	case <-d.audited:
+		smp.audit = time.Since(start)
+	case <-d.exited:
+		return smp, 0, fmt.Errorf("kvfs mount exited (%v):\n%s", d.waitErr, tail(d.Log(), 2000))
+	case <-time.After(scaleAuditWait):
+		return smp, 0, fmt.Errorf("no start-up audit done %v after mounting %s", scaleAuditWait, s.store)
+	}
+	// The same count of names in each store, spread over all of it.
+	names := make([]string, scaleSample)
+	for i := range names {
+		names[i] = filepath.Join(mp, s.name(i*(s.n/scaleSample)))
+	}
+	var st unix.Stat_t
+	statAll := func() error {
+		for _, p := range names {
+			if err := unix.Stat(p, &st); err != nil {
+				return fmt.Errorf("stat %s: %w", p, err)
+			}
+		}
+		return nil
+	}
+	if smp.lookup, err = rate(len(names), statAll); err != nil {
+		return smp, 0, err
+	}
+	if smp.stat, err = rate(len(names), statAll); err != nil {
+		return smp, 0, err
+	}
+	if smp.load, err = rate(len(names), func() error {
+		for _, p := range names {
+			if err := readWhole(p, buf); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return smp, 0, err
+	}
+	// Into as many directories in each store: the small store's count.
+	dirs := newRestartStore("", scaleBase).dirs
+	stored := make([]string, scaleSample)
+	for i := range stored {
+		stored[i] = filepath.Join(mp, fmt.Sprintf("d%03d", i%dirs), fmt.Sprintf("scale-%08d.data", i))
+	}
+	data := make([]byte, 4096)
+	smp.store, err = rate(len(stored), func() error {
+		for _, p := range stored {
+			if err := storeNative(p, data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, p := range stored {
+		if uerr := unlinkTolerant(p); uerr != nil && err == nil {
+			err = uerr
+		}
+	}
+	if err != nil || !full {
+		return smp, 0, err
+	}
+	if err := s.statEach(b, mp); err != nil {
+		return smp, 0, err
+	}
+	return smp, float64(d.rssBytes()) / float64(s.n), nil
+}
+
+// rate runs pass, which does n operations, and returns their rate.
+func rate(n int, pass func() error) (float64, error) {
+	start := time.Now()
+	if err := pass(); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
