@@ -280,15 +280,7 @@ func TestLRUOrder(t *testing.T) {
 	}
 	present := func(want ...string) {
 		t.Helper()
-		ents, err := os.ReadDir(d.mp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, e := range ents {
-			got = append(got, e.Name())
-		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
+		if got := dirNames(t, d.mp); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("objects present: %v, want %v", got, want)
 		}
 	}
@@ -355,19 +347,25 @@ func TestLRUOrderAfterCrash(t *testing.T) {
 	d = startDaemon(t, d.mp, flags...)
 	requireLoadedFrom(t, d, false)
 	putFile(t, filepath.Join(d.mp, "e"), objectBytes("e", size)) // evicts b, the coldest
-	ents, err := os.ReadDir(d.mp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range ents {
-		got = append(got, e.Name())
-	}
-	if want := "[a c d e]"; fmt.Sprint(got) != want {
+	if got, want := dirNames(t, d.mp), "[a c d e]"; fmt.Sprint(got) != want {
 		t.Errorf("after a crash and one more store: %v, want %s (the coldest, b, evicted)", got, want)
 	}
 	assertQuietEqual(t, d)
 	d.stop()
+}
+
+// dirNames lists a directory's names, sorted.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
+	}
+	return names
 }
 
 // TestRAMCache: `--ram-cache` with passthrough off serves a load whose
