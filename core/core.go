@@ -38,6 +38,8 @@
 //	installs.mu           the names being installed (Install)
 //	Core.doomedMu         names dropped from the index, still stored
 //	ledger.mu             inside the ledger; a leaf
+//	lastUse.mu            the loads' notes waiting to be recorded; a
+//	                      leaf, taken with none of these held
 //
 // The race tests check this order (lockorder, -tags lockcheck).
 //

@@ -41,8 +41,10 @@ func (c *Core) used(h *Handle) { c.lastUse.first(h.id, c.cfg.Now()) }
 
 // first notes a use of id at now unless one is noted in its second
 // already, and says whether it was the first. Two callers in different
-// seconds may replace each other's second: that costs a record more,
-// never one less.
+// seconds may replace each other's second: that costs a record more. A
+// note added to a second the loop has recorded already (by a caller that
+// read the clock a second before) is lost: only the order after a crash
+// could show it.
 func (u *lastUse) first(id ID, now time.Time) bool {
 	sec := now.Unix()
 	cur := u.now.Load()
