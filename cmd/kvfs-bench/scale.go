@@ -12,15 +12,14 @@ import (
 // (--restart-objects, a million by default) and a store of scaleBase
 // objects built the same way, each round mounts each store afresh (its
 // metadata and the sampled objects' bytes in the page cache), waits for
-// its start-up audit and times, single-threaded, over the same number of names in each:
-// lookups (the first stat of a name in the mount: a LOOKUP each), stats
-// of those names again, loads (open, read, close) and fs_native stores
-// of new objects (removed after, so the stores stay as built). The
-// large store's rates are reported against the small one's, the bar
-// being within 10%. Then every name of the large store is looked up
-// (several threads, as `find` does) and the daemon's RSS divided by
-// the objects: the memory a node pays per object once its clients
-// have touched them all.
+// its start-up audit, and times, single-threaded, over as many names in
+// each: lookups (the first stat of a name in the mount: a LOOKUP each),
+// stats of those names again, loads (open, read, close) and fs_native
+// stores of new objects (removed after, so the stores stay as built).
+// The large store's rates are held to within 10% of the small one's.
+// Then every name of the large store is looked up (several threads, as
+// `find` does) and the daemon's RSS divided by the objects: the memory a
+// node pays per object once its clients have touched them all.
 
 // scaleBase is the object count the large store's rates are held to.
 const scaleBase = 10_000
