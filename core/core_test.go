@@ -575,6 +575,43 @@ func TestDoomedNameTakenBeforeReap(t *testing.T) {
 	}
 }
 
+// TestUnlinkOfEvictedNameBeforeReap: an unlink of a name an eviction has
+// just dropped from the index, before the eviction unlinked the stored
+// name, succeeds and removes the stored name itself: once the client is
+// told the name is gone, a crash (a start from what the store holds)
+// cannot bring the object back.
+func TestUnlinkOfEvictedNameBeforeReap(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: time.Second})
+	tc.put("victim", mib)
+	tc.put("small", 10)
+	tc.put("keep", mib)
+	tc.clock.Skip(time.Second)
+	stored := filepath.Join(tc.store.Dir(), blob.DataName, "victim")
+	var unlinked error
+	var called, left bool
+	testHookReaping = func() {
+		testHookReaping = nil
+		called = true
+		unlinked = tc.Unlink(blob.RootID, "victim")
+		_, err := os.Lstat(stored)
+		left = err == nil
+	}
+	defer func() { testHookReaping = nil }()
+	tc.put("big", 2*mib) // evicts "victim", the coldest
+	if !called {
+		t.Fatal("no eviction dropped a name")
+	}
+	if unlinked != nil {
+		t.Fatalf("unlink of the evicted name before its reap: %v", unlinked)
+	}
+	if left {
+		t.Fatal("the unlink of the evicted name answered, and its stored name was still there: a crash now would serve it again")
+	}
+	if held, charged := tc.storeBytes(), tc.Stats().UsedBytes; held != charged {
+		t.Errorf("the store holds %d bytes, the ledger charges %d", held, charged)
+	}
+}
+
 // lookupID is the ID a name in the root has.
 func (tc *testCore) lookupID(name string) blob.ID {
 	tc.t.Helper()

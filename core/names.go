@@ -206,9 +206,17 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 	id, rel, err := c.store.RemoveName(parent, name)
 	if err == nil {
 		c.ledger.Unlink(id)
+	} else if errors.Is(err, ErrNotFound) {
+		rel, _ = c.store.NamePath(parent, name)
 	}
 	c.mu.Unlock()
 	if errors.Is(err, ErrNotFound) {
+		// An evicted name whose stored name is not reaped yet: the
+		// unlink that reports it gone removes it, so a crash cannot bring
+		// back an object its client deleted.
+		if rel != "" {
+			c.clearDoomed(blob.Name{Parent: parent, Name: name}, rel)
+		}
 		return nil
 	}
 	if err != nil {
