@@ -100,10 +100,16 @@ func (c *Core) recordLoop() {
 // recordUses writes the notes of every second that has ended into the
 // stored files' atimes. An object renamed between finding its path and
 // the write may leave the record on whatever took the path: only the
-// order a crash leaves is the worse for it.
+// order a crash leaves is the worse for it. A stop ends it at once: the
+// clean stop's checkpoint keeps the order exactly.
 func (c *Core) recordUses() {
 	for _, s := range c.lastUse.take(c.cfg.Now().Unix()) {
 		s.seen.Range(func(k, v any) bool {
+			select {
+			case <-c.done:
+				return false
+			default:
+			}
 			id, ns := k.(ID), v.(int64)
 			c.mu.RLock()
 			rel, ok := c.store.Path(id)
