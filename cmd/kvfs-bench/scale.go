@@ -119,7 +119,7 @@ func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples,
 	}
 	buf := make([]byte, restartObjSize)
 	for i := range scaleSample {
-		if err := readWhole(filepath.Join(s.store, "data", s.name(i*(s.n/scaleSample))), buf); err != nil {
+		if err := readWhole(filepath.Join(s.store, "data", s.sampled(i)), buf); err != nil {
 			return smp, 0, err
 		}
 	}
@@ -145,7 +145,7 @@ func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples,
 	// The same count of names in each store, spread over all of it.
 	names := make([]string, scaleSample)
 	for i := range names {
-		names[i] = filepath.Join(mp, s.name(i*(s.n/scaleSample)))
+		names[i] = filepath.Join(mp, s.sampled(i))
 	}
 	var st unix.Stat_t
 	statAll := func() error {
@@ -200,6 +200,10 @@ func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples,
 	}
 	return smp, float64(d.rssBytes()) / float64(s.n), nil
 }
+
+// sampled is the i-th of the scaleSample names each pass touches,
+// spread evenly over the whole store.
+func (s *restartStore) sampled(i int) string { return s.name(i * (s.n / scaleSample)) }
 
 // rate runs pass, which does n operations, and returns their rate.
 func rate(n int, pass func() error) (float64, error) {
