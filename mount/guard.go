@@ -1,6 +1,7 @@
 package mount
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -62,25 +63,21 @@ type Guard struct {
 	cmd *exec.Cmd
 }
 
-// StartGuard starts bin (the kvfs binary) as the guard of m. A daemon
-// without a guard still works; a kill -9 at the wrong moment then needs
-// `kvfs unmount` (or the next `kvfs mount` of the store) to free it.
-func (m *Mount) StartGuard(bin string) (*Guard, error) {
-	e, ok := mountinfo.At(m.Mountpoint)
-	if !ok {
-		return nil, fmt.Errorf("%s is not mounted", m.Mountpoint)
-	}
-	conn, ok := connectionOf(e)
-	if !ok {
-		return nil, fmt.Errorf("no FUSE connection for %s (device %q)", m.Mountpoint, e.Dev)
-	}
+// startGuard starts bin (the kvfs binary) as the guard of the daemon
+// that is about to mount o's store at o's mount point. It runs before the
+// mount exists, so that no client can open a file of the mount that no
+// guard watches; mounted then tells it the connection. A daemon without
+// a guard still works; a kill -9 at the wrong moment then needs `kvfs
+// unmount` (or the next `kvfs mount` of the store) to free it, and its
+// passthrough writers go on writing into the store.
+func startGuard(bin string, o Options) (*Guard, error) {
 	closeOnExec()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	cmd := exec.Command(bin, GuardCommand, strconv.Itoa(os.Getpid()), conn, m.Mountpoint, m.Store)
+	cmd := exec.Command(bin, GuardCommand, strconv.Itoa(os.Getpid()), o.Mountpoint, o.Store)
 	cmd.ExtraFiles = []*os.File{r}
 	// Its own process group: a terminal's Ctrl-C is for the daemon.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -89,6 +86,26 @@ func (m *Mount) StartGuard(bin string) (*Guard, error) {
 		return nil, err
 	}
 	return &Guard{w: w, cmd: cmd}, nil
+}
+
+// mounted tells the guard the FUSE connection of the mount at mp, which
+// it is to abort should the daemon get stuck exiting, and that the
+// daemon's death from now on leaves writers to cap. It is told before
+// the daemon answers its first request.
+func (g *Guard) mounted(mp string) error {
+	if g == nil {
+		return nil
+	}
+	e, ok := mountinfo.At(mp)
+	if !ok {
+		return fmt.Errorf("%s is not mounted", mp)
+	}
+	conn, ok := connectionOf(e)
+	if !ok {
+		return fmt.Errorf("no FUSE connection for %s (device %q)", mp, e.Dev)
+	}
+	_, err := fmt.Fprintf(g.w, "%s %s\n", guardMounted, conn)
+	return err
 }
 
 // closeOnExec marks every descriptor of the process close-on-exec, so the
@@ -104,40 +121,59 @@ func closeOnExec() {
 	}
 }
 
+// The daemon's messages to its guard, one a line.
+const (
+	guardMounted = "mounted" // and the connection's name
+	guardStop    = "stop"
+)
+
 // Stop tells the guard the daemon stops cleanly, and waits for it.
 func (g *Guard) Stop() {
-	g.w.Write([]byte{'q'})
+	if g == nil {
+		return
+	}
+	fmt.Fprintln(g.w, guardStop)
 	g.w.Close()
 	g.cmd.Wait()
 }
 
-// RunGuard is the guard of daemon pid, whose mount at mp is FUSE
-// connection conn (its name in fusectl) and whose store is store. It
-// returns when the daemon says it stops cleanly (a byte on quit). If the
-// daemon's leader thread exits while another of its threads cannot, it
-// aborts the connection, which lets that thread, and so the daemon,
-// finish. When quit closes without a word the daemon died (the kernel
-// ended the connection itself as /dev/fuse closed), and it caps the
-// writers the daemon left (capWriters) before it returns.
-func RunGuard(pid int, conn, mp, store string, quit *os.File, log *zap.Logger) {
-	said := make(chan bool, 1)
+// RunGuard is the guard of daemon pid, which mounts its store at store
+// on mp; the daemon's messages come on quit. It returns when the daemon
+// says it stops cleanly. Once told the mount's FUSE connection, it
+// aborts that connection if the daemon's leader thread exits while
+// another of its threads cannot, which lets that thread, and so the
+// daemon, finish. When quit closes without a word after the mount the
+// daemon died (the kernel ended the connection itself as /dev/fuse
+// closed), and it caps the writers the daemon left (capWriters) before
+// it returns; a daemon that dies before it mounts left no writers.
+func RunGuard(pid int, mp, store string, quit *os.File, log *zap.Logger) {
+	said := make(chan string)
 	go func() {
-		b := make([]byte, 1)
-		n, _ := quit.Read(b)
-		said <- n == 1
+		defer close(said)
+		lines := bufio.NewScanner(quit)
+		for lines.Scan() {
+			said <- lines.Text()
+		}
 	}()
 	tick := time.NewTicker(guardPoll)
 	defer tick.Stop()
-	aborted, stuck := false, 0
+	conn, aborted, stuck := "", false, 0
 	for {
 		select {
-		case clean := <-said:
-			if !clean {
-				capWriters(mp, store, log)
+		case msg, ok := <-said:
+			switch {
+			case !ok:
+				if conn != "" {
+					capWriters(mp, store, log)
+				}
+				return
+			case msg == guardStop:
+				return
+			case strings.HasPrefix(msg, guardMounted+" "):
+				conn = strings.TrimPrefix(msg, guardMounted+" ")
 			}
-			return
 		case <-tick.C:
-			if !zombie(pid) {
+			if conn == "" || !zombie(pid) {
 				stuck = 0
 				continue
 			}

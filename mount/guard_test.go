@@ -1,12 +1,14 @@
 package mount
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/kvfs/kvfs/blob"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -80,9 +82,10 @@ func TestGuardAbortsStuckDaemon(t *testing.T) {
 		return nil
 	})
 	r, w, _ := os.Pipe()
+	fmt.Fprintln(w, guardMounted, "999999")
 	done := make(chan struct{})
 	go func() {
-		RunGuard(pid, "999999", t.TempDir(), t.TempDir(), r, zap.New(core))
+		RunGuard(pid, t.TempDir(), t.TempDir(), r, zap.New(core))
 		close(done)
 	}()
 	guard := time.After(hangGuard)
@@ -103,7 +106,61 @@ func TestGuardAbortsStuckDaemon(t *testing.T) {
 		t.Fatal("the guard returned while the daemon still holds its pipe")
 	default:
 	}
-	w.Write([]byte{'q'}) // the daemon's last thread ends
+	fmt.Fprintln(w, guardStop) // the daemon's last thread ends
 	w.Close()
 	<-done
+}
+
+// TestGuardCapsOnlyAfterMount: a daemon that dies once it mounted leaves
+// its guard to truncate the marked files while a process holds a file of
+// the mount open, and the guard returns once none does; one that dies
+// before it mounted had no client, and its guard touches nothing.
+func TestGuardCapsOnlyAfterMount(t *testing.T) {
+	for _, told := range []bool{true, false} {
+		mp, store := t.TempDir(), t.TempDir()
+		marked := filepath.Join(store, blob.WritingName, "3", "1f")
+		os.MkdirAll(filepath.Dir(marked), 0o755)
+		if err := os.WriteFile(marked, make([]byte, 4096), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// A client's descriptor of a file under the mount point.
+		held, err := os.Create(filepath.Join(mp, "obj"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, w, _ := os.Pipe()
+		if told {
+			fmt.Fprintln(w, guardMounted, "999999")
+		}
+		done := make(chan struct{})
+		go func() {
+			RunGuard(os.Getpid(), mp, store, r, zap.NewNop())
+			close(done)
+		}()
+		w.Close() // the daemon dies
+		if told {
+			if !waitUntil(func() bool { st, err := os.Stat(marked); return err == nil && st.Size() == 0 }) {
+				t.Fatal("the guard of a daemon that died after it mounted did not truncate the marked file")
+			}
+			// The writer goes on: truncated again.
+			os.WriteFile(marked, make([]byte, 4096), 0o644)
+			if !waitUntil(func() bool { st, err := os.Stat(marked); return err == nil && st.Size() == 0 }) {
+				t.Fatal("the guard stopped truncating while a file of the mount was held open")
+			}
+			select {
+			case <-done:
+				t.Fatal("the guard returned while a file of the mount was held open")
+			default:
+			}
+		}
+		held.Close()
+		select {
+		case <-done:
+		case <-time.After(hangGuard):
+			t.Fatalf("the guard (told of the mount: %v) did not return once no file of the mount was open", told)
+		}
+		if st, err := os.Stat(marked); !told && (err != nil || st.Size() != 4096) {
+			t.Errorf("the guard of a daemon that died before it mounted touched the store: %v %v", st, err)
+		}
+	}
 }

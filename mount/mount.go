@@ -38,6 +38,7 @@ type Mount struct {
 	log    *zap.Logger
 	// quotaBytes is the store's project quota limit; 0: not capped.
 	quotaBytes int64
+	guard      *Guard // nil without Options.Guard
 }
 
 // Start validates the options, loads the store (reclaiming what a crash
@@ -66,7 +67,16 @@ func Start(o Options) (*Mount, error) {
 	}
 	warnVolatile(o.Store, log)
 	m := &Mount{Options: o, log: log}
+	if o.Guard != "" {
+		// Once the store is this daemon's (locked), so its death is the
+		// guard's business, and before any client can reach the mount.
+		if m.guard, err = startGuard(o.Guard, o); err != nil {
+			log.Warn("no guard for the daemon: a kill -9 while it notifies the kernel can leave the mount hung until `kvfs unmount`, "+
+				"and its passthrough writers write on into the store", zap.Error(err))
+		}
+	}
 	if err := m.load(store); err != nil {
+		m.guard.Stop()
 		return nil, err
 	}
 	m.capStore()
@@ -75,6 +85,7 @@ func Start(o Options) (*Mount, error) {
 		m.closeRemote()
 		m.core.Close()
 		m.ram.Close()
+		m.guard.Stop()
 		return nil, err
 	}
 	return m, nil
@@ -183,6 +194,9 @@ func (m *Mount) mount() error {
 	// server whether the kernel took passthrough, and got EIO from a nil
 	// server).
 	m.server = server
+	if err := m.guard.mounted(m.Mountpoint); err != nil {
+		m.log.Warn("the guard cannot watch the mount", zap.Error(err))
+	}
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
@@ -269,6 +283,7 @@ func (m *Mount) Wait() {
 	m.ram.Close()
 	m.closeRemote()
 	m.core.Close()
+	m.guard.Stop()
 }
 
 // Reservation is what a writer opening now is admitted.

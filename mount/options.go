@@ -75,6 +75,9 @@ type Options struct {
 	// (see remote.go); RemoteClock is its clock (tests pass their own).
 	Remote      *remote.Config
 	RemoteClock remote.Clock
+	// Guard, when set, is the kvfs binary to run as the daemon's guard
+	// (guard.go) from before the mount exists until the daemon stops.
+	Guard string
 }
 
 // Defaults for the options a user leaves out.

@@ -55,6 +55,11 @@ func TestGuardCapsWriterAfterKill(t *testing.T) {
 	requireRoot(t)
 	const capacity = 32 << 20
 	d := mountCache(t, "--capacity", "32MiB")
+	// The guard runs before the mount exists: a kill at any moment a
+	// client could have opened a file finds it there.
+	if !guardRunning(d.store) {
+		t.Fatalf("no guard runs for %s once it is mounted", d.store)
+	}
 	w := startDDWriter(t, filepath.Join(d.mp, "obj"))
 	feed, ddErr, exited := w.feed, &w.stderr, w.exited
 	zeros := make([]byte, 1<<20)
@@ -85,10 +90,7 @@ func TestGuardCapsWriterAfterKill(t *testing.T) {
 		t.Errorf("the store held %d bytes while a writer outlived the daemon, over twice the capacity", most)
 	}
 	store := d.store
-	if !waitFor(func() bool {
-		out, _ := exec.Command("pgrep", "-f", "__guard .* "+store).Output()
-		return len(strings.TrimSpace(string(out))) == 0
-	}) {
+	if !waitFor(func() bool { return !guardRunning(store) }) {
 		t.Errorf("the guard of %s is still running after its writer stopped", store)
 	}
 	d = startDaemon(t, d.mp, "--store", store, "--capacity", "32MiB")
@@ -96,4 +98,10 @@ func TestGuardCapsWriterAfterKill(t *testing.T) {
 		t.Errorf("the object written past the daemon's death is served: %v", err)
 	}
 	ledgerExact(t, d)
+}
+
+// guardRunning says whether a daemon's guard for store runs.
+func guardRunning(store string) bool {
+	out, _ := exec.Command("pgrep", "-f", "__guard .* "+store).Output()
+	return len(strings.TrimSpace(string(out))) != 0
 }

@@ -182,6 +182,9 @@ func cmdMount(args []string, stdout io.Writer) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	if bin, err := os.Executable(); err == nil {
+		o.Guard = bin
+	}
 	m, err := mount.Start(o)
 	if err != nil {
 		return err
@@ -189,13 +192,6 @@ func cmdMount(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
 		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)
 	x.serve(m, stdout, log)
-	if bin, err := os.Executable(); err == nil {
-		if g, err := m.StartGuard(bin); err != nil {
-			log.Warn("no guard for the daemon: a kill -9 while it notifies the kernel can leave the mount hung until `kvfs unmount`", zap.Error(err))
-		} else {
-			defer g.Stop()
-		}
-	}
 	life := &lifecycle{log: log}
 	if err := life.ready(m); err != nil {
 		m.Unmount()
@@ -216,10 +212,10 @@ func cmdMount(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// guard runs a daemon's guard (see mount.StartGuard): PID CONN
-// MOUNTPOINT STORE, with the daemon's pipe as descriptor 3.
+// guard runs a daemon's guard (see mount.RunGuard): PID MOUNTPOINT
+// STORE, with the daemon's pipe as descriptor 3.
 func guard(args []string, stderr io.Writer) int {
-	if len(args) != 4 {
+	if len(args) != 3 {
 		fmt.Fprintln(stderr, "kvfs: the guard is started by kvfs mount")
 		return 2
 	}
@@ -230,7 +226,7 @@ func guard(args []string, stderr io.Writer) int {
 	}
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	log, _ := newLogger("info")
-	mount.RunGuard(pid, args[1], args[2], args[3], os.NewFile(3, "daemon"), log.Named("guard"))
+	mount.RunGuard(pid, args[1], args[2], os.NewFile(3, "daemon"), log.Named("guard"))
 	return 0
 }
 
