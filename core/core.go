@@ -209,6 +209,9 @@ type Core struct {
 // counters are the figures the ledger does not keep.
 type counters struct {
 	lookupHits, lookupMisses, stores, loads atomic.Int64
+	// releasing counts releases begun and not yet ended: a handle's pin
+	// is dropped before its object is published (Handle.Release).
+	releasing atomic.Int64
 }
 
 // LoadReport is what start-up found, with the bytes it charged.
@@ -374,6 +377,11 @@ func (c *Core) Stats() Stats {
 		Loads:        c.counters.loads.Load(),
 	}
 }
+
+// Releasing is how many handles' releases are under way. Zero pins
+// and zero releasing: every object whose last handle was released has
+// been published; tests wait for that before they look at the remote.
+func (c *Core) Releasing() int64 { return c.counters.releasing.Load() }
 
 // CheckInvariants checks the ledger's invariants; tests call it.
 func (c *Core) CheckInvariants() error { return c.ledger.CheckInvariants() }

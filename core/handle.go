@@ -418,6 +418,8 @@ func (h *Handle) Attr() (Attr, error) {
 // an unlinked inode's bytes are gone from the store before its charge is.
 func (h *Handle) Release() {
 	c := h.c
+	c.counters.releasing.Add(1)
+	defer c.counters.releasing.Add(-1)
 	var pub []string
 	if h.write {
 		c.unwatch(h)

@@ -326,3 +326,22 @@ func TestOpenPath(t *testing.T) {
 		}
 	}
 }
+
+// TestReleasingCoversThePublish: a writer's release drops its pin before
+// it publishes, so "nothing pinned" alone does not mean "everything
+// published"; Releasing counts the release until its publish is done.
+func TestReleasingCoversThePublish(t *testing.T) {
+	var tc *testCore
+	type seen struct{ pinned, releasing int64 }
+	var during []seen
+	tc = newTestCore(t, Config{Capacity: 4 * mib, Published: func(string) {
+		during = append(during, seen{tc.Stats().PinnedObjects, tc.Releasing()})
+	}})
+	tc.put("k", 100)
+	if len(during) != 1 || during[0] != (seen{0, 1}) {
+		t.Fatalf("while the publish ran: %+v, want nothing pinned and one release under way", during)
+	}
+	if n := tc.Releasing(); n != 0 {
+		t.Errorf("%d releases under way after the last one returned", n)
+	}
+}

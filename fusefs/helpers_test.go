@@ -62,8 +62,12 @@ func (k *kvfsMount) pastGrace(held int64) {
 // grace period and moves the object to the hot end of the LRU.
 func (k *kvfsMount) released(held int64) {
 	k.t.Helper()
-	if st := k.settled(func(st core.Stats) bool { return st.PinnedObjects == held }); st.PinnedObjects != held {
+	st := k.settled(func(st core.Stats) bool { return st.PinnedObjects == held && k.M.Releasing() == 0 })
+	if st.PinnedObjects != held {
 		k.t.Fatalf("%d objects pinned, want only the %d held open", st.PinnedObjects, held)
+	}
+	if n := k.M.Releasing(); n != 0 {
+		k.t.Fatalf("%d releases still under way (their objects not yet published)", n)
 	}
 }
 

@@ -293,6 +293,10 @@ func (m *Mount) Reservation() int64 { return m.core.Reservation() }
 // it instead of waiting for the poller.
 func (m *Mount) Poll() { m.core.Poll() }
 
+// Releasing is how many handles' releases are under way (see
+// core.Core.Releasing); tests wait for none.
+func (m *Mount) Releasing() int64 { return m.core.Releasing() }
+
 // Unmount asks the kernel to unmount, retrying while files are busy and
 // detaching lazily in the end so the daemon can always exit.
 func (m *Mount) Unmount() error {
