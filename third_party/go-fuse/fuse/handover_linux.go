@@ -6,7 +6,6 @@ package fuse
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"syscall"
 	"unsafe"
@@ -36,25 +35,34 @@ func (ms *Server) InitState() InitState {
 
 // DupFD returns a new descriptor of the server's /dev/fuse connection,
 // close-on-exec, to pass to the process that is to take the connection
-// over. The connection lives while any descriptor of it is open.
-func (ms *Server) DupFD() (*os.File, error) {
-	var fd int
+// over (unix.UnixRights). The caller owns it. The connection lives while
+// any descriptor of it is open.
+func (ms *Server) DupFD() (int, error) {
+	fd := -1
 	var err error
 	cerr := ms.fuseFD.conn.Control(func(raw uintptr) {
 		fd, err = unix.FcntlInt(raw, unix.F_DUPFD_CLOEXEC, 0)
 	})
 	if cerr != nil {
-		return nil, cerr
+		return -1, cerr
 	}
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), "/dev/fuse"), nil
+	return fd, err
+}
+
+// Detach closes the server's descriptor of its connection without
+// unmounting: the connection lives on in the descriptors passed on
+// (DupFD), served by whoever holds them. A reader blocked in read(2)
+// still takes one more request, which it can no longer answer; the
+// successor's ResendNotify, sent once this process is gone or its
+// readers are done, has the kernel queue those again. Serve returns, and
+// calls the file system's OnUnmount, once every reader is done.
+func (ms *Server) Detach() error {
+	return ms.fuseFD.close()
 }
 
 // AdoptServer serves a FUSE connection that another server initialised:
 // fd is a descriptor of its /dev/fuse (the other server's DupFD, passed
-// over), st what that server's InitState returned, and mountPoint where
+// over), which the new server owns from then on, st what that server's InitState returned, and mountPoint where
 // it is mounted (for Unmount; "" if unknown). Nothing is mounted and no
 // INIT is read: fs.Init runs before AdoptServer returns, and Serve then
 // reads the connection's requests. opts.MaxWrite is raised to st's, so
@@ -107,7 +115,9 @@ func (ms *Server) ResendNotify() Status {
 	if ms.protocolServer.writev == nil {
 		return ENOSYS
 	}
-	hdr := OutHeader{Length: uint32(sizeOfOutHeader), Status: NOTIFY_RESEND}
+	// A notification's header carries its code, positive, where a
+	// reply's carries an errno (as serializeHeader writes it).
+	hdr := OutHeader{Length: uint32(sizeOfOutHeader), Status: int32(-NOTIFY_RESEND)}
 	_, errno := ms.protocolServer.writev([][]byte{unsafe.Slice((*byte)(unsafe.Pointer(&hdr)), sizeOfOutHeader)})
 	return Status(errno)
 }

@@ -159,8 +159,8 @@ func TestAdoptServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fl, _ := unix.FcntlInt(dup.Fd(), unix.F_GETFD, 0); fl&unix.FD_CLOEXEC == 0 || int(dup.Fd()) == srvEnd {
-			t.Errorf("DupFD gave descriptor %d (flags %#x): want a new, close-on-exec one", dup.Fd(), fl)
+		if fl, _ := unix.FcntlInt(uintptr(dup), unix.F_GETFD, 0); fl&unix.FD_CLOEXEC == 0 || dup == srvEnd {
+			t.Errorf("DupFD gave descriptor %d (flags %#x): want a new, close-on-exec one", dup, fl)
 		}
 		// The kernel's end answers a request written to the duplicate's
 		// peer: the same connection.
@@ -168,7 +168,7 @@ func TestAdoptServer(t *testing.T) {
 		if h, _ := ask(t, kernel, bytesOf(&get)); h.Unique != 4 || h.Status != 0 {
 			t.Errorf("GETATTR after DupFD: %+v", h)
 		}
-		dup.Close()
+		unix.Close(dup)
 		unix.Close(kernel) // the connection ends
 		select {
 		case <-served:
@@ -189,8 +189,8 @@ func TestAdoptServerRefusesForeignProtocol(t *testing.T) {
 	}
 }
 
-// TestResendNotify: the notification is one header, error
-// NOTIFY_RESEND, unique 0; a kernel that does not offer CAP_HAS_RESEND
+// TestResendNotify: the notification is one header, code
+// FUSE_NOTIFY_RESEND, unique 0; a kernel that does not offer CAP_HAS_RESEND
 // gets none.
 func TestResendNotify(t *testing.T) {
 	for _, offered := range []bool{true, false} {
@@ -213,8 +213,9 @@ func TestResendNotify(t *testing.T) {
 				t.Fatalf("ResendNotify: %v", st)
 			}
 			h, rest := readOut(t, kernel)
-			if h.Length != uint32(sizeOfOutHeader) || h.Status != NOTIFY_RESEND || h.Unique != 0 || len(rest) != 0 {
-				t.Errorf("notification %+v with %d more bytes; want a bare header, NOTIFY_RESEND, unique 0", h, len(rest))
+			// FUSE_NOTIFY_RESEND is 7 in the kernel's ABI.
+			if h.Length != uint32(sizeOfOutHeader) || h.Status != 7 || h.Unique != 0 || len(rest) != 0 {
+				t.Errorf("notification %+v with %d more bytes; want a bare header, code 7 (FUSE_NOTIFY_RESEND), unique 0", h, len(rest))
 			}
 		}
 		served := make(chan struct{})
