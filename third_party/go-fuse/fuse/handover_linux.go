@@ -62,11 +62,12 @@ func (ms *Server) Detach() error {
 
 // AdoptServer serves a FUSE connection that another server initialised:
 // fd is a descriptor of its /dev/fuse (the other server's DupFD, passed
-// over), which the new server owns from then on, st what that server's InitState returned, and mountPoint where
-// it is mounted (for Unmount; "" if unknown). Nothing is mounted and no
-// INIT is read: fs.Init runs before AdoptServer returns, and Serve then
-// reads the connection's requests. opts.MaxWrite is raised to st's, so
-// that every request the kernel may send fits.
+// over), owned by the new server from then on; st is what that server's
+// InitState returned, and mountPoint where it is mounted (for Unmount;
+// "" if unknown). Nothing is mounted and no INIT is read: fs.Init runs
+// before AdoptServer returns, and Serve then reads the connection's
+// requests. opts.MaxWrite is raised to st's, so that every request the
+// kernel may send fits.
 func AdoptServer(fs RawFileSystem, fd int, mountPoint string, st InitState, opts *MountOptions) (*Server, error) {
 	if st.Kernel.Major != _FUSE_KERNEL_VERSION || st.Kernel.Minor < _MINIMUM_MINOR_VERSION {
 		return nil, fmt.Errorf("adopt: INIT state of protocol %d.%d, want %d.%d or later",
