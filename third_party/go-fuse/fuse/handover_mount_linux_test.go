@@ -86,12 +86,8 @@ func TestAdoptMountedConnection(t *testing.T) {
 	if err := a.WaitMount(); err != nil {
 		t.Fatal(err)
 	}
-	unmounted := false
-	defer func() {
-		if !unmounted {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	}()
+	// Whatever happens below, no mount is left behind.
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
 	path := filepath.Join(mnt, "f")
 	held, err := os.Open(path)
 	if err != nil {
@@ -180,7 +176,6 @@ func TestAdoptMountedConnection(t *testing.T) {
 	if err := b.Unmount(); err != nil {
 		t.Errorf("unmount by the new server: %v", err)
 	}
-	unmounted = true
 	select {
 	case <-bDone:
 	case <-time.After(10 * time.Second):
