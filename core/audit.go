@@ -174,14 +174,20 @@ func (c *Core) adoptFound(rel string, walked unix.Stat_t, known map[uint64]blob.
 // changed the object in between.
 func (c *Core) reconcile(id blob.ID) bool {
 	before, _, _ := c.ledger.Size(id)
-	c.mu.RLock()
-	st, err := c.store.Stat(id)
-	c.mu.RUnlock()
+	var st unix.Stat_t
+	err, proven := c.retryMoved(func() (err error) {
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		st, err = c.store.Stat(id)
+		return err
+	})
 	var drops []Drop
 	resized := false
 	c.mu.Lock()
 	switch now, _, ok := c.ledger.Size(id); {
 	case !ok || now != before:
+	case errors.Is(err, unix.ENOENT) && !proven:
+		// Renames kept moving paths: left to the next look, or the audit.
 	case errors.Is(err, unix.ENOENT):
 		drops = c.vanishedLocked(id, err)
 	case err != nil:

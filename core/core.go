@@ -40,6 +40,7 @@
 //	ledger.mu             inside the ledger; a leaf
 //	lastUse.mu            the loads' notes waiting to be recorded; a
 //	                      leaf, taken with none of these held
+//	moves.mu              the renames under way (moves.go); a leaf
 //
 // The race tests check this order (lockorder, -tags lockcheck).
 //
@@ -196,6 +197,7 @@ type Core struct {
 
 	installing installs
 	lastUse    lastUse // see lastuse.go
+	moves      moves   // renames under way (moves.go)
 
 	counters counters
 	// auditAtStart: the index came from a snapshot, which cannot see a

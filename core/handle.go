@@ -160,13 +160,17 @@ func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 
 // openStored opens an object's stored file by its name, or via one held.
 func (c *Core) openStored(id blob.ID, flags int, via func(int) (*os.File, error)) (*os.File, error) {
-	c.mu.RLock()
-	f, err := c.store.Open(id, flags)
-	c.mu.RUnlock()
+	var f *os.File
+	err, proven := c.retryMoved(func() (err error) {
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		f, err = c.store.Open(id, flags)
+		return err
+	})
 	switch {
 	case errors.Is(err, ErrNotFound) && via != nil:
 		f, err = via(flags)
-	case errors.Is(err, syscall.ENOENT):
+	case errors.Is(err, syscall.ENOENT) && proven:
 		c.vanished(id, err)
 	}
 	if errors.Is(err, ErrNotFound) || errors.Is(err, syscall.ENOENT) {

@@ -345,3 +345,54 @@ func TestReleasingCoversThePublish(t *testing.T) {
 		t.Errorf("%d releases under way after the last one returned", n)
 	}
 }
+
+// TestOpenDuringRenameFindsTheObject: between a rename's syscall and its
+// commit the index still names the old path, which is gone. An open and
+// a stat by ID in that window wait for the commit and find the object
+// under its new name; they used to take the ENOENT for a vanished object
+// and drop it, its stored file with it (a fusefs upload racing a rename
+// lost both names' uploads in a make test run).
+func TestOpenDuringRenameFindsTheObject(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	id := tc.put("tmp", 100)
+	hit := make(chan string, 4)
+	type result struct {
+		h   *Handle
+		err error
+	}
+	opened, statted := make(chan result, 1), make(chan error, 1)
+	testHookMoved = func() { hit <- "retried" }
+	testHookRenamed = func() {
+		testHookRenamed = nil
+		go func() { h, err := tc.Open(id, os.O_RDONLY, false, nil); opened <- result{h, err}; hit <- "open returned" }()
+		go func() { _, err := tc.Getattr(id, nil); statted <- err; hit <- "stat returned" }()
+		// Both have met the moved path (or, without the wait, given up).
+		for range 2 {
+			select {
+			case <-hit:
+			case <-time.After(10 * time.Second):
+				t.Error("neither an open nor a stat during the rename came back")
+				return
+			}
+		}
+	}
+	defer func() { testHookMoved, testHookRenamed = nil, nil }()
+	if err := tc.Rename(blob.RootID, "tmp", blob.RootID, "final", 0); err != nil {
+		t.Fatal(err)
+	}
+	r := <-opened
+	if r.err != nil {
+		t.Errorf("open by ID during the rename: %v", r.err)
+	} else {
+		r.h.Release()
+	}
+	if err := <-statted; err != nil {
+		t.Errorf("stat by ID during the rename: %v", err)
+	}
+	if st := tc.Stats(); st.Objects != 1 {
+		t.Errorf("%d objects after the rename, want 1: the object was dropped as vanished", st.Objects)
+	}
+	if got := tc.readName("final"); len(got) != 100 {
+		t.Errorf("final holds %d bytes, want 100", len(got))
+	}
+}

@@ -83,7 +83,18 @@ func (c *Core) fileAttrLocked(id blob.ID, f *os.File) (a Attr, stale bool, err e
 // Getattr reads a file's attributes, through f (an open handle's stored
 // file) when given.
 func (c *Core) Getattr(id blob.ID, f *os.File) (Attr, error) {
-	a, stale, err := c.getattr(id, f)
+	var a Attr
+	var stale bool
+	err, _ := c.retryMoved(func() (err error) {
+		a, stale, err = c.getattr(id, f)
+		if stale && errors.Is(err, ErrNotFound) {
+			return syscall.ENOENT // the stored path is gone: moved, or vanished
+		}
+		return err
+	})
+	if errors.Is(err, syscall.ENOENT) {
+		err = ErrNotFound
+	}
 	if stale {
 		c.reconcile(id)
 		a, _, err = c.getattr(id, f)
@@ -345,8 +356,14 @@ func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName st
 	if p.Dst == 0 {
 		c.clearDoomed(p.To, p.New)
 	}
+	c.moves.begin()
 	if err := c.store.RenameAt(p); err != nil {
+		c.moves.end()
 		return nil, nil, err
+	}
+	defer c.moves.end() // after the commit below
+	if testHookRenamed != nil {
+		testHookRenamed()
 	}
 	c.mu.Lock()
 	// The rename replaced whatever the store held at the new name.
@@ -377,6 +394,10 @@ func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName st
 	}
 	return moved, pub, nil
 }
+
+// testHookRenamed, when set, runs between a rename's syscall and its
+// commit.
+var testHookRenamed func()
 
 // SyncDir makes a directory's entries durable.
 func (c *Core) SyncDir(id blob.ID) error {

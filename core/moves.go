@@ -1,0 +1,103 @@
+package core
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// moves follows renames between their syscall and their commit. A rename
+// moves the stored name first and the index after (order.go), so in
+// between the index names a path that no longer exists: an open or stat
+// of an object by the index's path can fail with ENOENT while the object
+// is whole under its new name. Such an ENOENT proves the object gone
+// only if no rename was under way when the attempt began and none began
+// or committed before it ended (see retryMoved).
+type moves struct {
+	inflight atomic.Int64  // renames between syscall and commit
+	commits  atomic.Uint64 // renames ended
+
+	mu   sync.Mutex    // a leaf
+	done chan struct{} // GUARDED_BY(mu): closed, and replaced, at each end
+}
+
+// movesSnap is what a path attempt saw of renames as it began.
+type movesSnap struct {
+	quiet   bool
+	commits uint64
+}
+
+func (m *moves) begin() { m.inflight.Add(1) }
+
+// end is a rename's end, after its commit (or its failed syscall).
+func (m *moves) end() {
+	m.commits.Add(1)
+	m.inflight.Add(-1)
+	m.mu.Lock()
+	if m.done != nil {
+		close(m.done)
+		m.done = nil
+	}
+	m.mu.Unlock()
+}
+
+// snapshot is taken before a path attempt. In-flight first: a rename
+// that begins after that load either is still under way at the check,
+// or has ended, and then the commit count differs (unless it committed
+// before the count was loaded, and so before the attempt read a path).
+func (m *moves) snapshot() movesSnap {
+	quiet := m.inflight.Load() == 0
+	return movesSnap{quiet: quiet, commits: m.commits.Load()}
+}
+
+// unchanged says whether no rename was under way from s until now.
+func (m *moves) unchanged(s movesSnap) bool {
+	return s.quiet && m.inflight.Load() == 0 && m.commits.Load() == s.commits
+}
+
+// wait returns once no rename is under way, or the next one has ended.
+func (m *moves) wait() {
+	m.mu.Lock()
+	if m.inflight.Load() == 0 {
+		m.mu.Unlock()
+		return
+	}
+	if m.done == nil {
+		m.done = make(chan struct{})
+	}
+	ch := m.done
+	m.mu.Unlock()
+	<-ch
+}
+
+// moveRetries bounds the attempts of retryMoved: under a storm of
+// renames an ENOENT stays unproven, and the object is left alone (the
+// audit settles one that is really gone).
+const moveRetries = 4
+
+// retryMoved runs attempt, a syscall on a path the index gave for an
+// object (no lock held between attempts), again while it fails with
+// ENOENT and a rename was under way meanwhile. proven says whether its
+// last ENOENT shows the object gone: false when renames kept moving
+// paths through every attempt.
+func (c *Core) retryMoved(attempt func() error) (err error, proven bool) {
+	for try := 0; ; try++ {
+		s := c.moves.snapshot()
+		err = attempt()
+		if !errors.Is(err, syscall.ENOENT) || c.moves.unchanged(s) {
+			return err, true
+		}
+		if testHookMoved != nil {
+			testHookMoved()
+		}
+		if try == moveRetries {
+			return err, false
+		}
+		c.moves.wait()
+	}
+}
+
+// testHookMoved, when set, runs each time an ENOENT is retried because a
+// rename was under way.
+var testHookMoved func()
