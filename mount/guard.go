@@ -109,9 +109,11 @@ func (g *Guard) mounted(mp string) error {
 }
 
 // closeOnExec marks every descriptor of the process close-on-exec, so the
-// guard inherits none but its pipe: go-fuse opens /dev/fuse without
-// O_CLOEXEC, and a guard holding it would keep a dead daemon's connection
-// alive, every request waiting, for as long as the guard runs.
+// guard inherits none but its pipe: the guard starts before go-fuse opens
+// /dev/fuse (without O_CLOEXEC; a guard holding it would keep a dead
+// daemon's connection alive), but a descriptor the daemon itself
+// inherited without the flag would otherwise stay open in the guard for
+// as long as it runs.
 func closeOnExec() {
 	ents, _ := os.ReadDir("/proc/self/fd")
 	for _, e := range ents {

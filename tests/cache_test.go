@@ -494,21 +494,12 @@ func storeTick(t *testing.T, store string) func() {
 // goneWithin waits up to d for a stat of p to say ENOENT; if it never
 // does, it says what the last stat said.
 func goneWithin(p string, d time.Duration) error {
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	limit := time.After(d)
-	for {
-		err := unix.Stat(p, new(unix.Stat_t))
-		if err == unix.ENOENT {
-			return nil
-		}
-		select {
-		case <-tick.C:
-		case <-limit:
-			if err == nil {
-				return errors.New("the name is still there")
-			}
-			return err
-		}
+	var err error
+	if waitWithin(d, func() bool { err = unix.Stat(p, new(unix.Stat_t)); return err == unix.ENOENT }) {
+		return nil
 	}
+	if err == nil {
+		return errors.New("the name is still there")
+	}
+	return err
 }

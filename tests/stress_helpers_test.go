@@ -102,10 +102,14 @@ const pollEvery = 10 * time.Millisecond
 // is for states nothing announces (the ledger through kvfs stats, the
 // kernel's cached names, a file's size); a wait for a process, a line of
 // the daemon's output or a channel waits on that instead.
-func waitFor(cond func() bool) bool {
+func waitFor(cond func() bool) bool { return waitWithin(hangGuard, cond) }
+
+// waitWithin is waitFor with a bound of its own, for a state that must
+// come well before the hang guard would give up (a cache's timeout).
+func waitWithin(d time.Duration, cond func() bool) bool {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	guard := time.After(hangGuard)
+	guard := time.After(d)
 	for !cond() {
 		select {
 		case <-tick.C:
