@@ -15,7 +15,8 @@
 //
 //	fusefs remoteNode.installMu  a remote name's install, held across
 //	                      Install (fusefs, outside this package)
-//	fusefs fileNode.mu    a node's open handles (fusefs, outside this package)
+//	fusefs object.mu      an open object's handles and backing file
+//	                      (fusefs, outside this package)
 //	fusefs, ramcache      the RAM tier's locks are leaves of their own,
 //	                      taken with none of these held
 //	Core.dirs[i]          a directory's changes of names (a striped

@@ -108,6 +108,14 @@ func (c *Core) getattr(id blob.ID, f *os.File) (Attr, bool, error) {
 	return c.fileAttrLocked(id, f)
 }
 
+// IsDir says whether id is a directory (false for a file, and for an
+// ID the namespace no longer has).
+func (c *Core) IsDir(id blob.ID) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.store.IsDir(id)
+}
+
 // DirAttr reads a directory's attributes.
 func (c *Core) DirAttr(id blob.ID) (unix.Stat_t, error) {
 	c.mu.RLock()

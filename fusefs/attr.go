@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -85,5 +84,3 @@ func applyTimes(fd int, in *fuse.SetAttrIn) error {
 func timespec(t time.Time) unix.Timespec {
 	return unix.NsecToTimespec(t.UnixNano())
 }
-
-func writable(flags uint32) bool { return flags&syscall.O_ACCMODE != syscall.O_RDONLY }

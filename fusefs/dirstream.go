@@ -1,11 +1,10 @@
 package fusefs
 
 import (
-	"context"
 	"errors"
+	"sync"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/core"
 )
@@ -23,43 +22,116 @@ const (
 	offDotDot = 2
 )
 
-// dirStream lists a directory page by page. go-fuse serialises the calls
-// on one handle (its file lock), so it needs no lock of its own.
+// dirStream is an open directory: the page of entries that follows the
+// last offset it gave. Every READDIR says where to resume, so a request
+// that does not follow on (a seekdir, a rewind, one the kernel repeats
+// after an interrupt) reads the page after its own offset.
 type dirStream struct {
-	fs   *FS
-	id   core.ID
-	pos  uint64 // the offset of the last entry given
-	page []fuse.DirEntry
-	more bool // names may follow the page
-	err  syscall.Errno
+	id core.ID
+
+	mu   sync.Mutex
+	pos  uint64           // GUARDED_BY(mu); the offset page follows
+	page []fuse.DirEntry  // GUARDED_BY(mu)
+	more bool             // GUARDED_BY(mu); names may follow the page
 }
 
-var (
-	_ fs.DirStream     = (*dirStream)(nil)
-	_ fs.FileSeekdirer = (*dirStream)(nil)
-)
-
-func (n *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	s := &dirStream{fs: n.fs, id: n.id}
-	if err := s.fill(); err != nil {
-		return nil, n.fs.errno("readdir", err)
+func (f *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	id := core.ID(in.NodeId)
+	if !f.core.IsDir(id) {
+		return fuse.ENOTDIR
 	}
-	return s, 0
+	out.Fh = f.dirs.add(&dirStream{id: id, pos: ^uint64(0)})
+	return fuse.OK
 }
 
-// fill reads the page after pos; a directory removed meanwhile ends the
-// listing.
-func (s *dirStream) fill() error {
-	s.page, s.more = s.page[:0], false
-	if s.pos < offDotDot {
+func (f *FS) ReleaseDir(in *fuse.ReleaseIn) { f.dirs.take(in.Fh) }
+
+// FsyncDir makes the directory's entries durable (fsync on a directory).
+func (f *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	return f.status("fsyncdir", f.core.SyncDir(core.ID(in.NodeId)))
+}
+
+func (f *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return f.readDir(in, out, false)
+}
+
+// ReadDirPlus lists with each name's entry, as a lookup answers it.
+func (f *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return f.readDir(in, out, true)
+}
+
+func (f *FS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	s, put, ok := f.dirs.get(in.Fh)
+	if !ok {
+		return fuse.EBADF
+	}
+	defer put()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in.Offset != s.pos {
+		if err := s.fill(f.core, in.Offset); err != nil {
+			return f.status("readdir", err)
+		}
+	}
+	for {
+		if len(s.page) == 0 {
+			if !s.more {
+				return fuse.OK
+			}
+			if err := s.fill(f.core, s.pos); err != nil {
+				return f.status("readdir", err)
+			}
+			continue
+		}
+		e := s.page[0]
+		if !plus {
+			if !out.AddDirEntry(e) {
+				return fuse.OK
+			}
+		} else if !f.addPlus(s.id, e, out) {
+			return fuse.OK
+		}
+		s.page, s.pos = s.page[1:], e.Off
+	}
+}
+
+// addPlus adds e with its entry; false when the reply is full. A name
+// gone since its page was read is listed without one.
+func (f *FS) addPlus(dir core.ID, e fuse.DirEntry, out *fuse.DirEntryList) bool {
+	eo := out.AddDirLookupEntry(e)
+	if eo == nil {
+		return false
+	}
+	if e.Off <= offDotDot {
+		return true // the kernel takes nothing from "." and ".."'s entries
+	}
+	ce, a, err := f.core.Lookup(dir, e.Name)
+	if err != nil {
+		return true
+	}
+	f.entry(eo, ce.ID, a)
+	if a.Mode&syscall.S_IFMT != e.Mode&syscall.S_IFMT {
+		out.FixMode(a.Mode)
+	}
+	return true
+}
+
+// fill reads the page that follows offset pos; a directory removed
+// meanwhile ends the listing.
+func (s *dirStream) fill(c *core.Core, pos uint64) error {
+	s.pos, s.page, s.more = pos, s.page[:0], false
+	if pos < offDotDot {
 		s.page = append(s.page, fuse.DirEntry{Name: ".", Ino: uint64(s.id), Mode: syscall.S_IFDIR, Off: offDot},
-			fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Off: offDotDot})[s.pos:]
+			fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Off: offDotDot})[pos:]
 	}
 	after := uint64(0)
-	if s.pos > offDotDot {
-		after = s.pos - offDotDot
+	if pos > offDotDot {
+		after = pos - offDotDot
 	}
-	list, more, err := s.fs.core.ListPage(s.id, after, dirPage)
+	list, more, err := c.ListPage(s.id, after, dirPage)
+	if errors.Is(err, core.ErrNotFound) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -73,44 +145,3 @@ func (s *dirStream) fill() error {
 	s.more = more
 	return nil
 }
-
-func (s *dirStream) HasNext() bool {
-	if len(s.page) > 0 || s.err != 0 {
-		return true
-	}
-	if !s.more {
-		return false
-	}
-	if err := s.fill(); err != nil {
-		if errors.Is(err, core.ErrNotFound) {
-			return false
-		}
-		s.err = s.fs.errno("readdir", err)
-		return true
-	}
-	return len(s.page) > 0
-}
-
-func (s *dirStream) Next() (fuse.DirEntry, syscall.Errno) {
-	if s.err != 0 {
-		err := s.err
-		s.err = 0
-		return fuse.DirEntry{}, err
-	}
-	e := s.page[0]
-	s.page = s.page[1:]
-	s.pos = e.Off
-	return e, 0
-}
-
-// Seekdir resumes after the entry whose offset is off (0: the start),
-// as the kernel asks after a seekdir or a rewinddir.
-func (s *dirStream) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	s.pos, s.err = off, 0
-	if err := s.fill(); err != nil && !errors.Is(err, core.ErrNotFound) {
-		return s.fs.errno("readdir", err)
-	}
-	return 0
-}
-
-func (s *dirStream) Close() {}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/core"
 	"go.uber.org/zap"
 )
@@ -37,6 +38,9 @@ func (f *FS) errno(op string, err error) syscall.Errno {
 	f.log.Error("unexpected error", zap.String("op", op), zap.Error(err))
 	return syscall.EIO
 }
+
+// status is errno as a FUSE reply's status.
+func (f *FS) status(op string, err error) fuse.Status { return fuse.Status(f.errno(op, err)) }
 
 // The adapter's own refusals, as errors for errno.
 var (

@@ -1,13 +1,11 @@
 package fusefs
 
 import (
-	"context"
 	"errors"
 	"io"
 	"sync/atomic"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ramcache"
@@ -17,48 +15,25 @@ import (
 // fsyncDataOnly is FUSE_FSYNC_FDATASYNC in FSYNC's flags.
 const fsyncDataOnly = 1
 
-// handle is an open object as go-fuse sees it: the core's handle (the
+// handle is an open object as the kernel sees it: the core's handle (the
 // stored file, the pin, a writer's reservation and crash marker) and what
 // only the kernel's side needs.
 type handle struct {
 	*core.Handle
-	n *fileNode
-	// passthrough: the kernel serves h's reads and writes from the
-	// stored file itself.
-	passthrough bool
+	ob *object
+	// passthrough: the kernel is to serve h's reads and writes from the
+	// stored file itself; backed: it does (see object.attachBacking).
+	passthrough, backed bool
+	// existing: the open found the object there, so the kernel may hold
+	// pages of it from plain readers long closed, which h's writes make
+	// stale; a created object has none.
+	existing bool
 	// ram, for a plain reader, is the RAM tier's copy of the object it
 	// serves reads from; fill, failing that, collects what its reads
 	// return into a copy. Both are set by attachRAM and cleared by
 	// dropRAM when the object's bytes are about to change.
 	ram  atomic.Pointer[[]byte]
 	fill atomic.Pointer[ramcache.Fill]
-}
-
-// passthroughHandle is a handle whose reads and writes the kernel serves
-// from the stored file directly. go-fuse registers the first one's file
-// for the inode and shares it with every later one, so all stored files
-// are opened read-write (see FS.openFlags).
-type passthroughHandle struct{ *handle }
-
-func (h *passthroughHandle) PassthroughFd() (int, bool) { return int(h.File().Fd()), true }
-
-// handleOf is the handle behind a go-fuse file handle, or nil.
-func handleOf(fh fs.FileHandle) *handle {
-	switch h := fh.(type) {
-	case *handle:
-		return h
-	case *passthroughHandle:
-		return h.handle
-	}
-	return nil
-}
-
-// served is h as go-fuse is to see it: with or without passthrough.
-func (h *handle) served() fs.FileHandle {
-	if h.passthrough {
-		return &passthroughHandle{h}
-	}
-	return h
 }
 
 // fuseFlags: readers skip the FLUSH round trip at close, which has
@@ -77,28 +52,78 @@ func (h *handle) fuseFlags() uint32 {
 	return fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
 }
 
-func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+// handle is the open handle fh of node; put ends the request's hold on
+// it. A handle number of another node (a directory's, which has its own
+// numbers) is no handle of this one.
+func (f *FS) handle(node, fh uint64) (h *handle, put func(), ok bool) {
+	h, put, ok = f.files.get(fh)
+	if ok && uint64(h.ID()) != node {
+		put()
+		return nil, nil, false
+	}
+	return h, put, ok
+}
+
+func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	id := core.ID(in.NodeId)
+	if r := f.remotes.get(id); r != nil {
+		release, err := r.local()
+		if err != nil {
+			return f.status("open", err)
+		}
+		// Pinned until the open has its own pin.
+		defer release()
+	}
+	ch, err := f.core.Open(id, f.core.StoredFlags(int(in.Flags)), writable(in.Flags), f.reopener(id))
+	if err != nil {
+		return f.status("open", err)
+	}
+	f.serve(f.opened(ch), out)
+	return fuse.OK
+}
+
+func (f *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	h, put, ok := f.handle(in.NodeId, in.Fh)
+	if !ok {
+		return nil, fuse.EBADF
+	}
+	defer put()
+	off := int64(in.Offset)
 	if data := h.ram.Load(); data != nil {
 		b := *data
 		if off >= int64(len(b)) {
-			return fuse.ReadResultData(nil), 0
+			return fuse.ReadResultData(nil), fuse.OK
 		}
-		return fuse.ReadResultData(b[off:min(off+int64(len(dest)), int64(len(b)))]), 0
+		return fuse.ReadResultData(b[off:min(off+int64(len(buf)), int64(len(b)))]), fuse.OK
+	}
+	// Read now, while the handle is held, not when the reply is written.
+	n, err := h.File().ReadAt(buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, f.status("read", err)
 	}
 	if fill := h.fill.Load(); fill != nil {
-		n, err := h.File().ReadAt(dest, off)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, h.n.fs.errno("read", err)
-		}
-		fill.Add(off, dest[:n])
-		return fuse.ReadResultData(dest[:n]), 0
+		fill.Add(off, buf[:n])
 	}
-	return fuse.ReadResultFd(h.File().Fd(), off, len(dest)), 0
+	return fuse.ReadResultData(buf[:n]), fuse.OK
 }
 
-func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	n, err := h.Handle.Write(data, off)
-	return uint32(n), h.n.fs.errno("write", err)
+func (f *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	h, put, ok := f.handle(in.NodeId, in.Fh)
+	if !ok {
+		return 0, fuse.EBADF
+	}
+	defer put()
+	n, err := h.Handle.Write(data, int64(in.Offset))
+	return uint32(n), f.status("write", err)
+}
+
+// Writev takes a WRITE whose data came in one piece; the server joins
+// one that came in several and calls Write.
+func (f *FS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	if len(data) != 1 {
+		return 0, fuse.ENOSYS
+	}
+	return f.Write(cancel, in, data[0])
 }
 
 // Flush runs on every close(2) of a descriptor of the handle, before
@@ -106,43 +131,88 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // redirect, a child's stdout, dd), so it is not the end of writing (that
 // is Release): a writer's object is admitted at what it holds so far, or
 // removed with ENOSPC when it cannot fit.
-func (h *handle) Flush(ctx context.Context) syscall.Errno {
+func (f *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	h, put, ok := f.handle(in.NodeId, in.Fh)
+	if !ok {
+		return fuse.EBADF
+	}
+	defer put()
 	if !h.Writable() {
-		return 0
+		return fuse.OK
 	}
 	err := h.Handle.Flush()
 	// The charge st_blocks reports has just settled (an open writer's is
 	// at least its reservation): the kernel's cached attributes go before
 	// close(2) returns. Dropping attributes alone (offset -1) takes no
 	// lock a closing caller holds, so it is safe from this handler.
-	h.n.EmbeddedInode().NotifyContent(-1, 0)
-	if h.n.cached.Load() {
-		h.n.fs.queue(notice{inode: h.n.EmbeddedInode()})
+	f.server.InodeNotify(in.NodeId, -1, 0)
+	if h.ob.cached.Load() || h.existing && !h.passthrough {
+		f.changed(h.ID())
 	}
-	return h.n.fs.errno("flush", err)
+	return f.status("flush", err)
 }
 
-func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	return h.n.fs.errno("fsync", h.Handle.Fsync(flags&fsyncDataOnly != 0))
+func (f *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	h, put, ok := f.handle(in.NodeId, in.Fh)
+	if !ok {
+		return fuse.EBADF
+	}
+	defer put()
+	return f.status("fsync", h.Handle.Fsync(in.FsyncFlags&fsyncDataOnly != 0))
 }
 
 // Release drops the handle; the kernel ignores its result, so nothing
-// here can fail. The node forgets the handle first, so no one reaches its
-// file after the core closes it.
-func (h *handle) Release(ctx context.Context) syscall.Errno {
-	h.n.forget(h)
+// here can fail. The object forgets the handle first, so no one reaches
+// its file after the core closes it.
+func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	h, ok := f.files.take(in.Fh)
+	if !ok {
+		return
+	}
+	h.ob.forget(h)
 	h.fill.Swap(nil).Abandon()
 	h.Handle.Release()
-	return 0
+	h.ob.releaseBacking(h)
+	f.objects.drop(h.ob)
 }
 
-// Allocate supports what the core can charge (see core.Handle.Allocate).
-func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
-	h.n.dropRAM()
-	return h.n.fs.errno("fallocate", h.Handle.Allocate(int64(off), int64(size), mode))
+// Fallocate supports what the core can charge (see core.Handle.Allocate).
+func (f *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	h, put, ok := f.handle(in.NodeId, in.Fh)
+	if !ok {
+		return fuse.EBADF
+	}
+	defer put()
+	f.dropRAM(h.ID())
+	return f.status("fallocate", h.Handle.Allocate(int64(in.Offset), int64(in.Length), in.Mode))
 }
 
-func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
-	n, err := unix.Seek(int(h.File().Fd()), int64(off), int(whence))
-	return uint64(n), h.n.fs.errno("lseek", err)
+func (f *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	h, put, ok := f.handle(in.NodeId, in.Fh)
+	if !ok {
+		return fuse.EBADF
+	}
+	defer put()
+	n, err := unix.Seek(int(h.File().Fd()), int64(in.Offset), int(in.Whence))
+	out.Offset = uint64(n)
+	return f.status("lseek", err)
 }
+
+// Not served: the kernel falls back, or the caller gets the error, as
+// with go-fuse's node API.
+
+func (f *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	return 0, fuse.ENOTSUP
+}
+
+func (f *FS) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *fuse.IoctlOut, outbuf []byte) fuse.Status {
+	return fuse.Status(syscall.ENOTTY)
+}
+
+func (f *FS) GetLk(cancel <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
+	return fuse.ENOTSUP
+}
+func (f *FS) SetLk(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status  { return fuse.ENOTSUP }
+func (f *FS) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status { return fuse.ENOTSUP }
+
+func writable(flags uint32) bool { return flags&syscall.O_ACCMODE != syscall.O_RDONLY }

@@ -1,17 +1,26 @@
-// Package fusefs is the go-fuse node tree of kvfs: a thin adapter that
-// turns FUSE requests into calls on the core (package core, which owns
-// the namespace and the accounting), and the core's dropped names into
-// kernel notices. It keeps only what is the kernel's business: which
-// inodes the kernel knows, their open handles, whether plain readers may
-// have cached pages, and the RAM tier's copies that plain readers use.
+// Package fusefs is the kernel side of kvfs: a FUSE file system, served
+// through go-fuse's raw API, that turns requests into calls on the core
+// (package core, which owns the namespace and the accounting), and the
+// core's dropped names into kernel notices.
+//
+// It keeps no node tree. A node ID is the core's ID of the inode (IDs are
+// never reused while a store is open, and the root's is FUSE's root ID),
+// so the kernel's view needs no table here: a name the kernel looked up
+// costs the daemon nothing. What fusefs keeps is only what is the
+// kernel's business while it lasts: the open handles (handleTable), the
+// objects that have some (objects: their handles, the passthrough backing
+// file they share, whether plain readers may have cached pages), and the
+// remote tier's placeholders, which are counted by the kernel's lookups
+// and forgotten with them.
 package fusefs
 
 import (
 	"context"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
+	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/ramcache"
@@ -25,6 +34,9 @@ type Config struct {
 	// the stored file (FUSE passthrough), reads and writes; the daemon
 	// sees neither. Otherwise every byte passes through the daemon.
 	Passthrough bool
+	// CacheTimeout is how long the kernel may keep names, absent names
+	// and attributes without asking again.
+	CacheTimeout time.Duration
 	// RAM, when set, keeps copies of objects that plain (not
 	// passthrough) readers load, and serves later loads from memory.
 	// Its owner closes it after the server stops.
@@ -41,7 +53,8 @@ type Config struct {
 }
 
 // FS is one mounted kvfs: the core, and the kernel-facing bookkeeping
-// that ties go-fuse inodes to it.
+// of its open handles. It is the fuse.RawFileSystem the server calls
+// (ops_node.go, ops_dir.go, ops_file.go, dirstream.go).
 type FS struct {
 	core *core.Core
 	cfg  Config
@@ -54,9 +67,16 @@ type FS struct {
 	life    context.Context
 	endLife context.CancelFunc
 
-	// dirs maps directory IDs to the go-fuse inodes the kernel knows,
-	// so dropped names can be invalidated in them.
-	dirs sync.Map // core.ID -> *fs.Inode
+	// server is set by Init, before any request.
+	server *fuse.Server
+
+	files   handleTable[*handle]
+	dirs    handleTable[*dirStream]
+	objects objects
+	remotes placeholders
+	// noBacking: the kernel refused a passthrough backing file; the
+	// daemon serves every handle from then on.
+	noBacking atomic.Bool
 
 	reqs requests // counted by Instrument's wrapper
 
@@ -69,9 +89,11 @@ type FS struct {
 // because sending it from inside a handler can deadlock against the lock
 // the kernel holds on the directory being operated on.
 type notice struct {
-	parent core.ID
-	name   string
-	inode  *fs.Inode // when set: drop the inode's cached data instead
+	// node is the directory that held name, or, with content, the
+	// inode whose cached pages and attributes go.
+	node    core.ID
+	name    string
+	content bool
 }
 
 // New builds the file system over a loaded core. Start the core with
@@ -89,14 +111,13 @@ func New(c *core.Core, cfg Config) *FS {
 		notices: make(chan notice, 4096),
 		done:    make(chan struct{}),
 	}
+	f.objects.init()
+	f.remotes.init()
 	f.life, f.endLife = context.WithCancel(context.Background())
 	f.wg.Add(1)
 	go f.notifyLoop()
 	return f
 }
-
-// Root is the root directory node, to hand to fs.Mount.
-func (f *FS) Root() fs.InodeEmbedder { return &dirNode{fs: f, id: core.RootID} }
 
 // Close stops the notifier. Call it after the server has stopped.
 func (f *FS) Close() {
@@ -114,7 +135,7 @@ func (f *FS) Requests() map[string]int64 { return f.reqs.counts() }
 func (f *FS) Dropped(d core.Drop) {
 	f.ram.Drop(uint64(d.ID))
 	for _, n := range d.Names {
-		f.queue(notice{parent: n.Parent, name: n.Name})
+		f.queue(notice{node: n.Parent, name: n.Name})
 	}
 }
 
@@ -130,14 +151,17 @@ func (f *FS) notifyLoop() {
 	}
 }
 
+// deliver sends a notice. The kernel answers ENOENT for a node it no
+// longer knows, which then has nothing to invalidate.
 func (f *FS) deliver(n notice) {
-	if n.inode != nil {
-		n.inode.NotifyContent(0, 0)
+	if f.server == nil {
 		return
 	}
-	if v, ok := f.dirs.Load(n.parent); ok {
-		v.(*fs.Inode).NotifyEntry(n.name)
+	if n.content {
+		f.server.InodeNotify(uint64(n.node), 0, 0)
+		return
 	}
+	f.server.EntryNotify(uint64(n.node), n.name)
 }
 
 func (f *FS) queue(n notice) {
@@ -150,9 +174,20 @@ func (f *FS) queue(n notice) {
 	}
 }
 
+// changed has the kernel drop the pages and attributes it may cache of
+// object id, from the notifier's goroutine.
+func (f *FS) changed(id core.ID) { f.queue(notice{node: id, content: true}) }
+
 // Panic is go-fuse's PanicHandler: one bad request answers EIO, with its
 // stack logged, and the mount keeps serving.
 func (f *FS) Panic(r any) fuse.Status {
 	f.log.Error("panic in handler", zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
 	return fuse.EIO
 }
+
+// Not requests: what the server asks of a file system besides them.
+
+func (f *FS) String() string           { return "kvfs" }
+func (f *FS) SetDebug(debug bool)      {}
+func (f *FS) Init(server *fuse.Server) { f.server = server }
+func (f *FS) OnUnmount()               {}

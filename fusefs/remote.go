@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,28 +9,32 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // remoteNode is a name the store does not have and the remote tier
 // does: to the kernel a regular file sized from the remote object, with
-// an inode number of its own (core.NewID, never reused). Its first open
+// a node ID of its own (core.NewID, never reused). Its first open
 // installs the object (core.Install: fetched, verified, admitted like a
 // store) under that same ID, so from then on the kernel's inode is the
-// local object's and the node behaves as a fileNode; its attributes are
-// invalidated in the kernel to show the charge. A fetch that fails
+// local object's and requests for it are the object's; its attributes
+// are invalidated in the kernel to show the charge. A fetch that fails
 // (gone, damaged, unreachable) answers ENOENT and drops the name from
-// the kernel.
+// the kernel. It is kept while the kernel keeps it (placeholders).
 type remoteNode struct {
-	fileNode // id: the placeholder's, and the installed object's
-	parent   core.ID
-	name     string // in parent
-	path     string // the tier's name for it
-	info     remote.Info
+	fs     *FS
+	id     core.ID // the placeholder's, and the installed object's
+	parent core.ID
+	name   string // in parent
+	path   string // the tier's name for it
+	info   remote.Info
+	// lookups counts the kernel's lookups not yet forgotten;
+	// GUARDED_BY(fs.remotes.mu).
+	lookups uint64
 
 	installMu sync.Mutex // see core's lock order; held across the install
 	// failed is why the install failed; GUARDED_BY(installMu).
@@ -49,38 +52,35 @@ type remoteNode struct {
 const noNegativeEntry = time.Nanosecond
 
 // lookupRemote answers a lookup that the store missed: a placeholder
-// when the tier has the name, ENOENT otherwise.
-func (n *dirNode) lookupRemote(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	tier := n.fs.remote
-	path, ok := n.fs.core.PathOf(n.id, name)
+// when the tier has the name, ErrNotFound otherwise (with out saying how
+// long the kernel may remember that).
+func (f *FS) lookupRemote(c *fuse.Caller, parent core.ID, name string, out *fuse.EntryOut) error {
+	tier := f.remote
+	path, ok := f.core.PathOf(parent, name)
 	if !ok || tier.Excluded(path) {
-		return nil, n.fs.errno("lookup", core.ErrNotFound)
+		return core.ErrNotFound
 	}
 	// The lookup is not the caller's to cancel: the Go runtime signals
 	// its own threads, which the kernel turns into FUSE interrupts.
-	info, found, err := tier.Lookup(n.fs.life, path)
+	info, found, err := tier.Lookup(f.life, path)
 	if err != nil {
-		n.fs.log.Debug("remote lookup", zap.String("name", path), zap.Error(err))
+		f.log.Debug("remote lookup", zap.String("name", path), zap.Error(err))
 	}
-	if found && makingDir(ctx) {
+	if found && makingDir(c.Pid) {
 		// A local directory is being made under that name: it wins, and
 		// hides the remote file here from then on.
-		n.fs.log.Debug("remote name hidden by a mkdir", zap.String("name", path))
+		f.log.Debug("remote name hidden by a mkdir", zap.String("name", path))
 		found = false
 	}
 	if !found {
 		out.SetEntryTimeout(noNegativeEntry)
-		return nil, n.fs.errno("lookup", core.ErrNotFound)
+		return core.ErrNotFound
 	}
-	if ch := n.GetChild(name); ch != nil {
-		if r, ok := ch.Operations().(*remoteNode); ok && r.placeholderOf(info) {
-			r.fillAttr(&out.Attr)
-			return ch, 0
-		}
-	}
-	r := &remoteNode{fileNode: fileNode{fs: n.fs, id: n.fs.core.NewID()}, parent: n.id, name: name, path: path, info: info}
-	r.fillAttr(&out.Attr)
-	return n.NewInode(ctx, r, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(r.id)}), 0
+	r := f.remotes.lookedUp(parent, name, info, func() *remoteNode {
+		return &remoteNode{fs: f, id: f.core.NewID(), parent: parent, name: name, path: path, info: info}
+	})
+	f.entry(out, r.id, r.attr())
+	return nil
 }
 
 // placeholderOf says whether n is still a usable placeholder for info:
@@ -97,63 +97,25 @@ func (n *remoteNode) placeholderOf(info remote.Info) bool {
 	return n.failed == nil && n.info.Size == info.Size && n.info.Checksum == info.Checksum
 }
 
-// fillAttr is what the kernel sees of the remote object before it is
+// attr is what the kernel sees of the remote object before it is
 // installed: its size, and no charge (it holds no local bytes).
-func (n *remoteNode) fillAttr(out *fuse.Attr) {
-	out.Ino = uint64(n.id)
-	out.Size = uint64(n.info.Size)
-	out.Blocks = 0
-	out.Mode = syscall.S_IFREG | installMode
-	out.Nlink = 1
+func (n *remoteNode) attr() core.Attr {
+	var a core.Attr
+	a.Size = n.info.Size
+	a.Mode = syscall.S_IFREG | installMode
+	a.Links = 1
 	t := n.info.ModTime
 	if t.IsZero() {
 		t = time.Now()
 	}
-	out.SetTimes(&t, &t, &t)
-	out.Uid, out.Gid = uint32(os.Geteuid()), uint32(os.Getegid())
-	out.Blksize = core.BlockSize
+	ts := unix.NsecToTimespec(t.UnixNano())
+	a.Atim, a.Mtim, a.Ctim = ts, ts, ts
+	a.Uid, a.Gid = uint32(os.Geteuid()), uint32(os.Getegid())
+	return a
 }
 
 // installMode is the mode of a remote object, before and after install.
 const installMode = 0o644
-
-func (n *remoteNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if fh != nil || n.installed.Load() {
-		return n.fileNode.Getattr(ctx, fh, out)
-	}
-	n.fillAttr(&out.Attr)
-	return 0
-}
-
-func (n *remoteNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	release, err := n.local()
-	if err != nil {
-		return nil, 0, n.fs.errno("open", err)
-	}
-	// Pinned until the open has its own pin.
-	defer release()
-	return n.fileNode.Open(ctx, flags)
-}
-
-// Setattr (a truncate, chmod, utimes) changes the local object: it is
-// installed first.
-func (n *remoteNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if fh == nil {
-		release, err := n.local()
-		if err != nil {
-			return n.fs.errno("setattr", err)
-		}
-		defer release()
-	}
-	return n.fileNode.Setattr(ctx, fh, in, out)
-}
-
-func (n *remoteNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if !n.installed.Load() {
-		return 0, n.fs.errno("getxattr", errNoAttr)
-	}
-	return n.fileNode.Getxattr(ctx, attr, dest)
-}
 
 // local makes the object local, once. Call release once the caller's
 // own open holds it: it drops the pin of the install this call made
@@ -177,13 +139,13 @@ func (n *remoteNode) local() (release func(), err error) {
 		// The placeholder is done for: its name leaves the kernel, and
 		// the next lookup asks again.
 		n.failed = err
-		n.fs.queue(notice{parent: n.parent, name: n.name})
+		n.fs.queue(notice{node: n.parent, name: n.name})
 	}
 	if err != nil {
 		return nil, err
 	}
 	n.installed.Store(true)
-	n.fs.queue(notice{inode: n.EmbeddedInode()})
+	n.fs.changed(n.id)
 	return hold.Release, nil
 }
 
@@ -203,39 +165,18 @@ func (n *remoteNode) fetch(create func(size int64) (*os.File, error)) error {
 	return err
 }
 
-// fileOf is the file node behind a go-fuse node: a fileNode, or a
-// remoteNode's (which is a placeholder until installed).
-func fileOf(ops fs.InodeEmbedder) (*fileNode, bool) {
-	switch n := ops.(type) {
-	case *fileNode:
-		return n, true
-	case *remoteNode:
-		return &n.fileNode, true
-	}
-	return nil, false
-}
-
-// localize installs a remote node's object before an operation that
-// needs it local (a link); release the returned func after it.
-func localize(ops fs.InodeEmbedder) (func(), error) {
-	if r, ok := ops.(*remoteNode); ok {
-		return r.local()
-	}
-	return func() {}, nil
-}
-
-// remoteFile is the tier's name for the file name in n, when there is
+// remoteFile is the tier's name for the file name in parent, when there is
 // a tier, name is not a temp name, and it is not a local directory (a
 // directory has no key).
-func (n *dirNode) remoteFile(name string) (string, bool) {
-	if n.fs.remote == nil {
+func (f *FS) remoteFile(parent core.ID, name string) (string, bool) {
+	if f.remote == nil {
 		return "", false
 	}
-	path, ok := n.fs.core.PathOf(n.id, name)
-	if !ok || n.fs.remote.Excluded(path) {
+	path, ok := f.core.PathOf(parent, name)
+	if !ok || f.remote.Excluded(path) {
 		return "", false // a temp name was never uploaded
 	}
-	if e, _, err := n.fs.core.Lookup(n.id, name); err == nil && e.Dir {
+	if e, _, err := f.core.Lookup(parent, name); err == nil && e.Dir {
 		return "", false
 	}
 	return path, true
@@ -252,4 +193,72 @@ func (f *FS) removedRemote(path string) {
 		return
 	}
 	f.remote.Delete(path)
+}
+
+// placeholders are the remote names the kernel knows, by node ID and by
+// name; a name's newest placeholder is the one a lookup finds again.
+type placeholders struct {
+	n      atomic.Int64 // how many: none, and requests skip the lock
+	mu     sync.Mutex
+	byID   map[core.ID]*remoteNode  // GUARDED_BY(mu)
+	byName map[nameKey]*remoteNode // GUARDED_BY(mu)
+}
+
+type nameKey struct {
+	parent core.ID
+	name   string
+}
+
+func (p *placeholders) init() {
+	p.byID, p.byName = map[core.ID]*remoteNode{}, map[nameKey]*remoteNode{}
+}
+
+// get is node id's placeholder, or nil.
+func (p *placeholders) get(id core.ID) *remoteNode {
+	if p.n.Load() == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byID[id]
+}
+
+// lookedUp counts a lookup of parent/name that found info in the tier:
+// of the name's placeholder when it is still one for info (see
+// placeholderOf), else of a new one from make.
+func (p *placeholders) lookedUp(parent core.ID, name string, info remote.Info, make func() *remoteNode) *remoteNode {
+	k := nameKey{parent, name}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.byName[k]
+	if r == nil || !r.placeholderOf(info) {
+		r = make()
+		p.byID[r.id], p.byName[k] = r, r
+		p.n.Add(1)
+	}
+	r.lookups++
+	return r
+}
+
+// forget counts the kernel's forgetting of n lookups of node id; the
+// placeholder goes with the last.
+func (p *placeholders) forget(id core.ID, n uint64) {
+	if p.n.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.byID[id]
+	if r == nil {
+		return
+	}
+	if r.lookups > n {
+		r.lookups -= n
+		return
+	}
+	delete(p.byID, id)
+	if k := (nameKey{r.parent, r.name}); p.byName[k] == r {
+		delete(p.byName, k)
+	}
+	p.n.Add(-1)
 }

@@ -1,13 +1,11 @@
 package fusefs
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,12 +18,11 @@ import (
 // and directories"). The caller's thread is blocked in the request, so
 // /proc/TID/syscall names the call it is in; where it cannot be read
 // (no permission, another PID namespace), the name answers as usual.
-func makingDir(ctx context.Context) bool {
-	c, ok := fuse.FromContext(ctx)
-	if !ok || c.Pid == 0 {
+func makingDir(pid uint32) bool {
+	if pid == 0 {
 		return false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", c.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
 	if err != nil {
 		return false
 	}

@@ -23,11 +23,15 @@ func (r *requests) counts() map[string]int64 {
 	return out
 }
 
-// Instrument wraps the raw file system that fs.NewNodeFS built over
-// f.Root(): every request is counted by type (Requests) once
-// it is answered, and, when timed is set, timed from the call into
-// go-fuse's node layer until it returns (a READ's reply data may be
-// produced after that). timed must be quick and safe for concurrent use.
-func (f *FS) Instrument(raw fuse.RawFileSystem, timed func(op stats.Op, took time.Duration)) fuse.RawFileSystem {
-	return &counted{raw: raw, reqs: &f.reqs, timed: timed}
+// Instrument is f as the server is to call it: every request counted
+// by type (Requests) once it is answered, and, when timed is set, timed
+// from the call into f until it returns. timed must be quick and safe
+// for concurrent use.
+func (f *FS) Instrument(timed func(op stats.Op, took time.Duration)) fuse.RawFileSystem {
+	return instrument(f, &f.reqs, timed)
+}
+
+// instrument wraps raw, counting into reqs.
+func instrument(raw fuse.RawFileSystem, reqs *requests, timed func(op stats.Op, took time.Duration)) fuse.RawFileSystem {
+	return &counted{raw: raw, reqs: reqs, timed: timed}
 }

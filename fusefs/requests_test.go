@@ -20,7 +20,7 @@ func TestInstrumentCountsEveryRequest(t *testing.T) {
 	var f FS
 	var mu sync.Mutex
 	timed := map[stats.Op]int{}
-	raw := f.Instrument(fuse.NewDefaultRawFileSystem(), func(op stats.Op, took time.Duration) {
+	raw := instrument(fuse.NewDefaultRawFileSystem(), &f.reqs, func(op stats.Op, took time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
 		if took < 0 {
@@ -99,7 +99,7 @@ func timedOf(timed map[stats.Op]int, name string) int {
 // TestInstrumentUntimed: without a timer requests are still counted.
 func TestInstrumentUntimed(t *testing.T) {
 	var f FS
-	raw := f.Instrument(fuse.NewDefaultRawFileSystem(), nil)
+	raw := instrument(fuse.NewDefaultRawFileSystem(), &f.reqs, nil)
 	raw.Lookup(nil, &fuse.InHeader{}, "x", &fuse.EntryOut{})
 	raw.Lookup(nil, &fuse.InHeader{}, "y", &fuse.EntryOut{})
 	if got := f.reqs.counts(); len(got) != 1 || got["LOOKUP"] != 2 {

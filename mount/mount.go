@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
@@ -141,51 +140,39 @@ func (m *Mount) load(store *blob.Store) error {
 		c.Close()
 		return err
 	}
-	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), RAM: m.ram, Logger: m.log.Named("fusefs"),
+	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), CacheTimeout: m.CacheTimeout, RAM: m.ram, Logger: m.log.Named("fusefs"),
 		Remote: m.tier, Stats: m.statsJSON})
 	c.Start(m.dropped)
 	return nil
 }
 
 func (m *Mount) mount() error {
-	timeout, negative := m.CacheTimeout, m.CacheTimeout
-	opts := &fs.Options{
-		MountOptions: fuse.MountOptions{
-			Name:       "kvfs",
-			FsName:     m.Store,
-			AllowOther: m.AllowOther,
-			Options:    m.kernelOptions(),
-			MaxWrite:   maxRead,
-			// go-fuse tries to splice every read reply through a pipe,
-			// which cannot hold a 1 MiB reply plus its header (pipe-max-
-			// size is 1 MiB): each such reply failed, fell back to a
-			// copy, and logged a line. Copying outright measured the
-			// same (no-passthrough warm reads 6.6 against 6.8 GB/s).
-			DisableSplice:        true,
-			MaxBackground:        64,
-			DirectMount:          os.Geteuid() == 0,
-			IgnoreSecurityLabels: true,
-			// HANDLE_KILLPRIV_V2: the kernel stops asking for
-			// security.capability before every passthrough write (it
-			// sets SB_NOSEC); kvfs keeps no set-user-ID bits to kill.
-			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_HANDLE_KILLPRIV_V2,
-			PanicHandler:      m.fs.Panic,
-			// Sent in the INIT reply: this connection's, no one else's.
-			RequestTimeout: m.RequestTimeout,
-			Debug:          m.DebugFUSE,
-			Logger:         zap.NewStdLog(m.log.Named("fuse")),
-		},
-		// Modes are the store's, all of them: go-fuse would otherwise show
-		// a mode with no permission bits (chmod 000) as 0644 or 0755,
-		// which the kernel then enforces for other users.
-		NullPermissions: true,
-		EntryTimeout:    &timeout,
-		AttrTimeout:     &timeout,
-		NegativeTimeout: &negative,
-		Logger:          zap.NewStdLog(m.log.Named("fs")),
+	opts := &fuse.MountOptions{
+		Name:       "kvfs",
+		FsName:     m.Store,
+		AllowOther: m.AllowOther,
+		Options:    m.kernelOptions(),
+		MaxWrite:   maxRead,
+		// go-fuse tries to splice every read reply through a pipe,
+		// which cannot hold a 1 MiB reply plus its header (pipe-max-
+		// size is 1 MiB): each such reply failed, fell back to a
+		// copy, and logged a line. Copying outright measured the
+		// same (no-passthrough warm reads 6.6 against 6.8 GB/s).
+		DisableSplice:        true,
+		MaxBackground:        64,
+		DirectMount:          os.Geteuid() == 0,
+		IgnoreSecurityLabels: true,
+		// HANDLE_KILLPRIV_V2: the kernel stops asking for
+		// security.capability before every passthrough write (it
+		// sets SB_NOSEC); kvfs keeps no set-user-ID bits to kill.
+		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_HANDLE_KILLPRIV_V2,
+		PanicHandler:      m.fs.Panic,
+		// Sent in the INIT reply: this connection's, no one else's.
+		RequestTimeout: m.RequestTimeout,
+		Debug:          m.DebugFUSE,
+		Logger:         zap.NewStdLog(m.log.Named("fuse")),
 	}
-	raw := m.fs.Instrument(fs.NewNodeFS(m.fs.Root(), opts), m.requestTimer())
-	server, err := fuse.NewServer(raw, m.Mountpoint, &opts.MountOptions)
+	server, err := fuse.NewServer(m.fs.Instrument(m.requestTimer()), m.Mountpoint, opts)
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
 	}

@@ -1,0 +1,258 @@
+package fusefs
+
+import (
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/ramcache"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// object is an object with open handles: what they share.
+type object struct {
+	fs   *FS
+	id   core.ID
+	refs int // GUARDED_BY(fs.objects.mu)
+
+	mu sync.Mutex
+	// GUARDED_BY(mu). handles are the open handles, so an inode with no
+	// name left can still be reached through one of their files.
+	handles []*handle
+	// backing is the passthrough backing file the kernel serves every
+	// passthrough handle of the object from (it takes one per inode):
+	// the first one's stored file, registered, and how many handles
+	// use it. GUARDED_BY(mu).
+	backing     int32
+	backingRefs int
+	// cached: a plain reader has been open while the object had
+	// handles, so the kernel may hold pages of it that a write makes
+	// stale (see handle.existing for the rest of the time). Plain
+	// writers use direct I/O and passthrough handles share the store's
+	// page cache: without plain readers there is nothing to invalidate.
+	cached atomic.Bool
+}
+
+// withAnyFile runs fn on the stored file of some open handle, under
+// ob.mu so that the handle's release cannot close the file (and free its
+// descriptor number for reuse) meanwhile; fn must not take ob.mu. It
+// reports false, without calling fn, when no handle is open.
+func (ob *object) withAnyFile(fn func(*os.File)) bool {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if len(ob.handles) == 0 {
+		return false
+	}
+	fn(ob.handles[0].File())
+	return true
+}
+
+// reopener opens the stored file of object id when it has no name left,
+// through a file one of its open handles holds (core.Open's via).
+func (f *FS) reopener(id core.ID) func(flags int) (*os.File, error) {
+	return func(flags int) (file *os.File, err error) {
+		err = core.ErrStale
+		if ob := f.objects.get(id); ob != nil {
+			ob.withAnyFile(func(held *os.File) {
+				file, err = os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(held.Fd())), flags|unix.O_CLOEXEC, 0)
+			})
+		}
+		return file, err
+	}
+}
+
+// fileAttr reads an object's attributes: through h when given, else
+// through an open handle (a writer's when there is one, which has the
+// ledger see what it wrote), else by the object's name.
+func (f *FS) fileAttr(id core.ID, h *handle) (core.Attr, error) {
+	if h != nil {
+		return h.Attr()
+	}
+	if ob := f.objects.get(id); ob != nil {
+		if a, err, ok := ob.attr(); ok {
+			return a, err
+		}
+	}
+	return f.core.Getattr(id, nil)
+}
+
+// attr reads the object's attributes through one of its handles, under
+// ob.mu so that the handle's release cannot close its file meanwhile; ok
+// is false when none is open.
+func (ob *object) attr() (a core.Attr, err error, ok bool) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if len(ob.handles) == 0 {
+		return a, nil, false
+	}
+	h := ob.handles[0]
+	for _, x := range ob.handles {
+		if x.Writable() {
+			h = x
+			break
+		}
+	}
+	a, err = h.Attr()
+	return a, err, true
+}
+
+// adopt makes the FUSE handle of a core handle; existing says that the
+// object was there before the open. A writer's object may change from
+// now on, so the RAM tier's copies of it go: the core counts the writer
+// before this runs, and attachRAM makes no copy while it does.
+func (f *FS) adopt(ch *core.Handle, existing bool) *handle {
+	ob := f.objects.hold(f, ch.ID())
+	h := &handle{Handle: ch, ob: ob, passthrough: f.cfg.Passthrough, existing: existing}
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	ob.handles = append(ob.handles, h)
+	if ch.Writable() {
+		ob.dropRAMLocked()
+	}
+	return h
+}
+
+// opened makes the FUSE handle of a core handle that opened an existing
+// object: a plain reader may have the kernel cache its pages, and may be
+// served from the RAM tier.
+func (f *FS) opened(ch *core.Handle) *handle {
+	h := f.adopt(ch, true)
+	if !ch.Writable() && !h.passthrough {
+		h.ob.cached.Store(true)
+		h.ob.attachRAM(h)
+	}
+	return h
+}
+
+// serve numbers h for the kernel and says how the kernel is to use it:
+// with passthrough, the object's backing file.
+func (f *FS) serve(h *handle, out *fuse.OpenOut) {
+	out.Fh = f.files.add(h)
+	out.OpenFlags = h.fuseFlags()
+	if h.passthrough && h.ob.attachBacking(h) {
+		out.BackingID = h.ob.backing
+		out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
+		out.OpenFlags &^= fuse.FOPEN_KEEP_CACHE
+	}
+}
+
+// attachBacking has h served from the object's backing file, registered
+// from h's stored file if the object has none. Where the kernel refuses
+// (not root, no passthrough), handles are served by the daemon from then
+// on.
+func (ob *object) attachBacking(h *handle) bool {
+	f := ob.fs
+	if f.noBacking.Load() {
+		return false
+	}
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if ob.backing == 0 {
+		id, errno := f.server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(h.File().Fd())})
+		if errno != 0 {
+			if !f.noBacking.Swap(true) {
+				f.log.Info("passthrough refused; the daemon serves every handle", zap.Error(errno))
+			}
+			return false
+		}
+		ob.backing = id
+	}
+	ob.backingRefs++
+	h.backed = true
+	return true
+}
+
+// releaseBacking ends h's use of the backing file; the last one
+// unregisters it (the kernel keeps the file while a handle uses it).
+func (ob *object) releaseBacking(h *handle) {
+	if !h.backed {
+		return
+	}
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if ob.backingRefs--; ob.backingRefs == 0 {
+		if errno := ob.fs.server.UnregisterBackingFd(ob.backing); errno != 0 {
+			ob.fs.log.Warn("unregistering a passthrough backing file", zap.Error(errno))
+		}
+		ob.backing = 0
+	}
+}
+
+// forget removes a released handle.
+func (ob *object) forget(h *handle) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	for i, x := range ob.handles {
+		if x == h {
+			ob.handles = append(ob.handles[:i], ob.handles[i+1:]...)
+			return
+		}
+	}
+}
+
+// attachRAM gives a plain reader the RAM tier's copy of the object, or a
+// fill that makes one from its reads. It runs under ob.mu while the core
+// counts no writer of the object, so the copy is of the bytes as they
+// are; a writer is counted by the core before adopt takes ob.mu, so one
+// that opens later finds the handle in ob.handles and the fill
+// registered, and cancels both (dropRAMLocked).
+func (ob *object) attachRAM(h *handle) {
+	ram := ob.fs.ram
+	if ram == nil {
+		return
+	}
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if ob.fs.core.Writers(ob.id) > 0 {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Fstat(int(h.File().Fd()), &st) != nil {
+		return
+	}
+	stamp := ramcache.Stamp{Size: st.Size, Mtime: st.Mtim.Nano()}
+	if data, ok := ram.Get(uint64(ob.id), stamp); ok {
+		h.ram.Store(&data)
+		return
+	}
+	if fill := ram.StartFill(uint64(ob.id), stamp); fill != nil {
+		h.fill.Store(fill)
+	}
+}
+
+// dropRAM forgets the RAM tier's copy of object id and stops every open
+// handle serving or filling one: its bytes are about to change.
+func (f *FS) dropRAM(id core.ID) {
+	if f.ram == nil {
+		return
+	}
+	f.ram.Drop(uint64(id))
+	if ob := f.objects.get(id); ob != nil {
+		ob.mu.Lock()
+		defer ob.mu.Unlock()
+		ob.dropRAMLocked()
+	}
+}
+
+func (ob *object) dropRAMLocked() {
+	if ob.fs.ram == nil {
+		return
+	}
+	ob.fs.ram.Drop(uint64(ob.id))
+	for _, h := range ob.handles {
+		h.ram.Store(nil)
+		h.fill.Swap(nil).Abandon()
+	}
+}
+
+// truncated is told that the core cut object id's bytes (a truncate, or
+// an O_TRUNC that CreateOrOpen carried out): the RAM tier's copy goes,
+// and what the kernel caches of it.
+func (f *FS) truncated(id core.ID) {
+	f.dropRAM(id)
+	f.changed(id)
+}

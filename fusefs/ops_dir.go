@@ -1,0 +1,159 @@
+package fusefs
+
+import (
+	"os"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/core"
+	"golang.org/x/sys/unix"
+)
+
+// owner is who a new inode belongs to: the caller, when the daemon runs
+// as root and can give it away; otherwise the daemon.
+func owner(c *fuse.Caller) core.Owner {
+	if os.Geteuid() == 0 {
+		return core.Owner{UID: int(c.Uid), GID: int(c.Gid)}
+	}
+	return core.Owner{UID: -1, GID: -1}
+}
+
+// Create is open(2) with O_CREAT; the core creates the file, or opens
+// the one the name holds (see core.CreateOrOpen).
+func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	ch, how, err := f.create(in.NodeId, name, in.Flags, in.Mode, &in.Caller)
+	if err != nil {
+		return f.status("create", err)
+	}
+	a, err := ch.Attr()
+	if err != nil {
+		ch.Release()
+		return f.status("create", err)
+	}
+	f.entry(&out.EntryOut, ch.ID(), a)
+	if how == core.Truncated {
+		f.truncated(ch.ID())
+	}
+	var h *handle
+	if how == core.Created {
+		h = f.adopt(ch, false)
+	} else {
+		h = f.opened(ch)
+	}
+	f.serve(h, &out.OpenOut)
+	return fuse.OK
+}
+
+func (f *FS) create(parent uint64, name string, flags, mode uint32, c *fuse.Caller) (*core.Handle, core.How, error) {
+	if err := checkName(name); err != nil {
+		return nil, 0, err
+	}
+	if t := mode & syscall.S_IFMT; t != 0 && t != syscall.S_IFREG {
+		return nil, 0, errNotStored
+	}
+	return f.core.CreateOrOpen(core.ID(parent), name, int(flags), fileMode(mode), owner(c))
+}
+
+// Mknod makes empty regular files, as POSIX allows; kvfs stores nothing
+// else.
+func (f *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	if in.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return f.status("mknod", errNotStored)
+	}
+	ch, _, err := f.create(in.NodeId, name, syscall.O_EXCL|syscall.O_RDWR, in.Mode, &in.Caller)
+	if err != nil {
+		return f.status("mknod", err)
+	}
+	a, err := ch.Attr()
+	if err == nil {
+		err = ch.Flush()
+	}
+	ch.Release()
+	if err != nil {
+		return f.status("mknod", err)
+	}
+	f.entry(out, ch.ID(), a)
+	return fuse.OK
+}
+
+// Symlink is refused: kvfs stores objects, and a link could point out of
+// the store.
+func (f *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	return f.status("symlink", errNotStored)
+}
+
+// Tmpfile (O_TMPFILE) is not offered: an object is published by name.
+func (f *FS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	return fuse.ENOTSUP
+}
+
+func (f *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	if err := checkName(name); err != nil {
+		return f.status("mkdir", err)
+	}
+	id, st, err := f.core.Mkdir(core.ID(in.NodeId), name, in.Mode&07777, owner(&in.Caller))
+	if err != nil {
+		return f.status("mkdir", err)
+	}
+	f.entry(out, id, core.Attr{Stat_t: st})
+	return fuse.OK
+}
+
+func (f *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
+	return f.status("rmdir", f.core.Rmdir(core.ID(header.NodeId), name))
+}
+
+// Unlink removes a name; with a shared tier, from the bucket too (see
+// removedRemote).
+func (f *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
+	parent := core.ID(header.NodeId)
+	if f.remote == nil {
+		return f.status("unlink", f.core.Unlink(parent, name))
+	}
+	path, ok := f.core.PathOf(parent, name)
+	err := f.core.Unlink(parent, name)
+	if err == nil && ok {
+		f.removedRemote(path)
+	}
+	return f.status("unlink", err)
+}
+
+func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, name, newName string) fuse.Status {
+	if err := checkName(newName); err != nil {
+		return f.status("rename", err)
+	}
+	parent := core.ID(in.NodeId)
+	path, remote := f.remoteFile(parent, name)
+	err := f.core.Rename(parent, name, core.ID(in.Newdir), newName, in.Flags)
+	if err == nil && remote && in.Flags&unix.RENAME_EXCHANGE == 0 {
+		// The old name is gone, as after an rm.
+		f.removedRemote(path)
+	}
+	return f.status("rename", err)
+}
+
+// Link gives an object another name; EEXIST when the name is taken is
+// how LMCache learns another writer published first.
+func (f *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	if err := checkName(name); err != nil {
+		return f.status("link", err)
+	}
+	id := core.ID(in.Oldnodeid)
+	if f.core.IsDir(id) {
+		return f.status("link", errNotStored)
+	}
+	if r := f.remotes.get(id); r != nil {
+		// The object must be local to take another name.
+		release, err := r.local()
+		if err != nil {
+			return f.status("link", err)
+		}
+		defer release()
+	}
+	a, err := f.core.Link(id, core.ID(in.NodeId), name)
+	if err != nil {
+		return f.status("link", err)
+	}
+	f.entry(out, id, a)
+	return fuse.OK
+}

@@ -1,0 +1,111 @@
+package fusefs
+
+import (
+	"sync"
+
+	"github.com/kvfs/kvfs/core"
+)
+
+// handleTable numbers open handles for the kernel: a FUSE file handle is
+// an index into slots, reused once released. A request holds its handle
+// (get) until it returns (put), and take, at RELEASE, waits for those, so
+// a handle's stored file is never closed under a request that uses it
+// (its descriptor number could be reused meanwhile). The kernel sends a
+// RELEASE only once no request of the file is in flight; this makes that
+// a property of kvfs, not an assumption.
+type handleTable[T any] struct {
+	mu    sync.RWMutex
+	slots []slot[T] // GUARDED_BY(mu); index 0 is never used
+	free  []uint64  // GUARDED_BY(mu)
+}
+
+type slot[T any] struct {
+	v    T
+	used bool
+	busy *sync.WaitGroup
+}
+
+// add gives v a handle number.
+func (t *handleTable[T]) add(v T) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.slots) == 0 {
+		t.slots = append(t.slots, slot[T]{})
+	}
+	s := slot[T]{v: v, used: true, busy: new(sync.WaitGroup)}
+	if n := len(t.free); n > 0 {
+		fh := t.free[n-1]
+		t.free = t.free[:n-1]
+		t.slots[fh] = s
+		return fh
+	}
+	t.slots = append(t.slots, s)
+	return uint64(len(t.slots) - 1)
+}
+
+// get is the handle numbered fh, held until put; ok is false for a
+// number no open handle has.
+func (t *handleTable[T]) get(fh uint64) (v T, put func(), ok bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if fh >= uint64(len(t.slots)) || !t.slots[fh].used {
+		return v, nil, false
+	}
+	s := t.slots[fh]
+	s.busy.Add(1)
+	return s.v, s.busy.Done, true
+}
+
+// take removes the handle numbered fh, once no request holds it.
+func (t *handleTable[T]) take(fh uint64) (v T, ok bool) {
+	t.mu.Lock()
+	if fh >= uint64(len(t.slots)) || !t.slots[fh].used {
+		t.mu.Unlock()
+		return v, false
+	}
+	s := t.slots[fh]
+	t.slots[fh] = slot[T]{}
+	t.free = append(t.free, fh)
+	t.mu.Unlock()
+	s.busy.Wait()
+	return s.v, true
+}
+
+// objects are the objects with open handles, each with what its
+// handles share. An object is here from its first handle's open to its
+// last one's release; the kernel's names for it cost nothing.
+type objects struct {
+	mu sync.RWMutex
+	m  map[core.ID]*object // GUARDED_BY(mu)
+}
+
+func (o *objects) init() { o.m = map[core.ID]*object{} }
+
+// hold is id's record, made if needed, counted until drop.
+func (o *objects) hold(f *FS, id core.ID) *object {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ob := o.m[id]
+	if ob == nil {
+		ob = &object{fs: f, id: id}
+		o.m[id] = ob
+	}
+	ob.refs++
+	return ob
+}
+
+// drop ends a hold.
+func (o *objects) drop(ob *object) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ob.refs--; ob.refs == 0 {
+		delete(o.m, ob.id)
+	}
+}
+
+// get is id's record, if it has open handles; nil otherwise.
+func (o *objects) get(id core.ID) *object {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.m[id]
+}
