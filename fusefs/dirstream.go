@@ -30,9 +30,9 @@ type dirStream struct {
 	id core.ID
 
 	mu   sync.Mutex
-	pos  uint64           // GUARDED_BY(mu); the offset page follows
-	page []fuse.DirEntry  // GUARDED_BY(mu)
-	more bool             // GUARDED_BY(mu); names may follow the page
+	pos  uint64          // GUARDED_BY(mu); the offset page follows
+	page []fuse.DirEntry // GUARDED_BY(mu)
+	more bool            // GUARDED_BY(mu); names may follow the page
 }
 
 func (f *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {

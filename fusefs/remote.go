@@ -200,7 +200,7 @@ func (f *FS) removedRemote(path string) {
 type placeholders struct {
 	n      atomic.Int64 // how many: none, and requests skip the lock
 	mu     sync.Mutex
-	byID   map[core.ID]*remoteNode  // GUARDED_BY(mu)
+	byID   map[core.ID]*remoteNode // GUARDED_BY(mu)
 	byName map[nameKey]*remoteNode // GUARDED_BY(mu)
 }
 
