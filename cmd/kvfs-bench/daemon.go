@@ -25,7 +25,8 @@ type daemon struct {
 	exited         chan struct{}
 	waitErr        error
 	// audited is closed when the daemon logs its start-up audit done
-	// (a start from the checkpoint checks every stored file behind it).
+	// (a start from the checkpoint checks every stored file behind it),
+	// or that it loaded the store by walking it, which needs none.
 	audited     chan struct{}
 	auditedOnce sync.Once
 
@@ -78,6 +79,11 @@ func (d *daemon) capture(r io.Reader, wg *sync.WaitGroup) {
 		d.log.WriteString(line + "\n")
 		if strings.Contains(line, "store loaded") {
 			d.loaded = line
+			if strings.Contains(line, `"from_snapshot": false`) {
+				// A start that walked the store has audited it
+				// already: no start-up audit follows.
+				d.auditedOnce.Do(func() { close(d.audited) })
+			}
 		}
 		if strings.Contains(line, "start-up audit done") {
 			d.auditedOnce.Do(func() { close(d.audited) })
