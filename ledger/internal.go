@@ -2,14 +2,28 @@ package ledger
 
 // The helpers below run with l.mu held.
 
-func (l *Ledger[K]) insert(e *entry[K]) {
-	l.entries[e.id] = e
+// get is id's entry.
+func (l *Ledger[K]) get(id K) (*entry[K], bool) {
+	i, ok := l.entries[id]
+	if !ok {
+		return nil, false
+	}
+	return l.slab.at(i), true
+}
+
+// insert puts v in a slot of its own, most recently used, and returns it.
+func (l *Ledger[K]) insert(v entry[K]) *entry[K] {
+	e := l.slab.alloc()
+	v.self = e.self
+	*e = v
+	l.entries[e.id] = e.self
 	l.lru.pushBack(e)
 	l.used += e.charge
 	l.noteOver()
 	if e.nlink == 0 {
 		l.shadow += e.charge
 	}
+	return e
 }
 
 func (l *Ledger[K]) remove(e *entry[K]) {
@@ -29,6 +43,7 @@ func (l *Ledger[K]) remove(e *entry[K]) {
 	l.reserved -= e.charge - Charge(e.size)
 	l.lru.remove(e)
 	delete(l.entries, e.id)
+	l.slab.free(e)
 	l.signal()
 }
 
@@ -185,35 +200,82 @@ func (l *Ledger[K]) evict(need int64, self *entry[K]) ([]Victim[K], error) {
 	return victims, nil
 }
 
-// list is an intrusive doubly linked list with a sentinel: front is the
-// least recently used entry.
-type list[K comparable] struct{ root entry[K] }
+// slab holds the entries in chunks that never move, so an *entry stays
+// valid while its entry lives, and hands out free slots again. Slot 0 is
+// no entry: the LRU's and the writer list's end.
+type slab[K comparable] struct {
+	chunks [][]entry[K]
+	n      uint32   // slots ever handed out, slot 0 included
+	freed  []uint32 // slots to hand out again
+}
 
-func (q *list[K]) init() { q.root.next, q.root.prev = &q.root, &q.root }
+const (
+	chunkBits = 12
+	chunkSize = 1 << chunkBits
+)
 
-func (q *list[K]) front() *entry[K] { return q.nextOf(&q.root) }
+func (s *slab[K]) init() {
+	s.chunks, s.n, s.freed = nil, 0, nil
+	s.alloc() // slot 0, the lists' end
+}
 
-func (q *list[K]) nextOf(e *entry[K]) *entry[K] {
-	if e.next == &q.root {
+func (s *slab[K]) at(i uint32) *entry[K] { return &s.chunks[i>>chunkBits][i&(chunkSize-1)] }
+
+// alloc returns a zero entry in a free slot, its self set.
+func (s *slab[K]) alloc() *entry[K] {
+	var i uint32
+	if n := len(s.freed); n > 0 {
+		i, s.freed = s.freed[n-1], s.freed[:n-1]
+	} else {
+		if s.n>>chunkBits == uint32(len(s.chunks)) {
+			s.chunks = append(s.chunks, make([]entry[K], chunkSize))
+		}
+		i = s.n
+		s.n++
+	}
+	e := s.at(i)
+	e.self = i
+	return e
+}
+
+// free zeroes e's slot for reuse.
+func (s *slab[K]) free(e *entry[K]) {
+	i := e.self
+	*e = entry[K]{}
+	s.freed = append(s.freed, i)
+}
+
+// list is the LRU: a doubly linked list through the slab, its ends
+// linked to slot 0; front is the least recently used entry.
+type list[K comparable] struct{ s *slab[K] }
+
+func (q list[K]) end() *entry[K] { return q.s.at(0) }
+
+func (q list[K]) front() *entry[K] { return q.nextOf(q.end()) }
+
+func (q list[K]) nextOf(e *entry[K]) *entry[K] {
+	if e.next == 0 {
 		return nil
 	}
-	return e.next
+	return q.s.at(e.next)
 }
 
-func (q *list[K]) pushBack(e *entry[K]) {
-	e.prev, e.next = q.root.prev, &q.root
-	q.root.prev.next = e
-	q.root.prev = e
+func (q list[K]) pushBack(e *entry[K]) {
+	end := q.end()
+	last := q.s.at(end.prev)
+	e.prev, e.next = last.self, 0
+	last.next = e.self
+	end.prev = e.self
 }
 
-func (q *list[K]) remove(e *entry[K]) {
-	e.prev.next = e.next
-	e.next.prev = e.prev
-	e.prev, e.next = nil, nil
+func (q list[K]) remove(e *entry[K]) {
+	q.s.at(e.prev).next = e.next
+	q.s.at(e.next).prev = e.prev
+	e.prev, e.next = 0, 0
 }
 
-func (q *list[K]) moveToBack(e *entry[K]) {
-	if q.root.prev == e {
+func (q list[K]) moveToBack(e *entry[K]) {
+	if q.end().prev == e.self {
 		return
 	}
 	q.remove(e)

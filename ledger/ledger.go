@@ -89,8 +89,10 @@ type Ledger[K comparable] struct {
 	capacity int64
 	grace    int64
 	now      func() time.Time
-	entries  map[K]*entry[K]
-	lru      list[K]
+	// entries maps IDs to their slots in slab.
+	entries map[K]uint32
+	slab    slab[K]
+	lru     list[K]
 	// INVARIANT: used == sum of charge over entries.
 	used int64
 	// INVARIANT: over == sum of over over entries, and used - over <=
@@ -142,10 +144,12 @@ type entry[K comparable] struct {
 	lastUse   int64 // unix nanoseconds, of the last open or close
 	// final: the object went through its publish step (a link or a
 	// rename to it): no writer's close starts a grace period any more.
-	final      bool
-	prev, next *entry[K]
-	// wprev, wnext link the entries with writers, oldest writer first.
-	wprev, wnext *entry[K]
+	final bool
+	// self is the entry's slot; prev, next link the LRU and wprev, wnext
+	// the entries with writers, oldest writer first, by slot (0: the
+	// lists' end), so the slab holds no pointer for the collector to
+	// trace.
+	self, prev, next, wprev, wnext uint32
 }
 
 // New returns an empty ledger.
@@ -158,10 +162,11 @@ func New[K comparable](cfg Config) *Ledger[K] {
 		capacity: cfg.Capacity,
 		grace:    int64(cfg.Grace),
 		now:      now,
-		entries:  make(map[K]*entry[K], cfg.SizeHint),
+		entries:  make(map[K]uint32, cfg.SizeHint),
 	}
-	l.lru.init()
-	l.open.init()
+	l.slab.init()
+	l.lru = list[K]{&l.slab}
+	l.open = writerList[K]{&l.slab}
 	return l
 }
 
@@ -184,11 +189,11 @@ func (l *Ledger[K]) restore(id K, size int64, nlink int) ([]Victim[K], error) {
 		return nil, ErrExists
 	}
 	now := l.now().UnixNano()
-	e := &entry[K]{id: id, size: size, charge: Charge(size), nlink: int32(nlink), lastUse: now}
+	e := entry[K]{id: id, size: size, charge: Charge(size), nlink: int32(nlink), lastUse: now}
 	if e.charge > l.capacity {
 		return []Victim[K]{{ID: id, LastUse: now}}, nil
 	}
-	victims, err := l.room(e, e.charge, e.charge, false)
+	victims, err := l.room(&e, e.charge, e.charge, false)
 	if err != nil {
 		return victims, err
 	}
@@ -217,8 +222,7 @@ func (l *Ledger[K]) Create(id K, write bool) error {
 	if _, ok := l.entries[id]; ok {
 		return ErrExists
 	}
-	e := &entry[K]{id: id, nlink: 1, lastUse: l.now().UnixNano()}
-	l.insert(e)
+	e := l.insert(entry[K]{id: id, nlink: 1, lastUse: l.now().UnixNano()})
 	l.pin(e, write)
 	return nil
 }
@@ -227,7 +231,7 @@ func (l *Ledger[K]) Create(id K, write bool) error {
 func (l *Ledger[K]) Open(id K, write bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.entries[id]
+	e, ok := l.get(id)
 	if !ok {
 		return ErrGone
 	}
@@ -250,7 +254,7 @@ func (l *Ledger[K]) Close(id K, write bool) (released bool, victims []Victim[K])
 }
 
 func (l *Ledger[K]) close(id K, write bool) (released bool, victims []Victim[K]) {
-	e, ok := l.entries[id]
+	e, ok := l.get(id)
 	if !ok || e.pins == 0 || (write && e.writers == 0) {
 		return false, nil
 	}
@@ -277,7 +281,7 @@ func (l *Ledger[K]) close(id K, write bool) (released bool, victims []Victim[K])
 func (l *Ledger[K]) CloseFree(id K, write bool) (released bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.entries[id]; ok && write && e.writers == 1 && e.pins > 0 {
+	if e, ok := l.get(id); ok && write && e.writers == 1 && e.pins > 0 {
 		// What endWriting leaves charged, against the capacity.
 		used := l.used - e.charge + Charge(e.size)
 		if used-(l.over-e.over) > l.capacity {
@@ -296,7 +300,7 @@ func (l *Ledger[K]) CloseFree(id K, write bool) (released bool, err error) {
 func (l *Ledger[K]) EndGrace(id K) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.entries[id]; ok {
+	if e, ok := l.get(id); ok {
 		e.final, e.lastClose = true, 0
 		l.signal()
 	}
@@ -357,7 +361,7 @@ func (l *Ledger[K]) grow(id K, end int64, budgeted bool) ([]Victim[K], error) {
 }
 
 func (l *Ledger[K]) growLocked(id K, end int64, budgeted bool) ([]Victim[K], error) {
-	e, ok := l.entries[id]
+	e, ok := l.get(id)
 	if !ok {
 		return nil, ErrGone
 	}
@@ -378,7 +382,7 @@ func (l *Ledger[K]) SetSize(id K, size int64) ([]Victim[K], error) {
 }
 
 func (l *Ledger[K]) setSize(id K, size int64) ([]Victim[K], error) {
-	e, ok := l.entries[id]
+	e, ok := l.get(id)
 	if !ok {
 		return nil, ErrGone
 	}
@@ -446,7 +450,7 @@ func (l *Ledger[K]) settle(id K, size int64) ([]Victim[K], error) {
 
 // writer finds id and checks that it has a writer open; mu held.
 func (l *Ledger[K]) writer(id K) (*entry[K], error) {
-	e, ok := l.entries[id]
+	e, ok := l.get(id)
 	switch {
 	case !ok:
 		return nil, ErrGone
@@ -470,7 +474,7 @@ func (l *Ledger[K]) pastBudget(e *entry[K], charge int64) bool {
 func (l *Ledger[K]) Reconcile(id K, size int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.entries[id]
+	e, ok := l.get(id)
 	if !ok || e.size == size || e.writers > 0 {
 		return false
 	}
@@ -491,7 +495,7 @@ func (l *Ledger[K]) Trim() []Victim[K] {
 func (l *Ledger[K]) Link(id K) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.entries[id]
+	e, ok := l.get(id)
 	if !ok {
 		return ErrGone
 	}
@@ -508,7 +512,7 @@ func (l *Ledger[K]) Link(id K) error {
 func (l *Ledger[K]) Unlink(id K) (released bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.entries[id]
+	e, ok := l.get(id)
 	if !ok || e.nlink == 0 {
 		return false
 	}
@@ -530,7 +534,7 @@ func (l *Ledger[K]) Unlink(id K) (released bool) {
 func (l *Ledger[K]) Forget(id K) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.entries[id]
+	e, ok := l.get(id)
 	if !ok {
 		return false
 	}
@@ -543,7 +547,7 @@ func (l *Ledger[K]) Forget(id K) bool {
 func (l *Ledger[K]) Size(id K) (size, charge int64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.entries[id]
+	e, ok := l.get(id)
 	if !ok {
 		return 0, 0, false
 	}
@@ -554,7 +558,7 @@ func (l *Ledger[K]) Size(id K) (size, charge int64, ok bool) {
 func (l *Ledger[K]) Writers(id K) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.entries[id]; ok {
+	if e, ok := l.get(id); ok {
 		return int(e.writers)
 	}
 	return 0

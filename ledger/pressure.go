@@ -141,27 +141,29 @@ func (p *peakWindow) max(now, present int64) int64 {
 }
 
 // writerList links the entries with open writers, oldest first.
-type writerList[K comparable] struct{ root entry[K] }
+type writerList[K comparable] struct{ s *slab[K] }
 
-func (q *writerList[K]) init() { q.root.wnext, q.root.wprev = &q.root, &q.root }
+func (q writerList[K]) end() *entry[K] { return q.s.at(0) }
 
-func (q *writerList[K]) front() *entry[K] { return q.nextOf(&q.root) }
+func (q writerList[K]) front() *entry[K] { return q.nextOf(q.end()) }
 
-func (q *writerList[K]) nextOf(e *entry[K]) *entry[K] {
-	if e.wnext == &q.root {
+func (q writerList[K]) nextOf(e *entry[K]) *entry[K] {
+	if e.wnext == 0 {
 		return nil
 	}
-	return e.wnext
+	return q.s.at(e.wnext)
 }
 
-func (q *writerList[K]) pushBack(e *entry[K]) {
-	e.wprev, e.wnext = q.root.wprev, &q.root
-	q.root.wprev.wnext = e
-	q.root.wprev = e
+func (q writerList[K]) pushBack(e *entry[K]) {
+	end := q.end()
+	last := q.s.at(end.wprev)
+	e.wprev, e.wnext = last.self, 0
+	last.wnext = e.self
+	end.wprev = e.self
 }
 
-func (q *writerList[K]) remove(e *entry[K]) {
-	e.wprev.wnext = e.wnext
-	e.wnext.wprev = e.wprev
-	e.wprev, e.wnext = nil, nil
+func (q writerList[K]) remove(e *entry[K]) {
+	q.s.at(e.wprev).wnext = e.wnext
+	q.s.at(e.wnext).wprev = e.wprev
+	e.wprev, e.wnext = 0, 0
 }

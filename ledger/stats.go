@@ -62,7 +62,7 @@ func (l *Ledger[K]) CheckInvariants() error {
 	n := 0
 	for e := l.lru.front(); e != nil; e = l.lru.nextOf(e) {
 		n++
-		if l.entries[e.id] != e {
+		if i, ok := l.entries[e.id]; !ok || i != e.self {
 			return fmt.Errorf("lru entry %v not in map", e.id)
 		}
 		if err := checkEntry(e); err != nil {
@@ -111,6 +111,9 @@ func (l *Ledger[K]) checkSums(n int, s sums) error {
 	switch {
 	case n != len(l.entries):
 		return fmt.Errorf("lru has %d entries, map %d", n, len(l.entries))
+	case int(l.slab.n)-1-len(l.slab.freed) != n:
+		return fmt.Errorf("slab has %d slots in use (%d handed out, %d free), lru %d entries",
+			int(l.slab.n)-1-len(l.slab.freed), l.slab.n-1, len(l.slab.freed), n)
 	case s.used != l.used || s.over != l.over:
 		return fmt.Errorf("used %d (unadmitted %d), entries sum to %d (%d)", l.used, l.over, s.used, s.over)
 	case l.used-l.over > l.capacity && l.reconciled == 0:
