@@ -245,37 +245,48 @@ func (s *slab[K]) free(e *entry[K]) {
 	s.freed = append(s.freed, i)
 }
 
-// list is the LRU: a doubly linked list through the slab, its ends
-// linked to slot 0; front is the least recently used entry.
-type list[K comparable] struct{ s *slab[K] }
+// list is a doubly linked list through the slab, by one pair of its
+// entries' links (the LRU's or the writer list's), its ends linked to
+// slot 0.
+type list[K comparable] struct {
+	s     *slab[K]
+	which int // lruLinks or writerLinks
+}
+
+// Which of an entry's links a list uses, and the two of a pair.
+const (
+	lruLinks, writerLinks = 0, 1
+	before, after         = 0, 1
+)
 
 func (q list[K]) end() *entry[K] { return q.s.at(0) }
 
 func (q list[K]) front() *entry[K] { return q.nextOf(q.end()) }
 
 func (q list[K]) nextOf(e *entry[K]) *entry[K] {
-	if e.next == 0 {
-		return nil
+	if n := e.links[q.which][after]; n != 0 {
+		return q.s.at(n)
 	}
-	return q.s.at(e.next)
+	return nil
 }
 
 func (q list[K]) pushBack(e *entry[K]) {
 	end := q.end()
-	last := q.s.at(end.prev)
-	e.prev, e.next = last.self, 0
-	last.next = e.self
-	end.prev = e.self
+	last := q.s.at(end.links[q.which][before])
+	e.links[q.which] = [2]uint32{last.self, 0}
+	last.links[q.which][after] = e.self
+	end.links[q.which][before] = e.self
 }
 
 func (q list[K]) remove(e *entry[K]) {
-	q.s.at(e.prev).next = e.next
-	q.s.at(e.next).prev = e.prev
-	e.prev, e.next = 0, 0
+	l := &e.links[q.which]
+	q.s.at(l[before]).links[q.which][after] = l[after]
+	q.s.at(l[after]).links[q.which][before] = l[before]
+	*l = [2]uint32{}
 }
 
 func (q list[K]) moveToBack(e *entry[K]) {
-	if q.end().prev == e.self {
+	if q.end().links[q.which][before] == e.self {
 		return
 	}
 	q.remove(e)

@@ -92,7 +92,7 @@ type Ledger[K comparable] struct {
 	// entries maps IDs to their slots in slab.
 	entries map[K]uint32
 	slab    slab[K]
-	lru     list[K]
+	lru     list[K] // least recently used first
 	// INVARIANT: used == sum of charge over entries.
 	used int64
 	// INVARIANT: over == sum of over over entries, and used - over <=
@@ -110,7 +110,7 @@ type Ledger[K comparable] struct {
 	reserved int64
 	// open lists the entries with writers open, in the order their first
 	// writer opened: whose reservation is taken back first.
-	open writerList[K]
+	open list[K]
 	// peak is the most used has been over the capacity lately (see
 	// overshoot.go).
 	peak peakWindow
@@ -145,11 +145,12 @@ type entry[K comparable] struct {
 	// final: the object went through its publish step (a link or a
 	// rename to it): no writer's close starts a grace period any more.
 	final bool
-	// self is the entry's slot; prev, next link the LRU and wprev, wnext
-	// the entries with writers, oldest writer first, by slot (0: the
-	// lists' end), so the slab holds no pointer for the collector to
-	// trace.
-	self, prev, next, wprev, wnext uint32
+	// self is the entry's slot; links are its places in the LRU and,
+	// while it has writers, in the writer list (oldest writer first):
+	// the slots before and after it (0: the list's end), so the slab
+	// holds no pointer for the collector to trace.
+	self  uint32
+	links [2][2]uint32
 }
 
 // New returns an empty ledger.
@@ -165,8 +166,8 @@ func New[K comparable](cfg Config) *Ledger[K] {
 		entries:  make(map[K]uint32, cfg.SizeHint),
 	}
 	l.slab.init()
-	l.lru = list[K]{&l.slab}
-	l.open = writerList[K]{&l.slab}
+	l.lru = list[K]{&l.slab, lruLinks}
+	l.open = list[K]{&l.slab, writerLinks}
 	return l
 }
 

@@ -139,31 +139,3 @@ func (p *peakWindow) max(now, present int64) int64 {
 	p.note(now, present)
 	return max(p.cur, p.prev)
 }
-
-// writerList links the entries with open writers, oldest first.
-type writerList[K comparable] struct{ s *slab[K] }
-
-func (q writerList[K]) end() *entry[K] { return q.s.at(0) }
-
-func (q writerList[K]) front() *entry[K] { return q.nextOf(q.end()) }
-
-func (q writerList[K]) nextOf(e *entry[K]) *entry[K] {
-	if e.wnext == 0 {
-		return nil
-	}
-	return q.s.at(e.wnext)
-}
-
-func (q writerList[K]) pushBack(e *entry[K]) {
-	end := q.end()
-	last := q.s.at(end.wprev)
-	e.wprev, e.wnext = last.self, 0
-	last.wnext = e.self
-	end.wprev = e.self
-}
-
-func (q writerList[K]) remove(e *entry[K]) {
-	q.s.at(e.wprev).wnext = e.wnext
-	q.s.at(e.wnext).wprev = e.wprev
-	e.wprev, e.wnext = 0, 0
-}
