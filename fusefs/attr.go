@@ -11,6 +11,9 @@ import (
 
 // fillAttr copies an inode's attributes, with kvfs's own inode number
 // and, for st_blocks, exactly the ledger's charge (directories cost 0).
+// Modes are the store's, all of them: nothing adds permission bits to a
+// mode that has none (chmod 000), which the kernel then enforces for
+// other users.
 func fillAttr(out *fuse.Attr, id core.ID, a core.Attr) {
 	st := &a.Stat_t
 	out.Ino = uint64(id)
