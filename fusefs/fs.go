@@ -16,6 +16,7 @@ package fusefs
 
 import (
 	"context"
+	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -74,6 +75,8 @@ type FS struct {
 	dirs    handleTable[*dirStream]
 	objects objects
 	remotes placeholders
+	// root: the daemon runs as root, so new inodes go to their callers.
+	root bool
 	// noBacking: the kernel refused a passthrough backing file; the
 	// daemon serves every handle from then on.
 	noBacking atomic.Bool
@@ -110,6 +113,7 @@ func New(c *core.Core, cfg Config) *FS {
 		remote:  cfg.Remote,
 		notices: make(chan notice, 4096),
 		done:    make(chan struct{}),
+		root:    os.Geteuid() == 0,
 	}
 	f.objects.init()
 	f.remotes.init()

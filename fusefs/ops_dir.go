@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"os"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -11,8 +10,8 @@ import (
 
 // owner is who a new inode belongs to: the caller, when the daemon runs
 // as root and can give it away; otherwise the daemon.
-func owner(c *fuse.Caller) core.Owner {
-	if os.Geteuid() == 0 {
+func (f *FS) owner(c *fuse.Caller) core.Owner {
+	if f.root {
 		return core.Owner{UID: int(c.Uid), GID: int(c.Gid)}
 	}
 	return core.Owner{UID: -1, GID: -1}
@@ -51,7 +50,7 @@ func (f *FS) create(parent uint64, name string, flags, mode uint32, c *fuse.Call
 	if t := mode & syscall.S_IFMT; t != 0 && t != syscall.S_IFREG {
 		return nil, 0, errNotStored
 	}
-	return f.core.CreateOrOpen(core.ID(parent), name, int(flags), fileMode(mode), owner(c))
+	return f.core.CreateOrOpen(core.ID(parent), name, int(flags), fileMode(mode), f.owner(c))
 }
 
 // Mknod makes empty regular files, as POSIX allows; kvfs stores nothing
@@ -91,7 +90,7 @@ func (f *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *f
 	if err := checkName(name); err != nil {
 		return f.status("mkdir", err)
 	}
-	id, st, err := f.core.Mkdir(core.ID(in.NodeId), name, in.Mode&07777, owner(&in.Caller))
+	id, st, err := f.core.Mkdir(core.ID(in.NodeId), name, in.Mode&07777, f.owner(&in.Caller))
 	if err != nil {
 		return f.status("mkdir", err)
 	}
