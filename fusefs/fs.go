@@ -55,7 +55,7 @@ type Config struct {
 
 // FS is one mounted kvfs: the core, and the kernel-facing bookkeeping
 // of its open handles. It is the fuse.RawFileSystem the server calls
-// (ops_node.go, ops_dir.go, ops_file.go, dirstream.go).
+// (ops_node.go, ops_dir.go, file.go, dirstream.go).
 type FS struct {
 	core *core.Core
 	cfg  Config
