@@ -230,12 +230,14 @@ func (f *FS) dropRAM(id core.ID) {
 	if f.ram == nil {
 		return
 	}
-	f.ram.Drop(uint64(id))
-	if ob := f.objects.get(id); ob != nil {
-		ob.mu.Lock()
-		defer ob.mu.Unlock()
-		ob.dropRAMLocked()
+	ob := f.objects.get(id)
+	if ob == nil {
+		f.ram.Drop(uint64(id))
+		return
 	}
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	ob.dropRAMLocked() // drops the copy too
 }
 
 func (ob *object) dropRAMLocked() {
