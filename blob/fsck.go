@@ -103,7 +103,7 @@ func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64,
 			}
 			files.add()
 			if incomplete[st.Ino] {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("incomplete object %s (%d bytes, still being written at a crash)", rel, st.Size))
+				rep.Problems = append(rep.Problems, fmt.Sprintf("incomplete object %s (%d bytes, marked at a crash: being written, or being evicted)", rel, st.Size))
 			} else if !seen[st.Ino] {
 				seen[st.Ino] = true
 				rep.Objects++

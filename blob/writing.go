@@ -64,6 +64,25 @@ func (s *Store) MarkWriting(f *os.File, id ID) error {
 	return nil
 }
 
+// MarkStored marks the file stored at rel as id, as MarkWriting marks
+// one being written: an owner that unlinks a file's names one by one
+// marks it first, so that a crash between the unlinks leaves it marked,
+// and the next start deletes every name it kept. It reports whether it
+// marked the file: not if rel is gone, or if id's marker is there
+// already (one the caller must not clear).
+func (s *Store) MarkStored(rel string, id ID) (bool, error) {
+	s.changes.Add(1)
+	wfd, wname := s.marker(id)
+	err := s.at(rel, func(dirfd int, name string) error { return unix.Linkat(dirfd, name, wfd, wname, 0) })
+	switch underlying(err) {
+	case nil:
+		return true, nil
+	case unix.ENOENT, unix.EEXIST:
+		return false, nil
+	}
+	return false, &os.PathError{Op: "mark", Path: rel, Err: underlying(err)}
+}
+
 // ClearWriting records that id is complete again.
 func (s *Store) ClearWriting(id ID) error {
 	s.changes.Add(1)

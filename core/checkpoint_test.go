@@ -2,6 +2,7 @@ package core
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -131,5 +132,63 @@ func TestCheckpointLoop(t *testing.T) {
 	}
 	if st.Size() == 0 {
 		t.Fatal("empty checkpoint")
+	}
+}
+
+// TestCrashMidEvictionTakesEveryName: an eviction unlinks a victim's
+// stored names one by one; a crash between two of them (the store copied
+// as it stands then, hard links kept) must not leave the object served
+// under the names that were left, nor charged twice or lost from the
+// ledger: the next start deletes it whole.
+func TestCrashMidEvictionTakesEveryName(t *testing.T) {
+	dir := t.TempDir()
+	tc, _ := openCore(t, dir, Config{Capacity: 4 * mib, Grace: time.Millisecond})
+	tc.Start(func(Drop) {})
+	names := []string{"victim", "second", "third"}
+	id := tc.put(names[0], mib)
+	for _, n := range names[1:] {
+		if _, err := tc.Link(id, blob.RootID, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.put("keep", mib+4*kib)
+	tc.clock.Skip(time.Second)
+	snap := filepath.Join(t.TempDir(), "store")
+	reaped := 0
+	testHookReapedName = func() {
+		if reaped++; reaped == 1 {
+			if out, err := exec.Command("cp", "-a", dir, snap).CombinedOutput(); err != nil {
+				t.Errorf("copying the store: %v: %s", err, out)
+			}
+		}
+	}
+	defer func() { testHookReapedName = nil }()
+	tc.put("big", 2*mib)
+	testHookReapedName = nil
+	if reaped != len(names) {
+		t.Fatalf("the eviction reaped %d names, want the victim's %d", reaped, len(names))
+	}
+	if tc.markers() != 0 {
+		t.Fatalf("%d markers left after the eviction", tc.markers())
+	}
+	tc.Close()
+
+	tc, rep := openCore(t, snap, Config{Capacity: 4 * mib})
+	defer tc.Close()
+	t.Logf("start after the crash: %+v", rep)
+	for _, n := range names {
+		if tc.exists(n) {
+			t.Errorf("%s is served after a crash half-way through its object's eviction", n)
+		}
+	}
+	// "big", whose growth evicted the victim, was still being written.
+	if !tc.exists("keep") || tc.exists("big") {
+		t.Error("want keep served, and big (being written at the copy) reclaimed")
+	}
+	if rep.Incomplete != 2 {
+		t.Errorf("start reclaimed %d marked objects, want the victim and big", rep.Incomplete)
+	}
+	if got, want := tc.Stats().UsedBytes, stored(t, snap); got != want || got != mib+4*kib {
+		t.Errorf("used %d, the store holds %d; want keep's 1 MiB 4 KiB", got, want)
 	}
 }

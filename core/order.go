@@ -105,13 +105,63 @@ func (c *Core) clearDoomed(n blob.Name, rel string) {
 	}
 }
 
-// reap unlinks the stored names of drops; no lock held.
+// reap unlinks the stored names of drops; no lock held. An object with
+// more than one name is marked first, as a file being written is: a
+// crash between its unlinks then leaves a marked file, whose every name
+// the next start deletes, never an object that lost some of its names
+// and is served under the others.
 func (c *Core) reap(drops []Drop) {
 	for _, d := range drops {
+		marked := len(d.Names) > 1 && c.markReaped(d)
 		for _, n := range d.Names {
 			c.reapName(n)
+			if testHookReapedName != nil {
+				testHookReapedName()
+			}
+		}
+		if marked {
+			if err := c.store.ClearWriting(d.ID); err != nil {
+				c.log.Warn("clearing an evicted object's mark", zap.Error(err))
+			}
 		}
 	}
+}
+
+// testHookReapedName, when set, runs after reap unlinked one name.
+var testHookReapedName func()
+
+// markReaped marks d's object through a name of it still doomed, under
+// that name's directory lock (so the name is still the object's, not a
+// new file made in its place); it reports whether it did.
+func (c *Core) markReaped(d Drop) bool {
+	for _, n := range d.Names {
+		unlock := c.lockDirs(n.Parent, 0)
+		c.tree.RLock()
+		c.doomedMu.Lock()
+		id, doomed := c.doomed[n]
+		doomed = doomed && id == d.ID
+		c.doomedMu.Unlock()
+		var marked bool
+		var err error
+		if doomed {
+			c.mu.RLock()
+			rel, ok := c.store.NamePath(n.Parent, n.Name)
+			c.mu.RUnlock()
+			if ok {
+				marked, err = c.store.MarkStored(rel, d.ID)
+			}
+		}
+		c.tree.RUnlock()
+		unlock()
+		if err != nil {
+			c.log.Warn("marking an evicted object", zap.Error(err))
+			return false
+		}
+		if marked {
+			return true
+		}
+	}
+	return false
 }
 
 // reapName unlinks one doomed name, unless a change to it did already.
