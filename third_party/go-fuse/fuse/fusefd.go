@@ -34,6 +34,10 @@ type fuseFD struct {
 	reqMu                sync.Mutex
 	reqReaders           int
 	inflightRequestBytes int
+	// outstanding counts the requests read and not yet returned: a
+	// request is returned after its reply is written (or it needs
+	// none). GUARDED_BY(reqMu).
+	outstanding int
 
 	// loops tracks reader goroutines servicing fd.
 	loops sync.WaitGroup
@@ -152,6 +156,7 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 		r.putReadBuf(dest)
 	}
 	r.reqReaders--
+	r.outstanding++
 	if !ms.singleReader && r.reqReaders <= 0 && !needsBackPressure {
 		r.loops.Add(1)
 		go ms.loop()
@@ -173,6 +178,7 @@ func (r *fuseFD) returnRequest(req *requestAlloc) {
 	req.clear()
 
 	r.reqMu.Lock()
+	r.outstanding--
 	if p := req.bufferPoolInputBuf; p != nil {
 		req.bufferPoolInputBuf = nil
 		r.putReadBuf(p)

@@ -122,3 +122,17 @@ func (ms *Server) ResendNotify() Status {
 	_, errno := ms.protocolServer.writev([][]byte{unsafe.Slice((*byte)(unsafe.Pointer(&hdr)), sizeOfOutHeader)})
 	return Status(errno)
 }
+
+// Outstanding is how many requests the server has read and not yet
+// finished: a request is finished once its reply is written (or it
+// needs none). A process handing its connection over stops its file
+// system from starting requests, then waits until every outstanding
+// request is one it stopped: those it answered are then answered on the
+// connection, and the rest are the ones ResendNotify has the kernel
+// queue again for the successor.
+func (ms *Server) Outstanding() int {
+	r := ms.fuseFD
+	r.reqMu.Lock()
+	defer r.reqMu.Unlock()
+	return r.outstanding
+}

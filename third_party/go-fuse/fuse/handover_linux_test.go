@@ -224,3 +224,55 @@ func TestResendNotify(t *testing.T) {
 		<-served
 	}
 }
+
+// blockFS holds every GETATTR until release is closed.
+type blockFS struct {
+	RawFileSystem
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (fs *blockFS) GetAttr(cancel <-chan struct{}, in *GetAttrIn, out *AttrOut) Status {
+	fs.entered <- struct{}{}
+	<-fs.release
+	out.Ino = in.NodeId
+	return OK
+}
+
+// TestOutstanding: a request counts from its read until its reply is
+// written, whether its handler is running or has returned.
+func TestOutstanding(t *testing.T) {
+	fs := &blockFS{RawFileSystem: NewDefaultRawFileSystem(), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	srvEnd, kernel := fakeConn(t)
+	ms, err := AdoptServer(fs, srvEnd, "", adoptState(0, 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { ms.Serve(); close(served) }()
+	if n := ms.Outstanding(); n != 0 {
+		t.Fatalf("%d outstanding before any request", n)
+	}
+	get := GetAttrIn{InHeader: InHeader{Opcode: _OP_GETATTR, Unique: 2, NodeId: 7}}
+	get.Length = uint32(unsafe.Sizeof(get))
+	if _, err := unix.Write(kernel, bytesOf(&get)); err != nil {
+		t.Fatal(err)
+	}
+	<-fs.entered
+	if n := ms.Outstanding(); n != 1 {
+		t.Errorf("%d outstanding while the handler runs, want 1", n)
+	}
+	close(fs.release)
+	if h, _ := readOut(t, kernel); h.Unique != 2 {
+		t.Fatalf("reply %+v", h)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ms.Outstanding() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d outstanding after the reply", ms.Outstanding())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	unix.Close(kernel)
+	<-served
+}
