@@ -41,7 +41,12 @@ import (
 // only slower to use.
 const CheckpointName = "kvfs.index"
 
-const checkpointMagic = "kvfs index v2\n"
+// checkpointMagic: v3 records every directory's and object's ID (and the
+// next ID to hand out), so a start from it numbers the namespace as the
+// daemon that wrote it did: a handover's successor answers the node IDs
+// the kernel holds (see package mount). v2 checkpoints are not read (a
+// walk replaces them once).
+const checkpointMagic = "kvfs index v3\n"
 
 // racyWindow: a directory changed this recently when the checkpoint read
 // its change time could change again within the same tick of the file
@@ -112,6 +117,7 @@ func (s *Store) CaptureCheckpoint(shared func(func()), each func(fn func(id ID, 
 		w.b = append(w.b, checkpointMagic...)
 		w.u8(clean)
 		w.u64(uint64(cp.Taken.UnixNano()))
+		w.u64(s.nextID.Load())
 		index = s.captureDirs(w, cp)
 		each(func(id ID, size int64) { order = append(order, sized{id, size}) })
 	})
@@ -142,6 +148,7 @@ func (s *Store) captureDirs(w *cpWriter, cp *Checkpoint) map[ID]uint32 {
 		path := s.dirPath(d)
 		st, err := s.dirStat(path)
 		ctime := st.Ctim.Nano()
+		w.u64(uint64(d.id))
 		w.u32(parent)
 		w.str(d.name)
 		w.u64(st.Ino)
@@ -169,6 +176,7 @@ func (s *Store) captureObjects(w *cpWriter, cp *Checkpoint, order []sized, index
 		if busy(o.id) {
 			o.size = -1
 		}
+		w.u64(uint64(o.id))
 		w.u64(f.ino)
 		w.u64(uint64(o.size))
 		w.u32(0)
@@ -184,7 +192,7 @@ func (s *Store) captureObjects(w *cpWriter, cp *Checkpoint, order []sized, index
 			w.b = w.b[:start]
 			continue
 		}
-		binary.LittleEndian.PutUint32(w.b[start+16:], uint32(names))
+		binary.LittleEndian.PutUint32(w.b[start+24:], uint32(names))
 		cp.Objects++
 		if o.size < 0 {
 			cp.Unsure++

@@ -92,6 +92,12 @@ func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
 	r := &cpReader{b: body}
 	r.u8() // clean stop or not: the same rules hold either way
 	c := &cpLoad{s: s, l: s.newLoader(m, rep, 0), marks: m, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{}}
+	rep.SnapshotTaken = c.when
+	// IDs are the checkpoint's; what this start finds new gets IDs past
+	// them.
+	if next := r.u64(); r.err == nil && next > s.nextID.Load() {
+		s.nextID.Store(next)
+	}
 	if err := c.parseDirs(r); err != nil {
 		return nil, err
 	}
@@ -125,13 +131,16 @@ func (c *cpLoad) parseDirs(r *cpReader) error {
 	}
 	c.dirs = make([]cpLoadDir, n)
 	for i := range c.dirs {
-		parent, name, ino, ctime, names, trusted := r.u32(), r.str(), r.u64(), int64(r.u64()), r.u32(), r.u8()
+		id, parent, name, ino, ctime, names, trusted := ID(r.u64()), r.u32(), r.str(), r.u64(), int64(r.u64()), r.u32(), r.u8()
 		if r.err != nil || names > uint32(len(r.b)) {
 			return fmt.Errorf("bad directory %d", i)
 		}
 		cd := &c.dirs[i]
 		cd.ino, cd.ctime, cd.names, cd.trusted = ino, ctime, int(names), trusted == 1
 		if i == 0 {
+			if id != RootID {
+				return errors.New("bad root directory")
+			}
 			cd.d, cd.path = c.s.dirs[RootID], "."
 			cd.d.kids = newKids(int(names))
 			continue
@@ -143,7 +152,10 @@ func (c *cpLoad) parseDirs(r *cpReader) error {
 		if _, taken := p.d.kids.lookup(name); taken {
 			return fmt.Errorf("directory %q listed twice", name)
 		}
-		cd.d = &dir{id: c.s.NewID(), parent: p.d, name: name, kids: newKids(int(names))}
+		if !c.freeID(id) {
+			return fmt.Errorf("directory %q has a bad or taken ID %d", name, id)
+		}
+		cd.d = &dir{id: id, parent: p.d, name: name, kids: newKids(int(names))}
 		cd.path = path.Join(p.path, name)
 		p.d.kids.set(name, cd.d.id)
 		c.s.dirs[cd.d.id] = cd.d
@@ -161,13 +173,11 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 	c.objs = make([]cpObj, 0, n)
 	files := make([]file, n)          // one allocation, not a million
 	names := make([]Name, 0, n+n/8+1) // likewise; each file's links are cut off at their end
-	first := ID(c.s.nextID.Add(n) - n + 1)
 	for i := range files {
-		ino, size, nlinks := r.u64(), int64(r.u64()), r.u32()
-		if r.err != nil || size < -1 || nlinks == 0 || uint64(nlinks) > uint64(len(r.b)) {
+		id, ino, size, nlinks := ID(r.u64()), r.u64(), int64(r.u64()), r.u32()
+		if r.err != nil || size < -1 || nlinks == 0 || uint64(nlinks) > uint64(len(r.b)) || !c.freeID(id) {
 			return fmt.Errorf("bad object %d", i)
 		}
-		id := first + ID(i)
 		start := len(names)
 		for j := uint32(0); j < nlinks; j++ {
 			di, name := r.u32(), r.str()
@@ -192,6 +202,17 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 		return errors.New("trailing bytes")
 	}
 	return nil
+}
+
+// freeID says whether id may be given to an entry of the checkpoint:
+// not the root's, below the next ID to hand out, and not given yet.
+func (c *cpLoad) freeID(id ID) bool {
+	if id <= RootID || uint64(id) > c.s.nextID.Load() {
+		return false
+	}
+	_, dir := c.s.dirs[id]
+	_, file := c.s.files[id]
+	return !dir && !file
 }
 
 // untangle leaves each name claimed twice to its later holder, which

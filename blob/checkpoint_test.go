@@ -2,6 +2,7 @@ package blob
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -228,6 +229,10 @@ func TestCheckpointThenCrash(t *testing.T) {
 	t.Logf("start after the crash: %+v", rep)
 	want := LoadReport{Objects: 12, Dirs: 5, Incomplete: 3, IncompleteByte: 8000 + 9000 + 4, Foreign: 1,
 		FromSnapshot: true, DirsListed: 3, Stated: 8} // root, a, b listed; quiet taken as it is
+	if rep.SnapshotTaken == 0 {
+		t.Error("the report does not say when the checkpoint was taken")
+	}
+	rep.SnapshotTaken = 0
 	if rep != want {
 		t.Errorf("report %+v\nwant   %+v", rep, want)
 	}
@@ -576,5 +581,51 @@ func TestCheckpointKnowsFetchedInode(t *testing.T) {
 	_, objs, rep := reload(t, dir, s)
 	if !rep.FromSnapshot || rep.DirsListed != 1 || rep.Stated != 0 || len(objs) != 1 {
 		t.Fatalf("report %+v: want the root listed, the fetched object recognised without a stat", rep)
+	}
+}
+
+// TestCheckpointKeepsIDs: a start from a checkpoint gives every
+// directory and object the ID it had (a handover's successor must
+// answer the node IDs the kernel holds), and hands out new IDs past
+// all of them, also to what the start finds new.
+func TestCheckpointKeepsIDs(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	_, _, err = s.Load()
+	must(t, "Load", err)
+	sub := mustMkdir(t, s, RootID, "sub")
+	want := map[string]ID{"sub": sub}
+	for i, name := range []string{"a", "b", "c"} {
+		want[name] = mustCreate(t, s, RootID, name, bytes.Repeat([]byte{1}, 10*(i+1)))
+		want["sub/"+name] = mustCreate(t, s, sub, name, []byte("x"))
+	}
+	// Numbered out of LRU order: the checkpoint lists c first.
+	order := []ID{want["c"], want["sub/a"], want["a"], want["sub/b"], want["b"], want["sub/c"]}
+	saveCheckpoint(t, s, order)
+	last := slices.Max(slices.Collect(maps.Values(want)))
+	// Made after the checkpoint: found by the start, numbered afresh.
+	must(t, "write", os.WriteFile(filepath.Join(dir, DataName, "late"), []byte("l"), 0o644))
+
+	s, _, rep := reload(t, dir, s)
+	if !rep.FromSnapshot {
+		t.Fatalf("start did not use the checkpoint: %+v", rep)
+	}
+	for name, id := range want {
+		parent, base := RootID, name
+		if d, b, ok := strings.Cut(name, "/"); ok {
+			parent, base = want[d], b
+		}
+		got, err := s.Lookup(parent, base)
+		if err != nil || got.ID != id {
+			t.Errorf("%s: ID %d, %v; had %d", name, got.ID, err, id)
+		}
+	}
+	late, err := s.Lookup(RootID, "late")
+	if err != nil || late.ID <= last {
+		t.Errorf("late: ID %d, %v; want one past %d", late.ID, err, last)
+	}
+	if id := s.NewID(); id <= late.ID {
+		t.Errorf("new ID %d after the start; want past %d", id, late.ID)
 	}
 }

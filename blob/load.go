@@ -36,6 +36,9 @@ type LoadReport struct {
 	// came from a stat, not from the checkpoint (all, after a walk).
 	DirsListed int64 `json:"dirs_listed"`
 	Stated     int64 `json:"stated"`
+	// SnapshotTaken is when the checkpoint read was taken (unix
+	// nanoseconds; 0: none).
+	SnapshotTaken int64 `json:"snapshot_taken,omitempty"`
 }
 
 // Load rebuilds the index after a clean stop or a crash, from the
