@@ -4,6 +4,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,6 +112,7 @@ func (s *Store) readWriting() (*marks, error) {
 	if err != nil {
 		return nil, err
 	}
+	names = slices.DeleteFunc(names, func(n string) bool { return s.kept[n] })
 	m := &marks{inos: make(map[uint64]bool, len(names)), sizes: map[uint64]int64{}, names: names}
 	for _, name := range names {
 		var st unix.Stat_t

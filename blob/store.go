@@ -95,6 +95,9 @@ type Store struct {
 	files map[ID]*file
 
 	progress reporter // of Load's walk (see ReportTo)
+	// kept: markers Load leaves alone (KeepMarkers), by path under
+	// writing/.
+	kept map[string]bool
 }
 
 // Open takes the store directory for this process, creating its layout,
@@ -131,6 +134,42 @@ func Open(dir string) (*Store, error) {
 	s.resetIndex(0)
 	s.nextID.Store(uint64(RootID))
 	return s, nil
+}
+
+// OpenLocked takes over a store whose lock lock already holds: the lock
+// file's descriptor, passed from the daemon that held it (a handover),
+// so that the store is never unlocked in between. The store is the
+// lock holder's, so it is adopted as it is.
+func OpenLocked(dir string, lock *os.File) (*Store, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil, fmt.Errorf("%s: the lock passed is not the store's: %w", abs, err)
+	}
+	lock.Truncate(0)
+	lock.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	s := &Store{dir: abs, lock: lock, racy: racyWindow, step: cpStep}
+	if err := s.openLayout(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.resetIndex(0)
+	s.nextID.Store(uint64(RootID))
+	return s, nil
+}
+
+// Lock is the store's lock file, to pass to a successor (OpenLocked).
+func (s *Store) Lock() *os.File { return s.lock }
+
+// KeepMarkers has Load leave the crash markers of ids, and their
+// objects, alone: writers a predecessor handed over, still writing.
+func (s *Store) KeepMarkers(ids []ID) {
+	s.kept = map[string]bool{}
+	for _, id := range ids {
+		s.kept[filepath.Join(shardName(id), writingName(id))] = true
+	}
 }
 
 func lockStore(dir string) (*os.File, error) {

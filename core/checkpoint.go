@@ -44,6 +44,13 @@ func (c *Core) Checkpoint() error { return c.checkpoint(false) }
 // count is read first: a change during the copy leaves the checkpoint
 // behind, and the next one is written.
 func (c *Core) checkpoint(clean bool) error {
+	_, err := c.checkpointTaken(clean)
+	return err
+}
+
+// checkpointTaken is checkpoint, and says when the checkpoint was taken
+// (unix nanoseconds).
+func (c *Core) checkpointTaken(clean bool) (int64, error) {
 	c.ckpt.mu.Lock()
 	defer c.ckpt.mu.Unlock()
 	start := time.Now()
@@ -59,13 +66,13 @@ func (c *Core) checkpoint(clean bool) error {
 	}
 	cp := c.store.CaptureCheckpoint(shared, c.ledger.Each, func(id blob.ID) bool { return writing[id] }, clean)
 	if err := c.store.SaveCheckpoint(cp); err != nil {
-		return err
+		return 0, err
 	}
 	c.ckpt.saved, c.ckpt.stale = changes, false
 	c.log.Info("checkpoint saved", zap.Int("objects", cp.Objects), zap.Int("unsure", cp.Unsure),
 		zap.Int("distrusted_dirs", cp.Distrusted), zap.Bool("clean", clean),
 		zap.Int("steps", cp.Steps), zap.Duration("longest_step", held), zap.Duration("took", time.Since(start)))
-	return nil
+	return cp.Taken.UnixNano(), nil
 }
 
 // writingNow lists the objects that may be being written: those with a

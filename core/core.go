@@ -122,6 +122,10 @@ type Config struct {
 	// rename to it, or its writer's close. It is called without locks
 	// held and must not call back into the Core. Install never calls it.
 	Published func(path string)
+	// Held are the objects a predecessor's open handles hold (a
+	// handover): each is pinned as soon as the start restores it, until
+	// EndHandover.
+	Held map[blob.ID]bool
 }
 
 // Why says why an object's names were dropped.
@@ -205,8 +209,10 @@ type Core struct {
 	// stored file changed in place while kvfs was down: audit at once.
 	auditAtStart bool
 	ckpt         checkpointer
-	done         chan struct{}
-	wg           sync.WaitGroup
+	// heldPins: the pins Config.Held made (see holdForHandover).
+	heldPins []blob.ID
+	done     chan struct{}
+	wg       sync.WaitGroup
 }
 
 // counters are the figures the ledger does not keep.
@@ -309,6 +315,7 @@ func (c *Core) restore(objects []blob.Object, rep *LoadReport) error {
 			c.store.Drop(v.ID)
 		}
 		rep.Evicted += len(victims)
+		c.holdForHandover(o.ID)
 	}
 	for _, o := range objects[max(len(objects)-len(c.sizes), 0):] {
 		c.published(o.Size)
