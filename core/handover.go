@@ -172,3 +172,7 @@ func (c *Core) EndHandover(fr Frozen) {
 	}
 	c.heldPins = nil
 }
+
+// StoreLock is the store's lock file, which a handover passes on (see
+// blob.OpenLocked).
+func (c *Core) StoreLock() *os.File { return c.store.Lock() }

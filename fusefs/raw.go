@@ -18,8 +18,10 @@ type counted struct {
 
 var _ fuse.RawFileSystem = (*counted)(nil)
 
-// start is when a request began, if requests are timed.
+// start lets a request through the gate (see FS.Quiesce), and is when
+// it began, if requests are timed.
 func (c *counted) start() time.Time {
+	c.reqs.gate.enter()
 	if c.timed == nil {
 		return time.Time{}
 	}
@@ -28,6 +30,7 @@ func (c *counted) start() time.Time {
 
 // done counts a request answered, and times it.
 func (c *counted) done(op stats.Op, start time.Time) {
+	c.reqs.gate.leave()
 	c.reqs.n[op].Add(1)
 	if c.timed != nil {
 		c.timed(op, time.Since(start))

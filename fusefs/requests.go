@@ -8,8 +8,12 @@ import (
 	"github.com/kvfs/kvfs/internal/stats"
 )
 
-// requests counts the FUSE requests a mount answered, by type.
-type requests struct{ n [stats.NumOps]atomic.Int64 }
+// requests counts the FUSE requests a mount answered, by type, and lets
+// them in through its gate.
+type requests struct {
+	n    [stats.NumOps]atomic.Int64
+	gate gate
+}
 
 // counts are the types seen so far and how many of each were answered:
 // the mount's fuse_requests.

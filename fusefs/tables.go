@@ -109,3 +109,38 @@ func (o *objects) get(id core.ID) *object {
 	defer o.mu.RUnlock()
 	return o.m[id]
 }
+
+// each calls fn on every open handle; no request may hold one (the
+// file system is quiesced).
+func (t *handleTable[T]) each(fn func(fh uint64, v T)) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for fh, s := range t.slots {
+		if s.used {
+			fn(uint64(fh), s.v)
+		}
+	}
+}
+
+// putAt gives v the number fh, which a predecessor gave it (a
+// handover); reindex after the last.
+func (t *handleTable[T]) putAt(fh uint64, v T) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for uint64(len(t.slots)) <= fh {
+		t.slots = append(t.slots, slot[T]{})
+	}
+	t.slots[fh] = slot[T]{v: v, used: true, busy: new(sync.WaitGroup)}
+}
+
+// reindex lists the numbers putAt left free.
+func (t *handleTable[T]) reindex() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.free = t.free[:0]
+	for fh := len(t.slots) - 1; fh > 0; fh-- {
+		if !t.slots[fh].used {
+			t.free = append(t.free, uint64(fh))
+		}
+	}
+}

@@ -3,6 +3,7 @@ package mount
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,13 @@ type Mount struct {
 	// quotaBytes is the store's project quota limit; 0: not capped.
 	quotaBytes int64
 	guard      *Guard // nil without Options.Guard
+	// handover takes handover requests (handover.go); nil: none.
+	handover *net.UnixListener
+	// held: the objects a predecessor's handles hold (a handover).
+	held map[blob.ID]bool
+	// TookOver is how long taking the mount over from a live daemon
+	// took, from the request to serving; zero for a new mount.
+	TookOver time.Duration
 }
 
 // Start validates the options, loads the store (reclaiming what a crash
@@ -51,12 +59,17 @@ func Start(o Options) (*Mount, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	// Modes come from the kernel with the caller's umask applied already.
+	unix.Umask(0)
+	if conn := dialHandover(o); conn != nil {
+		// A live kvfs serves this store here: take its mount over.
+		defer conn.Close()
+		return takeOver(o, conn)
+	}
 	releaseStuckOwner(o.Store, log)
 	if err := checkMountpoint(o.Mountpoint, log); err != nil {
 		return nil, err
 	}
-	// Modes come from the kernel with the caller's umask applied already.
-	unix.Umask(0)
 	store, err := blob.Open(o.Store)
 	switch {
 	case errors.Is(err, blob.ErrLocked), errors.Is(err, blob.ErrNotStore):
@@ -117,6 +130,7 @@ func (m *Mount) load(store *blob.Store) error {
 		Now:                m.Now,
 		Logger:             m.log.Named("core"),
 		Published:          m.publishHook(),
+		Held:               m.held,
 	})
 	if err != nil {
 		store.Close()
@@ -142,12 +156,56 @@ func (m *Mount) load(store *blob.Store) error {
 	}
 	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), CacheTimeout: m.CacheTimeout, RAM: m.ram, Logger: m.log.Named("fusefs"),
 		Remote: m.tier, Stats: m.statsJSON})
-	c.Start(m.dropped)
 	return nil
 }
 
 func (m *Mount) mount() error {
-	opts := &fuse.MountOptions{
+	m.core.Start(m.dropped)
+	server, err := fuse.NewServer(m.fs.Instrument(m.requestTimer()), m.Mountpoint, m.mountOptions())
+	if err != nil {
+		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
+	}
+	// Before serving: a request may come as soon as the mount exists
+	// (`kvfs stats` read the root's stats attribute, which asks the
+	// server whether the kernel took passthrough, and got EIO from a nil
+	// server).
+	m.server = server
+	if err := m.guard.mounted(m.Mountpoint); err != nil {
+		m.log.Warn("the guard cannot watch the mount", zap.Error(err))
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
+	}
+	if err := requestTimeoutOffered(m.RequestTimeout, server.KernelSettings().Flags64()); err != nil {
+		m.unmountRefused(server)
+		return err
+	}
+	logRequestTimeout(m.RequestTimeout, m.log)
+	m.widenReadahead(maxRead)
+	m.serving("mounted")
+	return nil
+}
+
+// serving logs what the mount serves with, and warns of what it lacks.
+func (m *Mount) serving(how string) {
+	m.log.Info(how, zap.String("mountpoint", m.Mountpoint), zap.Int64("capacity", m.Capacity),
+		zap.Bool("passthrough", m.PassthroughActive()), zap.Bool("strict_capacity", m.StrictCapacity),
+		zap.Int64("ram_cache", m.RAMCache))
+	if m.passthrough() && !m.PassthroughActive() {
+		m.log.Warn("the kernel refused FUSE passthrough; every byte goes through the daemon")
+	}
+	if m.ram != nil && m.PassthroughActive() {
+		m.log.Warn("the RAM tier only serves plain reads, and passthrough serves them all here; " +
+			"mount with --no-passthrough or --strict-capacity to use it")
+	}
+	m.listenHandover()
+}
+
+// mountOptions are the server's options, for a new mount and for one
+// taken over.
+func (m *Mount) mountOptions() *fuse.MountOptions {
+	return &fuse.MountOptions{
 		Name:       "kvfs",
 		FsName:     m.Store,
 		AllowOther: m.AllowOther,
@@ -172,39 +230,6 @@ func (m *Mount) mount() error {
 		Debug:          m.DebugFUSE,
 		Logger:         zap.NewStdLog(m.log.Named("fuse")),
 	}
-	server, err := fuse.NewServer(m.fs.Instrument(m.requestTimer()), m.Mountpoint, opts)
-	if err != nil {
-		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
-	}
-	// Before serving: a request may come as soon as the mount exists
-	// (`kvfs stats` read the root's stats attribute, which asks the
-	// server whether the kernel took passthrough, and got EIO from a nil
-	// server).
-	m.server = server
-	if err := m.guard.mounted(m.Mountpoint); err != nil {
-		m.log.Warn("the guard cannot watch the mount", zap.Error(err))
-	}
-	go server.Serve()
-	if err := server.WaitMount(); err != nil {
-		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
-	}
-	if err := requestTimeoutOffered(m.RequestTimeout, server.KernelSettings().Flags64()); err != nil {
-		m.unmountRefused(server)
-		return err
-	}
-	logRequestTimeout(m.RequestTimeout, m.log)
-	m.widenReadahead(maxRead)
-	m.log.Info("mounted", zap.String("mountpoint", m.Mountpoint), zap.Int64("capacity", m.Capacity),
-		zap.Bool("passthrough", m.PassthroughActive()), zap.Bool("strict_capacity", m.StrictCapacity),
-		zap.Int64("ram_cache", m.RAMCache))
-	if m.passthrough() && !m.PassthroughActive() {
-		m.log.Warn("the kernel refused FUSE passthrough; every byte goes through the daemon")
-	}
-	if m.ram != nil && m.PassthroughActive() {
-		m.log.Warn("the RAM tier only serves plain reads, and passthrough serves them all here; " +
-			"mount with --no-passthrough or --strict-capacity to use it")
-	}
-	return nil
 }
 
 // unmountRefused takes back a mount whose INIT settled on something kvfs
@@ -266,6 +291,10 @@ func (m *Mount) RAMWait() { m.ram.Wait() }
 // snapshot and releases the store.
 func (m *Mount) Wait() {
 	m.server.Wait()
+	if m.handover != nil {
+		m.handover.Close()
+		os.Remove(socketPath(m.Store))
+	}
 	m.fs.Close()
 	m.ram.Close()
 	m.closeRemote()

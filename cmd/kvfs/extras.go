@@ -46,8 +46,11 @@ func checkProgressEvery(d time.Duration) error {
 
 // extras are those parts, once started.
 type extras struct {
-	metrics  *metrics.Metrics // nil: no endpoint
-	server   *metrics.Server
+	metrics *metrics.Metrics // nil: no endpoint
+	server  *metrics.Server
+	// late: the address to listen on once a handover is done (the old
+	// daemon holds it till then).
+	late     string
 	progress *progress.Reporter
 }
 
@@ -66,12 +69,19 @@ func (x extraFlags) start(o *mount.Options, log *zap.Logger) (*extras, error) {
 	if err := metrics.CheckAddr(*x.metricsAddr); err != nil {
 		return nil, usageerr.Errorf("--metrics-addr: %v", err)
 	}
+	e.metrics = metrics.New()
+	o.Observer = e.metrics
 	srv, err := metrics.Listen(*x.metricsAddr)
+	if err != nil && mount.HandoverPossible(*o) {
+		// The daemon this one takes the mount over from holds the
+		// address until it exits: taken then (serve).
+		e.late = *x.metricsAddr
+		return e, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	e.metrics, e.server = metrics.New(), srv
-	o.Observer = e.metrics
+	e.server = srv
 	return e, nil
 }
 
@@ -80,6 +90,21 @@ func (e *extras) serve(m *mount.Mount, stdout io.Writer, log *zap.Logger) {
 	e.progress.Done()
 	if e.metrics == nil {
 		return
+	}
+	if e.late != "" {
+		// Free once the old daemon is gone, which it is by now; a
+		// moment for its sockets to close.
+		var err error
+		for i := 0; i < 50; i++ {
+			if e.server, err = metrics.Listen(e.late); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			log.Error("no metrics endpoint after the handover", zap.String("addr", e.late), zap.Error(err))
+			return
+		}
 	}
 	e.metrics.Watch(metrics.Source{Stats: m.Stats, Loaded: m.Loaded, StoreQuotaBytes: m.QuotaBytes()})
 	e.server.Serve(e.metrics, log.Named("metrics"))

@@ -19,6 +19,11 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// build names this build of kvfs in its log (go build -ldflags
+// "-X main.build=NAME"), so an upgrade in place shows which daemon
+// serves.
+var build = "dev"
+
 const usage = `usage:
   kvfs mount [--store DIR] [--capacity SIZE] [flags] MOUNTPOINT
   kvfs unmount [--timeout D] [--force] MOUNTPOINT
@@ -162,6 +167,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	defer log.Sync()
 	o.Logger = log.Named("mount")
+	o.Logger.Info("kvfs", zap.String("build", build), zap.Int("pid", os.Getpid()))
 	mount.ShedQuotaExemption(o, o.Logger)
 	x, err := mf.extra.start(&o, log)
 	if err != nil {

@@ -1,0 +1,158 @@
+package fusefs
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/remote"
+)
+
+// A handover (package mount) passes the live FUSE connection to a new
+// daemon. The kernel's view of the mount is node IDs (the core's IDs,
+// which the checkpoint keeps), open file and directory handles by
+// number, passthrough backing IDs (registered on the connection, which
+// outlives this process) and the remote tier's placeholders. The old
+// FS quiesces (its gate holds every new request, and what it let in
+// finishes), exports that view with the handles' stored files, and its
+// successor imports it before it serves.
+
+// HandleRecord is an open file handle as the kernel numbered it.
+type HandleRecord struct {
+	Fh uint64 `json:"fh"`
+	core.HandleState
+	Passthrough bool `json:"passthrough,omitempty"`
+	Backed      bool `json:"backed,omitempty"`
+	Existing    bool `json:"existing,omitempty"`
+}
+
+// ObjectRecord is what an object's handles share.
+type ObjectRecord struct {
+	ID          core.ID `json:"id"`
+	Backing     int32   `json:"backing,omitempty"`
+	BackingRefs int     `json:"backing_refs,omitempty"`
+	Cached      bool    `json:"cached,omitempty"`
+}
+
+// DirRecord is an open directory handle.
+type DirRecord struct {
+	Fh uint64  `json:"fh"`
+	ID core.ID `json:"id"`
+}
+
+// PlaceholderRecord is a remote name the kernel has looked up and not
+// forgotten, not installed yet.
+type PlaceholderRecord struct {
+	ID      core.ID     `json:"id"`
+	Parent  core.ID     `json:"parent"`
+	Name    string      `json:"name"`
+	Path    string      `json:"path"`
+	Info    remote.Info `json:"info"`
+	Lookups uint64      `json:"lookups"`
+}
+
+// State is the kernel's view of the mount, as a successor takes it.
+type State struct {
+	Handles      []HandleRecord      `json:"handles,omitempty"`
+	Objects      []ObjectRecord      `json:"objects,omitempty"`
+	Dirs         []DirRecord         `json:"dirs,omitempty"`
+	Placeholders []PlaceholderRecord `json:"placeholders,omitempty"`
+	NoBacking    bool                `json:"no_backing,omitempty"`
+}
+
+// Quiesce closes the gate every request passes and waits, up to limit,
+// until each request let in has finished, its reply written
+// (outstanding: the server's count of requests read and not finished),
+// and the kernel notices queued so far are sent. Requests that come
+// meanwhile wait at the gate: the successor has the kernel send them
+// again. On an error the caller Resumes.
+func (f *FS) Quiesce(outstanding func() int, limit time.Duration) error {
+	if err := f.reqs.gate.close(outstanding, limit); err != nil {
+		return err
+	}
+	for {
+		select {
+		case n := <-f.notices:
+			f.deliver(n)
+		default:
+			return nil
+		}
+	}
+}
+
+// Resume lets requests in again after a Quiesce whose handover failed.
+func (f *FS) Resume() { f.reqs.gate.open() }
+
+// Export describes the kernel's view of a quiesced FS, with the stored
+// file of each handle, in the order of State.Handles.
+func (f *FS) Export() (State, []*os.File) {
+	var st State
+	var files []*os.File
+	st.NoBacking = f.noBacking.Load()
+	f.files.each(func(fh uint64, h *handle) {
+		st.Handles = append(st.Handles, HandleRecord{Fh: fh, HandleState: h.State(),
+			Passthrough: h.passthrough, Backed: h.backed, Existing: h.existing})
+		files = append(files, h.File())
+	})
+	f.dirs.each(func(fh uint64, d *dirStream) { st.Dirs = append(st.Dirs, DirRecord{Fh: fh, ID: d.id}) })
+	f.objects.mu.RLock()
+	for _, ob := range f.objects.m {
+		ob.mu.Lock()
+		st.Objects = append(st.Objects, ObjectRecord{ID: ob.id, Backing: ob.backing, BackingRefs: ob.backingRefs, Cached: ob.cached.Load()})
+		ob.mu.Unlock()
+	}
+	f.objects.mu.RUnlock()
+	f.remotes.mu.Lock()
+	for _, r := range f.remotes.byID {
+		if !r.installed.Load() {
+			st.Placeholders = append(st.Placeholders, PlaceholderRecord{ID: r.id, Parent: r.parent, Name: r.name,
+				Path: r.path, Info: r.info, Lookups: r.lookups})
+		}
+	}
+	f.remotes.mu.Unlock()
+	return st, files
+}
+
+// Import takes a predecessor's view over, before the FS serves: each
+// handle is made again over its stored file (files, in the order of
+// st.Handles) under the number the kernel knows it by. The core has
+// loaded the predecessor's checkpoint; call core.EndHandover after.
+func (f *FS) Import(st State, files []*os.File) error {
+	if len(files) != len(st.Handles) {
+		return fmt.Errorf("import: %d stored files for %d handles", len(files), len(st.Handles))
+	}
+	f.noBacking.Store(st.NoBacking)
+	for i, r := range st.Handles {
+		ch, err := f.core.AdoptHandle(r.HandleState, files[i])
+		if err != nil {
+			return fmt.Errorf("import of handle %d (object %d): %w", r.Fh, r.ID, err)
+		}
+		h := f.adopt(ch, r.Existing)
+		h.passthrough, h.backed = r.Passthrough, r.Backed
+		f.files.putAt(r.Fh, h)
+	}
+	for _, r := range st.Objects {
+		ob := f.objects.get(r.ID)
+		if ob == nil {
+			return fmt.Errorf("import: object %d has no handle", r.ID)
+		}
+		ob.mu.Lock()
+		ob.backing, ob.backingRefs = r.Backing, r.BackingRefs
+		ob.mu.Unlock()
+		ob.cached.Store(r.Cached)
+	}
+	for _, d := range st.Dirs {
+		f.dirs.putAt(d.Fh, &dirStream{id: d.ID, pos: ^uint64(0)})
+	}
+	for _, p := range st.Placeholders {
+		r := &remoteNode{fs: f, id: p.ID, parent: p.Parent, name: p.Name, path: p.Path, info: p.Info, lookups: p.Lookups}
+		f.remotes.mu.Lock()
+		f.remotes.byID[r.id], f.remotes.byName[nameKey{r.parent, r.name}] = r, r
+		f.remotes.n.Add(1)
+		f.remotes.mu.Unlock()
+	}
+	f.files.reindex()
+	f.dirs.reindex()
+	return nil
+}

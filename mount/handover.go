@@ -1,0 +1,461 @@
+package mount
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/mountinfo"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// A handover passes a live mount from the daemon serving it to a new
+// one: `kvfs mount` of a store at the mount point a live kvfs serves it
+// on takes the mount over instead of refusing (a new binary, other
+// flags, a restart). Clients see a pause, never an error: the FUSE
+// connection, every node ID, open descriptor and mapping, and the store's
+// lock go to the new daemon; nothing is unmounted.
+//
+// The daemon serving a mount listens on HandoverSocket in its store.
+// A successor connects and asks; the old daemon
+//
+//  1. closes its file system's gate (every new request waits there) and
+//     waits until each request it let in is answered (fusefs.Quiesce);
+//  2. freezes its core: background work stopped, a checkpoint written
+//     that keeps every ID (core.Freeze);
+//  3. sends what the kernel's view depends on (fusefs.Export: open
+//     handles by number, passthrough backing IDs, placeholders; the
+//     writers' state) with the descriptors: /dev/fuse, the store's
+//     lock, each handle's stored file (SCM_RIGHTS);
+//  4. waits for the successor's word. "ready": it exits at once,
+//     unmounting nothing and writing nothing more; the requests its gate
+//     holds die unanswered with it. Anything else (an error, the
+//     successor gone): it thaws and serves on as before.
+//
+// The successor loads the checkpoint with Config.Held (never evicting
+// what a handle holds, whatever its capacity), checks that it is the
+// one sent, makes the handles again (fusefs.Import), builds its server
+// on the passed descriptor (fuse.AdoptServer), says "ready", waits for
+// the old process to be gone, has the kernel send again every request
+// the old one read and never answered (fuse.Server.ResendNotify), and
+// serves.
+//
+// A crash of either at any step leaves a serving mount (the old daemon
+// serves on if the successor dies before "ready") or what a crash leaves
+// today (the successor dies after it: the connection ends with its last
+// descriptor, and the next `kvfs mount` recovers the store). The store
+// is locked throughout by one daemon: its lock's descriptor is passed,
+// never released.
+
+// HandoverSocket is the Unix socket, in the store directory, on which the
+// daemon serving the store takes handover requests.
+const HandoverSocket = "kvfs.handover"
+
+const (
+	handoverVersion = 1
+	// quiesceLimit bounds how long the old daemon waits for the requests
+	// it let in; one still running then (an admission waiting for room,
+	// a remote fetch) fails the handover, and the old daemon serves on.
+	quiesceLimit = 10 * time.Second
+	// readyLimit bounds how long it waits for its successor to load.
+	readyLimit = 10 * time.Minute
+	// goneLimit bounds how long the successor waits for the old daemon
+	// to exit after "ready" before it kills it.
+	goneLimit = 10 * time.Second
+	// fdsPerMessage: SCM_RIGHTS carries at most 253 descriptors a
+	// message.
+	fdsPerMessage = 250
+	// chunk is the most JSON one message carries.
+	chunk = 32 << 10
+)
+
+// handoverRequest is the successor's first message.
+type handoverRequest struct {
+	Version int `json:"version"`
+	PID     int `json:"pid"`
+}
+
+// handoverOffer is the old daemon's answer; the descriptors follow it:
+// /dev/fuse, the store's lock, then each handle's stored file in the
+// order of FS.Handles.
+type handoverOffer struct {
+	Version    int             `json:"version"`
+	Error      string          `json:"error,omitempty"`
+	PID        int             `json:"pid"`
+	Mountpoint string          `json:"mountpoint"`
+	Init       fuse.InitState  `json:"init"`
+	Frozen     core.Frozen     `json:"frozen"`
+	FS         fusefs.State    `json:"fs"`
+	Stalled    time.Duration   `json:"stalled"` // from the gate's closing to the offer
+	Writers    []blob.ID       `json:"writers,omitempty"`
+	Settings   json.RawMessage `json:"settings,omitempty"`
+}
+
+// handoverReply is the successor's word.
+type handoverReply struct {
+	Ready bool   `json:"ready"`
+	Error string `json:"error,omitempty"`
+}
+
+// socketPath is the handover socket of the store dir.
+func socketPath(store string) string { return filepath.Join(store, HandoverSocket) }
+
+// listenHandover takes handover requests from now on. A store whose
+// path is too long for a socket gets none: the daemon serves, and a
+// restart is an unmount.
+func (m *Mount) listenHandover() {
+	path := socketPath(m.Store)
+	os.Remove(path)
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		m.log.Warn("no handover socket: a restart will unmount", zap.String("path", path), zap.Error(err))
+		return
+	}
+	l.SetUnlinkOnClose(false)
+	m.handover = l
+	go func() {
+		for {
+			conn, err := l.AcceptUnix()
+			if err != nil {
+				return
+			}
+			m.handOver(conn)
+			conn.Close()
+		}
+	}()
+}
+
+// handOver serves one successor's request; it returns only if the
+// handover failed, and the mount serves on.
+func (m *Mount) handOver(conn *net.UnixConn) {
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	var req handoverRequest
+	err := readJSON(conn, &req)
+	if errors.Is(err, io.EOF) {
+		return // HandoverPossible, or a successor that changed its mind
+	}
+	if err != nil || req.Version != handoverVersion {
+		m.log.Warn("a handover request that is not one", zap.Int("version", req.Version), zap.Error(err))
+		return
+	}
+	log := m.log.With(zap.Int("successor", req.PID))
+	log.Info("handing the mount over")
+	start := time.Now()
+	if err := m.fs.Quiesce(m.server.Outstanding, quiesceLimit); err != nil {
+		m.fs.Resume()
+		log.Warn("handover refused; serving on", zap.Error(err))
+		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
+		return
+	}
+	fr, err := m.core.Freeze()
+	if err != nil {
+		m.fs.Resume()
+		log.Warn("handover refused: no checkpoint; serving on", zap.Error(err))
+		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
+		return
+	}
+	ok := m.offer(conn, fr, start, log)
+	if ok {
+		// From here on the successor serves the mount: this process
+		// writes nothing more, unmounts nothing, and is gone at once.
+		m.guard.Stop()
+		log.Info("mount handed over; exiting", zap.Duration("stalled", time.Since(start)))
+		m.log.Sync()
+		os.Exit(0)
+	}
+	m.core.Thaw()
+	m.fs.Resume()
+	log.Warn("handover failed; serving on", zap.Duration("stalled", time.Since(start)))
+}
+
+// offer sends the frozen mount and waits for the successor's word.
+func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, log *zap.Logger) bool {
+	st, files := m.fs.Export()
+	dev, err := m.server.DupFD()
+	if err != nil {
+		log.Warn("no descriptor of the connection to pass", zap.Error(err))
+		return false
+	}
+	defer unix.Close(dev)
+	fds := []int{dev, int(m.core.StoreLock().Fd())}
+	var writers []blob.ID
+	for _, h := range st.Handles {
+		if h.Writing {
+			writers = append(writers, h.ID)
+		}
+	}
+	for _, f := range files {
+		fds = append(fds, int(f.Fd()))
+	}
+	o := handoverOffer{Version: handoverVersion, PID: os.Getpid(), Mountpoint: m.Mountpoint,
+		Init: m.server.InitState(), Frozen: fr, FS: st, Writers: writers, Stalled: time.Since(start)}
+	conn.SetDeadline(time.Now().Add(readyLimit))
+	if err := writeJSON(conn, o, fds); err != nil {
+		log.Warn("sending the mount", zap.Error(err))
+		return false
+	}
+	var r handoverReply
+	if err := readJSON(conn, &r); err != nil || !r.Ready {
+		log.Warn("the successor did not take the mount", zap.String("its_error", r.Error), zap.Error(err))
+		return false
+	}
+	return true
+}
+
+// takeOver is Start for a mount a live daemon serves: it asks that
+// daemon for it on conn. ok is false when the daemon refused before
+// anything changed hands (it serves on, and so must the caller's
+// error).
+func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
+	log := o.Logger
+	start := time.Now()
+	conn.SetDeadline(time.Now().Add(quiesceLimit + time.Minute))
+	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid()}, nil); err != nil {
+		return nil, fmt.Errorf("asking for the mount: %w", err)
+	}
+	var offer handoverOffer
+	fds, err := readOffer(conn, &offer)
+	if err != nil {
+		return nil, err
+	}
+	files := make([]*os.File, len(fds))
+	for i, fd := range fds {
+		files[i] = os.NewFile(uintptr(fd), "handed over")
+	}
+	m, err := adopt(o, &offer, files)
+	if err != nil {
+		// Not ours: the old daemon serves on.
+		writeJSON(conn, handoverReply{Error: err.Error()}, nil)
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, fmt.Errorf("taking the mount over (the old daemon serves on): %w", err)
+	}
+	if err := writeJSON(conn, handoverReply{Ready: true}, nil); err != nil {
+		// The old daemon may or may not have heard: if it serves on,
+		// so must we not.
+		return nil, fmt.Errorf("telling the old daemon: %w", err)
+	}
+	m.awaitGone(offer.PID)
+	if errno := m.server.ResendNotify(); errno != fuse.OK {
+		log.Warn("the kernel cannot send again the requests the old daemon held; they wait for the connection's end",
+			zap.String("status", errno.String()))
+	}
+	go m.server.Serve()
+	m.core.Start(m.dropped)
+	if o.Guard != "" {
+		if m.guard, err = startGuard(o.Guard, o); err != nil {
+			log.Warn("no guard for the daemon", zap.Error(err))
+		} else if err := m.guard.mounted(m.Mountpoint); err != nil {
+			log.Warn("the guard cannot watch the mount", zap.Error(err))
+		}
+	}
+	m.widenReadahead(maxRead)
+	m.TookOver = time.Since(start)
+	log.Info("took the mount over", zap.Int("from", offer.PID), zap.Int("handles", len(offer.FS.Handles)),
+		zap.Duration("old_stall_before_offer", offer.Stalled), zap.Duration("took", m.TookOver))
+	m.serving("serving the mount taken over")
+	return m, nil
+}
+
+// adopt builds the mount from the old daemon's offer: the store under
+// its passed lock, the checkpoint it wrote, its handles, a server on its
+// connection; nothing is served yet.
+func adopt(o Options, offer *handoverOffer, files []*os.File) (*Mount, error) {
+	if len(files) < 2 || len(files)-2 != len(offer.FS.Handles) {
+		return nil, fmt.Errorf("%d descriptors passed for %d handles", len(files), len(offer.FS.Handles))
+	}
+	dev, lock, stored := files[0], files[1], files[2:]
+	store, err := blob.OpenLocked(o.Store, lock)
+	if err != nil {
+		return nil, err
+	}
+	store.KeepMarkers(offer.Writers)
+	m := &Mount{Options: o, log: o.Logger}
+	m.held = map[blob.ID]bool{}
+	for _, h := range offer.FS.Handles {
+		m.held[h.ID] = true
+	}
+	if err := m.load(store); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Mount, error) {
+		m.fs.Close()
+		m.closeRemote()
+		m.ram.Close()
+		return nil, err
+	}
+	if m.Loaded.SnapshotTaken != offer.Frozen.Taken {
+		return fail(fmt.Errorf("loaded the checkpoint of %d, the old daemon wrote %d (%s)",
+			m.Loaded.SnapshotTaken, offer.Frozen.Taken, m.Loaded.SnapshotUnused))
+	}
+	if err := m.fs.Import(offer.FS, stored); err != nil {
+		return fail(err)
+	}
+	m.core.EndHandover(offer.Frozen)
+	fd, err := unix.Dup(int(dev.Fd()))
+	if err != nil {
+		return fail(err)
+	}
+	dev.Close()
+	server, err := fuse.AdoptServer(m.fs.Instrument(m.requestTimer()), fd, offer.Mountpoint, offer.Init, m.mountOptions())
+	if err != nil {
+		unix.Close(fd)
+		return fail(err)
+	}
+	m.server = server
+	return m, nil
+}
+
+// awaitGone waits for the old daemon to exit, and kills it if it does
+// not: it said it would, and two daemons must never serve one mount.
+func (m *Mount) awaitGone(pid int) {
+	pfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // gone already
+	}
+	defer unix.Close(pfd)
+	fds := []unix.PollFd{{Fd: int32(pfd), Events: unix.POLLIN}}
+	if n, _ := unix.Poll(fds, int(goneLimit/time.Millisecond)); n > 0 {
+		return
+	}
+	m.log.Warn("the old daemon did not exit after the handover; killing it", zap.Int("pid", pid))
+	unix.PidfdSendSignal(pfd, unix.SIGKILL, nil, 0)
+	unix.Poll(fds, -1)
+}
+
+// dialHandover connects to the daemon that serves o's store at o's
+// mount point, if one does and takes handovers.
+func dialHandover(o Options) *net.UnixConn {
+	e, ok := mountinfo.At(o.Mountpoint)
+	if !ok || e.FSType != FSType {
+		return nil
+	}
+	store, err := filepath.Abs(o.Store)
+	if err != nil || e.Source != store {
+		return nil
+	}
+	path := socketPath(store)
+	conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil
+	}
+	return conn
+}
+
+// The messages: JSON, in chunks of at most chunk bytes, the first
+// prefixed by the whole length; descriptors after it, fdsPerMessage a
+// message, each message's payload one byte.
+
+func writeJSON(conn *net.UnixConn, v any, fds []int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b = append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)
+	for len(b) > 0 {
+		n := min(len(b), chunk)
+		if _, _, err := conn.WriteMsgUnix(b[:n], nil, nil); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	for len(fds) > 0 {
+		n := min(len(fds), fdsPerMessage)
+		if _, _, err := conn.WriteMsgUnix([]byte{'F'}, unix.UnixRights(fds[:n]...), nil); err != nil {
+			return err
+		}
+		fds = fds[n:]
+	}
+	return nil
+}
+
+func readJSON(conn *net.UnixConn, v any) error {
+	buf := make([]byte, chunk)
+	n, _, _, _, err := conn.ReadMsgUnix(buf, nil)
+	if err != nil {
+		return err
+	}
+	if n < 4 {
+		return errors.New("short message")
+	}
+	want := int(binary.BigEndian.Uint32(buf))
+	b := append([]byte(nil), buf[4:n]...)
+	for len(b) < want {
+		n, _, _, _, err := conn.ReadMsgUnix(buf, nil)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errors.New("message cut short")
+		}
+		b = append(b, buf[:n]...)
+	}
+	return json.Unmarshal(b, v)
+}
+
+// readOffer reads the old daemon's offer and the descriptors it passes.
+func readOffer(conn *net.UnixConn, offer *handoverOffer) ([]int, error) {
+	if err := readJSON(conn, offer); err != nil {
+		return nil, fmt.Errorf("reading the old daemon's offer: %w", err)
+	}
+	if offer.Error != "" {
+		return nil, fmt.Errorf("the old daemon keeps the mount: %s", offer.Error)
+	}
+	if offer.Version != handoverVersion {
+		return nil, fmt.Errorf("the old daemon speaks handover version %d, this one %d", offer.Version, handoverVersion)
+	}
+	want := 2 + len(offer.FS.Handles)
+	var fds []int
+	oob := make([]byte, unix.CmsgSpace(fdsPerMessage*4))
+	for len(fds) < want {
+		_, oobn, _, _, err := conn.ReadMsgUnix(make([]byte, 1), oob)
+		if err != nil {
+			closeAll(fds)
+			return nil, fmt.Errorf("reading the passed descriptors: %w", err)
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) == 0 {
+			closeAll(fds)
+			return nil, fmt.Errorf("reading the passed descriptors: %v", err)
+		}
+		for _, msg := range msgs {
+			got, err := unix.ParseUnixRights(&msg)
+			if err != nil {
+				closeAll(fds)
+				return nil, err
+			}
+			fds = append(fds, got...)
+		}
+	}
+	return fds, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// HandoverPossible says whether Start with o would take a live mount
+// over (a kvfs daemon serves o's store at o's mount point and takes
+// handovers), without asking it.
+func HandoverPossible(o Options) bool {
+	conn := dialHandover(o)
+	if conn == nil {
+		return false
+	}
+	conn.Close()
+	return true
+}

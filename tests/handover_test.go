@@ -1,0 +1,327 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// handOver runs `kvfs mount FLAGS MP` with bin where old serves the
+// mount: the new daemon must take the mount over (never unmount it) and
+// old must exit 0 having handed it over.
+func handOver(t *testing.T, bin string, old *daemon, flags ...string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, mp: old.mp, store: old.store, out: &lockedBuffer{}, exited: make(chan struct{}), mountID: old.mountID}
+	d.cmd = exec.Command(bin, append(append([]string{"mount"}, flags...), d.mp)...)
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("starting kvfs: %v", err)
+	}
+	go func() {
+		d.waitErr = d.cmd.Wait()
+		close(d.exited)
+	}()
+	t.Cleanup(d.cleanup)
+	if !d.printed("kvfs: serving") || !d.alive() {
+		t.Fatalf("the new daemon did not take the mount over (%v); its output:\n%s\nthe old one's:\n%s", d.waitErr, d.out, old.out)
+	}
+	if !old.waitExited() || old.waitErr != nil || !strings.Contains(old.out.String(), "mount handed over") {
+		t.Fatalf("the old daemon did not hand over and exit 0 (%v); its output:\n%s", old.waitErr, old.out)
+	}
+	return d
+}
+
+const KiB = 1 << 10
+
+// stormKey is one object a storm worker owns: it knows at every moment
+// whether the object exists and what it holds.
+type stormKey struct {
+	name string
+	size int // 0: absent
+}
+
+// TestHandoverUnderLoad (issue 19): the daemon is replaced 20 times,
+// alternating two builds and two capacities, while four workers store
+// (LMCache fs_native: temp file, link, unlink), load, stat and unlink
+// objects, a descriptor and a read-only mapping of an object are held
+// across every handover, and a writer keeps one object open, writing a
+// piece after each. Every client call must succeed; after each
+// handover the mount is the same mount (ID and device), every object
+// holds what its worker last stored, the held object reads the same
+// through both, and the ledger equals the store. The writer's object is
+// whole at its close, and the store is clean at the end.
+func TestHandoverUnderLoad(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "kvfs-b")
+	build := exec.Command("go", "build", "-ldflags", "-X main.build=b", "-o", other, "github.com/kvfs/kvfs/cmd/kvfs")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the second kvfs: %v\n%s", err, out)
+	}
+	capacities := []string{"64MiB", "48MiB"}
+	d := startDaemon(t, mp, "--store", store, "--capacity", capacities[0])
+	mountID := d.mountID
+	var st0 unix.Stat_t
+	if err := unix.Stat(mp, &st0); err != nil {
+		t.Fatal(err)
+	}
+
+	// The held object: a descriptor and a read-only shared mapping.
+	heldData := make([]byte, 2*MiB)
+	fillObject(heldData, "held")
+	heldPath := filepath.Join(mp, "held.data")
+	if err := os.WriteFile(heldPath, heldData, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(heldPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	mapped, err := unix.Mmap(int(held.Fd()), 0, len(heldData), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mapped)
+	// The writer, one piece before the first handover and one after each.
+	piece := make([]byte, 256*KiB)
+	writerPath := filepath.Join(mp, "writer.data")
+	writer, err := os.OpenFile(writerPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := 0
+	writePiece := func() {
+		t.Helper()
+		for i := range piece {
+			piece[i] = byte(written/len(piece) + i)
+		}
+		if _, err := writer.Write(piece); err != nil {
+			t.Fatalf("the writer held across handovers: %v", err)
+		}
+		written += len(piece)
+	}
+	writePiece()
+
+	// The storm.
+	var pause sync.RWMutex // a worker holds it shared across each call; checks take it
+	var ops, failures atomic.Int64
+	var firstErr atomic.Value
+	fail := func(err error) {
+		if failures.Add(1) == 1 {
+			firstErr.Store(err)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	keys := make([][]stormKey, 4)
+	seq := &atomic.Int64{}
+	for w := range keys {
+		for i := range 8 {
+			keys[w] = append(keys[w], stormKey{name: fmt.Sprintf("w%d-k%d", w, i)})
+		}
+		wg.Go(func() {
+			cl := &fsNative{base: mp, seq: seq, whole: w%2 == 0}
+			r := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			buf := make([]byte, MiB)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := &keys[w][r.IntN(len(keys[w]))]
+				pause.RLock()
+				err := stormOp(cl, k, r, buf)
+				pause.RUnlock()
+				if err != nil {
+					fail(fmt.Errorf("worker %d, %s: %w", w, k.name, err))
+				}
+				ops.Add(1)
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(hangGuard):
+			// Calls that no daemon will ever answer: abort the
+			// connection, which fails them, so the test can end.
+			unix.Unmount(mp, unix.MNT_FORCE)
+			<-done
+		}
+	}()
+	wantOps := func(n int64) {
+		t.Helper()
+		target := ops.Load() + n
+		if !waitFor(func() bool { return ops.Load() >= target || failures.Load() > 0 }) {
+			t.Fatalf("the storm stalled at %d operations", ops.Load())
+		}
+	}
+
+	for round := 1; round <= 20; round++ {
+		wantOps(40)
+		bin, build := kvfsBin, "dev"
+		if round%2 == 1 {
+			bin, build = other, "b"
+		}
+		capacity := capacities[round%2]
+		d = handOver(t, bin, d, "--store", store, "--capacity", capacity)
+		if !strings.Contains(d.out.String(), `"build": "`+build+`"`) {
+			t.Fatalf("round %d: the daemon is not build %s:\n%s", round, build, d.out)
+		}
+		wantOps(40)
+		if n := failures.Load(); n > 0 {
+			t.Fatalf("round %d: %d client calls failed; the first: %v\nthe daemon's output:\n%s", round, n, firstErr.Load(), d.out)
+		}
+		var st unix.Stat_t
+		m, ok := mountAt(mp)
+		if err := unix.Stat(mp, &st); err != nil || !ok || m.ID != mountID || st.Dev != st0.Dev {
+			t.Fatalf("round %d: the mount changed: ID %d (was %d), device %d (was %d), %v", round, m.ID, mountID, st.Dev, st0.Dev, err)
+		}
+		pause.Lock()
+		checkStorm(t, mp, keys)
+		if !bytes.Equal(mapped, heldData) {
+			t.Fatalf("round %d: the held mapping changed", round)
+		}
+		got := make([]byte, len(heldData))
+		if n, err := held.ReadAt(got, 0); n != len(got) || err != nil || !bytes.Equal(got, heldData) {
+			t.Fatalf("round %d: the held descriptor reads %d bytes, %v", round, n, err)
+		}
+		writePiece()
+		requireLedgerIsStore(t, d)
+		s := stats(t, mp)
+		if want := fmt.Sprint(s.CapacityBytes); capacity != "64MiB" && want != fmt.Sprint(48*MiB) || capacity == "64MiB" && want != fmt.Sprint(64*MiB) {
+			t.Fatalf("round %d: capacity %s after a handover with --capacity %s", round, want, capacity)
+		}
+		pause.Unlock()
+	}
+	close(stop)
+	wg.Wait()
+	stop = make(chan struct{})
+	if n := failures.Load(); n > 0 {
+		t.Fatalf("%d client calls failed; the first: %v", n, firstErr.Load())
+	}
+	if err := writer.Close(); err != nil {
+		t.Fatalf("closing the writer: %v", err)
+	}
+	data, err := os.ReadFile(writerPath)
+	if err != nil || len(data) != written {
+		t.Fatalf("the writer's object: %d bytes, %v; want %d", len(data), err, written)
+	}
+	for off := 0; off < written; off += len(piece) {
+		if data[off] != byte(off/len(piece)) || data[off+len(piece)-1] != byte(off/len(piece)+len(piece)-1) {
+			t.Fatalf("the writer's object is wrong at piece %d", off/len(piece))
+		}
+	}
+	unix.Munmap(mapped)
+	mapped = nil
+	held.Close()
+	t.Logf("20 handovers under a storm of %d calls, 0 failed", ops.Load())
+	final := stats(t, mp)
+	d.stop()
+	requireCleanFsck(t, store, final)
+}
+
+// stormOp is one call of a storm worker on its key k: a store of an
+// absent object, else a load, a stat or an unlink of it.
+func stormOp(cl *fsNative, k *stormKey, r *rand.Rand, buf []byte) error {
+	p := filepath.Join(cl.base, k.name+".data")
+	if k.size == 0 {
+		size := 64*KiB + r.IntN(15)*64*KiB
+		data := buf[:size]
+		fillObject(data, k.name)
+		wrote, err := cl.store(k.name, data)
+		if err != nil {
+			return err
+		}
+		if !wrote {
+			return errors.New("store found the object present")
+		}
+		k.size = size
+		return nil
+	}
+	switch r.IntN(4) {
+	case 0, 1:
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return checkObject(data, k.name, k.size)
+	case 2:
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return err
+		}
+		if st.Size != int64(k.size) {
+			return fmt.Errorf("stat: %d bytes, want %d", st.Size, k.size)
+		}
+		return nil
+	}
+	if err := unix.Unlink(p); err != nil {
+		return err
+	}
+	k.size = 0
+	return nil
+}
+
+// checkStorm requires every object to hold what its worker last stored,
+// and every other name of the workers to be absent.
+func checkStorm(t *testing.T, mp string, keys [][]stormKey) {
+	t.Helper()
+	for _, ks := range keys {
+		for _, k := range ks {
+			data, err := os.ReadFile(filepath.Join(mp, k.name+".data"))
+			switch {
+			case k.size == 0 && !errors.Is(err, fs.ErrNotExist):
+				t.Fatalf("%s: unlinked, yet %d bytes, %v", k.name, len(data), err)
+			case k.size > 0 && err != nil:
+				t.Fatalf("%s: lost: %v", k.name, err)
+			case k.size > 0:
+				if err := checkObject(data, k.name, k.size); err != nil {
+					t.Fatalf("%s: changed: %v", k.name, err)
+				}
+			}
+		}
+	}
+}
+
+// requireLedgerIsStore: what the ledger charges, less the reservations
+// of open writers, is what the store holds (each inode once, rounded up
+// to a block), once the poller has seen the writer's last bytes.
+func requireLedgerIsStore(t *testing.T, d *daemon) {
+	t.Helper()
+	var msg string
+	if !waitFor(func() bool {
+		st := stats(t, d.mp)
+		held, err := storeBytes(d.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg = fmt.Sprintf("used %d, reserved %d, the store holds %d", st.UsedBytes, st.ReservedBytes, held)
+		return st.UsedBytes-st.ReservedBytes == held
+	}) {
+		t.Fatalf("the ledger is not the store after a handover: %s", msg)
+	}
+}
