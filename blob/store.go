@@ -148,8 +148,6 @@ func OpenLocked(dir string, lock *os.File) (*Store, error) {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return nil, fmt.Errorf("%s: the lock passed is not the store's: %w", abs, err)
 	}
-	lock.Truncate(0)
-	lock.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
 	s := &Store{dir: abs, lock: lock, racy: racyWindow, step: cpStep}
 	if err := s.openLayout(); err != nil {
 		s.Close()
@@ -158,6 +156,13 @@ func OpenLocked(dir string, lock *os.File) (*Store, error) {
 	s.resetIndex(0)
 	s.nextID.Store(uint64(RootID))
 	return s, nil
+}
+
+// ClaimLock writes this process's ID in the lock file, as Open does: a
+// successor (OpenLocked) once its predecessor has let the store go.
+func (s *Store) ClaimLock() {
+	s.lock.Truncate(0)
+	s.lock.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
 }
 
 // Lock is the store's lock file, to pass to a successor (OpenLocked).

@@ -173,6 +173,9 @@ func (c *Core) EndHandover(fr Frozen) {
 	c.heldPins = nil
 }
 
+// ClaimStore marks the store this process's (see blob.Store.ClaimLock).
+func (c *Core) ClaimStore() { c.store.ClaimLock() }
+
 // StoreLock is the store's lock file, which a handover passes on (see
 // blob.OpenLocked).
 func (c *Core) StoreLock() *os.File { return c.store.Lock() }

@@ -152,13 +152,16 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	log := m.log.With(zap.Int("successor", req.PID))
 	log.Info("handing the mount over")
 	start := time.Now()
+	failpoint("handover-asked")
 	if err := m.fs.Quiesce(m.server.Outstanding, quiesceLimit); err != nil {
 		m.fs.Resume()
 		log.Warn("handover refused; serving on", zap.Error(err))
 		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
 		return
 	}
+	failpoint("handover-quiesced")
 	fr, err := m.core.Freeze()
+	failpoint("handover-frozen")
 	if err != nil {
 		m.fs.Resume()
 		log.Warn("handover refused: no checkpoint; serving on", zap.Error(err))
@@ -167,6 +170,7 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	}
 	ok := m.offer(conn, fr, start, log)
 	if ok {
+		failpoint("handover-ready")
 		// From here on the successor serves the mount: this process
 		// writes nothing more, unmounts nothing, and is gone at once.
 		m.guard.Stop()
@@ -205,12 +209,35 @@ func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, log *
 		log.Warn("sending the mount", zap.Error(err))
 		return false
 	}
+	failpoint("handover-offered")
 	var r handoverReply
 	if err := readJSON(conn, &r); err != nil || !r.Ready {
 		log.Warn("the successor did not take the mount", zap.String("its_error", r.Error), zap.Error(err))
 		return false
 	}
 	return true
+}
+
+// errPredecessorGone: the daemon asked for its mount went away before it
+// passed anything; the mount is then as its crash left it.
+var errPredecessorGone = errors.New("the old daemon went away")
+
+// waitUnlocked waits, up to goneLimit, until no process holds the
+// store's lock: a daemon that died is still exiting for a moment.
+func waitUnlocked(store string) {
+	deadline := time.Now().Add(goneLimit)
+	for time.Now().Before(deadline) {
+		f, err := os.Open(filepath.Join(store, blob.LockName))
+		if err != nil {
+			return
+		}
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		f.Close()
+		if err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // takeOver is Start for a mount a live daemon serves: it asks that
@@ -222,13 +249,14 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	start := time.Now()
 	conn.SetDeadline(time.Now().Add(quiesceLimit + time.Minute))
 	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid()}, nil); err != nil {
-		return nil, fmt.Errorf("asking for the mount: %w", err)
+		return nil, fmt.Errorf("asking for the mount: %w (%w)", err, errPredecessorGone)
 	}
 	var offer handoverOffer
 	fds, err := readOffer(conn, &offer)
 	if err != nil {
 		return nil, err
 	}
+	failpoint("takeover-offered")
 	files := make([]*os.File, len(fds))
 	for i, fd := range fds {
 		files[i] = os.NewFile(uintptr(fd), "handed over")
@@ -242,16 +270,21 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 		}
 		return nil, fmt.Errorf("taking the mount over (the old daemon serves on): %w", err)
 	}
-	if err := writeJSON(conn, handoverReply{Ready: true}, nil); err != nil {
-		// The old daemon may or may not have heard: if it serves on,
-		// so must we not.
+	failpoint("takeover-adopted")
+	if err := writeJSON(conn, handoverReply{Ready: true}, nil); err != nil && alive(offer.PID) {
+		// It cannot have heard, and serves on: so must we not. (Gone,
+		// it left us everything: we serve.)
+		m.abandon(files)
 		return nil, fmt.Errorf("telling the old daemon: %w", err)
 	}
+	failpoint("takeover-ready")
 	m.awaitGone(offer.PID)
+	m.core.ClaimStore()
 	if errno := m.server.ResendNotify(); errno != fuse.OK {
 		log.Warn("the kernel cannot send again the requests the old daemon held; they wait for the connection's end",
 			zap.String("status", errno.String()))
 	}
+	failpoint("takeover-resent")
 	go m.server.Serve()
 	m.core.Start(m.dropped)
 	if o.Guard != "" {
@@ -408,7 +441,7 @@ func readJSON(conn *net.UnixConn, v any) error {
 // readOffer reads the old daemon's offer and the descriptors it passes.
 func readOffer(conn *net.UnixConn, offer *handoverOffer) ([]int, error) {
 	if err := readJSON(conn, offer); err != nil {
-		return nil, fmt.Errorf("reading the old daemon's offer: %w", err)
+		return nil, fmt.Errorf("reading the old daemon's offer: %w (%w)", err, errPredecessorGone)
 	}
 	if offer.Error != "" {
 		return nil, fmt.Errorf("the old daemon keeps the mount: %s", offer.Error)
@@ -458,4 +491,38 @@ func HandoverPossible(o Options) bool {
 	}
 	conn.Close()
 	return true
+}
+
+// abandon lets go of what a handover that did not complete passed.
+func (m *Mount) abandon(files []*os.File) {
+	m.server.Detach()
+	m.fs.Close()
+	m.closeRemote()
+	m.ram.Close()
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// alive says whether process pid still runs.
+func alive(pid int) bool {
+	pfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(pfd)
+	n, _ := unix.Poll([]unix.PollFd{{Fd: int32(pfd), Events: unix.POLLIN}}, 0)
+	return n == 0
+}
+
+// failpointName is the step of a handover at which this process kills
+// itself ($KVFS_FAILPOINT): the tests of a handover cut short at every
+// step.
+var failpointName = os.Getenv("KVFS_FAILPOINT")
+
+func failpoint(step string) {
+	if failpointName == step {
+		unix.Kill(os.Getpid(), unix.SIGKILL)
+		select {}
+	}
 }

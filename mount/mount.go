@@ -63,8 +63,13 @@ func Start(o Options) (*Mount, error) {
 	unix.Umask(0)
 	if conn := dialHandover(o); conn != nil {
 		// A live kvfs serves this store here: take its mount over.
-		defer conn.Close()
-		return takeOver(o, conn)
+		m, err := takeOver(o, conn)
+		conn.Close()
+		if !errors.Is(err, errPredecessorGone) {
+			return m, err
+		}
+		log.Warn("the daemon serving the mount died before it handed it over; mounting afresh, as after a crash", zap.Error(err))
+		waitUnlocked(o.Store)
 	}
 	releaseStuckOwner(o.Store, log)
 	if err := checkMountpoint(o.Mountpoint, log); err != nil {
