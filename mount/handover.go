@@ -271,9 +271,14 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 		return nil, fmt.Errorf("taking the mount over (the old daemon serves on): %w", err)
 	}
 	failpoint("takeover-adopted")
+	undo := func() {}
+	if o.TakingOver != nil {
+		undo = o.TakingOver(offer.PID)
+	}
 	if err := writeJSON(conn, handoverReply{Ready: true}, nil); err != nil && alive(offer.PID) {
 		// It cannot have heard, and serves on: so must we not. (Gone,
 		// it left us everything: we serve.)
+		undo()
 		m.abandon(files)
 		return nil, fmt.Errorf("telling the old daemon: %w", err)
 	}

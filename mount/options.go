@@ -78,6 +78,11 @@ type Options struct {
 	// Guard, when set, is the kvfs binary to run as the daemon's guard
 	// (guard.go) from before the mount exists until the daemon stops.
 	Guard string
+	// TakingOver, when set, is called as this daemon takes a live
+	// mount over from process from, just before it tells it so (a
+	// service manager's main process changes then); undo is called if
+	// the old daemon serves on after all.
+	TakingOver func(from int) (undo func())
 }
 
 // Defaults for the options a user leaves out.

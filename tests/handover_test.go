@@ -464,3 +464,83 @@ func daemonsOf(store string) int {
 	}
 	return n
 }
+
+// TestHandoverAsSystemdReload: the unit's ExecReload, `kvfs mount
+// --background` over the live mount, returns 0 once the new daemon
+// serves; under systemd's $NOTIFY_SOCKET the new daemon makes itself
+// the service's main process (MAINPID) before the old daemon exits,
+// then says READY=1; the old one exits 0 without STOPPING=1 (the
+// service is not stopping) and the mount serves on.
+func TestHandoverAsSystemdReload(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := listenNotify(t, filepath.Join(dir, "notify.sock"), mp)
+	flags := []string{"--store", store, "--capacity", "16MiB"}
+	d := startDaemonEnv(t, kvfsBin, []string{l.env}, mp, flags...)
+	if n := l.next(t, "READY=1"); !strings.Contains(n.msg, "READY=1") {
+		t.Fatalf("first datagram %q", n.msg)
+	}
+	data := make([]byte, 300*KiB)
+	fillObject(data, "obj")
+	if err := os.WriteFile(filepath.Join(mp, "obj.data"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload := exec.Command(kvfsBin, append(append([]string{"mount", "--background"}, flags...), mp)...)
+	reload.Env = append(os.Environ(), l.env)
+	// A file, as systemd's journal is: the daemon keeps writing to it
+	// after the command returns (a pipe would not end).
+	logPath := filepath.Join(dir, "reload.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	reload.Stdout, reload.Stderr = logFile, logFile
+	if err := reload.Run(); err != nil {
+		out, _ := os.ReadFile(logPath)
+		t.Fatalf("kvfs mount --background: %v\n%s", err, out)
+	}
+	var pid int
+	t.Cleanup(func() { stopDetached(t, mp, pid) })
+	main := l.next(t, "MAINPID=")
+	if _, err := fmt.Sscanf(main.msg, "MAINPID=%d", &pid); err != nil || pid == d.cmd.Process.Pid || pid == 0 {
+		t.Fatalf("after the reload: %q; want MAINPID= of the new daemon (the old one is %d)", main.msg, d.cmd.Process.Pid)
+	}
+	if ready := l.next(t, "READY=1"); !strings.Contains(ready.msg, "READY=1") || !ready.answered {
+		t.Fatalf("then %q (mount answering: %v); want READY=1", ready.msg, ready.answered)
+	}
+	if !d.waitExited() || d.waitErr != nil {
+		t.Fatalf("the old daemon did not exit 0: %v", d.waitErr)
+	}
+	if strings.Contains(d.out.String(), "STOPPING") {
+		t.Fatal("the old daemon said STOPPING=1")
+	}
+	select {
+	case n := <-l.received:
+		t.Fatalf("unexpected datagram %q", n.msg)
+	default:
+	}
+	if got, err := os.ReadFile(filepath.Join(mp, "obj.data")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after the reload: %d bytes, %v", len(got), err)
+	}
+	if m, ok := mountAt(mp); !ok || m.ID != d.mountID {
+		t.Fatalf("the mount changed: %v %v", m.ID, ok)
+	}
+}
+
+// stopDetached unmounts mp and waits for daemon pid, which is not the
+// test's child, to exit (killing it if it does not).
+func stopDetached(t *testing.T, mp string, pid int) {
+	runKvfs(nil, "unmount", mp)
+	if pid == 0 {
+		return
+	}
+	if !waitWithin(10*time.Second, func() bool { return unix.Kill(pid, 0) != nil }) {
+		t.Errorf("the detached daemon %d still runs after the unmount", pid)
+		unix.Kill(pid, unix.SIGKILL)
+	}
+}

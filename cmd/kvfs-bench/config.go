@@ -35,7 +35,7 @@ type config struct {
 	threadsDur                 time.Duration
 }
 
-var allWorkloads = []string{"read", "cold", "store", "mixed", "stat", "small", "direct", "flood", "overload", "turnover", "threads", "ledger", "restart", "remote"}
+var allWorkloads = []string{"read", "cold", "store", "mixed", "stat", "small", "direct", "flood", "overload", "turnover", "threads", "ledger", "handover", "restart", "remote"}
 
 // quickValues are the defaults --quick changes, each unless the flag
 // was given explicitly.

@@ -128,6 +128,11 @@ func (b *bench) measure() error {
 			return err
 		}
 	}
+	if w["handover"] {
+		if err := b.handoverRows(); err != nil {
+			return err
+		}
+	}
 	if w["restart"] {
 		return b.restartRows()
 	}

@@ -155,6 +155,9 @@ func cmdMount(args []string, stdout io.Writer) error {
 	if err := explicitZero(mf.fs, "capacity"); err != nil {
 		return err
 	}
+	if mf.background && os.Getenv(backgroundChildEnv) == "" {
+		return background(stdout)
+	}
 	o := mf.opts
 	if o.Remote, err = remoteConfig(mf.fs, &mf.remote); err != nil {
 		return err
@@ -167,7 +170,6 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	defer log.Sync()
 	o.Logger = log.Named("mount")
-	o.Logger.Info("kvfs", zap.String("build", build), zap.Int("pid", os.Getpid()))
 	mount.ShedQuotaExemption(o, o.Logger)
 	x, err := mf.extra.start(&o, log)
 	if err != nil {
@@ -191,10 +193,19 @@ func cmdMount(args []string, stdout io.Writer) error {
 	if bin, err := os.Executable(); err == nil {
 		o.Guard = bin
 	}
+	o.TakingOver = func(from int) (undo func()) {
+		// Under systemd (ExecReload), this process is the service from
+		// now on, before the old daemon exits (NotifyAccess=all).
+		if err := sdNotify(fmt.Sprintf("MAINPID=%d", os.Getpid())); err != nil {
+			log.Warn("sd_notify MAINPID", zap.Error(err))
+		}
+		return func() { sdNotify(fmt.Sprintf("MAINPID=%d", from)) }
+	}
 	m, err := mount.Start(o)
 	if err != nil {
 		return err
 	}
+	o.Logger.Info("kvfs serving", zap.String("build", build), zap.Int("pid", os.Getpid()))
 	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
 		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)
 	x.serve(m, stdout, log)
@@ -204,6 +215,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 		m.Wait()
 		return err
 	}
+	backgroundReady()
 	go func() {
 		for range sigs {
 			life.stopping()
