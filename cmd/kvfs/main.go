@@ -26,6 +26,7 @@ var build = "dev"
 
 const usage = `usage:
   kvfs mount [--store DIR] [--capacity SIZE] [flags] MOUNTPOINT
+      (where a live kvfs serves DIR at MOUNTPOINT: takes its mount over)
   kvfs unmount [--timeout D] [--force] MOUNTPOINT
   kvfs stats [--json | --watch [--interval D] [--count N]] MOUNTPOINT
   kvfs fsck --store DIR [--repair] [--json] [--progress-interval D]
