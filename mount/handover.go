@@ -168,19 +168,42 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
 		return
 	}
+	// The guard stands down before anything is passed: should this
+	// process die from here on, a successor may hold the connection and
+	// the handed-over writers' files, which a guard that saw its
+	// daemon die would empty (capWriters) or abort.
+	m.guard.Stop()
+	m.guard = nil
 	ok := m.offer(conn, fr, start, log)
 	if ok {
 		failpoint("handover-ready")
 		// From here on the successor serves the mount: this process
 		// writes nothing more, unmounts nothing, and is gone at once.
-		m.guard.Stop()
 		log.Info("mount handed over; exiting", zap.Duration("stalled", time.Since(start)))
 		m.log.Sync()
 		os.Exit(0)
 	}
 	m.core.Thaw()
 	m.fs.Resume()
+	m.restartGuard()
 	log.Warn("handover failed; serving on", zap.Duration("stalled", time.Since(start)))
+}
+
+// restartGuard gives the daemon a guard again after a handover that
+// failed.
+func (m *Mount) restartGuard() {
+	if m.Guard == "" {
+		return
+	}
+	g, err := startGuard(m.Guard, m.Options)
+	if err != nil {
+		m.log.Warn("no guard for the daemon", zap.Error(err))
+		return
+	}
+	if err := g.mounted(m.Mountpoint); err != nil {
+		m.log.Warn("the guard cannot watch the mount", zap.Error(err))
+	}
+	m.guard = g
 }
 
 // offer sends the frozen mount and waits for the successor's word.

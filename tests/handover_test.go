@@ -400,6 +400,19 @@ func TestHandoverKilledAtEveryStep(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer held.Close()
+			// A writer half-way: where the mount is never lost it
+			// finishes after, and its object must be whole (no guard of
+			// a dead daemon may empty it under its successor).
+			half := make([]byte, 400*KiB)
+			fillObject(half, "writer")
+			writer, err := os.OpenFile(filepath.Join(mp, "writer.data"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer writer.Close()
+			if _, err := writer.Write(half[:200*KiB]); err != nil {
+				t.Fatal(err)
+			}
 			d := startSuccessor(t, kvfsBin, newEnv, old, flags...)
 			serving := d
 			switch c.want {
@@ -426,7 +439,17 @@ func TestHandoverKilledAtEveryStep(t *testing.T) {
 				if n, err := held.ReadAt(got, 0); n != len(got) || err != nil || !bytes.Equal(got, want["obj4.data"]) {
 					t.Fatalf("the held descriptor reads %d bytes, %v", n, err)
 				}
+				// Time for a dead daemon's guard to do its worst.
+				time.Sleep(300 * time.Millisecond)
+				if _, err := writer.Write(half[200*KiB:]); err != nil {
+					t.Fatalf("the writer after the handover: %v", err)
+				}
+				if err := writer.Close(); err != nil {
+					t.Fatalf("closing the writer: %v", err)
+				}
+				want["writer.data"] = half
 			}
+			writer.Close()
 			held.Close()
 			for name, data := range want {
 				got, err := os.ReadFile(filepath.Join(mp, name))
