@@ -146,6 +146,11 @@ func (f *FS) Import(st State, files []*os.File) error {
 		f.dirs.putAt(d.Fh, &dirStream{id: d.ID, pos: ^uint64(0)})
 	}
 	for _, p := range st.Placeholders {
+		if f.remote == nil {
+			// Mounted without the remote tier now: the kernel's lookups
+			// of these names find nothing and ask again.
+			break
+		}
 		r := &remoteNode{fs: f, id: p.ID, parent: p.Parent, name: p.Name, path: p.Path, info: p.Info, lookups: p.Lookups}
 		f.remotes.mu.Lock()
 		f.remotes.byID[r.id], f.remotes.byName[nameKey{r.parent, r.name}] = r, r
