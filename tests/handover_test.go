@@ -31,6 +31,9 @@ func handOver(t *testing.T, bin string, old *daemon, flags ...string) *daemon {
 	if !old.waitExited() || old.waitErr != nil || !strings.Contains(old.out.String(), "mount handed over") {
 		t.Fatalf("the old daemon did not hand over and exit 0 (%v); its output:\n%s", old.waitErr, old.out)
 	}
+	if strings.Contains(old.out.String(), "DATA RACE") {
+		t.Fatalf("the old daemon (a -race build) reported a data race:\n%s", old.out)
+	}
 	return d
 }
 
