@@ -163,6 +163,7 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	fr, err := m.core.Freeze()
 	failpoint("handover-frozen")
 	if err != nil {
+		m.core.Thaw()
 		m.fs.Resume()
 		log.Warn("handover refused: no checkpoint; serving on", zap.Error(err))
 		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
