@@ -194,6 +194,10 @@ type Core struct {
 	watched map[*Handle]uint64
 	round   uint64
 	wake    chan struct{}
+	// handedWriters: what a predecessor kept of its objects being
+	// written, while their handles are adopted (a handover);
+	// GUARDED_BY(writersMu).
+	handedWriters map[blob.ID]WriterState
 
 	sizesMu lockorder.Mutex
 	// GUARDED_BY(sizesMu): the sizes of the last published objects.

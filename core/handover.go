@@ -2,7 +2,6 @@ package core
 
 import (
 	"errors"
-	"fmt"
 	"os"
 
 	"github.com/kvfs/kvfs/blob"
@@ -122,11 +121,53 @@ func (c *Core) AdoptHandle(st HandleState, f *os.File) (*Handle, error) {
 		c.log.Debug("no reservation for a handed-over writer", zap.Uint64("id", uint64(st.ID)), zap.Error(err))
 	}
 	if st.Writing {
-		if err := c.startWriting(h, false); err != nil {
-			return h, fmt.Errorf("marking a handed-over writer: %w", err)
-		}
+		c.adoptWriting(h)
 	}
 	return h, nil
+}
+
+// ExpectWriters gives the Core what its predecessor kept of the objects
+// being written, before their handles are adopted.
+func (c *Core) ExpectWriters(ws []WriterState) {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	c.handedWriters = map[blob.ID]WriterState{}
+	for _, w := range ws {
+		c.handedWriters[w.ID] = w
+	}
+}
+
+// adoptWriting counts h as writing, as startWriting does, with the
+// predecessor's state of its object: the crash marker is on disk as the
+// predecessor left it (there, or cleared early by a publish, and then
+// not to be made again), so no syscall.
+func (c *Core) adoptWriting(h *Handle) {
+	m := c.marker(h.id)
+	m.Lock()
+	defer m.Unlock()
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if c.cfg.Passthrough {
+		if _, ok := c.watched[h]; !ok {
+			c.watched[h] = c.round
+			c.nudge()
+		}
+	}
+	if c.marked[h.id] == 0 {
+		w, ok := c.handedWriters[h.id]
+		if !ok {
+			w.Base, _, _ = c.ledger.Size(h.id)
+		}
+		c.base[h.id] = w.Base
+		if w.HasSettled {
+			c.settled[h.id] = w.Settled
+		}
+		if w.Early {
+			c.early[h.id] = true
+		}
+	}
+	c.marked[h.id]++
+	h.writing = true
 }
 
 // adoptUnnamed charges an object that has no name, at its stored size.
@@ -147,22 +188,11 @@ func (c *Core) adoptUnnamed(id blob.ID, f *os.File) error {
 	return nil
 }
 
-// EndHandover restores the predecessor's writers' state and drops the
-// pins Config.Held made; every adopted handle holds its own by now.
+// EndHandover drops the pins Config.Held made (every adopted handle
+// holds its own by now) and takes the predecessor's recent sizes.
 func (c *Core) EndHandover(fr Frozen) {
 	c.writersMu.Lock()
-	for _, w := range fr.Writers {
-		if c.marked[w.ID] == 0 {
-			continue
-		}
-		c.base[w.ID] = w.Base
-		if w.HasSettled {
-			c.settled[w.ID] = w.Settled
-		}
-		if w.Early {
-			c.early[w.ID] = true
-		}
-	}
+	c.handedWriters = nil
 	c.writersMu.Unlock()
 	for _, s := range fr.Sizes {
 		c.published(s)

@@ -51,6 +51,25 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if _, err := writer.Write(first, 0); err != nil {
 		t.Fatal(err)
 	}
+	// A writer whose object was published while it is open (its last
+	// close settled it, then a link): its crash marker went early, and
+	// must not come back with the handover.
+	early, err := old.Create(blob.RootID, "early", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := early.Write(first, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := early.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Link(early.ID(), blob.RootID, "early-pub"); err != nil {
+		t.Fatal(err)
+	}
+	if old.markers() != 1 {
+		t.Fatalf("%d crash markers before the handover; want half's only", old.markers())
+	}
 	ids := map[string]blob.ID{}
 	for _, n := range []string{"held", "cold", "a", "b", "c", "half"} {
 		ids[n] = old.lookupID(n)
@@ -60,7 +79,7 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handles := []*Handle{reader, gone, writer}
+	handles := []*Handle{reader, gone, writer, early}
 	states := make([]HandleState, len(handles))
 	heldIDs := map[blob.ID]bool{}
 	var writing []blob.ID
@@ -71,8 +90,8 @@ func TestHandoverKeepsHandles(t *testing.T) {
 			writing = append(writing, h.ID())
 		}
 	}
-	if len(writing) != 1 || len(fr.Writers) != 1 {
-		t.Fatalf("frozen: %+v, writing %v; want the one writer", fr, writing)
+	if len(writing) != 2 || len(fr.Writers) != 2 {
+		t.Fatalf("frozen: %+v, writing %v; want the two writers", fr, writing)
 	}
 
 	store, err := blob.OpenLocked(dir, old.store.Lock())
@@ -92,6 +111,7 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if rep.SnapshotTaken != fr.Taken {
 		t.Fatalf("successor loaded the checkpoint of %d, the predecessor wrote %d", rep.SnapshotTaken, fr.Taken)
 	}
+	c.ExpectWriters(fr.Writers)
 	adopted := make([]*Handle, len(handles))
 	for i, h := range handles {
 		if adopted[i], err = c.AdoptHandle(states[i], h.File()); err != nil {
@@ -117,7 +137,7 @@ func TestHandoverKeepsHandles(t *testing.T) {
 		t.Error("cold (the coldest, unheld) kept, or doomed named again")
 	}
 	if tc.markers() != 1 {
-		t.Errorf("%d crash markers; want the writer's", tc.markers())
+		t.Errorf("%d crash markers; want half's", tc.markers())
 	}
 	buf := make([]byte, mib)
 	if n, err := adopted[0].File().ReadAt(buf, 0); n != mib || err != nil {
@@ -133,7 +153,10 @@ func TestHandoverKeepsHandles(t *testing.T) {
 		h.Release()
 	}
 	if tc.markers() != 0 {
-		t.Errorf("%d crash markers after the writer's release", tc.markers())
+		t.Errorf("%d crash markers after the writers' releases", tc.markers())
+	}
+	if !tc.exists("early-pub") || !tc.exists("early") {
+		t.Error("the object published while open is gone")
 	}
 	if _, a, err := tc.Lookup(blob.RootID, "half"); err != nil || a.Size != mib {
 		t.Errorf("half after its release: size %d, %v", a.Size, err)

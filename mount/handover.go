@@ -362,6 +362,7 @@ func adopt(o Options, offer *handoverOffer, files []*os.File) (*Mount, error) {
 		return fail(fmt.Errorf("loaded the checkpoint of %d, the old daemon wrote %d (%s)",
 			m.Loaded.SnapshotTaken, offer.Frozen.Taken, m.Loaded.SnapshotUnused))
 	}
+	m.core.ExpectWriters(offer.Frozen.Writers)
 	if err := m.fs.Import(offer.FS, stored); err != nil {
 		return fail(err)
 	}
