@@ -126,6 +126,9 @@ type Config struct {
 	// handover): each is pinned as soon as the start restores it, until
 	// EndHandover.
 	Held map[blob.ID]bool
+	// Graced are the objects a predecessor closed within its grace
+	// period, with when (ledger.Closed): each keeps the rest of it.
+	Graced map[blob.ID]int64
 }
 
 // Why says why an object's names were dropped.

@@ -44,6 +44,9 @@ type Frozen struct {
 	Writers []WriterState `json:"writers,omitempty"`
 	// Sizes are the recently published sizes, which size reservations.
 	Sizes []int64 `json:"sizes,omitempty"`
+	// Graced are the objects closed so lately that their publish step
+	// may still come: the successor keeps them from eviction as long.
+	Graced []ledger.Closed[blob.ID] `json:"graced,omitempty"`
 }
 
 // State is what a successor needs to make h again.
@@ -63,7 +66,7 @@ func (c *Core) Freeze() (Frozen, error) {
 	if err != nil {
 		return Frozen{}, err
 	}
-	fr := Frozen{Taken: taken}
+	fr := Frozen{Taken: taken, Graced: c.ledger.InGrace()}
 	c.writersMu.Lock()
 	for id := range c.marked {
 		s, has := c.settled[id]
@@ -89,10 +92,14 @@ func (c *Core) Thaw() {
 
 // holdForHandover pins an object a predecessor's handle holds as soon as
 // the start restores it, so that fitting a smaller capacity never evicts
-// it; EndHandover drops these pins once the handles hold their own.
+// it (EndHandover drops these pins once the handles hold their own), and
+// gives one the predecessor had just closed the rest of its grace.
 func (c *Core) holdForHandover(id blob.ID) {
 	if c.cfg.Held[id] && c.ledger.Open(id, false) == nil {
 		c.heldPins = append(c.heldPins, id)
+	}
+	if t, ok := c.cfg.Graced[id]; ok {
+		c.ledger.Regrace(id, t)
 	}
 }
 

@@ -171,3 +171,55 @@ func TestHandoverKeepsHandles(t *testing.T) {
 		t.Errorf("held: %v", err)
 	}
 }
+
+// TestHandoverKeepsGrace: an object closed just before a handover has
+// its publish step (link, rename) still to come; the successor keeps it
+// from eviction for the rest of its grace period, as the old daemon
+// would have: a store that needs its room is refused, not served by
+// evicting it.
+func TestHandoverKeepsGrace(t *testing.T) {
+	dir := t.TempDir()
+	old, _ := openCore(t, dir, Config{Capacity: 64 * mib, Grace: time.Minute})
+	old.Start(func(Drop) {})
+	old.put("old", mib)
+	old.clock.Skip(2 * time.Minute) // old's grace is over
+	fresh := old.put("fresh", 3*mib)
+	fr, err := old.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fr.Graced) != 1 || fr.Graced[0].ID != fresh {
+		t.Fatalf("frozen in grace: %+v; want fresh", fr.Graced)
+	}
+	store, err := blob.OpenLocked(dir, old.store.Lock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	graced := map[blob.ID]int64{}
+	for _, g := range fr.Graced {
+		graced[g.ID] = g.LastClose
+	}
+	tc := &testCore{t: t, clock: old.clock}
+	c, _, err := Open(store, Config{Capacity: 3*mib + 512*kib, Grace: time.Minute, Now: tc.clock.Now, Graced: graced})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Core = c
+	defer tc.Close()
+	c.EndHandover(fr)
+	c.Start(func(Drop) {})
+	h, err := c.Create(blob.RootID, "next", 0o644, nobody, true)
+	if err == nil {
+		_, err = h.Write(make([]byte, mib), 0)
+		if err == nil {
+			err = h.Flush()
+		}
+		h.Release()
+	}
+	if !tc.exists("fresh") {
+		t.Fatalf("fresh, closed a moment before the handover, was evicted for a new store (%v)", err)
+	}
+	if err == nil {
+		t.Fatal("a store that could only fit by evicting fresh was admitted")
+	}
+}

@@ -586,3 +586,36 @@ func (l *Ledger[K]) Refused() {
 	defer l.mu.Unlock()
 	l.refusals++
 }
+
+// Closed is an object within its grace period: when its last writer
+// closed (unix nanoseconds).
+type Closed[K comparable] struct {
+	ID        K     `json:"id"`
+	LastClose int64 `json:"last_close"`
+}
+
+// InGrace lists the objects whose grace period still runs, for a
+// successor to keep it (Regrace): a store closed just before a handover
+// has its publish step still to come.
+func (l *Ledger[K]) InGrace() []Closed[K] {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cutoff := l.now().UnixNano() - l.grace
+	var out []Closed[K]
+	for id := range l.entries {
+		if e, ok := l.get(id); ok && !e.final && e.lastClose != 0 && e.lastClose > cutoff {
+			out = append(out, Closed[K]{ID: id, LastClose: e.lastClose})
+		}
+	}
+	return out
+}
+
+// Regrace gives an object the grace period a predecessor's ledger had
+// started for it at lastClose.
+func (l *Ledger[K]) Regrace(id K, lastClose int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.get(id); ok {
+		e.final, e.lastClose = false, lastClose
+	}
+}

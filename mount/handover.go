@@ -345,9 +345,12 @@ func adopt(o Options, offer *handoverOffer, files []*os.File) (*Mount, error) {
 	}
 	store.KeepMarkers(offer.Writers)
 	m := &Mount{Options: o, log: o.Logger}
-	m.held = map[blob.ID]bool{}
+	m.held, m.graced = map[blob.ID]bool{}, map[blob.ID]int64{}
 	for _, h := range offer.FS.Handles {
 		m.held[h.ID] = true
+	}
+	for _, g := range offer.Frozen.Graced {
+		m.graced[g.ID] = g.LastClose
 	}
 	if err := m.load(store); err != nil {
 		return nil, err

@@ -41,8 +41,10 @@ type Mount struct {
 	guard      *Guard // nil without Options.Guard
 	// handover takes handover requests (handover.go); nil: none.
 	handover *net.UnixListener
-	// held: the objects a predecessor's handles hold (a handover).
-	held map[blob.ID]bool
+	// held: the objects a predecessor's handles hold (a handover), and
+	// graced: those it had just closed, with when.
+	held   map[blob.ID]bool
+	graced map[blob.ID]int64
 	// TookOver is how long taking the mount over from a live daemon
 	// took, from the request to serving; zero for a new mount.
 	TookOver time.Duration
@@ -136,6 +138,7 @@ func (m *Mount) load(store *blob.Store) error {
 		Logger:             m.log.Named("core"),
 		Published:          m.publishHook(),
 		Held:               m.held,
+		Graced:             m.graced,
 	})
 	if err != nil {
 		store.Close()
