@@ -11,7 +11,9 @@
 // objects that have some (objects: their handles, the passthrough backing
 // file they share, whether plain readers may have cached pages), and the
 // remote tier's placeholders, which are counted by the kernel's lookups
-// and forgotten with them.
+// and forgotten with them. Those tables, with the core's checkpoint, are
+// all a successor needs to take the live mount over (handover.go; every
+// request passes a gate that a handover closes, gate.go).
 package fusefs
 
 import (
