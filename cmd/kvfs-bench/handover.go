@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,22 +103,21 @@ func (b *bench) handoverRows() error {
 	}
 	close(stop)
 	wg.Wait()
-	var during, between []float64
+	var during, between []time.Duration
 	longest := make([]float64, len(windows))
 	for _, cs := range calls {
 		for _, c := range cs {
-			ms := c.took.Seconds() * 1000
 			in := false
 			for i, w := range windows {
 				if c.start.Before(w.to) && c.start.Add(c.took).After(w.from) {
 					in = true
-					longest[i] = max(longest[i], ms)
+					longest[i] = max(longest[i], c.took.Seconds()*1000)
 				}
 			}
 			if in {
-				during = append(during, ms)
+				during = append(during, c.took)
 			} else {
-				between = append(between, ms)
+				between = append(between, c.took)
 			}
 		}
 	}
@@ -128,9 +126,9 @@ func (b *bench) handoverRows() error {
 	}
 	name := fmt.Sprintf("handover at %s objects, 4 clients stat+load", count(handoverObjects))
 	b.absRow(name+": longest client call across a handover", "ms", longest, 100, "") // issue 19: aim under 100 ms
-	b.absRow("  p99 of client calls during a handover", "ms", []float64{percentile(during, 0.99)}, 0,
+	b.absRow("  p99 of client calls during a handover", "ms", []float64{pct(during, 0.99).Seconds() * 1000}, 0,
 		fmt.Sprintf("%d calls", len(during)))
-	b.absRow("  p99 of client calls between handovers", "ms", []float64{percentile(between, 0.99)}, 0,
+	b.absRow("  p99 of client calls between handovers", "ms", []float64{pct(between, 0.99).Seconds() * 1000}, 0,
 		fmt.Sprintf("%d calls", len(between)))
 	b.absRow("  the new daemon: request to serving", "ms", serving, 0, "")
 	return nil
@@ -192,14 +190,4 @@ func tookOver(log string) (time.Duration, error) {
 		return time.Duration(s * float64(time.Second)), nil
 	}
 	return 0, fmt.Errorf("no \"took the mount over\" line in the daemon's log")
-}
-
-// percentile is the p-th quantile of xs (0 for none).
-func percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
