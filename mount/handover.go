@@ -186,13 +186,13 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	}
 	m.core.Thaw()
 	m.fs.Resume()
-	m.restartGuard()
+	m.startOwnGuard()
 	log.Warn("handover failed; serving on", zap.Duration("stalled", time.Since(start)))
 }
 
-// restartGuard gives the daemon a guard again after a handover that
-// failed.
-func (m *Mount) restartGuard() {
+// startOwnGuard gives the serving daemon a guard of its own: a successor
+// once it serves, an old daemon whose handover failed.
+func (m *Mount) startOwnGuard() {
 	if m.Guard == "" {
 		return
 	}
@@ -299,7 +299,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	if o.TakingOver != nil {
 		undo = o.TakingOver(offer.PID)
 	}
-	if err := writeJSON(conn, handoverReply{Ready: true}, nil); err != nil && alive(offer.PID) {
+	if err := writeJSON(conn, handoverReply{Ready: true}, nil); err != nil && !exited(offer.PID, 0, nil) {
 		// It cannot have heard, and serves on: so must we not. (Gone,
 		// it left us everything: we serve.)
 		undo()
@@ -316,13 +316,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	failpoint("takeover-resent")
 	go m.server.Serve()
 	m.core.Start(m.dropped)
-	if o.Guard != "" {
-		if m.guard, err = startGuard(o.Guard, o); err != nil {
-			log.Warn("no guard for the daemon", zap.Error(err))
-		} else if err := m.guard.mounted(m.Mountpoint); err != nil {
-			log.Warn("the guard cannot watch the mount", zap.Error(err))
-		}
-	}
+	m.startOwnGuard()
 	m.widenReadahead(maxRead)
 	m.TookOver = time.Since(start)
 	log.Info("took the mount over", zap.Int("from", offer.PID), zap.Int("handles", len(offer.FS.Handles)),
@@ -387,18 +381,31 @@ func adopt(o Options, offer *handoverOffer, files []*os.File) (*Mount, error) {
 // awaitGone waits for the old daemon to exit, and kills it if it does
 // not: it said it would, and two daemons must never serve one mount.
 func (m *Mount) awaitGone(pid int) {
+	exited(pid, goneLimit, func(pfd int) {
+		m.log.Warn("the old daemon did not exit after the handover; killing it", zap.Int("pid", pid))
+		unix.PidfdSendSignal(pfd, unix.SIGKILL, nil, 0)
+	})
+}
+
+// exited waits up to limit for process pid to exit and says whether it
+// did; one still running then is given to late (nil: none), which may
+// signal it through its pidfd, and is waited for after.
+func exited(pid int, limit time.Duration, late func(pfd int)) bool {
 	pfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		return // gone already
+		return true // gone already
 	}
 	defer unix.Close(pfd)
 	fds := []unix.PollFd{{Fd: int32(pfd), Events: unix.POLLIN}}
-	if n, _ := unix.Poll(fds, int(goneLimit/time.Millisecond)); n > 0 {
-		return
+	if n, _ := unix.Poll(fds, int(limit/time.Millisecond)); n > 0 {
+		return true
 	}
-	m.log.Warn("the old daemon did not exit after the handover; killing it", zap.Int("pid", pid))
-	unix.PidfdSendSignal(pfd, unix.SIGKILL, nil, 0)
+	if late == nil {
+		return false
+	}
+	late(pfd)
 	unix.Poll(fds, -1)
+	return true
 }
 
 // dialHandover connects to the daemon that serves o's store at o's
@@ -535,17 +542,6 @@ func (m *Mount) abandon(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}
-}
-
-// alive says whether process pid still runs.
-func alive(pid int) bool {
-	pfd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(pfd)
-	n, _ := unix.Poll([]unix.PollFd{{Fd: int32(pfd), Events: unix.POLLIN}}, 0)
-	return n == 0
 }
 
 // failpointName is the step of a handover at which this process kills
