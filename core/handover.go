@@ -154,12 +154,7 @@ func (c *Core) adoptWriting(h *Handle) {
 	defer m.Unlock()
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
-	if c.cfg.Passthrough {
-		if _, ok := c.watched[h]; !ok {
-			c.watched[h] = c.round
-			c.nudge()
-		}
-	}
+	c.watchLocked(h)
 	if c.marked[h.id] == 0 {
 		w, ok := c.handedWriters[h.id]
 		if !ok {

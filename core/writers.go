@@ -23,12 +23,7 @@ func (c *Core) startWriting(h *Handle, born bool) error {
 	m.Lock()
 	defer m.Unlock()
 	c.writersMu.Lock()
-	if c.cfg.Passthrough {
-		if _, ok := c.watched[h]; !ok {
-			c.watched[h] = c.round
-			c.nudge()
-		}
-	}
+	c.watchLocked(h)
 	first := c.marked[h.id] == 0
 	writing := h.writing
 	c.writersMu.Unlock()
@@ -52,6 +47,18 @@ func (c *Core) startWriting(h *Handle, born bool) error {
 	c.marked[h.id]++
 	h.writing = true
 	return nil
+}
+
+// watchLocked has the poller watch a passthrough writer, whose bytes
+// reach the store without the daemon; writersMu held.
+func (c *Core) watchLocked(h *Handle) {
+	if !c.cfg.Passthrough {
+		return
+	}
+	if _, ok := c.watched[h]; !ok {
+		c.watched[h] = c.round
+		c.nudge()
+	}
 }
 
 // endWriting is the release of a writer: when no writer is left the
