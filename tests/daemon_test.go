@@ -155,21 +155,7 @@ func startDaemonEnv(t testing.TB, bin string, env []string, mp string, flags ...
 	// mount may reuse its ID: it counts once statfs, done before reading
 	// mountinfo, stops failing with ENOTCONN.
 	old, hadOld := mountAt(mp)
-	d.cmd = exec.Command(bin, append(append([]string{"mount"}, flags...), mp)...)
-	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
-	d.cmd.Env = append(os.Environ(), env...)
-	// Should the test binary die (a panic, a -timeout), the daemon gets
-	// SIGTERM and unmounts itself instead of outliving it.
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("starting kvfs: %v", err)
-	}
-	started.Store(mp, struct{}{})
-	go func() {
-		d.waitErr = d.cmd.Wait()
-		close(d.exited)
-	}()
-	t.Cleanup(d.cleanup)
+	d.spawn(bin, env, flags)
 	mounted := false
 	waitFor(func() bool {
 		sfErr := unix.Statfs(mp, new(unix.Statfs_t))
@@ -187,6 +173,28 @@ func startDaemonEnv(t testing.TB, bin string, env []string, mp string, flags ...
 		t.Fatalf("%s not mounted as fuse.kvfs after %v (hung?); output:\n%s", mp, hangGuard, d.out)
 	}
 	return d
+}
+
+// spawn runs `kvfs mount FLAGS MP` with bin and env for d; the test's
+// cleanup leaves neither its mount nor its process behind.
+func (d *daemon) spawn(bin string, env, flags []string) {
+	t := d.t
+	t.Helper()
+	d.cmd = exec.Command(bin, append(append([]string{"mount"}, flags...), d.mp)...)
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	d.cmd.Env = append(os.Environ(), env...)
+	// Should the test binary die (a panic, a -timeout), the daemon gets
+	// SIGTERM and unmounts itself instead of outliving it.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("starting kvfs: %v", err)
+	}
+	started.Store(d.mp, struct{}{})
+	go func() {
+		d.waitErr = d.cmd.Wait()
+		close(d.exited)
+	}()
+	t.Cleanup(d.cleanup)
 }
 
 // waitOutput reports whether the daemon printed what match looks for,

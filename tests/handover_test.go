@@ -9,10 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,19 +45,7 @@ const KiB = 1 << 10
 func startSuccessor(t *testing.T, bin string, env []string, old *daemon, flags ...string) *daemon {
 	t.Helper()
 	d := &daemon{t: t, mp: old.mp, store: old.store, out: &lockedBuffer{}, exited: make(chan struct{}), mountID: old.mountID}
-	d.cmd = exec.Command(bin, append(append([]string{"mount"}, flags...), d.mp)...)
-	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
-	d.cmd.Env = append(os.Environ(), env...)
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("starting kvfs: %v", err)
-	}
-	started.Store(d.mp, struct{}{})
-	go func() {
-		d.waitErr = d.cmd.Wait()
-		close(d.exited)
-	}()
-	t.Cleanup(d.cleanup)
+	d.spawn(bin, env, flags)
 	d.printed("kvfs: serving")
 	if m, ok := mountAt(d.mp); ok && d.alive() {
 		d.mountID = m.ID
@@ -442,8 +430,12 @@ func TestHandoverKilledAtEveryStep(t *testing.T) {
 				if n, err := held.ReadAt(got, 0); n != len(got) || err != nil || !bytes.Equal(got, want["obj4.data"]) {
 					t.Fatalf("the held descriptor reads %d bytes, %v", n, err)
 				}
-				// Time for a dead daemon's guard to do its worst.
-				time.Sleep(300 * time.Millisecond)
+				// A dead old daemon's guard, had it not stood down,
+				// would be emptying the writer's file (or have aborted
+				// the connection): it must be gone.
+				if c.want == newServes && !waitFor(func() bool { return guardsOf(old.cmd.Process.Pid) == 0 }) {
+					t.Fatal("the dead old daemon's guard still runs")
+				}
 				if _, err := writer.Write(half[200*KiB:]); err != nil {
 					t.Fatalf("the writer after the handover: %v", err)
 				}
@@ -474,6 +466,21 @@ func TestHandoverKilledAtEveryStep(t *testing.T) {
 // daemonsOf counts the live kvfs mount processes whose command line
 // names store.
 func daemonsOf(store string) int {
+	return processes(func(args []string) bool {
+		return len(args) > 1 && args[1] == "mount" && strings.Contains(strings.Join(args, " "), store)
+	})
+}
+
+// guardsOf counts the live guards of daemon pid (kvfs __guard PID ...).
+func guardsOf(pid int) int {
+	return processes(func(args []string) bool {
+		return len(args) > 2 && args[1] == "__guard" && args[2] == strconv.Itoa(pid)
+	})
+}
+
+// processes counts the live processes (not zombies) whose arguments
+// match.
+func processes(match func(args []string) bool) int {
 	n := 0
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
@@ -481,10 +488,8 @@ func daemonsOf(store string) int {
 		if err != nil {
 			continue
 		}
-		args := strings.Split(string(cmdline), "\x00")
 		stat, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "stat"))
-		zombie := bytes.Contains(stat, []byte(") Z "))
-		if len(args) > 1 && args[1] == "mount" && strings.Contains(string(cmdline), store) && !zombie {
+		if match(strings.Split(string(cmdline), "\x00")) && !bytes.Contains(stat, []byte(") Z ")) {
 			n++
 		}
 	}
