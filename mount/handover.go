@@ -350,9 +350,7 @@ func adopt(o Options, offer *handoverOffer, files []*os.File) (*Mount, error) {
 		return nil, err
 	}
 	fail := func(err error) (*Mount, error) {
-		m.fs.Close()
-		m.closeRemote()
-		m.ram.Close()
+		m.closeParts()
 		return nil, err
 	}
 	if m.Loaded.SnapshotTaken != offer.Frozen.Taken {
@@ -536,12 +534,19 @@ func HandoverPossible(o Options) bool {
 // abandon lets go of what a handover that did not complete passed.
 func (m *Mount) abandon(files []*os.File) {
 	m.server.Detach()
-	m.fs.Close()
-	m.closeRemote()
-	m.ram.Close()
+	m.closeParts()
 	for _, f := range files {
 		f.Close()
 	}
+}
+
+// closeParts stops what a successor started besides its core: the core
+// is left as it is, since closing it would write a checkpoint over the
+// store its predecessor still serves.
+func (m *Mount) closeParts() {
+	m.fs.Close()
+	m.closeRemote()
+	m.ram.Close()
 }
 
 // failpointName is the step of a handover at which this process kills
