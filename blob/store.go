@@ -95,6 +95,9 @@ type Store struct {
 	files map[ID]*file
 
 	progress reporter // of Load's walk (see ReportTo)
+	// claims: names a handover checkpoint gave two holders, until
+	// ApplyHandover settles them (see LoadHandover).
+	claims map[Name][]ID
 	// kept: markers Load leaves alone (KeepMarkers), by path under
 	// writing/.
 	kept map[string]bool

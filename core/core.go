@@ -218,6 +218,12 @@ type Core struct {
 	ckpt         checkpointer
 	// heldPins: the pins Config.Held made (see holdForHandover).
 	heldPins []blob.ID
+	// basis: what the handover checkpoint a successor is loading said
+	// (PrepareHandover), until Freeze sends what changed since.
+	basis *blob.Basis
+	// fitting: a preloaded Core (Preload) fits its capacity when it
+	// starts, once its predecessor is gone.
+	fitting bool
 	done     chan struct{}
 	wg       sync.WaitGroup
 }
@@ -337,6 +343,10 @@ func (c *Core) restore(objects []blob.Object, rep *LoadReport) error {
 // call back into the Core.
 func (c *Core) Start(dropped func(Drop)) {
 	c.dropped = dropped
+	if c.fitting {
+		c.fitting = false
+		c.fitCapacity()
+	}
 	if c.cfg.Passthrough {
 		c.wg.Add(1)
 		go c.pollLoop()

@@ -2,7 +2,10 @@ package core
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"os"
+	"time"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
@@ -47,6 +50,9 @@ type Frozen struct {
 	// Graced are the objects closed so lately that their publish step
 	// may still come: the successor keeps them from eviction as long.
 	Graced []ledger.Closed[blob.ID] `json:"graced,omitempty"`
+	// Delta is what changed since the checkpoint PrepareHandover
+	// captured (nil: Freeze wrote a whole checkpoint instead).
+	Delta *blob.Delta `json:"delta,omitempty"`
 }
 
 // State is what a successor needs to make h again.
@@ -57,16 +63,28 @@ func (h *Handle) State() HandleState {
 }
 
 // Freeze stops the background work and writes the checkpoint a
-// successor loads. The caller has stopped every request and keeps them
+// successor loads, or, after PrepareHandover, says what changed since
+// the one it captured. The caller has stopped every request and keeps them
 // stopped until Thaw or its exit.
 func (c *Core) Freeze() (Frozen, error) {
 	close(c.done)
 	c.wg.Wait()
-	taken, err := c.checkpointTaken(true)
-	if err != nil {
-		return Frozen{}, err
+	var fr Frozen
+	c.mu.Lock()
+	if b := c.basis; b != nil {
+		// Prepared: only what changed since the successor's checkpoint.
+		c.basis = nil
+		fr.Taken, fr.Delta = b.Taken, c.store.HandoverDelta(b, c.ledger.Each)
+		c.mu.Unlock()
+	} else {
+		c.mu.Unlock()
+		taken, err := c.checkpointTaken(true)
+		if err != nil {
+			return Frozen{}, err
+		}
+		fr.Taken = taken
 	}
-	fr := Frozen{Taken: taken, Graced: c.ledger.InGrace()}
+	fr.Graced = c.ledger.InGrace()
 	c.writersMu.Lock()
 	for id := range c.marked {
 		s, has := c.settled[id]
@@ -211,3 +229,115 @@ func (c *Core) ClaimStore() { c.store.ClaimLock() }
 // StoreLock is the store's lock file, which a handover passes on (see
 // blob.OpenLocked).
 func (c *Core) StoreLock() *os.File { return c.store.Lock() }
+
+// A handover in two phases (see blob.Basis): the successor loads the
+// index while the old daemon serves on, and the pause carries only what
+// changed since.
+
+// PrepareHandover captures the index for a successor to load while this
+// Core serves on (Preload), and keeps what it said: the Freeze that
+// follows sends only what changed since.
+func (c *Core) PrepareHandover() ([]byte, error) {
+	c.ckpt.mu.Lock()
+	defer c.ckpt.mu.Unlock()
+	writing := c.writingNow()
+	shared := func(step func()) {
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		step()
+	}
+	_, data := c.store.HandoverCheckpoint(shared, c.ledger.Each, func(id blob.ID) bool { return writing[id] })
+	b, err := blob.ParseBasis(data)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.basis = b
+	c.mu.Unlock()
+	return data, nil
+}
+
+// CancelHandover lets go of what PrepareHandover kept: the successor
+// went away before the freeze.
+func (c *Core) CancelHandover() {
+	c.mu.Lock()
+	c.basis = nil
+	c.mu.Unlock()
+}
+
+// Preload builds a Core from a predecessor's handover checkpoint
+// (PrepareHandover) while the predecessor serves on: nothing in the
+// store is read or changed, and nothing is evicted. Join brings it up to
+// the predecessor's frozen state; it fits cfg's capacity when it starts.
+func Preload(store *blob.Store, data []byte, cfg Config) (*Core, LoadReport, error) {
+	start := time.Now()
+	objects, taken, err := store.LoadHandover(data)
+	if err != nil {
+		return nil, LoadReport{}, fmt.Errorf("loading the handover checkpoint: %w", err)
+	}
+	rep := LoadReport{}
+	rep.FromSnapshot, rep.SnapshotTaken, rep.Objects = true, taken, int64(len(objects))
+	for _, o := range objects {
+		rep.Bytes += ledger.Charge(o.Size)
+	}
+	target := cfg.Capacity
+	cfg.Capacity = math.MaxInt64
+	c := newCore(store, cfg, len(objects))
+	c.cfg.Capacity = target
+	if err := c.restore(objects, &rep); err != nil {
+		return nil, rep, err
+	}
+	c.fitting = true
+	// The checkpoint on disk is whatever the predecessor last wrote:
+	// write one soon.
+	c.ckpt.saved, c.ckpt.stale = store.Changes(), true
+	rep.Took = time.Since(start)
+	return c, rep, nil
+}
+
+// Join brings a preloaded Core up to its predecessor's frozen state:
+// fr.Delta, what changed since the checkpoint it loaded, and the grace
+// of the objects it had just closed.
+func (c *Core) Join(fr Frozen) error {
+	if fr.Delta == nil {
+		return errors.New("the predecessor sent no changes to apply")
+	}
+	c.mu.Lock()
+	c.store.ApplyHandover(fr.Delta)
+	c.mu.Unlock()
+	for _, id := range fr.Delta.Gone {
+		c.ledger.Drop(id)
+	}
+	for _, o := range fr.Delta.Objects {
+		c.ledger.Place(o.ID, o.Size, len(o.Links), o.After, o.First)
+	}
+	for _, g := range fr.Graced {
+		c.ledger.Regrace(g.ID, g.LastClose)
+	}
+	return nil
+}
+
+// fitCapacity sets the configured capacity on a preloaded Core (sized
+// from the store's free space when none was given) and evicts what no
+// longer fits, sparing what handles hold.
+func (c *Core) fitCapacity() {
+	capacity := c.cfg.Capacity
+	if capacity == 0 {
+		used := c.ledger.Stats().UsedBytes
+		var err error
+		if capacity, err = c.cfg.CapacityFor(used); err != nil {
+			c.log.Warn("cannot size the capacity; keeping what is stored", zap.Error(err))
+			capacity = used
+		}
+	}
+	victims := c.ledger.SetCapacity(capacity)
+	c.mu.Lock()
+	drops := c.dropLocked(victims, Evicted)
+	c.mu.Unlock()
+	c.reap(drops)
+	c.deliver(drops)
+}
+
+// TakeStore makes a preloaded Core's store (blob.OpenBorrowed) its own,
+// with the store's lock its predecessor passed.
+func (c *Core) TakeStore(lock *os.File) error { return c.store.TakeLock(lock) }

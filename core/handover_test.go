@@ -2,8 +2,14 @@ package core
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,4 +228,185 @@ func TestHandoverKeepsGrace(t *testing.T) {
 	if err == nil {
 		t.Fatal("a store that could only fit by evicting fresh was admitted")
 	}
+}
+
+// TestTwoPhaseHandoverMatchesPredecessor: a successor that preloads the
+// checkpoint a serving Core captures for it (PrepareHandover, Preload),
+// while that Core's clients store, delete, rename, link, read and make
+// and remove directories, during the capture and after it, then applies
+// what the frozen Core says changed since (Freeze, Join), serves exactly
+// the predecessor's namespace with the same IDs, and its ledger holds
+// the same objects at the same sizes in the same LRU order.
+func TestTwoPhaseHandoverMatchesPredecessor(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { twoPhaseHandover(t, seed) })
+	}
+}
+
+func twoPhaseHandover(t *testing.T, seed uint64) {
+	dir := t.TempDir()
+	old, _ := openCore(t, dir, Config{Capacity: 64 * mib, Grace: time.Millisecond})
+	old.Start(func(Drop) {})
+	r := rand.New(rand.NewPCG(seed, 1))
+	dirs := []blob.ID{blob.RootID}
+	for i := range 4 {
+		id, _, err := old.Mkdir(blob.RootID, fmt.Sprintf("d%d", i), 0o755, nobody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, id)
+	}
+	n := 0
+	// step makes one random change as a client would; errors (a name
+	// taken or absent, a directory not empty) are a client's lot.
+	step := func(c *testCore) {
+		d := dirs[r.IntN(len(dirs))]
+		name := fmt.Sprintf("o%d", r.IntN(60))
+		switch op := r.IntN(10); {
+		case op < 3:
+			n++
+			h, err := c.Create(d, fmt.Sprintf("new%d", n), 0o644, nobody, true)
+			if err != nil {
+				return
+			}
+			h.Write(make([]byte, 1+r.IntN(64*kib)), 0)
+			h.Flush()
+			h.Release()
+		case op < 4:
+			c.Unlink(d, name)
+		case op < 5:
+			c.Rename(d, name, dirs[r.IntN(len(dirs))], fmt.Sprintf("o%d", r.IntN(60)), 0)
+		case op < 6:
+			if e, _, err := c.Lookup(d, name); err == nil && !e.Dir {
+				c.Link(e.ID, dirs[r.IntN(len(dirs))], fmt.Sprintf("l%d", r.IntN(1000)))
+			}
+		case op < 8:
+			if e, _, err := c.Lookup(d, name); err == nil && !e.Dir {
+				if h, err := c.Open(e.ID, os.O_RDONLY, false, nil); err == nil {
+					h.Release()
+				}
+			}
+		case op < 9:
+			if e, _, err := c.Lookup(d, name); err == nil && !e.Dir {
+				if h, err := c.Open(e.ID, os.O_RDWR, true, nil); err == nil {
+					h.Write(make([]byte, 1+r.IntN(32*kib)), int64(r.IntN(64*kib)))
+					h.Flush()
+					h.Release()
+				}
+			}
+		default:
+			if id, _, err := c.Mkdir(d, fmt.Sprintf("sub%d", r.IntN(4)), 0o755, nobody); err == nil {
+				dirs = append(dirs, id)
+			} else {
+				c.Rmdir(d, fmt.Sprintf("sub%d", r.IntN(4)))
+			}
+		}
+	}
+	for i := range 200 {
+		h, err := old.Create(dirs[i%len(dirs)], fmt.Sprintf("o%d", i%60), 0o644, nobody, true)
+		if err != nil {
+			continue
+		}
+		h.Write(make([]byte, 1+r.IntN(64*kib)), 0)
+		h.Flush()
+		h.Release()
+	}
+	for range 100 {
+		step(old)
+	}
+	// Changes during the capture, between its steps.
+	stop, stepped := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	go func() {
+		defer close(stepped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mu.Lock()
+			step(old)
+			mu.Unlock()
+		}
+	}()
+	data, err := old.PrepareHandover()
+	close(stop)
+	<-stepped
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := blob.OpenBorrowed(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &testCore{t: t, clock: old.clock}
+	c, rep, err := Preload(store, data, Config{Capacity: 64 * mib, Grace: time.Millisecond, Now: tc.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Core = c
+	for range 300 {
+		step(old)
+	}
+	frozen, err := old.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As package mount passes it: in JSON.
+	sent, err := json.Marshal(frozen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fr Frozen
+	if err := json.Unmarshal(sent, &fr); err != nil {
+		t.Fatal(err)
+	}
+	if fr.Delta == nil || fr.Taken != rep.SnapshotTaken {
+		t.Fatalf("frozen: delta %v, taken %d; the successor loaded %d", fr.Delta != nil, fr.Taken, rep.SnapshotTaken)
+	}
+	t.Logf("%d objects preloaded; the delta: %d objects, %d gone, %d directories, %d gone",
+		rep.Objects, len(fr.Delta.Objects), len(fr.Delta.Gone), len(fr.Delta.Dirs), len(fr.Delta.GoneDirs))
+	if err := store.TakeLock(old.StoreLock()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Join(fr); err != nil {
+		t.Fatal(err)
+	}
+	c.EndHandover(fr)
+	c.Start(func(Drop) {})
+	defer tc.Close()
+	if got, want := describe(t, c), describe(t, old.Core); got != want {
+		t.Errorf("the successor serves\n%s\nthe predecessor served\n%s", got, want)
+	}
+	if err := c.CheckInvariants(); err != nil {
+		t.Error(err)
+	}
+	if got, want := c.Stats().UsedBytes, stored(t, dir); got != want {
+		t.Errorf("used %d, the store holds %d", got, want)
+	}
+}
+
+// describe is a Core's namespace (every path with its ID) and its
+// ledger's LRU order with sizes.
+func describe(t *testing.T, c *Core) string {
+	var b strings.Builder
+	var walk func(id blob.ID, path string)
+	walk = func(id blob.ID, path string) {
+		ents, _, err := c.ListPage(id, 0, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Slice(ents, func(i, j int) bool { return ents[i].Name < ents[j].Name })
+		for _, e := range ents {
+			fmt.Fprintf(&b, "%s/%s %d %v\n", path, e.Name, e.ID, e.Dir)
+			if e.Dir {
+				walk(e.ID, path+"/"+e.Name)
+			}
+		}
+	}
+	walk(blob.RootID, "")
+	b.WriteString("LRU:")
+	c.ledger.Each(func(id blob.ID, size int64) { fmt.Fprintf(&b, " %d:%d", id, size) })
+	return b.String()
 }

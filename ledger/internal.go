@@ -278,6 +278,14 @@ func (q list[K]) pushBack(e *entry[K]) {
 	end.links[q.which][before] = e.self
 }
 
+// insertAfter puts e, on no list, right after at (the end: first).
+func (q list[K]) insertAfter(e, at *entry[K]) {
+	next := at.links[q.which][after]
+	e.links[q.which] = [2]uint32{at.self, next}
+	at.links[q.which][after] = e.self
+	q.s.at(next).links[q.which][before] = e.self
+}
+
 func (q list[K]) remove(e *entry[K]) {
 	l := &e.links[q.which]
 	q.s.at(l[before]).links[q.which][after] = l[after]

@@ -619,3 +619,48 @@ func (l *Ledger[K]) Regrace(id K, lastClose int64) {
 		e.final, e.lastClose = false, lastClose
 	}
 }
+
+// Place sets id's entry as a handover's predecessor held it: its size
+// and names, and its place in the LRU order right after after's entry
+// (the coldest place when first). Nothing is admitted: the predecessor
+// admitted it; the entry has no handles yet.
+func (l *Ledger[K]) Place(id K, size int64, nlink int, after K, first bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now().UnixNano()
+	if e, ok := l.get(id); ok {
+		now = e.lastUse
+		l.remove(e)
+	}
+	e := l.insert(entry[K]{id: id, size: size, charge: Charge(size), nlink: int32(nlink), lastUse: now})
+	at := l.lru.end()
+	if !first {
+		if p, ok := l.get(after); ok && p != e {
+			at = p
+		}
+	}
+	l.lru.remove(e)
+	l.lru.insertAfter(e, at)
+}
+
+// Drop removes id's entry, as a handover's predecessor no longer had
+// it; it counts as nothing.
+func (l *Ledger[K]) Drop(id K) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.get(id); ok {
+		l.remove(e)
+	}
+}
+
+// SetCapacity changes the capacity and evicts what no longer fits
+// (sparing, as always, pinned objects and those in their grace period:
+// if those alone are over it, nothing is evicted and the admitted bytes
+// stay over until enough are let go).
+func (l *Ledger[K]) SetCapacity(capacity int64) []Victim[K] {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.capacity = capacity
+	victims, _ := l.trim(nil)
+	return victims
+}

@@ -84,6 +84,10 @@ const (
 type handoverRequest struct {
 	Version int `json:"version"`
 	PID     int `json:"pid"`
+	// Prepare: load a checkpoint first, while the old daemon serves
+	// (two phases). An old daemon that does not know it offers the
+	// mount at once, and the successor loads in the pause.
+	Prepare bool `json:"prepare,omitempty"`
 }
 
 // handoverOffer is the old daemon's answer; the descriptors follow it:
@@ -100,12 +104,20 @@ type handoverOffer struct {
 	Stalled    time.Duration   `json:"stalled"` // from the gate's closing to the offer
 	Writers    []blob.ID       `json:"writers,omitempty"`
 	Settings   json.RawMessage `json:"settings,omitempty"`
+	// Prepared: not the mount yet but phase one, a handover checkpoint
+	// for the successor to load while this daemon serves on; one
+	// descriptor follows, a memfd of Checkpoint bytes.
+	Prepared   bool `json:"prepared,omitempty"`
+	Checkpoint int  `json:"checkpoint,omitempty"`
 }
 
 // handoverReply is the successor's word.
 type handoverReply struct {
-	Ready bool   `json:"ready"`
-	Error string `json:"error,omitempty"`
+	Ready bool `json:"ready"`
+	// Loaded: the successor has loaded the prepared checkpoint; the old
+	// daemon may stop its requests and send the mount.
+	Loaded bool   `json:"loaded,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // socketPath is the handover socket of the store dir.
@@ -151,16 +163,21 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	}
 	log := m.log.With(zap.Int("successor", req.PID))
 	log.Info("handing the mount over")
-	start := time.Now()
 	failpoint("handover-asked")
+	if req.Prepare && !m.prepare(conn, log) {
+		return
+	}
+	start := time.Now()
 	if err := m.fs.Quiesce(m.server.Outstanding, quiesceLimit); err != nil {
 		m.fs.Resume()
 		log.Warn("handover refused; serving on", zap.Error(err))
 		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
 		return
 	}
+	quiesced := time.Since(start)
 	failpoint("handover-quiesced")
 	fr, err := m.core.Freeze()
+	frozen := time.Since(start)
 	failpoint("handover-frozen")
 	if err != nil {
 		m.core.Thaw()
@@ -175,12 +192,18 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	// daemon die would empty (capWriters) or abort.
 	m.guard.Stop()
 	m.guard = nil
+	guarded := time.Since(start)
 	ok := m.offer(conn, fr, start, log)
 	if ok {
 		failpoint("handover-ready")
 		// From here on the successor serves the mount: this process
 		// writes nothing more, unmounts nothing, and is gone at once.
-		log.Info("mount handed over; exiting", zap.Duration("stalled", time.Since(start)))
+		var changed int
+		if fr.Delta != nil {
+			changed = len(fr.Delta.Objects) + len(fr.Delta.Gone)
+		}
+		log.Info("mount handed over; exiting", zap.Duration("quiesced", quiesced), zap.Duration("frozen", frozen),
+			zap.Duration("guard_stopped", guarded), zap.Int("changed_objects", changed), zap.Duration("stalled", time.Since(start)))
 		m.log.Sync()
 		os.Exit(0)
 	}
@@ -188,6 +211,59 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	m.fs.Resume()
 	m.startOwnGuard()
 	log.Warn("handover failed; serving on", zap.Duration("stalled", time.Since(start)))
+}
+
+// prepare is a handover's first phase, while this daemon serves on: it
+// passes a checkpoint for the successor to load and waits until it has.
+// Then only what changed since goes in the pause (core.Freeze).
+func (m *Mount) prepare(conn *net.UnixConn, log *zap.Logger) bool {
+	start := time.Now()
+	data, err := m.core.PrepareHandover()
+	if err != nil {
+		log.Warn("handover refused: no checkpoint; serving on", zap.Error(err))
+		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
+		return false
+	}
+	fd, err := memfdOf(data)
+	if err != nil {
+		m.core.CancelHandover()
+		log.Warn("handover refused; serving on", zap.Error(err))
+		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
+		return false
+	}
+	defer unix.Close(fd)
+	conn.SetDeadline(time.Now().Add(readyLimit))
+	err = writeJSON(conn, handoverOffer{Version: handoverVersion, PID: os.Getpid(), Prepared: true, Checkpoint: len(data)}, []int{fd})
+	failpoint("handover-prepared")
+	var r handoverReply
+	if err == nil {
+		err = readJSON(conn, &r)
+	}
+	if err != nil || !r.Loaded {
+		m.core.CancelHandover()
+		log.Warn("the successor did not load the checkpoint; serving on", zap.String("its_error", r.Error), zap.Error(err))
+		return false
+	}
+	log.Info("the successor loaded the checkpoint", zap.Int("bytes", len(data)), zap.Duration("took", time.Since(start)))
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	return true
+}
+
+// memfdOf is a memfd holding data, at offset 0.
+func memfdOf(data []byte) (int, error) {
+	fd, err := unix.MemfdCreate("kvfs-handover", unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	for b := data; len(b) > 0; {
+		n, err := unix.Write(fd, b)
+		if err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		b = b[n:]
+	}
+	return fd, nil
 }
 
 // startOwnGuard gives the serving daemon a guard of its own: a successor
@@ -272,7 +348,10 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	log := o.Logger
 	start := time.Now()
 	conn.SetDeadline(time.Now().Add(quiesceLimit + time.Minute))
-	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid()}, nil); err != nil {
+	// Two phases, unless a remote tier is configured: its journal of
+	// pending uploads is the old daemon's until the pause.
+	prepare := o.Remote == nil
+	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid(), Prepare: prepare}, nil); err != nil {
 		return nil, fmt.Errorf("asking for the mount: %w (%w)", err, errPredecessorGone)
 	}
 	var offer handoverOffer
@@ -280,12 +359,24 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
+	var pre *Mount
+	if offer.Prepared {
+		pre, err = preload(o, conn, &offer, fds[0])
+		if err != nil {
+			return nil, err
+		}
+		if fds, err = readOffer(conn, &offer); err != nil {
+			pre.closeParts()
+			return nil, err
+		}
+	}
+	offered := time.Now()
 	failpoint("takeover-offered")
 	files := make([]*os.File, len(fds))
 	for i, fd := range fds {
 		files[i] = os.NewFile(uintptr(fd), "handed over")
 	}
-	m, err := adopt(o, &offer, files)
+	m, err := adopt(o, &offer, files, pre)
 	if err != nil {
 		// Not ours: the old daemon serves on.
 		writeJSON(conn, handoverReply{Error: err.Error()}, nil)
@@ -294,6 +385,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 		}
 		return nil, fmt.Errorf("taking the mount over (the old daemon serves on): %w", err)
 	}
+	adopted := time.Since(offered)
 	failpoint("takeover-adopted")
 	undo := func() {}
 	if o.TakingOver != nil {
@@ -308,6 +400,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	}
 	failpoint("takeover-ready")
 	m.awaitGone(offer.PID)
+	gone := time.Since(offered)
 	m.core.ClaimStore()
 	if errno := m.server.ResendNotify(); errno != fuse.OK {
 		log.Warn("the kernel cannot send again the requests the old daemon held; they wait for the connection's end",
@@ -316,38 +409,81 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	failpoint("takeover-resent")
 	go m.server.Serve()
 	m.core.Start(m.dropped)
+	m.Capacity = m.core.Capacity() // a preloaded core fits it as it starts
 	m.startOwnGuard()
 	m.widenReadahead(maxRead)
 	m.TookOver = time.Since(start)
+	// paused: from the old daemon's gate closing to this one serving,
+	// the most any request waited.
 	log.Info("took the mount over", zap.Int("from", offer.PID), zap.Int("handles", len(offer.FS.Handles)),
-		zap.Duration("old_stall_before_offer", offer.Stalled), zap.Duration("took", m.TookOver))
+		zap.Bool("two_phases", pre != nil), zap.Duration("old_stall_before_offer", offer.Stalled),
+		zap.Duration("adopted", adopted), zap.Duration("old_gone", gone),
+		zap.Duration("paused", offer.Stalled+time.Since(offered)), zap.Duration("took", m.TookOver))
 	m.serving("serving the mount taken over")
 	return m, nil
 }
 
+// preload is a handover's first phase on the successor's side: it
+// builds the mount's parts from the old daemon's checkpoint (in the
+// memfd fd) while the old daemon serves on, touching nothing in the
+// store, and says so. An error is sent to the old daemon, which serves
+// on.
+func preload(o Options, conn *net.UnixConn, offer *handoverOffer, fd int) (*Mount, error) {
+	data, err := readMemfd(fd, offer.Checkpoint)
+	m := &Mount{Options: o, log: o.Logger}
+	if err == nil {
+		var store *blob.Store
+		if store, err = blob.OpenBorrowed(o.Store); err == nil {
+			err = m.build(store, func(cfg core.Config) (*core.Core, core.LoadReport, error) { return core.Preload(store, data, cfg) })
+		}
+	}
+	if err != nil {
+		writeJSON(conn, handoverReply{Error: err.Error()}, nil)
+		return nil, fmt.Errorf("loading the old daemon's checkpoint (it serves on): %w", err)
+	}
+	failpoint("takeover-preloaded")
+	if err := writeJSON(conn, handoverReply{Loaded: true}, nil); err != nil {
+		m.closeParts()
+		return nil, fmt.Errorf("telling the old daemon: %w (%w)", err, errPredecessorGone)
+	}
+	return m, nil
+}
+
+// readMemfd reads n bytes from the start of fd, and closes it.
+func readMemfd(fd, n int) ([]byte, error) {
+	defer unix.Close(fd)
+	data := make([]byte, n)
+	for off := 0; off < n; {
+		k, err := unix.Pread(fd, data[off:], int64(off))
+		if err != nil {
+			return nil, err
+		}
+		if k == 0 {
+			return nil, io.ErrUnexpectedEOF
+		}
+		off += k
+	}
+	return data, nil
+}
+
 // adopt builds the mount from the old daemon's offer: the store under
-// its passed lock, the checkpoint it wrote, its handles, a server on its
-// connection; nothing is served yet.
-func adopt(o Options, offer *handoverOffer, files []*os.File) (*Mount, error) {
+// its passed lock, the index (the checkpoint it wrote, or pre, the
+// mount preloaded in a first phase, brought up to date), its handles, a
+// server on its connection; nothing is served yet.
+func adopt(o Options, offer *handoverOffer, files []*os.File, pre *Mount) (*Mount, error) {
 	if len(files) < 2 || len(files)-2 != len(offer.FS.Handles) {
+		if pre != nil {
+			pre.closeParts()
+		}
 		return nil, fmt.Errorf("%d descriptors passed for %d handles", len(files), len(offer.FS.Handles))
 	}
 	dev, lock, stored := files[0], files[1], files[2:]
-	store, err := blob.OpenLocked(o.Store, lock)
-	if err != nil {
-		return nil, err
-	}
-	store.KeepMarkers(offer.Writers)
-	m := &Mount{Options: o, log: o.Logger}
-	m.held, m.graced = map[blob.ID]bool{}, map[blob.ID]int64{}
-	for _, h := range offer.FS.Handles {
-		m.held[h.ID] = true
-	}
-	for _, g := range offer.Frozen.Graced {
-		m.graced[g.ID] = g.LastClose
-	}
-	if err := m.load(store); err != nil {
-		return nil, err
+	m := pre
+	if m == nil {
+		var err error
+		if m, err = loadHandedOver(o, offer, lock); err != nil {
+			return nil, err
+		}
 	}
 	fail := func(err error) (*Mount, error) {
 		m.closeParts()
@@ -356,6 +492,14 @@ func adopt(o Options, offer *handoverOffer, files []*os.File) (*Mount, error) {
 	if m.Loaded.SnapshotTaken != offer.Frozen.Taken {
 		return fail(fmt.Errorf("loaded the checkpoint of %d, the old daemon wrote %d (%s)",
 			m.Loaded.SnapshotTaken, offer.Frozen.Taken, m.Loaded.SnapshotUnused))
+	}
+	if pre != nil {
+		if err := m.core.TakeStore(lock); err != nil {
+			return fail(err)
+		}
+		if err := m.core.Join(offer.Frozen); err != nil {
+			return fail(err)
+		}
 	}
 	m.core.ExpectWriters(offer.Frozen.Writers)
 	if err := m.fs.Import(offer.FS, stored); err != nil {
@@ -373,6 +517,29 @@ func adopt(o Options, offer *handoverOffer, files []*os.File) (*Mount, error) {
 		return fail(err)
 	}
 	m.server = server
+	return m, nil
+}
+
+// loadHandedOver loads the checkpoint the old daemon wrote in the pause
+// (one phase: an old daemon that knows no other), with the store under
+// its passed lock.
+func loadHandedOver(o Options, offer *handoverOffer, lock *os.File) (*Mount, error) {
+	store, err := blob.OpenLocked(o.Store, lock)
+	if err != nil {
+		return nil, err
+	}
+	store.KeepMarkers(offer.Writers)
+	m := &Mount{Options: o, log: o.Logger}
+	m.held, m.graced = map[blob.ID]bool{}, map[blob.ID]int64{}
+	for _, h := range offer.FS.Handles {
+		m.held[h.ID] = true
+	}
+	for _, g := range offer.Frozen.Graced {
+		m.graced[g.ID] = g.LastClose
+	}
+	if err := m.load(store); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -488,6 +655,9 @@ func readOffer(conn *net.UnixConn, offer *handoverOffer) ([]int, error) {
 		return nil, fmt.Errorf("the old daemon speaks handover version %d, this one %d", offer.Version, handoverVersion)
 	}
 	want := 2 + len(offer.FS.Handles)
+	if offer.Prepared {
+		want = 1
+	}
 	var fds []int
 	oob := make([]byte, unix.CmsgSpace(fdsPerMessage*4))
 	for len(fds) < want {

@@ -120,11 +120,17 @@ func (o *Options) passthrough() bool {
 // load rebuilds the index and the ledger from the store and builds the
 // file system over them.
 func (m *Mount) load(store *blob.Store) error {
+	store.ReportTo(m.Progress)
+	return m.build(store, func(cfg core.Config) (*core.Core, core.LoadReport, error) { return core.Open(store, cfg) })
+}
+
+// build makes the mount's parts around the core open makes from
+// store.
+func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, core.LoadReport, error)) error {
 	// Start-up builds a few hundred bytes of index per object and frees
 	// little: collecting garbage while it runs is wasted work.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
-	store.ReportTo(m.Progress)
-	c, rep, err := core.Open(store, core.Config{
+	c, rep, err := open(core.Config{
 		Capacity:           m.Capacity,
 		CapacityFor:        func(held int64) (int64, error) { return capacityFor(m.Store, held) },
 		Grace:              m.Grace,

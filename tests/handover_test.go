@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfs/kvfs/internal/s3test"
 	"golang.org/x/sys/unix"
 )
 
@@ -197,6 +198,11 @@ func TestHandoverUnderLoad(t *testing.T) {
 		if !strings.Contains(d.out.String(), `"build": "`+build+`"`) {
 			t.Fatalf("round %d: the daemon is not build %s:\n%s", round, build, d.out)
 		}
+		// It loaded the index while the old one served, and took only
+		// what changed since in the pause.
+		if !strings.Contains(d.out.String(), `"two_phases": true`) {
+			t.Fatalf("round %d: the handover was not in two phases:\n%s", round, d.out)
+		}
 		wantOps(40)
 		if n := failures.Load(); n > 0 {
 			t.Fatalf("round %d: %d client calls failed; the first: %v\nthe daemon's output:\n%s", round, n, firstErr.Load(), d.out)
@@ -353,10 +359,12 @@ func TestHandoverKilledAtEveryStep(t *testing.T) {
 		step, want string
 	}{
 		{"handover-asked", newMounts},
+		{"handover-prepared", newMounts},
 		{"handover-quiesced", newMounts},
 		{"handover-frozen", newMounts},
 		{"handover-offered", newServes},
 		{"handover-ready", newServes},
+		{"takeover-preloaded", oldServes},
 		{"takeover-offered", oldServes},
 		{"takeover-adopted", oldServes},
 		{"takeover-ready", nextMounts},
@@ -574,4 +582,42 @@ func stopDetached(t *testing.T, mp string, pid int) {
 		t.Errorf("the detached daemon %d still runs after the unmount", pid)
 		unix.Kill(pid, unix.SIGKILL)
 	}
+}
+
+// TestHandoverWithRemoteTier: a mount with a remote tier hands over in
+// one phase (the successor loads the index in the pause: the tier's
+// journal of pending uploads is the old daemon's until then). The
+// objects stored before read the same after, and the successor's tier
+// uploads what is stored after.
+func TestHandoverWithRemoteTier(t *testing.T) {
+	requireRoot(t)
+	srv := s3test.New(t)
+	dir := t.TempDir()
+	a := startRemoteNode(t, srv, dir, "a")
+	before := objectBytes("before", 300*KiB)
+	a.put("before", before)
+	a.uploaded()
+	flags := []string{"--remote", srv.URL(remotePrefix), "--capacity", "64MiB", "--grace", "0s"}
+	d := startSuccessor(t, kvfsBin, srv.Env(), a.daemon, flags...)
+	if !d.alive() || !a.waitExited() || a.waitErr != nil {
+		t.Fatalf("no handover: new alive %v, old exit %v\nnew:\n%s\nold:\n%s", d.alive(), a.waitErr, d.out, a.out)
+	}
+	defer d.stop()
+	if !strings.Contains(d.out.String(), `"two_phases": false`) {
+		t.Fatalf("a remote tier's handover was not in one phase:\n%s", d.out)
+	}
+	if m, ok := mountAt(d.mp); !ok || m.ID != a.mountID {
+		t.Fatalf("mount ID %d after the handover, was %d", m.ID, a.mountID)
+	}
+	b := &remoteNode{daemon: d, fs: &fsNative{base: d.mp, seq: new(atomic.Int64)}}
+	b.mustLoad("before", before)
+	after := objectBytes("after", 200*KiB)
+	b.put("after", after)
+	if f := b.uploaded(); f.Uploads != 1 || f.UploadedBytes != int64(len(after)) {
+		t.Fatalf("the successor's uploads: %+v", f)
+	}
+	if got, _ := remoteObject(t, srv, "after"); !bytes.Equal(got, after) {
+		t.Fatalf("the bucket holds %d bytes of after", len(got))
+	}
+	requireLedgerIsStore(t, d)
 }

@@ -97,8 +97,9 @@ func (b *bench) handoverRows() error {
 		}
 		windows = append(windows, window{from, time.Now()})
 		serving = append(serving, took.Seconds()*1000)
+		b.progress("handover %d: the new daemon served %.1f ms after it asked (%s; the old one: %s)", r+1, took.Seconds()*1000,
+			pauseOf(next.Log(), "took the mount over", `"old_stall_before_offer"`), pauseOf(d.Log(), "mount handed over", `"quiesced"`))
 		d = next
-		b.progress("handover %d: the new daemon served %.1f ms after it asked", r+1, took.Seconds()*1000)
 		time.Sleep(time.Second)
 	}
 	close(stop)
@@ -190,4 +191,16 @@ func tookOver(log string) (time.Duration, error) {
 		return time.Duration(s * float64(time.Second)), nil
 	}
 	return 0, fmt.Errorf("no \"took the mount over\" line in the daemon's log")
+}
+
+// pauseOf is the pause's breakdown from the "took the mount over" log
+// line: the old daemon's stall before its offer, the new one's adoption
+// and its wait for the old one's exit, and the whole pause.
+func pauseOf(log, msg, from string) string {
+	for _, line := range strings.Split(log, "\n") {
+		if i := strings.Index(line, from); i >= 0 && strings.Contains(line, msg) {
+			return strings.TrimSuffix(line[i:], "}")
+		}
+	}
+	return "no breakdown logged"
 }

@@ -1,0 +1,457 @@
+package blob
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sys/unix"
+)
+
+// A handover in two phases (see package mount). While the old daemon
+// serves on, it captures its index as a checkpoint that it never writes
+// to disk (HandoverCheckpoint), and keeps what that checkpoint says of
+// each entry (Basis). The successor builds its index from those bytes
+// alone (LoadHandover), touching nothing in the store, which the old
+// daemon still owns. Once the old daemon has stopped every request, it
+// sends only what changed since (HandoverDelta: the entries whose record
+// or place in the LRU order differs from the basis), and the successor
+// applies that (ApplyHandover): the pause is the changes, not the store.
+
+// HandoverCheckpoint captures the index as CaptureCheckpoint does, and
+// returns its bytes (checksummed, as on disk) without writing them: a
+// successor loads them (LoadHandover).
+func (s *Store) HandoverCheckpoint(shared func(func()), each func(fn func(id ID, size int64)), busy func(ID) bool) (*Checkpoint, []byte) {
+	cp := s.CaptureCheckpoint(shared, each, busy, false)
+	return cp, binary.LittleEndian.AppendUint32(cp.buf, crc32.ChecksumIEEE(cp.buf))
+}
+
+// Basis is what a handover checkpoint says of each entry, kept by the
+// old daemon to tell what changed since.
+type Basis struct {
+	Taken int64 // unix nanoseconds
+	dirs  map[ID]basisDir
+	files map[ID]basisFile
+	// seen: which objects (by pos) HandoverDelta met in the ledger.
+	seen []bool
+}
+
+type basisDir struct {
+	parent ID
+	name   string
+}
+
+// basisFile is one object: its inode number, size (-1: unsure), names
+// (a hash of them) and place in the LRU order.
+type basisFile struct {
+	ino   uint64
+	size  int64
+	names uint64
+	pos   int32
+}
+
+// ParseBasis reads a handover checkpoint into a Basis.
+func ParseBasis(data []byte) (*Basis, error) {
+	body, err := checkpointBody(data)
+	if err != nil {
+		return nil, err
+	}
+	r := &cpReader{b: body}
+	r.u8()
+	b := &Basis{Taken: int64(r.u64()), dirs: map[ID]basisDir{}}
+	r.u64() // the next ID
+	n := r.u64()
+	if r.err != nil || n > uint64(len(r.b)) {
+		return nil, errors.New("bad directory count")
+	}
+	ids := make([]ID, n)
+	for i := range ids {
+		id, parent, name := ID(r.u64()), r.u32(), r.str()
+		r.u64()
+		r.u64()
+		r.u32()
+		r.u8()
+		if r.err != nil || (i > 0 && uint64(parent) >= uint64(i)) {
+			return nil, fmt.Errorf("bad directory %d", i)
+		}
+		ids[i] = id
+		if i > 0 {
+			b.dirs[id] = basisDir{parent: ids[parent], name: name}
+		}
+	}
+	n = r.u64()
+	if r.err != nil || n > uint64(len(r.b)) {
+		return nil, errors.New("bad object count")
+	}
+	b.files = make(map[ID]basisFile, n)
+	b.seen = make([]bool, n)
+	for i := uint64(0); i < n; i++ {
+		id, ino, size, nlinks := ID(r.u64()), r.u64(), int64(r.u64()), r.u32()
+		if r.err != nil || uint64(nlinks) > uint64(len(r.b)) {
+			return nil, fmt.Errorf("bad object %d", i)
+		}
+		var h uint64
+		for j := uint32(0); j < nlinks; j++ {
+			di, name := r.u32(), r.str()
+			if r.err != nil || uint64(di) >= uint64(len(ids)) {
+				return nil, fmt.Errorf("bad name of object %d", i)
+			}
+			h = hashLink(h, Name{ids[di], name})
+		}
+		b.files[id] = basisFile{ino: ino, size: size, names: h, pos: int32(i)}
+	}
+	if r.err != nil || len(r.b) != 0 {
+		return nil, errors.New("trailing bytes")
+	}
+	return b, nil
+}
+
+// hashLink adds a name to h, a hash of an object's names in order.
+func hashLink(h uint64, n Name) uint64 {
+	return (h*0x100000001b3 ^ uint64(n.Parent)*0x9e3779b97f4a7c15) + xxhash.Sum64String(n.Name)
+}
+
+// Delta is what changed in the index and the LRU order since a Basis.
+type Delta struct {
+	NextID ID `json:"next_id"`
+	// Dirs are the directories new or moved since, parents first;
+	// GoneDirs those removed.
+	Dirs     []DirRecord `json:"dirs,omitempty"`
+	GoneDirs []ID        `json:"gone_dirs,omitempty"`
+	// Objects are those new or changed since (names, inode, size or
+	// place in the LRU order), in LRU order, each with the object
+	// before it in that order; Gone those removed.
+	Objects []ObjectRecord `json:"objects,omitempty"`
+	Gone    []ID           `json:"gone,omitempty"`
+}
+
+// DirRecord is a directory as the old daemon has it.
+type DirRecord struct {
+	ID     ID     `json:"id"`
+	Parent ID     `json:"parent"`
+	Name   string `json:"name"`
+}
+
+// ObjectRecord is an object as the old daemon has it: no names, one
+// that lives for its open handles alone. After is the object before it
+// in the LRU order (First: none).
+type ObjectRecord struct {
+	ID    ID     `json:"id"`
+	Ino   uint64 `json:"ino,omitempty"`
+	Size  int64  `json:"size"`
+	Links []Name `json:"links,omitempty"`
+	After ID     `json:"after,omitempty"`
+	First bool   `json:"first,omitempty"`
+}
+
+// HandoverDelta says what changed since b. each yields the ledger's
+// objects least recently used first with their sizes. The owner has
+// stopped every change; b is used up.
+func (s *Store) HandoverDelta(b *Basis, each func(fn func(id ID, size int64))) *Delta {
+	d := &Delta{NextID: ID(s.nextID.Load())}
+	for _, dd := range s.dirsParentsFirst()[1:] {
+		if was, ok := b.dirs[dd.id]; !ok || was.parent != dd.parent.id || was.name != dd.name {
+			d.Dirs = append(d.Dirs, DirRecord{ID: dd.id, Parent: dd.parent.id, Name: dd.name})
+		}
+	}
+	for id := range b.dirs {
+		if _, ok := s.dirs[id]; !ok {
+			d.GoneDirs = append(d.GoneDirs, id)
+		}
+	}
+	var prev ID
+	first, last, seen := true, int32(-1), 0
+	each(func(id ID, size int64) {
+		f := s.files[id]
+		var ino, names uint64
+		if f != nil {
+			for _, n := range f.links {
+				names = hashLink(names, n)
+			}
+			ino = f.ino
+		}
+		was, ok := b.files[id]
+		if ok && !b.seen[was.pos] {
+			b.seen[was.pos] = true
+			seen++
+		}
+		if ok && f != nil && was.ino == ino && was.size == size && was.names == names && was.pos > last {
+			last = was.pos // in place, unchanged
+		} else {
+			o := ObjectRecord{ID: id, Ino: ino, Size: size, After: prev, First: first}
+			if f != nil {
+				o.Links = f.links
+			}
+			d.Objects = append(d.Objects, o)
+		}
+		prev, first = id, false
+	})
+	if seen < len(b.files) {
+		for id, was := range b.files {
+			if !b.seen[was.pos] {
+				d.Gone = append(d.Gone, id)
+			}
+		}
+	}
+	return d
+}
+
+// OpenBorrowed opens a store that another process owns, to build the
+// index a handover's successor will serve (LoadHandover, ApplyHandover):
+// it takes no lock and writes nothing. TakeLock makes it this process's.
+func OpenBorrowed(dir string) (*Store, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{dir: abs, racy: racyWindow, step: cpStep}
+	for _, name := range []string{DataName, WritingName} {
+		if fi, err := os.Stat(filepath.Join(abs, name)); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%s is not a kvfs store (no %s/)", abs, name)
+		}
+	}
+	if err := s.openLayout(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.resetIndex(0)
+	s.nextID.Store(uint64(RootID))
+	return s, nil
+}
+
+// TakeLock makes a borrowed store this process's with the store's lock
+// its owner passed (see OpenLocked).
+func (s *Store) TakeLock(lock *os.File) error {
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fmt.Errorf("%s: the lock passed is not the store's: %w", s.dir, err)
+	}
+	s.lock = lock
+	return nil
+}
+
+// LoadHandover builds the index from a handover checkpoint's bytes
+// alone: the store belongs to the old daemon until ApplyHandover, so
+// nothing in it is read or changed. A name two objects claim (the
+// capture copies in steps) is kept for ApplyHandover to settle.
+func (s *Store) LoadHandover(data []byte) ([]Object, int64, error) {
+	body, err := checkpointBody(data)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.resetIndex(0)
+	r := &cpReader{b: body}
+	r.u8()
+	c := &cpLoad{s: s, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{}, claims: map[Name][]ID{}}
+	if next := r.u64(); r.err == nil && next > s.nextID.Load() {
+		s.nextID.Store(next)
+	}
+	if err := c.parseDirs(r); err != nil {
+		return nil, 0, err
+	}
+	if err := c.parseObjects(r); err != nil {
+		return nil, 0, err
+	}
+	s.claims = c.claims
+	out := make([]Object, 0, len(c.objs))
+	for i, o := range c.objs {
+		out = append(out, Object{ID: o.id, Size: max(o.size, 0), Atime: c.when - int64(len(c.objs)-i), Links: len(s.files[o.id].links)})
+	}
+	s.checkpointSize.Store(int64(len(data)))
+	s.checkpointObjects.Store(int64(len(out)))
+	return out, c.when, nil
+}
+
+// ApplyHandover brings an index LoadHandover built up to the old
+// daemon's, which d describes.
+func (s *Store) ApplyHandover(d *Delta) {
+	for _, o := range d.Objects {
+		s.forgetFile(o.ID)
+	}
+	for _, id := range d.Gone {
+		s.forgetFile(id)
+	}
+	for _, id := range d.GoneDirs {
+		if dd, ok := s.dirs[id]; ok {
+			if dd.parent != nil && dd.parent.kids.get(dd.name) == id {
+				dd.parent.kids.del(dd.name)
+			}
+			delete(s.dirs, id)
+		}
+	}
+	for _, r := range d.Dirs {
+		parent := s.dirs[r.Parent]
+		if parent == nil {
+			continue // parents come first: only a bad delta
+		}
+		dd, ok := s.dirs[r.ID]
+		if ok {
+			if dd.parent.kids.get(dd.name) == r.ID {
+				dd.parent.kids.del(dd.name)
+			}
+			dd.parent, dd.name = parent, r.Name
+		} else {
+			dd = &dir{id: r.ID, parent: parent, name: r.Name, kids: newKids(0)}
+			s.dirs[r.ID] = dd
+		}
+		parent.kids.set(r.Name, r.ID)
+	}
+	for _, o := range d.Objects {
+		if len(o.Links) == 0 {
+			continue
+		}
+		f := &file{ino: o.Ino}
+		for _, n := range o.Links {
+			if dd := s.dirs[n.Parent]; dd != nil {
+				dd.kids.set(n.Name, o.ID)
+				f.links = append(f.links, n)
+			}
+		}
+		if len(f.links) > 0 {
+			s.files[o.ID] = f
+		}
+	}
+	// A name two objects claimed in the checkpoint goes to the one that
+	// holds it now.
+	for n, ids := range s.claims {
+		dd := s.dirs[n.Parent]
+		if dd == nil {
+			continue
+		}
+		holder := ID(0)
+		for _, id := range ids {
+			if s.holds(id, n) {
+				holder = id
+			}
+		}
+		if holder != 0 {
+			dd.kids.set(n.Name, holder)
+		} else if !s.holds(dd.kids.get(n.Name), n) {
+			dd.kids.del(n.Name)
+		}
+	}
+	s.claims = nil
+	if uint64(d.NextID) > s.nextID.Load() {
+		s.nextID.Store(uint64(d.NextID))
+	}
+}
+
+// forgetFile takes an object and its names out of the index.
+func (s *Store) forgetFile(id ID) {
+	f, ok := s.files[id]
+	if !ok {
+		return
+	}
+	for _, n := range f.links {
+		if dd := s.dirs[n.Parent]; dd != nil && dd.kids.get(n.Name) == id {
+			dd.kids.del(n.Name)
+		}
+	}
+	delete(s.files, id)
+}
+
+// holds says whether id (an object or a directory) has name n.
+func (s *Store) holds(id ID, n Name) bool {
+	if dd, ok := s.dirs[id]; ok {
+		return dd.parent != nil && dd.parent.id == n.Parent && dd.name == n.Name
+	}
+	if f, ok := s.files[id]; ok {
+		for _, l := range f.links {
+			if l == n {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// MarshalJSON writes a Delta as the base64 of a compact binary form
+// (see the checkpoint's): ten thousand changes are a few hundred
+// kilobytes, written and read in the pause in about a millisecond.
+func (d *Delta) MarshalJSON() ([]byte, error) {
+	w := &cpWriter{b: make([]byte, 0, 64+64*len(d.Objects))}
+	w.u64(uint64(d.NextID))
+	w.u32(uint32(len(d.Dirs)))
+	for _, r := range d.Dirs {
+		w.u64(uint64(r.ID))
+		w.u64(uint64(r.Parent))
+		w.str(r.Name)
+	}
+	w.ids(d.GoneDirs)
+	w.u32(uint32(len(d.Objects)))
+	for _, o := range d.Objects {
+		w.u64(uint64(o.ID))
+		w.u64(o.Ino)
+		w.u64(uint64(o.Size))
+		w.u64(uint64(o.After))
+		w.u8(o.First)
+		w.u32(uint32(len(o.Links)))
+		for _, n := range o.Links {
+			w.u64(uint64(n.Parent))
+			w.str(n.Name)
+		}
+	}
+	w.ids(d.Gone)
+	return json.Marshal(w.b)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (d *Delta) UnmarshalJSON(data []byte) error {
+	var b []byte
+	if err := json.Unmarshal(data, &b); err != nil {
+		return err
+	}
+	r := &cpReader{b: b}
+	d.NextID = ID(r.u64())
+	d.Dirs = make([]DirRecord, r.count())
+	for i := range d.Dirs {
+		d.Dirs[i] = DirRecord{ID: ID(r.u64()), Parent: ID(r.u64()), Name: r.str()}
+	}
+	d.GoneDirs = r.ids()
+	d.Objects = make([]ObjectRecord, r.count())
+	for i := range d.Objects {
+		o := &d.Objects[i]
+		o.ID, o.Ino, o.Size, o.After, o.First = ID(r.u64()), r.u64(), int64(r.u64()), ID(r.u64()), r.u8() == 1
+		if n := r.count(); n > 0 {
+			o.Links = make([]Name, n)
+			for j := range o.Links {
+				o.Links[j] = Name{Parent: ID(r.u64()), Name: r.str()}
+			}
+		}
+	}
+	d.Gone = r.ids()
+	if r.err != nil || len(r.b) != 0 {
+		return errors.New("a bad handover delta")
+	}
+	return nil
+}
+
+func (w *cpWriter) ids(ids []ID) {
+	w.u32(uint32(len(ids)))
+	for _, id := range ids {
+		w.u64(uint64(id))
+	}
+}
+
+// count reads a count of records, each at least a byte.
+func (r *cpReader) count() int {
+	n := r.u32()
+	if uint64(n) > uint64(len(r.b)) {
+		r.err = io.ErrUnexpectedEOF
+		return 0
+	}
+	return int(n)
+}
+
+func (r *cpReader) ids() []ID {
+	out := make([]ID, r.count())
+	for i := range out {
+		out[i] = ID(r.u64())
+	}
+	return out
+}

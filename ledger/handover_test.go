@@ -1,0 +1,55 @@
+package ledger
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// order is the ledger's LRU order with sizes.
+func order(l *Ledger[ID]) string {
+	out := ""
+	l.Each(func(id ID, size int64) { out += fmt.Sprintf(" %d:%d", id, size) })
+	return out
+}
+
+// TestPlaceAndSetCapacity: a handover's successor puts entries exactly
+// where its predecessor had them (Place: after a given entry, or first;
+// an entry it has already moves), drops those gone (Drop), and only
+// then fits its capacity (SetCapacity), evicting the coldest and never
+// a pinned entry.
+func TestPlaceAndSetCapacity(t *testing.T) {
+	c := newClock()
+	l := New[ID](Config{Capacity: math.MaxInt64, Grace: testGrace, Now: c.Now})
+	for id := ID(1); id <= 4; id++ {
+		if _, err := l.Restore(id, int64(id)*blk, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Place(5, 5*blk, 1, 2, false) // new, after 2
+	l.Place(4, 6*blk, 2, 0, true)  // moved first, resized
+	l.Place(1, blk, 1, 3, false)   // moved after 3
+	l.Drop(2)
+	mustOK(t, l)
+	if got, want := order(l), fmt.Sprintf(" 4:%d 5:%d 3:%d 1:%d", 6*blk, 5*blk, 3*blk, blk); got != want {
+		t.Fatalf("order %q, want %q", got, want)
+	}
+	if err := l.Open(4, false); err != nil {
+		t.Fatal(err)
+	}
+	// Fitting 5 blocks would have to evict the pinned 4 too: nothing
+	// goes.
+	if v := l.SetCapacity(5 * blk); len(v) != 0 {
+		t.Fatalf("victims %+v of a capacity only the pinned entry could meet", v)
+	}
+	// The open made 4 the most recently used. 15 blocks held; fitting
+	// 9 must evict 5 and 3, the coldest, keeping 1 and the pinned 4.
+	victims := l.SetCapacity(9 * blk)
+	mustOK(t, l)
+	if len(victims) != 2 || victims[0].ID != 5 || victims[1].ID != 3 {
+		t.Fatalf("victims %+v, want 5 and 3", victims)
+	}
+	if got, want := order(l), fmt.Sprintf(" 1:%d 4:%d", blk, 6*blk); got != want || l.Capacity() != 9*blk {
+		t.Fatalf("order %q capacity %d, want %q and %d", got, l.Capacity(), want, 9*blk)
+	}
+}
