@@ -144,20 +144,14 @@ func Open(dir string) (*Store, error) {
 // so that the store is never unlocked in between. The store is the
 // lock holder's, so it is adopted as it is.
 func OpenLocked(dir string, lock *os.File) (*Store, error) {
-	abs, err := filepath.Abs(dir)
+	s, err := OpenBorrowed(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return nil, fmt.Errorf("%s: the lock passed is not the store's: %w", abs, err)
-	}
-	s := &Store{dir: abs, lock: lock, racy: racyWindow, step: cpStep}
-	if err := s.openLayout(); err != nil {
+	if err := s.TakeLock(lock); err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.resetIndex(0)
-	s.nextID.Store(uint64(RootID))
 	return s, nil
 }
 
