@@ -365,6 +365,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 		if err != nil {
 			return nil, err
 		}
+		conn.SetDeadline(time.Now().Add(quiesceLimit + time.Minute)) // the load took what it took
 		if fds, err = readOffer(conn, &offer); err != nil {
 			pre.closeParts()
 			return nil, err
