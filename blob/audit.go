@@ -121,8 +121,9 @@ func (s *Store) AuditPlan(w Walked) AuditPlan {
 // been replaced behind kvfs's back); the owner's lock held.
 func (s *Store) ApplyInos(inos map[ID]uint64) {
 	for id, ino := range inos {
-		if f, ok := s.files[id]; ok {
+		if f, ok := s.files[id]; ok && f.ino != ino {
 			f.ino = ino
+			s.note(id)
 		}
 	}
 }
@@ -283,6 +284,7 @@ func (s *Store) ApplyFound(f Found, known map[uint64]ID, adopted map[uint64]int,
 		// A new name of an indexed file: no new bytes.
 		d.kids.set(name, id)
 		s.files[id].links = append(s.files[id].links, Name{d.id, name})
+		s.note(id)
 		a.Linked = append(a.Linked, id)
 		return
 	}
@@ -290,12 +292,14 @@ func (s *Store) ApplyFound(f Found, known map[uint64]ID, adopted map[uint64]int,
 		o := &a.Adopted[i]
 		d.kids.set(name, o.ID)
 		s.files[o.ID].links = append(s.files[o.ID].links, Name{d.id, name})
+		s.note(o.ID)
 		o.Links++
 		return
 	}
 	id := s.NewID()
 	d.kids.set(name, id)
 	s.files[id] = &file{links: []Name{{d.id, name}}, ino: st.Ino}
+	s.note(id)
 	if adopted == nil {
 		// Committed one by one: a later name of this inode is a link.
 		known[st.Ino] = id

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,9 +19,10 @@ import (
 // each entry (Basis). The successor builds its index from those bytes
 // alone (LoadHandover), touching nothing in the store, which the old
 // daemon still owns. Once the old daemon has stopped every request, it
-// sends only what changed since (HandoverDelta: the entries whose record
-// or place in the LRU order differs from the basis), and the successor
-// applies that (ApplyHandover): the pause is the changes, not the store.
+// sends only what changed since: the objects the index noted (Track,
+// Noted) and the ledger noted, and the directories that differ from the
+// basis (DirDelta); the successor applies that (ApplyHandover): the
+// pause is the changes, not the store.
 
 // HandoverCheckpoint captures the index as CaptureCheckpoint does, and
 // returns its bytes (checksummed, as on disk) without writing them: a
@@ -32,14 +32,13 @@ func (s *Store) HandoverCheckpoint(shared func(func()), each func(fn func(id ID,
 	return cp, binary.LittleEndian.AppendUint32(cp.buf, crc32.ChecksumIEEE(cp.buf))
 }
 
-// Basis is what a handover checkpoint says of each entry, kept by the
-// old daemon to tell what changed since.
+// Basis is what a handover checkpoint says, kept by the old daemon:
+// its directories, to tell which changed since, and which objects it
+// holds (Has), to note those it left out.
 type Basis struct {
-	Taken int64 // unix nanoseconds
-	dirs  map[ID]basisDir
-	files map[ID]basisFile
-	// seen: which objects (by pos) HandoverDelta met in the ledger.
-	seen []bool
+	Taken   int64 // unix nanoseconds
+	dirs    map[ID]basisDir
+	objects map[ID]struct{}
 }
 
 type basisDir struct {
@@ -47,13 +46,10 @@ type basisDir struct {
 	name   string
 }
 
-// basisFile is one object: its inode number, size (-1: unsure), names
-// (a hash of them) and place in the LRU order.
-type basisFile struct {
-	ino   uint64
-	size  int64
-	names uint64
-	pos   int32
+// Has says whether the checkpoint holds object id.
+func (b *Basis) Has(id ID) bool {
+	_, ok := b.objects[id]
+	return ok
 }
 
 // ParseBasis reads a handover checkpoint into a Basis.
@@ -89,22 +85,20 @@ func ParseBasis(data []byte) (*Basis, error) {
 	if r.err != nil || n > uint64(len(r.b)) {
 		return nil, errors.New("bad object count")
 	}
-	b.files = make(map[ID]basisFile, n)
-	b.seen = make([]bool, n)
+	b.objects = make(map[ID]struct{}, n)
 	for i := uint64(0); i < n; i++ {
-		id, ino, size, nlinks := ID(r.u64()), r.u64(), int64(r.u64()), r.u32()
+		id := ID(r.u64())
+		r.u64()
+		r.u64()
+		nlinks := r.u32()
 		if r.err != nil || uint64(nlinks) > uint64(len(r.b)) {
 			return nil, fmt.Errorf("bad object %d", i)
 		}
-		var h uint64
 		for j := uint32(0); j < nlinks; j++ {
-			di, name := r.u32(), r.str()
-			if r.err != nil || uint64(di) >= uint64(len(ids)) {
-				return nil, fmt.Errorf("bad name of object %d", i)
-			}
-			h = hashLink(h, Name{ids[di], name})
+			r.u32()
+			r.str()
 		}
-		b.files[id] = basisFile{ino: ino, size: size, names: h, pos: int32(i)}
+		b.objects[id] = struct{}{}
 	}
 	if r.err != nil || len(r.b) != 0 {
 		return nil, errors.New("trailing bytes")
@@ -112,48 +106,82 @@ func ParseBasis(data []byte) (*Basis, error) {
 	return b, nil
 }
 
-// hashLink adds a name to h, a hash of an object's names in order.
-func hashLink(h uint64, n Name) uint64 {
-	return (h*0x100000001b3 ^ uint64(n.Parent)*0x9e3779b97f4a7c15) + xxhash.Sum64String(n.Name)
+// Forget lets go of what the basis says of objects: only its
+// directories are needed after the capture.
+func (b *Basis) Forget() { b.objects = nil }
+
+// Track starts noting the objects whose names or inode change (Noted);
+// the owner's lock held exclusively.
+func (s *Store) Track() { s.noted = map[ID]struct{}{} }
+
+// Untrack stops it.
+func (s *Store) Untrack() { s.noted = nil }
+
+// Noted returns the objects noted since Track or the last call, and
+// starts afresh; the owner's lock held exclusively.
+func (s *Store) Noted() []ID {
+	out := make([]ID, 0, len(s.noted))
+	for id := range s.noted {
+		out = append(out, id)
+	}
+	clear(s.noted)
+	return out
+}
+
+// note notes that object id's record changed, if tracking.
+func (s *Store) note(id ID) {
+	if s.noted != nil {
+		s.noted[id] = struct{}{}
+	}
+}
+
+// FileRecord is object id's inode number and names (none: it has no
+// name, or no record).
+func (s *Store) FileRecord(id ID) (uint64, []Name) {
+	f, ok := s.files[id]
+	if !ok {
+		return 0, nil
+	}
+	return f.ino, f.links
 }
 
 // Delta is what changed in the index and the LRU order since a Basis.
 type Delta struct {
-	NextID ID `json:"next_id"`
+	NextID ID
 	// Dirs are the directories new or moved since, parents first;
 	// GoneDirs those removed.
-	Dirs     []DirRecord `json:"dirs,omitempty"`
-	GoneDirs []ID        `json:"gone_dirs,omitempty"`
+	Dirs     []DirRecord
+	GoneDirs []ID
 	// Objects are those new or changed since (names, inode, size or
-	// place in the LRU order), in LRU order, each with the object
-	// before it in that order; Gone those removed.
-	Objects []ObjectRecord `json:"objects,omitempty"`
-	Gone    []ID           `json:"gone,omitempty"`
+	// place in the LRU order), each with the object before it in that
+	// order; Gone those removed.
+	Objects []ObjectRecord
+	Gone    []ID
 }
 
 // DirRecord is a directory as the old daemon has it.
 type DirRecord struct {
-	ID     ID     `json:"id"`
-	Parent ID     `json:"parent"`
-	Name   string `json:"name"`
+	ID     ID
+	Parent ID
+	Name   string
 }
 
 // ObjectRecord is an object as the old daemon has it: no names, one
 // that lives for its open handles alone. After is the object before it
 // in the LRU order (First: none).
 type ObjectRecord struct {
-	ID    ID     `json:"id"`
-	Ino   uint64 `json:"ino,omitempty"`
-	Size  int64  `json:"size"`
-	Links []Name `json:"links,omitempty"`
-	After ID     `json:"after,omitempty"`
-	First bool   `json:"first,omitempty"`
+	ID    ID
+	Ino   uint64
+	Size  int64
+	Links []Name
+	After ID
+	First bool
 }
 
-// HandoverDelta says what changed since b. each yields the ledger's
-// objects least recently used first with their sizes. The owner has
-// stopped every change; b is used up.
-func (s *Store) HandoverDelta(b *Basis, each func(fn func(id ID, size int64))) *Delta {
+// DirDelta says which directories are new or moved since b (parents
+// first) and which are gone, and the next ID: a Delta but for its
+// objects. The owner has stopped every change.
+func (s *Store) DirDelta(b *Basis) *Delta {
 	d := &Delta{NextID: ID(s.nextID.Load())}
 	for _, dd := range s.dirsParentsFirst()[1:] {
 		if was, ok := b.dirs[dd.id]; !ok || was.parent != dd.parent.id || was.name != dd.name {
@@ -163,40 +191,6 @@ func (s *Store) HandoverDelta(b *Basis, each func(fn func(id ID, size int64))) *
 	for id := range b.dirs {
 		if _, ok := s.dirs[id]; !ok {
 			d.GoneDirs = append(d.GoneDirs, id)
-		}
-	}
-	var prev ID
-	first, last, seen := true, int32(-1), 0
-	each(func(id ID, size int64) {
-		f := s.files[id]
-		var ino, names uint64
-		if f != nil {
-			for _, n := range f.links {
-				names = hashLink(names, n)
-			}
-			ino = f.ino
-		}
-		was, ok := b.files[id]
-		if ok && !b.seen[was.pos] {
-			b.seen[was.pos] = true
-			seen++
-		}
-		if ok && f != nil && was.ino == ino && was.size == size && was.names == names && was.pos > last {
-			last = was.pos // in place, unchanged
-		} else {
-			o := ObjectRecord{ID: id, Ino: ino, Size: size, After: prev, First: first}
-			if f != nil {
-				o.Links = f.links
-			}
-			d.Objects = append(d.Objects, o)
-		}
-		prev, first = id, false
-	})
-	if seen < len(b.files) {
-		for id, was := range b.files {
-			if !b.seen[was.pos] {
-				d.Gone = append(d.Gone, id)
-			}
 		}
 	}
 	return d

@@ -83,6 +83,7 @@ func (s *Store) AddFile(parent ID, name string, id ID, ino uint64) error {
 	}
 	d.kids.set(name, id)
 	s.files[id] = &file{links: []Name{{d.id, name}}, ino: ino}
+	s.note(id)
 	return nil
 }
 
@@ -131,6 +132,7 @@ func (s *Store) AddLink(id, parent ID, name string) error {
 	}
 	d.kids.set(name, id)
 	f.links = append(f.links, Name{parent, name})
+	s.note(id)
 	return nil
 }
 

@@ -156,6 +156,7 @@ func (s *Store) moveName(id ID, from *dir, name string, to *dir, newName string)
 		d.parent, d.name = to, newName
 		return
 	}
+	s.note(id)
 	for i, l := range s.files[id].links {
 		if l.Parent == from.id && l.Name == name {
 			s.files[id].links[i] = Name{to.id, newName}

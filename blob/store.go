@@ -95,6 +95,9 @@ type Store struct {
 	files map[ID]*file
 
 	progress reporter // of Load's walk (see ReportTo)
+	// noted: the objects whose names or inode changed since Track (nil:
+	// not tracking); GUARDED_BY(the owner's lock).
+	noted map[ID]struct{}
 	// claims: names a handover checkpoint gave two holders, until
 	// ApplyHandover settles them (see LoadHandover).
 	claims map[Name][]ID

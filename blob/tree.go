@@ -242,6 +242,7 @@ func (s *Store) Unlink(parent ID, name string) (ID, error) {
 
 // dropName removes one name of file id from the index.
 func (s *Store) dropName(id ID, d *dir, name string) {
+	s.note(id)
 	d.kids.del(name)
 	f := s.files[id]
 	for i, l := range f.links {

@@ -221,6 +221,9 @@ type Core struct {
 	// basis: what the handover checkpoint a successor is loading said
 	// (PrepareHandover), until Freeze sends what changed since.
 	basis *blob.Basis
+	// graceSeen: objects a round before the last saw in their grace
+	// period; the last asks for them again (GUARDED_BY(mu)).
+	graceSeen []blob.ID
 	// fitting: a preloaded Core (Preload) fits its capacity when it
 	// starts, once its predecessor is gone.
 	fitting bool

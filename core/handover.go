@@ -74,7 +74,8 @@ func (c *Core) Freeze() (Frozen, error) {
 	if b := c.basis; b != nil {
 		// Prepared: only what changed since the successor's checkpoint.
 		c.basis = nil
-		fr.Taken, fr.Delta = b.Taken, c.store.HandoverDelta(b, c.ledger.Each)
+		fr.Taken = b.Taken
+		fr.Delta, fr.Graced = c.handoverDelta(b, true)
 		c.mu.Unlock()
 	} else {
 		c.mu.Unlock()
@@ -82,9 +83,8 @@ func (c *Core) Freeze() (Frozen, error) {
 		if err != nil {
 			return Frozen{}, err
 		}
-		fr.Taken = taken
+		fr.Taken, fr.Graced = taken, c.ledger.InGrace()
 	}
-	fr.Graced = c.ledger.InGrace()
 	c.writersMu.Lock()
 	for id := range c.marked {
 		s, has := c.settled[id]
@@ -240,6 +240,11 @@ func (c *Core) StoreLock() *os.File { return c.store.Lock() }
 func (c *Core) PrepareHandover() ([]byte, error) {
 	c.ckpt.mu.Lock()
 	defer c.ckpt.mu.Unlock()
+	// Every change from here on is noted, the capture's steps included.
+	c.mu.Lock()
+	c.store.Track()
+	c.ledger.Track()
+	c.mu.Unlock()
 	writing := c.writingNow()
 	shared := func(step func()) {
 		c.mu.RLock()
@@ -249,8 +254,25 @@ func (c *Core) PrepareHandover() ([]byte, error) {
 	_, data := c.store.HandoverCheckpoint(shared, c.ledger.Each, func(id blob.ID) bool { return writing[id] })
 	b, err := blob.ParseBasis(data)
 	if err != nil {
+		c.CancelHandover()
 		return nil, err
 	}
+	// Sent in the pause besides what changes: the objects the capture
+	// left out (no name in it) or left unsure (being written), and those
+	// whose grace period runs now.
+	var extra []blob.ID
+	c.mu.RLock()
+	c.ledger.Each(func(id blob.ID, _ int64) {
+		if !b.Has(id) || writing[id] {
+			extra = append(extra, id)
+		}
+	})
+	c.mu.RUnlock()
+	for _, g := range c.ledger.InGrace() {
+		extra = append(extra, g.ID)
+	}
+	c.ledger.Note(extra...)
+	b.Forget()
 	c.mu.Lock()
 	c.basis = b
 	c.mu.Unlock()
@@ -261,8 +283,59 @@ func (c *Core) PrepareHandover() ([]byte, error) {
 // went away before the freeze.
 func (c *Core) CancelHandover() {
 	c.mu.Lock()
-	c.basis = nil
+	c.basis, c.graceSeen = nil, nil
+	c.store.Untrack()
+	c.ledger.Untrack()
 	c.mu.Unlock()
+}
+
+// handoverDelta says what changed since the last round (or b): the
+// directories that differ from b and every object the index or the
+// ledger noted since, as it is now; and which of those are in their
+// grace period. mu held exclusively. final: every change has stopped,
+// and noting stops; otherwise it goes on for the next round, and the
+// objects seen in their grace period are asked again in the last.
+func (c *Core) handoverDelta(b *blob.Basis, final bool) (*blob.Delta, []ledger.Closed[blob.ID]) {
+	d := c.store.DirDelta(b)
+	extra := c.store.Noted()
+	if final {
+		extra = append(extra, c.graceSeen...)
+		c.graceSeen = nil
+	}
+	var graced []ledger.Closed[blob.ID]
+	for _, ch := range c.ledger.Changes(extra) {
+		if ch.Gone {
+			d.Gone = append(d.Gone, ch.ID)
+			continue
+		}
+		ino, links := c.store.FileRecord(ch.ID)
+		d.Objects = append(d.Objects, blob.ObjectRecord{ID: ch.ID, Ino: ino, Size: ch.Size, Links: links, After: ch.After, First: ch.First})
+		if ch.LastClose != 0 {
+			graced = append(graced, ledger.Closed[blob.ID]{ID: ch.ID, LastClose: ch.LastClose})
+		}
+	}
+	if !final {
+		for _, g := range graced {
+			c.graceSeen = append(c.graceSeen, g.ID)
+		}
+		return d, nil
+	}
+	c.store.Untrack()
+	c.ledger.Untrack()
+	return d, graced
+}
+
+// HandoverRound says what changed since PrepareHandover or the last
+// round, while this Core serves on: its successor applies it (Apply) as
+// it waits, and the pause then carries only what changed since.
+func (c *Core) HandoverRound() (*blob.Delta, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.basis == nil {
+		return nil, errors.New("no handover is being prepared")
+	}
+	d, _ := c.handoverDelta(c.basis, false)
+	return d, nil
 }
 
 // Preload builds a Core from a predecessor's handover checkpoint
@@ -302,19 +375,23 @@ func (c *Core) Join(fr Frozen) error {
 	if fr.Delta == nil {
 		return errors.New("the predecessor sent no changes to apply")
 	}
-	c.mu.Lock()
-	c.store.ApplyHandover(fr.Delta)
-	c.mu.Unlock()
-	for _, id := range fr.Delta.Gone {
-		c.ledger.Drop(id)
-	}
-	for _, o := range fr.Delta.Objects {
-		c.ledger.Place(o.ID, o.Size, len(o.Links), o.After, o.First)
-	}
+	c.Apply(fr.Delta)
 	for _, g := range fr.Graced {
 		c.ledger.Regrace(g.ID, g.LastClose)
 	}
 	return nil
+}
+
+// Apply brings a preloaded Core up to a round of its predecessor's
+// changes (HandoverRound), or the last (Join).
+func (c *Core) Apply(d *blob.Delta) {
+	c.mu.Lock()
+	c.store.ApplyHandover(d)
+	c.mu.Unlock()
+	for _, id := range d.Gone {
+		c.ledger.Drop(id)
+	}
+	c.placeInOrder(d.Objects)
 }
 
 // fitCapacity sets the configured capacity on a preloaded Core (sized
@@ -341,3 +418,33 @@ func (c *Core) fitCapacity() {
 // TakeStore makes a preloaded Core's store (blob.OpenBorrowed) its own,
 // with the store's lock its predecessor passed.
 func (c *Core) TakeStore(lock *os.File) error { return c.store.TakeLock(lock) }
+
+// placeInOrder puts each changed object in the ledger right after the
+// one before it in the predecessor's LRU order, that one first when it
+// changed too: then every object sits where the predecessor had it.
+func (c *Core) placeInOrder(objs []blob.ObjectRecord) {
+	at := make(map[blob.ID]int, len(objs))
+	for i, o := range objs {
+		at[o.ID] = i
+	}
+	placed := make([]bool, len(objs))
+	var chain []int
+	for i := range objs {
+		// Walk back to the first object of the chain not placed yet.
+		chain = chain[:0]
+		for j := i; !placed[j]; {
+			chain = append(chain, j)
+			placed[j] = true
+			o := objs[j]
+			k, ok := at[o.After]
+			if o.First || !ok {
+				break
+			}
+			j = k
+		}
+		for n := len(chain) - 1; n >= 0; n-- {
+			o := objs[chain[n]]
+			c.ledger.Place(o.ID, o.Size, len(o.Links), o.After, o.First)
+		}
+	}
+}

@@ -234,7 +234,9 @@ func TestHandoverKeepsGrace(t *testing.T) {
 // checkpoint a serving Core captures for it (PrepareHandover, Preload),
 // while that Core's clients store, delete, rename, link, read and make
 // and remove directories, during the capture and after it, then applies
-// what the frozen Core says changed since (Freeze, Join), serves exactly
+// what the serving Core says changed since, in rounds (HandoverRound,
+// Apply), and then what the frozen Core says changed since (Freeze,
+// Join), serves exactly
 // the predecessor's namespace with the same IDs, and its ledger holds
 // the same objects at the same sizes in the same LRU order.
 func TestTwoPhaseHandoverMatchesPredecessor(t *testing.T) {
@@ -346,7 +348,25 @@ func twoPhaseHandover(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	tc.Core = c
-	for range 300 {
+	// Rounds while the old Core serves on: each says what changed since
+	// the last, and the successor applies it.
+	for range 2 {
+		for range 150 {
+			step(old)
+		}
+		d, err := old.HandoverRound()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got blob.Delta
+		if sent, err := json.Marshal(d); err != nil {
+			t.Fatal(err)
+		} else if err := json.Unmarshal(sent, &got); err != nil {
+			t.Fatal(err)
+		}
+		c.Apply(&got)
+	}
+	for range 150 {
 		step(old)
 	}
 	frozen, err := old.Freeze()
@@ -409,4 +429,54 @@ func describe(t *testing.T, c *Core) string {
 	b.WriteString("LRU:")
 	c.ledger.Each(func(id blob.ID, size int64) { fmt.Fprintf(&b, " %d:%d", id, size) })
 	return b.String()
+}
+
+// TestTwoPhaseHandoverKeepsGrace: an object closed during a handover's
+// rounds, and not touched again, is in its grace period at the freeze:
+// the last round asks for it again, so the successor keeps its grace.
+func TestTwoPhaseHandoverKeepsGrace(t *testing.T) {
+	dir := t.TempDir()
+	old, _ := openCore(t, dir, Config{Capacity: 64 * mib, Grace: time.Minute})
+	old.Start(func(Drop) {})
+	old.put("old", mib)
+	old.clock.Skip(2 * time.Minute) // old's grace is over
+	data, err := old.PrepareHandover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := blob.OpenBorrowed(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &testCore{t: t, clock: old.clock}
+	c, _, err := Preload(store, data, Config{Capacity: 64 * mib, Grace: time.Minute, Now: tc.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Core = c
+	fresh := old.put("fresh", mib)
+	d, err := old.HandoverRound()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Apply(d)
+	fr, err := old.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fr.Graced) != 1 || fr.Graced[0].ID != fresh {
+		t.Fatalf("frozen in grace: %+v; want fresh (%d)", fr.Graced, fresh)
+	}
+	if err := store.TakeLock(old.StoreLock()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Join(fr); err != nil {
+		t.Fatal(err)
+	}
+	c.EndHandover(fr)
+	c.Start(func(Drop) {})
+	defer tc.Close()
+	if g := c.ledger.InGrace(); len(g) != 1 || g[0].ID != fresh {
+		t.Fatalf("the successor's objects in grace: %+v; want fresh", g)
+	}
 }

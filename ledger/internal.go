@@ -2,6 +2,13 @@ package ledger
 
 // The helpers below run with l.mu held.
 
+// note notes that e changed, if tracking.
+func (l *Ledger[K]) note(e *entry[K]) {
+	if l.noted != nil {
+		l.noted[e.id] = struct{}{}
+	}
+}
+
 // get is id's entry.
 func (l *Ledger[K]) get(id K) (*entry[K], bool) {
 	i, ok := l.entries[id]
@@ -18,6 +25,7 @@ func (l *Ledger[K]) insert(v entry[K]) *entry[K] {
 	*e = v
 	l.entries[e.id] = e.self
 	l.lru.pushBack(e)
+	l.note(e)
 	l.used += e.charge
 	l.noteOver()
 	if e.nlink == 0 {
@@ -41,6 +49,7 @@ func (l *Ledger[K]) remove(e *entry[K]) {
 	l.used -= e.charge
 	l.over -= e.over
 	l.reserved -= e.charge - Charge(e.size)
+	l.note(e)
 	l.lru.remove(e)
 	delete(l.entries, e.id)
 	l.slab.free(e)
@@ -81,6 +90,7 @@ func (l *Ledger[K]) unpin(e *entry[K], write bool) {
 func (l *Ledger[K]) use(e *entry[K]) {
 	e.lastUse = l.now().UnixNano()
 	l.lru.moveToBack(e)
+	l.note(e)
 }
 
 // admit sets e's size and reservation once its whole charge at them is
@@ -133,6 +143,9 @@ func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victi
 
 // resize sets e's size and reservation and recharges it.
 func (l *Ledger[K]) resize(e *entry[K], size, res int64) {
+	if size != e.size {
+		l.note(e)
+	}
 	l.reserved -= e.charge - Charge(e.size)
 	e.size, e.res = size, res
 	l.recharge(e, max(Charge(size), res))

@@ -123,6 +123,10 @@ type Ledger[K comparable] struct {
 	evicted    int64
 	refusals   int64
 	reconciled int64
+	// noted: the entries changed since Track (inserted, removed,
+	// resized, moved in the LRU order, linked or unlinked, closed); nil:
+	// not tracking.
+	noted map[K]struct{}
 }
 
 // entry is one inode; it is on the LRU list from creation to removal.
@@ -266,7 +270,7 @@ func (l *Ledger[K]) close(id K, write bool) (released bool, victims []Victim[K])
 	if write && !e.final {
 		e.lastClose = l.now().UnixNano()
 	}
-	l.use(e)
+	l.use(e) // notes it
 	l.signal()
 	if e.pins == 0 && e.nlink == 0 {
 		l.remove(e)
@@ -303,6 +307,7 @@ func (l *Ledger[K]) EndGrace(id K) {
 	defer l.mu.Unlock()
 	if e, ok := l.get(id); ok {
 		e.final, e.lastClose = true, 0
+		l.note(e)
 		l.signal()
 	}
 }
@@ -504,6 +509,7 @@ func (l *Ledger[K]) Link(id K) error {
 		l.shadow -= e.charge
 	}
 	e.nlink++
+	l.note(e)
 	return nil
 }
 
@@ -518,6 +524,7 @@ func (l *Ledger[K]) Unlink(id K) (released bool) {
 		return false
 	}
 	e.nlink--
+	l.note(e)
 	if e.nlink > 0 {
 		return false
 	}
@@ -663,4 +670,78 @@ func (l *Ledger[K]) SetCapacity(capacity int64) []Victim[K] {
 	l.capacity = capacity
 	victims, _ := l.trim(nil)
 	return victims
+}
+
+// Change is an entry as it is now, for a handover's successor: its size,
+// names (links) and the entry before it in the LRU order (First: none),
+// and when its last writer closed, if its grace period still runs; or
+// Gone.
+type Change[K comparable] struct {
+	ID        K
+	Size      int64
+	Links     int
+	After     K
+	First     bool
+	Gone      bool
+	LastClose int64
+}
+
+// Track starts noting the entries that change (Changes).
+func (l *Ledger[K]) Track() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.noted = map[K]struct{}{}
+}
+
+// Untrack stops it.
+func (l *Ledger[K]) Untrack() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.noted = nil
+}
+
+// Note notes ids as changed.
+func (l *Ledger[K]) Note(ids ...K) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.noted == nil {
+		return
+	}
+	for _, id := range ids {
+		l.noted[id] = struct{}{}
+	}
+}
+
+// Changes returns the entries noted since Track or the last call, and
+// those of extra, as they are now, and starts noting afresh.
+func (l *Ledger[K]) Changes(extra []K) []Change[K] {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.noted == nil {
+		l.noted = map[K]struct{}{}
+	}
+	for _, id := range extra {
+		l.noted[id] = struct{}{}
+	}
+	cutoff := l.now().UnixNano() - l.grace
+	out := make([]Change[K], 0, len(l.noted))
+	for id := range l.noted {
+		e, ok := l.get(id)
+		if !ok {
+			out = append(out, Change[K]{ID: id, Gone: true})
+			continue
+		}
+		c := Change[K]{ID: id, Size: e.size, Links: int(e.nlink)}
+		if prev := e.links[lruLinks][before]; prev != 0 {
+			c.After = l.slab.at(prev).id
+		} else {
+			c.First = true
+		}
+		if !e.final && e.lastClose != 0 && e.lastClose > cutoff {
+			c.LastClose = e.lastClose
+		}
+		out = append(out, c)
+	}
+	clear(l.noted)
+	return out
 }

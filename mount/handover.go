@@ -78,6 +78,11 @@ const (
 	fdsPerMessage = 250
 	// chunk is the most JSON one message carries.
 	chunk = 32 << 10
+	// maxRounds bounds the rounds of changes a successor applies before
+	// the pause; a round of at most roundEnough changed objects is the
+	// last (the pause carries what changes during it).
+	maxRounds   = 4
+	roundEnough = 500
 )
 
 // handoverRequest is the successor's first message.
@@ -102,6 +107,7 @@ type handoverOffer struct {
 	Frozen     core.Frozen     `json:"frozen"`
 	FS         fusefs.State    `json:"fs"`
 	Stalled    time.Duration   `json:"stalled"` // from the gate's closing to the offer
+	GateClosed int64           `json:"gate_closed,omitempty"` // when, unix nanoseconds
 	Writers    []blob.ID       `json:"writers,omitempty"`
 	Settings   json.RawMessage `json:"settings,omitempty"`
 	// Prepared: not the mount yet but phase one, a handover checkpoint
@@ -109,6 +115,10 @@ type handoverOffer struct {
 	// descriptor follows, a memfd of Checkpoint bytes.
 	Prepared   bool `json:"prepared,omitempty"`
 	Checkpoint int  `json:"checkpoint,omitempty"`
+	// Round: not the mount yet but what changed since the checkpoint or
+	// the last round, for the successor to apply while this daemon
+	// serves on (no descriptor follows).
+	Round *blob.Delta `json:"round,omitempty"`
 }
 
 // handoverReply is the successor's word.
@@ -245,6 +255,31 @@ func (m *Mount) prepare(conn *net.UnixConn, log *zap.Logger) bool {
 		return false
 	}
 	log.Info("the successor loaded the checkpoint", zap.Int("bytes", len(data)), zap.Duration("took", time.Since(start)))
+	// Rounds: what changed during the load, then during the last round,
+	// until it is little (the pause carries the rest).
+	for round := 1; round <= maxRounds; round++ {
+		start := time.Now()
+		d, err := m.core.HandoverRound()
+		if err == nil {
+			conn.SetDeadline(time.Now().Add(readyLimit))
+			err = writeJSON(conn, handoverOffer{Version: handoverVersion, Prepared: true, Round: d}, nil)
+			failpoint("handover-round")
+		}
+		r = handoverReply{}
+		if err == nil {
+			err = readJSON(conn, &r)
+		}
+		if err != nil || !r.Loaded {
+			m.core.CancelHandover()
+			log.Warn("the successor did not apply a round; serving on", zap.String("its_error", r.Error), zap.Error(err))
+			return false
+		}
+		changed := len(d.Objects) + len(d.Gone)
+		log.Info("the successor applied a round", zap.Int("round", round), zap.Int("changed_objects", changed), zap.Duration("took", time.Since(start)))
+		if changed <= roundEnough {
+			break
+		}
+	}
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	return true
 }
@@ -303,7 +338,7 @@ func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, log *
 		fds = append(fds, int(f.Fd()))
 	}
 	o := handoverOffer{Version: handoverVersion, PID: os.Getpid(), Mountpoint: m.Mountpoint,
-		Init: m.server.InitState(), Frozen: fr, FS: st, Writers: writers, Stalled: time.Since(start)}
+		Init: m.server.InitState(), Frozen: fr, FS: st, Writers: writers, Stalled: time.Since(start), GateClosed: start.UnixNano()}
 	conn.SetDeadline(time.Now().Add(readyLimit))
 	if err := writeJSON(conn, o, fds); err != nil {
 		log.Warn("sending the mount", zap.Error(err))
@@ -366,9 +401,21 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 			return nil, err
 		}
 		conn.SetDeadline(time.Now().Add(quiesceLimit + time.Minute)) // the load took what it took
-		if fds, err = readOffer(conn, &offer); err != nil {
-			pre.closeParts()
-			return nil, err
+		for {
+			offer = handoverOffer{}
+			if fds, err = readOffer(conn, &offer); err != nil {
+				pre.closeParts()
+				return nil, err
+			}
+			if offer.Round == nil {
+				break
+			}
+			pre.core.Apply(offer.Round)
+			failpoint("takeover-round")
+			if err := writeJSON(conn, handoverReply{Loaded: true}, nil); err != nil {
+				pre.closeParts()
+				return nil, fmt.Errorf("telling the old daemon: %w (%w)", err, errPredecessorGone)
+			}
 		}
 	}
 	offered := time.Now()
@@ -414,12 +461,14 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	m.startOwnGuard()
 	m.widenReadahead(maxRead)
 	m.TookOver = time.Since(start)
-	// paused: from the old daemon's gate closing to this one serving,
-	// the most any request waited.
+	// paused: from the old daemon's gate closing to this one serving
+	// (both read the same clock), the most any request waited.
+	paused := time.Since(time.Unix(0, offer.GateClosed))
 	log.Info("took the mount over", zap.Int("from", offer.PID), zap.Int("handles", len(offer.FS.Handles)),
 		zap.Bool("two_phases", pre != nil), zap.Duration("old_stall_before_offer", offer.Stalled),
+		zap.Duration("offer_received", offered.Sub(time.Unix(0, offer.GateClosed))),
 		zap.Duration("adopted", adopted), zap.Duration("old_gone", gone),
-		zap.Duration("paused", offer.Stalled+time.Since(offered)), zap.Duration("took", m.TookOver))
+		zap.Duration("paused", paused), zap.Duration("took", m.TookOver))
 	m.serving("serving the mount taken over")
 	return m, nil
 }
@@ -641,12 +690,22 @@ func readJSON(conn *net.UnixConn, v any) error {
 		}
 		b = append(b, buf[:n]...)
 	}
-	return json.Unmarshal(b, v)
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: %v", errUndecodable, err)
+	}
+	return nil
 }
+
+// errUndecodable: a message arrived whole and made no sense; its sender
+// is alive (and, when it is the old daemon, serves on).
+var errUndecodable = errors.New("a handover message this build cannot read")
 
 // readOffer reads the old daemon's offer and the descriptors it passes.
 func readOffer(conn *net.UnixConn, offer *handoverOffer) ([]int, error) {
-	if err := readJSON(conn, offer); err != nil {
+	if err := readJSON(conn, offer); errors.Is(err, errUndecodable) {
+		writeJSON(conn, handoverReply{Error: err.Error()}, nil)
+		return nil, fmt.Errorf("reading the old daemon's offer (it serves on): %w", err)
+	} else if err != nil {
 		return nil, fmt.Errorf("reading the old daemon's offer: %w (%w)", err, errPredecessorGone)
 	}
 	if offer.Error != "" {
@@ -656,7 +715,10 @@ func readOffer(conn *net.UnixConn, offer *handoverOffer) ([]int, error) {
 		return nil, fmt.Errorf("the old daemon speaks handover version %d, this one %d", offer.Version, handoverVersion)
 	}
 	want := 2 + len(offer.FS.Handles)
-	if offer.Prepared {
+	switch {
+	case offer.Round != nil:
+		want = 0
+	case offer.Prepared:
 		want = 1
 	}
 	var fds []int

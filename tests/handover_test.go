@@ -360,11 +360,13 @@ func TestHandoverKilledAtEveryStep(t *testing.T) {
 	}{
 		{"handover-asked", newMounts},
 		{"handover-prepared", newMounts},
+		{"handover-round", newMounts},
 		{"handover-quiesced", newMounts},
 		{"handover-frozen", newMounts},
 		{"handover-offered", newServes},
 		{"handover-ready", newServes},
 		{"takeover-preloaded", oldServes},
+		{"takeover-round", oldServes},
 		{"takeover-offered", oldServes},
 		{"takeover-adopted", oldServes},
 		{"takeover-ready", nextMounts},
