@@ -35,9 +35,6 @@ type cpLoad struct {
 	taken map[int][]string
 	// fresh: directories that are new since the checkpoint, walked.
 	fresh []walkRoot
-	// claims: every holder of each name claimed twice, for a handover's
-	// successor (LoadHandover) to settle; nil: none kept.
-	claims map[Name][]ID
 }
 
 // cpLoadDir is one directory the checkpoint lists.
@@ -188,9 +185,6 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 				return fmt.Errorf("bad name of object %d", i)
 			}
 			d := c.dirs[di].d
-			if c.claims != nil {
-				c.claim(d, name, id)
-			}
 			if !d.kids.set(name, id) {
 				c.taken[int(di)] = append(c.taken[int(di)], name)
 			}
@@ -208,19 +202,6 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 		return errors.New("trailing bytes")
 	}
 	return nil
-}
-
-// claim notes id's claim of a name another holds.
-func (c *cpLoad) claim(d *dir, name string, id ID) {
-	prev, taken := d.kids.lookup(name)
-	if !taken {
-		return
-	}
-	n := Name{d.id, name}
-	if len(c.claims[n]) == 0 {
-		c.claims[n] = []ID{prev}
-	}
-	c.claims[n] = append(c.claims[n], id)
 }
 
 // freeID says whether id may be given to an entry of the checkpoint:

@@ -180,17 +180,21 @@ type ObjectRecord struct {
 
 // DirDelta says which directories are new or moved since b (parents
 // first) and which are gone, and the next ID: a Delta but for its
-// objects. The owner has stopped every change.
+// objects. b then holds the directories as they are now: the next
+// DirDelta says what changed since this one. The owner's lock held
+// exclusively.
 func (s *Store) DirDelta(b *Basis) *Delta {
 	d := &Delta{NextID: ID(s.nextID.Load())}
 	for _, dd := range s.dirsParentsFirst()[1:] {
 		if was, ok := b.dirs[dd.id]; !ok || was.parent != dd.parent.id || was.name != dd.name {
 			d.Dirs = append(d.Dirs, DirRecord{ID: dd.id, Parent: dd.parent.id, Name: dd.name})
+			b.dirs[dd.id] = basisDir{parent: dd.parent.id, name: dd.name}
 		}
 	}
 	for id := range b.dirs {
 		if _, ok := s.dirs[id]; !ok {
 			d.GoneDirs = append(d.GoneDirs, id)
+			delete(b.dirs, id)
 		}
 	}
 	return d
@@ -232,7 +236,9 @@ func (s *Store) TakeLock(lock *os.File) error {
 // LoadHandover builds the index from a handover checkpoint's bytes
 // alone: the store belongs to the old daemon until ApplyHandover, so
 // nothing in it is read or changed. A name two objects claim (the
-// capture copies in steps) is kept for ApplyHandover to settle.
+// capture copies in steps) goes to the later; both changed during the
+// capture, so the old daemon noted both, and ApplyHandover puts each
+// where it is now.
 func (s *Store) LoadHandover(data []byte) ([]Object, int64, error) {
 	body, err := checkpointBody(data)
 	if err != nil {
@@ -241,7 +247,7 @@ func (s *Store) LoadHandover(data []byte) ([]Object, int64, error) {
 	s.resetIndex(0)
 	r := &cpReader{b: body}
 	r.u8()
-	c := &cpLoad{s: s, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{}, claims: map[Name][]ID{}}
+	c := &cpLoad{s: s, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{}}
 	if next := r.u64(); r.err == nil && next > s.nextID.Load() {
 		s.nextID.Store(next)
 	}
@@ -251,7 +257,6 @@ func (s *Store) LoadHandover(data []byte) ([]Object, int64, error) {
 	if err := c.parseObjects(r); err != nil {
 		return nil, 0, err
 	}
-	s.claims = c.claims
 	out := make([]Object, 0, len(c.objs))
 	for i, o := range c.objs {
 		out = append(out, Object{ID: o.id, Size: max(o.size, 0), Atime: c.when - int64(len(c.objs)-i), Links: len(s.files[o.id].links)})
@@ -310,26 +315,6 @@ func (s *Store) ApplyHandover(d *Delta) {
 			s.files[o.ID] = f
 		}
 	}
-	// A name two objects claimed in the checkpoint goes to the one that
-	// holds it now.
-	for n, ids := range s.claims {
-		dd := s.dirs[n.Parent]
-		if dd == nil {
-			continue
-		}
-		holder := ID(0)
-		for _, id := range ids {
-			if s.holds(id, n) {
-				holder = id
-			}
-		}
-		if holder != 0 {
-			dd.kids.set(n.Name, holder)
-		} else if !s.holds(dd.kids.get(n.Name), n) {
-			dd.kids.del(n.Name)
-		}
-	}
-	s.claims = nil
 	if uint64(d.NextID) > s.nextID.Load() {
 		s.nextID.Store(uint64(d.NextID))
 	}
@@ -349,20 +334,6 @@ func (s *Store) forgetFile(id ID) {
 	delete(s.files, id)
 }
 
-// holds says whether id (an object or a directory) has name n.
-func (s *Store) holds(id ID, n Name) bool {
-	if dd, ok := s.dirs[id]; ok {
-		return dd.parent != nil && dd.parent.id == n.Parent && dd.name == n.Name
-	}
-	if f, ok := s.files[id]; ok {
-		for _, l := range f.links {
-			if l == n {
-				return true
-			}
-		}
-	}
-	return false
-}
 
 // MarshalJSON writes a Delta as the base64 of a compact binary form
 // (see the checkpoint's): ten thousand changes are a few hundred

@@ -98,9 +98,6 @@ type Store struct {
 	// noted: the objects whose names or inode changed since Track (nil:
 	// not tracking); GUARDED_BY(the owner's lock).
 	noted map[ID]struct{}
-	// claims: names a handover checkpoint gave two holders, until
-	// ApplyHandover settles them (see LoadHandover).
-	claims map[Name][]ID
 	// kept: markers Load leaves alone (KeepMarkers), by path under
 	// writing/.
 	kept map[string]bool
