@@ -14,15 +14,16 @@ import (
 )
 
 // A handover in two phases (see package mount). While the old daemon
-// serves on, it captures its index as a checkpoint that it never writes
-// to disk (HandoverCheckpoint), and keeps what that checkpoint says of
-// each entry (Basis). The successor builds its index from those bytes
+// serves on, it notes every object whose record changes (Track, Noted;
+// the ledger notes its own), captures its index as a checkpoint that it
+// never writes to disk (HandoverCheckpoint), and keeps the checkpoint's
+// directories (Basis). The successor builds its index from those bytes
 // alone (LoadHandover), touching nothing in the store, which the old
-// daemon still owns. Once the old daemon has stopped every request, it
-// sends only what changed since: the objects the index noted (Track,
-// Noted) and the ledger noted, and the directories that differ from the
-// basis (DirDelta); the successor applies that (ApplyHandover): the
-// pause is the changes, not the store.
+// daemon still owns. Then, in rounds while the old daemon serves and
+// once more after it has stopped every request, the old daemon sends
+// only what changed since the last (the noted objects as they are now,
+// the directories that differ: DirDelta), and the successor applies it
+// (ApplyHandover): the pause is the last round's changes, not the store.
 
 // HandoverCheckpoint captures the index as CaptureCheckpoint does, and
 // returns its bytes (checksummed, as on disk) without writing them: a
@@ -33,8 +34,9 @@ func (s *Store) HandoverCheckpoint(shared func(func()), each func(fn func(id ID,
 }
 
 // Basis is what a handover checkpoint says, kept by the old daemon:
-// its directories, to tell which changed since, and which objects it
-// holds (Has), to note those it left out.
+// its directories, to tell which changed since (DirDelta moves them on
+// to what each round sent), and which objects it holds (Has), to note
+// those it left out.
 type Basis struct {
 	Taken   int64 // unix nanoseconds
 	dirs    map[ID]basisDir
@@ -166,9 +168,9 @@ type DirRecord struct {
 	Name   string
 }
 
-// ObjectRecord is an object as the old daemon has it: no names, one
-// that lives for its open handles alone. After is the object before it
-// in the LRU order (First: none).
+// ObjectRecord is an object as the old daemon has it (no Links: it has
+// no name, and lives for its open handles alone). After is the object
+// before it in the LRU order (First: none).
 type ObjectRecord struct {
 	ID    ID
 	Ino   uint64

@@ -235,8 +235,8 @@ func (c *Core) StoreLock() *os.File { return c.store.Lock() }
 // changed since.
 
 // PrepareHandover captures the index for a successor to load while this
-// Core serves on (Preload), and keeps what it said: the Freeze that
-// follows sends only what changed since.
+// Core serves on (Preload), and from then on notes what changes: the
+// rounds (HandoverRound) and the Freeze that follow send only that.
 func (c *Core) PrepareHandover() ([]byte, error) {
 	c.ckpt.mu.Lock()
 	defer c.ckpt.mu.Unlock()
@@ -257,9 +257,9 @@ func (c *Core) PrepareHandover() ([]byte, error) {
 		c.CancelHandover()
 		return nil, err
 	}
-	// Sent in the pause besides what changes: the objects the capture
-	// left out (no name in it) or left unsure (being written), and those
-	// whose grace period runs now.
+	// Sent in the first round besides what changes: the objects the
+	// capture left out (no name in it) or left unsure (being written),
+	// and those whose grace period runs now.
 	var extra []blob.ID
 	c.mu.RLock()
 	c.ledger.Each(func(id blob.ID, _ int64) {
