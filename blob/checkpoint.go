@@ -68,6 +68,10 @@ type Checkpoint struct {
 	Taken                       time.Time
 	// Steps is how many times the capture took the owner's lock.
 	Steps int
+	// LeftOut are the objects of the order the capture wrote without a
+	// size (being written) or did not write (no name in a directory
+	// it listed).
+	LeftOut []ID
 }
 
 // cpDir is a directory the capture vouched for.
@@ -175,11 +179,13 @@ func (s *Store) captureObjects(w *cpWriter, cp *Checkpoint, order []sized, index
 	for _, o := range order {
 		f, ok := s.files[o.id]
 		if !ok || len(f.links) == 0 {
+			cp.LeftOut = append(cp.LeftOut, o.id)
 			continue
 		}
 		start := len(w.b)
 		if busy(o.id) {
 			o.size = -1
+			cp.LeftOut = append(cp.LeftOut, o.id)
 		}
 		w.u64(uint64(o.id))
 		w.u64(f.ino)
@@ -195,6 +201,9 @@ func (s *Store) captureObjects(w *cpWriter, cp *Checkpoint, order []sized, index
 		}
 		if names == 0 {
 			w.b = w.b[:start]
+			if o.size >= 0 {
+				cp.LeftOut = append(cp.LeftOut, o.id)
+			}
 			continue
 		}
 		binary.LittleEndian.PutUint32(w.b[start+24:], uint32(names))

@@ -16,8 +16,8 @@ import (
 // A handover in two phases (see package mount). While the old daemon
 // serves on, it notes every object whose record changes (Track, Noted;
 // the ledger notes its own), captures its index as a checkpoint that it
-// never writes to disk (HandoverCheckpoint), and keeps the checkpoint's
-// directories (Basis). The successor builds its index from those bytes
+// never writes to disk (HandoverCheckpoint; the objects it left out are
+// noted too), and keeps the checkpoint's directories (Basis). The successor builds its index from those bytes
 // alone (LoadHandover), touching nothing in the store, which the old
 // daemon still owns. Then, in rounds while the old daemon serves and
 // once more after it has stopped every request, the old daemon sends
@@ -33,14 +33,12 @@ func (s *Store) HandoverCheckpoint(shared func(func()), each func(fn func(id ID,
 	return cp, binary.LittleEndian.AppendUint32(cp.buf, crc32.ChecksumIEEE(cp.buf))
 }
 
-// Basis is what a handover checkpoint says, kept by the old daemon:
-// its directories, to tell which changed since (DirDelta moves them on
-// to what each round sent), and which objects it holds (Has), to note
-// those it left out.
+// Basis is what a handover checkpoint says of directories, kept by the
+// old daemon to tell which changed since (DirDelta moves it on to what
+// each round sent).
 type Basis struct {
-	Taken   int64 // unix nanoseconds
-	dirs    map[ID]basisDir
-	objects map[ID]struct{}
+	Taken int64 // unix nanoseconds
+	dirs  map[ID]basisDir
 }
 
 type basisDir struct {
@@ -48,13 +46,7 @@ type basisDir struct {
 	name   string
 }
 
-// Has says whether the checkpoint holds object id.
-func (b *Basis) Has(id ID) bool {
-	_, ok := b.objects[id]
-	return ok
-}
-
-// ParseBasis reads a handover checkpoint into a Basis.
+// ParseBasis reads a handover checkpoint's directories into a Basis.
 func ParseBasis(data []byte) (*Basis, error) {
 	body, err := checkpointBody(data)
 	if err != nil {
@@ -83,34 +75,8 @@ func ParseBasis(data []byte) (*Basis, error) {
 			b.dirs[id] = basisDir{parent: ids[parent], name: name}
 		}
 	}
-	n = r.u64()
-	if r.err != nil || n > uint64(len(r.b)) {
-		return nil, errors.New("bad object count")
-	}
-	b.objects = make(map[ID]struct{}, n)
-	for i := uint64(0); i < n; i++ {
-		id := ID(r.u64())
-		r.u64()
-		r.u64()
-		nlinks := r.u32()
-		if r.err != nil || uint64(nlinks) > uint64(len(r.b)) {
-			return nil, fmt.Errorf("bad object %d", i)
-		}
-		for j := uint32(0); j < nlinks; j++ {
-			r.u32()
-			r.str()
-		}
-		b.objects[id] = struct{}{}
-	}
-	if r.err != nil || len(r.b) != 0 {
-		return nil, errors.New("trailing bytes")
-	}
-	return b, nil
+	return b, r.err
 }
-
-// Forget lets go of what the basis says of objects: only its
-// directories are needed after the capture.
-func (b *Basis) Forget() { b.objects = nil }
 
 // Track starts noting the objects whose names or inode change (Noted);
 // the owner's lock held exclusively.

@@ -251,7 +251,7 @@ func (c *Core) PrepareHandover() ([]byte, error) {
 		defer c.mu.RUnlock()
 		step()
 	}
-	_, data := c.store.HandoverCheckpoint(shared, c.ledger.Each, func(id blob.ID) bool { return writing[id] })
+	cp, data := c.store.HandoverCheckpoint(shared, c.ledger.Each, func(id blob.ID) bool { return writing[id] })
 	b, err := blob.ParseBasis(data)
 	if err != nil {
 		c.CancelHandover()
@@ -260,23 +260,21 @@ func (c *Core) PrepareHandover() ([]byte, error) {
 	// Sent in the first round besides what changes: the objects the
 	// capture left out (no name in it) or left unsure (being written),
 	// and those whose grace period runs now.
-	var extra []blob.ID
-	c.mu.RLock()
-	c.ledger.Each(func(id blob.ID, _ int64) {
-		if !b.Has(id) || writing[id] {
-			extra = append(extra, id)
-		}
-	})
-	c.mu.RUnlock()
+	c.ledger.Note(cp.LeftOut...)
 	for _, g := range c.ledger.InGrace() {
-		extra = append(extra, g.ID)
+		c.ledger.Note(g.ID)
 	}
-	c.ledger.Note(extra...)
-	b.Forget()
 	c.mu.Lock()
 	c.basis = b
 	c.mu.Unlock()
 	return data, nil
+}
+
+// handingOver says whether a handover is being prepared.
+func (c *Core) handingOver() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.basis != nil
 }
 
 // CancelHandover lets go of what PrepareHandover kept: the successor
@@ -292,7 +290,7 @@ func (c *Core) CancelHandover() {
 // handoverDelta says what changed since the last round (or b): the
 // directories that differ from b and every object the index or the
 // ledger noted since, as it is now; and which of those are in their
-// grace period. mu held exclusively. final: every change has stopped,
+// grace period. mu held (shared will do). final: every change has stopped,
 // and noting stops; otherwise it goes on for the next round, and the
 // objects seen in their grace period are asked again in the last.
 func (c *Core) handoverDelta(b *blob.Basis, final bool) (*blob.Delta, []ledger.Closed[blob.ID]) {
@@ -329,8 +327,11 @@ func (c *Core) handoverDelta(b *blob.Basis, final bool) (*blob.Delta, []ledger.C
 // round, while this Core serves on: its successor applies it (Apply) as
 // it waits, and the pause then carries only what changed since.
 func (c *Core) HandoverRound() (*blob.Delta, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// Shared: it reads the index, and only the handover's own records
+	// change (the noted set, which only exclusive holders add to, and
+	// the basis).
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	if c.basis == nil {
 		return nil, errors.New("no handover is being prepared")
 	}

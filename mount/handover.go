@@ -260,6 +260,7 @@ func (m *Mount) prepare(conn *net.UnixConn, log *zap.Logger) bool {
 	for round := 1; round <= maxRounds; round++ {
 		start := time.Now()
 		d, err := m.core.HandoverRound()
+		computed := time.Since(start)
 		if err == nil {
 			conn.SetDeadline(time.Now().Add(readyLimit))
 			err = writeJSON(conn, handoverOffer{Version: handoverVersion, Prepared: true, Round: d}, nil)
@@ -275,7 +276,8 @@ func (m *Mount) prepare(conn *net.UnixConn, log *zap.Logger) bool {
 			return false
 		}
 		changed := len(d.Objects) + len(d.Gone)
-		log.Info("the successor applied a round", zap.Int("round", round), zap.Int("changed_objects", changed), zap.Duration("took", time.Since(start)))
+		log.Info("the successor applied a round", zap.Int("round", round), zap.Int("changed_objects", changed),
+			zap.Duration("computed", computed), zap.Duration("took", time.Since(start)))
 		if changed <= roundEnough {
 			break
 		}
