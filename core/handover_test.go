@@ -338,16 +338,8 @@ func twoPhaseHandover(t *testing.T, seed uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := blob.OpenBorrowed(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := &testCore{t: t, clock: old.clock}
-	c, rep, err := Preload(store, data, Config{Capacity: 64 * mib, Grace: time.Millisecond, Now: tc.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc.Core = c
+	tc, rep := preload(t, old, data, Config{Capacity: 64 * mib, Grace: time.Millisecond})
+	c := tc.Core
 	// Rounds while the old Core serves on: each says what changed since
 	// the last, and the successor applies it.
 	for range 2 {
@@ -387,14 +379,7 @@ func twoPhaseHandover(t *testing.T, seed uint64) {
 	}
 	t.Logf("%d objects preloaded; the delta: %d objects, %d gone, %d directories, %d gone",
 		rep.Objects, len(fr.Delta.Objects), len(fr.Delta.Gone), len(fr.Delta.Dirs), len(fr.Delta.GoneDirs))
-	if err := store.TakeLock(old.StoreLock()); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Join(fr); err != nil {
-		t.Fatal(err)
-	}
-	c.EndHandover(fr)
-	c.Start(func(Drop) {})
+	join(t, tc, old, fr)
 	defer tc.Close()
 	if got, want := describe(t, c), describe(t, old.Core); got != want {
 		t.Errorf("the successor serves\n%s\nthe predecessor served\n%s", got, want)
@@ -444,16 +429,8 @@ func TestTwoPhaseHandoverKeepsGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := blob.OpenBorrowed(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := &testCore{t: t, clock: old.clock}
-	c, _, err := Preload(store, data, Config{Capacity: 64 * mib, Grace: time.Minute, Now: tc.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc.Core = c
+	tc, _ := preload(t, old, data, Config{Capacity: 64 * mib, Grace: time.Minute})
+	c := tc.Core
 	fresh := old.put("fresh", mib)
 	d, err := old.HandoverRound()
 	if err != nil {
@@ -467,16 +444,40 @@ func TestTwoPhaseHandoverKeepsGrace(t *testing.T) {
 	if len(fr.Graced) != 1 || fr.Graced[0].ID != fresh {
 		t.Fatalf("frozen in grace: %+v; want fresh (%d)", fr.Graced, fresh)
 	}
-	if err := store.TakeLock(old.StoreLock()); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Join(fr); err != nil {
-		t.Fatal(err)
-	}
-	c.EndHandover(fr)
-	c.Start(func(Drop) {})
+	join(t, tc, old, fr)
 	defer tc.Close()
 	if g := c.ledger.InGrace(); len(g) != 1 || g[0].ID != fresh {
 		t.Fatalf("the successor's objects in grace: %+v; want fresh", g)
 	}
+}
+
+// preload builds a successor of old from the checkpoint it prepared,
+// over the same store, borrowed, on old's clock.
+func preload(t *testing.T, old *testCore, data []byte, cfg Config) (*testCore, LoadReport) {
+	t.Helper()
+	store, err := blob.OpenBorrowed(old.store.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &testCore{t: t, clock: old.clock}
+	cfg.Now = tc.clock.Now
+	c, rep, err := Preload(store, data, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Core = c
+	return tc, rep
+}
+
+// join hands tc old's store lock and frozen state, and starts it.
+func join(t *testing.T, tc *testCore, old *testCore, fr Frozen) {
+	t.Helper()
+	if err := tc.TakeStore(old.StoreLock()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.Join(fr); err != nil {
+		t.Fatal(err)
+	}
+	tc.EndHandover(fr)
+	tc.Start(func(Drop) {})
 }

@@ -242,13 +242,7 @@ func (m *Mount) prepare(conn *net.UnixConn, log *zap.Logger) bool {
 		return false
 	}
 	defer unix.Close(fd)
-	conn.SetDeadline(time.Now().Add(readyLimit))
-	err = writeJSON(conn, handoverOffer{Version: handoverVersion, PID: os.Getpid(), Prepared: true, Checkpoint: len(data)}, []int{fd})
-	failpoint("handover-prepared")
-	var r handoverReply
-	if err == nil {
-		err = readJSON(conn, &r)
-	}
+	r, err := exchange(conn, handoverOffer{Version: handoverVersion, PID: os.Getpid(), Prepared: true, Checkpoint: len(data)}, []int{fd}, "handover-prepared")
 	if err != nil || !r.Loaded {
 		m.core.CancelHandover()
 		log.Warn("the successor did not load the checkpoint; serving on", zap.String("its_error", r.Error), zap.Error(err))
@@ -262,13 +256,7 @@ func (m *Mount) prepare(conn *net.UnixConn, log *zap.Logger) bool {
 		d, err := m.core.HandoverRound()
 		computed := time.Since(start)
 		if err == nil {
-			conn.SetDeadline(time.Now().Add(readyLimit))
-			err = writeJSON(conn, handoverOffer{Version: handoverVersion, Prepared: true, Round: d}, nil)
-			failpoint("handover-round")
-		}
-		r = handoverReply{}
-		if err == nil {
-			err = readJSON(conn, &r)
+			r, err = exchange(conn, handoverOffer{Version: handoverVersion, Prepared: true, Round: d}, nil, "handover-round")
 		}
 		if err != nil || !r.Loaded {
 			m.core.CancelHandover()
@@ -284,6 +272,18 @@ func (m *Mount) prepare(conn *net.UnixConn, log *zap.Logger) bool {
 	}
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	return true
+}
+
+// exchange sends o with fds to the successor and reads its reply; step
+// is the failpoint between the two.
+func exchange(conn *net.UnixConn, o handoverOffer, fds []int, step string) (handoverReply, error) {
+	var r handoverReply
+	conn.SetDeadline(time.Now().Add(readyLimit))
+	if err := writeJSON(conn, o, fds); err != nil {
+		return r, err
+	}
+	failpoint(step)
+	return r, readJSON(conn, &r)
 }
 
 // memfdOf is a memfd holding data, at offset 0.
