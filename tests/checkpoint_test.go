@@ -22,6 +22,9 @@ type loadedReport struct {
 
 func loaded(t *testing.T, d *daemon) loadedReport {
 	t.Helper()
+	// The line is the log's (stderr), which may come after "kvfs:
+	// serving" (stdout) has been read.
+	d.printed("store loaded")
 	for _, line := range strings.Split(d.out.String(), "\n") {
 		if !strings.Contains(line, "store loaded") {
 			continue

@@ -28,7 +28,7 @@ func TestStoreDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startDaemon(t, mp, "--store", filepath.Join(disk, "store"), "--capacity", "96MiB", "--grace", "100ms")
-	if !strings.Contains(d.out.String(), "store is on tmpfs") {
+	if !d.printed("store is on tmpfs") {
 		t.Errorf("no warning that the store is on tmpfs:\n%s", d.out)
 	}
 	cl := &fsNative{base: mp, seq: &atomic.Int64{}}

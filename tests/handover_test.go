@@ -195,12 +195,12 @@ func TestHandoverUnderLoad(t *testing.T) {
 		}
 		capacity := capacities[round%2]
 		d = handOver(t, bin, d, "--store", store, "--capacity", capacity)
-		if !strings.Contains(d.out.String(), `"build": "`+build+`"`) {
+		if !d.printed(`"build": "` + build + `"`) {
 			t.Fatalf("round %d: the daemon is not build %s:\n%s", round, build, d.out)
 		}
 		// It loaded the index while the old one served, and took only
 		// what changed since in the pause.
-		if !strings.Contains(d.out.String(), `"two_phases": true`) {
+		if !d.printed(`"two_phases": true`) {
 			t.Fatalf("round %d: the handover was not in two phases:\n%s", round, d.out)
 		}
 		wantOps(40)
@@ -605,7 +605,7 @@ func TestHandoverWithRemoteTier(t *testing.T) {
 		t.Fatalf("no handover: new alive %v, old exit %v\nnew:\n%s\nold:\n%s", d.alive(), a.waitErr, d.out, a.out)
 	}
 	defer d.stop()
-	if !strings.Contains(d.out.String(), `"two_phases": false`) {
+	if !d.printed(`"two_phases": false`) {
 		t.Fatalf("a remote tier's handover was not in one phase:\n%s", d.out)
 	}
 	if m, ok := mountAt(d.mp); !ok || m.ID != a.mountID {
