@@ -302,7 +302,6 @@ func (s *Store) forgetFile(id ID) {
 	delete(s.files, id)
 }
 
-
 // MarshalJSON writes a Delta as the base64 of a compact binary form
 // (see the checkpoint's): ten thousand changes are a few hundred
 // kilobytes, written and read in the pause in about a millisecond.

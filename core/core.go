@@ -227,8 +227,8 @@ type Core struct {
 	// fitting: a preloaded Core (Preload) fits its capacity when it
 	// starts, once its predecessor is gone.
 	fitting bool
-	done     chan struct{}
-	wg       sync.WaitGroup
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 // counters are the figures the ledger does not keep.

@@ -106,7 +106,7 @@ type handoverOffer struct {
 	Init       fuse.InitState  `json:"init"`
 	Frozen     core.Frozen     `json:"frozen"`
 	FS         fusefs.State    `json:"fs"`
-	Stalled    time.Duration   `json:"stalled"` // from the gate's closing to the offer
+	Stalled    time.Duration   `json:"stalled"`               // from the gate's closing to the offer
 	GateClosed int64           `json:"gate_closed,omitempty"` // when, unix nanoseconds
 	Writers    []blob.ID       `json:"writers,omitempty"`
 	Settings   json.RawMessage `json:"settings,omitempty"`
