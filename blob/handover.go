@@ -238,17 +238,14 @@ func (s *Store) LoadHandover(data []byte) ([]Object, int64, error) {
 // daemon's, which d describes.
 func (s *Store) ApplyHandover(d *Delta) {
 	for _, o := range d.Objects {
-		s.forgetFile(o.ID)
+		s.Forget(o.ID)
 	}
 	for _, id := range d.Gone {
-		s.forgetFile(id)
+		s.Forget(id)
 	}
 	for _, id := range d.GoneDirs {
-		if dd, ok := s.dirs[id]; ok {
-			if dd.parent != nil && dd.parent.kids.get(dd.name) == id {
-				dd.parent.kids.del(dd.name)
-			}
-			delete(s.dirs, id)
+		if dd, ok := s.dirs[id]; ok && dd.parent != nil {
+			s.RemoveDir(dd.parent.id, dd.name, id)
 		}
 	}
 	for _, r := range d.Dirs {
@@ -286,20 +283,6 @@ func (s *Store) ApplyHandover(d *Delta) {
 	if uint64(d.NextID) > s.nextID.Load() {
 		s.nextID.Store(uint64(d.NextID))
 	}
-}
-
-// forgetFile takes an object and its names out of the index.
-func (s *Store) forgetFile(id ID) {
-	f, ok := s.files[id]
-	if !ok {
-		return
-	}
-	for _, n := range f.links {
-		if dd := s.dirs[n.Parent]; dd != nil && dd.kids.get(n.Name) == id {
-			dd.kids.del(n.Name)
-		}
-	}
-	delete(s.files, id)
 }
 
 // MarshalJSON writes a Delta as the base64 of a compact binary form

@@ -240,13 +240,22 @@ func (s *Store) Unlink(parent ID, name string) (ID, error) {
 	return id, nil
 }
 
-// dropName removes one name of file id from the index.
+// dropName removes one name of file id from the index. The directory
+// entry goes only if it is still id's: a handover's successor may hold
+// a name that two objects claimed (see LoadHandover), or a directory
+// already gone (nil).
 func (s *Store) dropName(id ID, d *dir, name string) {
 	s.note(id)
-	d.kids.del(name)
+	var parent ID
+	if d != nil {
+		parent = d.id
+		if d.kids.get(name) == id {
+			d.kids.del(name)
+		}
+	}
 	f := s.files[id]
 	for i, l := range f.links {
-		if l.Parent == d.id && l.Name == name {
+		if l.Parent == parent && l.Name == name {
 			f.links = append(f.links[:i], f.links[i+1:]...)
 			break
 		}
