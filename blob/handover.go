@@ -85,6 +85,9 @@ func (s *Store) Track() { s.noted = map[ID]struct{}{} }
 // Untrack stops it.
 func (s *Store) Untrack() { s.noted = nil }
 
+// Tracking says whether it is on; the owner's lock held.
+func (s *Store) Tracking() bool { return s.noted != nil }
+
 // Noted returns the objects noted since Track or the last call, and
 // starts afresh; the owner's lock held exclusively.
 func (s *Store) Noted() []ID {

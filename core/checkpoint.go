@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
@@ -20,6 +21,9 @@ type checkpointer struct {
 	saved uint64
 	stale bool
 }
+
+// errHandingOver: no running checkpoint while a handover is prepared.
+var errHandingOver = errors.New("a handover is being prepared")
 
 // checkpointSpacing bounds the time spent writing checkpoints: the next
 // waits at least this many times as long as the last one took.
@@ -53,6 +57,13 @@ func (c *Core) checkpoint(clean bool) error {
 func (c *Core) checkpointTaken(clean bool) (int64, error) {
 	c.ckpt.mu.Lock()
 	defer c.ckpt.mu.Unlock()
+	// Not while a handover is prepared (asked under the checkpoints' own
+	// lock, which PrepareHandover takes after it starts noting): the
+	// freeze would wait for it, seconds at a million objects, with every
+	// request stopped, and the successor writes its own.
+	if !clean && c.handingOver() {
+		return 0, errHandingOver
+	}
 	start := time.Now()
 	changes := c.store.Changes()
 	writing := c.writingNow()
@@ -112,14 +123,11 @@ func (c *Core) checkpointLoop() {
 			return
 		case <-time.After(wait):
 		}
-		// Not while a handover is prepared: its freeze would wait for
-		// the checkpoint (seconds at a million objects) with every
-		// request stopped, and the successor writes its own.
-		if !c.behind() || c.handingOver() {
+		if !c.behind() {
 			continue
 		}
 		start := time.Now()
-		if err := c.checkpoint(false); err != nil {
+		if err := c.checkpoint(false); err != nil && !errors.Is(err, errHandingOver) {
 			c.log.Warn("no checkpoint saved", zap.Error(err))
 		}
 		wait = max(c.cfg.CheckpointInterval, checkpointSpacing*time.Since(start))

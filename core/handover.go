@@ -238,13 +238,14 @@ func (c *Core) StoreLock() *os.File { return c.store.Lock() }
 // Core serves on (Preload), and from then on notes what changes: the
 // rounds (HandoverRound) and the Freeze that follow send only that.
 func (c *Core) PrepareHandover() ([]byte, error) {
-	c.ckpt.mu.Lock()
-	defer c.ckpt.mu.Unlock()
-	// Every change from here on is noted, the capture's steps included.
+	// Every change from here on is noted, the capture's steps included;
+	// and no running checkpoint starts (see checkpointTaken).
 	c.mu.Lock()
 	c.store.Track()
 	c.ledger.Track()
 	c.mu.Unlock()
+	c.ckpt.mu.Lock()
+	defer c.ckpt.mu.Unlock()
 	writing := c.writingNow()
 	shared := func(step func()) {
 		c.mu.RLock()
@@ -260,21 +261,23 @@ func (c *Core) PrepareHandover() ([]byte, error) {
 	// Sent in the first round besides what changes: the objects the
 	// capture left out (no name in it) or left unsure (being written),
 	// and those whose grace period runs now.
-	c.ledger.Note(cp.LeftOut...)
+	extra := cp.LeftOut
 	for _, g := range c.ledger.InGrace() {
-		c.ledger.Note(g.ID)
+		extra = append(extra, g.ID)
 	}
+	c.ledger.Note(extra...)
 	c.mu.Lock()
 	c.basis = b
 	c.mu.Unlock()
 	return data, nil
 }
 
-// handingOver says whether a handover is being prepared.
+// handingOver says whether a handover is being prepared: from
+// PrepareHandover until the freeze or CancelHandover.
 func (c *Core) handingOver() bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.basis != nil
+	return c.store.Tracking()
 }
 
 // CancelHandover lets go of what PrepareHandover kept: the successor
