@@ -24,8 +24,12 @@ run: build
 	mkdir -p $(MNT)
 	$(BIN) mount $(ARGS) $(MNT)
 
+# vet also fails on any of kvfs's Go files (not third_party's) that
+# gofmt would change.
 vet:
 	$(GO) vet ./...
+	@unformatted=$$("$$($(GO) env GOROOT)/bin/gofmt" -l $$(find . -name '*.go' -not -path './third_party/*')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 
 # The whole suite: the core under the race detector (and the lock-order
 # checker, -tags lockcheck: internal/lockorder) and a short fuzz run,
