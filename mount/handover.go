@@ -234,15 +234,15 @@ func (m *Mount) prepare(conn *net.UnixConn, log *zap.Logger) bool {
 		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
 		return false
 	}
-	fd, err := memfdOf(data)
+	f, err := memfdOf(data)
 	if err != nil {
 		m.core.CancelHandover()
 		log.Warn("handover refused; serving on", zap.Error(err))
 		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
 		return false
 	}
-	defer unix.Close(fd)
-	r, err := exchange(conn, handoverOffer{Version: handoverVersion, PID: os.Getpid(), Prepared: true, Checkpoint: len(data)}, []int{fd}, "handover-prepared")
+	defer f.Close()
+	r, err := exchange(conn, handoverOffer{Version: handoverVersion, PID: os.Getpid(), Prepared: true, Checkpoint: len(data)}, []int{int(f.Fd())}, "handover-prepared")
 	if err != nil || !r.Loaded {
 		m.core.CancelHandover()
 		log.Warn("the successor did not load the checkpoint; serving on", zap.String("its_error", r.Error), zap.Error(err))
@@ -286,21 +286,18 @@ func exchange(conn *net.UnixConn, o handoverOffer, fds []int, step string) (hand
 	return r, readJSON(conn, &r)
 }
 
-// memfdOf is a memfd holding data, at offset 0.
-func memfdOf(data []byte) (int, error) {
+// memfdOf is a memfd holding data.
+func memfdOf(data []byte) (*os.File, error) {
 	fd, err := unix.MemfdCreate("kvfs-handover", unix.MFD_CLOEXEC)
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
-	for b := data; len(b) > 0; {
-		n, err := unix.Write(fd, b)
-		if err != nil {
-			unix.Close(fd)
-			return -1, err
-		}
-		b = b[n:]
+	f := os.NewFile(uintptr(fd), "kvfs-handover")
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, err
 	}
-	return fd, nil
+	return f, nil
 }
 
 // startOwnGuard gives the serving daemon a guard of its own: a successor
@@ -501,19 +498,14 @@ func preload(o Options, conn *net.UnixConn, offer *handoverOffer, fd int) (*Moun
 	return m, nil
 }
 
-// readMemfd reads n bytes from the start of fd, and closes it.
+// readMemfd reads n bytes from the start of fd (its offset, shared
+// with the writer's, is at the end), and closes it.
 func readMemfd(fd, n int) ([]byte, error) {
-	defer unix.Close(fd)
+	f := os.NewFile(uintptr(fd), "kvfs-handover")
+	defer f.Close()
 	data := make([]byte, n)
-	for off := 0; off < n; {
-		k, err := unix.Pread(fd, data[off:], int64(off))
-		if err != nil {
-			return nil, err
-		}
-		if k == 0 {
-			return nil, io.ErrUnexpectedEOF
-		}
-		off += k
+	if _, err := f.ReadAt(data, 0); err != nil {
+		return nil, err
 	}
 	return data, nil
 }
