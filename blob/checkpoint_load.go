@@ -84,20 +84,12 @@ func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, err := checkpointBody(data)
+	r, when, err := s.readHeader(data)
 	if err != nil {
 		return nil, err
 	}
-	s.checkpointSize.Store(int64(len(data)))
-	r := &cpReader{b: body}
-	r.u8() // clean stop or not: the same rules hold either way
-	c := &cpLoad{s: s, l: s.newLoader(m, rep, 0), marks: m, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{}}
+	c := &cpLoad{s: s, l: s.newLoader(m, rep, 0), marks: m, when: when, unsure: map[ID]bool{}, taken: map[int][]string{}}
 	rep.SnapshotTaken = c.when
-	// IDs are the checkpoint's; what this start finds new gets IDs past
-	// them.
-	if next := r.u64(); r.err == nil && next > s.nextID.Load() {
-		s.nextID.Store(next)
-	}
 	if err := c.parseDirs(r); err != nil {
 		return nil, err
 	}
@@ -109,6 +101,25 @@ func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
 	}
 	c.untangle()
 	return c.reconcile()
+}
+
+// readHeader checks a checkpoint and reads its header: when it was
+// taken, and the next ID, which the store hands out from (IDs are the
+// checkpoint's; what a start finds new gets IDs past them). The reader
+// is left at the directories.
+func (s *Store) readHeader(data []byte) (*cpReader, int64, error) {
+	body, err := checkpointBody(data)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.checkpointSize.Store(int64(len(data)))
+	r := &cpReader{b: body}
+	r.u8() // clean stop or not: the same rules hold either way
+	when := int64(r.u64())
+	if next := r.u64(); r.err == nil && next > s.nextID.Load() {
+		s.nextID.Store(next)
+	}
+	return r, when, r.err
 }
 
 // checkpointBody checks the magic and the checksum.

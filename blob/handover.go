@@ -211,17 +211,12 @@ func (s *Store) TakeLock(lock *os.File) error {
 // capture, so the old daemon noted both, and ApplyHandover puts each
 // where it is now.
 func (s *Store) LoadHandover(data []byte) ([]Object, int64, error) {
-	body, err := checkpointBody(data)
+	s.resetIndex(0)
+	r, when, err := s.readHeader(data)
 	if err != nil {
 		return nil, 0, err
 	}
-	s.resetIndex(0)
-	r := &cpReader{b: body}
-	r.u8()
-	c := &cpLoad{s: s, when: int64(r.u64()), unsure: map[ID]bool{}, taken: map[int][]string{}}
-	if next := r.u64(); r.err == nil && next > s.nextID.Load() {
-		s.nextID.Store(next)
-	}
+	c := &cpLoad{s: s, when: when, unsure: map[ID]bool{}, taken: map[int][]string{}}
 	if err := c.parseDirs(r); err != nil {
 		return nil, 0, err
 	}
@@ -232,7 +227,6 @@ func (s *Store) LoadHandover(data []byte) ([]Object, int64, error) {
 	for i, o := range c.objs {
 		out = append(out, Object{ID: o.id, Size: max(o.size, 0), Atime: c.when - int64(len(c.objs)-i), Links: len(s.files[o.id].links)})
 	}
-	s.checkpointSize.Store(int64(len(data)))
 	s.checkpointObjects.Store(int64(len(out)))
 	return out, c.when, nil
 }
