@@ -713,19 +713,21 @@ func (l *Ledger[K]) Note(ids ...K) {
 }
 
 // Changes returns the entries noted since Track or the last call, and
-// those of extra, as they are now, and starts noting afresh.
+// those of extra, as they are now, and starts noting afresh (if it
+// notes at all: without Track, extra alone).
 func (l *Ledger[K]) Changes(extra []K) []Change[K] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.noted == nil {
-		l.noted = map[K]struct{}{}
+	ids := l.noted
+	if ids == nil {
+		ids = map[K]struct{}{}
 	}
 	for _, id := range extra {
-		l.noted[id] = struct{}{}
+		ids[id] = struct{}{}
 	}
 	cutoff := l.now().UnixNano() - l.grace
-	out := make([]Change[K], 0, len(l.noted))
-	for id := range l.noted {
+	out := make([]Change[K], 0, len(ids))
+	for id := range ids {
 		e, ok := l.get(id)
 		if !ok {
 			out = append(out, Change[K]{ID: id, Gone: true})
