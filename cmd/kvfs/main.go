@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/kvfs/kvfs/internal/gctune"
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"github.com/kvfs/kvfs/mount"
 	"go.uber.org/zap"
@@ -210,6 +212,9 @@ func cmdMount(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
 		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)
 	x.serve(m, stdout, log)
+	tuning, stopTuning := context.WithCancel(context.Background())
+	defer stopTuning()
+	go gctune.Run(tuning, log.Named("gc"))
 	life := &lifecycle{log: log}
 	if err := life.ready(m); err != nil {
 		m.Unmount()
