@@ -24,7 +24,7 @@ func (l *Ledger[K]) insert(v entry[K]) *entry[K] {
 	v.self = e.self
 	*e = v
 	l.entries[e.id] = e.self
-	l.lru.pushBack(e)
+	l.lru.pushBack(e.self)
 	l.note(e)
 	l.used += e.charge
 	l.noteOver()
@@ -39,18 +39,19 @@ func (l *Ledger[K]) remove(e *entry[K]) {
 		l.pinnedObjs--
 		l.pinnedBytes -= e.charge
 	}
-	if e.writers > 0 {
+	if e.w != 0 {
 		l.writeBytes -= e.charge
-		l.open.remove(e)
+		l.over -= l.wr(e).over
+		l.open.remove(e.w)
+		l.writing.free(e.w)
 	}
 	if e.nlink == 0 {
 		l.shadow -= e.charge
 	}
 	l.used -= e.charge
-	l.over -= e.over
 	l.reserved -= e.charge - Charge(e.size)
 	l.note(e)
-	l.lru.remove(e)
+	l.lru.remove(e.self)
 	delete(l.entries, e.id)
 	l.slab.free(e)
 	l.signal()
@@ -63,20 +64,25 @@ func (l *Ledger[K]) pin(e *entry[K], write bool) {
 	}
 	e.pins++
 	if write {
-		if e.writers == 0 {
+		if e.w == 0 {
+			e.w = l.writing.alloc(e.self)
 			l.writeBytes += e.charge
-			l.open.pushBack(e)
+			l.open.pushBack(e.w)
 		}
-		e.writers++
+		l.wr(e).writers++
 	}
 }
 
+// unpin drops a pin; the last writer's goes once its reservation and
+// unadmitted bytes are settled (endWriting).
 func (l *Ledger[K]) unpin(e *entry[K], write bool) {
-	if write && e.writers > 0 {
-		e.writers--
-		if e.writers == 0 {
+	if write && e.w != 0 {
+		w := l.wr(e)
+		if w.writers--; w.writers == 0 {
 			l.writeBytes -= e.charge
-			l.open.remove(e)
+			l.open.remove(e.w)
+			l.writing.free(e.w)
+			e.w = 0
 		}
 	}
 	e.pins--
@@ -89,7 +95,7 @@ func (l *Ledger[K]) unpin(e *entry[K], write bool) {
 // use marks e most recently used.
 func (l *Ledger[K]) use(e *entry[K]) {
 	e.lastUse = l.now().UnixNano()
-	l.lru.moveToBack(e)
+	l.lru.moveToBack(e.self)
 	l.note(e)
 }
 
@@ -98,7 +104,7 @@ func (l *Ledger[K]) use(e *entry[K]) {
 // shrink releases. On error nothing changed.
 func (l *Ledger[K]) admit(e *entry[K], size, res int64, freeOnly bool) ([]Victim[K], error) {
 	charge := max(Charge(size), res)
-	victims, err := l.room(e, charge-(e.charge-e.over), charge, freeOnly)
+	victims, err := l.room(e, charge-(e.charge-l.wr(e).over), charge, freeOnly)
 	if err == nil {
 		l.setOver(e, 0)
 		l.resize(e, size, res)
@@ -147,14 +153,29 @@ func (l *Ledger[K]) resize(e *entry[K], size, res int64) {
 		l.note(e)
 	}
 	l.reserved -= e.charge - Charge(e.size)
-	e.size, e.res = size, res
+	e.size = size
+	l.setRes(e, res)
 	l.recharge(e, max(Charge(size), res))
 	l.reserved += e.charge - Charge(size)
 }
 
 func (l *Ledger[K]) setOver(e *entry[K], over int64) {
-	l.over += over - e.over
-	e.over = over
+	if e.w == 0 && over != 0 {
+		panic("ledger: unadmitted bytes without a writer")
+	}
+	l.over += over - l.wr(e).over
+	if e.w != 0 {
+		l.wr(e).over = over
+	}
+}
+
+func (l *Ledger[K]) setRes(e *entry[K], res int64) {
+	if e.w == 0 && res != 0 {
+		panic("ledger: a reservation without a writer")
+	}
+	if e.w != 0 {
+		l.wr(e).res = res
+	}
 }
 
 // recharge sets e's charge and moves every counter that includes it.
@@ -169,7 +190,7 @@ func (l *Ledger[K]) recharge(e *entry[K], charge int64) {
 	if e.pins > 0 {
 		l.pinnedBytes += delta
 	}
-	if e.writers > 0 {
+	if e.w != 0 {
 		l.writeBytes += delta
 	}
 	if e.nlink == 0 {
@@ -193,8 +214,9 @@ func (l *Ledger[K]) evict(need int64, self *entry[K]) ([]Victim[K], error) {
 	cutoff := l.now().UnixNano() - l.grace
 	var chosen []*entry[K]
 	var freed int64
-	for e := l.lru.front(); e != nil && freed < need; e = l.lru.nextOf(e) {
-		if e == self || e.pins > 0 || (e.lastClose != 0 && e.lastClose > cutoff) {
+	for i := l.lru.first(); i != 0 && freed < need; i = l.lru.next(i) {
+		e := l.slab.at(i)
+		if e == self || e.pins > 0 || e.inGrace(cutoff) {
 			continue
 		}
 		chosen = append(chosen, e)
@@ -215,7 +237,7 @@ func (l *Ledger[K]) evict(need int64, self *entry[K]) ([]Victim[K], error) {
 
 // slab holds the entries in chunks that never move, so an *entry stays
 // valid while its entry lives, and hands out free slots again. Slot 0 is
-// no entry: the LRU's and the writer list's end.
+// no entry: the LRU's end.
 type slab[K comparable] struct {
 	chunks [][]entry[K]
 	n      uint32   // slots ever handed out, slot 0 included
@@ -258,58 +280,43 @@ func (s *slab[K]) free(e *entry[K]) {
 	s.freed = append(s.freed, i)
 }
 
-// list is a doubly linked list through the slab, by one pair of its
-// entries' links (the LRU's or the writer list's), its ends linked to
-// slot 0.
-type list[K comparable] struct {
-	s     *slab[K]
-	which int // lruLinks or writerLinks
+// list is a doubly linked list of slots (the slab's entries or the
+// writing table's records), through a pair of links each slot holds
+// (links), its ends linked to slot 0.
+type list struct {
+	links func(slot uint32) *[2]uint32
 }
 
-// Which of an entry's links a list uses, and the two of a pair.
-const (
-	lruLinks, writerLinks = 0, 1
-	before, after         = 0, 1
-)
+// The two links of a pair.
+const before, after = 0, 1
 
-func (q list[K]) end() *entry[K] { return q.s.at(0) }
+func (q list) first() uint32 { return q.links(0)[after] }
 
-func (q list[K]) front() *entry[K] { return q.nextOf(q.end()) }
+func (q list) last() uint32 { return q.links(0)[before] }
 
-func (q list[K]) nextOf(e *entry[K]) *entry[K] {
-	if n := e.links[q.which][after]; n != 0 {
-		return q.s.at(n)
-	}
-	return nil
+func (q list) next(i uint32) uint32 { return q.links(i)[after] }
+
+func (q list) pushBack(i uint32) { q.insertAfter(i, q.last()) }
+
+// insertAfter puts i, on no list, right after at (0: first).
+func (q list) insertAfter(i, at uint32) {
+	next := q.links(at)[after]
+	*q.links(i) = [2]uint32{at, next}
+	q.links(at)[after] = i
+	q.links(next)[before] = i
 }
 
-func (q list[K]) pushBack(e *entry[K]) {
-	end := q.end()
-	last := q.s.at(end.links[q.which][before])
-	e.links[q.which] = [2]uint32{last.self, 0}
-	last.links[q.which][after] = e.self
-	end.links[q.which][before] = e.self
-}
-
-// insertAfter puts e, on no list, right after at (the end: first).
-func (q list[K]) insertAfter(e, at *entry[K]) {
-	next := at.links[q.which][after]
-	e.links[q.which] = [2]uint32{at.self, next}
-	at.links[q.which][after] = e.self
-	q.s.at(next).links[q.which][before] = e.self
-}
-
-func (q list[K]) remove(e *entry[K]) {
-	l := &e.links[q.which]
-	q.s.at(l[before]).links[q.which][after] = l[after]
-	q.s.at(l[after]).links[q.which][before] = l[before]
+func (q list) remove(i uint32) {
+	l := q.links(i)
+	q.links(l[before])[after] = l[after]
+	q.links(l[after])[before] = l[before]
 	*l = [2]uint32{}
 }
 
-func (q list[K]) moveToBack(e *entry[K]) {
-	if q.end().links[q.which][before] == e.self {
+func (q list) moveToBack(i uint32) {
+	if q.last() == i {
 		return
 	}
-	q.remove(e)
-	q.pushBack(e)
+	q.remove(i)
+	q.pushBack(i)
 }

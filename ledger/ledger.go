@@ -92,7 +92,7 @@ type Ledger[K comparable] struct {
 	// entries maps IDs to their slots in slab.
 	entries map[K]uint32
 	slab    slab[K]
-	lru     list[K] // least recently used first
+	lru     list // of slab slots, least recently used first
 	// INVARIANT: used == sum of charge over entries.
 	used int64
 	// INVARIANT: over == sum of over over entries, and used - over <=
@@ -108,9 +108,12 @@ type Ledger[K comparable] struct {
 	writeBytes int64
 	// INVARIANT: reserved == sum of charge - Charge(size) over entries.
 	reserved int64
-	// open lists the entries with writers open, in the order their first
-	// writer opened: whose reservation is taken back first.
-	open list[K]
+	// open lists the writing records (of the entries with writers
+	// open), in the order their first writer opened: whose reservation
+	// is taken back first.
+	open list
+	// writing holds the state of entries with writers open.
+	writing writingTable
 	// peak is the most used has been over the capacity lately (see
 	// overshoot.go).
 	peak peakWindow
@@ -130,32 +133,40 @@ type Ledger[K comparable] struct {
 }
 
 // entry is one inode; it is on the LRU list from creation to removal.
-// INVARIANT: charge == max(Charge(size), res); 0 <= over <= charge;
-// res == 0 and over == 0 when writers == 0.
+// What only an open writer needs is in its writing record (w), so that a
+// closed entry is 64 bytes.
+// INVARIANT: charge == max(Charge(size), res); 0 <= over <= charge,
+// where res and over are its writing record's (0 without one).
 type entry[K comparable] struct {
-	id     K
-	size   int64
-	charge int64
-	// res is the reservation admitted to the writers: the charge stays at
-	// least this until the last writer settles.
-	res int64
-	// over is the part of charge not admitted against the capacity.
-	over      int64
+	id      K
+	size    int64
+	charge  int64
+	lastUse int64 // unix nanoseconds, of the last open or close
+	// lastClose is when the last writer closed (unix nanoseconds), which
+	// starts the grace period; 0: never; published: the object went
+	// through its publish step (a link or a rename to it), and no
+	// writer's close starts a grace period any more.
+	lastClose int64
 	pins      int32
-	writers   int32
 	nlink     int32
-	lastClose int64 // unix nanoseconds, of the last writer's close
-	lastUse   int64 // unix nanoseconds, of the last open or close
-	// final: the object went through its publish step (a link or a
-	// rename to it): no writer's close starts a grace period any more.
-	final bool
-	// self is the entry's slot; links are its places in the LRU and,
-	// while it has writers, in the writer list (oldest writer first):
-	// the slots before and after it (0: the list's end), so the slab
-	// holds no pointer for the collector to trace.
-	self  uint32
-	links [2][2]uint32
+	// self is the entry's slot, w its writing record's (0: no writer),
+	// and lru its place in the LRU: the slots before and after it (0:
+	// the list's end), so the slab holds no pointer for the collector to
+	// trace.
+	self uint32
+	w    uint32
+	lru  [2]uint32
 }
+
+// published is an entry's lastClose once it went through its publish
+// step.
+const published = -1
+
+func (e *entry[K]) final() bool { return e.lastClose == published }
+
+// inGrace says whether e's last writer closed after cutoff, its
+// publish step still to come.
+func (e *entry[K]) inGrace(cutoff int64) bool { return e.lastClose > 0 && e.lastClose > cutoff }
 
 // New returns an empty ledger.
 func New[K comparable](cfg Config) *Ledger[K] {
@@ -170,8 +181,9 @@ func New[K comparable](cfg Config) *Ledger[K] {
 		entries:  make(map[K]uint32, cfg.SizeHint),
 	}
 	l.slab.init()
-	l.lru = list[K]{&l.slab, lruLinks}
-	l.open = list[K]{&l.slab, writerLinks}
+	l.writing.init()
+	l.lru = list{func(i uint32) *[2]uint32 { return &l.slab.at(i).lru }}
+	l.open = list{func(i uint32) *[2]uint32 { return &l.writing.recs[i].links }}
 	return l
 }
 
@@ -260,14 +272,14 @@ func (l *Ledger[K]) Close(id K, write bool) (released bool, victims []Victim[K])
 
 func (l *Ledger[K]) close(id K, write bool) (released bool, victims []Victim[K]) {
 	e, ok := l.get(id)
-	if !ok || e.pins == 0 || (write && e.writers == 0) {
+	if !ok || e.pins == 0 || (write && l.writers(e) == 0) {
 		return false, nil
 	}
-	if write && e.writers == 1 {
+	if write && l.writers(e) == 1 {
 		victims = l.endWriting(e)
 	}
 	l.unpin(e, write)
-	if write && !e.final {
+	if write && !e.final() {
 		e.lastClose = l.now().UnixNano()
 	}
 	l.use(e) // notes it
@@ -286,10 +298,10 @@ func (l *Ledger[K]) close(id K, write bool) (released bool, victims []Victim[K])
 func (l *Ledger[K]) CloseFree(id K, write bool) (released bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.get(id); ok && write && e.writers == 1 && e.pins > 0 {
+	if e, ok := l.get(id); ok && write && l.writers(e) == 1 && e.pins > 0 {
 		// What endWriting leaves charged, against the capacity.
 		used := l.used - e.charge + Charge(e.size)
-		if used-(l.over-e.over) > l.capacity {
+		if used-(l.over-l.wr(e).over) > l.capacity {
 			return false, ErrBusy
 		}
 	}
@@ -306,7 +318,7 @@ func (l *Ledger[K]) EndGrace(id K) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.get(id); ok {
-		e.final, e.lastClose = true, 0
+		e.lastClose = published
 		l.note(e)
 		l.signal()
 	}
@@ -341,7 +353,7 @@ func (l *Ledger[K]) reserve(id K, n int64) ([]Victim[K], error) {
 	if err != nil {
 		return nil, err
 	}
-	return l.admit(e, e.size, max(e.res, Charge(n)), false)
+	return l.admit(e, e.size, max(l.wr(e).res, Charge(n)), false)
 }
 
 // Grow raises an inode's size to at least end (a write's end offset that
@@ -374,8 +386,9 @@ func (l *Ledger[K]) growLocked(id K, end int64, budgeted bool) ([]Victim[K], err
 	if end <= e.size {
 		return nil, nil
 	}
-	pastBudget := budgeted && l.pastBudget(e, max(Charge(end), e.res))
-	return l.admit(e, end, e.res, pastBudget)
+	res := l.wr(e).res
+	pastBudget := budgeted && l.pastBudget(e, max(Charge(end), res))
+	return l.admit(e, end, res, pastBudget)
 }
 
 // SetSize sets an inode's size exactly (truncate), evicting if it grows.
@@ -392,7 +405,7 @@ func (l *Ledger[K]) setSize(id K, size int64) ([]Victim[K], error) {
 	if !ok {
 		return nil, ErrGone
 	}
-	return l.admit(e, size, e.res, false)
+	return l.admit(e, size, l.wr(e).res, false)
 }
 
 // Observe records the stored size of an object whose writer writes past
@@ -412,21 +425,22 @@ func (l *Ledger[K]) observe(id K, size int64) ([]Victim[K], error) {
 	if err != nil || size <= e.size {
 		return nil, err
 	}
-	charge := max(Charge(size), e.res)
+	res := l.wr(e).res
+	charge := max(Charge(size), res)
 	if charge <= e.charge {
-		l.resize(e, size, e.res)
+		l.resize(e, size, res)
 		return nil, nil
 	}
 	grow := charge - e.charge
-	victims, err := l.room(e, grow, e.charge-e.over+grow, l.pastBudget(e, charge))
+	over := l.wr(e).over
+	victims, err := l.room(e, grow, e.charge-over+grow, l.pastBudget(e, charge))
 	if errors.Is(err, ErrBusy) {
 		return nil, err
 	}
-	over := e.over
 	if err != nil {
 		over += grow
 	}
-	l.resize(e, size, e.res)
+	l.resize(e, size, res)
 	l.setOver(e, over)
 	return victims, nil
 }
@@ -447,8 +461,8 @@ func (l *Ledger[K]) settle(id K, size int64) ([]Victim[K], error) {
 	if err != nil {
 		return nil, err
 	}
-	res := e.res
-	if e.writers == 1 {
+	res := l.wr(e).res
+	if l.writers(e) == 1 {
 		res = 0
 	}
 	return l.admit(e, size, res, false)
@@ -460,7 +474,7 @@ func (l *Ledger[K]) writer(id K) (*entry[K], error) {
 	switch {
 	case !ok:
 		return nil, ErrGone
-	case e.writers == 0:
+	case e.w == 0:
 		return nil, ErrNotWriter
 	}
 	return e, nil
@@ -470,7 +484,8 @@ func (l *Ledger[K]) writer(id K) (*entry[K], error) {
 // may evict for: twice its reservation (no reservation: no bound); mu
 // held.
 func (l *Ledger[K]) pastBudget(e *entry[K], charge int64) bool {
-	return e.writers > 0 && e.res > 0 && charge > 2*e.res
+	res := l.wr(e).res
+	return res > 0 && charge > 2*res
 }
 
 // Reconcile sets an inode's size to what the store really holds, without
@@ -481,10 +496,10 @@ func (l *Ledger[K]) Reconcile(id K, size int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.get(id)
-	if !ok || e.size == size || e.writers > 0 {
+	if !ok || e.size == size || e.w != 0 {
 		return false
 	}
-	l.resize(e, size, e.res)
+	l.resize(e, size, 0)
 	l.reconciled++
 	return true
 }
@@ -567,7 +582,7 @@ func (l *Ledger[K]) Writers(id K) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.get(id); ok {
-		return int(e.writers)
+		return int(l.writers(e))
 	}
 	return 0
 }
@@ -610,7 +625,7 @@ func (l *Ledger[K]) InGrace() []Closed[K] {
 	cutoff := l.now().UnixNano() - l.grace
 	var out []Closed[K]
 	for id := range l.entries {
-		if e, ok := l.get(id); ok && !e.final && e.lastClose != 0 && e.lastClose > cutoff {
+		if e, ok := l.get(id); ok && e.inGrace(cutoff) {
 			out = append(out, Closed[K]{ID: id, LastClose: e.lastClose})
 		}
 	}
@@ -623,7 +638,7 @@ func (l *Ledger[K]) Regrace(id K, lastClose int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.get(id); ok {
-		e.final, e.lastClose = false, lastClose
+		e.lastClose = lastClose
 	}
 }
 
@@ -640,14 +655,14 @@ func (l *Ledger[K]) Place(id K, size int64, nlink int, after K, first bool) {
 		l.remove(e)
 	}
 	e := l.insert(entry[K]{id: id, size: size, charge: Charge(size), nlink: int32(nlink), lastUse: now})
-	at := l.lru.end()
+	at := uint32(0)
 	if !first {
 		if p, ok := l.get(after); ok && p != e {
-			at = p
+			at = p.self
 		}
 	}
-	l.lru.remove(e)
-	l.lru.insertAfter(e, at)
+	l.lru.remove(e.self)
+	l.lru.insertAfter(e.self, at)
 }
 
 // Drop removes id's entry, as a handover's predecessor no longer had
@@ -734,12 +749,12 @@ func (l *Ledger[K]) Changes(extra []K) []Change[K] {
 			continue
 		}
 		c := Change[K]{ID: id, Size: e.size, Links: int(e.nlink)}
-		if prev := e.links[lruLinks][before]; prev != 0 {
+		if prev := e.lru[before]; prev != 0 {
 			c.After = l.slab.at(prev).id
 		} else {
 			c.First = true
 		}
-		if !e.final && e.lastClose != 0 && e.lastClose > cutoff {
+		if e.inGrace(cutoff) {
 			c.LastClose = e.lastClose
 		}
 		out = append(out, c)

@@ -60,12 +60,14 @@ func (l *Ledger[K]) free(op func() ([]Victim[K], error)) error {
 // it grows, like one that had no reservation.
 func (l *Ledger[K]) reclaim(need int64, self *entry[K]) int64 {
 	var got int64
-	for e := l.open.front(); e != nil && got < need; e = l.open.nextOf(e) {
-		if e == self || e.res <= Charge(e.size) {
+	for i := l.open.first(); i != 0 && got < need; i = l.open.next(i) {
+		e := l.slab.at(l.writing.recs[i].e)
+		res := l.wr(e).res
+		if e == self || res <= Charge(e.size) {
 			continue
 		}
-		take := min(e.res-Charge(e.size), Charge(need-got))
-		l.resize(e, e.size, e.res-take)
+		take := min(res-Charge(e.size), Charge(need-got))
+		l.resize(e, e.size, res-take)
 		got += take
 	}
 	return got

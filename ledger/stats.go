@@ -59,40 +59,48 @@ func (l *Ledger[K]) CheckInvariants() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var s sums
-	n := 0
-	for e := l.lru.front(); e != nil; e = l.lru.nextOf(e) {
+	n, writers := 0, 0
+	for i := l.lru.first(); i != 0; i = l.lru.next(i) {
+		e := l.slab.at(i)
 		n++
 		if i, ok := l.entries[e.id]; !ok || i != e.self {
 			return fmt.Errorf("lru entry %v not in map", e.id)
 		}
-		if err := checkEntry(e); err != nil {
+		if err := l.checkEntry(e); err != nil {
 			return err
 		}
-		e.sumInto(&s)
+		if e.w != 0 {
+			writers++
+		}
+		l.sumInto(e, &s)
+	}
+	if err := l.checkWriting(writers); err != nil {
+		return err
 	}
 	return l.checkSums(n, s)
 }
 
 // checkEntry checks one entry's own invariants.
-func checkEntry[K comparable](e *entry[K]) error {
+func (l *Ledger[K]) checkEntry(e *entry[K]) error {
+	w := l.wr(e)
 	switch {
-	case e.size < 0 || e.charge != max(Charge(e.size), e.res):
-		return fmt.Errorf("entry %v: charge %d for size %d, reservation %d", e.id, e.charge, e.size, e.res)
-	case e.over < 0 || e.over > e.charge:
-		return fmt.Errorf("entry %v: unadmitted %d of charge %d", e.id, e.over, e.charge)
-	case e.writers == 0 && (e.res != 0 || e.over != 0):
-		return fmt.Errorf("entry %v: no writer but reservation %d, unadmitted %d", e.id, e.res, e.over)
-	case e.pins < 0 || e.writers < 0 || e.writers > e.pins || e.nlink < 0:
-		return fmt.Errorf("entry %v: pins %d writers %d nlink %d", e.id, e.pins, e.writers, e.nlink)
+	case e.size < 0 || e.charge != max(Charge(e.size), w.res):
+		return fmt.Errorf("entry %v: charge %d for size %d, reservation %d", e.id, e.charge, e.size, w.res)
+	case w.over < 0 || w.over > e.charge:
+		return fmt.Errorf("entry %v: unadmitted %d of charge %d", e.id, w.over, e.charge)
+	case e.w != 0 && (w.writers <= 0 || w.e != e.self):
+		return fmt.Errorf("entry %v: writing record %d has %d writers, entry slot %d", e.id, e.w, w.writers, w.e)
+	case e.pins < 0 || w.writers > e.pins || e.nlink < 0:
+		return fmt.Errorf("entry %v: pins %d writers %d nlink %d", e.id, e.pins, w.writers, e.nlink)
 	case e.nlink == 0 && e.pins == 0:
 		return fmt.Errorf("entry %v: no names and no pins but still charged", e.id)
 	}
 	return nil
 }
 
-func (e *entry[K]) sumInto(s *sums) {
+func (l *Ledger[K]) sumInto(e *entry[K], s *sums) {
 	s.used += e.charge
-	s.over += e.over
+	s.over += l.wr(e).over
 	s.reserved += e.charge - Charge(e.size)
 	if e.nlink == 0 {
 		s.shadow += e.charge
@@ -101,7 +109,7 @@ func (e *entry[K]) sumInto(s *sums) {
 		s.pinObjs++
 		s.pinBytes += e.charge
 	}
-	if e.writers > 0 {
+	if e.w != 0 {
 		s.writeBytes += e.charge
 	}
 }
@@ -138,7 +146,29 @@ func (l *Ledger[K]) checkSums(n int, s sums) error {
 func (l *Ledger[K]) Each(fn func(id K, size int64)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for e := l.lru.front(); e != nil; e = l.lru.nextOf(e) {
+	for i := l.lru.first(); i != 0; i = l.lru.next(i) {
+		e := l.slab.at(i)
 		fn(e.id, e.size)
 	}
+}
+
+// checkWriting checks the writing table against the entries, writers of
+// which have a record: one record each, all on the open list, and the
+// end record zero.
+func (l *Ledger[K]) checkWriting(writers int) error {
+	onList := 0
+	for i := l.open.first(); i != 0; i = l.open.next(i) {
+		onList++
+		if e := l.slab.at(l.writing.recs[i].e); e.w != i {
+			return fmt.Errorf("writing record %d names entry %v, whose record is %d", i, e.id, e.w)
+		}
+	}
+	end := l.writing.recs[0]
+	switch {
+	case onList != writers || l.writing.inUse() != writers:
+		return fmt.Errorf("%d entries have writers; the open list has %d, the writing table %d records", writers, onList, l.writing.inUse())
+	case end.res != 0 || end.over != 0 || end.writers != 0 || end.e != 0:
+		return fmt.Errorf("writing table's end record is not zero: %+v", end)
+	}
+	return nil
 }
