@@ -66,6 +66,12 @@ func Run(ctx context.Context, log *zap.Logger) {
 	for {
 		if p := Percent(Live()); p != set {
 			debug.SetGCPercent(p)
+			if p < set {
+				// The pages the old headroom grew to stay resident
+				// until collections paced by the new one release
+				// them, which an idle daemon may never run.
+				debug.FreeOSMemory()
+			}
 			log.Debug("heap headroom", zap.Int("gogc", p), zap.Int("was", set))
 			set = p
 		}

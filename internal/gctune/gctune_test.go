@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 
 	"go.uber.org/zap"
@@ -52,6 +53,9 @@ func TestRunLowersThePercentForALargeHeap(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "")
 	defer debug.SetGCPercent(debug.SetGCPercent(DefaultPercent))
 	big := make([]byte, 512<<20)
+	garbage := make([]byte, 256<<20)
+	garbage[len(garbage)-1] = 1
+	garbage = nil
 	runtime.GC()
 	if live := Live(); live < 512<<20 {
 		t.Fatalf("live heap %d after holding 512 MiB", live)
@@ -62,6 +66,12 @@ func TestRunLowersThePercentForALargeHeap(t *testing.T) {
 	runtime.KeepAlive(big)
 	if got := debug.SetGCPercent(DefaultPercent); got != MinPercent {
 		t.Fatalf("GOGC after Run = %d, want %d", got, MinPercent)
+	}
+	// The pages the garbage held went back to the system.
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(s)
+	if free := s[0].Value.Uint64(); free > 64<<20 {
+		t.Fatalf("%d MiB of free heap pages still resident after lowering the percent", free>>20)
 	}
 }
 
