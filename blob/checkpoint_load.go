@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -315,7 +316,16 @@ func validName(name string) bool {
 type cpReader struct {
 	b   []byte
 	err error
+	// names is the arena str copies names into: a chunk holds many, so
+	// the millions of names a checkpoint gives cost their bytes, not a
+	// heap object each rounded up to its size class (a 40-byte LMCache
+	// key took 48), and the collector sees chunks, not names. A chunk
+	// lives while any of its names does; it is only ever appended to.
+	names []byte
 }
+
+// nameChunk is the arena's chunk size.
+const nameChunk = 64 << 10
 
 func (r *cpReader) take(n int) []byte {
 	if r.err != nil || n > len(r.b) {
@@ -349,6 +359,14 @@ func (r *cpReader) u64() uint64 {
 }
 
 func (r *cpReader) str() string {
-	n := r.u32()
-	return string(r.take(int(n)))
+	b := r.take(int(r.u32()))
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > cap(r.names)-len(r.names) {
+		r.names = make([]byte, 0, max(nameChunk, len(b)))
+	}
+	start := len(r.names)
+	r.names = append(r.names, b...)
+	return unsafe.String(&r.names[start], len(b))
 }
