@@ -31,11 +31,14 @@ const (
 	// the live heap: a small daemon keeps the runtime's default.
 	Headroom = 64 << 20
 	// MinPercent is the least growth, in percent of the live heap.
-	MinPercent = 20
+	MinPercent = 10
 	// DefaultPercent is the runtime's own GOGC.
 	DefaultPercent = 100
-	// Every is how often Run looks at the live heap.
+	// Every is how often Run looks at the heap.
 	Every = 5 * time.Second
+	// ReleaseEvery is the least time between two releases of free pages
+	// (each costs a collection).
+	ReleaseEvery = time.Minute
 )
 
 // Percent is the GOGC for a live heap of live bytes.
@@ -62,19 +65,9 @@ func Run(ctx context.Context, log *zap.Logger) {
 	}
 	t := time.NewTicker(Every)
 	defer t.Stop()
-	set := DefaultPercent
+	tn := tuner{set: DefaultPercent, log: log}
 	for {
-		if p := Percent(Live()); p != set {
-			debug.SetGCPercent(p)
-			if p < set {
-				// The pages the old headroom grew to stay resident
-				// until collections paced by the new one release
-				// them, which an idle daemon may never run.
-				debug.FreeOSMemory()
-			}
-			log.Debug("heap headroom", zap.Int("gogc", p), zap.Int("was", set))
-			set = p
-		}
+		tn.step(time.Now())
 		select {
 		case <-ctx.Done():
 			return
@@ -83,16 +76,52 @@ func Run(ctx context.Context, log *zap.Logger) {
 	}
 }
 
-// liveHeap is the runtime's count of heap bytes marked live by the last
-// collection.
-const liveHeap = "/gc/heap/live:bytes"
+// tuner is Run's state.
+type tuner struct {
+	set      int
+	released time.Time
+	log      *zap.Logger
+}
 
-// Live is the live heap as of the last collection, 0 before the first.
-func Live() uint64 {
-	s := []metrics.Sample{{Name: liveHeap}}
+// step sets the percentage for the live heap, and gives the free pages
+// back to the system when more than twice the headroom of them stay
+// resident. The runtime's scavenger returns them only as collections
+// paced by a lower percentage run, which an idle daemon may never do:
+// after a start's load and audit, or after the percentage was lowered,
+// the daemon would keep its peak.
+func (tn *tuner) step(now time.Time) {
+	live, free := heap()
+	if p := Percent(live); p != tn.set {
+		debug.SetGCPercent(p)
+		tn.log.Debug("heap headroom", zap.Int("gogc", p), zap.Int("was", tn.set))
+		tn.set = p
+	}
+	headroom := max(Headroom, live*uint64(tn.set)/100)
+	if free > 2*headroom && now.Sub(tn.released) >= ReleaseEvery {
+		debug.FreeOSMemory()
+		tn.released = now
+		tn.log.Debug("free heap pages released", zap.Uint64("bytes", free))
+	}
+}
+
+// The runtime's counts of heap bytes marked live by the last collection,
+// and of free heap pages not yet given back to the system.
+const (
+	liveHeap = "/gc/heap/live:bytes"
+	freeHeap = "/memory/classes/heap/free:bytes"
+)
+
+// heap reads the live heap as of the last collection (0 before the
+// first) and the free pages still resident.
+func heap() (live, free uint64) {
+	s := []metrics.Sample{{Name: liveHeap}, {Name: freeHeap}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
+	return value(s[0]), value(s[1])
+}
+
+func value(s metrics.Sample) uint64 {
+	if s.Value.Kind() != metrics.KindUint64 {
 		return 0
 	}
-	return s[0].Value.Uint64()
+	return s.Value.Uint64()
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -20,8 +20,8 @@ func TestPercent(t *testing.T) {
 		{Headroom, 100},
 		{128 << 20, 50},
 		{256 << 20, 25},
-		{320 << 20, 20},
-		{3 << 30, 20},
+		{640 << 20, 10},
+		{3 << 30, 10},
 	} {
 		if got := Percent(c.live); got != c.want {
 			t.Errorf("Percent(%d MiB) = %d, want %d", c.live>>20, got, c.want)
@@ -47,7 +47,8 @@ func TestOverridden(t *testing.T) {
 }
 
 // TestRunLowersThePercentForALargeHeap: with 512 MiB live, Run sets the
-// collector to MinPercent, and a cancelled Run returns.
+// collector to 12%, gives 256 MiB of garbage's pages back, and a
+// cancelled Run returns.
 func TestRunLowersThePercentForALargeHeap(t *testing.T) {
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
@@ -57,20 +58,18 @@ func TestRunLowersThePercentForALargeHeap(t *testing.T) {
 	garbage[len(garbage)-1] = 1
 	garbage = nil
 	runtime.GC()
-	if live := Live(); live < 512<<20 {
+	if live, _ := heap(); live < 512<<20 {
 		t.Fatalf("live heap %d after holding 512 MiB", live)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	Run(ctx, zap.NewNop())
 	runtime.KeepAlive(big)
-	if got := debug.SetGCPercent(DefaultPercent); got != MinPercent {
-		t.Fatalf("GOGC after Run = %d, want %d", got, MinPercent)
+	if got := debug.SetGCPercent(DefaultPercent); got != 12 {
+		t.Fatalf("GOGC after Run = %d, want 12", got)
 	}
 	// The pages the garbage held went back to the system.
-	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
-	metrics.Read(s)
-	if free := s[0].Value.Uint64(); free > 64<<20 {
+	if _, free := heap(); free > 64<<20 {
 		t.Fatalf("%d MiB of free heap pages still resident after lowering the percent", free>>20)
 	}
 }
@@ -85,5 +84,38 @@ func TestRunLeavesAnOperatorsGOGC(t *testing.T) {
 	runtime.KeepAlive(big)
 	if got := debug.SetGCPercent(77); got != 77 {
 		t.Fatalf("GOGC after Run = %d, want the operator's 77", got)
+	}
+}
+
+// TestStepReleasesFreePagesAtMostOnceAMinute: a step with more than
+// twice the headroom of free pages resident gives them back, and a step
+// within ReleaseEvery of it does not.
+func TestStepReleasesFreePagesAtMostOnceAMinute(t *testing.T) {
+	t.Setenv("GOGC", "")
+	defer debug.SetGCPercent(debug.SetGCPercent(DefaultPercent))
+	tn := tuner{set: DefaultPercent, log: zap.NewNop()}
+	now := time.Unix(1000, 0)
+	garbage := func() {
+		g := make([]byte, 256<<20)
+		g[len(g)-1] = 1
+		runtime.KeepAlive(g)
+		runtime.GC()
+		if _, free := heap(); free < 128<<20 {
+			t.Skipf("the runtime released the garbage's pages itself (%d MiB free)", free>>20)
+		}
+	}
+	garbage()
+	tn.step(now)
+	if _, free := heap(); free > 64<<20 {
+		t.Fatalf("%d MiB free resident after a step", free>>20)
+	}
+	garbage()
+	tn.step(now.Add(ReleaseEvery / 2))
+	if _, free := heap(); free < 128<<20 {
+		t.Fatalf("released again %v after the last release: %d MiB free resident", ReleaseEvery/2, free>>20)
+	}
+	tn.step(now.Add(ReleaseEvery))
+	if _, free := heap(); free > 64<<20 {
+		t.Fatalf("%d MiB free resident a minute after the last release", free>>20)
 	}
 }
