@@ -84,7 +84,7 @@ type tuner struct {
 }
 
 // step sets the percentage for the live heap, and gives the free pages
-// back to the system when more than twice the headroom of them stay
+// back to the system when more than the headroom of them stay
 // resident. The runtime's scavenger returns them only as collections
 // paced by a lower percentage run, which an idle daemon may never do:
 // after a start's load and audit, or after the percentage was lowered,
@@ -97,7 +97,7 @@ func (tn *tuner) step(now time.Time) {
 		tn.set = p
 	}
 	headroom := max(Headroom, live*uint64(tn.set)/100)
-	if free > 2*headroom && now.Sub(tn.released) >= ReleaseEvery {
+	if free > headroom && now.Sub(tn.released) >= ReleaseEvery {
 		debug.FreeOSMemory()
 		tn.released = now
 		tn.log.Debug("free heap pages released", zap.Uint64("bytes", free))

@@ -88,7 +88,7 @@ func TestRunLeavesAnOperatorsGOGC(t *testing.T) {
 }
 
 // TestStepReleasesFreePagesAtMostOnceAMinute: a step with more than
-// twice the headroom of free pages resident gives them back, and a step
+// the headroom of free pages resident gives them back, and a step
 // within ReleaseEvery of it does not.
 func TestStepReleasesFreePagesAtMostOnceAMinute(t *testing.T) {
 	t.Setenv("GOGC", "")
