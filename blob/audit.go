@@ -97,7 +97,7 @@ type AuditPlan struct {
 func (s *Store) AuditPlan(w Walked) AuditPlan {
 	p := AuditPlan{Sizes: map[ID]int64{}, Inos: map[ID]uint64{}}
 	for id, f := range s.files {
-		for _, l := range f.links {
+		for _, l := range f.links() {
 			rel := s.childPath(l.Parent, l.Name)
 			st, seen := w.Files[rel]
 			delete(w.Files, rel)
@@ -283,7 +283,7 @@ func (s *Store) ApplyFound(f Found, known map[uint64]ID, adopted map[uint64]int,
 	if id, ok := known[st.Ino]; ok && s.files[id] != nil {
 		// A new name of an indexed file: no new bytes.
 		d.kids.set(name, id)
-		s.files[id].links = append(s.files[id].links, Name{d.id, name})
+		s.files[id].addLink(Name{d.id, name})
 		s.note(id)
 		a.Linked = append(a.Linked, id)
 		return
@@ -291,14 +291,14 @@ func (s *Store) ApplyFound(f Found, known map[uint64]ID, adopted map[uint64]int,
 	if i, ok := adopted[st.Ino]; ok && s.files[a.Adopted[i].ID] != nil {
 		o := &a.Adopted[i]
 		d.kids.set(name, o.ID)
-		s.files[o.ID].links = append(s.files[o.ID].links, Name{d.id, name})
+		s.files[o.ID].addLink(Name{d.id, name})
 		s.note(o.ID)
 		o.Links++
 		return
 	}
 	id := s.NewID()
 	d.kids.set(name, id)
-	s.files[id] = &file{links: []Name{{d.id, name}}, ino: st.Ino}
+	s.files[id] = newFile(st.Ino, Name{d.id, name})
 	s.note(id)
 	if adopted == nil {
 		// Committed one by one: a later name of this inode is a link.

@@ -135,7 +135,7 @@ func checkIndex(t *testing.T, s *Store) {
 			fail("%s: inode %d holds files %d and %d", rel, st.Ino, other, id)
 		}
 		idOf[st.Ino] = id
-		links := uint64(len(s.files[id].links))
+		links := uint64(len(s.files[id].links()))
 		var m unix.Stat_t
 		if unix.Lstat(markerFile(s, id), &m) == nil && m.Ino == st.Ino {
 			links++
@@ -182,7 +182,7 @@ func indexNames(s *Store, fail func(string, ...any)) map[string]ID {
 				fail("%s: id %d is neither a directory nor a file", p, id)
 				continue
 			}
-			if !slices.Contains(f.links, Name{d.id, name}) {
+			if !slices.Contains(f.links(), Name{d.id, name}) {
 				fail("%s: file %d lacks the link %v", p, id, Name{d.id, name})
 			}
 		}
@@ -199,11 +199,14 @@ func indexNames(s *Store, fail func(string, ...any)) map[string]ID {
 		}
 	}
 	for id, f := range s.files {
-		if len(f.links) == 0 {
+		if len(f.links()) == 0 {
 			fail("file %d has no names", id)
 		}
+		if f.more != nil && (len(*f.more) < 2 || f.one[0] != (Name{})) {
+			fail("file %d keeps %d names apart beside %v", id, len(*f.more), f.one[0])
+		}
 		seen := map[Name]bool{}
-		for _, l := range f.links {
+		for _, l := range f.links() {
 			if seen[l] {
 				fail("file %d lists %v twice", id, l)
 			}
@@ -319,7 +322,7 @@ func namespace(s *Store) []string {
 	}
 	for _, f := range s.files {
 		var names []string
-		for _, l := range f.links {
+		for _, l := range f.links() {
 			names = append(names, s.childPath(l.Parent, l.Name))
 		}
 		sort.Strings(names)

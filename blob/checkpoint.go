@@ -178,7 +178,7 @@ func (s *Store) captureDirs(w *cpWriter, cp *Checkpoint) map[ID]uint32 {
 func (s *Store) captureObjects(w *cpWriter, cp *Checkpoint, order []sized, index map[ID]uint32, busy func(ID) bool) {
 	for _, o := range order {
 		f, ok := s.files[o.id]
-		if !ok || len(f.links) == 0 {
+		if !ok || len(f.links()) == 0 {
 			cp.LeftOut = append(cp.LeftOut, o.id)
 			continue
 		}
@@ -192,7 +192,7 @@ func (s *Store) captureObjects(w *cpWriter, cp *Checkpoint, order []sized, index
 		w.u64(uint64(o.size))
 		w.u32(0)
 		names := 0
-		for _, n := range f.links {
+		for _, n := range f.links() {
 			if i, ok := index[n.Parent]; ok {
 				w.u32(i)
 				w.str(n.Name)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -183,14 +184,14 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 		return errors.New("bad object count")
 	}
 	c.objs = make([]cpObj, 0, n)
-	files := make([]file, n)          // one allocation, not a million
-	names := make([]Name, 0, n+n/8+1) // likewise; each file's links are cut off at their end
+	files := make([]file, n) // one allocation, not a million
+	var names []Name
 	for i := range files {
 		id, ino, size, nlinks := ID(r.u64()), r.u64(), int64(r.u64()), r.u32()
 		if r.err != nil || size < -1 || nlinks == 0 || uint64(nlinks) > uint64(len(r.b)) || !c.freeID(id) {
 			return fmt.Errorf("bad object %d", i)
 		}
-		start := len(names)
+		names = names[:0]
 		for j := uint32(0); j < nlinks; j++ {
 			di, name := r.u32(), r.str()
 			if r.err != nil || uint64(di) >= uint64(len(c.dirs)) || !validName(name) {
@@ -203,7 +204,12 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 			names = append(names, Name{d.id, name})
 		}
 		f := &files[i]
-		f.ino, f.links = ino, names[start:len(names):len(names)]
+		f.ino = ino
+		if len(names) > 1 {
+			f.setLinks(slices.Clone(names)) // names is reused
+		} else {
+			f.setLinks(names) // copied into f
+		}
 		c.s.files[id] = f
 		c.objs = append(c.objs, cpObj{id: id, ino: ino, size: size})
 		if size < 0 {
@@ -252,13 +258,13 @@ func (c *cpLoad) untangle() {
 		if f == nil {
 			continue // its names went with a directory
 		}
-		kept := f.links[:0]
-		for _, n := range f.links {
+		kept := f.links()[:0]
+		for _, n := range f.links() {
 			if !claimed[n] || c.s.dirs[n.Parent].kids.get(n.Name) == o.id {
 				kept = append(kept, n)
 			}
 		}
-		if f.links = kept; len(kept) == 0 {
+		if f.setLinks(kept); len(kept) == 0 {
 			delete(c.s.files, o.id)
 		}
 	}

@@ -176,9 +176,9 @@ func (c *cpLoad) mergeLinks() {
 		if !ok || f == nil || o.ino == 0 || merged[other] {
 			continue
 		}
-		for _, n := range c.s.files[other].links {
+		for _, n := range c.s.files[other].links() {
 			c.s.dirs[n.Parent].kids.set(n.Name, o.id)
-			f.links = append(f.links, n)
+			f.addLink(n)
 		}
 		delete(c.s.files, other)
 		merged[other] = true
@@ -236,11 +236,11 @@ func (c *cpLoad) objects() []Object {
 	out := make([]Object, 0, len(c.objs)+len(c.l.objects))
 	for i, o := range c.objs {
 		if f, ok := c.s.files[o.id]; ok {
-			out = append(out, Object{ID: o.id, Size: o.size, Atime: c.when - int64(len(c.objs)-i), Links: len(f.links)})
+			out = append(out, Object{ID: o.id, Size: o.size, Atime: c.when - int64(len(c.objs)-i), Links: len(f.links())})
 		}
 	}
 	for _, o := range c.l.objects {
-		o.Links = len(c.s.files[o.ID].links)
+		o.Links = len(c.s.files[o.ID].links())
 		out = append(out, o)
 	}
 	c.l.rep.Objects = int64(len(out))

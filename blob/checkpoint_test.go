@@ -76,7 +76,7 @@ func servesAsWalk(t *testing.T, dir string, s *Store, objs []Object) {
 func sizes(s *Store, objs []Object) map[string]int64 {
 	out := map[string]int64{}
 	for _, o := range objs {
-		for _, n := range s.files[o.ID].links {
+		for _, n := range s.files[o.ID].links() {
 			out[s.childPath(n.Parent, n.Name)] = o.Size
 		}
 	}
@@ -158,7 +158,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 
 func namesOf(s *Store, id ID) []string {
 	var out []string
-	for _, l := range s.files[id].links {
+	for _, l := range s.files[id].links() {
 		out = append(out, s.childPath(l.Parent, l.Name))
 	}
 	slices.Sort(out)

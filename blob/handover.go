@@ -113,7 +113,7 @@ func (s *Store) FileRecord(id ID) (uint64, []Name) {
 	if !ok {
 		return 0, nil
 	}
-	return f.ino, f.links
+	return f.ino, append([]Name(nil), f.links()...)
 }
 
 // Delta is what changed in the index and the LRU order since a Basis.
@@ -225,7 +225,7 @@ func (s *Store) LoadHandover(data []byte) ([]Object, int64, error) {
 	}
 	out := make([]Object, 0, len(c.objs))
 	for i, o := range c.objs {
-		out = append(out, Object{ID: o.id, Size: max(o.size, 0), Atime: c.when - int64(len(c.objs)-i), Links: len(s.files[o.id].links)})
+		out = append(out, Object{ID: o.id, Size: max(o.size, 0), Atime: c.when - int64(len(c.objs)-i), Links: len(s.files[o.id].links())})
 	}
 	s.checkpointObjects.Store(int64(len(out)))
 	return out, c.when, nil
@@ -270,10 +270,10 @@ func (s *Store) ApplyHandover(d *Delta) {
 		for _, n := range o.Links {
 			if dd := s.dirs[n.Parent]; dd != nil {
 				dd.kids.set(n.Name, o.ID)
-				f.links = append(f.links, n)
+				f.addLink(n)
 			}
 		}
-		if len(f.links) > 0 {
+		if len(f.links()) > 0 {
 			s.files[o.ID] = f
 		}
 	}

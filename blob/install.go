@@ -60,7 +60,7 @@ func (s *Store) NamePath(parent ID, name string) (string, bool) {
 // Names lists the names of file id.
 func (s *Store) Names(id ID) []Name {
 	if f, ok := s.files[id]; ok {
-		return append([]Name(nil), f.links...)
+		return append([]Name(nil), f.links()...)
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func (s *Store) walkAll(m *marks, hint int, rep *LoadReport) ([]Object, error) {
 		return nil, err
 	}
 	for i := range l.objects {
-		l.objects[i].Links = len(s.files[l.objects[i].ID].links)
+		l.objects[i].Links = len(s.files[l.objects[i].ID].links())
 	}
 	return l.objects, nil
 }
@@ -291,7 +291,7 @@ func (l *loader) addFile(d *dir, e *entry) {
 	st := &e.st
 	if id, ok := l.seen[st.Ino]; ok {
 		d.kids.set(e.name, id)
-		l.s.files[id].links = append(l.s.files[id].links, Name{d.id, e.name})
+		l.s.files[id].addLink(Name{d.id, e.name})
 		return
 	}
 	id := l.s.NewID()
@@ -299,7 +299,7 @@ func (l *loader) addFile(d *dir, e *entry) {
 		l.seen[st.Ino] = id
 	}
 	d.kids.set(e.name, id)
-	l.s.files[id] = &file{links: []Name{{d.id, e.name}}, ino: st.Ino}
+	l.s.files[id] = newFile(st.Ino, Name{d.id, e.name})
 	l.objects = append(l.objects, Object{ID: id, Size: st.Size, Atime: max(ts(st.Atim), ts(st.Mtim))})
 	l.rep.Objects++
 	l.rep.Stated++

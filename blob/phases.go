@@ -82,7 +82,7 @@ func (s *Store) AddFile(parent ID, name string, id ID, ino uint64) error {
 		return err
 	}
 	d.kids.set(name, id)
-	s.files[id] = &file{links: []Name{{d.id, name}}, ino: ino}
+	s.files[id] = newFile(ino, Name{d.id, name})
 	s.note(id)
 	return nil
 }
@@ -91,13 +91,13 @@ func (s *Store) AddFile(parent ID, name string, id ID, ino uint64) error {
 // name it has, and the new one's.
 func (s *Store) LinkPaths(id, parent ID, name string) (old, rel string, err error) {
 	f, ok := s.files[id]
-	if !ok || len(f.links) == 0 {
+	if !ok || len(f.links()) == 0 {
 		return "", "", ErrNotFound
 	}
 	if rel, err = s.FreePath(parent, name); err != nil {
 		return "", "", err
 	}
-	return s.childPath(f.links[0].Parent, f.links[0].Name), rel, nil
+	return s.childPath(f.links()[0].Parent, f.links()[0].Name), rel, nil
 }
 
 // LinkAt links the stored file at old to rel, and returns its
@@ -123,7 +123,7 @@ func (s *Store) LinkAt(old, rel string) (unix.Stat_t, error) {
 // left in the index).
 func (s *Store) AddLink(id, parent ID, name string) error {
 	f, ok := s.files[id]
-	if !ok || len(f.links) == 0 {
+	if !ok || len(f.links()) == 0 {
 		return ErrNotFound
 	}
 	d, err := s.freeName(parent, name)
@@ -131,7 +131,7 @@ func (s *Store) AddLink(id, parent ID, name string) error {
 		return err
 	}
 	d.kids.set(name, id)
-	f.links = append(f.links, Name{parent, name})
+	f.addLink(Name{parent, name})
 	s.note(id)
 	return nil
 }
@@ -168,7 +168,7 @@ func (s *Store) Forget(id ID) []Name {
 	if !ok {
 		return nil
 	}
-	names := append([]Name(nil), f.links...)
+	names := append([]Name(nil), f.links()...)
 	for _, n := range names {
 		s.dropName(id, s.dirs[n.Parent], n.Name)
 	}

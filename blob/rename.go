@@ -157,9 +157,9 @@ func (s *Store) moveName(id ID, from *dir, name string, to *dir, newName string)
 		return
 	}
 	s.note(id)
-	for i, l := range s.files[id].links {
+	for i, l := range s.files[id].links() {
 		if l.Parent == from.id && l.Name == name {
-			s.files[id].links[i] = Name{to.id, newName}
+			s.files[id].links()[i] = Name{to.id, newName}
 			return
 		}
 	}

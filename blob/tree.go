@@ -2,6 +2,7 @@ package blob
 
 import (
 	"os"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -20,9 +21,45 @@ type dir struct {
 // stored inode's number (0: not known), which the checkpoint records so
 // that a start can recognise the file from a directory listing alone.
 type file struct {
-	links []Name
-	ino   uint64
+	ino uint64
+	// one is its name when it has one (Parent 0: none); more, when it
+	// has several, holds them all. One name is the rule: a hard link
+	// lives only between an fs_native store's link and its unlink, and
+	// a slice of its own would cost each of millions of files 24 bytes
+	// and a heap object.
+	one  [1]Name
+	more *[]Name
 }
+
+// links is f's names. For one name it is a view of f.one: writing an
+// element changes f; setLinks stores a changed length.
+func (f *file) links() []Name {
+	switch {
+	case f.more != nil:
+		return *f.more
+	case f.one[0].Parent == 0:
+		return nil
+	}
+	return f.one[:]
+}
+
+// setLinks sets f's names to ns, which it may keep.
+func (f *file) setLinks(ns []Name) {
+	switch len(ns) {
+	case 0:
+		f.one[0], f.more = Name{}, nil
+	case 1:
+		f.one[0], f.more = ns[0], nil // ns may be f.one's view
+	default:
+		f.one[0], f.more = Name{}, &ns
+	}
+}
+
+// addLink adds a name to f.
+func (f *file) addLink(n Name) { f.setLinks(append(f.links(), n)) }
+
+// newFile is a file record with one name.
+func newFile(ino uint64, n Name) *file { return &file{ino: ino, one: [1]Name{n}} }
 
 // Name is one directory entry: a name in a parent directory.
 type Name struct {
@@ -84,10 +121,10 @@ func (s *Store) Path(id ID) (string, bool) {
 		return s.dirPath(d), true
 	}
 	f, ok := s.files[id]
-	if !ok || len(f.links) == 0 {
+	if !ok || len(f.links()) == 0 {
 		return "", false
 	}
-	return s.childPath(f.links[0].Parent, f.links[0].Name), true
+	return s.childPath(f.links()[0].Parent, f.links()[0].Name), true
 }
 
 func (s *Store) dirPath(d *dir) string {
@@ -115,7 +152,7 @@ func (s *Store) childPath(parent ID, name string) string {
 // Links reports how many names id has.
 func (s *Store) Links(id ID) int {
 	if f, ok := s.files[id]; ok {
-		return len(f.links)
+		return len(f.links())
 	}
 	return 0
 }
@@ -254,13 +291,13 @@ func (s *Store) dropName(id ID, d *dir, name string) {
 		}
 	}
 	f := s.files[id]
-	for i, l := range f.links {
+	for i, l := range f.links() {
 		if l.Parent == parent && l.Name == name {
-			f.links = append(f.links[:i], f.links[i+1:]...)
+			f.setLinks(slices.Delete(f.links(), i, i+1))
 			break
 		}
 	}
-	if len(f.links) == 0 {
+	if len(f.links()) == 0 {
 		delete(s.files, id)
 	}
 }
@@ -312,7 +349,7 @@ func (s *Store) Rmdir(parent ID, name string) (ID, error) {
 func (s *Store) Drop(id ID) []Name {
 	var paths []string
 	if f, ok := s.files[id]; ok {
-		for _, n := range f.links {
+		for _, n := range f.links() {
 			paths = append(paths, s.childPath(n.Parent, n.Name))
 		}
 	}
