@@ -90,14 +90,14 @@ func (s *Store) AddFile(parent ID, name string, id ID, ino uint64) error {
 // LinkPaths plans a link of file id as name in parent: the path of a
 // name it has, and the new one's.
 func (s *Store) LinkPaths(id, parent ID, name string) (old, rel string, err error) {
-	f, ok := s.files[id]
-	if !ok || len(f.links()) == 0 {
+	old, ok := s.filePath(id)
+	if !ok {
 		return "", "", ErrNotFound
 	}
 	if rel, err = s.FreePath(parent, name); err != nil {
 		return "", "", err
 	}
-	return s.childPath(f.links()[0].Parent, f.links()[0].Name), rel, nil
+	return old, rel, nil
 }
 
 // LinkAt links the stored file at old to rel, and returns its

@@ -120,11 +120,17 @@ func (s *Store) Path(id ID) (string, bool) {
 	if d, ok := s.dirs[id]; ok {
 		return s.dirPath(d), true
 	}
+	return s.filePath(id)
+}
+
+// filePath is the first name of file id relative to data/.
+func (s *Store) filePath(id ID) (string, bool) {
 	f, ok := s.files[id]
 	if !ok || len(f.links()) == 0 {
 		return "", false
 	}
-	return s.childPath(f.links()[0].Parent, f.links()[0].Name), true
+	first := f.links()[0]
+	return s.childPath(first.Parent, first.Name), true
 }
 
 func (s *Store) dirPath(d *dir) string {
