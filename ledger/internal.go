@@ -40,10 +40,8 @@ func (l *Ledger[K]) remove(e *entry[K]) {
 		l.pinnedBytes -= e.charge
 	}
 	if e.w != 0 {
-		l.writeBytes -= e.charge
 		l.over -= l.wr(e).over
-		l.open.remove(e.w)
-		l.writing.free(e.w)
+		l.dropWriting(e)
 	}
 	if e.nlink == 0 {
 		l.shadow -= e.charge
@@ -79,10 +77,7 @@ func (l *Ledger[K]) unpin(e *entry[K], write bool) {
 	if write && e.w != 0 {
 		w := l.wr(e)
 		if w.writers--; w.writers == 0 {
-			l.writeBytes -= e.charge
-			l.open.remove(e.w)
-			l.writing.free(e.w)
-			e.w = 0
+			l.dropWriting(e)
 		}
 	}
 	e.pins--
@@ -90,6 +85,15 @@ func (l *Ledger[K]) unpin(e *entry[K], write bool) {
 		l.pinnedObjs--
 		l.pinnedBytes -= e.charge
 	}
+}
+
+// dropWriting gives back e's writing record: it has no writers left, or
+// it goes.
+func (l *Ledger[K]) dropWriting(e *entry[K]) {
+	l.writeBytes -= e.charge
+	l.open.remove(e.w)
+	l.writing.free(e.w)
+	e.w = 0
 }
 
 // use marks e most recently used.
