@@ -39,7 +39,7 @@ func BenchmarkLoadCheckpoint100k(b *testing.B) {
 	for i, o := range objs {
 		order[i] = o.ID
 	}
-	if err := s.SaveCheckpoint(capture(s, order, func(step func()) { step() }, func(ID) bool { return false })); err != nil {
+	if _, err := capture(s, order, func(step func()) { step() }, func(ID) bool { return false }); err != nil {
 		b.Fatal(err)
 	}
 	s.Close()

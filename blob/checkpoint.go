@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -42,12 +45,16 @@ import (
 // only slower to use.
 const CheckpointName = "kvfs.index"
 
-// checkpointMagic: v3 records every directory's and object's ID (and the
-// next ID to hand out), so a start from it numbers the namespace as the
-// daemon that wrote it did: a handover's successor answers the node IDs
-// the kernel holds (see package mount). v2 checkpoints are not read (a
-// walk replaces them once).
-const checkpointMagic = "kvfs index v3\n"
+// checkpointMagic: v4 ends with the object count and the checksum, so a
+// running daemon writes its checkpoint as it copies it, in pieces, and
+// never holds the whole of it (v3 had the count before the objects: 60 to
+// 90 bytes an object held at once, 0.6 to 0.9 GB at ten million). Since
+// v3 every directory's and object's ID (and the next ID to hand out) is
+// recorded, so a start from it numbers the namespace as the daemon that
+// wrote it did: a handover's successor answers the node IDs the kernel
+// holds (see package mount). Older checkpoints are not read (a walk
+// replaces them once).
+const checkpointMagic = "kvfs index v4\n"
 
 // racyWindow: a directory changed this recently when the checkpoint read
 // its change time could change again within the same tick of the file
@@ -55,10 +62,9 @@ const checkpointMagic = "kvfs index v3\n"
 // that change time; the checkpoint does not vouch for it.
 const racyWindow = 2 * time.Second
 
-// Checkpoint is a copy of the index taken in short steps under the
-// owner's lock, to be checked and written without it (SaveCheckpoint).
+// Checkpoint is what one capture of the index took (WriteCheckpoint,
+// HandoverCheckpoint).
 type Checkpoint struct {
-	buf  []byte
 	dirs []cpDir
 	// Objects it lists; Unsure of them had a writer open, so the next
 	// start reads their sizes; Distrusted directories are listed at the
@@ -72,13 +78,15 @@ type Checkpoint struct {
 	// size (being written) or did not write (no name in a directory
 	// it listed).
 	LeftOut []ID
+	// Size is the checkpoint's length in bytes.
+	Size int64
 }
 
 // cpDir is a directory the capture vouched for.
 type cpDir struct {
 	path string
 	heldDir
-	flagAt int // offset of its trusted byte in buf
+	flagAt int // offset of its trusted byte in the capture's first step
 }
 
 // heldDir is a directory's inode number and change time, and how many
@@ -99,7 +107,7 @@ type sized struct {
 // milliseconds under the owner's lock.
 const cpStep = 1 << 15
 
-// CaptureCheckpoint copies the index in steps, each run by shared, which
+// WriteCheckpoint copies the index in steps, each run by shared, which
 // holds the owner's lock (shared at least) while it calls its argument:
 // no name changes during a step, and writers get in between. each yields
 // every object least recently used first with its size; busy says
@@ -110,10 +118,58 @@ const cpStep = 1 << 15
 // order: a name changed in a directory after it moves the directory's
 // change time past the one recorded (see racyWindow), so the next start
 // lists that directory whatever the later steps copied of it.
-func (s *Store) CaptureCheckpoint(shared func(func()), each func(fn func(id ID, size int64)), busy func(ID) bool, clean bool) *Checkpoint {
+//
+// Between the steps, without the lock, the copy is written to a
+// temporary file as it grows, so the daemon holds one step of it at a
+// time; once complete it is synced and renamed into place. Before the
+// directories are written, the checkpoint withdraws its word for each
+// directory the capture trusted that does not hold as many entries as
+// the index gave it, all directories and regular files: something put
+// in the store or taken from it behind kvfs's back, not yet audited,
+// that an unchanged directory would hide from the next start. (A
+// directory changed since the capture is listed at the next start
+// anyway, and one unchanged since the last checkpoint that found it
+// holding what the index said still does.) Checkpoints are written one
+// at a time.
+func (s *Store) WriteCheckpoint(shared func(func()), each func(fn func(id ID, size int64)), busy func(ID) bool, clean bool) (*Checkpoint, error) {
+	tmp := filepath.Join(s.dir, CheckpointName+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	defer os.Remove(tmp) // a no-op once renamed
+	// One step's objects at the last checkpoint's bytes an object, and
+	// room to spare: no step grows the buffer under the lock.
+	perObject := int64(64)
+	if n := s.checkpointObjects.Load(); n > 0 {
+		perObject = max(perObject, s.checkpointSize.Load()/n)
+	}
+	w := &cpWriter{b: make([]byte, 0, int64(s.step)*perObject*5/4+64<<10), out: f}
+	cp := s.capture(w, shared, each, busy, clean, s.verifyDirs)
+	err = w.err
+	if err == nil {
+		err = f.Sync()
+	}
+	if err := errors.Join(err, f.Close()); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, CheckpointName)); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	s.checkpointSize.Store(cp.Size)
+	s.checkpointObjects.Store(int64(cp.Objects))
+	return cp, nil
+}
+
+// capture copies the index into w in steps (see WriteCheckpoint),
+// checking the directories it trusts with verify, if any, before it
+// writes them.
+func (s *Store) capture(w *cpWriter, shared func(func()), each func(fn func(id ID, size int64)), busy func(ID) bool, clean bool, verify func(cp *Checkpoint, head []byte)) *Checkpoint {
 	cp := &Checkpoint{Clean: clean}
 	n := s.checkpointObjects.Load()
-	w := &cpWriter{b: make([]byte, 0, s.checkpointSize.Load()+s.checkpointSize.Load()/8)}
 	order := make([]sized, 0, n+n/8)
 	var index map[ID]uint32
 	step := func(f func()) { shared(f); cp.Steps++ }
@@ -130,15 +186,18 @@ func (s *Store) CaptureCheckpoint(shared func(func()), each func(fn func(id ID, 
 		// every one the order holds must be below it.
 		binary.LittleEndian.PutUint64(w.b[nextAt:], s.nextID.Load())
 	})
-	countAt := len(w.b)
-	w.u64(0)
-	for len(order) > 0 {
+	if verify != nil {
+		verify(cp, w.b)
+	}
+	w.flush()
+	for len(order) > 0 && w.err == nil {
 		n := min(len(order), s.step)
 		step(func() { s.captureObjects(w, cp, order[:n], index, busy) })
 		order = order[n:]
+		w.flush()
 	}
-	binary.LittleEndian.PutUint64(w.b[countAt:], uint64(cp.Objects))
-	cp.buf = w.b
+	w.end(cp.Objects)
+	cp.Size = w.size
 	return cp
 }
 
@@ -242,31 +301,18 @@ func (s *Store) dirStat(rel string) (unix.Stat_t, error) {
 	return st, unix.Fstat(int(f.Fd()), &st)
 }
 
-// SaveCheckpoint writes cp atomically, without the owner's lock (but
-// one at a time). First it withdraws its word for each directory the
-// capture trusted that does not hold as many entries as the index gave
-// it, all directories and regular files: something put in the store or
-// taken from it behind kvfs's back, not yet audited, that an unchanged
-// directory would hide from the next start. (A directory changed since
-// the capture is listed at the next start anyway, and one unchanged
-// since the last checkpoint that found it holding what the index said
-// still does.)
-func (s *Store) SaveCheckpoint(cp *Checkpoint) error {
+// verifyDirs withdraws cp's word for each directory it trusted that
+// does not hold what the index gave it (see WriteCheckpoint).
+// head is the capture so far, which holds the directories.
+func (s *Store) verifyDirs(cp *Checkpoint, head []byte) {
 	verified := make(map[string]heldDir, len(cp.dirs))
 	for _, d := range cp.dirs {
 		if !s.dirHolds(d, verified) {
-			cp.buf[d.flagAt] = 0
+			head[d.flagAt] = 0
 			cp.Distrusted++
 		}
 	}
 	s.verified = verified
-	buf := binary.LittleEndian.AppendUint32(cp.buf, crc32.ChecksumIEEE(cp.buf))
-	s.checkpointSize.Store(int64(len(buf)))
-	s.checkpointObjects.Store(int64(cp.Objects))
-	if err := writeDurably(s.dir, CheckpointName, buf); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return nil
 }
 
 // dirHolds says whether a directory is still the one captured and holds
@@ -350,8 +396,44 @@ func isDots(name []byte) bool {
 	return len(name) == 1 && name[0] == '.' || len(name) == 2 && name[0] == '.' && name[1] == '.'
 }
 
-// cpWriter appends little-endian integers and length-prefixed strings.
-type cpWriter struct{ b []byte }
+// cpWriter appends little-endian integers and length-prefixed strings
+// to b, which flush writes out between the capture's steps (out nil: b
+// keeps the whole checkpoint).
+type cpWriter struct {
+	b    []byte
+	out  io.Writer
+	crc  uint32 // of what was written out
+	size int64  // bytes written out, or the whole when end has run
+	err  error
+}
+
+// flush writes out what b holds.
+func (w *cpWriter) flush() {
+	if w.out == nil || w.err != nil {
+		return
+	}
+	w.crc = crc32.Update(w.crc, crc32.IEEETable, w.b)
+	w.write()
+}
+
+func (w *cpWriter) write() {
+	_, w.err = w.out.Write(w.b)
+	w.size += int64(len(w.b))
+	w.b = w.b[:0]
+}
+
+// end appends the trailer: the object count, and the checksum of
+// everything before it; then writes out the rest.
+func (w *cpWriter) end(objects int) {
+	w.u64(uint64(objects))
+	w.crc = crc32.Update(w.crc, crc32.IEEETable, w.b)
+	w.b = binary.LittleEndian.AppendUint32(w.b, w.crc)
+	if w.out == nil {
+		w.size = int64(len(w.b))
+	} else if w.err == nil {
+		w.write()
+	}
+}
 
 func (w *cpWriter) u8(b bool) {
 	if b {

@@ -108,14 +108,14 @@ func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
 // readHeader checks a checkpoint and reads its header: when it was
 // taken, and the next ID, which the store hands out from (IDs are the
 // checkpoint's; what a start finds new gets IDs past them). The reader
-// is left at the directories.
+// is left at the directories, and holds the body without its trailer.
 func (s *Store) readHeader(data []byte) (*cpReader, int64, error) {
-	body, err := checkpointBody(data)
+	body, objects, err := checkpointBody(data)
 	if err != nil {
 		return nil, 0, err
 	}
 	s.checkpointSize.Store(int64(len(data)))
-	r := &cpReader{b: body}
+	r := &cpReader{b: body, objects: objects}
 	r.u8() // clean stop or not: the same rules hold either way
 	when := int64(r.u64())
 	if next := r.u64(); r.err == nil && next > s.nextID.Load() {
@@ -124,16 +124,18 @@ func (s *Store) readHeader(data []byte) (*cpReader, int64, error) {
 	return r, when, r.err
 }
 
-// checkpointBody checks the magic and the checksum.
-func checkpointBody(data []byte) ([]byte, error) {
-	if len(data) < len(checkpointMagic)+4 || string(data[:len(checkpointMagic)]) != checkpointMagic {
-		return nil, errors.New("not a kvfs checkpoint of this version")
+// checkpointBody checks the magic and the checksum, and splits off the
+// trailer's object count.
+func checkpointBody(data []byte) ([]byte, uint64, error) {
+	if len(data) < len(checkpointMagic)+12 || string(data[:len(checkpointMagic)]) != checkpointMagic {
+		return nil, 0, errors.New("not a kvfs checkpoint of this version")
 	}
 	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
 	if crc32.ChecksumIEEE(body) != sum {
-		return nil, errors.New("checksum mismatch")
+		return nil, 0, errors.New("checksum mismatch")
 	}
-	return body[len(checkpointMagic):], nil
+	objects := binary.LittleEndian.Uint64(body[len(body)-8:])
+	return body[len(checkpointMagic) : len(body)-8], objects, nil
 }
 
 // parseDirs indexes the checkpoint's directories.
@@ -179,7 +181,7 @@ func (c *cpLoad) parseDirs(r *cpReader) error {
 // parseObjects indexes the checkpoint's objects, each under every name
 // it had; reconcile then drops what the store no longer holds.
 func (c *cpLoad) parseObjects(r *cpReader) error {
-	n := r.u64()
+	n := r.objects
 	if r.err != nil || n > uint64(len(r.b)) {
 		return errors.New("bad object count")
 	}
@@ -320,8 +322,9 @@ func validName(name string) bool {
 
 // cpReader reads what cpWriter wrote, keeping the first error.
 type cpReader struct {
-	b   []byte
-	err error
+	b       []byte
+	objects uint64 // the trailer's count
+	err     error
 	// names is the arena str copies names into: a chunk holds many, so
 	// the millions of names a checkpoint gives cost their bytes, not a
 	// heap object each rounded up to its size class (a 40-byte LMCache

@@ -2,6 +2,8 @@ package blob
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -17,16 +19,16 @@ import (
 // ones being written.
 func saveCheckpoint(t *testing.T, s *Store, order []ID, busy ...ID) *Checkpoint {
 	t.Helper()
-	cp := capture(s, order, func(step func()) { step() }, func(id ID) bool { return slices.Contains(busy, id) })
-	must(t, "SaveCheckpoint", s.SaveCheckpoint(cp))
+	cp, err := capture(s, order, func(step func()) { step() }, func(id ID) bool { return slices.Contains(busy, id) })
+	must(t, "WriteCheckpoint", err)
 	return cp
 }
 
-// capture copies the index as a running kvfs does, each step run by
+// capture writes a checkpoint as a running kvfs does, each step run by
 // shared, with the objects least recently used first in order (sizes
 // from the store).
-func capture(s *Store, order []ID, shared func(func()), busy func(ID) bool) *Checkpoint {
-	return s.CaptureCheckpoint(shared, func(fn func(ID, int64)) {
+func capture(s *Store, order []ID, shared func(func()), busy func(ID) bool) (*Checkpoint, error) {
+	return s.WriteCheckpoint(shared, func(fn func(ID, int64)) {
 		for _, id := range order {
 			st, _ := s.Stat(id)
 			fn(id, st.Size)
@@ -346,6 +348,7 @@ func TestCheckpointUnusable(t *testing.T) {
 		"empty":        {func([]byte) []byte { return nil }, "not a kvfs checkpoint"},
 		"not an index": {func([]byte) []byte { return []byte("hello") }, "not a kvfs checkpoint"},
 		"version 1":    {func(b []byte) []byte { return append([]byte("kvfs index v1\n"), b[14:]...) }, "not a kvfs checkpoint"},
+		"version 3":    {func(b []byte) []byte { return append([]byte("kvfs index v3\n"), b[14:]...) }, "not a kvfs checkpoint"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir, s := openUnracy(t)
@@ -458,12 +461,12 @@ func TestCheckpointSkipsNameless(t *testing.T) {
 // they are.
 func TestCheckpointStepsSeeChanges(t *testing.T) {
 	for name, c := range map[string]struct {
-		before int // the step the change lands before (2: after the capture, before the save)
+		before int // the step the change lands before (2: after the checkpoint is written)
 		change func(t *testing.T, s *Store, a ID)
 	}{
 		"file made":    {1, func(t *testing.T, s *Store, a ID) { mustCreate(t, s, a, "new", []byte("n")) }},
 		"file renamed": {1, func(t *testing.T, s *Store, a ID) { mustRename(t, s, a, "f1", RootID, "moved", 0) }},
-		"file removed after the copy": {2, func(t *testing.T, s *Store, a ID) {
+		"file removed after the checkpoint": {2, func(t *testing.T, s *Store, a ID) {
 			_, err := s.Unlink(a, "f1")
 			must(t, "Unlink", err)
 		}},
@@ -478,20 +481,20 @@ func TestCheckpointStepsSeeChanges(t *testing.T) {
 			mustCreate(t, s, q, "g", []byte("g"))
 			order := ids(s)
 			steps := 0
-			cp := capture(s, order, func(step func()) {
+			cp, err := capture(s, order, func(step func()) {
 				if steps == c.before {
 					c.change(t, s, a)
 				}
 				steps++
 				step()
 			}, func(ID) bool { return false })
+			must(t, "WriteCheckpoint", err)
 			if cp.Steps != 2 {
 				t.Fatalf("%d steps", cp.Steps)
 			}
 			if c.before == 2 {
 				c.change(t, s, a)
 			}
-			must(t, "SaveCheckpoint", s.SaveCheckpoint(cp))
 			s, objs, rep := reload(t, dir, s)
 			if !rep.FromSnapshot || rep.DirsListed < 1 {
 				t.Fatalf("report %+v: a changed directory was taken as it was", rep)
@@ -533,14 +536,14 @@ func TestCheckpointNamePassedOn(t *testing.T) {
 			first := mustCreate(t, s, a, "n", []byte("first holder"))
 			last := mustCreate(t, s, a, "b", []byte("the later one"))
 			order, steps := []ID{lookupPath(t, s, "a/sub/x"), first, last}, 0
-			cp := capture(s, order, func(step func()) {
+			_, err := capture(s, order, func(step func()) {
 				if steps == 3 { // after first, before last
 					c(t, s, a)
 				}
 				steps++
 				step()
 			}, func(ID) bool { return false })
-			must(t, "SaveCheckpoint", s.SaveCheckpoint(cp))
+			must(t, "WriteCheckpoint", err)
 			s, objs, rep := reload(t, dir, s)
 			if !rep.FromSnapshot || rep.DirsListed < 1 {
 				t.Fatalf("report %+v", rep)
@@ -627,5 +630,108 @@ func TestCheckpointKeepsIDs(t *testing.T) {
 	}
 	if id := s.NewID(); id <= late.ID {
 		t.Errorf("new ID %d after the start; want past %d", id, late.ID)
+	}
+}
+
+// pieces records what a checkpoint writes, one write at a time, and
+// fails from write number fail on (0: never).
+type pieces struct {
+	writes [][]byte
+	fail   int
+}
+
+func (p *pieces) Write(b []byte) (int, error) {
+	if p.fail > 0 && len(p.writes)+1 >= p.fail {
+		return 0, errors.New("disk full")
+	}
+	p.writes = append(p.writes, slices.Clone(b))
+	return len(b), nil
+}
+
+// TestCheckpointWrittenInPieces: a checkpoint is written as it is
+// copied, one step's objects at a time, so the daemon never holds the
+// whole of it; the pieces together are the checkpoint a start reads, the
+// same bytes a handover sends.
+func TestCheckpointWrittenInPieces(t *testing.T) {
+	dir, s := openUnracy(t)
+	s.step = 10
+	for d := range 3 {
+		sub := mustMkdir(t, s, RootID, fmt.Sprintf("d%d", d))
+		for i := range 40 {
+			mustCreate(t, s, sub, fmt.Sprintf("llama@0x%08x@0@%016x.data", d, i), make([]byte, i))
+		}
+	}
+	order, p := ids(s), &pieces{}
+	each := func(fn func(ID, int64)) {
+		for _, id := range order {
+			st, _ := s.Stat(id)
+			fn(id, st.Size)
+		}
+	}
+	w := &cpWriter{out: p}
+	cp := s.capture(w, func(step func()) { step() }, each, func(ID) bool { return false }, false, s.verifyDirs)
+	if w.err != nil || cp.Objects != 120 || cp.Steps != 13 {
+		t.Fatalf("err %v, %d objects in %d steps; want 120 in 13", w.err, cp.Objects, cp.Steps)
+	}
+	// The head, twelve steps of ten objects, the trailer.
+	if len(p.writes) != 14 {
+		t.Fatalf("%d writes, want 14", len(p.writes))
+	}
+	const record = 8 + 8 + 8 + 4 + 4 + 4 + 40 // ID, inode, size, names, directory, length, name
+	var all []byte
+	for i, b := range p.writes {
+		if i > 0 && i < 13 && len(b) != 10*record {
+			t.Errorf("write %d is %d bytes; want one step's %d", i, len(b), 10*record)
+		}
+		all = append(all, b...)
+	}
+	if len(p.writes[13]) != 12 || int64(len(all)) != cp.Size {
+		t.Fatalf("trailer %d bytes, checkpoint %d of %d", len(p.writes[13]), len(all), cp.Size)
+	}
+	must(t, "write", os.WriteFile(filepath.Join(dir, CheckpointName), all, 0o644))
+	want := namespace(s)
+	s2, objs, rep := reload(t, dir, s)
+	if !rep.FromSnapshot || rep.DirsListed != 0 || rep.Stated != 0 || len(objs) != 120 {
+		t.Fatalf("report %+v, %d objects", rep, len(objs))
+	}
+	if got := namespace(s2); !slices.Equal(got, want) {
+		t.Fatalf("from the pieces %v, want %v", got, want)
+	}
+	servesAsWalk(t, dir, s2, objs)
+}
+
+// TestCheckpointWriteFails: a capture whose write fails stops copying
+// at once and says so; a checkpoint that cannot be written leaves the
+// last one as it was.
+func TestCheckpointWriteFails(t *testing.T) {
+	dir, s := openUnracy(t)
+	s.step = 1
+	for i := range 5 {
+		mustCreate(t, s, RootID, fmt.Sprintf("f%d", i), []byte("data"))
+	}
+	saveCheckpoint(t, s, ids(s))
+	p := &pieces{fail: 3}
+	w := &cpWriter{out: p}
+	cp := s.capture(w, func(step func()) { step() }, func(fn func(ID, int64)) {
+		for _, id := range ids(s) {
+			fn(id, 4)
+		}
+	}, func(ID) bool { return false }, false, nil)
+	if w.err == nil || cp.Steps != 3 || len(p.writes) != 2 {
+		t.Fatalf("err %v after %d steps and %d writes; want an error after 3 steps and 2 writes", w.err, cp.Steps, len(p.writes))
+	}
+
+	before, err := os.ReadFile(filepath.Join(dir, CheckpointName))
+	must(t, "read", err)
+	tmp := filepath.Join(dir, CheckpointName+".tmp")
+	must(t, "block the temporary file", os.Mkdir(tmp, 0o755))
+	mustCreate(t, s, RootID, "g", []byte("new"))
+	if _, err := capture(s, ids(s), func(step func()) { step() }, func(ID) bool { return false }); err == nil {
+		t.Fatal("a checkpoint that could not be written gave no error")
+	}
+	after, err := os.ReadFile(filepath.Join(dir, CheckpointName))
+	must(t, "read", err)
+	if !bytes.Equal(before, after) {
+		t.Fatal("a failed checkpoint changed the last one")
 	}
 }

@@ -1,11 +1,9 @@
 package blob
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -25,12 +23,13 @@ import (
 // the directories that differ: DirDelta), and the successor applies it
 // (ApplyHandover): the pause is the last round's changes, not the store.
 
-// HandoverCheckpoint captures the index as CaptureCheckpoint does, and
-// returns its bytes (checksummed, as on disk) without writing them: a
-// successor loads them (LoadHandover).
+// HandoverCheckpoint captures the index as WriteCheckpoint does, and
+// returns its bytes (as on disk) without writing them: a successor loads
+// them (LoadHandover).
 func (s *Store) HandoverCheckpoint(shared func(func()), each func(fn func(id ID, size int64)), busy func(ID) bool) (*Checkpoint, []byte) {
-	cp := s.CaptureCheckpoint(shared, each, busy, false)
-	return cp, binary.LittleEndian.AppendUint32(cp.buf, crc32.ChecksumIEEE(cp.buf))
+	w := &cpWriter{b: make([]byte, 0, s.checkpointSize.Load()+s.checkpointSize.Load()/8)}
+	cp := s.capture(w, shared, each, busy, false, nil)
+	return cp, w.b
 }
 
 // Basis is what a handover checkpoint says of directories, kept by the
@@ -48,7 +47,7 @@ type basisDir struct {
 
 // ParseBasis reads a handover checkpoint's directories into a Basis.
 func ParseBasis(data []byte) (*Basis, error) {
-	body, err := checkpointBody(data)
+	body, _, err := checkpointBody(data)
 	if err != nil {
 		return nil, err
 	}

@@ -43,8 +43,7 @@ func (c *Core) startCheckpoints(rep LoadReport) {
 func (c *Core) Checkpoint() error { return c.checkpoint(false) }
 
 // checkpoint copies the index in short steps under the shared namespace
-// lock (see blob.CaptureCheckpoint), then checks and writes the copy
-// without it. clean: the file system has stopped serving. The change
+// lock, writing each between them without it (see blob.WriteCheckpoint). clean: the file system has stopped serving. The change
 // count is read first: a change during the copy leaves the checkpoint
 // behind, and the next one is written.
 func (c *Core) checkpoint(clean bool) error {
@@ -75,12 +74,12 @@ func (c *Core) checkpointTaken(clean bool) (int64, error) {
 		step()
 		held = max(held, time.Since(t))
 	}
-	cp := c.store.CaptureCheckpoint(shared, c.ledger.Each, func(id blob.ID) bool { return writing[id] }, clean)
-	if err := c.store.SaveCheckpoint(cp); err != nil {
+	cp, err := c.store.WriteCheckpoint(shared, c.ledger.Each, func(id blob.ID) bool { return writing[id] }, clean)
+	if err != nil {
 		return 0, err
 	}
 	c.ckpt.saved, c.ckpt.stale = changes, false
-	c.log.Info("checkpoint saved", zap.Int("objects", cp.Objects), zap.Int("unsure", cp.Unsure),
+	c.log.Info("checkpoint saved", zap.Int("objects", cp.Objects), zap.Int64("bytes", cp.Size), zap.Int("unsure", cp.Unsure),
 		zap.Int("distrusted_dirs", cp.Distrusted), zap.Bool("clean", clean),
 		zap.Int("steps", cp.Steps), zap.Duration("longest_step", held), zap.Duration("took", time.Since(start)))
 	return cp.Taken.UnixNano(), nil
