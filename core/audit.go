@@ -126,14 +126,14 @@ func (c *Core) auditDir(id blob.ID, r *AuditReport) {
 
 // auditFound settles a file the walk found that the index has no name
 // for: adopted (charged), or a new name of an indexed file.
-func (c *Core) auditFound(rel string, walked unix.Stat_t, known map[uint64]blob.ID, r *AuditReport) {
+func (c *Core) auditFound(rel string, walked blob.WalkedFile, known map[uint64]blob.ID, r *AuditReport) {
 	// What adopting evicts is reaped with no directory's lock held.
 	drops := c.adoptFound(rel, walked, known, r)
 	c.reap(drops)
 	c.deliver(drops)
 }
 
-func (c *Core) adoptFound(rel string, walked unix.Stat_t, known map[uint64]blob.ID, r *AuditReport) []Drop {
+func (c *Core) adoptFound(rel string, walked blob.WalkedFile, known map[uint64]blob.ID, r *AuditReport) []Drop {
 	c.mu.RLock()
 	above := c.store.IndexedAbove(rel)
 	c.mu.RUnlock()
