@@ -224,12 +224,25 @@ func (c *Core) vanishedLocked(id blob.ID, why error) []Drop {
 	return []Drop{{ID: id, Names: names, Why: Vanished}}
 }
 
-// auditLoop audits at once if asked, then every AuditInterval (if any)
-// until the Core closes.
+// auditSpacing bounds the time spent on periodic audits: the next one
+// waits at least this many times as long as the last took. A walk of
+// ten million stored files takes minutes and, while it runs, holds a
+// record of each (about 150 B an object); every AuditInterval (10 min)
+// it would walk 40% of the time.
+const auditSpacing = 20
+
+// auditWait is how long the loop waits after an audit that took took.
+func (c *Core) auditWait(took time.Duration) time.Duration {
+	return max(c.cfg.AuditInterval, auditSpacing*took)
+}
+
+// auditLoop audits at once if asked, then every AuditInterval (if any),
+// spaced out when audits take long, until the Core closes.
 func (c *Core) auditLoop() {
 	defer c.wg.Done()
+	wait := c.cfg.AuditInterval
 	if c.auditAtStart {
-		start := time.Now()
+		start := c.cfg.Now()
 		r, err := c.Audit()
 		switch {
 		case errors.Is(err, blob.ErrAuditStopped):
@@ -237,23 +250,25 @@ func (c *Core) auditLoop() {
 		case err != nil:
 			c.log.Error("audit", zap.Error(err))
 		}
+		took := c.cfg.Now().Sub(start)
 		c.log.Info("start-up audit done", zap.Int("vanished", r.Vanished), zap.Int("resized", r.Resized),
-			zap.Int("adopted", r.Adopted), zap.Int("linked", r.Linked), zap.Duration("took", time.Since(start)))
+			zap.Int("adopted", r.Adopted), zap.Int("linked", r.Linked), zap.Duration("took", took))
+		wait = c.auditWait(took)
 	}
 	if c.cfg.AuditInterval <= 0 {
 		return
 	}
-	t := time.NewTicker(c.cfg.AuditInterval)
-	defer t.Stop()
 	for {
 		select {
 		case <-c.done:
 			return
-		case <-t.C:
-			if _, err := c.Audit(); err != nil && !errors.Is(err, blob.ErrAuditStopped) {
-				c.log.Error("audit", zap.Error(err))
-			}
+		case <-c.cfg.After(wait):
 		}
+		start := c.cfg.Now()
+		if _, err := c.Audit(); err != nil && !errors.Is(err, blob.ErrAuditStopped) {
+			c.log.Error("audit", zap.Error(err))
+		}
+		wait = c.auditWait(c.cfg.Now().Sub(start))
 	}
 }
 

@@ -621,3 +621,48 @@ func (tc *testCore) lookupID(name string) blob.ID {
 	}
 	return e.ID
 }
+
+// TestAuditLoopSpacedOut: the periodic audit waits AuditInterval after
+// a short audit, and auditSpacing times as long as one that took long
+// (here every reading of the clock is a minute later, so each audit
+// takes a minute or more).
+func TestAuditLoopSpacedOut(t *testing.T) {
+	store, err := blob.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Unix(1e9, 0)
+	waits := make(chan time.Duration, 4)
+	fire := make(chan time.Time, 1)
+	cfg := Config{
+		Capacity:      64 * mib,
+		AuditInterval: 10 * time.Second,
+		Now: func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			now = now.Add(time.Minute)
+			return now
+		},
+		After: func(d time.Duration) <-chan time.Time {
+			if d < 10*time.Second { // the record loop's second
+				return make(chan time.Time)
+			}
+			waits <- d
+			return fire
+		},
+	}
+	c, _, err := Open(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start(func(Drop) {})
+	defer c.Close()
+	if d := <-waits; d != 10*time.Second {
+		t.Fatalf("first wait %v, want the interval", d)
+	}
+	fire <- time.Time{}
+	if d := <-waits; d < auditSpacing*time.Minute {
+		t.Fatalf("wait after an audit of a minute or more: %v, want at least %v", d, auditSpacing*time.Minute)
+	}
+}

@@ -32,7 +32,7 @@ func newMountFlags() *mountFlags {
 	fs.Var(sizeFlag{&o.WriteReserve}, "write-reserve", "the least space a writer is admitted when it opens, like 64MiB (default 0: the largest recently stored object)")
 	fs.BoolVar(&o.StrictCapacity, "strict-capacity", false, "pass every written byte through the daemon, so used never exceeds the capacity even for a moment (slower)")
 	fs.DurationVar(&o.CacheTimeout, "cache-timeout", mount.DefaultCacheTimeout, "kernel name and attribute cache timeout")
-	fs.DurationVar(&o.AuditInterval, "audit-interval", mount.DefaultAuditInterval, "how often to walk the store for changes made behind kvfs's back (0: never)")
+	fs.DurationVar(&o.AuditInterval, "audit-interval", mount.DefaultAuditInterval, "how often to walk the store for changes made behind kvfs's back (0: never); a walk that took long waits 20 times its duration")
 	fs.DurationVar(&o.CheckpointInterval, "checkpoint-interval", mount.DefaultCheckpointInterval, "how often, while the store changes, to checkpoint the index so a restart after a crash is fast (0: only at a clean stop)")
 	fs.Var(sizeFlag{&o.RAMCache}, "ram-cache", "keep copies of objects plain reads load in this much RAM, like 4GiB (default 0: none; passthrough reads never need it)")
 	fs.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the mounter in")
