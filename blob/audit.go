@@ -103,9 +103,6 @@ type AuditPlan struct {
 // AuditPlan compares a walk with the index; the owner's lock held
 // (shared is enough); w is used up.
 func (s *Store) AuditPlan(w Walked) AuditPlan {
-	// What changed behind kvfs's back is checked by path as it is now,
-	// not through the directories' kept descriptors.
-	s.dirFds.clear()
 	p := AuditPlan{Sizes: map[ID]int64{}, Inos: map[ID]uint64{}}
 	for id, f := range s.files {
 		for _, l := range f.links() {

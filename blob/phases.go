@@ -237,7 +237,6 @@ func (s *Store) RemoveDir(parent ID, name string, id ID) {
 		d.kids.del(name)
 	}
 	delete(s.dirs, id)
-	s.dirFds.clear()
 }
 
 // IsDir says whether id is a directory of the index.

@@ -99,7 +99,6 @@ func (s *Store) CommitRename(p RenamePlan) (replaced ID, lost []Name) {
 	if dstHere {
 		if _, isDir := s.dirs[p.Dst]; isDir {
 			delete(s.dirs, p.Dst)
-			s.dirFds.clear()
 			to.kids.del(p.To.Name)
 		} else {
 			s.dropName(p.Dst, to, p.To.Name)
@@ -155,7 +154,6 @@ func (s *Store) moveName(id ID, from *dir, name string, to *dir, newName string)
 	to.kids.set(newName, id)
 	if d, ok := s.dirs[id]; ok {
 		d.parent, d.name = to, newName
-		s.dirFds.clear()
 		return
 	}
 	s.note(id)

@@ -31,6 +31,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -71,8 +72,6 @@ type Store struct {
 	writing *os.File
 	// shards are writing/'s subdirectories (see writing.go).
 	shards [writingShards]*os.File
-	// dirFds are data/'s directories' descriptors, kept.
-	dirFds dirFds
 	nextID atomic.Uint64
 	// changes counts the calls that may have changed data/ or writing/,
 	// so the checkpointer knows when its last checkpoint is behind.
@@ -212,7 +211,6 @@ func openDir(path string) (*os.File, error) {
 
 // Close releases the store and its lock.
 func (s *Store) Close() error {
-	s.dirFds.clear()
 	for _, f := range append([]*os.File{s.data, s.writing, s.lock}, s.shards[:]...) {
 		if f != nil {
 			f.Close()
@@ -268,31 +266,18 @@ func (s *Store) openBeneathFd(rel string, flags int, mode uint32) (int, error) {
 // at runs op on the directory holding rel, resolved beneath data/
 // without following symlinks, and rel's last name, so a symlink planted
 // in the store in place of a directory never leads a change outside it.
-// Names directly under data/ need no resolving; other directories'
-// descriptors are kept (dirFds). An op answers ENOENT having done
-// nothing, so one that did with a kept descriptor (its directory moved
-// or went behind kvfs's back) is tried once more with the path resolved
-// afresh.
+// Names directly under data/ need no resolving.
 func (s *Store) at(rel string, op func(dirfd int, name string) error) error {
 	dir, name := path.Split(rel)
 	if dir == "" {
 		return op(int(s.data.Fd()), name)
 	}
-	dir = dir[:len(dir)-1]
-	for {
-		d, kept, err := s.dirFds.get(dir, func() (int, error) {
-			return s.openBeneathFd(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-		})
-		if err != nil {
-			return err
-		}
-		err = op(d.fd, name)
-		s.dirFds.release(d)
-		if !kept || !errors.Is(err, unix.ENOENT) {
-			return err
-		}
-		s.dirFds.forget(dir, d)
+	d, err := s.openBeneathFd(strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
 	}
+	defer unix.Close(d)
+	return op(d, name)
 }
 
 // at2 is at for operations on two names; two in one directory resolve

@@ -83,7 +83,6 @@ type DirEntry struct {
 }
 
 func (s *Store) resetIndex(hint int) {
-	s.dirFds.clear()
 	s.dirs = map[ID]*dir{RootID: {id: RootID, kids: newKids(0)}}
 	s.files = make(map[ID]*file, hint)
 }
@@ -190,18 +189,7 @@ func (s *Store) Open(id ID, flags int) (*os.File, error) {
 	if !ok {
 		return nil, ErrNotFound
 	}
-	fd := -1
-	err := s.at(rel, func(dirfd int, name string) (err error) {
-		for {
-			if fd, err = unix.Openat(dirfd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != unix.EINTR {
-				return err
-			}
-		}
-	})
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: rel, Err: underlying(err)}
-	}
-	return os.NewFile(uintptr(fd), s.BackingPath(rel)), nil
+	return s.openBeneath(rel, flags, 0)
 }
 
 // ListPage returns the entries of a directory after the cookie after
@@ -323,7 +311,6 @@ func (s *Store) dropName(id ID, d *dir, name string) {
 // dropDir removes d's subtree from the index only, and returns the
 // files that had no name left outside it.
 func (s *Store) dropDir(d *dir) (vanished []ID) {
-	s.dirFds.clear()
 	for name, id := range d.kids.all() {
 		if sub, ok := s.dirs[id]; ok {
 			vanished = append(vanished, s.dropDir(sub)...)

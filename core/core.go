@@ -39,7 +39,6 @@
 //	installs.mu           the names being installed (Install)
 //	Core.doomedMu         names dropped from the index, still stored
 //	ledger.mu             inside the ledger; a leaf
-//	blob dirFds.mu        the store's kept directory descriptors; a leaf
 //	lastUse.mu            the loads' notes waiting to be recorded; a
 //	                      leaf, taken with none of these held
 //	moves.mu              the renames under way (moves.go); a leaf
