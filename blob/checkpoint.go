@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -132,31 +130,19 @@ const cpStep = 1 << 15
 // holding what the index said still does.) Checkpoints are written one
 // at a time.
 func (s *Store) WriteCheckpoint(shared func(func()), each func(fn func(id ID, size int64)), busy func(ID) bool, clean bool) (*Checkpoint, error) {
-	tmp := filepath.Join(s.dir, CheckpointName+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	defer os.Remove(tmp) // a no-op once renamed
 	// One step's objects at the last checkpoint's bytes an object, and
 	// room to spare: no step grows the buffer under the lock.
 	perObject := int64(64)
 	if n := s.checkpointObjects.Load(); n > 0 {
 		perObject = max(perObject, s.checkpointSize.Load()/n)
 	}
-	w := &cpWriter{b: make([]byte, 0, int64(s.step)*perObject*5/4+64<<10), out: f}
-	cp := s.capture(w, shared, each, busy, clean, s.verifyDirs)
-	err = w.err
-	if err == nil {
-		err = f.Sync()
-	}
-	if err := errors.Join(err, f.Close()); err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, CheckpointName)); err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	if err := syncDir(s.dir); err != nil {
+	var cp *Checkpoint
+	err := writeDurablyFrom(s.dir, CheckpointName, func(f io.Writer) error {
+		w := &cpWriter{b: make([]byte, 0, int64(s.step)*perObject*5/4+64<<10), out: f}
+		cp = s.capture(w, shared, each, busy, clean, s.verifyDirs)
+		return w.err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	s.checkpointSize.Store(cp.Size)

@@ -3,6 +3,7 @@ package blob
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,13 +165,22 @@ func writeFormat(dir string) error {
 // temporary file written and synced, renamed over name, dir synced. A
 // crash leaves the old file or the new one, never a part of either.
 func writeDurably(dir, name string, data []byte) error {
+	return writeDurablyFrom(dir, name, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// writeDurablyFrom is writeDurably for a file that fill writes, in as
+// many pieces as it likes; dir/name is left as it was if fill fails.
+func writeDurablyFrom(dir, name string, fill func(io.Writer) error) error {
 	tmp := filepath.Join(dir, name+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp) // a no-op once renamed
-	_, err = f.Write(data)
+	err = fill(f)
 	if err == nil {
 		err = f.Sync()
 	}
