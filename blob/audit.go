@@ -2,8 +2,8 @@ package blob
 
 import (
 	"errors"
-	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -28,69 +28,142 @@ type Audit struct {
 	Dropped []Name
 }
 
-// ErrAuditStopped is Walk's answer when stop closed mid-walk.
+// ErrAuditStopped is WalkDirs' answer when stop closed mid-walk.
 var ErrAuditStopped = errors.New("audit stopped")
 
-// Walked is what a walk of data/ found: every regular file and
-// directory by path.
-type Walked struct {
-	Files map[string]WalkedFile
-	Dirs  map[string]bool
-}
-
 // WalkedFile is what a walk keeps of a regular file: its inode and size
-// (a whole stat is 144 bytes, ten million of them 1.4 GB), all that the
-// comparison with the index reads; what it settles is stat'ed again.
+// (a whole stat is 144 bytes), all that the comparison with the index
+// reads; what it settles is stat'ed again.
 type WalkedFile struct {
 	Ino  uint64
 	Size int64
 }
 
-// Walk lists data/'s regular files and directories, reading nothing of
-// the index, so the owner runs it without its lock; it gives up with
-// ErrAuditStopped as soon as stop closes.
-func (s *Store) Walk(stop <-chan struct{}) (Walked, error) {
-	w := Walked{Files: map[string]WalkedFile{}, Dirs: map[string]bool{}}
-	root := s.BackingPath(".")
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		select {
-		case <-stop:
-			return ErrAuditStopped
-		default:
-		}
-		if err != nil {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			w.Dirs[rel] = true
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		var st unix.Stat_t
-		if unix.Lstat(p, &st) == nil {
-			w.Files[rel] = WalkedFile{st.Ino, st.Size}
-		}
-		return nil
-	})
-	return w, err
+// WalkedName is an entry a walk found in a directory: a regular file, or
+// a directory (Dir).
+type WalkedName struct {
+	Name string
+	Dir  bool
+	WalkedFile
 }
 
+// walkBatch is the most entries of one directory a walk hands over at a
+// time.
+const walkBatch = 4096
+
+// WalkDirs lists data/ one directory at a time, each before those
+// beneath it, reading nothing of the index, so that its owner runs it
+// without its lock. A directory's regular files (with their inode and
+// size) and subdirectories go to batch, at most walkBatch at a time, then
+// the directory's end to done (also for a directory that could not be
+// listed: the index's names in it are then all unseen). What the walk
+// holds is one batch and the paths of the directories still to list,
+// however large the store or a directory: at ten million objects, a walk
+// of the whole store into memory held 1.5 GB. Directories are opened
+// beneath data/ without following symlinks. It gives up with
+// ErrAuditStopped as soon as stop closes.
+func (s *Store) WalkDirs(stop <-chan struct{}, batch func(rel string, names []WalkedName), done func(rel string)) error {
+	todo := []string{"."}
+	for len(todo) > 0 {
+		rel := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		subs, err := s.walkDir(stop, rel, batch)
+		if err != nil {
+			return err
+		}
+		done(rel)
+		todo = append(todo, subs...)
+	}
+	return nil
+}
+
+// walkDir lists one directory for WalkDirs, and returns the paths of its
+// subdirectories.
+func (s *Store) walkDir(stop <-chan struct{}, rel string, batch func(string, []WalkedName)) (subs []string, err error) {
+	f, err := s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, nil
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	for {
+		select {
+		case <-stop:
+			return nil, ErrAuditStopped
+		default:
+		}
+		ents, err := f.ReadDir(walkBatch)
+		names := make([]WalkedName, 0, len(ents))
+		for _, e := range ents {
+			switch {
+			case e.IsDir():
+				names = append(names, WalkedName{Name: e.Name(), Dir: true})
+				subs = append(subs, filepath.Join(rel, e.Name()))
+			case e.Type().IsRegular():
+				var st unix.Stat_t
+				if unix.Fstatat(fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+					names = append(names, WalkedName{Name: e.Name(), WalkedFile: WalkedFile{st.Ino, st.Size}})
+				}
+			}
+		}
+		if len(names) > 0 {
+			batch(rel, names)
+		}
+		if err != nil { // io.EOF at the end
+			return subs, nil
+		}
+	}
+}
+
+// Seen is what a walk saw of one directory, for AuditMissing: a hash of
+// each name, 8 bytes a name however long (two names of one 62-bit hash,
+// one seen and one gone, would hide the gone one from this audit).
+type Seen struct {
+	files, dirs []uint64
+	sorted      bool
+}
+
+func (v *Seen) add(n WalkedName) {
+	if n.Dir {
+		v.dirs = append(v.dirs, hashName(n.Name))
+	} else {
+		v.files = append(v.files, hashName(n.Name))
+	}
+	v.sorted = false
+}
+
+func (v *Seen) has(name string, dir bool) bool {
+	if !v.sorted {
+		slices.Sort(v.files)
+		slices.Sort(v.dirs)
+		v.sorted = true
+	}
+	in := v.files
+	if dir {
+		in = v.dirs
+	}
+	_, ok := slices.BinarySearch(in, hashName(name))
+	return ok
+}
+
+// Reset empties v for the next directory, keeping its memory.
+func (v *Seen) Reset() { v.files, v.dirs = v.files[:0], v.dirs[:0] }
+
 // An audit in phases, so that its owner makes no syscall under its lock
-// held exclusively: AuditPlan compares a walk with the index (memory
-// only, the owner's lock shared); each difference is then checked again
-// in the store (Recheck..., with the lock shared at most and the name's
-// directory kept unchanged by the owner) and committed (Apply..., the
-// lock exclusive, memory only). Work done through the mount since the
-// walk is never mistaken for a change behind kvfs's back.
+// held exclusively: AuditNames and AuditMissing compare what a walk
+// found in a directory with the index (memory only, the owner's lock
+// shared); each difference is then checked again in the store
+// (Recheck..., with the lock shared at most and the name's directory
+// kept unchanged by the owner) and committed (Apply..., the lock
+// exclusive, memory only). Work done through the mount since the walk is
+// never mistaken for a change behind kvfs's back.
 
 // AuditPlan is what a walk and the index disagree on, to check again.
 type AuditPlan struct {
-	// Sizes: the walked size of every indexed file the walk saw.
+	// Sizes: the walked size of indexed files the walk saw.
 	Sizes map[ID]int64
-	// Inos: the walked stored inode of every indexed file the walk saw.
+	// Inos: the walked stored inode of indexed files the walk saw whose
+	// inode in the index differs.
 	Inos map[ID]uint64
 	// Missing: indexed names of files the walk did not see.
 	Missing []Name
@@ -100,29 +173,78 @@ type AuditPlan struct {
 	Unknown map[string]WalkedFile
 }
 
-// AuditPlan compares a walk with the index; the owner's lock held
-// (shared is enough); w is used up.
-func (s *Store) AuditPlan(w Walked) AuditPlan {
-	p := AuditPlan{Sizes: map[ID]int64{}, Inos: map[ID]uint64{}}
-	for id, f := range s.files {
-		for _, l := range f.links() {
-			rel := s.childPath(l.Parent, l.Name)
-			st, seen := w.Files[rel]
-			delete(w.Files, rel)
-			if !seen {
-				p.Missing = append(p.Missing, l)
-				continue
+// NewAuditPlan is an empty plan.
+func NewAuditPlan() AuditPlan {
+	return AuditPlan{Sizes: map[ID]int64{}, Inos: map[ID]uint64{}, Unknown: map[string]WalkedFile{}}
+}
+
+// AuditNames compares a batch of what a walk found in the directory at
+// rel with the index, into p, and notes the names in seen; the owner's
+// lock held (shared is enough).
+func (s *Store) AuditNames(rel string, names []WalkedName, seen *Seen, p *AuditPlan) {
+	d := s.dirByPathIndexed(rel)
+	for _, n := range names {
+		seen.add(n)
+		if n.Dir {
+			continue
+		}
+		if d != nil {
+			if id, ok := d.kids.lookup(n.Name); ok {
+				if f := s.files[id]; f != nil {
+					p.Sizes[id] = n.Size
+					if f.ino != n.Ino {
+						p.Inos[id] = n.Ino
+					}
+					continue
+				}
 			}
-			p.Sizes[id], p.Inos[id] = st.Size, st.Ino
+		}
+		p.Unknown[filepath.Join(rel, n.Name)] = n.WalkedFile
+	}
+}
+
+// auditPage is how many of a directory's indexed names AuditMissing
+// reads at a time.
+const auditPage = 1024
+
+// AuditMissing adds to p the names the index holds in the directory at
+// rel that the walk did not see (seen), from those after the listing
+// cookie after: about a page of them; more says whether there are more,
+// from next on. The owner's lock held (shared is enough).
+func (s *Store) AuditMissing(rel string, seen *Seen, after uint64, p *AuditPlan) (next uint64, more bool) {
+	d := s.dirByPathIndexed(rel)
+	if d == nil {
+		return 0, false
+	}
+	page, more := d.kids.page(nil, after, auditPage)
+	for _, e := range page {
+		if _, isDir := s.dirs[e.id]; isDir {
+			if !seen.has(e.name, true) {
+				p.MissingDirs = append(p.MissingDirs, e.id)
+			}
+		} else if !seen.has(e.name, false) {
+			p.Missing = append(p.Missing, Name{d.id, e.name})
+		}
+		next = e.cookie
+	}
+	return next, more
+}
+
+// IndexedInos maps those of inos that indexed files are stored at to the
+// files; the owner's lock held (shared is enough). It reads every file's
+// record: an audit calls it once, for the files it found that the index
+// has no name for.
+func (s *Store) IndexedInos(inos map[uint64]bool) map[uint64]ID {
+	known := map[uint64]ID{}
+	if len(inos) == 0 {
+		return known
+	}
+	for id, f := range s.files {
+		if inos[f.ino] {
+			known[f.ino] = id
 		}
 	}
-	for _, d := range s.dirs {
-		if d.parent != nil && !w.Dirs[s.dirPath(d)] {
-			p.MissingDirs = append(p.MissingDirs, d.id)
-		}
-	}
-	p.Unknown = w.Files
-	return p
+	return known
 }
 
 // ApplyInos records the walked inodes of indexed files (a file may have
@@ -317,11 +439,23 @@ func (s *Store) ApplyFound(f Found, known map[uint64]ID, adopted map[uint64]int,
 	a.Adopted = append(a.Adopted, Object{ID: id, Size: st.Size, Atime: max(ts(st.Atim), ts(st.Mtim)), Links: 1})
 }
 
-// Audit brings the index in line with a walk, each phase in a row, for
-// owners that serialise everything; onDisk is used up.
-func (s *Store) Audit(onDisk Walked) Audit {
+// Audit brings the index in line with the store, each phase in a row,
+// for owners that serialise everything.
+func (s *Store) Audit(stop <-chan struct{}) (Audit, error) {
 	s.changes.Add(1)
-	p := s.AuditPlan(onDisk)
+	p := NewAuditPlan()
+	var seen Seen
+	err := s.WalkDirs(stop, func(rel string, names []WalkedName) {
+		s.AuditNames(rel, names, &seen, &p)
+	}, func(rel string) {
+		for after, more := uint64(0), true; more; {
+			after, more = s.AuditMissing(rel, &seen, after, &p)
+		}
+		seen.Reset()
+	})
+	if err != nil {
+		return Audit{}, err
+	}
 	a := Audit{Sizes: p.Sizes}
 	s.ApplyInos(p.Inos)
 	for _, n := range p.Missing {
@@ -337,22 +471,18 @@ func (s *Store) Audit(onDisk Walked) Audit {
 			s.ApplyVanishedDir(id, &a)
 		}
 	}
-	known := map[uint64]ID{}
-	for id, ino := range p.Inos {
-		known[ino] = id
+	inos := map[uint64]bool{}
+	for _, st := range p.Unknown {
+		inos[st.Ino] = true
 	}
-	for _, n := range p.Missing {
-		if st, _, ok := s.RecheckName(n); ok {
-			known[st.Ino] = s.Kid(n.Parent, n.Name)
-		}
-	}
+	known := s.IndexedInos(inos)
 	adopted := map[uint64]int{}
 	for rel, st := range p.Unknown {
 		if f, ok := s.RecheckUnknown(rel, st); ok {
 			s.ApplyFound(f, known, adopted, &a)
 		}
 	}
-	return a
+	return a, nil
 }
 
 // dirByPathIndexed finds an indexed directory by its path under data/.

@@ -253,10 +253,10 @@ func TestCheckpointThenCrash(t *testing.T) {
 	}
 
 	// The in-place rewrite is the audit's to find.
-	walked, err := s.Walk(nil)
-	must(t, "Walk", err)
-	if a := s.Audit(walked); a.Sizes[lookupPath(t, s, "a/b/inplace")] != 7000 || len(a.Adopted)+len(a.Vanished)+len(a.Linked) != 0 {
-		t.Errorf("audit after the start: %+v", a)
+	audit, err := s.Audit(nil)
+	must(t, "Audit", err)
+	if audit.Sizes[lookupPath(t, s, "a/b/inplace")] != 7000 || len(audit.Adopted)+len(audit.Vanished)+len(audit.Linked) != 0 {
+		t.Errorf("audit after the start: %+v", audit)
 	}
 	// Everything else is what a walk finds.
 	wantNS := namespace(s)
@@ -421,9 +421,9 @@ func TestCheckpointCapturesInodes(t *testing.T) {
 	dir, s := openUnracy(t)
 	mustCreate(t, s, RootID, "made", []byte("m"))
 	must(t, "write", os.WriteFile(filepath.Join(dir, DataName, "adopted"), []byte("a"), 0o644))
-	walked, err := s.Walk(nil)
-	must(t, "Walk", err)
-	if a := s.Audit(walked); len(a.Adopted) != 1 {
+	a, err := s.Audit(nil)
+	must(t, "Audit", err)
+	if len(a.Adopted) != 1 {
 		t.Fatalf("audit %+v", a)
 	}
 	checkIndex(t, s)
@@ -733,5 +733,46 @@ func TestCheckpointWriteFails(t *testing.T) {
 	must(t, "read", err)
 	if !bytes.Equal(before, after) {
 		t.Fatal("a failed checkpoint changed the last one")
+	}
+}
+
+// TestWalkDirsInBatches: a walk hands a directory over in batches of at
+// most walkBatch names, each name once, and ends a directory (done)
+// before it lists the ones beneath it.
+func TestWalkDirsInBatches(t *testing.T) {
+	dir, s := openUnracy(t)
+	data := filepath.Join(dir, DataName)
+	const n = 2*walkBatch + 1
+	for i := range n {
+		must(t, "write", os.WriteFile(filepath.Join(data, fmt.Sprintf("f%05d", i)), []byte("x"), 0o644))
+	}
+	must(t, "mkdir", os.Mkdir(filepath.Join(data, "sub"), 0o755))
+	must(t, "write", os.WriteFile(filepath.Join(data, "sub", "in"), []byte("xy"), 0o644))
+	must(t, "symlink", os.Symlink("/etc", filepath.Join(data, "evil")))
+	seen := map[string]WalkedName{}
+	var order []string
+	batches := 0
+	err := s.WalkDirs(nil, func(rel string, names []WalkedName) {
+		batches++
+		if len(names) > walkBatch {
+			t.Errorf("a batch of %d names", len(names))
+		}
+		if slices.Contains(order, rel) {
+			t.Errorf("a batch of %s after it ended", rel)
+		}
+		for _, w := range names {
+			p := filepath.Join(rel, w.Name)
+			if _, dup := seen[p]; dup {
+				t.Errorf("%s twice", p)
+			}
+			seen[p] = w
+		}
+	}, func(rel string) { order = append(order, rel) })
+	must(t, "WalkDirs", err)
+	if len(seen) != n+2 || batches < 3 || !seen["sub"].Dir || seen["sub/in"].Size != 2 || seen["f00000"].Size != 1 {
+		t.Errorf("%d names in %d batches; sub %+v, sub/in %+v", len(seen), batches, seen["sub"], seen["sub/in"])
+	}
+	if !slices.Equal(order, []string{".", "sub"}) {
+		t.Errorf("directories ended in the order %v", order)
 	}
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"maps"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
@@ -18,42 +19,60 @@ type AuditReport struct {
 // Audit brings the ledger back in line with a store that changed behind
 // kvfs's back (files deleted, truncated, grown or added directly in the
 // store while mounted), then evicts if that put it over capacity. It
-// walks the store without a lock, compares the walk with the index under
-// Core.mu shared, then checks each difference again and settles it one
-// at a time, under the lock of the directory it is in (so a change
-// through the mount in flight there is never mistaken for one behind
-// kvfs's back), with Core.mu exclusive only to commit, in memory.
+// walks the store one directory at a time without a lock (so what it
+// holds is bounded by a batch of a directory's names, not the store),
+// compares each batch, and then the directory's indexed names, with the
+// index under Core.mu shared, then checks each difference again and
+// settles it one at a time, under the lock of the directory it is in (so
+// a change through the mount in flight there is never mistaken for one
+// behind kvfs's back), with Core.mu exclusive only to commit, in memory.
+// Files the index has no name for are settled after the walk, when every
+// directory's inodes are known (one of them may be a new name of an
+// indexed file).
 func (c *Core) Audit() (AuditReport, error) {
-	walked, err := c.store.Walk(c.done)
+	var r AuditReport
+	var seen blob.Seen
+	unknown := map[string]blob.WalkedFile{}
+	err := c.store.WalkDirs(c.done, func(rel string, names []blob.WalkedName) {
+		p := blob.NewAuditPlan()
+		c.mu.RLock()
+		c.store.AuditNames(rel, names, &seen, &p)
+		c.mu.RUnlock()
+		if len(p.Inos) > 0 {
+			c.mu.Lock()
+			c.store.ApplyInos(p.Inos)
+			c.mu.Unlock()
+		}
+		c.auditSizes(p.Sizes, &r)
+		maps.Copy(unknown, p.Unknown)
+	}, func(rel string) {
+		for after, more := uint64(0), true; more; {
+			p := blob.NewAuditPlan()
+			c.mu.RLock()
+			after, more = c.store.AuditMissing(rel, &seen, after, &p)
+			c.mu.RUnlock()
+			for _, n := range p.Missing {
+				c.auditName(n, p.Sizes, &r)
+			}
+			for _, id := range p.MissingDirs {
+				c.auditDir(id, &r)
+			}
+			c.auditSizes(p.Sizes, &r)
+		}
+		seen.Reset()
+	})
 	if err != nil {
-		return AuditReport{}, err
+		return r, err
+	}
+	inos := map[uint64]bool{}
+	for _, st := range unknown {
+		inos[st.Ino] = true
 	}
 	c.mu.RLock()
-	p := c.store.AuditPlan(walked)
+	known := c.store.IndexedInos(inos)
 	c.mu.RUnlock()
-	c.mu.Lock()
-	c.store.ApplyInos(p.Inos)
-	c.mu.Unlock()
-	var r AuditReport
-	for _, n := range p.Missing {
-		c.auditName(n, p.Sizes, &r)
-	}
-	for _, id := range p.MissingDirs {
-		c.auditDir(id, &r)
-	}
-	known := map[uint64]blob.ID{}
-	for id, ino := range p.Inos {
-		known[ino] = id
-	}
-	for rel, st := range p.Unknown {
+	for rel, st := range unknown {
 		c.auditFound(rel, st, known, &r)
-	}
-	for id, size := range p.Sizes {
-		if known, _, ok := c.ledger.Size(id); ok && known != size && c.ledger.Writers(id) == 0 {
-			if c.reconcile(id) {
-				r.Resized++
-			}
-		}
 	}
 	c.locked(func() (victims, error) { return c.ledger.Trim(), nil })
 	if r != (AuditReport{}) {
@@ -62,6 +81,18 @@ func (c *Core) Audit() (AuditReport, error) {
 			zap.Int("adopted", r.Adopted), zap.Int("linked", r.Linked))
 	}
 	return r, nil
+}
+
+// auditSizes reconciles the objects whose walked size differs from the
+// ledger's, if no writer has them open.
+func (c *Core) auditSizes(sizes map[blob.ID]int64, r *AuditReport) {
+	for id, size := range sizes {
+		if known, _, ok := c.ledger.Size(id); ok && known != size && c.ledger.Writers(id) == 0 {
+			if c.reconcile(id) {
+				r.Resized++
+			}
+		}
+	}
 }
 
 // auditName settles an indexed name the walk did not see.
@@ -226,9 +257,8 @@ func (c *Core) vanishedLocked(id blob.ID, why error) []Drop {
 
 // auditSpacing bounds the time spent on periodic audits: the next one
 // waits at least this many times as long as the last took. A walk of
-// ten million stored files takes minutes and, while it runs, holds a
-// record of each (about 150 B an object); every AuditInterval (10 min)
-// it would walk 40% of the time.
+// ten million stored files takes minutes (a stat of each); every
+// AuditInterval (10 min) it would walk 40% of the time.
 const auditSpacing = 20
 
 // auditWait is how long the loop waits after an audit that took took.

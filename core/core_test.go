@@ -374,17 +374,18 @@ func TestConcurrentCore(t *testing.T) {
 // storeBytes is the charge of every file the store holds, once an inode.
 func (tc *testCore) storeBytes() int64 {
 	tc.t.Helper()
-	walked, err := tc.store.Walk(nil)
-	if err != nil {
-		tc.t.Fatal(err)
-	}
 	seen := map[uint64]bool{}
 	var n int64
-	for _, st := range walked.Files {
-		if !seen[st.Ino] {
-			seen[st.Ino] = true
-			n += ledger.Charge(st.Size)
+	err := tc.store.WalkDirs(nil, func(_ string, names []blob.WalkedName) {
+		for _, f := range names {
+			if !f.Dir && !seen[f.Ino] {
+				seen[f.Ino] = true
+				n += ledger.Charge(f.Size)
+			}
 		}
+	}, func(string) {})
+	if err != nil {
+		tc.t.Fatal(err)
 	}
 	return n
 }
@@ -520,6 +521,70 @@ func TestAuditAdoptsEvictsAndDrops(t *testing.T) {
 	}
 	if _, _, err := tc.Lookup(sub, "new"); err != nil {
 		t.Errorf("the directory made behind kvfs is not served: %v", err)
+	}
+	if held, charged := tc.storeBytes(), tc.Stats().UsedBytes; held != charged {
+		t.Errorf("the store holds %d bytes, the ledger charges %d", held, charged)
+	}
+}
+
+// TestAuditWalksInBatches: an audit walks a directory larger than a
+// walk's batch (and than a page of the index's names) a batch at a time,
+// and still settles what changed behind kvfs's back anywhere in it:
+// names gone, sizes changed, files added, and new names of indexed files
+// in a directory walked before or after the file's own.
+func TestAuditWalksInBatches(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 1 << 30})
+	const n = 2*4096 + 100
+	for i := range n {
+		tc.put(fmt.Sprintf("o%05d", i), 1)
+	}
+	who := blob.Owner{UID: -1, GID: -1}
+	sub, _, err := tc.Mkdir(blob.RootID, "sub", 0o755, who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := tc.Create(sub, "inner", 0o644, who, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Write([]byte("inner"), 0); err != nil {
+		t.Fatal(err)
+	}
+	h.Flush()
+	h.Release()
+	data := filepath.Join(tc.store.Dir(), blob.DataName)
+	behind := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"o00010", "o04000", "o08290"} {
+		behind(os.Remove(filepath.Join(data, name)))
+	}
+	for _, name := range []string{"o00020", "o06000"} {
+		behind(os.WriteFile(filepath.Join(data, name), []byte("five!"), 0o644))
+	}
+	for _, name := range []string{"new1", "new2", "new3"} {
+		behind(os.WriteFile(filepath.Join(data, name), []byte("new"), 0o644))
+	}
+	behind(os.Link(filepath.Join(data, "o00030"), filepath.Join(data, "sub", "alias")))
+	behind(os.Link(filepath.Join(data, "sub", "inner"), filepath.Join(data, "alias2")))
+	r, err := tc.Audit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (AuditReport{Vanished: 3, Resized: 2, Adopted: 3, Linked: 2}); r != want {
+		t.Errorf("audit %+v, want %+v", r, want)
+	}
+	if e, _, err := tc.Lookup(sub, "alias"); err != nil || e.ID != tc.lookupID("o00030") {
+		t.Errorf("sub/alias, a new name of o00030: %+v, %v", e, err)
+	}
+	if e, _, err := tc.Lookup(blob.RootID, "alias2"); err != nil || e.ID != h.ID() {
+		t.Errorf("alias2, a new name of sub/inner: %+v, %v", e, err)
+	}
+	if st := tc.Stats(); st.Objects != n-3+1+3 {
+		t.Errorf("%d objects, want %d", st.Objects, n-3+1+3)
 	}
 	if held, charged := tc.storeBytes(), tc.Stats().UsedBytes; held != charged {
 		t.Errorf("the store holds %d bytes, the ledger charges %d", held, charged)
