@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,12 +30,22 @@ func saveCheckpoint(t *testing.T, s *Store, order []ID, busy ...ID) *Checkpoint 
 // shared, with the objects least recently used first in order (sizes
 // from the store).
 func capture(s *Store, order []ID, shared func(func()), busy func(ID) bool) (*Checkpoint, error) {
-	return s.WriteCheckpoint(shared, func(fn func(ID, int64)) {
-		for _, id := range order {
-			st, _ := s.Stat(id)
-			fn(id, st.Size)
+	return s.WriteCheckpoint(shared, orderOf(order, func(id ID) int64 {
+		st, _ := s.Stat(id)
+		return st.Size
+	}), busy, false)
+}
+
+// orderOf hands out ids in their order, a step's worth at a time, as a
+// ledger's walk does.
+func orderOf(ids []ID, size func(ID) int64) Order {
+	return func(n int, fn func(ID, int64)) (bool, error) {
+		for ; n > 0 && len(ids) > 0; n-- {
+			fn(ids[0], size(ids[0]))
+			ids = ids[1:]
 		}
-	}, busy, false)
+		return len(ids) > 0, nil
+	}
 }
 
 // reload closes s, as a crash does (no checkpoint at the stop), and
@@ -661,15 +673,13 @@ func TestCheckpointWrittenInPieces(t *testing.T) {
 			mustCreate(t, s, sub, fmt.Sprintf("llama@0x%08x@0@%016x.data", d, i), make([]byte, i))
 		}
 	}
-	order, p := ids(s), &pieces{}
-	each := func(fn func(ID, int64)) {
-		for _, id := range order {
-			st, _ := s.Stat(id)
-			fn(id, st.Size)
-		}
-	}
+	p := &pieces{}
+	order := orderOf(ids(s), func(id ID) int64 {
+		st, _ := s.Stat(id)
+		return st.Size
+	})
 	w := &cpWriter{out: p}
-	cp := s.capture(w, func(step func()) { step() }, each, func(ID) bool { return false }, false, s.verifyDirs)
+	cp := s.capture(w, func(step func()) { step() }, order, func(ID) bool { return false }, false, s.verifyDirs)
 	if w.err != nil || cp.Objects != 120 || cp.Steps != 13 {
 		t.Fatalf("err %v, %d objects in %d steps; want 120 in 13", w.err, cp.Objects, cp.Steps)
 	}
@@ -712,11 +722,7 @@ func TestCheckpointWriteFails(t *testing.T) {
 	saveCheckpoint(t, s, ids(s))
 	p := &pieces{fail: 3}
 	w := &cpWriter{out: p}
-	cp := s.capture(w, func(step func()) { step() }, func(fn func(ID, int64)) {
-		for _, id := range ids(s) {
-			fn(id, 4)
-		}
-	}, func(ID) bool { return false }, false, nil)
+	cp := s.capture(w, func(step func()) { step() }, orderOf(ids(s), func(ID) int64 { return 4 }), func(ID) bool { return false }, false, nil)
 	if w.err == nil || cp.Steps != 3 || len(p.writes) != 2 {
 		t.Fatalf("err %v after %d steps and %d writes; want an error after 3 steps and 2 writes", w.err, cp.Steps, len(p.writes))
 	}
@@ -774,5 +780,71 @@ func TestWalkDirsInBatches(t *testing.T) {
 	}
 	if !slices.Equal(order, []string{".", "sub"}) {
 		t.Errorf("directories ended in the order %v", order)
+	}
+}
+
+// TestCheckpointFromAWalk: a checkpoint whose order is a ledger's walk,
+// taken a step at a time while objects are used (moved to the back of
+// the order), removed and made between the steps, holds every object
+// there throughout, once: the start after it stats only the objects
+// made after its first step, and serves what a walk of the store does.
+func TestCheckpointFromAWalk(t *testing.T) {
+	for seed := range uint64(10) {
+		dir, s := openUnracy(t)
+		s.step = 7
+		l := ledger.New[ID](ledger.Config{Capacity: 1 << 40})
+		names := map[string]ID{}
+		made := 0
+		put := func(name string) {
+			id := mustCreate(t, s, RootID, name, []byte("x"))
+			if _, err := l.Restore(id, 1, 1); err != nil {
+				t.Fatal(err)
+			}
+			names[name] = id
+		}
+		for i := range 100 {
+			put(fmt.Sprintf("f%03d", i))
+		}
+		r := rand.New(rand.NewPCG(seed, 2))
+		walk := l.Walk()
+		shared := func(step func()) {
+			step()
+			for range 5 {
+				keys := slices.Sorted(maps.Keys(names))
+				name := keys[r.IntN(len(keys))]
+				switch r.IntN(3) {
+				case 0:
+					must(t, "open", l.Open(names[name], false))
+					l.Close(names[name], false)
+				case 1:
+					_, err := s.Unlink(RootID, name)
+					must(t, "unlink", err)
+					l.Forget(names[name])
+					delete(names, name)
+				case 2:
+					put(fmt.Sprintf("n%03d", made))
+					made++
+				}
+			}
+		}
+		_, err := s.WriteCheckpoint(shared, walk.Next, func(ID) bool { return false }, false)
+		walk.Close()
+		must(t, "WriteCheckpoint", err)
+		want := namespace(s)
+		after := 0 // made after the first step, and still there
+		for name := range names {
+			if strings.HasPrefix(name, "n") {
+				after++
+			}
+		}
+		s2, objs, rep := reload(t, dir, s)
+		if !rep.FromSnapshot || rep.Stated != int64(after) || len(objs) != len(names) {
+			t.Fatalf("seed %d: start %+v, %d objects; want %d stat'ed (made after the first step), %d objects", seed, rep, len(objs), after, len(names))
+		}
+		if got := namespace(s2); !slices.Equal(got, want) {
+			t.Fatalf("seed %d: from the checkpoint %v, want %v", seed, got, want)
+		}
+		servesAsWalk(t, dir, s2, objs)
+		s2.Close()
 	}
 }

@@ -26,10 +26,10 @@ import (
 // HandoverCheckpoint captures the index as WriteCheckpoint does, and
 // returns its bytes (as on disk) without writing them: a successor loads
 // them (LoadHandover).
-func (s *Store) HandoverCheckpoint(shared func(func()), each func(fn func(id ID, size int64)), busy func(ID) bool) (*Checkpoint, []byte) {
+func (s *Store) HandoverCheckpoint(shared func(func()), order Order, busy func(ID) bool) (*Checkpoint, []byte, error) {
 	w := &cpWriter{b: make([]byte, 0, s.checkpointSize.Load()+s.checkpointSize.Load()/8)}
-	cp := s.capture(w, shared, each, busy, false, nil)
-	return cp, w.b
+	cp := s.capture(w, shared, order, busy, false, nil)
+	return cp, w.b, w.err
 }
 
 // Basis is what a handover checkpoint says of directories, kept by the

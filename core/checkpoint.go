@@ -74,7 +74,9 @@ func (c *Core) checkpointTaken(clean bool) (int64, error) {
 		step()
 		held = max(held, time.Since(t))
 	}
-	cp, err := c.store.WriteCheckpoint(shared, c.ledger.Each, func(id blob.ID) bool { return writing[id] }, clean)
+	walk := c.ledger.Walk()
+	defer walk.Close()
+	cp, err := c.store.WriteCheckpoint(shared, walk.Next, func(id blob.ID) bool { return writing[id] }, clean)
 	if err != nil {
 		return 0, err
 	}

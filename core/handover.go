@@ -252,7 +252,13 @@ func (c *Core) PrepareHandover() ([]byte, error) {
 		defer c.mu.RUnlock()
 		step()
 	}
-	cp, data := c.store.HandoverCheckpoint(shared, c.ledger.Each, func(id blob.ID) bool { return writing[id] })
+	walk := c.ledger.Walk()
+	cp, data, err := c.store.HandoverCheckpoint(shared, walk.Next, func(id blob.ID) bool { return writing[id] })
+	walk.Close()
+	if err != nil {
+		c.CancelHandover()
+		return nil, err
+	}
 	b, err := blob.ParseBasis(data)
 	if err != nil {
 		c.CancelHandover()

@@ -413,7 +413,11 @@ func describe(t *testing.T, c *Core) string {
 	}
 	walk(blob.RootID, "")
 	b.WriteString("LRU:")
-	c.ledger.Each(func(id blob.ID, size int64) { fmt.Fprintf(&b, " %d:%d", id, size) })
+	lru := c.ledger.Walk()
+	defer lru.Close()
+	for more := true; more; {
+		more, _ = lru.Next(1<<20, func(id blob.ID, size int64) { fmt.Fprintf(&b, " %d:%d", id, size) })
+	}
 	return b.String()
 }
 

@@ -9,7 +9,7 @@ import (
 // order is the ledger's LRU order with sizes.
 func order(l *Ledger[ID]) string {
 	out := ""
-	l.Each(func(id ID, size int64) { out += fmt.Sprintf(" %d:%d", id, size) })
+	each(l, func(id ID, size int64) { out += fmt.Sprintf(" %d:%d", id, size) })
 	return out
 }
 

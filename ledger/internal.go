@@ -49,6 +49,7 @@ func (l *Ledger[K]) remove(e *entry[K]) {
 	l.used -= e.charge
 	l.reserved -= e.charge - Charge(e.size)
 	l.note(e)
+	l.leaving(e.self, false)
 	l.lru.remove(e.self)
 	delete(l.entries, e.id)
 	l.slab.free(e)
@@ -99,6 +100,7 @@ func (l *Ledger[K]) dropWriting(e *entry[K]) {
 // use marks e most recently used.
 func (l *Ledger[K]) use(e *entry[K]) {
 	e.lastUse = l.now().UnixNano()
+	l.leaving(e.self, true)
 	l.lru.moveToBack(e.self)
 	l.note(e)
 }

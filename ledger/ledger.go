@@ -130,6 +130,9 @@ type Ledger[K comparable] struct {
 	// resized, moved in the LRU order, linked or unlinked, closed); nil:
 	// not tracking.
 	noted map[K]struct{}
+	// walks are the Walks not yet closed, whose places in lru the
+	// methods that move or remove an entry keep.
+	walks []*Walk[K]
 }
 
 // entry is one inode; it is on the LRU list from creation to removal.
@@ -660,6 +663,9 @@ func (l *Ledger[K]) Place(id K, size int64, nlink int, after K, first bool) {
 		if p, ok := l.get(after); ok && p != e {
 			at = p.self
 		}
+	}
+	for _, w := range l.walks {
+		w.broken = true // a place anywhere: the walk may pass it by
 	}
 	l.lru.remove(e.self)
 	l.lru.insertAfter(e.self, at)

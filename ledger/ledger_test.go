@@ -961,8 +961,9 @@ func BenchmarkRestore1M(b *testing.B) {
 	b.ReportMetric(bytesPerObj, "B/obj")
 }
 
-// TestEachOrder: Each lists inodes least recently used first, with sizes.
-func TestEachOrder(t *testing.T) {
+// TestWalkOrder: a walk lists inodes least recently used first, with
+// sizes.
+func TestWalkOrder(t *testing.T) {
 	l := New[ID](Config{Capacity: 1 << 20, Grace: time.Second})
 	for _, id := range []ID{1, 2, 3} {
 		if _, err := l.Restore(id, int64(id)*10, 1); err != nil {
@@ -975,9 +976,9 @@ func TestEachOrder(t *testing.T) {
 	release(l, 1, false)
 	var got []ID
 	var sizes []int64
-	l.Each(func(id ID, size int64) { got, sizes = append(got, id), append(sizes, size) })
+	each(l, func(id ID, size int64) { got, sizes = append(got, id), append(sizes, size) })
 	if !slices.Equal(got, []ID{2, 3, 1}) || !slices.Equal(sizes, []int64{20, 30, 10}) {
-		t.Fatalf("Each: %v %v, want [2 3 1] [20 30 10]", got, sizes)
+		t.Fatalf("walk: %v %v, want [2 3 1] [20 30 10]", got, sizes)
 	}
 }
 

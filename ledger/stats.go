@@ -140,18 +140,6 @@ func (l *Ledger[K]) checkSums(n int, s sums) error {
 	return nil
 }
 
-// Each calls fn for every inode, least recently used first, with its
-// size, under the ledger's lock: fn must not call the ledger. A clean
-// stop saves this order in the store's snapshot.
-func (l *Ledger[K]) Each(fn func(id K, size int64)) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i := l.lru.first(); i != 0; i = l.lru.next(i) {
-		e := l.slab.at(i)
-		fn(e.id, e.size)
-	}
-}
-
 // checkWriting checks the writing table against the entries, writers of
 // which have a record: one record each, all on the open list, and the
 // end record zero.
