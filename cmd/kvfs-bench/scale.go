@@ -17,6 +17,9 @@ import (
 // stats of those names again, loads (open, read, close) and fs_native
 // stores of new objects (removed after, so the stores stay as built).
 // The large store's rates are held to within 10% of the small one's.
+// The same passes run first on each store's own directory (data/),
+// before it is mounted, as rows without a bar: how much of a drop at
+// the larger size the disk and the kernel's caches make without kvfs.
 // Then every name of the large store is looked up (several threads, as
 // `find` does) and the daemon's RSS divided by the objects: the memory a
 // node pays per object once its clients have touched them all.
@@ -35,9 +38,17 @@ const scaleAuditWait = 10 * time.Minute
 
 // scaleSamples is one round over one store.
 type scaleSamples struct {
-	lookup, stat, load, store float64 // operations per second
-	audit                     time.Duration
+	kvfs scaleRates
+	// The same passes on the store's own directory (data/), before
+	// mounting it: what the disk and the kernel's caches give at that
+	// size without kvfs, the floor under kvfs's rows.
+	plain scaleRates
+	audit time.Duration
 }
+
+// scaleRates are one set of timed passes over a directory tree, in
+// operations per second.
+type scaleRates struct{ lookup, stat, load, store float64 }
 
 // scaleRows adds the scale rows; big is the restart store, mp a free
 // mount point.
@@ -66,7 +77,7 @@ func (b *bench) scaleRows(big *restartStore, mp string) error {
 				audits = append(audits, smp.audit.Seconds())
 			}
 			b.progress("scale round %d/%d, %s objects: start-up audit %.1fs, then lookup %.0f/s, stat %.0f/s, load %.0f/s, store %.0f/s",
-				r+1, b.cfg.restartRounds, count(s.n), smp.audit.Seconds(), smp.lookup, smp.stat, smp.load, smp.store)
+				r+1, b.cfg.restartRounds, count(s.n), smp.audit.Seconds(), smp.kvfs.lookup, smp.kvfs.stat, smp.kvfs.load, smp.kvfs.store)
 		}
 	}
 	objs := count(big.n) + " objects"
@@ -76,16 +87,33 @@ func (b *bench) scaleRows(big *restartStore, mp string) error {
 		name string
 		get  func(scaleSamples) float64
 	}{
-		{"lookup (first stat of a name)", func(s scaleSamples) float64 { return s.lookup }},
-		{"stat of a looked-up name", func(s scaleSamples) float64 { return s.stat }},
-		{"load (open, read 64 B, close)", func(s scaleSamples) float64 { return s.load }},
-		{"fs_native store of 4 KiB", func(s scaleSamples) float64 { return s.store }},
+		{"lookup (first stat of a name)", func(s scaleSamples) float64 { return s.kvfs.lookup }},
+		{"stat of a looked-up name", func(s scaleSamples) float64 { return s.kvfs.stat }},
+		{"load (open, read 64 B, close)", func(s scaleSamples) float64 { return s.kvfs.load }},
+		{"fs_native store of 4 KiB", func(s scaleSamples) float64 { return s.kvfs.store }},
 	} {
 		var lo, hi []float64
 		for i := range rates[1] {
 			lo, hi = append(lo, m.get(rates[0][i])), append(hi, m.get(rates[1][i]))
 		}
 		b.scaleRow(fmt.Sprintf("scale, %s at %s vs %s objects", m.name, objs, count(scaleBase)), lo, hi)
+	}
+	for _, m := range []struct {
+		name string
+		get  func(scaleRates) float64
+	}{
+		{"stat", func(s scaleRates) float64 { return s.stat }},
+		{"load (open, read 64 B, close)", func(s scaleRates) float64 { return s.load }},
+		{"fs_native store of 4 KiB", func(s scaleRates) float64 { return s.store }},
+	} {
+		var lo, hi []float64
+		for i := range rates[1] {
+			lo, hi = append(lo, m.get(rates[0][i].plain)), append(hi, m.get(rates[1][i].plain))
+		}
+		b.scaleRow(fmt.Sprintf("  the store's own directory, no kvfs: %s at %s vs %s objects", m.name, objs, count(scaleBase)), lo, hi)
+		r := b.rows[len(b.rows)-1]
+		r.Bar, r.Result = "", "INFO"
+		r.Note = "plain column: the " + count(scaleBase) + "-object store's data/, kvfs column: the large one's, each before it is mounted"
 	}
 	return nil
 }
@@ -123,6 +151,10 @@ func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples,
 			return smp, 0, err
 		}
 	}
+	var err error
+	if smp.plain, err = s.passes(filepath.Join(s.store, "data"), buf); err != nil {
+		return smp, 0, fmt.Errorf("on the store's own directory: %w", err)
+	}
 	d, err := startDaemon(b.bin, s.store, mp, max(b.cfg.capacity, int64(s.n)*2*4096))
 	if err != nil {
 		return smp, 0, err
@@ -142,10 +174,26 @@ func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples,
 	case <-time.After(scaleAuditWait):
 		return smp, 0, fmt.Errorf("no start-up audit done %v after mounting %s", scaleAuditWait, s.store)
 	}
-	// The same count of names in each store, spread over all of it.
+	if smp.kvfs, err = s.passes(mp, buf); err != nil || !full {
+		return smp, 0, err
+	}
+	if err := s.statEach(b, mp); err != nil {
+		return smp, 0, err
+	}
+	return smp, float64(d.rssBytes()) / float64(s.n), nil
+}
+
+// passes times, over the same count of names in each store spread over
+// all of it, under root (a mount of the store, or its data/): a stat of
+// each (the first: a lookup through a mount), a second stat, a load
+// (open, read, close), and fs_native stores into as many directories in
+// each store (the small store's count), removed after so the stores stay
+// as built.
+func (s *restartStore) passes(root string, buf []byte) (scaleRates, error) {
+	var got scaleRates
 	names := make([]string, scaleSample)
 	for i := range names {
-		names[i] = filepath.Join(mp, s.sampled(i))
+		names[i] = filepath.Join(root, s.sampled(i))
 	}
 	var st unix.Stat_t
 	statAll := func() error {
@@ -156,13 +204,14 @@ func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples,
 		}
 		return nil
 	}
-	if smp.lookup, err = rate(len(names), statAll); err != nil {
-		return smp, 0, err
+	var err error
+	if got.lookup, err = rate(len(names), statAll); err != nil {
+		return got, err
 	}
-	if smp.stat, err = rate(len(names), statAll); err != nil {
-		return smp, 0, err
+	if got.stat, err = rate(len(names), statAll); err != nil {
+		return got, err
 	}
-	if smp.load, err = rate(len(names), func() error {
+	if got.load, err = rate(len(names), func() error {
 		for _, p := range names {
 			if err := readWhole(p, buf); err != nil {
 				return err
@@ -170,16 +219,15 @@ func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples,
 		}
 		return nil
 	}); err != nil {
-		return smp, 0, err
+		return got, err
 	}
-	// Into as many directories in each store: the small store's count.
 	dirs := newRestartStore("", scaleBase).dirs
 	stored := make([]string, scaleSample)
 	for i := range stored {
-		stored[i] = filepath.Join(mp, fmt.Sprintf("d%03d", i%dirs), fmt.Sprintf("scale-%08d.data", i))
+		stored[i] = filepath.Join(root, fmt.Sprintf("d%03d", i%dirs), fmt.Sprintf("scale-%08d.data", i))
 	}
 	data := make([]byte, 4096)
-	smp.store, err = rate(len(stored), func() error {
+	got.store, err = rate(len(stored), func() error {
 		for _, p := range stored {
 			if err := storeNative(p, data); err != nil {
 				return err
@@ -192,13 +240,7 @@ func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples,
 			err = uerr
 		}
 	}
-	if err != nil || !full {
-		return smp, 0, err
-	}
-	if err := s.statEach(b, mp); err != nil {
-		return smp, 0, err
-	}
-	return smp, float64(d.rssBytes()) / float64(s.n), nil
+	return got, err
 }
 
 // sampled is the i-th of the scaleSample names each pass touches,
