@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -78,14 +79,40 @@ type cpObj struct {
 // loadCheckpoint builds the index from the checkpoint and the store's
 // directories. On an error the index is left half-built, for the caller
 // to reset; ("none": there is no checkpoint).
-func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
-	data, err := os.ReadFile(filepath.Join(s.dir, CheckpointName))
+func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) (objects []Object, err error) {
+	data, unmap, err := mapCheckpoint(filepath.Join(s.dir, CheckpointName))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, errors.New("none")
 	}
 	if err != nil {
 		return nil, err
 	}
+	defer unmap()
+	err = readMapped(func() error {
+		objects, err = s.parseCheckpoint(data, m, rep)
+		return err
+	})
+	return objects, err
+}
+
+// readMapped runs read, which reads a mapped file: one cut short under
+// the mapping (kvfs only ever renames a new checkpoint into place)
+// faults, and that is an error, not a crash.
+func readMapped(read func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			if _, fault := p.(interface{ Addr() uintptr }); !fault {
+				panic(p)
+			}
+			err = fmt.Errorf("checkpoint changed while read: %v", p)
+		}
+	}()
+	return read()
+}
+
+// parseCheckpoint is loadCheckpoint of the checkpoint's bytes.
+func (s *Store) parseCheckpoint(data []byte, m *marks, rep *LoadReport) ([]Object, error) {
 	r, when, err := s.readHeader(data)
 	if err != nil {
 		return nil, err
@@ -96,6 +123,7 @@ func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
 		return nil, err
 	}
 	checked := c.checkDirs()
+	defer checked.Wait() // when a fault cuts the parse short too
 	err = c.parseObjects(r)
 	checked.Wait()
 	if err != nil {
@@ -103,6 +131,37 @@ func (s *Store) loadCheckpoint(m *marks, rep *LoadReport) ([]Object, error) {
 	}
 	c.untangle()
 	return c.reconcile()
+}
+
+// mapCheckpoint maps the checkpoint at path read-only. Reading it into
+// the heap instead would cost a fresh page of memory for each of its
+// pages (at ten million objects 450 MB: 1.7 s on a VM whose host backs
+// each page on its first touch, against 0.1 s for the mapping, CRC
+// included). Nothing parsed from it may keep a pointer into it: names
+// are copied (cpReader.str). unmap ends the mapping.
+func mapCheckpoint(path string) (data []byte, unmap func(), err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.Size() == 0 {
+		return nil, func() {}, nil // not a checkpoint: checkpointBody says so
+	}
+	if int64(int(st.Size())) != st.Size() {
+		return nil, nil, fmt.Errorf("checkpoint of %d bytes", st.Size())
+	}
+	data, err = unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mapping the checkpoint: %w", err)
+	}
+	unix.Madvise(data, unix.MADV_SEQUENTIAL) // read once, front to back
+	unix.Madvise(data, unix.MADV_WILLNEED)
+	return data, func() { unix.Munmap(data) }, nil
 }
 
 // readHeader checks a checkpoint and reads its header: when it was
@@ -190,7 +249,7 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 	var names []Name
 	for i := range files {
 		id, ino, size, nlinks := ID(r.u64()), r.u64(), int64(r.u64()), r.u32()
-		if r.err != nil || size < -1 || nlinks == 0 || uint64(nlinks) > uint64(len(r.b)) || !c.freeID(id) {
+		if r.err != nil || size < -1 || nlinks == 0 || uint64(nlinks) > uint64(len(r.b)) || !c.usableID(id) {
 			return fmt.Errorf("bad object %d", i)
 		}
 		names = names[:0]
@@ -212,7 +271,13 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 		} else {
 			f.setLinks(names) // copied into f
 		}
-		c.s.files[id] = f
+		// One hash of the ID, not a lookup and then a store: an ID taken
+		// by an earlier object fails the load, and the store is walked
+		// from an empty index.
+		had := len(c.s.files)
+		if c.s.files[id] = f; len(c.s.files) == had {
+			return fmt.Errorf("bad object %d: ID %d listed twice", i, id)
+		}
 		c.objs = append(c.objs, cpObj{id: id, ino: ino, size: size})
 		if size < 0 {
 			c.unsure[id] = true
@@ -225,14 +290,21 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 }
 
 // freeID says whether id may be given to an entry of the checkpoint:
-// not the root's, below the next ID to hand out, and not given yet.
+// usable, and not given yet.
 func (c *cpLoad) freeID(id ID) bool {
+	_, file := c.s.files[id]
+	return c.usableID(id) && !file
+}
+
+// usableID says whether id may be an object's or a directory's of the
+// checkpoint: not the root's, below the next ID to hand out, and no
+// directory's (there are few; parseObjects checks files itself).
+func (c *cpLoad) usableID(id ID) bool {
 	if id <= RootID || uint64(id) > c.s.nextID.Load() {
 		return false
 	}
 	_, dir := c.s.dirs[id]
-	_, file := c.s.files[id]
-	return !dir && !file
+	return !dir
 }
 
 // untangle leaves each name claimed twice to its later holder, which

@@ -384,6 +384,30 @@ func TestCheckpointUnusable(t *testing.T) {
 	}
 }
 
+// TestCheckpointCutUnderItsMapping: a checkpoint truncated while a
+// start reads it through its mapping is an unusable checkpoint, not a
+// crash of the daemon.
+func TestCheckpointCutUnderItsMapping(t *testing.T) {
+	dir, s := openUnracy(t)
+	mustCreate(t, s, RootID, "f", []byte("data"))
+	saveCheckpoint(t, s, ids(s))
+	p := filepath.Join(dir, CheckpointName)
+	data, unmap, err := mapCheckpoint(p)
+	must(t, "map", err)
+	defer unmap()
+	must(t, "truncate", os.Truncate(p, 0))
+	err = readMapped(func() error {
+		_, _, err := s.readHeader(data)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "changed while read") {
+		t.Fatalf("reading a checkpoint cut under its mapping: %v", err)
+	}
+	if err := readMapped(func() error { return errors.New("plain") }); err == nil || err.Error() != "plain" {
+		t.Fatalf("readMapped passed on %v", err)
+	}
+}
+
 // TestCheckpointRacyDirectory: a directory changed just before the
 // checkpoint read it is listed at the start even though its change time
 // is the same, and its entries are still recognised without a stat.

@@ -85,9 +85,9 @@ func (k *kids) get(name string) ID {
 func (k *kids) set(name string, id ID) bool {
 	h := hashName(name)
 	b := k.slots[k.slot(h)]
-	_, had := b.names[name]
-	b.names[name] = id
-	if had {
+	n := len(b.names)
+	b.names[name] = id // one hash of the name, not a lookup and then a store
+	if len(b.names) == n {
 		return false
 	}
 	k.n++

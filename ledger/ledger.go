@@ -203,12 +203,36 @@ func (l *Ledger[K]) Restore(id K, size int64, nlink int) ([]Victim[K], error) {
 	return l.restore(id, size, nlink)
 }
 
+// RestoreAll is Restore of n objects in turn, oldest first, object(i)
+// giving the i-th: a start's whole index under one hold of the lock and
+// one reading of the clock. It stops at the first error, and returns
+// the victims of the objects restored before it.
+func (l *Ledger[K]) RestoreAll(n int, object func(i int) (id K, size int64, nlink int)) ([]Victim[K], error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now().UnixNano()
+	var all []Victim[K]
+	for i := range n {
+		id, size, nlink := object(i)
+		victims, err := l.restoreAt(id, size, nlink, now)
+		if err != nil {
+			return all, err
+		}
+		all = append(all, victims...)
+	}
+	return all, nil
+}
+
 // restore is Restore with mu held.
 func (l *Ledger[K]) restore(id K, size int64, nlink int) ([]Victim[K], error) {
+	return l.restoreAt(id, size, nlink, l.now().UnixNano())
+}
+
+// restoreAt is restore at the time now.
+func (l *Ledger[K]) restoreAt(id K, size int64, nlink int, now int64) ([]Victim[K], error) {
 	if _, ok := l.entries[id]; ok {
 		return nil, ErrExists
 	}
-	now := l.now().UnixNano()
 	e := entry[K]{id: id, size: size, charge: Charge(size), nlink: int32(nlink), lastUse: now}
 	if e.charge > l.capacity {
 		return []Victim[K]{{ID: id, LastUse: now}}, nil

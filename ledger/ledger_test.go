@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -630,6 +631,55 @@ func TestRestore(t *testing.T) {
 	}
 }
 
+// TestRestoreAll: restoring a start's objects at once leaves the ledger
+// as restoring them one by one does (victims, order, stats), and stops
+// at a duplicate with the victims of the objects before it.
+func TestRestoreAll(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	type obj struct {
+		id    ID
+		size  int64
+		nlink int
+	}
+	var objs []obj
+	for id := ID(1); id <= 500; id++ {
+		objs = append(objs, obj{id, rng.Int64N(4 * blk), 1 + rng.IntN(3)})
+	}
+	at := func(i int) (ID, int64, int) { return objs[i].id, objs[i].size, objs[i].nlink }
+	one, _ := newTest(t, 100*blk)
+	var want []ID
+	for i := range objs {
+		v, err := one.Restore(at(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ids(v)...)
+	}
+	all, _ := newTest(t, 100*blk)
+	v, err := all.RestoreAll(len(objs), at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, all)
+	if len(want) == 0 || !sameIDs(ids(v), want) {
+		t.Fatalf("RestoreAll evicted %v, one by one %v", ids(v), want)
+	}
+	if got, w := order(all), order(one); got != w {
+		t.Fatalf("order after RestoreAll:%s\none by one:%s", got, w)
+	}
+	if got, w := all.Stats(), one.Stats(); got != w {
+		t.Fatalf("stats after RestoreAll %+v, one by one %+v", got, w)
+	}
+
+	dup, _ := newTest(t, 2*blk)
+	sizes := []int64{blk, blk, blk, blk}
+	v, err = dup.RestoreAll(4, func(i int) (ID, int64, int) { return []ID{1, 2, 3, 2}[i], sizes[i], 1 })
+	if !errors.Is(err, ErrExists) || !sameIDs(ids(v), []ID{1}) {
+		t.Fatalf("RestoreAll with a duplicate = %v, %v; want [1], ErrExists", ids(v), err)
+	}
+	mustOK(t, dup)
+}
+
 func TestReconcileTrim(t *testing.T) {
 	l, c := newTest(t, 4*blk)
 	for id := ID(1); id <= 4; id++ {
@@ -931,8 +981,9 @@ func BenchmarkOpenClose(b *testing.B) {
 	}
 }
 
-// BenchmarkRestore1M measures a restart over a million objects: ns/op is
-// the whole restore, B/obj the heap the ledger keeps per object.
+// BenchmarkRestore1M measures a restart over a million objects (one
+// RestoreAll, as Core.Open does): ns/op is the whole restore, B/obj the
+// heap the ledger keeps per object.
 func BenchmarkRestore1M(b *testing.B) {
 	const n = 1_000_000
 	var bytesPerObj float64
@@ -943,10 +994,8 @@ func BenchmarkRestore1M(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		b.StartTimer()
 		l := New[ID](Config{Capacity: n * blk})
-		for id := ID(0); id < n; id++ {
-			if _, err := l.Restore(id, blk, 1); err != nil {
-				b.Fatal(err)
-			}
+		if _, err := l.RestoreAll(n, func(i int) (ID, int64, int) { return ID(i), blk, 1 }); err != nil {
+			b.Fatal(err)
 		}
 		b.StopTimer()
 		runtime.GC()
