@@ -122,7 +122,7 @@ func (c *Core) checkpointLoop() {
 		select {
 		case <-c.done:
 			return
-		case <-time.After(wait):
+		case <-c.cfg.After(wait):
 		}
 		if !c.behind() {
 			continue

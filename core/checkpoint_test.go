@@ -115,17 +115,29 @@ func TestCheckpointThenCrash(t *testing.T) {
 }
 
 // TestCheckpointLoop: the background loop writes a checkpoint once the
-// store changed.
+// store changed. Its waits are the test's ticks: a tick is taken only
+// when the loop waits again, so the one after the change returns once
+// that change's checkpoint is written.
 func TestCheckpointLoop(t *testing.T) {
-	tc := newTestCore(t, Config{Capacity: 64 * mib, CheckpointInterval: time.Millisecond})
+	const interval = 7 * time.Hour // no other loop waits this long
+	ticks := make(chan time.Time)
+	tc := newTestCore(t, Config{Capacity: 64 * mib, CheckpointInterval: interval,
+		After: func(d time.Duration) <-chan time.Time {
+			if d >= interval {
+				return ticks
+			}
+			return time.After(d)
+		}})
 	path := filepath.Join(tc.store.Dir(), blob.CheckpointName)
+	ticks <- time.Time{} // the loop is waiting
 	tc.put("x", 10*kib)
-	deadline := time.Now().Add(10 * time.Second)
-	for tc.behind() {
-		if time.Now().After(deadline) {
-			t.Fatal("no checkpoint 10s after a change")
-		}
-		time.Sleep(time.Millisecond)
+	if !tc.behind() {
+		t.Fatal("a change left the checkpoint current")
+	}
+	ticks <- time.Time{} // the loop sees the change
+	ticks <- time.Time{} // and waits again: its checkpoint is written
+	if tc.behind() {
+		t.Fatal("the loop woke after a change and wrote no checkpoint")
 	}
 	st, err := os.Stat(path)
 	if err != nil {
