@@ -102,6 +102,18 @@ func whichFS(path string) (fsInfo, error) {
 	return info, nil
 }
 
+// ext4Journaled says whether the ext4 on device source has a journal:
+// without one the kernel names no journal thread (journal_task reads
+// "<none>"). Unknown counts as journaled.
+func ext4Journaled(source string) bool {
+	dev, err := filepath.EvalSymlinks(source)
+	if err != nil {
+		dev = source
+	}
+	task, err := os.ReadFile(filepath.Join("/sys/fs/ext4", filepath.Base(dev), "journal_task"))
+	return err != nil || strings.TrimSpace(string(task)) != "<none>"
+}
+
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")

@@ -179,6 +179,9 @@ func (b *bench) setup(cl *cleanups) error {
 	b.info = runInfo{WorkDir: work, FS: fs, Kernel: kernelRelease(), CPUs: runtime.NumCPU(),
 		GoVersion: runtime.Version(), KvfsBin: b.bin, LoadAvgStart: loadAvg(), psiStart: psiCPU()}
 	b.progress("work directory %s on %s (%s)", work, fs.Type, fs.Source)
+	if fs.Type == "ext4" && !ext4Journaled(fs.Source) {
+		b.note("%s's ext4 has no journal: each create scans the inodes deleted in the last minutes (ext4's recently_deleted, about 28%% of all CPU in the thread rows here), so the store rows depend on what earlier rounds deleted; a journaled ext4 (--dir) measures what a deployment sees", fs.Source)
+	}
 	b.data = make([]byte, b.cfg.objSize)
 	pattern(b.data, 0xdada)
 	b.buf = make([]byte, b.cfg.objSize)
