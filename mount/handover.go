@@ -628,13 +628,28 @@ func dialHandover(o Options) *net.UnixConn {
 	if err != nil || e.Source != store {
 		return nil
 	}
+	// A daemon makes its socket just after its mount appears
+	// (listenHandover): a successor that comes in between waits for the
+	// socket rather than take a live kvfs mount for a foreign one. A
+	// socket that is there with no one listening is a dead daemon's.
 	path := socketPath(store)
-	conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
-	if err != nil {
-		return nil
+	deadline := time.Now().Add(socketWait)
+	for {
+		conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err == nil {
+			return conn
+		}
+		if !errors.Is(err, unix.ENOENT) || time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return conn
 }
+
+// socketWait bounds a successor's wait for the socket of a daemon whose
+// mount is there: the time from its mount to its listen, on a loaded
+// machine.
+const socketWait = 2 * time.Second
 
 // The messages: JSON, in chunks of at most chunk bytes, the first
 // prefixed by the whole length; descriptors after it, fdsPerMessage a
