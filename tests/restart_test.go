@@ -192,6 +192,9 @@ func TestRestartAfterCleanUnmount(t *testing.T) {
 // the index came from a snapshot.
 func requireLoadedFrom(t *testing.T, d *daemon, snapshot bool) {
 	t.Helper()
+	// The log comes through its own pipe, which can lag the "serving"
+	// line startDaemon waited for.
+	d.printed(`"from_snapshot": `)
 	want := fmt.Sprintf(`"from_snapshot": %v`, snapshot)
 	if out := d.out.String(); !strings.Contains(out, want) {
 		t.Fatalf("daemon did not log %s:\n%s", want, out)
@@ -209,11 +212,7 @@ func TestRestartKeepsLRUOrder(t *testing.T) {
 		putFile(t, filepath.Join(d.mp, n), objectBytes(n, MiB))
 	}
 	// Opened in this order, all within a second: LRU order c a e b f d.
-	for _, n := range []string{"c", "a", "e", "b", "f", "d"} {
-		if _, err := os.ReadFile(filepath.Join(d.mp, n)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loadInOrder(t, d, "c", "a", "e", "b", "f", "d")
 	d.stop()
 	d = startDaemon(t, d.mp, flags...)
 	requireLoadedFrom(t, d, true)
@@ -400,11 +399,7 @@ func TestRestartWithSmallerCapacity(t *testing.T) {
 	}
 	order := slices.Sorted(maps.Values(byKey))
 	rand.New(rand.NewPCG(3, 5)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	for _, rel := range order {
-		if _, err := os.ReadFile(filepath.Join(d.mp, rel)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loadInOrder(t, d, order...)
 	var total int64
 	for _, rel := range order {
 		total += charge(want[rel].size)
@@ -433,6 +428,22 @@ func TestRestartWithSmallerCapacity(t *testing.T) {
 	verifyTree(t, d.mp, survivors) // exactly these, byte for byte
 	t.Logf("LRU order %v: the coldest %d evicted, %d names survive in %d bytes", order, cut, len(survivors), st.UsedBytes)
 	d.stop()
+}
+
+// loadInOrder reads each of rels whole, in this order, each once the
+// last one's RELEASE has landed (nothing is pinned): a reader's close is
+// a use too, and the kernel sends it after close(2) has returned, so
+// without the wait two loads could reach the LRU in either order.
+func loadInOrder(t *testing.T, d *daemon, rels ...string) {
+	t.Helper()
+	for _, rel := range rels {
+		if _, err := os.ReadFile(filepath.Join(d.mp, rel)); err != nil {
+			t.Fatal(err)
+		}
+		if !waitFor(func() bool { return stats(t, d.mp).PinnedObjects == 0 }) {
+			t.Fatalf("%s still pinned %v after its close", rel, hangGuard)
+		}
+	}
 }
 
 // charge is what kvfs charges for an object of size bytes.
