@@ -322,32 +322,31 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 // remembers the sizes of the most recent ones for reservations.
 func (c *Core) restore(objects []blob.Object, rep *LoadReport) error {
 	sort.Slice(objects, func(i, j int) bool { return objects[i].Atime < objects[j].Atime })
-	one := objects
+	evicted := func(v victims, err error) error {
+		for _, victim := range v {
+			c.store.Drop(victim.ID)
+		}
+		rep.Evicted += len(v)
+		if err != nil {
+			return fmt.Errorf("restoring ledger: %w", err)
+		}
+		return nil
+	}
 	if len(c.cfg.Held) == 0 && len(c.cfg.Graced) == 0 {
 		// Nothing of a predecessor's to pin or grace as each object is
 		// restored (holdForHandover): all of them at once.
-		victims, err := c.ledger.RestoreAll(len(objects), func(i int) (blob.ID, int64, int) {
+		if err := evicted(c.ledger.RestoreAll(len(objects), func(i int) (blob.ID, int64, int) {
 			return objects[i].ID, objects[i].Size, objects[i].Links
-		})
-		for _, v := range victims {
-			c.store.Drop(v.ID)
+		})); err != nil {
+			return err
 		}
-		rep.Evicted += len(victims)
-		if err != nil {
-			return fmt.Errorf("restoring ledger: %w", err)
+	} else {
+		for _, o := range objects {
+			if err := evicted(c.ledger.Restore(o.ID, o.Size, o.Links)); err != nil {
+				return err
+			}
+			c.holdForHandover(o.ID)
 		}
-		one = nil
-	}
-	for _, o := range one {
-		victims, err := c.ledger.Restore(o.ID, o.Size, o.Links)
-		if err != nil {
-			return fmt.Errorf("restoring ledger: %w", err)
-		}
-		for _, v := range victims {
-			c.store.Drop(v.ID)
-		}
-		rep.Evicted += len(victims)
-		c.holdForHandover(o.ID)
 	}
 	for _, o := range objects[max(len(objects)-len(c.sizes), 0):] {
 		c.published(o.Size)

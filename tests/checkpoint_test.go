@@ -15,6 +15,7 @@ import (
 type loadedReport struct {
 	Objects      int64 `json:"objects"`
 	Incomplete   int64 `json:"incomplete_reclaimed"`
+	Foreign      int64 `json:"foreign_removed"`
 	FromSnapshot bool  `json:"from_snapshot"`
 	DirsListed   int64 `json:"dirs_listed"`
 	Stated       int64 `json:"stated"`

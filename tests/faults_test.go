@@ -348,9 +348,8 @@ func TestStoreChangedWhileDown(t *testing.T) {
 	if got, err := os.ReadFile(secret); err != nil || string(got) != "outside the store" {
 		t.Errorf("the symlink's target outside the store: %q, %v", got, err)
 	}
-	d.printed("store loaded") // the log's pipe can lag the "serving" line
-	if out := d.out.String(); !strings.Contains(out, `"incomplete_reclaimed": 1`) || !strings.Contains(out, `"foreign_removed": 5`) {
-		t.Errorf("start-up does not report reclaiming 1 incomplete object and 5 foreign entries:\n%s", out)
+	if r := loaded(t, d); r.Incomplete != 1 || r.Foreign != 5 {
+		t.Errorf("start-up does not report reclaiming 1 incomplete object and 5 foreign entries:\n%s", d.out.String())
 	}
 	st = assertQuietEqual(t, d)
 	d.stop()

@@ -192,12 +192,8 @@ func TestRestartAfterCleanUnmount(t *testing.T) {
 // the index came from a snapshot.
 func requireLoadedFrom(t *testing.T, d *daemon, snapshot bool) {
 	t.Helper()
-	// The log comes through its own pipe, which can lag the "serving"
-	// line startDaemon waited for.
-	d.printed(`"from_snapshot": `)
-	want := fmt.Sprintf(`"from_snapshot": %v`, snapshot)
-	if out := d.out.String(); !strings.Contains(out, want) {
-		t.Fatalf("daemon did not log %s:\n%s", want, out)
+	if got := loaded(t, d).FromSnapshot; got != snapshot {
+		t.Fatalf("daemon logged \"from_snapshot\": %v, want %v:\n%s", got, snapshot, d.out.String())
 	}
 }
 
@@ -220,17 +216,8 @@ func TestRestartKeepsLRUOrder(t *testing.T) {
 	// from its index, where a stat could be answered by the kernel's
 	// entry cache before kvfs's invalidation of an evicted name lands.
 	present := func() string {
-		ents, err := os.ReadDir(d.mp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, e := range ents {
-			if slices.Contains(names, e.Name()) {
-				out = append(out, e.Name())
-			}
-		}
-		return strings.Join(out, "")
+		left := slices.DeleteFunc(dirNames(t, d.mp), func(n string) bool { return !slices.Contains(names, n) })
+		return strings.Join(left, "")
 	}
 	for i, want := range []string{"bdef", "df"} {
 		for j := 0; j < 2; j++ {
