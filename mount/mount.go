@@ -48,6 +48,9 @@ type Mount struct {
 	// TookOver is how long taking the mount over from a live daemon
 	// took, from the request to serving; zero for a new mount.
 	TookOver time.Duration
+	// deadMount: a crashed daemon's mount was on the mount point at the
+	// start, to be replaced by this one (newServer).
+	deadMount bool
 }
 
 // Start validates the options, loads the store (reclaiming what a crash
@@ -74,7 +77,8 @@ func Start(o Options) (*Mount, error) {
 		waitUnlocked(o.Store)
 	}
 	releaseStuckOwner(o.Store, log)
-	if err := checkMountpoint(o.Mountpoint, log); err != nil {
+	dead, err := checkMountpoint(o.Mountpoint, log)
+	if err != nil {
 		return nil, err
 	}
 	store, err := blob.Open(o.Store)
@@ -85,7 +89,7 @@ func Start(o Options) (*Mount, error) {
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
 	warnVolatile(o.Store, log)
-	m := &Mount{Options: o, log: log}
+	m := &Mount{Options: o, log: log, deadMount: dead}
 	if o.Guard != "" {
 		// Once the store is this daemon's (locked), so its death is the
 		// guard's business, and before any client can reach the mount.
@@ -175,7 +179,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 
 func (m *Mount) mount() error {
 	m.core.Start(m.dropped)
-	server, err := fuse.NewServer(m.fs.Instrument(m.requestTimer()), m.Mountpoint, m.mountOptions())
+	server, err := m.newServer(m.fs.Instrument(m.requestTimer()))
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
 	}

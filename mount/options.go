@@ -208,24 +208,44 @@ func within(path, dir string) bool {
 }
 
 // checkMountpoint requires an existing, empty directory that is not
-// already a live mount; a mount point a crashed daemon left dead
-// ("transport endpoint is not connected") is detached first.
-func checkMountpoint(mp string, log *zap.Logger) error {
-	var st unix.Stat_t
-	err := unix.Stat(mp, &st)
-	if err == nil && isDeadMount(mp) {
-		err = unix.ENOTCONN
+// already a live mount. A mount point that a crashed daemon left dead
+// ("transport endpoint is not connected") passes, and dead says so: it
+// is replaced when the new mount is made (newServer), not now, so that
+// the directory under it never shows while the store loads.
+func checkMountpoint(mp string, log *zap.Logger) (dead bool, err error) {
+	if isDeadMount(mp) {
+		if n, err := coveredEntries(mp); err == nil && n > 0 {
+			return true, usagef("mount point %s is not empty under its dead mount (%d entries); kvfs would hide them", mp, n)
+		}
+		log.Warn("mount point is dead (crashed daemon?); replacing it once the store is loaded", zap.String("mountpoint", mp))
+		return true, nil
 	}
-	if errors.Is(err, unix.ENOTCONN) {
-		log.Warn("mount point is dead (crashed daemon?); detaching it", zap.String("mountpoint", mp))
+	return false, emptyMountpoint(mp)
+}
+
+// prepareMountpoint detaches the dead mounts at mp and checks what they
+// covered as checkMountpoint does: the way to a new mount where one
+// cannot be made beneath the dead one.
+func prepareMountpoint(mp string, log *zap.Logger) error {
+	for i := 0; i < 8 && isDeadMount(mp); i++ {
+		log.Warn("detaching the dead mount", zap.String("mountpoint", mp))
 		if err := detach(mp); err != nil {
 			return fmt.Errorf("cleaning up dead mount %s: %w", mp, err)
 		}
-		err = unix.Stat(mp, &st)
 	}
+	return emptyMountpoint(mp)
+}
+
+// emptyMountpoint requires an existing, empty directory that is not a
+// mount point.
+func emptyMountpoint(mp string) error {
+	var st unix.Stat_t
+	err := unix.Stat(mp, &st)
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		return usagef("mount point %s does not exist", mp)
+	case errors.Is(err, unix.ENOTCONN):
+		return usagef("mount point %s is a dead mount that could not be detached", mp)
 	case err != nil:
 		return usagef("mount point %s: %v", mp, err)
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:

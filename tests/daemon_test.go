@@ -374,15 +374,7 @@ func runKvfsTimeout(t testing.TB, limit time.Duration, args ...string) result {
 func mountAt(mp string) (mountinfo.Entry, bool) { return mountinfo.At(mp) }
 
 // mountsAt lists the mounts at mp, bottom first.
-func mountsAt(mp string) []mountinfo.Entry {
-	var out []mountinfo.Entry
-	for _, m := range mountinfo.Read() {
-		if m.Point == mp {
-			out = append(out, m)
-		}
-	}
-	return out
-}
+func mountsAt(mp string) []mountinfo.Entry { return mountinfo.Stack(mp) }
 
 // openFDsUnder lists this process's descriptors open on files under dir.
 func openFDsUnder(dir string) []string {

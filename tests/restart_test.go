@@ -328,6 +328,114 @@ func TestRestartAfterKill9(t *testing.T) {
 	requireCleanFsck(t, d.store, st)
 }
 
+// TestRestartNeverUncoversMountPoint: a connector that keeps storing
+// through a kill -9 and the restart meets the dead mount (ENOTCONN), then
+// kvfs, and never the directory under the mount point. A restart that
+// detached the dead mount before loading the store showed that
+// directory for the whole load: a loop like this one created files in
+// it, on the disk that holds the mount point, and the restart then
+// refused to mount over them (or, past its emptiness check, hid them).
+func TestRestartNeverUncoversMountPoint(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	flags := []string{"--store", d.store, "--capacity", "64MiB"}
+	populate(t, d.mp)
+	d.kill9()
+
+	var dead, made atomic.Int64
+	var mu sync.Mutex
+	var names, bare, odd []string
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var sf unix.Statfs_t
+			if err := unix.Statfs(d.mp, &sf); err == nil && sf.Type != unix.FUSE_SUPER_MAGIC {
+				mu.Lock()
+				bare = append(bare, fmt.Sprintf("statfs: type %#x", sf.Type))
+				mu.Unlock()
+			}
+			name := filepath.Join(d.mp, fmt.Sprintf("probe-%d.data", i))
+			fd, err := unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			mu.Lock()
+			switch {
+			case err == nil:
+				unix.Close(fd)
+				names = append(names, name)
+				made.Add(1)
+			case errors.Is(err, unix.ENOTCONN):
+				dead.Add(1)
+			default:
+				odd = append(odd, fmt.Sprintf("create %s: %v", filepath.Base(name), err))
+			}
+			mu.Unlock()
+		}
+	}()
+	var once sync.Once
+	stopProbes := func() { once.Do(func() { close(stop); <-done }) }
+	t.Cleanup(stopProbes) // a failed start must not leave them creating files
+	d = startDaemon(t, d.mp, flags...)
+	after := made.Load()
+	waitFor(func() bool { return made.Load() >= after+20 })
+	stopProbes()
+	t.Logf("probes: %d met the dead mount, %d created (%d of them after the new mount showed)", dead.Load(), made.Load(), made.Load()-after)
+	if len(bare) > 0 || len(odd) > 0 {
+		t.Errorf("the mount point showed something other than the dead mount or kvfs: %q; other errors: %q", bare, odd)
+	}
+	if dead.Load() == 0 || made.Load() < after+20 {
+		t.Fatalf("the probes did not span the restart: %d met the dead mount, %d created after it", dead.Load(), made.Load()-after)
+	}
+	for _, name := range names {
+		if _, err := os.Stat(name); err != nil {
+			t.Errorf("a probe created during the restart is not in the cache: %v", err)
+		}
+	}
+	st := assertQuietEqual(t, d)
+	d.stop()
+	if ents, err := os.ReadDir(d.mp); err != nil || len(ents) != 0 {
+		t.Errorf("the directory under the mount holds %d entries (%v), want none", len(ents), err)
+	}
+	requireCleanFsck(t, d.store, st)
+}
+
+// TestRestartKeepsWhatTheDeadMountCovers: a file in the directory under
+// a dead mount (put there behind the mount's back) is not hidden by the
+// restart: it refuses, names the mount point, and changes nothing.
+func TestRestartKeepsWhatTheDeadMountCovers(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	populate(t, d.mp)
+	// The directory under the mount, reached through a private clone of
+	// the mount that holds it.
+	tfd, err := unix.OpenTree(unix.AT_FDCWD, filepath.Dir(d.mp), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		t.Skipf("no open_tree to reach under the mount: %v", err)
+	}
+	stray := filepath.Join(filepath.Base(d.mp), "stray")
+	fd, err := unix.Openat(tfd, stray, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	unix.Close(tfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	d.kill9()
+
+	res := runKvfs(t, "mount", "--store", d.store, "--capacity", "64MiB", d.mp)
+	if res.code != 2 || !strings.Contains(res.stderr, "is not empty under its dead mount (1 entries)") {
+		t.Errorf("kvfs mount over a dead mount covering a file: exit %d, stderr %q; want 2 and the reason", res.code, res.stderr)
+	}
+	if m, ok := mountAt(d.mp); !ok || m.ID != d.mountID {
+		t.Errorf("the dead mount was not left as it was: %+v", m)
+	}
+	detachAll(d.mp)
+	if _, err := os.Stat(filepath.Join(d.mp, "stray")); err != nil {
+		t.Errorf("the covered file: %v", err)
+	}
+}
+
 // TestFsckAfterKill9: fsck of a crashed store reports the incomplete
 // objects and fails until --repair reclaims them; then the mount serves
 // exactly the completed objects.

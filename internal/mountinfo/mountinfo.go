@@ -15,6 +15,7 @@ import (
 // Entry is one mount.
 type Entry struct {
 	ID     int
+	Parent int    // the ID of the mount it is mounted on
 	Dev    string // major:minor
 	Point  string // where it is mounted
 	FSType string // "fuse.kvfs" for kvfs
@@ -24,9 +25,10 @@ type Entry struct {
 	SuperOptions string
 }
 
-// Read lists the calling process's mounts in mountinfo's order: parents
-// before the mounts on them, so the last entry at a point is the
-// topmost. It lists none if the file cannot be read.
+// Read lists the calling process's mounts in mountinfo's order, which is
+// usually parents before the mounts on them, but not for a mount placed
+// beneath another (MOVE_MOUNT_BENEATH): use Stack for the mounts at a
+// point. It lists none if the file cannot be read.
 func Read() []Entry {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -49,6 +51,7 @@ func Parse(r io.Reader) []Entry {
 		}
 		e := Entry{Dev: fields[2], Point: unescape(fields[4])}
 		e.ID, _ = strconv.Atoi(fields[0])
+		e.Parent, _ = strconv.Atoi(fields[1])
 		for i, f := range fields {
 			if f == "-" && i+2 < len(fields) {
 				e.FSType, e.Source = fields[i+1], unescape(fields[i+2])
@@ -64,14 +67,57 @@ func Parse(r io.Reader) []Entry {
 
 // At is the topmost mount at point, if any.
 func At(point string) (Entry, bool) {
-	var top Entry
-	found := false
+	stack := Stack(point)
+	if len(stack) == 0 {
+		return Entry{}, false
+	}
+	return stack[len(stack)-1], true
+}
+
+// Stack lists the mounts at point, bottom first: each mounted on the one
+// before it. Mounts at point that are not on that chain (a namespace's
+// odd leftovers) come after, in mountinfo's order.
+func Stack(point string) []Entry {
+	var at []Entry
 	for _, e := range Read() {
 		if e.Point == point {
-			top, found = e, true
+			at = append(at, e)
 		}
 	}
-	return top, found
+	return stacked(at)
+}
+
+// stacked orders mounts at one point bottom first.
+func stacked(at []Entry) []Entry {
+	if len(at) < 2 {
+		return at
+	}
+	ids := map[int]bool{}
+	for _, e := range at {
+		ids[e.ID] = true
+	}
+	on := map[int]int{} // parent ID -> index of the mount on it
+	bottom := -1
+	for i, e := range at {
+		on[e.Parent] = i
+		if !ids[e.Parent] {
+			bottom = i
+		}
+	}
+	if bottom < 0 {
+		return at
+	}
+	out := make([]Entry, 0, len(at))
+	used := map[int]bool{}
+	for i, ok := bottom, true; ok && !used[i]; i, ok = on[at[i].ID] {
+		out, used[i] = append(out, at[i]), true
+	}
+	for i, e := range at {
+		if !used[i] {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // unescape undoes mountinfo's octal escapes of space, tab, newline and
