@@ -167,6 +167,13 @@ func startDaemonEnv(t testing.TB, bin string, env []string, mp string, flags ...
 	})
 	switch {
 	case mounted:
+		// The mount shows a few ms before the daemon is done starting:
+		// its handover socket (in the store) comes after, then the
+		// "serving" line. A test that lists the store must not see it
+		// appear.
+		if !d.printed("kvfs: serving ") && d.alive() {
+			t.Fatalf("kvfs mount %s mounted but never said it serves; output:\n%s", mp, d.out)
+		}
 	case !d.alive():
 		t.Fatalf("kvfs mount %s exited before mounting (%v); output:\n%s", mp, d.waitErr, d.out)
 	case !mounted:
