@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -62,6 +63,16 @@ func (m *Mount) replaceDead(fs fuse.RawFileSystem) (*fuse.Server, error) {
 	case n > 0:
 		return nil, usagef("mount point %s is not empty under its dead mount (%d entries); kvfs would hide them", mp, n)
 	}
+	// A start killed between its mount beneath and its detach left two
+	// dead mounts stacked here; the top ones go first (each uncovers
+	// another dead mount, never the directory), so that the new mount
+	// ends up alone.
+	for n := len(mountinfo.Stack(mp)); n > 1 && isDeadMount(mp); n-- {
+		m.log.Warn("detaching a dead mount stacked on another", zap.String("mountpoint", mp))
+		if err := detach(mp); err != nil {
+			return nil, err
+		}
+	}
 	opts := m.mountOptions()
 	fd, err := mountBeneath(mp, opts)
 	if err != nil {
@@ -75,6 +86,7 @@ func (m *Mount) replaceDead(fs fuse.RawFileSystem) (*fuse.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	failpoint("beneath-mounted")
 	if err := detach(mp); err != nil {
 		server.Detach()
 		return nil, fmt.Errorf("detaching the dead mount above the new one: %w", err)

@@ -791,9 +791,10 @@ func (m *Mount) closeParts() {
 	m.ram.Close()
 }
 
-// failpointName is the step of a handover at which this process kills
-// itself ($KVFS_FAILPOINT): the tests of a handover cut short at every
-// step.
+// failpointName is the step of a handover, or of the replacing of a
+// dead mount, at which this process kills itself ($KVFS_FAILPOINT): the
+// tests of a handover cut short at every step, and of a start killed
+// with its mount beneath the dead one.
 var failpointName = os.Getenv("KVFS_FAILPOINT")
 
 func failpoint(step string) {

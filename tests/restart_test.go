@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -398,6 +400,46 @@ func TestRestartNeverUncoversMountPoint(t *testing.T) {
 	d.stop()
 	if ents, err := os.ReadDir(d.mp); err != nil || len(ents) != 0 {
 		t.Errorf("the directory under the mount holds %d entries (%v), want none", len(ents), err)
+	}
+	requireCleanFsck(t, d.store, st)
+}
+
+// TestRestartKilledWhileReplacingDeadMount: a start killed after its
+// mount beneath the dead one answered INIT, before it detached the dead
+// one, leaves two dead mounts stacked; the next start leaves one mount
+// there, its own, serving every object, and the mount point never shows
+// the directory under it.
+func TestRestartKilledWhileReplacingDeadMount(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	flags := []string{"--store", d.store, "--capacity", "64MiB"}
+	want := populate(t, d.mp)
+	d.kill9()
+
+	cmd := exec.Command(kvfsBin, append(append([]string{"mount"}, flags...), d.mp)...)
+	cmd.Env = append(os.Environ(), "KVFS_FAILPOINT=beneath-mounted")
+	out, err := cmd.CombinedOutput()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the start with its failpoint at beneath-mounted: %v, want killed there; output:\n%s", err, out)
+	}
+	if n := len(mountsAt(d.mp)); n != 2 {
+		t.Fatalf("%d mounts at %s after a start killed beneath the dead one, want 2 (its own under the dead one)", n, d.mp)
+	}
+	if err := unix.Statfs(d.mp, new(unix.Statfs_t)); !errors.Is(err, unix.ENOTCONN) {
+		t.Fatalf("statfs of the mount point: %v, want the dead mount's ENOTCONN", err)
+	}
+
+	d = startDaemon(t, d.mp, flags...)
+	if n := len(mountsAt(d.mp)); n != 1 {
+		t.Errorf("%d mounts stacked at %s, want the new one alone", n, d.mp)
+	}
+	if !strings.Contains(d.out.String(), "detaching a dead mount stacked on another") {
+		t.Errorf("the start did not say it detached the stacked dead mount:\n%s", d.out)
+	}
+	verifyTree(t, d.mp, want)
+	st := assertQuietEqual(t, d)
+	d.stop()
+	if m, ok := mountAt(d.mp); ok {
+		t.Errorf("a mount is left at %s after the unmount: %+v", d.mp, m)
 	}
 	requireCleanFsck(t, d.store, st)
 }
