@@ -252,6 +252,13 @@ func emptyMountpoint(mp string) error {
 		return usagef("mount point %s is not a directory", mp)
 	}
 	if mounted, fstype := mountedAt(mp); mounted {
+		if !strings.HasPrefix(fstype, "fuse") {
+			// A container's volume at the mount point itself: a
+			// restart after a crash could not reach the host (see
+			// docs/operations.md, Kubernetes).
+			return usagef("%s is already a mount point (%s: a volume or bind mount?); unmount it first, "+
+				"or make its parent the volume and mount kvfs on a directory inside it", mp, fstype)
+		}
 		return usagef("%s is already a mount point (%s); unmount it first", mp, fstype)
 	}
 	ents, err := os.ReadDir(mp)

@@ -404,6 +404,138 @@ func TestRestartNeverUncoversMountPoint(t *testing.T) {
 	requireCleanFsck(t, d.store, st)
 }
 
+// TestRestartReachesPropagatedViews: the propagation of the Kubernetes
+// DaemonSet (contrib/kubernetes), emulated: the host's directory a
+// shared bind mount, the kvfs pod's view of it an rshared bind, an
+// engine pod's an rslave one, and the mount point a directory inside
+// them. After a kill -9 the restarted pod's new view holds the dead mount;
+// kvfs replaces it there, and the host, the engine and the old pod's
+// view all get the new mount and lose the dead one. An engine storing
+// through the crash and restart meets ENOTCONN, then kvfs: never the
+// host's bare directory, and every object it created is in the cache.
+func TestRestartReachesPropagatedViews(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	host, pod1, pod2, engine := filepath.Join(dir, "host"), filepath.Join(dir, "pod1"), filepath.Join(dir, "pod2"), filepath.Join(dir, "engine")
+	for _, p := range []string{filepath.Join(host, "cache"), pod1, pod2, engine} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mount := func(src, dst string, flags uintptr) {
+		t.Helper()
+		if err := unix.Mount(src, dst, "", flags, ""); err != nil {
+			t.Fatalf("mount %s on %s (%#x): %v", src, dst, flags, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range []string{pod2, engine, pod1, host} {
+			for _, sub := range []string{filepath.Join(p, "cache"), p} {
+				detachAll(sub)
+			}
+		}
+	})
+	mount(host, host, unix.MS_BIND)
+	mount("", host, unix.MS_SHARED)
+	mount(host, pod1, unix.MS_BIND|unix.MS_REC)
+	mount("", pod1, unix.MS_SHARED|unix.MS_REC)
+	mount(host, engine, unix.MS_BIND|unix.MS_REC)
+	mount("", engine, unix.MS_SLAVE|unix.MS_REC)
+	store := filepath.Join(dir, "store")
+	flags := []string{"--store", store, "--capacity", "64MiB"}
+	d := startDaemon(t, filepath.Join(pod1, "cache"), flags...)
+	want := populate(t, d.mp)
+	for name := range want {
+		if _, err := os.Stat(filepath.Join(engine, "cache", name)); err != nil {
+			t.Fatalf("the engine's view does not show the pod's mount: %v", err)
+		}
+	}
+	d.kill9()
+	mount(host, pod2, unix.MS_BIND|unix.MS_REC) // the restarted pod's volume
+	mount("", pod2, unix.MS_SHARED|unix.MS_REC)
+
+	var dead, made atomic.Int64
+	var mu sync.Mutex
+	var names, bare []string
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var sf unix.Statfs_t
+			if err := unix.Statfs(filepath.Join(engine, "cache"), &sf); err == nil && sf.Type != unix.FUSE_SUPER_MAGIC {
+				mu.Lock()
+				bare = append(bare, fmt.Sprintf("statfs: type %#x", sf.Type))
+				mu.Unlock()
+			}
+			name := filepath.Join(engine, "cache", fmt.Sprintf("probe-%d.data", i))
+			fd, err := unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			mu.Lock()
+			switch {
+			case err == nil:
+				unix.Close(fd)
+				names = append(names, filepath.Base(name))
+				made.Add(1)
+			case errors.Is(err, unix.ENOTCONN):
+				dead.Add(1)
+			default:
+				bare = append(bare, fmt.Sprintf("create %s: %v", filepath.Base(name), err))
+			}
+			mu.Unlock()
+		}
+	}()
+	var once sync.Once
+	stopProbes := func() { once.Do(func() { close(stop); <-done }) }
+	t.Cleanup(stopProbes)
+	d = startDaemon(t, filepath.Join(pod2, "cache"), flags...)
+	after := made.Load()
+	waitFor(func() bool { return made.Load() >= after+20 })
+	stopProbes()
+	t.Logf("the engine's probes: %d met the dead mount, %d created (%d after the new mount showed)", dead.Load(), made.Load(), made.Load()-after)
+	if len(bare) > 0 {
+		t.Errorf("the engine's view showed something other than the dead mount or kvfs: %q", bare)
+	}
+	if dead.Load() == 0 || made.Load() < after+20 {
+		t.Fatalf("the probes did not span the restart: %d met the dead mount, %d created after it", dead.Load(), made.Load()-after)
+	}
+	for _, view := range []string{host, pod1, engine, pod2} {
+		mp := filepath.Join(view, "cache")
+		var sf unix.Statfs_t
+		if err := unix.Statfs(mp, &sf); err != nil || sf.Type != unix.FUSE_SUPER_MAGIC {
+			t.Errorf("%s: statfs type %#x, %v; want kvfs", mp, sf.Type, err)
+		}
+		if n := len(mountsAt(mp)); n != 1 {
+			t.Errorf("%s: %d mounts, want the new one alone", mp, n)
+		}
+	}
+	for _, name := range names {
+		if _, err := os.Stat(filepath.Join(host, "cache", name)); err != nil {
+			t.Errorf("an object the engine created during the restart: %v", err)
+		}
+	}
+	for name := range want {
+		if _, err := os.Stat(filepath.Join(engine, "cache", name)); err != nil {
+			t.Errorf("an object stored before the crash, through the engine's view: %v", err)
+		}
+	}
+	st := assertQuietEqual(t, d)
+	d.stop()
+	for _, view := range []string{host, pod1, engine, pod2} {
+		mp := filepath.Join(view, "cache")
+		if m, ok := mountAt(mp); ok {
+			t.Errorf("%s still mounted after the unmount: %+v", mp, m)
+		}
+		if ents, err := os.ReadDir(mp); err != nil || len(ents) != 0 {
+			t.Errorf("%s holds %d entries under the mount (%v), want none", mp, len(ents), err)
+		}
+	}
+	requireCleanFsck(t, store, st)
+}
+
 // TestRestartKilledWhileReplacingDeadMount: a start killed after its
 // mount beneath the dead one answered INIT, before it detached the dead
 // one, leaves two dead mounts stacked; the next start leaves one mount
