@@ -154,6 +154,30 @@ func TestMountBadArguments(t *testing.T) {
 	}
 }
 
+// TestMountPointIsAVolume: a mount point that is a mount itself (a
+// container's volume is a bind mount) is refused with the way out:
+// mount the parent as the volume (after a crash, a volume that is the
+// mount point cannot reach the host; see contrib/kubernetes).
+func TestMountPointIsAVolume(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	host, mp := filepath.Join(dir, "host"), filepath.Join(dir, "mp")
+	for _, p := range []string{host, mp} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount(host, mp, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { detachAll(mp) })
+	res := runKvfsTimeout(t, 10*time.Second, "mount", "--store", filepath.Join(dir, "store"), "--capacity", "16MiB", mp)
+	requireUsageError(t, res, "already a mount point", "a volume or bind mount?", "make its parent the volume")
+	if n := len(mountsAt(mp)); n != 1 {
+		t.Errorf("%d mounts at %s, want the bind mount alone", n, mp)
+	}
+}
+
 // TestSecondDaemonRefused: a store has one owner; a second daemon on it
 // exits 2 saying so, and the first keeps serving.
 func TestSecondDaemonRefused(t *testing.T) {
