@@ -378,8 +378,8 @@ func mountedAt(mp string) (bool, string) {
 // holds while waiting for an answer that only the dead daemon could give:
 // the process stays a zombie holding the store's lock, and its mount
 // hangs every caller. If the pid in the store's lock file is such a
-// zombie, every kvfs mount of the store is force-unmounted, which aborts
-// its FUSE connection and lets both finish; then the lock is waited for.
+// zombie, the FUSE connection of every kvfs mount of the store is
+// aborted, which lets both finish; then the lock is waited for.
 func releaseStuckOwner(store string, log *zap.Logger) {
 	b, err := os.ReadFile(filepath.Join(store, blob.LockName))
 	if err != nil {
@@ -393,7 +393,12 @@ func releaseStuckOwner(store string, log *zap.Logger) {
 	for _, mp := range mps {
 		log.Warn("the store's daemon was killed but is stuck exiting; aborting its FUSE connection",
 			zap.Int("pid", pid), zap.String("mountpoint", mp))
-		unix.Unmount(mp, unix.MNT_FORCE)
+		// Through fusectl where it is mounted: the mount stays, dead,
+		// for newServer to replace, and its point never shows the
+		// directory under it (umount2 with MNT_FORCE also unmounts).
+		if e, ok := mountinfo.At(mp); ok {
+			abortConnection(mp, e)
+		}
 	}
 	for i := 0; i < 100 && len(mps) > 0 && zombie(pid); i++ {
 		time.Sleep(100 * time.Millisecond)
@@ -401,7 +406,11 @@ func releaseStuckOwner(store string, log *zap.Logger) {
 }
 
 // zombie: pid's thread group leader has exited while other threads of
-// it have not.
+// it have not. A process all of whose threads exited is a zombie too
+// until its parent waits for it, which a PID 1 that reaps nothing never
+// does; it holds no lock and no connection, so it is not one of these
+// (treating it as stuck aborted, and with umount2's MNT_FORCE unmounted,
+// a dead mount that the next start would have replaced beneath).
 func zombie(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -410,7 +419,11 @@ func zombie(pid int) bool {
 	// pid (comm) state ...: comm may hold spaces and parentheses.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+	if i < 0 || i+2 >= len(s) || s[i+2] != 'Z' {
+		return false
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return err == nil && len(tasks) > 1
 }
 
 // mountsOfStore lists the points of the kvfs mounts among mounts whose

@@ -1,6 +1,7 @@
 package mount
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -23,9 +24,12 @@ func TestMountsOfStore(t *testing.T) {
 	}
 }
 
-// TestZombie: an exited process its parent has not reaped reads as a
-// zombie (as does one whose leader exited while a thread is stuck); a
-// live one and a reaped one do not.
+// TestZombie: a live process, a reaped one and an exited one its parent
+// has not reaped do not read as stuck exiting (the last holds nothing:
+// under a PID 1 that reaps nothing, every killed daemon stays one, and
+// reading it as stuck unmounted the dead mount a start was to replace);
+// one whose leader exited while a thread goes on does (stuckExiting, in
+// TestGuardAbortsStuckDaemon).
 func TestZombie(t *testing.T) {
 	if zombie(os.Getpid()) {
 		t.Fatal("this test process reads as a zombie")
@@ -37,8 +41,7 @@ func TestZombie(t *testing.T) {
 	if zombie(cmd.Process.Pid) {
 		t.Fatal("a reaped process reads as a zombie")
 	}
-	// An exited, unreaped child is a zombie too, which is enough to
-	// check the /proc parsing.
+	// An exited, unreaped child: state Z, and no thread left.
 	cmd = exec.Command("sh", "-c", "exit 0")
 	if err := cmd.Start(); err != nil {
 		t.Skip("no sh:", err)
@@ -49,7 +52,10 @@ func TestZombie(t *testing.T) {
 	if err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
 		t.Fatalf("waitid: %v", err)
 	}
-	if !zombie(cmd.Process.Pid) {
-		t.Fatal("an exited, unreaped child does not read as a zombie")
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid)); err != nil || !strings.Contains(string(b), ") Z ") {
+		t.Fatalf("the exited, unreaped child's state: %q, %v; want Z", b, err)
+	}
+	if zombie(cmd.Process.Pid) {
+		t.Fatal("an exited, unreaped child reads as stuck exiting")
 	}
 }
