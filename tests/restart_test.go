@@ -330,6 +330,83 @@ func TestRestartAfterKill9(t *testing.T) {
 	requireCleanFsck(t, d.store, st)
 }
 
+// creator is a client that keeps storing through a restart, as a
+// connector does: it creates files in dir (O_CREAT|O_EXCL, nothing
+// written) as fast as it can, and notes what the mount point showed.
+type creator struct {
+	made, dead atomic.Int64 // files created; creates that met ENOTCONN
+	mu         sync.Mutex
+	names      []string // the files it created, by name
+	// odd: a statfs of dir that showed a file system other than FUSE
+	// (the directory under the mount), or an error other than ENOTCONN.
+	odd        []string
+	stop, done chan struct{}
+	once       sync.Once
+}
+
+// startCreator starts a creator in dir, stopped at the test's end at
+// the latest: a failed start must not leave it creating files.
+func startCreator(t *testing.T, dir string) *creator {
+	c := &creator{stop: make(chan struct{}), done: make(chan struct{})}
+	go c.run(dir)
+	t.Cleanup(c.halt)
+	return c
+}
+
+func (c *creator) run(dir string) {
+	defer close(c.done)
+	for i := 0; ; i++ {
+		select {
+		case <-c.stop:
+			return
+		default:
+		}
+		var sf unix.Statfs_t
+		if err := unix.Statfs(dir, &sf); err == nil && sf.Type != unix.FUSE_SUPER_MAGIC {
+			c.note(fmt.Sprintf("statfs: type %#x", sf.Type))
+		}
+		name := fmt.Sprintf("probe-%d.data", i)
+		fd, err := unix.Open(filepath.Join(dir, name), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		switch {
+		case err == nil:
+			unix.Close(fd)
+			c.mu.Lock()
+			c.names = append(c.names, name)
+			c.mu.Unlock()
+			c.made.Add(1)
+		case errors.Is(err, unix.ENOTCONN):
+			c.dead.Add(1)
+		default:
+			c.note(fmt.Sprintf("create %s: %v", name, err))
+		}
+	}
+}
+
+func (c *creator) note(s string) {
+	c.mu.Lock()
+	c.odd = append(c.odd, s)
+	c.mu.Unlock()
+}
+
+func (c *creator) halt() { c.once.Do(func() { close(c.stop); <-c.done }) }
+
+// spanned, called once the new mount serves, lets the creator make 20
+// more files, stops it, and requires that it met the dead mount, then
+// created files, and saw nothing else.
+func (c *creator) spanned(t *testing.T) {
+	t.Helper()
+	after := c.made.Load()
+	waitFor(func() bool { return c.made.Load() >= after+20 })
+	c.halt()
+	t.Logf("the creator: %d creates met the dead mount, %d files created (%d after the new mount showed)", c.dead.Load(), c.made.Load(), c.made.Load()-after)
+	if len(c.odd) > 0 {
+		t.Errorf("the mount point showed something other than the dead mount or kvfs: %q", c.odd)
+	}
+	if c.dead.Load() == 0 || c.made.Load() < after+20 {
+		t.Fatalf("the creator did not span the restart: %d creates met the dead mount, %d files created after it", c.dead.Load(), c.made.Load()-after)
+	}
+}
+
 // TestRestartNeverUncoversMountPoint: a connector that keeps storing
 // through a kill -9 and the restart meets the dead mount (ENOTCONN), then
 // kvfs, and never the directory under the mount point. A restart that
@@ -343,56 +420,11 @@ func TestRestartNeverUncoversMountPoint(t *testing.T) {
 	populate(t, d.mp)
 	d.kill9()
 
-	var dead, made atomic.Int64
-	var mu sync.Mutex
-	var names, bare, odd []string
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			var sf unix.Statfs_t
-			if err := unix.Statfs(d.mp, &sf); err == nil && sf.Type != unix.FUSE_SUPER_MAGIC {
-				mu.Lock()
-				bare = append(bare, fmt.Sprintf("statfs: type %#x", sf.Type))
-				mu.Unlock()
-			}
-			name := filepath.Join(d.mp, fmt.Sprintf("probe-%d.data", i))
-			fd, err := unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
-			mu.Lock()
-			switch {
-			case err == nil:
-				unix.Close(fd)
-				names = append(names, name)
-				made.Add(1)
-			case errors.Is(err, unix.ENOTCONN):
-				dead.Add(1)
-			default:
-				odd = append(odd, fmt.Sprintf("create %s: %v", filepath.Base(name), err))
-			}
-			mu.Unlock()
-		}
-	}()
-	var once sync.Once
-	stopProbes := func() { once.Do(func() { close(stop); <-done }) }
-	t.Cleanup(stopProbes) // a failed start must not leave them creating files
+	c := startCreator(t, d.mp)
 	d = startDaemon(t, d.mp, flags...)
-	after := made.Load()
-	waitFor(func() bool { return made.Load() >= after+20 })
-	stopProbes()
-	t.Logf("probes: %d met the dead mount, %d created (%d of them after the new mount showed)", dead.Load(), made.Load(), made.Load()-after)
-	if len(bare) > 0 || len(odd) > 0 {
-		t.Errorf("the mount point showed something other than the dead mount or kvfs: %q; other errors: %q", bare, odd)
-	}
-	if dead.Load() == 0 || made.Load() < after+20 {
-		t.Fatalf("the probes did not span the restart: %d met the dead mount, %d created after it", dead.Load(), made.Load()-after)
-	}
-	for _, name := range names {
-		if _, err := os.Stat(name); err != nil {
+	c.spanned(t)
+	for _, name := range c.names {
+		if _, err := os.Stat(filepath.Join(d.mp, name)); err != nil {
 			t.Errorf("a probe created during the restart is not in the cache: %v", err)
 		}
 	}
@@ -454,54 +486,9 @@ func TestRestartReachesPropagatedViews(t *testing.T) {
 	mount(host, pod2, unix.MS_BIND|unix.MS_REC) // the restarted pod's volume
 	mount("", pod2, unix.MS_SHARED|unix.MS_REC)
 
-	var dead, made atomic.Int64
-	var mu sync.Mutex
-	var names, bare []string
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			var sf unix.Statfs_t
-			if err := unix.Statfs(filepath.Join(engine, "cache"), &sf); err == nil && sf.Type != unix.FUSE_SUPER_MAGIC {
-				mu.Lock()
-				bare = append(bare, fmt.Sprintf("statfs: type %#x", sf.Type))
-				mu.Unlock()
-			}
-			name := filepath.Join(engine, "cache", fmt.Sprintf("probe-%d.data", i))
-			fd, err := unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
-			mu.Lock()
-			switch {
-			case err == nil:
-				unix.Close(fd)
-				names = append(names, filepath.Base(name))
-				made.Add(1)
-			case errors.Is(err, unix.ENOTCONN):
-				dead.Add(1)
-			default:
-				bare = append(bare, fmt.Sprintf("create %s: %v", filepath.Base(name), err))
-			}
-			mu.Unlock()
-		}
-	}()
-	var once sync.Once
-	stopProbes := func() { once.Do(func() { close(stop); <-done }) }
-	t.Cleanup(stopProbes)
+	c := startCreator(t, filepath.Join(engine, "cache"))
 	d = startDaemon(t, filepath.Join(pod2, "cache"), flags...)
-	after := made.Load()
-	waitFor(func() bool { return made.Load() >= after+20 })
-	stopProbes()
-	t.Logf("the engine's probes: %d met the dead mount, %d created (%d after the new mount showed)", dead.Load(), made.Load(), made.Load()-after)
-	if len(bare) > 0 {
-		t.Errorf("the engine's view showed something other than the dead mount or kvfs: %q", bare)
-	}
-	if dead.Load() == 0 || made.Load() < after+20 {
-		t.Fatalf("the probes did not span the restart: %d met the dead mount, %d created after it", dead.Load(), made.Load()-after)
-	}
+	c.spanned(t)
 	for _, view := range []string{host, pod1, engine, pod2} {
 		mp := filepath.Join(view, "cache")
 		var sf unix.Statfs_t
@@ -512,7 +499,7 @@ func TestRestartReachesPropagatedViews(t *testing.T) {
 			t.Errorf("%s: %d mounts, want the new one alone", mp, n)
 		}
 	}
-	for _, name := range names {
+	for _, name := range c.names {
 		if _, err := os.Stat(filepath.Join(host, "cache", name)); err != nil {
 			t.Errorf("an object the engine created during the restart: %v", err)
 		}
