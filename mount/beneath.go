@@ -57,21 +57,15 @@ func (m *Mount) replaceDead(fs fuse.RawFileSystem) (*fuse.Server, error) {
 	mp := m.Mountpoint
 	// Checked at the start too (checkMountpoint); the store's load may
 	// have taken a minute since.
-	switch n, err := coveredEntries(mp); {
-	case err != nil:
-		return nil, fmt.Errorf("reading the directory under the dead mount: %w", err)
-	case n > 0:
-		return nil, usagef("mount point %s is not empty under its dead mount (%d entries); kvfs would hide them", mp, n)
+	if err := coveredEmpty(mp); err != nil {
+		return nil, err
 	}
 	// A start killed between its mount beneath and its detach left two
 	// dead mounts stacked here; the top ones go first (each uncovers
 	// another dead mount, never the directory), so that the new mount
 	// ends up alone.
-	for n := len(mountinfo.Stack(mp)); n > 1 && isDeadMount(mp); n-- {
-		m.log.Warn("detaching a dead mount stacked on another", zap.String("mountpoint", mp))
-		if err := detach(mp); err != nil {
-			return nil, err
-		}
+	if err := detachDead(mp, 1, "detaching a dead mount stacked on another", m.log); err != nil {
+		return nil, err
 	}
 	opts := m.mountOptions()
 	fd, err := mountBeneath(mp, opts)
@@ -166,6 +160,31 @@ func fsmountFuse(fsfd, fd int, o *fuse.MountOptions) (int, error) {
 		return -1, fmt.Errorf("fsmount: %w", err)
 	}
 	return mfd, nil
+}
+
+// coveredEmpty requires the directory under the dead mount at mp to be
+// empty (a usage error if not: kvfs would hide what it holds).
+func coveredEmpty(mp string) error {
+	n, err := coveredEntries(mp)
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading the directory under the dead mount: %w", err)
+	case n > 0:
+		return usagef("mount point %s is not empty under its dead mount (%d entries); kvfs would hide them", mp, n)
+	}
+	return nil
+}
+
+// detachDead detaches the dead mounts on top of mp, one at a time, while
+// more than keep mounts are stacked there; why is what it logs.
+func detachDead(mp string, keep int, why string, log *zap.Logger) error {
+	for n := len(mountinfo.Stack(mp)); n > keep && isDeadMount(mp); n-- {
+		log.Warn(why, zap.String("mountpoint", mp))
+		if err := detach(mp); err != nil {
+			return fmt.Errorf("cleaning up dead mount %s: %w", mp, err)
+		}
+	}
+	return nil
 }
 
 // coveredEntries counts the entries of the directory that the mount at

@@ -389,18 +389,16 @@ func releaseStuckOwner(store string, log *zap.Logger) {
 	if err != nil || pid <= 0 || pid == os.Getpid() || !zombie(pid) {
 		return
 	}
-	mps := mountsOfStore(mountinfo.Read(), store)
-	for _, mp := range mps {
+	mounts := mountsOfStore(mountinfo.Read(), store)
+	for _, e := range mounts {
 		log.Warn("the store's daemon was killed but is stuck exiting; aborting its FUSE connection",
-			zap.Int("pid", pid), zap.String("mountpoint", mp))
+			zap.Int("pid", pid), zap.String("mountpoint", e.Point))
 		// Through fusectl where it is mounted: the mount stays, dead,
 		// for newServer to replace, and its point never shows the
 		// directory under it (umount2 with MNT_FORCE also unmounts).
-		if e, ok := mountinfo.At(mp); ok {
-			abortConnection(mp, e)
-		}
+		abortConnection(e.Point, e)
 	}
-	for i := 0; i < 100 && len(mps) > 0 && zombie(pid); i++ {
+	for i := 0; i < 100 && len(mounts) > 0 && zombie(pid); i++ {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -426,13 +424,13 @@ func zombie(pid int) bool {
 	return err == nil && len(tasks) > 1
 }
 
-// mountsOfStore lists the points of the kvfs mounts among mounts whose
-// source (the store kvfs names as FsName) is store.
-func mountsOfStore(mounts []mountinfo.Entry, store string) []string {
-	var out []string
+// mountsOfStore lists the kvfs mounts among mounts whose source (the
+// store kvfs names as FsName) is store.
+func mountsOfStore(mounts []mountinfo.Entry, store string) []mountinfo.Entry {
+	var out []mountinfo.Entry
 	for _, e := range mounts {
 		if e.FSType == FSType && e.Source == store {
-			out = append(out, e.Point)
+			out = append(out, e)
 		}
 	}
 	return out

@@ -5,7 +5,6 @@ package mount
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -214,8 +213,10 @@ func within(path, dir string) bool {
 // the directory under it never shows while the store loads.
 func checkMountpoint(mp string, log *zap.Logger) (dead bool, err error) {
 	if isDeadMount(mp) {
-		if n, err := coveredEntries(mp); err == nil && n > 0 {
-			return true, usagef("mount point %s is not empty under its dead mount (%d entries); kvfs would hide them", mp, n)
+		// A directory that cannot be read here is read again, or the
+		// dead mount detached, when the new mount is made.
+		if err := coveredEmpty(mp); errors.Is(err, usageerr.ErrUsage) {
+			return true, err
 		}
 		log.Warn("mount point is dead (crashed daemon?); replacing it once the store is loaded", zap.String("mountpoint", mp))
 		return true, nil
@@ -227,11 +228,8 @@ func checkMountpoint(mp string, log *zap.Logger) (dead bool, err error) {
 // covered as checkMountpoint does: the way to a new mount where one
 // cannot be made beneath the dead one.
 func prepareMountpoint(mp string, log *zap.Logger) error {
-	for i := 0; i < 8 && isDeadMount(mp); i++ {
-		log.Warn("detaching the dead mount", zap.String("mountpoint", mp))
-		if err := detach(mp); err != nil {
-			return fmt.Errorf("cleaning up dead mount %s: %w", mp, err)
-		}
+	if err := detachDead(mp, 0, "detaching the dead mount", log); err != nil {
+		return err
 	}
 	return emptyMountpoint(mp)
 }

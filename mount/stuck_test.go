@@ -18,7 +18,10 @@ func TestMountsOfStore(t *testing.T) {
 38 25 0:34 / /tmp/other rw - fuse.kvfs /var/other-store rw
 39 25 0:35 / /tmp/notkvfs rw - fuse.sshfs /var/store rw
 40 25 8:1 / / rw shared:1 - ext4 /dev/vda rw`
-	got := mountsOfStore(mountinfo.Parse(strings.NewReader(info)), "/var/store")
+	var got []string
+	for _, e := range mountsOfStore(mountinfo.Parse(strings.NewReader(info)), "/var/store") {
+		got = append(got, e.Point)
+	}
 	if want := []string{"/tmp/a", "/tmp/with space"}; !slices.Equal(got, want) {
 		t.Fatalf("mountsOfStore = %q, want %q", got, want)
 	}
