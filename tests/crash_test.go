@@ -291,9 +291,13 @@ func (w *crashWorker) store(k *crashKey) error {
 	fillObject(data, k.key)
 	wrote, err := w.cl.store(k.key, data)
 	final := filepath.Join(w.c.mp, k.locs[0])
-	if err == nil && !wrote && w.c.goneFromStore(k.locs[0]) {
+	if err == nil && !wrote && (w.c.goneFromStore(k.locs[0]) || !w.c.listed(k.locs[0])) {
 		// The kernel still had the name of an object evicted a moment
-		// ago: eviction invalidates kernel entries asynchronously.
+		// ago: an eviction drops the name from the daemon's index at
+		// once, and then, each on its own time, invalidates the kernel's
+		// entry and unlinks the stored name (a doomed name, reaped
+		// later). So the stored file may still be there too; the index
+		// (a listing) says the name is gone all the same.
 		if !waitFor(func() bool { return unix.Stat(final, new(unix.Stat_t)) == unix.ENOENT }) {
 			return fmt.Errorf("%s still served %v after its object left the store", k.locs[0], hangGuard)
 		}
@@ -319,6 +323,23 @@ func (w *crashWorker) store(k *crashKey) error {
 		k.ino = st.Ino
 	}
 	return nil
+}
+
+// listed reports whether the daemon's index has rel: a listing through
+// the mount, which the daemon answers from its index, where a stat may
+// be answered from the kernel's entry cache. A listing that fails says
+// nothing, and counts as listed.
+func (c *crashLoop) listed(rel string) bool {
+	ents, err := os.ReadDir(filepath.Join(c.mp, filepath.Dir(rel)))
+	if err != nil {
+		return true
+	}
+	for _, e := range ents {
+		if e.Name() == filepath.Base(rel) {
+			return true
+		}
+	}
+	return false
 }
 
 // goneFromStore reports whether the store holds no file at rel.
