@@ -83,7 +83,7 @@ type FS struct {
 	// daemon serves every handle from then on.
 	noBacking atomic.Bool
 
-	reqs requests // counted by Instrument's wrapper
+	reqs *requests // counted by Instrument's wrapper; shared with the Loading before it (see Loading.Ready)
 
 	notices chan notice
 	done    chan struct{}
@@ -113,6 +113,7 @@ func New(c *core.Core, cfg Config) *FS {
 		log:     cfg.Logger,
 		ram:     cfg.RAM,
 		remote:  cfg.Remote,
+		reqs:    new(requests),
 		notices: make(chan notice, 4096),
 		done:    make(chan struct{}),
 		root:    os.Geteuid() == 0,

@@ -32,7 +32,7 @@ func (r *requests) counts() map[string]int64 {
 // from the call into f until it returns. timed must be quick and safe
 // for concurrent use.
 func (f *FS) Instrument(timed func(op stats.Op, took time.Duration)) fuse.RawFileSystem {
-	return instrument(f, &f.reqs, timed)
+	return instrument(f, f.reqs, timed)
 }
 
 // instrument wraps raw, counting into reqs.

@@ -17,10 +17,10 @@ var notRequests = map[string]bool{"String": true, "SetDebug": true, "Init": true
 // fuse.RawFileSystem once and requires each request to be counted once,
 // under its own type, and timed; the others to be handed on uncounted.
 func TestInstrumentCountsEveryRequest(t *testing.T) {
-	var f FS
+	f := FS{reqs: new(requests)}
 	var mu sync.Mutex
 	timed := map[stats.Op]int{}
-	raw := instrument(fuse.NewDefaultRawFileSystem(), &f.reqs, func(op stats.Op, took time.Duration) {
+	raw := instrument(fuse.NewDefaultRawFileSystem(), f.reqs, func(op stats.Op, took time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
 		if took < 0 {
@@ -98,8 +98,8 @@ func timedOf(timed map[stats.Op]int, name string) int {
 
 // TestInstrumentUntimed: without a timer requests are still counted.
 func TestInstrumentUntimed(t *testing.T) {
-	var f FS
-	raw := instrument(fuse.NewDefaultRawFileSystem(), &f.reqs, nil)
+	f := FS{reqs: new(requests)}
+	raw := instrument(fuse.NewDefaultRawFileSystem(), f.reqs, nil)
 	raw.Lookup(nil, &fuse.InHeader{}, "x", &fuse.EntryOut{})
 	raw.Lookup(nil, &fuse.InHeader{}, "y", &fuse.EntryOut{})
 	if got := f.reqs.counts(); len(got) != 1 || got["LOOKUP"] != 2 {

@@ -144,3 +144,14 @@ func (t *handleTable[T]) reindex() {
 		}
 	}
 }
+
+// count is how many handles are open.
+func (t *handleTable[T]) count() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	n := 0
+	if len(t.slots) > 0 {
+		n = len(t.slots) - 1 - len(t.free)
+	}
+	return n
+}

@@ -184,6 +184,12 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
 		return
 	}
+	if err := m.loadHeld(); err != nil {
+		m.fs.Resume()
+		log.Warn("handover refused; serving on", zap.Error(err))
+		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
+		return
+	}
 	quiesced := time.Since(start)
 	failpoint("handover-quiesced")
 	fr, err := m.core.Freeze()

@@ -51,6 +51,12 @@ type Mount struct {
 	// deadMount: a crashed daemon's mount was on the mount point at the
 	// start, to be replaced by this one (newServer).
 	deadMount bool
+	// loading serves the mount while the index is built (loading.go);
+	// nil for a start that loads first. loadDone is closed when the
+	// load ends, with loadErr if it failed.
+	loading  *fusefs.Loading
+	loadDone chan struct{}
+	loadErr  error
 }
 
 // Start validates the options, loads the store (reclaiming what a crash
@@ -97,6 +103,13 @@ func Start(o Options) (*Mount, error) {
 			log.Warn("no guard for the daemon: a kill -9 while it notifies the kernel can leave the mount hung until `kvfs unmount`, "+
 				"and its passthrough writers write on into the store", zap.Error(err))
 		}
+	}
+	if big, n := o.loadsInBackground(store); big {
+		if err := m.startLoading(store, n); err != nil {
+			m.guard.Stop()
+			return nil, err
+		}
+		return m, nil
 	}
 	if err := m.load(store); err != nil {
 		m.guard.Stop()
@@ -179,7 +192,16 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 
 func (m *Mount) mount() error {
 	m.core.Start(m.dropped)
-	server, err := m.newServer(m.fs.Instrument(m.requestTimer()))
+	if err := m.serve(m.fs.Instrument(m.requestTimer())); err != nil {
+		return err
+	}
+	m.serving("mounted")
+	return nil
+}
+
+// serve mounts fs and serves it.
+func (m *Mount) serve(fs fuse.RawFileSystem) error {
+	server, err := m.newServer(fs)
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", m.Mountpoint, err)
 	}
@@ -201,7 +223,6 @@ func (m *Mount) mount() error {
 	}
 	logRequestTimeout(m.RequestTimeout, m.log)
 	m.widenReadahead(maxRead)
-	m.serving("mounted")
 	return nil
 }
 
@@ -242,12 +263,20 @@ func (m *Mount) mountOptions() *fuse.MountOptions {
 		// security.capability before every passthrough write (it
 		// sets SB_NOSEC); kvfs keeps no set-user-ID bits to kill.
 		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_HANDLE_KILLPRIV_V2,
-		PanicHandler:      m.fs.Panic,
+		PanicHandler:      m.panicked,
 		// Sent in the INIT reply: this connection's, no one else's.
 		RequestTimeout: m.RequestTimeout,
 		Debug:          m.DebugFUSE,
 		Logger:         zap.NewStdLog(m.log.Named("fuse")),
 	}
+}
+
+// panicked answers a request whose handler panicked.
+func (m *Mount) panicked(r any) fuse.Status {
+	if m.loading != nil {
+		return m.loading.Panic(r)
+	}
+	return m.fs.Panic(r)
 }
 
 // unmountRefused takes back a mount whose INIT settled on something kvfs
@@ -309,6 +338,10 @@ func (m *Mount) RAMWait() { m.ram.Wait() }
 // snapshot and releases the store.
 func (m *Mount) Wait() {
 	m.server.Wait()
+	if m.WaitLoaded() != nil {
+		m.guard.Stop()
+		return
+	}
 	if m.handover != nil {
 		m.handover.Close()
 		os.Remove(socketPath(m.Store))

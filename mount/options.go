@@ -49,6 +49,10 @@ type Options struct {
 	// index is checkpointed so a start after a crash need not stat every
 	// stored file; zero only at a clean stop.
 	CheckpointInterval time.Duration
+	// ServeWhileLoading: a store expected to hold at least this many
+	// objects is served while its index is built (loading.go); -1:
+	// never.
+	ServeWhileLoading int64
 	// RAMCache is the size of the RAM tier (package ramcache); zero
 	// means none. It only serves reads that passthrough does not.
 	RAMCache    int64
@@ -161,6 +165,9 @@ func (o *Options) validate() error {
 	}
 	if o.WriteReserve < 0 || o.WriteReserve > o.Capacity && o.Capacity > 0 {
 		return usagef("--write-reserve %d must be between 0 and the capacity", o.WriteReserve)
+	}
+	if o.ServeWhileLoading < -1 {
+		return usagef("--serve-while-loading %d must be a number of objects, or -1 (never)", o.ServeWhileLoading)
 	}
 	if o.RAMCache < 0 || (o.RAMCache > 0 && o.RAMCache < 1<<20) {
 		return usagef("--ram-cache %d is below 1 MiB (0 turns the RAM tier off)", o.RAMCache)

@@ -33,6 +33,10 @@ type daemon struct {
 	mu     sync.Mutex
 	log    bytes.Buffer // stderr, then stdout, as they came
 	loaded string       // the "store loaded" log line
+	// ready is closed when the daemon says it serves every request,
+	// its index built (a big store's start serves loads before that).
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // startDaemon execs `kvfs mount` in its own process group, so a Ctrl-C
@@ -43,7 +47,7 @@ type daemon struct {
 func startDaemon(bin, store, mp string, capacity int64, extra ...string) (*daemon, error) {
 	args := []string{"mount", "--store", store, "--capacity", fmt.Sprint(capacity)}
 	args = append(append(args, extra...), mp)
-	d := &daemon{bin: bin, mp: mp, store: store, exited: make(chan struct{}), audited: make(chan struct{})}
+	d := &daemon{bin: bin, mp: mp, store: store, exited: make(chan struct{}), audited: make(chan struct{}), ready: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	stderr, err := d.cmd.StderrPipe()
@@ -84,6 +88,9 @@ func (d *daemon) capture(r io.Reader, wg *sync.WaitGroup) {
 				// already: no start-up audit follows.
 				d.auditedOnce.Do(func() { close(d.audited) })
 			}
+		}
+		if strings.HasPrefix(line, "kvfs: serving ") && strings.Contains(line, "objects restored") {
+			d.readyOnce.Do(func() { close(d.ready) })
 		}
 		if strings.Contains(line, "start-up audit done") {
 			d.auditedOnce.Do(func() { close(d.audited) })

@@ -188,6 +188,9 @@ func (s *restartStore) fill(b *bench) error {
 // restartSample is one timed restart.
 type restartSample struct {
 	serving time.Duration // exec to the first successful stat
+	// ready: exec to the daemon serving every request (a big store's
+	// start serves loads at once and builds its index behind them).
+	ready time.Duration
 	loadS   float64       // the daemon's own "store loaded" took
 	loaded  int64         // objects it says it restored
 	rss     int64         // daemon RSS once serving
@@ -229,6 +232,14 @@ func (b *bench) timeRestart(s *restartStore, mp string, capacity int64) (restart
 	}
 	if mountedType(mp) != "fuse.kvfs" {
 		return r, fmt.Errorf("%s answered but is not a kvfs mount", path)
+	}
+	select {
+	case <-d.ready:
+		r.ready = time.Since(start)
+	case <-d.exited:
+		return r, fmt.Errorf("kvfs mount exited (%v):\n%s", d.waitErr, tail(d.Log(), 2000))
+	case <-b.ctx.Done():
+		return r, b.ctx.Err()
 	}
 	r.rss = d.rssBytes()
 	stop := time.Now()
@@ -360,7 +371,7 @@ func (b *bench) restartRows() error {
 	}
 	kinds := []kind{{"clean stop, warm", false, false}, {"after a crash, warm", false, true},
 		{"clean stop, cold cache", true, false}, {"after a crash, cold cache", true, true}}
-	serving := map[string][]float64{}
+	serving, ready := map[string][]float64{}, map[string][]float64{}
 	var load, loadWalk, rss, stop []float64
 	for r := 0; r < b.cfg.restartRounds; r++ {
 		for _, k := range kinds {
@@ -392,6 +403,7 @@ func (b *bench) restartRows() error {
 				b.check("FAIL restart %q: the daemon listed %d directories as changed, not all %d", k.name, smp.listed, s.dirs)
 			}
 			serving[k.name] = append(serving[k.name], smp.serving.Seconds())
+			ready[k.name] = append(ready[k.name], smp.ready.Seconds())
 			switch k.name {
 			case "clean stop, warm":
 				load = append(load, smp.loadS)
@@ -400,8 +412,8 @@ func (b *bench) restartRows() error {
 			case "after a crash, warm":
 				loadWalk = append(loadWalk, smp.loadS)
 			}
-			b.progress("restart round %d/%d (%s): serving after %.2fs (daemon load %.2fs; %d dirs listed, %d files stat'ed), RSS %d MiB, unmount %.2fs",
-				r+1, b.cfg.restartRounds, k.name, smp.serving.Seconds(), smp.loadS, smp.listed, smp.stated, smp.rss>>20, smp.stop.Seconds())
+			b.progress("restart round %d/%d (%s): serving after %.2fs, every request after %.2fs (daemon load %.2fs; %d dirs listed, %d files stat'ed), RSS %d MiB, unmount %.2fs",
+				r+1, b.cfg.restartRounds, k.name, smp.serving.Seconds(), smp.ready.Seconds(), smp.loadS, smp.listed, smp.stated, smp.rss>>20, smp.stop.Seconds())
 		}
 	}
 	note := ""
@@ -416,6 +428,9 @@ func (b *bench) restartRows() error {
 			continue
 		}
 		b.absRow("restart, "+objs+", "+k.name+": exec to serving", "s", serving[k.name], 5, note) // the spec: under 5 s, cold, after a crash too
+		// From --serve-while-loading's objects on, loads are served
+		// before the index is built; stores wait for this.
+		b.absRow("  "+k.name+": exec to serving stores (index built)", "s", ready[k.name], 0, "")
 	}
 	b.absRow("  daemon's own store load, clean stop (warm)", "s", load, 0, "")
 	b.absRow("  daemon's own store load, after a crash, every directory listed (warm)", "s", loadWalk, 0, "")

@@ -208,6 +208,14 @@ func cmdMount(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if m.Loading() {
+		fmt.Fprintf(stdout, "kvfs: serving reads of %s on %s while its index loads; stores, deletes and renames wait for it\n",
+			m.Store, m.Mountpoint)
+		if err := m.WaitLoaded(); err != nil {
+			m.Wait()
+			return err
+		}
+	}
 	o.Logger.Info("kvfs serving", zap.String("build", build), zap.Int("pid", os.Getpid()))
 	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
 		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)

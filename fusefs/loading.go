@@ -1,0 +1,896 @@
+package fusefs
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"path"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/internal/stats"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Loading is the file system of a mount whose index is still being built
+// (a start over millions of objects takes a minute; see
+// docs/restart.md). It serves what a cache must serve at once, loads,
+// from the store's files as they lie (core.Preview): lookups, attributes,
+// read-only opens and reads, listings. Every other request (a store, a
+// delete, a rename, kvfs's own attributes) waits until Ready hands it the
+// FS built over the loaded core, and from then on every request goes to
+// that FS.
+//
+// The names it answers get node IDs and handle numbers of their own, from
+// loadBase up, so they never meet the core's. Its lookups tell the kernel
+// to keep nothing (timeouts of zero), so once the FS serves, the next use
+// of each name looks it up again and gets the core's ID; until the kernel
+// forgets a name of the load, a request on it is handed to the FS under
+// the core's ID for the same path. A handle opened while loading is read
+// to its release from the file it opened.
+type Loading struct {
+	pre  *core.Preview
+	log  *zap.Logger
+	reqs *requests
+
+	ready  chan struct{}      // closed by Ready
+	failed chan struct{}      // closed by Fail
+	fs     atomic.Pointer[FS] // set by Ready
+
+	mu     sync.Mutex
+	nodes  map[uint64]*loadNode  // GUARDED_BY(mu); by node ID
+	byName map[loadName]uint64   // GUARDED_BY(mu)
+	next   uint64                // GUARDED_BY(mu)
+	files  handleTable[*os.File] // numbered from loadBase
+	dirs   handleTable[*loadDir] // numbered from loadBase
+	server atomic.Pointer[fuse.Server]
+}
+
+// loadBase is the first node ID and handle number Loading gives. The
+// core's IDs count up from 1 and never come near.
+const loadBase = 1 << 62
+
+// loadNode is a name Loading answered: under a parent of its own or the
+// root.
+type loadNode struct {
+	parent  uint64
+	name    string
+	ino     uint64 // the stored inode it stood for
+	lookups uint64 // the kernel's count; forgotten at zero
+}
+
+type loadName struct {
+	parent uint64
+	name   string
+}
+
+// loadDir is a directory listing while loading: the stored directory's
+// own, less what the load would not keep.
+type loadDir struct {
+	mu   sync.Mutex
+	f    *os.File
+	pos  uint64 // offset of the next entry in ents
+	ents []loadEnt
+	buf  []byte
+}
+
+type loadEnt struct {
+	name string
+	ino  uint64
+	typ  uint32 // S_IFMT bits
+	off  uint64
+}
+
+var _ fuse.RawFileSystem = (*Loading)(nil)
+
+// NewLoading serves pre until Ready.
+func NewLoading(pre *core.Preview, log *zap.Logger) *Loading {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Loading{pre: pre, log: log, reqs: new(requests), ready: make(chan struct{}), failed: make(chan struct{}),
+		nodes: map[uint64]*loadNode{}, byName: map[loadName]uint64{}, next: loadBase}
+}
+
+// Instrument is FS.Instrument for the mount while loading; the counts
+// and the handover gate pass to the FS at Ready.
+func (l *Loading) Instrument(timed func(op stats.Op, took time.Duration)) fuse.RawFileSystem {
+	return instrument(l, l.reqs, timed)
+}
+
+// Ready hands every request from now on, and those waiting, to fs (not
+// yet serving anything else), and tells the kernel to drop the names it
+// holds from the load, so that its next use of each finds the core's.
+func (l *Loading) Ready(fs *FS) {
+	fs.reqs = l.reqs
+	if s := l.server.Load(); s != nil {
+		fs.Init(s)
+	}
+	l.fs.Store(fs)
+	close(l.ready)
+	l.mu.Lock()
+	var drop []loadName
+	for n := range l.byName {
+		drop = append(drop, n)
+	}
+	l.mu.Unlock()
+	for _, n := range drop {
+		fs.queue(notice{node: core.ID(n.parent), name: n.name})
+	}
+}
+
+// Held is how many of the load's names the kernel still holds and how
+// many of its handles are open: a handover waits until both are none,
+// as the successor would know neither.
+func (l *Loading) Held() (names, handles int) {
+	l.mu.Lock()
+	names = len(l.nodes)
+	l.mu.Unlock()
+	return names, l.files.count() + l.dirs.count()
+}
+
+// loaded is the FS once Ready, or nil.
+func (l *Loading) loaded() *FS {
+	select {
+	case <-l.ready:
+		return l.fs.Load()
+	default:
+		return nil
+	}
+}
+
+// wait is the FS, once Ready; EINTR if the request is interrupted first.
+func (l *Loading) wait(cancel <-chan struct{}) (*FS, fuse.Status) {
+	select {
+	case <-l.ready:
+		return l.fs.Load(), fuse.OK
+	case <-l.failed:
+		return nil, fuse.EIO
+	case <-cancel:
+		return nil, fuse.EINTR
+	}
+}
+
+// Fail answers the requests waiting for the index, and those to come,
+// with EIO: the load failed.
+func (l *Loading) Fail() { close(l.failed) }
+
+// real is the core's ID for node id, once Ready: a node of the load is
+// looked up again by its path.
+func (l *Loading) real(fs *FS, id uint64) (uint64, fuse.Status) {
+	if id < loadBase {
+		return id, fuse.OK
+	}
+	l.mu.Lock()
+	n := l.nodes[id]
+	l.mu.Unlock()
+	if n == nil {
+		return 0, fuse.Status(syscall.ESTALE)
+	}
+	parent, st := l.real(fs, n.parent)
+	if !st.Ok() {
+		return 0, st
+	}
+	e, _, err := fs.core.Lookup(core.ID(parent), n.name)
+	if err != nil {
+		return 0, fs.status("lookup", err)
+	}
+	return uint64(e.ID), fuse.OK
+}
+
+// header is h with its node ID the core's.
+func (l *Loading) header(fs *FS, h *fuse.InHeader) fuse.Status {
+	id, st := l.real(fs, h.NodeId)
+	h.NodeId = id
+	return st
+}
+
+// path is the path of node id under data/; false: not a directory of
+// the load's or the root.
+func (l *Loading) path(id uint64) (string, bool) {
+	if id == uint64(core.RootID) {
+		return "", true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var parts []string
+	for id != uint64(core.RootID) {
+		n := l.nodes[id]
+		if n == nil {
+			return "", false
+		}
+		parts = append(parts, n.name)
+		id = n.parent
+	}
+	p := ""
+	for i := len(parts) - 1; i >= 0; i-- {
+		p = path.Join(p, parts[i])
+	}
+	return p, true
+}
+
+func (l *Loading) errno(op string, err error) fuse.Status {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, core.ErrNotFound):
+		return fuse.ENOENT
+	case errors.As(err, &errno):
+		return fuse.Status(errno)
+	}
+	l.log.Warn(op+" while loading", zap.Error(err))
+	return fuse.EIO
+}
+
+// answer fills an entry or attributes of the load: nothing kept.
+func loadAttr(out *fuse.Attr, id uint64, a core.Attr) {
+	fillAttr(out, core.ID(id), a)
+	out.Blocks = uint64(a.Charge / 512)
+}
+
+func (l *Loading) String() string           { return "kvfs" }
+func (l *Loading) SetDebug(debug bool)      {}
+func (l *Loading) OnUnmount()               {}
+func (l *Loading) Init(server *fuse.Server) { l.server.Store(server) }
+
+// Panic is FS.Panic's answer before there is an FS.
+func (l *Loading) Panic(r any) fuse.Status {
+	if fs := l.loaded(); fs != nil {
+		return fs.Panic(r)
+	}
+	l.log.Error("panic while loading", zap.Any("panic", r), zap.Stack("stack"))
+	return fuse.EIO
+}
+
+// The requests the load serves itself.
+
+func (l *Loading) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	if fs := l.loaded(); fs != nil {
+		if st := l.header(fs, header); !st.Ok() {
+			return st
+		}
+		return fs.Lookup(cancel, header, name, out)
+	}
+	if name == "." || name == ".." {
+		return fuse.Status(syscall.ESTALE)
+	}
+	if err := checkName(name); err != nil {
+		return l.errno("lookup", err)
+	}
+	dir, ok := l.path(header.NodeId)
+	if !ok {
+		return fuse.Status(syscall.ESTALE)
+	}
+	a, err := l.pre.Attr(path.Join(dir, name))
+	if errors.Is(err, core.ErrNotFound) {
+		out.NodeId = 0 // absent, and not to be remembered
+		return fuse.OK
+	}
+	if err != nil {
+		return l.errno("lookup", err)
+	}
+	key := loadName{header.NodeId, name}
+	l.mu.Lock()
+	id, ok := l.byName[key]
+	if n := l.nodes[id]; !ok || n.ino != a.Ino {
+		id = l.next
+		l.next++
+		l.nodes[id] = &loadNode{parent: header.NodeId, name: name, ino: a.Ino}
+		l.byName[key] = id
+	}
+	l.nodes[id].lookups++
+	l.mu.Unlock()
+	out.NodeId, out.Generation = id, 0
+	loadAttr(&out.Attr, id, a)
+	return fuse.OK
+}
+
+func (l *Loading) Forget(nodeid, nlookup uint64) {
+	if nodeid < loadBase {
+		if fs := l.loaded(); fs != nil {
+			fs.Forget(nodeid, nlookup)
+		}
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.nodes[nodeid]
+	if n == nil {
+		return
+	}
+	if n.lookups > nlookup {
+		n.lookups -= nlookup
+		return
+	}
+	delete(l.nodes, nodeid)
+	if key := (loadName{n.parent, n.name}); l.byName[key] == nodeid {
+		delete(l.byName, key)
+	}
+}
+
+// attr is a node's attributes while loading.
+func (l *Loading) attr(id uint64) (core.Attr, fuse.Status) {
+	if id != uint64(core.RootID) {
+		l.mu.Lock()
+		n := l.nodes[id]
+		l.mu.Unlock()
+		if n == nil {
+			return core.Attr{}, fuse.Status(syscall.ESTALE)
+		}
+	}
+	p, ok := l.path(id)
+	if !ok {
+		return core.Attr{}, fuse.Status(syscall.ESTALE)
+	}
+	a, err := l.pre.Attr(p)
+	if err != nil {
+		return core.Attr{}, l.errno("getattr", err)
+	}
+	return a, fuse.OK
+}
+
+func (l *Loading) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	id := in.NodeId
+	if fh := in.Fh(); fh >= loadBase && in.Flags()&fuse.FUSE_GETATTR_FH != 0 {
+		f, put, ok := l.files.get(fh - loadBase)
+		if !ok {
+			return fuse.EBADF
+		}
+		defer put()
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			return l.errno("getattr", err)
+		}
+		loadAttr(&out.Attr, id, core.Attr{Stat_t: st, Charge: st.Blocks * 512, Links: int(st.Nlink)})
+		return fuse.OK
+	}
+	if fs := l.loaded(); fs != nil {
+		if st := l.header(fs, &in.InHeader); !st.Ok() {
+			return st
+		}
+		if in.Fh() >= loadBase {
+			in.Flags_ &^= fuse.FUSE_GETATTR_FH
+		}
+		st := fs.GetAttr(cancel, in, out)
+		if st.Ok() && id >= loadBase {
+			out.Attr.Ino = id // the kernel's inode is the load's
+		}
+		return st
+	}
+	a, st := l.attr(id)
+	if !st.Ok() {
+		return st
+	}
+	loadAttr(&out.Attr, id, a)
+	return fuse.OK
+}
+
+func (l *Loading) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
+	if fs := l.loaded(); fs != nil {
+		if st := l.header(fs, &in.InHeader); !st.Ok() {
+			return st
+		}
+		return fs.Access(cancel, in)
+	}
+	a, st := l.attr(in.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	if !hasAccess(&in.Caller, a.Uid, a.Gid, a.Mode, in.Mask) {
+		return fuse.EACCES
+	}
+	return fuse.OK
+}
+
+func (l *Loading) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	fs := l.loaded()
+	if fs == nil && (writable(in.Flags) || in.Flags&syscall.O_TRUNC != 0) {
+		var st fuse.Status
+		if fs, st = l.wait(cancel); !st.Ok() {
+			return st
+		}
+	}
+	if fs != nil {
+		if st := l.header(fs, &in.InHeader); !st.Ok() {
+			return st
+		}
+		return fs.Open(cancel, in, out)
+	}
+	p, ok := l.path(in.NodeId)
+	if !ok {
+		return fuse.Status(syscall.ESTALE)
+	}
+	f, err := l.pre.Open(p, false)
+	if err != nil {
+		return l.errno("open", err)
+	}
+	out.Fh = loadBase + l.files.add(f)
+	return fuse.OK
+}
+
+func (l *Loading) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	if in.Fh < loadBase {
+		fs, st := l.wait(cancel)
+		if !st.Ok() {
+			return nil, st
+		}
+		return fs.Read(cancel, in, buf)
+	}
+	f, put, ok := l.files.get(in.Fh - loadBase)
+	if !ok {
+		return nil, fuse.EBADF
+	}
+	defer put()
+	n, err := f.ReadAt(buf[:min(len(buf), int(in.Size))], int64(in.Offset))
+	if err != nil && n == 0 && !errors.Is(err, io.EOF) {
+		return nil, l.errno("read", err)
+	}
+	return fuse.ReadResultData(buf[:n]), fuse.OK
+}
+
+func (l *Loading) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	if in.Fh < loadBase {
+		fs, st := l.wait(cancel)
+		if !st.Ok() {
+			return st
+		}
+		return fs.Lseek(cancel, in, out)
+	}
+	f, put, ok := l.files.get(in.Fh - loadBase)
+	if !ok {
+		return fuse.EBADF
+	}
+	defer put()
+	off, err := unix.Seek(int(f.Fd()), int64(in.Offset), int(in.Whence))
+	if err != nil {
+		return l.errno("lseek", err)
+	}
+	out.Offset = uint64(off)
+	return fuse.OK
+}
+
+func (l *Loading) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	if in.Fh >= loadBase {
+		return fuse.OK // nothing written
+	}
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	return fs.Flush(cancel, in)
+}
+
+func (l *Loading) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	if in.Fh >= loadBase {
+		return fuse.OK
+	}
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	return fs.Fsync(cancel, in)
+}
+
+func (l *Loading) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	if in.Fh >= loadBase {
+		if f, ok := l.files.take(in.Fh - loadBase); ok {
+			f.Close()
+		}
+		return
+	}
+	if fs := l.loaded(); fs != nil {
+		fs.Release(cancel, in)
+	}
+}
+
+func (l *Loading) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if fs := l.loaded(); fs != nil {
+		if st := l.header(fs, &in.InHeader); !st.Ok() {
+			return st
+		}
+		return fs.OpenDir(cancel, in, out)
+	}
+	p, ok := l.path(in.NodeId)
+	if !ok {
+		return fuse.Status(syscall.ESTALE)
+	}
+	f, err := l.pre.Open(p, true)
+	if err != nil {
+		return l.errno("opendir", err)
+	}
+	out.Fh = loadBase + l.dirs.add(&loadDir{f: f})
+	return fuse.OK
+}
+
+func (l *Loading) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	if in.Fh < loadBase {
+		fs, st := l.wait(cancel)
+		if !st.Ok() {
+			return st
+		}
+		return fs.ReadDir(cancel, in, out)
+	}
+	return l.readDir(in, out, false)
+}
+
+func (l *Loading) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	if in.Fh < loadBase {
+		fs, st := l.wait(cancel)
+		if !st.Ok() {
+			return st
+		}
+		return fs.ReadDirPlus(cancel, in, out)
+	}
+	return l.readDir(in, out, true)
+}
+
+// readDir lists a directory of the load from its stored listing, at the
+// stored directory's own offsets. With plus, each entry goes without
+// attributes (node ID 0: the kernel makes no entry of it, and a use of
+// the name looks it up).
+func (l *Loading) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	d, put, ok := l.dirs.get(in.Fh - loadBase)
+	if !ok {
+		return fuse.EBADF
+	}
+	defer put()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if in.Offset != d.pos || d.buf == nil {
+		if _, err := unix.Seek(int(d.f.Fd()), int64(in.Offset), 0); err != nil {
+			return l.errno("readdir", err)
+		}
+		d.pos, d.ents = in.Offset, nil
+		if d.buf == nil {
+			d.buf = make([]byte, 32<<10)
+		}
+	}
+	for {
+		if len(d.ents) == 0 {
+			n, err := unix.Getdents(int(d.f.Fd()), d.buf)
+			if err != nil {
+				return l.errno("readdir", err)
+			}
+			if n == 0 {
+				return fuse.OK
+			}
+			d.ents = parseDirents(d.buf[:n], d.ents[:0])
+		}
+		e := d.ents[0]
+		if e.name == "." || e.name == ".." || l.pre.Shown(e.typ, e.ino) {
+			de := fuse.DirEntry{Name: e.name, Mode: e.typ, Ino: e.ino, Off: e.off}
+			if plus {
+				if out.AddDirLookupEntry(de) == nil {
+					return fuse.OK
+				}
+			} else if !out.AddDirEntry(de) {
+				return fuse.OK
+			}
+		}
+		d.ents, d.pos = d.ents[1:], e.off
+	}
+}
+
+// parseDirents appends the entries of a getdents64 buffer.
+func parseDirents(buf []byte, ents []loadEnt) []loadEnt {
+	for len(buf) >= 19 {
+		reclen := int(buf[16]) | int(buf[17])<<8
+		if reclen < 19 || reclen > len(buf) {
+			break
+		}
+		name := buf[19:reclen]
+		for i, c := range name {
+			if c == 0 {
+				name = name[:i]
+				break
+			}
+		}
+		ents = append(ents, loadEnt{
+			ino:  binary.NativeEndian.Uint64(buf[0:8]),
+			off:  binary.NativeEndian.Uint64(buf[8:16]),
+			typ:  uint32(buf[18]) << 12,
+			name: string(name),
+		})
+		buf = buf[reclen:]
+	}
+	return ents
+}
+
+func (l *Loading) ReleaseDir(in *fuse.ReleaseIn) {
+	if in.Fh >= loadBase {
+		if d, ok := l.dirs.take(in.Fh - loadBase); ok {
+			d.f.Close()
+		}
+		return
+	}
+	if fs := l.loaded(); fs != nil {
+		fs.ReleaseDir(in)
+	}
+}
+
+func (l *Loading) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	if in.Fh >= loadBase {
+		return fuse.OK
+	}
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	return fs.FsyncDir(cancel, in)
+}
+
+// StatFs while loading is the store's disk's: the ledger's figures come
+// with the index.
+func (l *Loading) StatFs(cancel <-chan struct{}, header *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	if fs := l.loaded(); fs != nil {
+		return fs.StatFs(cancel, header, out)
+	}
+	st, err := l.pre.Statfs()
+	if err != nil {
+		return l.errno("statfs", err)
+	}
+	out.Bsize, out.Frsize, out.NameLen = uint32(st.Bsize), uint32(st.Frsize), uint32(core.NameMax)
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
+	out.Files, out.Ffree = st.Files, st.Ffree
+	return fuse.OK
+}
+
+// GetXAttr: kvfs's own attributes wait for the index; no other kind is
+// kept (ls -l asks for ACLs and labels of every name).
+func (l *Loading) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
+	fs := l.loaded()
+	if fs == nil && len(attr) > len(kvfsXattrs) && attr[:len(kvfsXattrs)] == kvfsXattrs {
+		var st fuse.Status
+		if fs, st = l.wait(cancel); !st.Ok() {
+			return 0, st
+		}
+	}
+	if fs == nil {
+		return 0, fuse.Status(syscall.ENODATA)
+	}
+	if st := l.header(fs, header); !st.Ok() {
+		return 0, st
+	}
+	return fs.GetXAttr(cancel, header, attr, dest)
+}
+
+// kvfsXattrs prefixes kvfs's own extended attributes.
+const kvfsXattrs = "user.kvfs."
+
+// ListXAttr lists none while loading (ls -l asks it of every name).
+func (l *Loading) ListXAttr(cancel <-chan struct{}, header *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	fs := l.loaded()
+	if fs == nil {
+		return 0, fuse.OK
+	}
+	if st := l.header(fs, header); !st.Ok() {
+		return 0, st
+	}
+	return fs.ListXAttr(cancel, header, dest)
+}
+
+func (l *Loading) Statx(cancel <-chan struct{}, in *fuse.StatxIn, out *fuse.StatxOut) fuse.Status {
+	return fuse.ENOSYS // as FS's
+}
+
+func (l *Loading) Readlink(cancel <-chan struct{}, header *fuse.InHeader) ([]byte, fuse.Status) {
+	return nil, fuse.ENOTSUP // as FS's
+}
+
+func (l *Loading) GetLk(cancel <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
+	return fuse.ENOTSUP // as FS's
+}
+func (l *Loading) SetLk(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status  { return fuse.ENOTSUP }
+func (l *Loading) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status { return fuse.ENOTSUP }
+
+// The requests that wait for the index.
+
+func (l *Loading) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	id := in.NodeId
+	if st := l.header(fs, &in.InHeader); !st.Ok() {
+		return st
+	}
+	if in.Valid&fuse.FATTR_FH != 0 && in.Fh >= loadBase {
+		in.Valid &^= fuse.FATTR_FH // a handle of the load's: read-only
+	}
+	st = fs.SetAttr(cancel, in, out)
+	if st.Ok() && id >= loadBase {
+		out.Attr.Ino = id
+	}
+	return st
+}
+
+func (l *Loading) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, &in.InHeader); !st.Ok() {
+		return st
+	}
+	return fs.Mknod(cancel, in, name, out)
+}
+
+func (l *Loading) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, &in.InHeader); !st.Ok() {
+		return st
+	}
+	return fs.Mkdir(cancel, in, name, out)
+}
+
+func (l *Loading) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, header); !st.Ok() {
+		return st
+	}
+	return fs.Unlink(cancel, header, name)
+}
+
+func (l *Loading) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, header); !st.Ok() {
+		return st
+	}
+	return fs.Rmdir(cancel, header, name)
+}
+
+func (l *Loading) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, &in.InHeader); !st.Ok() {
+		return st
+	}
+	if in.Newdir, st = l.real(fs, in.Newdir); !st.Ok() {
+		return st
+	}
+	return fs.Rename(cancel, in, oldName, newName)
+}
+
+func (l *Loading) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, &in.InHeader); !st.Ok() {
+		return st
+	}
+	if in.Oldnodeid, st = l.real(fs, in.Oldnodeid); !st.Ok() {
+		return st
+	}
+	return fs.Link(cancel, in, name, out)
+}
+
+func (l *Loading) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, header); !st.Ok() {
+		return st
+	}
+	return fs.Symlink(cancel, header, target, name, out)
+}
+
+func (l *Loading) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, &in.InHeader); !st.Ok() {
+		return st
+	}
+	return fs.SetXAttr(cancel, in, attr, data)
+}
+
+func (l *Loading) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, header); !st.Ok() {
+		return st
+	}
+	return fs.RemoveXAttr(cancel, header, attr)
+}
+
+func (l *Loading) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, &in.InHeader); !st.Ok() {
+		return st
+	}
+	return fs.Create(cancel, in, name, out)
+}
+
+func (l *Loading) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	return fuse.ENOTSUP // as FS's
+}
+
+func (l *Loading) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if in.Fh >= loadBase {
+		return 0, fuse.EBADF // opened for reading
+	}
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return 0, st
+	}
+	return fs.Write(cancel, in, data)
+}
+
+func (l *Loading) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	if in.Fh >= loadBase {
+		return 0, fuse.EBADF
+	}
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return 0, st
+	}
+	return fs.Writev(cancel, in, data)
+}
+
+func (l *Loading) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	if in.Fh >= loadBase {
+		return fuse.EBADF
+	}
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	return fs.Fallocate(cancel, in)
+}
+
+// CopyFileRange from or to a handle of the load's: EXDEV, so the kernel
+// copies by reading and writing.
+func (l *Loading) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	if in.FhIn >= loadBase || in.FhOut >= loadBase {
+		return 0, fuse.Status(syscall.EXDEV)
+	}
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return 0, st
+	}
+	if st := l.header(fs, &in.InHeader); !st.Ok() {
+		return 0, st
+	}
+	if in.NodeIdOut, st = l.real(fs, in.NodeIdOut); !st.Ok() {
+		return 0, st
+	}
+	return fs.CopyFileRange(cancel, in)
+}
+
+func (l *Loading) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *fuse.IoctlOut, outbuf []byte) fuse.Status {
+	if in.Fh >= loadBase {
+		return fuse.Status(syscall.ENOTTY)
+	}
+	fs, st := l.wait(cancel)
+	if !st.Ok() {
+		return st
+	}
+	if st := l.header(fs, &in.InHeader); !st.Ok() {
+		return st
+	}
+	return fs.Ioctl(cancel, in, inbuf, out, outbuf)
+}

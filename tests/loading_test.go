@@ -1,0 +1,186 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestServeWhileLoading: a start over a big store serves loads before its
+// index is built (the spec's 3 s at ten million objects after a crash).
+// The store here is small and the load is held open by $KVFS_LOAD_GATE,
+// so the test sees the mount while it loads: every completed object reads
+// back byte for byte, listings show them, the object a writer had open at
+// the crash is not served, a store and a delete wait for the index (and
+// change nothing in the store meanwhile), a handle opened while loading
+// reads on after, and once loaded the ledger counts exactly what is there.
+func TestServeWhileLoading(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	mp := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--capacity", "64MiB", "--serve-while-loading", "-1")
+	if err := os.Mkdir(filepath.Join(mp, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	for i := range 24 {
+		name := fmt.Sprintf("obj-%02d.data", i)
+		if i%2 == 1 {
+			name = filepath.Join("sub", name)
+		}
+		data := bytes.Repeat([]byte{byte(i + 1)}, 5000+i*3001)
+		if err := os.WriteFile(filepath.Join(mp, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = data
+	}
+	half, err := os.Create(filepath.Join(mp, "half.data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := half.Write(make([]byte, 7000)); err != nil {
+		t.Fatal(err)
+	}
+	d.kill9() // the writer of half.data still has it open
+	half.Close()
+
+	gate := filepath.Join(dir, "gate")
+	if err := unix.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opened := false
+	open := func() {
+		if !opened {
+			opened = true
+			if g, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
+				g.Close()
+			}
+		}
+	}
+	t.Cleanup(open) // a failed test must not leave the daemon's load waiting
+	d = startDaemonEnv(t, kvfsBin, []string{"KVFS_LOAD_GATE=" + gate}, mp, "--capacity", "64MiB", "--serve-while-loading", "0")
+	if !d.printed("while its index loads") {
+		t.Fatalf("the start did not serve while loading:\n%s", d.out)
+	}
+
+	readAll := func(when string) {
+		t.Helper()
+		for name, data := range want {
+			got, err := os.ReadFile(filepath.Join(mp, name))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("%s: %s read %d bytes (%v), want %d", when, name, len(got), err, len(data))
+			}
+		}
+	}
+	readAll("while loading")
+	top := dirNames(t, mp)
+	if !slices.Contains(top, "sub") || !slices.Contains(top, "obj-00.data") || slices.Contains(top, "half.data") {
+		t.Fatalf("listing while loading: %v", top)
+	}
+	if sub := dirNames(t, filepath.Join(mp, "sub")); len(sub) != 12 {
+		t.Fatalf("listing sub/ while loading: %v", sub)
+	}
+	if _, err := os.Stat(filepath.Join(mp, "half.data")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the object being written at the crash, while loading: %v, want ENOENT", err)
+	}
+	// ls -l asks for each name's extended attributes, and df for the
+	// file system's figures: neither waits for the index.
+	for _, cmd := range [][]string{{"ls", "-lR", mp}, {"df", mp}, {"du", "-s", mp}} {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		out, err := exec.CommandContext(ctx, cmd[0], cmd[1:]...).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("%v while loading: %v\n%s", cmd, err, out)
+		}
+		if cmd[0] == "ls" && !bytes.Contains(out, []byte("obj-23.data")) {
+			t.Fatalf("ls -lR while loading:\n%s", out)
+		}
+	}
+	held, err := os.Open(filepath.Join(mp, "obj-00.data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(held.Fd()), &st); err != nil || st.Size != int64(len(want["obj-00.data"])) {
+		t.Fatalf("fstat while loading: size %d (%v)", st.Size, err)
+	}
+
+	fresh := bytes.Repeat([]byte{0xee}, 12345)
+	stored, removed := make(chan error, 1), make(chan error, 1)
+	go func() { stored <- os.WriteFile(filepath.Join(mp, "new.data"), fresh, 0o644) }()
+	go func() { removed <- os.Remove(filepath.Join(mp, "sub", "obj-01.data")) }()
+	readAll("while a store and a delete wait")
+	data := filepath.Join(d.store, "data")
+	if _, err := os.Stat(filepath.Join(data, "new.data")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a store while loading reached the store: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "sub", "obj-01.data")); err != nil {
+		t.Fatalf("a delete while loading reached the store: %v", err)
+	}
+	select {
+	case err := <-stored:
+		t.Fatalf("a store finished while loading (%v)", err)
+	case err := <-removed:
+		t.Fatalf("a delete finished while loading (%v)", err)
+	default:
+	}
+
+	open()
+	if !d.printed("objects restored") {
+		t.Fatalf("the load did not finish:\n%s", d.out)
+	}
+	for what, ch := range map[string]chan error{"store": stored, "delete": removed} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("the %s that waited for the index: %v", what, err)
+			}
+		case <-time.After(hangGuard):
+			t.Fatalf("the %s that waited for the index never finished", what)
+		}
+	}
+	delete(want, filepath.Join("sub", "obj-01.data"))
+	want["new.data"] = fresh
+	readAll("loaded")
+	buf := make([]byte, len(want["obj-00.data"])+1)
+	if n, err := held.ReadAt(buf, 0); n != len(want["obj-00.data"]) || !bytes.Equal(buf[:n], want["obj-00.data"]) {
+		t.Fatalf("a handle opened while loading, read after: %d bytes (%v)", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(mp, "sub", "obj-01.data")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("deleted while loading, after: %v", err)
+	}
+	var sum int64
+	for name, data := range want {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(mp, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Ino >= 1<<62 {
+			t.Fatalf("%s still has the load's node (ino %#x) after the index was built", name, st.Ino)
+		}
+		sum += ceil4096(int64(len(data)))
+	}
+	s := stats(t, mp)
+	if s.Objects != int64(len(want)) || s.UsedBytes != sum {
+		t.Fatalf("loaded: %d objects, %d bytes used; want %d, %d", s.Objects, s.UsedBytes, len(want), sum)
+	}
+	if err := syscall.Access(filepath.Join(mp, "half.data"), 0); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("half-written object after the load: %v", err)
+	}
+	held.Close()
+	d.stop()
+}
