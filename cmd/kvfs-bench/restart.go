@@ -190,11 +190,11 @@ type restartSample struct {
 	serving time.Duration // exec to the first successful stat
 	// ready: exec to the daemon serving every request (a big store's
 	// start serves loads at once and builds its index behind them).
-	ready time.Duration
-	loadS   float64       // the daemon's own "store loaded" took
-	loaded  int64         // objects it says it restored
-	rss     int64         // daemon RSS once serving
-	stop    time.Duration // kvfs unmount until the daemon exited
+	ready  time.Duration
+	loadS  float64       // the daemon's own "store loaded" took
+	loaded int64         // objects it says it restored
+	rss    int64         // daemon RSS once serving
+	stop   time.Duration // kvfs unmount until the daemon exited
 	// snapshot: the daemon logged that it loaded its index from the
 	// checkpoint, not from a walk of the store; listed: directories it
 	// listed as changed since; stated: files it stat'ed.
