@@ -177,6 +177,8 @@ func TestBadInputFlags(t *testing.T) {
 		{"--log-level", "loud", []string{"log-level", "loud"}},
 		{"--ram-cache", "12X", []string{"bad size", "12X"}},
 		{"--ram-cache", "100", []string{"--ram-cache 100", "below 1 MiB"}},
+		{"--serve-while-loading", "-2", []string{"--serve-while-loading -2", "-1 (never)"}},
+		{"--serve-while-loading", "many", []string{"invalid value", "many"}},
 	}
 	dir := t.TempDir()
 	mp := filepath.Join(dir, "mp")
