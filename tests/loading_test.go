@@ -47,6 +47,10 @@ func TestServeWhileLoading(t *testing.T) {
 		}
 		want[name] = data
 	}
+	// A clean stop leaves a checkpoint of the 24 objects: the start
+	// after the crash loads from it and finds half.data new.
+	d.stop()
+	d = startDaemon(t, mp, "--capacity", "64MiB", "--serve-while-loading", "-1")
 	half, err := os.Create(filepath.Join(mp, "half.data"))
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +75,8 @@ func TestServeWhileLoading(t *testing.T) {
 		}
 	}
 	t.Cleanup(open) // a failed test must not leave the daemon's load waiting
-	d = startDaemonEnv(t, kvfsBin, []string{"KVFS_LOAD_GATE=" + gate}, mp, "--capacity", "64MiB", "--serve-while-loading", "0")
+	// 24: the checkpoint's count, so this start expects exactly enough.
+	d = startDaemonEnv(t, kvfsBin, []string{"KVFS_LOAD_GATE=" + gate}, mp, "--capacity", "64MiB", "--serve-while-loading", "24")
 	if !d.printed("while its index loads") {
 		t.Fatalf("the start did not serve while loading:\n%s", d.out)
 	}
@@ -140,8 +145,8 @@ func TestServeWhileLoading(t *testing.T) {
 	}
 
 	open()
-	if !d.printed("objects restored") {
-		t.Fatalf("the load did not finish:\n%s", d.out)
+	if !d.printed("objects restored") || !d.printed(`"from_snapshot": true`) {
+		t.Fatalf("the load from the checkpoint did not finish:\n%s", d.out)
 	}
 	for what, ch := range map[string]chan error{"store": stored, "delete": removed} {
 		select {
