@@ -50,8 +50,8 @@ type Options struct {
 	// stored file; zero only at a clean stop.
 	CheckpointInterval time.Duration
 	// ServeWhileLoading: a store expected to hold at least this many
-	// objects is served while its index is built (loading.go); -1:
-	// never.
+	// objects is served while its index is built (loading.go); 0:
+	// DefaultServeWhileLoading; -1: never.
 	ServeWhileLoading int64
 	// RAMCache is the size of the RAM tier (package ramcache); zero
 	// means none. It only serves reads that passthrough does not.
@@ -165,6 +165,9 @@ func (o *Options) validate() error {
 	}
 	if o.WriteReserve < 0 || o.WriteReserve > o.Capacity && o.Capacity > 0 {
 		return usagef("--write-reserve %d must be between 0 and the capacity", o.WriteReserve)
+	}
+	if o.ServeWhileLoading == 0 {
+		o.ServeWhileLoading = DefaultServeWhileLoading
 	}
 	if o.ServeWhileLoading < -1 {
 		return usagef("--serve-while-loading %d must be a number of objects, or -1 (never)", o.ServeWhileLoading)
