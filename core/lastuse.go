@@ -124,3 +124,14 @@ func (c *Core) recordUses() {
 		})
 	}
 }
+
+// Used notes a read of id that the mount served before the index was
+// built (fusefs.Loading): as a read's open and release would, it moves id
+// to the back of the LRU order and notes the use for a crash's order.
+func (c *Core) Used(id ID) {
+	if c.ledger.Open(id, false) != nil {
+		return // gone since
+	}
+	c.lastUse.first(id, c.cfg.Now())
+	c.ledger.Close(id, false)
+}

@@ -4,8 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -44,9 +47,13 @@ type Loading struct {
 	fs     atomic.Pointer[FS] // set by Ready
 
 	mu     sync.Mutex
-	nodes  map[uint64]*loadNode  // GUARDED_BY(mu); by node ID
-	byName map[loadName]uint64   // GUARDED_BY(mu)
-	next   uint64                // GUARDED_BY(mu)
+	nodes  map[uint64]*loadNode // GUARDED_BY(mu); by node ID
+	byName map[loadName]uint64  // GUARDED_BY(mu)
+	next   uint64               // GUARDED_BY(mu)
+	// used: the paths read while loading, with the order of their last
+	// read, for Ready to note in the LRU order; GUARDED_BY(mu).
+	used   map[string]int
+	reads  int                   // GUARDED_BY(mu)
 	files  handleTable[*os.File] // numbered from loadBase
 	dirs   handleTable[*loadDir] // numbered from loadBase
 	server atomic.Pointer[fuse.Server]
@@ -95,7 +102,7 @@ func NewLoading(pre *core.Preview, log *zap.Logger) *Loading {
 		log = zap.NewNop()
 	}
 	return &Loading{pre: pre, log: log, reqs: new(requests), ready: make(chan struct{}), failed: make(chan struct{}),
-		nodes: map[uint64]*loadNode{}, byName: map[loadName]uint64{}, next: loadBase}
+		nodes: map[uint64]*loadNode{}, byName: map[loadName]uint64{}, next: loadBase, used: map[string]int{}}
 }
 
 // Instrument is FS.Instrument for the mount while loading; the counts
@@ -119,7 +126,16 @@ func (l *Loading) Ready(fs *FS) {
 	for n := range l.byName {
 		drop = append(drop, n)
 	}
+	used := slices.SortedFunc(maps.Keys(l.used), func(a, b string) int { return l.used[a] - l.used[b] })
+	l.used = nil
 	l.mu.Unlock()
+	// What was read while loading is the most recently used, in the
+	// order of its reads.
+	for _, p := range used {
+		if id, ok := fs.lookupPath(p); ok {
+			fs.core.Used(id)
+		}
+	}
 	for _, n := range drop {
 		fs.queue(notice{node: core.ID(n.parent), name: n.name})
 	}
@@ -409,6 +425,12 @@ func (l *Loading) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 	if err != nil {
 		return l.errno("open", err)
 	}
+	l.mu.Lock()
+	if l.used != nil { // nil once Ready has noted them
+		l.reads++
+		l.used[p] = l.reads
+	}
+	l.mu.Unlock()
 	out.Fh = loadBase + l.files.add(f)
 	return fuse.OK
 }
@@ -893,4 +915,17 @@ func (l *Loading) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, 
 		return st
 	}
 	return fs.Ioctl(cancel, in, inbuf, out, outbuf)
+}
+
+// lookupPath is the core's ID of a path under the root.
+func (f *FS) lookupPath(p string) (core.ID, bool) {
+	id := core.RootID
+	for _, name := range strings.Split(p, "/") {
+		e, _, err := f.core.Lookup(id, name)
+		if err != nil {
+			return 0, false
+		}
+		id = e.ID
+	}
+	return id, true
 }

@@ -61,25 +61,8 @@ func TestServeWhileLoading(t *testing.T) {
 	d.kill9() // the writer of half.data still has it open
 	half.Close()
 
-	gate := filepath.Join(dir, "gate")
-	if err := unix.Mkfifo(gate, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opened := false
-	open := func() {
-		if !opened {
-			opened = true
-			if g, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
-				g.Close()
-			}
-		}
-	}
-	t.Cleanup(open) // a failed test must not leave the daemon's load waiting
 	// 24: the checkpoint's count, so this start expects exactly enough.
-	d = startDaemonEnv(t, kvfsBin, []string{"KVFS_LOAD_GATE=" + gate}, mp, "--capacity", "64MiB", "--serve-while-loading", "24")
-	if !d.printed("while its index loads") {
-		t.Fatalf("the start did not serve while loading:\n%s", d.out)
-	}
+	d, open := startLoading(t, dir, mp, "--capacity", "64MiB", "--serve-while-loading", "24")
 
 	readAll := func(when string) {
 		t.Helper()
@@ -187,5 +170,75 @@ func TestServeWhileLoading(t *testing.T) {
 		t.Fatalf("half-written object after the load: %v", err)
 	}
 	held.Close()
+	d.stop()
+}
+
+// startLoading starts a daemon on mp whose load waits, serving
+// meanwhile, until open is called (the test's cleanup calls it too, so
+// that no load is left waiting).
+func startLoading(t *testing.T, dir, mp string, flags ...string) (d *daemon, open func()) {
+	t.Helper()
+	gate := filepath.Join(dir, "gate")
+	if err := unix.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opened := false
+	open = func() {
+		if !opened {
+			opened = true
+			if g, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
+				g.Close()
+			}
+		}
+	}
+	t.Cleanup(open)
+	d = startDaemonEnv(t, kvfsBin, []string{"KVFS_LOAD_GATE=" + gate}, mp, flags...)
+	if !d.printed("while its index loads") {
+		t.Fatalf("the start did not serve while loading:\n%s", d.out)
+	}
+	return d, open
+}
+
+// TestLoadingReadsAreUses: an object read while the index loaded is as
+// recently used as any read makes it: a store that must evict once the
+// index is built takes the oldest object not read, not the one read.
+func TestLoadingReadsAreUses(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	mp := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const size = 100_000 // charged 102,400
+	capacity := fmt.Sprint(3*ceil4096(size) + 4096)
+	d := startDaemon(t, mp, "--capacity", capacity, "--grace", "0s", "--serve-while-loading", "-1")
+	data := map[string][]byte{}
+	for i, name := range []string{"a", "b", "c"} { // a is the oldest
+		data[name] = bytes.Repeat([]byte{byte('a' + i)}, size)
+		if err := os.WriteFile(filepath.Join(mp, name), data[name], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.stop()
+	d, open := startLoading(t, dir, mp, "--capacity", capacity, "--grace", "0s", "--serve-while-loading", "1")
+	if got, err := os.ReadFile(filepath.Join(mp, "a")); err != nil || !bytes.Equal(got, data["a"]) {
+		t.Fatalf("reading a while loading: %d bytes (%v)", len(got), err)
+	}
+	open()
+	if !d.printed("objects restored") {
+		t.Fatalf("the load did not finish:\n%s", d.out)
+	}
+	if err := os.WriteFile(filepath.Join(mp, "d"), bytes.Repeat([]byte{'d'}, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d.store, "data", "b")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("b, the oldest object not read, was not evicted for d (%v)", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(mp, "a")); err != nil || !bytes.Equal(got, data["a"]) {
+		t.Fatalf("a, read while loading, was evicted: %d bytes (%v)", len(got), err)
+	}
+	if s := stats(t, mp); s.Evictions < 1 || s.UsedBytes > 3*ceil4096(size)+4096 {
+		t.Fatalf("after d: %d evictions, %d bytes used", s.Evictions, s.UsedBytes)
+	}
 	d.stop()
 }
