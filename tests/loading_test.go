@@ -242,3 +242,41 @@ func TestLoadingReadsAreUses(t *testing.T) {
 	}
 	d.stop()
 }
+
+// TestLoadingStoppedAtOnce: SIGTERM while the index loads unmounts at
+// once, not when the load ends; the daemon exits once it has, cleanly,
+// and the next start finds every object.
+func TestLoadingStoppedAtOnce(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	mp := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--serve-while-loading", "-1")
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(mp, fmt.Sprint(i)), []byte{byte(i)}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.stop()
+	d, open := startLoading(t, dir, mp, "--serve-while-loading", "1")
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { m, ok := mountAt(mp); return !ok || m.FSType != "fuse.kvfs" }) {
+		t.Fatalf("still mounted after SIGTERM while loading:\n%s", d.out)
+	}
+	if !d.alive() {
+		t.Fatalf("the daemon exited before its load ended:\n%s", d.out)
+	}
+	open()
+	if !d.waitExited() || d.waitErr != nil || !d.printed("kvfs: unmounted") {
+		t.Fatalf("after its load the daemon exited %v:\n%s", d.waitErr, d.out)
+	}
+	d = startDaemon(t, mp, "--serve-while-loading", "-1")
+	if names := dirNames(t, mp); len(names) != 5 {
+		t.Fatalf("after a stop while loading, the next start serves %v", names)
+	}
+	d.stop()
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/kvfs/kvfs/internal/gctune"
@@ -208,12 +209,19 @@ func cmdMount(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	life := &lifecycle{log: log}
 	if m.Loading() {
 		fmt.Fprintf(stdout, "kvfs: serving reads of %s on %s while its index loads; stores, deletes and renames wait for it\n",
 			m.Store, m.Mountpoint)
-		if err := m.WaitLoaded(); err != nil {
+		stopped, err := waitLoaded(m, sigs, life)
+		if err != nil {
 			m.Wait()
 			return err
+		}
+		if stopped {
+			m.Wait()
+			fmt.Fprintf(stdout, "kvfs: unmounted %s\n", m.Mountpoint)
+			return nil
 		}
 	}
 	o.Logger.Info("kvfs serving", zap.String("build", build), zap.Int("pid", os.Getpid()))
@@ -223,7 +231,6 @@ func cmdMount(args []string, stdout io.Writer) error {
 	tuning, stopTuning := context.WithCancel(context.Background())
 	defer stopTuning()
 	go gctune.Run(tuning, log.Named("gc"))
-	life := &lifecycle{log: log}
 	if err := life.ready(m); err != nil {
 		m.Unmount()
 		m.Wait()
@@ -242,6 +249,29 @@ func cmdMount(args []string, stdout io.Writer) error {
 	life.stopping()
 	fmt.Fprintf(stdout, "kvfs: unmounted %s\n", m.Mountpoint)
 	return nil
+}
+
+// waitLoaded waits for a mount that serves while it loads to finish its
+// load. A signal meanwhile unmounts at once (the daemon still exits only
+// once the load is done, writing its checkpoint): stopped.
+func waitLoaded(m *mount.Mount, sigs <-chan os.Signal, life *lifecycle) (stopped bool, err error) {
+	loaded := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-sigs:
+			stopped = true
+			life.stopping()
+			if err := m.Unmount(); err != nil {
+				life.log.Error("unmount", zap.Error(err))
+			}
+		case <-loaded:
+		}
+	})
+	err = m.WaitLoaded()
+	close(loaded)
+	wg.Wait()
+	return stopped, err
 }
 
 // guard runs a daemon's guard (see mount.RunGuard): PID MOUNTPOINT
