@@ -19,6 +19,9 @@
 //	                      (fusefs, outside this package)
 //	fusefs, ramcache      the RAM tier's locks are leaves of their own,
 //	                      taken with none of these held
+//	fusefs Loading        the names and reads of a mount serving while
+//	                      its index loads: leaves, and the core is called
+//	                      (Lookup, Used) with none of them held
 //	Core.dirs[i]          a directory's changes of names (a striped
 //	                      table), held from plan to commit, syscalls
 //	                      included; two are taken in stripe order

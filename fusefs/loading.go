@@ -46,10 +46,9 @@ type Loading struct {
 	failed chan struct{}      // closed by Fail
 	fs     atomic.Pointer[FS] // set by Ready
 
-	mu     sync.Mutex
-	nodes  map[uint64]*loadNode // GUARDED_BY(mu); by node ID
-	byName map[loadName]uint64  // GUARDED_BY(mu)
-	next   uint64               // GUARDED_BY(mu)
+	nodes kernelNodes[*loadNode]
+	next  atomic.Uint64 // the next node ID
+	mu    sync.Mutex
 	// used: the paths read while loading, with the order of their last
 	// read, for Ready to note in the LRU order; GUARDED_BY(mu).
 	used   map[string]int
@@ -66,16 +65,15 @@ const loadBase = 1 << 62
 // loadNode is a name Loading answered: under a parent of its own or the
 // root.
 type loadNode struct {
-	parent  uint64
-	name    string
-	ino     uint64 // the stored inode it stood for
-	lookups uint64 // the kernel's count; forgotten at zero
+	id, parent core.ID
+	name       string
+	ino        uint64 // the stored inode it stood for
+	lookups    uint64
 }
 
-type loadName struct {
-	parent uint64
-	name   string
-}
+func (n *loadNode) nodeID() core.ID      { return n.id }
+func (n *loadNode) key() nameKey         { return nameKey{n.parent, n.name} }
+func (n *loadNode) lookupCount() *uint64 { return &n.lookups }
 
 // loadDir is a directory listing while loading: the stored directory's
 // own, less what the load would not keep.
@@ -101,8 +99,11 @@ func NewLoading(pre *core.Preview, log *zap.Logger) *Loading {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Loading{pre: pre, log: log, reqs: new(requests), ready: make(chan struct{}), failed: make(chan struct{}),
-		nodes: map[uint64]*loadNode{}, byName: map[loadName]uint64{}, next: loadBase, used: map[string]int{}}
+	l := &Loading{pre: pre, log: log, reqs: new(requests), ready: make(chan struct{}), failed: make(chan struct{}),
+		used: map[string]int{}}
+	l.nodes.init()
+	l.next.Store(loadBase)
+	return l
 }
 
 // Instrument is FS.Instrument for the mount while loading; the counts
@@ -121,11 +122,10 @@ func (l *Loading) Ready(fs *FS) {
 	}
 	l.fs.Store(fs)
 	close(l.ready)
+	l.nodes.mu.Lock()
+	drop := slices.Collect(maps.Keys(l.nodes.byName))
+	l.nodes.mu.Unlock()
 	l.mu.Lock()
-	var drop []loadName
-	for n := range l.byName {
-		drop = append(drop, n)
-	}
 	used := slices.SortedFunc(maps.Keys(l.used), func(a, b string) int { return l.used[a] - l.used[b] })
 	l.used = nil
 	l.mu.Unlock()
@@ -137,7 +137,7 @@ func (l *Loading) Ready(fs *FS) {
 		}
 	}
 	for _, n := range drop {
-		fs.queue(notice{node: core.ID(n.parent), name: n.name})
+		fs.queue(notice{node: n.parent, name: n.name})
 	}
 }
 
@@ -145,10 +145,7 @@ func (l *Loading) Ready(fs *FS) {
 // many of its handles are open: a handover waits until both are none,
 // as the successor would know neither.
 func (l *Loading) Held() (names, handles int) {
-	l.mu.Lock()
-	names = len(l.nodes)
-	l.mu.Unlock()
-	return names, l.files.count() + l.dirs.count()
+	return int(l.nodes.n.Load()), l.files.count() + l.dirs.count()
 }
 
 // loaded is the FS once Ready, or nil.
@@ -183,13 +180,11 @@ func (l *Loading) real(fs *FS, id uint64) (uint64, fuse.Status) {
 	if id < loadBase {
 		return id, fuse.OK
 	}
-	l.mu.Lock()
-	n := l.nodes[id]
-	l.mu.Unlock()
+	n := l.nodes.get(core.ID(id))
 	if n == nil {
 		return 0, fuse.Status(syscall.ESTALE)
 	}
-	parent, st := l.real(fs, n.parent)
+	parent, st := l.real(fs, uint64(n.parent))
 	if !st.Ok() {
 		return 0, st
 	}
@@ -213,16 +208,14 @@ func (l *Loading) path(id uint64) (string, bool) {
 	if id == uint64(core.RootID) {
 		return "", true
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var parts []string
 	for id != uint64(core.RootID) {
-		n := l.nodes[id]
+		n := l.nodes.get(core.ID(id))
 		if n == nil {
 			return "", false
 		}
 		parts = append(parts, n.name)
-		id = n.parent
+		id = uint64(n.parent)
 	}
 	p := ""
 	for i := len(parts) - 1; i >= 0; i-- {
@@ -290,19 +283,12 @@ func (l *Loading) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name str
 	if err != nil {
 		return l.errno("lookup", err)
 	}
-	key := loadName{header.NodeId, name}
-	l.mu.Lock()
-	id, ok := l.byName[key]
-	if n := l.nodes[id]; !ok || n.ino != a.Ino {
-		id = l.next
-		l.next++
-		l.nodes[id] = &loadNode{parent: header.NodeId, name: name, ino: a.Ino}
-		l.byName[key] = id
-	}
-	l.nodes[id].lookups++
-	l.mu.Unlock()
-	out.NodeId, out.Generation = id, 0
-	loadAttr(&out.Attr, id, a)
+	parent := core.ID(header.NodeId)
+	n := l.nodes.lookedUp(nameKey{parent, name}, func(n *loadNode) bool { return n.ino == a.Ino }, func() *loadNode {
+		return &loadNode{id: core.ID(l.next.Add(1) - 1), parent: parent, name: name, ino: a.Ino}
+	})
+	out.NodeId, out.Generation = uint64(n.id), 0
+	loadAttr(&out.Attr, out.NodeId, a)
 	return fuse.OK
 }
 
@@ -313,32 +299,11 @@ func (l *Loading) Forget(nodeid, nlookup uint64) {
 		}
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.nodes[nodeid]
-	if n == nil {
-		return
-	}
-	if n.lookups > nlookup {
-		n.lookups -= nlookup
-		return
-	}
-	delete(l.nodes, nodeid)
-	if key := (loadName{n.parent, n.name}); l.byName[key] == nodeid {
-		delete(l.byName, key)
-	}
+	l.nodes.forget(core.ID(nodeid), nlookup)
 }
 
 // attr is a node's attributes while loading.
 func (l *Loading) attr(id uint64) (core.Attr, fuse.Status) {
-	if id != uint64(core.RootID) {
-		l.mu.Lock()
-		n := l.nodes[id]
-		l.mu.Unlock()
-		if n == nil {
-			return core.Attr{}, fuse.Status(syscall.ESTALE)
-		}
-	}
 	p, ok := l.path(id)
 	if !ok {
 		return core.Attr{}, fuse.Status(syscall.ESTALE)

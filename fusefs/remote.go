@@ -76,7 +76,7 @@ func (f *FS) lookupRemote(c *fuse.Caller, parent core.ID, name string, out *fuse
 		out.SetEntryTimeout(noNegativeEntry)
 		return core.ErrNotFound
 	}
-	r := f.remotes.lookedUp(parent, name, info, func() *remoteNode {
+	r := f.remotes.lookedUp(nameKey{parent, name}, func(r *remoteNode) bool { return r.placeholderOf(info) }, func() *remoteNode {
 		return &remoteNode{fs: f, id: f.core.NewID(), parent: parent, name: name, path: path, info: info}
 	})
 	f.entry(out, r.id, r.attr())
@@ -197,68 +197,8 @@ func (f *FS) removedRemote(path string) {
 
 // placeholders are the remote names the kernel knows, by node ID and by
 // name; a name's newest placeholder is the one a lookup finds again.
-type placeholders struct {
-	n      atomic.Int64 // how many: none, and requests skip the lock
-	mu     sync.Mutex
-	byID   map[core.ID]*remoteNode // GUARDED_BY(mu)
-	byName map[nameKey]*remoteNode // GUARDED_BY(mu)
-}
+type placeholders = kernelNodes[*remoteNode]
 
-type nameKey struct {
-	parent core.ID
-	name   string
-}
-
-func (p *placeholders) init() {
-	p.byID, p.byName = map[core.ID]*remoteNode{}, map[nameKey]*remoteNode{}
-}
-
-// get is node id's placeholder, or nil.
-func (p *placeholders) get(id core.ID) *remoteNode {
-	if p.n.Load() == 0 {
-		return nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.byID[id]
-}
-
-// lookedUp counts a lookup of parent/name that found info in the tier:
-// of the name's placeholder when it is still one for info (see
-// placeholderOf), else of a new one from make.
-func (p *placeholders) lookedUp(parent core.ID, name string, info remote.Info, make func() *remoteNode) *remoteNode {
-	k := nameKey{parent, name}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	r := p.byName[k]
-	if r == nil || !r.placeholderOf(info) {
-		r = make()
-		p.byID[r.id], p.byName[k] = r, r
-		p.n.Add(1)
-	}
-	r.lookups++
-	return r
-}
-
-// forget counts the kernel's forgetting of n lookups of node id; the
-// placeholder goes with the last.
-func (p *placeholders) forget(id core.ID, n uint64) {
-	if p.n.Load() == 0 {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	r := p.byID[id]
-	if r == nil {
-		return
-	}
-	if r.lookups > n {
-		r.lookups -= n
-		return
-	}
-	delete(p.byID, id)
-	if k := (nameKey{r.parent, r.name}); p.byName[k] == r {
-		delete(p.byName, k)
-	}
-	p.n.Add(-1)
-}
+func (n *remoteNode) nodeID() core.ID      { return n.id }
+func (n *remoteNode) key() nameKey         { return nameKey{n.parent, n.name} }
+func (n *remoteNode) lookupCount() *uint64 { return &n.lookups }

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvfs/kvfs/core"
 )
@@ -154,4 +155,83 @@ func (t *handleTable[T]) count() int {
 		n = len(t.slots) - 1 - len(t.free)
 	}
 	return n
+}
+
+// kernelNodes are nodes of the adapter's own, not the core's (the remote
+// tier's placeholders, the names a mount answers while it loads), which
+// live as long as the kernel's lookups of them: by node ID, and by name,
+// where a name's newest node is the one a lookup finds again.
+type kernelNodes[N kernelNode] struct {
+	n      atomic.Int64 // how many: none, and requests skip the lock
+	mu     sync.Mutex
+	byID   map[core.ID]N // GUARDED_BY(mu)
+	byName map[nameKey]N // GUARDED_BY(mu)
+}
+
+// kernelNode is a node of a kernelNodes.
+type kernelNode interface {
+	comparable
+	nodeID() core.ID
+	key() nameKey
+	// lookupCount counts the kernel's lookups not yet forgotten;
+	// GUARDED_BY(its kernelNodes' mu).
+	lookupCount() *uint64
+}
+
+type nameKey struct {
+	parent core.ID
+	name   string
+}
+
+func (p *kernelNodes[N]) init() {
+	p.byID, p.byName = map[core.ID]N{}, map[nameKey]N{}
+}
+
+// get is node id, or the zero N.
+func (p *kernelNodes[N]) get(id core.ID) N {
+	if p.n.Load() == 0 {
+		var none N
+		return none
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byID[id]
+}
+
+// lookedUp counts a lookup of name k: of its node when keep says it
+// still stands for what the lookup found, else of a new one from make.
+func (p *kernelNodes[N]) lookedUp(k nameKey, keep func(N) bool, make func() N) N {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, ok := p.byName[k]
+	if !ok || !keep(n) {
+		n = make()
+		p.byID[n.nodeID()], p.byName[k] = n, n
+		p.n.Add(1)
+	}
+	*n.lookupCount()++
+	return n
+}
+
+// forget counts the kernel's forgetting of n lookups of node id; the
+// node goes with the last.
+func (p *kernelNodes[N]) forget(id core.ID, n uint64) {
+	if p.n.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.byID[id]
+	if !ok {
+		return
+	}
+	if c := r.lookupCount(); *c > n {
+		*c -= n
+		return
+	}
+	delete(p.byID, id)
+	if k := r.key(); p.byName[k] == r {
+		delete(p.byName, k)
+	}
+	p.n.Add(-1)
 }

@@ -85,8 +85,12 @@ func TestPlaceholdersLiveAsLongAsLookups(t *testing.T) {
 		}
 	}
 	v1 := remote.Info{Size: 10, Checksum: "one"}
-	a := p.lookedUp(1, "k", v1, mk(v1))
-	if b := p.lookedUp(1, "k", v1, mk(v1)); b != a {
+	k := nameKey{1, "k"}
+	of := func(info remote.Info) func(*remoteNode) bool {
+		return func(r *remoteNode) bool { return r.placeholderOf(info) }
+	}
+	a := p.lookedUp(k, of(v1), mk(v1))
+	if b := p.lookedUp(k, of(v1), mk(v1)); b != a {
 		t.Fatalf("a second lookup of the same object made a new placeholder %d (first %d)", b.id, a.id)
 	}
 	p.forget(a.id, 1)
@@ -95,7 +99,7 @@ func TestPlaceholdersLiveAsLongAsLookups(t *testing.T) {
 	}
 	// The bucket's object changed: a new placeholder, by name too.
 	v2 := remote.Info{Size: 20, Checksum: "two"}
-	c := p.lookedUp(1, "k", v2, mk(v2))
+	c := p.lookedUp(k, of(v2), mk(v2))
 	if c == a {
 		t.Fatal("a changed object reused the old placeholder")
 	}
@@ -103,7 +107,7 @@ func TestPlaceholdersLiveAsLongAsLookups(t *testing.T) {
 	if p.get(a.id) != nil {
 		t.Fatal("kept after the kernel forgot every lookup")
 	}
-	if d := p.lookedUp(1, "k", v2, mk(v2)); d != c {
+	if d := p.lookedUp(k, of(v2), mk(v2)); d != c {
 		t.Fatal("the forget of the old placeholder dropped the new one's name")
 	}
 	p.forget(c.id, 2)
