@@ -25,12 +25,7 @@ import (
 // change nothing in the store meanwhile), a handle opened while loading
 // reads on after, and once loaded the ledger counts exactly what is there.
 func TestServeWhileLoading(t *testing.T) {
-	requireRoot(t)
-	dir := t.TempDir()
-	mp := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, mp := loadingDirs(t)
 	d := startDaemon(t, mp, "--capacity", "64MiB", "--serve-while-loading", "-1")
 	if err := os.Mkdir(filepath.Join(mp, "sub"), 0o755); err != nil {
 		t.Fatal(err)
@@ -203,12 +198,7 @@ func startLoading(t *testing.T, dir, mp string, flags ...string) (d *daemon, ope
 // recently used as any read makes it: a store that must evict once the
 // index is built takes the oldest object not read, not the one read.
 func TestLoadingReadsAreUses(t *testing.T) {
-	requireRoot(t)
-	dir := t.TempDir()
-	mp := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, mp := loadingDirs(t)
 	const size = 100_000 // charged 102,400
 	capacity := fmt.Sprint(3*ceil4096(size) + 4096)
 	d := startDaemon(t, mp, "--capacity", capacity, "--grace", "0s", "--serve-while-loading", "-1")
@@ -247,12 +237,7 @@ func TestLoadingReadsAreUses(t *testing.T) {
 // once, not when the load ends; the daemon exits once it has, cleanly,
 // and the next start finds every object.
 func TestLoadingStoppedAtOnce(t *testing.T) {
-	requireRoot(t)
-	dir := t.TempDir()
-	mp := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, mp := loadingDirs(t)
 	d := startDaemon(t, mp, "--serve-while-loading", "-1")
 	for i := range 5 {
 		if err := os.WriteFile(filepath.Join(mp, fmt.Sprint(i)), []byte{byte(i)}, 0o644); err != nil {
@@ -279,4 +264,15 @@ func TestLoadingStoppedAtOnce(t *testing.T) {
 		t.Fatalf("after a stop while loading, the next start serves %v", names)
 	}
 	d.stop()
+}
+
+// loadingDirs is a test's directory and the mount point in it.
+func loadingDirs(t *testing.T) (dir, mp string) {
+	requireRoot(t)
+	dir = t.TempDir()
+	mp = filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, mp
 }
