@@ -158,15 +158,17 @@ func (l *Loading) loaded() *FS {
 	}
 }
 
-// wait is the FS, once Ready; EINTR if the request is interrupted first.
-func (l *Loading) wait(cancel <-chan struct{}) (*FS, fuse.Status) {
+// wait is the FS, once Ready; EIO if the load failed. An interrupt does
+// not end the wait: the kernel sends one for any signal the caller gets
+// (a Go runtime's preemption, a program's timer), and a create or a
+// delete of a local file is not expected to fail with EINTR; a fatal
+// signal ends the caller's wait in the kernel without us.
+func (l *Loading) wait() (*FS, fuse.Status) {
 	select {
 	case <-l.ready:
 		return l.fs.Load(), fuse.OK
 	case <-l.failed:
 		return nil, fuse.EIO
-	case <-cancel:
-		return nil, fuse.EINTR
 	}
 }
 
@@ -372,7 +374,7 @@ func (l *Loading) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 	fs := l.loaded()
 	if fs == nil && (writable(in.Flags) || in.Flags&syscall.O_TRUNC != 0) {
 		var st fuse.Status
-		if fs, st = l.wait(cancel); !st.Ok() {
+		if fs, st = l.wait(); !st.Ok() {
 			return st
 		}
 	}
@@ -402,7 +404,7 @@ func (l *Loading) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 
 func (l *Loading) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
 	if in.Fh < loadBase {
-		fs, st := l.wait(cancel)
+		fs, st := l.wait()
 		if !st.Ok() {
 			return nil, st
 		}
@@ -422,7 +424,7 @@ func (l *Loading) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 
 func (l *Loading) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
 	if in.Fh < loadBase {
-		fs, st := l.wait(cancel)
+		fs, st := l.wait()
 		if !st.Ok() {
 			return st
 		}
@@ -445,7 +447,7 @@ func (l *Loading) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	if in.Fh >= loadBase {
 		return fuse.OK // nothing written
 	}
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -456,7 +458,7 @@ func (l *Loading) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if in.Fh >= loadBase {
 		return fuse.OK
 	}
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -496,7 +498,7 @@ func (l *Loading) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 
 func (l *Loading) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	if in.Fh < loadBase {
-		fs, st := l.wait(cancel)
+		fs, st := l.wait()
 		if !st.Ok() {
 			return st
 		}
@@ -507,7 +509,7 @@ func (l *Loading) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.Dir
 
 func (l *Loading) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	if in.Fh < loadBase {
-		fs, st := l.wait(cancel)
+		fs, st := l.wait()
 		if !st.Ok() {
 			return st
 		}
@@ -604,7 +606,7 @@ func (l *Loading) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status
 	if in.Fh >= loadBase {
 		return fuse.OK
 	}
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -633,7 +635,7 @@ func (l *Loading) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr s
 	fs := l.loaded()
 	if fs == nil && len(attr) > len(kvfsXattrs) && attr[:len(kvfsXattrs)] == kvfsXattrs {
 		var st fuse.Status
-		if fs, st = l.wait(cancel); !st.Ok() {
+		if fs, st = l.wait(); !st.Ok() {
 			return 0, st
 		}
 	}
@@ -678,7 +680,7 @@ func (l *Loading) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status { re
 // The requests that wait for the index.
 
 func (l *Loading) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -697,7 +699,7 @@ func (l *Loading) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.
 }
 
 func (l *Loading) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -708,7 +710,7 @@ func (l *Loading) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 }
 
 func (l *Loading) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -719,7 +721,7 @@ func (l *Loading) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, o
 }
 
 func (l *Loading) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -730,7 +732,7 @@ func (l *Loading) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name str
 }
 
 func (l *Loading) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -741,7 +743,7 @@ func (l *Loading) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name stri
 }
 
 func (l *Loading) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -755,7 +757,7 @@ func (l *Loading) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, new
 }
 
 func (l *Loading) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -769,7 +771,7 @@ func (l *Loading) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out
 }
 
 func (l *Loading) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -780,7 +782,7 @@ func (l *Loading) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target,
 }
 
 func (l *Loading) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -791,7 +793,7 @@ func (l *Loading) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr str
 }
 
 func (l *Loading) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -802,7 +804,7 @@ func (l *Loading) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, att
 }
 
 func (l *Loading) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -820,7 +822,7 @@ func (l *Loading) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (
 	if in.Fh >= loadBase {
 		return 0, fuse.EBADF // opened for reading
 	}
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return 0, st
 	}
@@ -831,7 +833,7 @@ func (l *Loading) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte
 	if in.Fh >= loadBase {
 		return 0, fuse.EBADF
 	}
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return 0, st
 	}
@@ -842,7 +844,7 @@ func (l *Loading) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.S
 	if in.Fh >= loadBase {
 		return fuse.EBADF
 	}
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
@@ -855,7 +857,7 @@ func (l *Loading) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn
 	if in.FhIn >= loadBase || in.FhOut >= loadBase {
 		return 0, fuse.Status(syscall.EXDEV)
 	}
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return 0, st
 	}
@@ -872,7 +874,7 @@ func (l *Loading) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, 
 	if in.Fh >= loadBase {
 		return fuse.Status(syscall.ENOTTY)
 	}
-	fs, st := l.wait(cancel)
+	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -104,9 +105,32 @@ func TestServeWhileLoading(t *testing.T) {
 
 	fresh := bytes.Repeat([]byte{0xee}, 12345)
 	stored, removed := make(chan error, 1), make(chan error, 1)
-	go func() { stored <- os.WriteFile(filepath.Join(mp, "new.data"), fresh, 0o644) }()
+	// The store is a bare open(2), which no library retries on EINTR,
+	// and its thread gets signals while it waits, as the Go runtime's
+	// or a program's timer would send.
+	tid := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid <- unix.Gettid()
+		fd, err := unix.Open(filepath.Join(mp, "new.data"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err == nil {
+			_, err = unix.Write(fd, fresh)
+			if cerr := unix.Close(fd); err == nil {
+				err = cerr
+			}
+		}
+		stored <- err
+	}()
 	go func() { removed <- os.Remove(filepath.Join(mp, "sub", "obj-01.data")) }()
+	storer := <-tid
 	readAll("while a store and a delete wait")
+	for range 5 {
+		if err := unix.Tgkill(os.Getpid(), storer, unix.SIGURG); err != nil {
+			t.Fatal(err)
+		}
+		readAll("while the waiting store is signalled")
+	}
 	data := filepath.Join(d.store, "data")
 	if _, err := os.Stat(filepath.Join(data, "new.data")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a store while loading reached the store: %v", err)
@@ -186,8 +210,8 @@ func startLoading(t *testing.T, dir, mp string, flags ...string) (d *daemon, ope
 			}
 		}
 	}
-	t.Cleanup(open)
 	d = startDaemonEnv(t, kvfsBin, []string{"KVFS_LOAD_GATE=" + gate}, mp, flags...)
+	t.Cleanup(open) // before the daemon's cleanup, which waits for its exit
 	if !d.printed("while its index loads") {
 		t.Fatalf("the start did not serve while loading:\n%s", d.out)
 	}
