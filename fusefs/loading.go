@@ -51,10 +51,12 @@ type Loading struct {
 	mu    sync.Mutex
 	// used: the paths read while loading, with the order of their last
 	// read, for Ready to note in the LRU order; GUARDED_BY(mu).
-	used   map[string]int
-	reads  int                   // GUARDED_BY(mu)
-	files  handleTable[*os.File] // numbered from loadBase
-	dirs   handleTable[*loadDir] // numbered from loadBase
+	used  map[string]int
+	reads int // GUARDED_BY(mu)
+	// open: the load's handles by node; GUARDED_BY(mu).
+	open   map[core.ID]int
+	files  handleTable[*loadFile] // numbered from loadBase
+	dirs   handleTable[*loadDir]  // numbered from loadBase
 	server atomic.Pointer[fuse.Server]
 }
 
@@ -85,6 +87,13 @@ type loadDir struct {
 	buf  []byte
 }
 
+// loadFile is a file opened while loading, and the node it was opened
+// by.
+type loadFile struct {
+	*os.File
+	node core.ID
+}
+
 type loadEnt struct {
 	name string
 	ino  uint64
@@ -100,7 +109,7 @@ func NewLoading(pre *core.Preview, log *zap.Logger) *Loading {
 		log = zap.NewNop()
 	}
 	l := &Loading{pre: pre, log: log, reqs: new(requests), ready: make(chan struct{}), failed: make(chan struct{}),
-		used: map[string]int{}}
+		used: map[string]int{}, open: map[core.ID]int{}}
 	l.nodes.init()
 	l.next.Store(loadBase)
 	return l
@@ -122,10 +131,15 @@ func (l *Loading) Ready(fs *FS) {
 	}
 	l.fs.Store(fs)
 	close(l.ready)
-	l.nodes.mu.Lock()
-	drop := slices.Collect(maps.Keys(l.nodes.byName))
-	l.nodes.mu.Unlock()
 	l.mu.Lock()
+	l.nodes.mu.Lock()
+	var drop []nameKey
+	for k, n := range l.nodes.byName {
+		if l.open[n.id] == 0 { // an open file's name stays: dropping it shows the file deleted in /proc
+			drop = append(drop, k)
+		}
+	}
+	l.nodes.mu.Unlock()
 	used := slices.SortedFunc(maps.Keys(l.used), func(a, b string) int { return l.used[a] - l.used[b] })
 	l.used = nil
 	l.mu.Unlock()
@@ -398,7 +412,10 @@ func (l *Loading) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 		l.used[p] = l.reads
 	}
 	l.mu.Unlock()
-	out.Fh = loadBase + l.files.add(f)
+	l.mu.Lock()
+	l.open[core.ID(in.NodeId)]++
+	l.mu.Unlock()
+	out.Fh = loadBase + l.files.add(&loadFile{f, core.ID(in.NodeId)})
 	return fuse.OK
 }
 
@@ -469,6 +486,11 @@ func (l *Loading) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	if in.Fh >= loadBase {
 		if f, ok := l.files.take(in.Fh - loadBase); ok {
 			f.Close()
+			l.mu.Lock()
+			if l.open[f.node]--; l.open[f.node] == 0 {
+				delete(l.open, f.node)
+			}
+			l.mu.Unlock()
 		}
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -299,4 +300,45 @@ func loadingDirs(t *testing.T) (dir, mp string) {
 		t.Fatal(err)
 	}
 	return dir, mp
+}
+
+// TestLoadingNamesHoldAHandover: a handover is refused while the kernel
+// holds a handle the mount answered while it loaded (the successor would
+// not know it), and the daemon serves on, the handle too.
+func TestLoadingNamesHoldAHandover(t *testing.T) {
+	dir, mp := loadingDirs(t)
+	d := startDaemon(t, mp, "--serve-while-loading", "-1")
+	if err := os.WriteFile(filepath.Join(mp, "held"), []byte("held while loading"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	d, open := startLoading(t, dir, mp, "--serve-while-loading", "1")
+	held, err := os.Open(filepath.Join(mp, "held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	open()
+	if !d.printed("objects restored") {
+		t.Fatalf("the load did not finish:\n%s", d.out)
+	}
+	if link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", held.Fd())); err != nil || strings.HasSuffix(link, "(deleted)") {
+		t.Fatalf("a handle opened while loading, once loaded, reads as %q (%v)", link, err)
+	}
+	r := runKvfsTimeout(t, hangGuard, "mount", "--background", "--serve-while-loading", "-1", mp)
+	if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "still in use") {
+		t.Fatalf("a handover with a handle of the load's open: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	buf := make([]byte, 64)
+	if n, err := held.ReadAt(buf, 0); string(buf[:n]) != "held while loading" {
+		t.Fatalf("the handle after the refused handover: %q (%v)", buf[:n], err)
+	}
+	if got, err := os.ReadFile(filepath.Join(mp, "held")); err != nil || string(got) != "held while loading" {
+		t.Fatalf("the mount after the refused handover: %q (%v)", got, err)
+	}
+	if !d.alive() {
+		t.Fatalf("the daemon exited:\n%s", d.out)
+	}
+	held.Close()
+	d.stop()
 }
