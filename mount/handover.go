@@ -174,6 +174,11 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	log := m.log.With(zap.Int("successor", req.PID))
 	log.Info("handing the mount over")
 	failpoint("handover-asked")
+	if m.Loading() {
+		log.Warn("handover refused; serving on", zap.Error(errStillLoading))
+		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: errStillLoading.Error()}, nil)
+		return
+	}
 	if req.Prepare && !m.prepare(conn, log) {
 		return
 	}

@@ -44,6 +44,9 @@ func (m *Mount) startLoading(store *blob.Store, expected int64) error {
 	}
 	m.log.Info("serving reads while the store loads", zap.String("mountpoint", m.Mountpoint),
 		zap.Int64("expected_objects", expected))
+	// A successor asking now is told why it must wait, not left to take
+	// the mount for a foreign one.
+	m.listenHandover()
 	go m.finishLoading(store)
 	return nil
 }
@@ -90,6 +93,10 @@ func (m *Mount) Loading() bool {
 		return true
 	}
 }
+
+// errStillLoading refuses a handover until the index is built.
+var errStillLoading = errors.New("the daemon is still building its index (it serves loads meanwhile); " +
+	"run this again once it serves every request (its \"kvfs: serving\" line, or kvfs stats answering)")
 
 // errLoadsHeld refuses a handover while the kernel holds names or
 // handles of the load's, which the successor would not know.

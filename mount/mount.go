@@ -238,7 +238,9 @@ func (m *Mount) serving(how string) {
 		m.log.Warn("the RAM tier only serves plain reads, and passthrough serves them all here; " +
 			"mount with --no-passthrough or --strict-capacity to use it")
 	}
-	m.listenHandover()
+	if m.handover == nil { // a mount that served while loading listens already
+		m.listenHandover()
+	}
 }
 
 // mountOptions are the server's options, for a new mount and for one
@@ -338,13 +340,14 @@ func (m *Mount) RAMWait() { m.ram.Wait() }
 // snapshot and releases the store.
 func (m *Mount) Wait() {
 	m.server.Wait()
-	if m.WaitLoaded() != nil {
-		m.guard.Stop()
-		return
-	}
+	failed := m.WaitLoaded() != nil // nothing more was built
 	if m.handover != nil {
 		m.handover.Close()
 		os.Remove(socketPath(m.Store))
+	}
+	if failed {
+		m.guard.Stop()
+		return
 	}
 	m.fs.Close()
 	m.ram.Close()

@@ -302,9 +302,10 @@ func loadingDirs(t *testing.T) (dir, mp string) {
 	return dir, mp
 }
 
-// TestLoadingNamesHoldAHandover: a handover is refused while the kernel
-// holds a handle the mount answered while it loaded (the successor would
-// not know it), and the daemon serves on, the handle too.
+// TestLoadingNamesHoldAHandover: a handover is refused while the index
+// loads (saying so), and after while the kernel holds a handle the mount
+// answered while it loaded (the successor would not know it); the daemon
+// serves on, the handle too.
 func TestLoadingNamesHoldAHandover(t *testing.T) {
 	dir, mp := loadingDirs(t)
 	d := startDaemon(t, mp, "--serve-while-loading", "-1")
@@ -318,6 +319,10 @@ func TestLoadingNamesHoldAHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
+	r := runKvfsTimeout(t, hangGuard, "mount", "--background", "--serve-while-loading", "-1", mp)
+	if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "still building its index") {
+		t.Fatalf("a handover while loading: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	open()
 	if !d.printed("objects restored") {
 		t.Fatalf("the load did not finish:\n%s", d.out)
@@ -325,7 +330,7 @@ func TestLoadingNamesHoldAHandover(t *testing.T) {
 	if link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", held.Fd())); err != nil || strings.HasSuffix(link, "(deleted)") {
 		t.Fatalf("a handle opened while loading, once loaded, reads as %q (%v)", link, err)
 	}
-	r := runKvfsTimeout(t, hangGuard, "mount", "--background", "--serve-while-loading", "-1", mp)
+	r = runKvfsTimeout(t, hangGuard, "mount", "--background", "--serve-while-loading", "-1", mp)
 	if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "still in use") {
 		t.Fatalf("a handover with a handle of the load's open: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
