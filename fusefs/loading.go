@@ -129,6 +129,17 @@ func (l *Loading) Ready(fs *FS) {
 	if s := l.server.Load(); s != nil {
 		fs.Init(s)
 	}
+	// What was read while loading is the most recently used, in the
+	// order of its reads, before any use the FS notes.
+	l.mu.Lock()
+	used := slices.SortedFunc(maps.Keys(l.used), func(a, b string) int { return l.used[a] - l.used[b] })
+	l.used = nil
+	l.mu.Unlock()
+	for _, p := range used {
+		if id, ok := fs.lookupPath(p); ok {
+			fs.core.Used(id)
+		}
+	}
 	l.fs.Store(fs)
 	close(l.ready)
 	l.mu.Lock()
@@ -140,16 +151,7 @@ func (l *Loading) Ready(fs *FS) {
 		}
 	}
 	l.nodes.mu.Unlock()
-	used := slices.SortedFunc(maps.Keys(l.used), func(a, b string) int { return l.used[a] - l.used[b] })
-	l.used = nil
 	l.mu.Unlock()
-	// What was read while loading is the most recently used, in the
-	// order of its reads.
-	for _, p := range used {
-		if id, ok := fs.lookupPath(p); ok {
-			fs.core.Used(id)
-		}
-	}
 	for _, n := range drop {
 		fs.queue(notice{node: n.parent, name: n.name})
 	}
