@@ -192,6 +192,15 @@ func (l *Loading) wait() (*FS, fuse.Status) {
 // with EIO: the load failed.
 func (l *Loading) Fail() { close(l.failed) }
 
+// indexed is wait, then the core's node ID put in h.
+func (l *Loading) indexed(h *fuse.InHeader) (*FS, fuse.Status) {
+	fs, st := l.wait()
+	if st.Ok() {
+		st = l.header(fs, h)
+	}
+	return fs, st
+}
+
 // real is the core's ID for node id, once Ready: a node of the load is
 // looked up again by its path.
 func (l *Loading) real(fs *FS, id uint64) (uint64, fuse.Status) {
@@ -704,12 +713,9 @@ func (l *Loading) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status { re
 // The requests that wait for the index.
 
 func (l *Loading) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	fs, st := l.wait()
-	if !st.Ok() {
-		return st
-	}
 	id := in.NodeId
-	if st := l.header(fs, &in.InHeader); !st.Ok() {
+	fs, st := l.indexed(&in.InHeader)
+	if !st.Ok() {
 		return st
 	}
 	if in.Valid&fuse.FATTR_FH != 0 && in.Fh >= loadBase {
@@ -723,55 +729,40 @@ func (l *Loading) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.
 }
 
 func (l *Loading) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	fs, st := l.wait()
+	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, &in.InHeader); !st.Ok() {
 		return st
 	}
 	return fs.Mknod(cancel, in, name, out)
 }
 
 func (l *Loading) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	fs, st := l.wait()
+	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, &in.InHeader); !st.Ok() {
 		return st
 	}
 	return fs.Mkdir(cancel, in, name, out)
 }
 
 func (l *Loading) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
-	fs, st := l.wait()
+	fs, st := l.indexed(header)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, header); !st.Ok() {
 		return st
 	}
 	return fs.Unlink(cancel, header, name)
 }
 
 func (l *Loading) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
-	fs, st := l.wait()
+	fs, st := l.indexed(header)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, header); !st.Ok() {
 		return st
 	}
 	return fs.Rmdir(cancel, header, name)
 }
 
 func (l *Loading) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	fs, st := l.wait()
+	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, &in.InHeader); !st.Ok() {
 		return st
 	}
 	if in.Newdir, st = l.real(fs, in.Newdir); !st.Ok() {
@@ -781,11 +772,8 @@ func (l *Loading) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, new
 }
 
 func (l *Loading) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	fs, st := l.wait()
+	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, &in.InHeader); !st.Ok() {
 		return st
 	}
 	if in.Oldnodeid, st = l.real(fs, in.Oldnodeid); !st.Ok() {
@@ -795,44 +783,32 @@ func (l *Loading) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out
 }
 
 func (l *Loading) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
-	fs, st := l.wait()
+	fs, st := l.indexed(header)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, header); !st.Ok() {
 		return st
 	}
 	return fs.Symlink(cancel, header, target, name, out)
 }
 
 func (l *Loading) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
-	fs, st := l.wait()
+	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, &in.InHeader); !st.Ok() {
 		return st
 	}
 	return fs.SetXAttr(cancel, in, attr, data)
 }
 
 func (l *Loading) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string) fuse.Status {
-	fs, st := l.wait()
+	fs, st := l.indexed(header)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, header); !st.Ok() {
 		return st
 	}
 	return fs.RemoveXAttr(cancel, header, attr)
 }
 
 func (l *Loading) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	fs, st := l.wait()
+	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, &in.InHeader); !st.Ok() {
 		return st
 	}
 	return fs.Create(cancel, in, name, out)
@@ -881,11 +857,8 @@ func (l *Loading) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn
 	if in.FhIn >= loadBase || in.FhOut >= loadBase {
 		return 0, fuse.Status(syscall.EXDEV)
 	}
-	fs, st := l.wait()
+	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
-		return 0, st
-	}
-	if st := l.header(fs, &in.InHeader); !st.Ok() {
 		return 0, st
 	}
 	if in.NodeIdOut, st = l.real(fs, in.NodeIdOut); !st.Ok() {
@@ -898,11 +871,8 @@ func (l *Loading) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, 
 	if in.Fh >= loadBase {
 		return fuse.Status(syscall.ENOTTY)
 	}
-	fs, st := l.wait()
+	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
-		return st
-	}
-	if st := l.header(fs, &in.InHeader); !st.Ok() {
 		return st
 	}
 	return fs.Ioctl(cancel, in, inbuf, out, outbuf)
