@@ -41,9 +41,7 @@ func (s *Store) ExpectedObjects() int64 {
 // following a symlink or leaving data/.
 func (s *Store) StatPath(rel string) (unix.Stat_t, error) {
 	if rel == "" {
-		var st unix.Stat_t
-		err := unix.Fstat(int(s.data.Fd()), &st)
-		return st, err
+		rel = "." // data/ itself, as OpenPath
 	}
 	return s.stat(rel)
 }

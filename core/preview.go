@@ -51,7 +51,13 @@ func (p *Preview) Attr(rel string) (Attr, error) {
 	if !p.Shown(st.Mode, st.Ino) {
 		return Attr{}, ErrNotFound
 	}
-	return Attr{Stat_t: st, Charge: st.Blocks * 512, Links: int(st.Nlink)}, nil
+	return StoredAttr(st), nil
+}
+
+// StoredAttr is the attributes of a stored file as its own stat gives
+// them, before the index can say what it is charged and named.
+func StoredAttr(st unix.Stat_t) Attr {
+	return Attr{Stat_t: st, Charge: st.Blocks * 512, Links: int(st.Nlink)}
 }
 
 // Open opens rel for reading: a file the load keeps, or, with dir, a

@@ -10,9 +10,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// errno is the one place Go errors become errnos. Unknown errors are EIO,
-// logged with the operation that met them.
-func (f *FS) errno(op string, err error) syscall.Errno {
+// errno is the one place Go errors become errnos (errnoOf).
+func (f *FS) errno(op string, err error) syscall.Errno { return errnoOf(f.log, op, err) }
+
+// errnoOf is the errno of err. Unknown errors are EIO, logged to log with
+// the operation that met them.
+func errnoOf(log *zap.Logger, op string, err error) syscall.Errno {
 	var en syscall.Errno
 	switch {
 	case err == nil:
@@ -35,7 +38,7 @@ func (f *FS) errno(op string, err error) syscall.Errno {
 	case errors.Is(err, core.ErrExists):
 		return syscall.EEXIST
 	}
-	f.log.Error("unexpected error", zap.String("op", op), zap.Error(err))
+	log.Error("unexpected error", zap.String("op", op), zap.Error(err))
 	return syscall.EIO
 }
 

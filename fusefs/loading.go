@@ -251,22 +251,9 @@ func (l *Loading) path(id uint64) (string, bool) {
 	return p, true
 }
 
+// errno is FS.errno's, for the load's requests.
 func (l *Loading) errno(op string, err error) fuse.Status {
-	var errno syscall.Errno
-	switch {
-	case errors.Is(err, core.ErrNotFound):
-		return fuse.ENOENT
-	case errors.As(err, &errno):
-		return fuse.Status(errno)
-	}
-	l.log.Warn(op+" while loading", zap.Error(err))
-	return fuse.EIO
-}
-
-// answer fills an entry or attributes of the load: nothing kept.
-func loadAttr(out *fuse.Attr, id uint64, a core.Attr) {
-	fillAttr(out, core.ID(id), a)
-	out.Blocks = uint64(a.Charge / 512)
+	return fuse.Status(errnoOf(l.log, op, err))
 }
 
 func (l *Loading) String() string           { return "kvfs" }
@@ -315,7 +302,7 @@ func (l *Loading) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name str
 		return &loadNode{id: core.ID(l.next.Add(1) - 1), parent: parent, name: name, ino: a.Ino}
 	})
 	out.NodeId, out.Generation = uint64(n.id), 0
-	loadAttr(&out.Attr, out.NodeId, a)
+	fillAttr(&out.Attr, core.ID(out.NodeId), a)
 	return fuse.OK
 }
 
@@ -354,7 +341,7 @@ func (l *Loading) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 			return l.errno("getattr", err)
 		}
-		loadAttr(&out.Attr, id, core.Attr{Stat_t: st, Charge: st.Blocks * 512, Links: int(st.Nlink)})
+		fillAttr(&out.Attr, core.ID(id), core.StoredAttr(st))
 		return fuse.OK
 	}
 	if fs := l.loaded(); fs != nil {
@@ -374,7 +361,7 @@ func (l *Loading) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 	if !st.Ok() {
 		return st
 	}
-	loadAttr(&out.Attr, id, a)
+	fillAttr(&out.Attr, core.ID(id), a)
 	return fuse.OK
 }
 
