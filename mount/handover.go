@@ -175,24 +175,20 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	log.Info("handing the mount over")
 	failpoint("handover-asked")
 	if m.Loading() {
-		log.Warn("handover refused; serving on", zap.Error(errStillLoading))
-		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: errStillLoading.Error()}, nil)
+		refuseHandover(conn, log, "handover refused; serving on", errStillLoading)
 		return
 	}
 	if req.Prepare && !m.prepare(conn, log) {
 		return
 	}
 	start := time.Now()
-	if err := m.fs.Quiesce(m.server.Outstanding, quiesceLimit); err != nil {
-		m.fs.Resume()
-		log.Warn("handover refused; serving on", zap.Error(err))
-		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
-		return
+	err = m.fs.Quiesce(m.server.Outstanding, quiesceLimit)
+	if err == nil {
+		err = m.loadHeld() // checked with the gate closed: no lookup adds one now
 	}
-	if err := m.loadHeld(); err != nil {
+	if err != nil {
 		m.fs.Resume()
-		log.Warn("handover refused; serving on", zap.Error(err))
-		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
+		refuseHandover(conn, log, "handover refused; serving on", err)
 		return
 	}
 	quiesced := time.Since(start)
@@ -203,8 +199,7 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	if err != nil {
 		m.core.Thaw()
 		m.fs.Resume()
-		log.Warn("handover refused: no checkpoint; serving on", zap.Error(err))
-		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
+		refuseHandover(conn, log, "handover refused: no checkpoint; serving on", err)
 		return
 	}
 	// The guard stands down before anything is passed: should this
@@ -241,15 +236,13 @@ func (m *Mount) prepare(conn *net.UnixConn, log *zap.Logger) bool {
 	start := time.Now()
 	data, err := m.core.PrepareHandover()
 	if err != nil {
-		log.Warn("handover refused: no checkpoint; serving on", zap.Error(err))
-		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
+		refuseHandover(conn, log, "handover refused: no checkpoint; serving on", err)
 		return false
 	}
 	f, err := memfdOf(data)
 	if err != nil {
 		m.core.CancelHandover()
-		log.Warn("handover refused; serving on", zap.Error(err))
-		writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
+		refuseHandover(conn, log, "handover refused; serving on", err)
 		return false
 	}
 	defer f.Close()
@@ -800,6 +793,13 @@ func (m *Mount) closeParts() {
 	m.fs.Close()
 	m.closeRemote()
 	m.ram.Close()
+}
+
+// refuseHandover tells the successor why the mount stays with this
+// daemon, and logs it.
+func refuseHandover(conn *net.UnixConn, log *zap.Logger, msg string, err error) {
+	log.Warn(msg, zap.Error(err))
+	writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
 }
 
 // failpointName is the step of a handover, or of the replacing of a
