@@ -136,7 +136,7 @@ func (l *Loading) Ready(fs *FS) {
 	l.used = nil
 	l.mu.Unlock()
 	for _, p := range used {
-		if id, ok := fs.lookupPath(p); ok {
+		if id, err := fs.lookupPath(p); err == nil {
 			fs.core.Used(id)
 		}
 	}
@@ -207,19 +207,15 @@ func (l *Loading) real(fs *FS, id uint64) (uint64, fuse.Status) {
 	if id < loadBase {
 		return id, fuse.OK
 	}
-	n := l.nodes.get(core.ID(id))
-	if n == nil {
+	p, ok := l.path(id)
+	if !ok {
 		return 0, fuse.Status(syscall.ESTALE)
 	}
-	parent, st := l.real(fs, uint64(n.parent))
-	if !st.Ok() {
-		return 0, st
-	}
-	e, _, err := fs.core.Lookup(core.ID(parent), n.name)
+	rid, err := fs.lookupPath(p)
 	if err != nil {
 		return 0, fs.status("lookup", err)
 	}
-	return uint64(e.ID), fuse.OK
+	return uint64(rid), fuse.OK
 }
 
 // header is h with its node ID the core's.
@@ -232,9 +228,6 @@ func (l *Loading) header(fs *FS, h *fuse.InHeader) fuse.Status {
 // path is the path of node id under data/; false: not a directory of
 // the load's or the root.
 func (l *Loading) path(id uint64) (string, bool) {
-	if id == uint64(core.RootID) {
-		return "", true
-	}
 	var parts []string
 	for id != uint64(core.RootID) {
 		n := l.nodes.get(core.ID(id))
@@ -244,11 +237,8 @@ func (l *Loading) path(id uint64) (string, bool) {
 		parts = append(parts, n.name)
 		id = uint64(n.parent)
 	}
-	p := ""
-	for i := len(parts) - 1; i >= 0; i-- {
-		p = path.Join(p, parts[i])
-	}
-	return p, true
+	slices.Reverse(parts)
+	return strings.Join(parts, "/"), true
 }
 
 // errno is FS.errno's, for the load's requests.
@@ -865,15 +855,18 @@ func (l *Loading) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, 
 	return fs.Ioctl(cancel, in, inbuf, out, outbuf)
 }
 
-// lookupPath is the core's ID of a path under the root.
-func (f *FS) lookupPath(p string) (core.ID, bool) {
+// lookupPath is the core's ID of a path under the root ("" is the root).
+func (f *FS) lookupPath(p string) (core.ID, error) {
 	id := core.RootID
+	if p == "" {
+		return id, nil
+	}
 	for _, name := range strings.Split(p, "/") {
 		e, _, err := f.core.Lookup(id, name)
 		if err != nil {
-			return 0, false
+			return 0, err
 		}
 		id = e.ID
 	}
-	return id, true
+	return id, nil
 }
