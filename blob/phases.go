@@ -69,7 +69,7 @@ func (s *Store) linkMarkedAt(op, rel string, id ID) error {
 	wfd, wname := s.marker(id)
 	err := s.at(rel, func(dirfd int, name string) error { return unix.Linkat(wfd, wname, dirfd, name, 0) })
 	if err != nil {
-		return &os.PathError{Op: op, Path: rel, Err: underlying(err)}
+		return s.nameErr(op, rel, err)
 	}
 	return nil
 }
@@ -114,7 +114,7 @@ func (s *Store) LinkAt(old, rel string) (unix.Stat_t, error) {
 		return nil
 	})
 	if err != nil {
-		return st, &os.PathError{Op: "link", Path: rel, Err: underlying(err)}
+		return st, s.nameErr("link", rel, err)
 	}
 	return st, nil
 }
@@ -188,7 +188,7 @@ func (s *Store) MkdirAt(rel string, mode uint32, who Owner) error {
 		return nil
 	})
 	if err != nil {
-		return &os.PathError{Op: "mkdir", Path: rel, Err: underlying(err)}
+		return s.nameErr("mkdir", rel, err)
 	}
 	return nil
 }

@@ -50,6 +50,9 @@ func (s *Store) PlanRename(parent ID, name string, newParent ID, newName string,
 	if err := s.checkRename(src, dst, exists, to, flags); err != nil {
 		return p, err
 	}
+	if !exists {
+		s.crowd.adding(s, to, len(newName))
+	}
 	p.Src, p.Dst, p.SrcDir = src, dst, s.IsDir(src)
 	p.Noop = exists && src == dst
 	p.Old, p.New = s.childPath(parent, name), s.childPath(newParent, newName)
@@ -63,6 +66,9 @@ func (s *Store) RenameAt(p RenamePlan) error {
 		return unix.Renameat2(da, na, db, nb, uint(p.Flags))
 	})
 	if err != nil {
+		if underlying(err) == unix.ENOSPC {
+			return s.nameErr("rename", p.New, err)
+		}
 		return &os.LinkError{Op: "rename", Old: p.Old, New: p.New, Err: underlying(err)}
 	}
 	return nil

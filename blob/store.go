@@ -95,6 +95,7 @@ type Store struct {
 	files map[ID]*file
 
 	progress reporter // of Load's walk (see ReportTo)
+	crowd    *crowd   // see WatchDirs; nil: not watched
 	// noted: the objects whose names or inode changed since Track (nil:
 	// not tracking); GUARDED_BY(the owner's lock).
 	noted map[ID]struct{}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,6 +16,9 @@ type dir struct {
 	parent *dir
 	name   string
 	kids   *kids
+	// crowded: reported filling its file system's directory index
+	// (crowded.go).
+	crowded atomic.Bool
 }
 
 // file is an inode of the namespace: its names, usually one, and the
@@ -239,6 +243,7 @@ func (s *Store) freeName(parent ID, name string) (*dir, error) {
 	if _, taken := d.kids.lookup(name); taken {
 		return nil, unix.EEXIST
 	}
+	s.crowd.adding(s, d, len(name))
 	return d, nil
 }
 

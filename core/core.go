@@ -45,6 +45,8 @@
 //	lastUse.mu            the loads' notes waiting to be recorded; a
 //	                      leaf, taken with none of these held
 //	moves.mu              the renames under way (moves.go); a leaf
+//	blob crowd.mu         the store's directories found full (blob,
+//	                      crowded.go); a leaf, its report made after
 //
 // The race tests check this order (lockorder, -tags lockcheck).
 //

@@ -577,6 +577,7 @@ func loadHandedOver(o Options, offer *handoverOffer, lock *os.File) (*Mount, err
 		return nil, err
 	}
 	store.KeepMarkers(offer.Writers)
+	watchDirs(store, o.Store, o.Logger)
 	m := &Mount{Options: o, log: o.Logger}
 	m.held, m.graced = map[blob.ID]bool{}, map[blob.ID]int64{}
 	for _, h := range offer.FS.Handles {

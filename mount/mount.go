@@ -95,6 +95,7 @@ func Start(o Options) (*Mount, error) {
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
 	warnVolatile(o.Store, log)
+	watchDirs(store, o.Store, log)
 	m := &Mount{Options: o, log: log, deadMount: dead}
 	if o.Guard != "" {
 		// Once the store is this daemon's (locked), so its death is the

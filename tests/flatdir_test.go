@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kvfs/kvfs/internal/loopfs"
+	"golang.org/x/sys/unix"
 )
 
 // TestFlatDirListing fills one directory through the mount with 50,000
@@ -131,4 +134,75 @@ func distinct(t *testing.T, what string, names []string) map[string]bool {
 		set[n] = true
 	}
 	return set
+}
+
+// TestFlatDirFullExt4Index fills one directory of a store on an ext4 made
+// without large_dir (1 KiB blocks and 255-byte names: about 20,000 fit)
+// through the mount, until ext4's directory index refuses a name. The
+// daemon warns of the directory, at half its estimated limit, before the
+// refusal; the refused create gets ENOSPC, and the daemon says the
+// directory is full and how to lift the limit (tune2fs -O large_dir and
+// the device). Everything stored before stays, counted exactly; another
+// directory still takes names, and so does the full one where a name
+// left room.
+func TestFlatDirFullExt4Index(t *testing.T) {
+	root, err := loopFS(t, 128<<20, []string{"mkfs.ext4", "-q", "-F", "-b", "1024", "-N", "60000", "-O", "^large_dir"}, "")
+	if errors.Is(err, loopfs.ErrMkfs) {
+		t.Skipf("this mkfs.ext4 cannot make the file system: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, mp := filepath.Join(root, "store"), filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", store, "--capacity", "64MiB")
+	dir := filepath.Join(mp, "flat")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	name := func(i int) string { return filepath.Join(dir, fmt.Sprintf("%08d", i)+strings.Repeat("k", 247)) }
+	create := func(i int) error {
+		fd, err := unix.Open(name(i), unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL|unix.O_CLOEXEC, 0o644)
+		if err == nil {
+			err = unix.Close(fd)
+		}
+		return err
+	}
+	n, refused := 0, error(nil)
+	for ; n < 60000 && refused == nil; n++ {
+		refused = create(n)
+	}
+	n-- // the refused one
+	if !errors.Is(refused, unix.ENOSPC) {
+		t.Fatalf("after %d names: %v, want ENOSPC from ext4's full directory index", n, refused)
+	}
+	out := d.out.String()
+	warned := strings.Index(out, "filling ext4's directory index")
+	full := strings.Index(out, "is full: ext4's directory index")
+	if warned < 0 || full < 0 || warned > full {
+		t.Fatalf("after %d names the daemon should have warned of the directory, then said it is full; output:\n%s", n, tail(out, 3000))
+	}
+	if fix := "tune2fs -O large_dir /dev/loop"; !strings.Contains(out[full:], fix) {
+		t.Errorf("the full directory's error does not say %q; output:\n%s", fix, tail(out, 2000))
+	}
+	if st := stats(t, mp); st.Objects != int64(n) {
+		t.Errorf("%d names stored before the refusal, stats count %d objects", n, st.Objects)
+	}
+	if got := len(lsF(t, dir)); got != n {
+		t.Errorf("ls -f lists %d names, %d were stored", got, n)
+	}
+	if err := os.Mkdir(filepath.Join(mp, "other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	putFile(t, filepath.Join(mp, "other", "obj"), []byte("elsewhere"))
+	// A name removed frees its slot for a name of the same hash: itself.
+	if err := os.Remove(name(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := create(0); err != nil {
+		t.Errorf("storing a name again where it was removed: %v", err)
+	}
+	t.Logf("%d names of 255 bytes fitted in one directory; the warning came first", n)
 }

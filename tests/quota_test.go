@@ -2,14 +2,13 @@ package tests
 
 import (
 	"errors"
-
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvfs/kvfs/internal/loopfs"
 	"github.com/kvfs/kvfs/internal/quota"
 	"github.com/kvfs/kvfs/mount"
 	"golang.org/x/sys/unix"
@@ -21,40 +20,47 @@ import (
 // frees the loop device). It skips where that cannot be done, saying why.
 func quotaFS(t *testing.T, kind string) string {
 	t.Helper()
-	requireRoot(t)
-	mkfs := map[string][]string{
-		"ext4": {"mkfs.ext4", "-q", "-F", "-O", "quota,project"},
-		"xfs":  {"mkfs.xfs", "-q", "-f"},
-	}[kind]
-	opt := map[string]string{"ext4": "loop,prjquota", "xfs": "loop,pquota"}[kind]
-	for _, tool := range []string{mkfs[0], "losetup", "mount", "dd"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (e2fsprogs, xfsprogs, util-linux, coreutils): %v", tool, err)
-		}
-	}
-	dir := t.TempDir()
-	img, mnt := filepath.Join(dir, kind+".img"), filepath.Join(dir, "fs")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
+	mnt, err := loopFS(t, 320<<20, quotaMkfs[kind], quotaOpts[kind])
+	switch {
+	case errors.Is(err, loopfs.ErrMkfs):
+		t.Skipf("cannot make a file system with project quotas here: %v", err)
+	case errors.Is(err, loopfs.ErrMount):
+		t.Skipf("cannot mount it (a kernel without quota support: CONFIG_QUOTA, CONFIG_XFS_QUOTA): %v", err)
+	case err != nil:
 		t.Fatal(err)
 	}
-	// Sparse; XFS wants 300 MiB at least.
-	if err := os.WriteFile(img, nil, 0o600); err != nil || os.Truncate(img, 320<<20) != nil {
-		t.Fatalf("making the image: %v", err)
-	}
-	if out, err := exec.Command(mkfs[0], append(mkfs[1:], img)...).CombinedOutput(); err != nil {
-		t.Skipf("%s cannot make a file system with project quotas here: %v: %s", mkfs[0], err, out)
-	}
-	if out, err := exec.Command("mount", "-o", opt, img, mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount %s with -o %s (a kernel without quota support: CONFIG_QUOTA, CONFIG_XFS_QUOTA): %v: %s",
-			kind, opt, err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmounting the loop file system %s: %v", mnt, err)
-			unix.Unmount(mnt, unix.MNT_DETACH)
-		}
-	})
 	return mnt
+}
+
+// quotaMkfs and quotaOpts make and mount a file system with project
+// quotas enforced. XFS wants 300 MiB at least.
+var (
+	quotaMkfs = map[string][]string{
+		"ext4": {"mkfs.ext4", "-q", "-F", "-O", "quota,project"},
+		"xfs":  {"mkfs.xfs", "-q", "-f"},
+	}
+	quotaOpts = map[string]string{"ext4": "prjquota", "xfs": "pquota"}
+)
+
+// loopFS makes a file system with mkfs on a loop device of size bytes,
+// mounted in a temporary directory with opts (loopfs.Make); the test's
+// cleanup, which runs after the daemon's, unmounts it. It skips where
+// this machine lacks root or the tools, saying why.
+func loopFS(t *testing.T, size int64, mkfs []string, opts string) (string, error) {
+	t.Helper()
+	requireRoot(t)
+	if why := loopfs.Missing(mkfs[0]); why != "" {
+		t.Skip(why)
+	}
+	mnt, err := loopfs.Make(t.TempDir(), size, opts, mkfs...)
+	if err == nil {
+		t.Cleanup(func() {
+			if err := loopfs.Unmount(mnt); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	return mnt, err
 }
 
 // TestQuotaStopsWriterAfterKill: a writer that has an object open keeps

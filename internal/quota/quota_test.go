@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvfs/kvfs/internal/loopfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,39 +19,26 @@ import (
 // where that cannot be done, saying why.
 func loopFS(t *testing.T, kind string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts a loop file system and sets project quotas")
-	}
 	mkfs := map[string][]string{
 		"ext4": {"mkfs.ext4", "-q", "-F", "-O", "quota,project"},
 		"xfs":  {"mkfs.xfs", "-q", "-f"},
 	}[kind]
-	opt := map[string]string{"ext4": "loop,prjquota", "xfs": "loop,pquota"}[kind]
-	for _, tool := range []string{mkfs[0], "losetup", "mount"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (e2fsprogs, xfsprogs, util-linux): %v", tool, err)
-		}
+	if why := loopfs.Missing(mkfs[0]); why != "" {
+		t.Skip(why)
 	}
-	dir := t.TempDir()
-	img, mnt := filepath.Join(dir, kind+".img"), filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
+	// XFS wants 300 MiB at least.
+	mnt, err := loopfs.Make(t.TempDir(), 320<<20, map[string]string{"ext4": "prjquota", "xfs": "pquota"}[kind], mkfs...)
+	switch {
+	case errors.Is(err, loopfs.ErrMkfs):
+		t.Skipf("cannot make a file system with project quotas here: %v", err)
+	case errors.Is(err, loopfs.ErrMount):
+		t.Skipf("cannot mount it (a kernel without quota support: CONFIG_QUOTA, CONFIG_XFS_QUOTA): %v", err)
+	case err != nil:
 		t.Fatal(err)
 	}
-	// Sparse; XFS wants 300 MiB at least.
-	if err := os.WriteFile(img, nil, 0o600); err != nil || os.Truncate(img, 320<<20) != nil {
-		t.Fatalf("making the image: %v", err)
-	}
-	if out, err := exec.Command(mkfs[0], append(mkfs[1:], img)...).CombinedOutput(); err != nil {
-		t.Skipf("%s cannot make a file system with project quotas here: %v: %s", mkfs[0], err, out)
-	}
-	if out, err := exec.Command("mount", "-o", opt, img, mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount %s with -o %s (a kernel without quota support: CONFIG_QUOTA, CONFIG_XFS_QUOTA): %v: %s",
-			kind, opt, err, strings.TrimSpace(string(out)))
-	}
 	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmounting the loop file system: %v", err)
-			unix.Unmount(mnt, unix.MNT_DETACH)
+		if err := loopfs.Unmount(mnt); err != nil {
+			t.Error(err)
 		}
 	})
 	return mnt
