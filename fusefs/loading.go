@@ -36,11 +36,17 @@ import (
 // of each name looks it up again and gets the core's ID; until the kernel
 // forgets a name of the load, a request on it is handed to the FS under
 // the core's ID for the same path. A handle opened while loading is read
-// to its release from the file it opened.
+// to its release from the file it opened: by the kernel itself where the
+// mount has passthrough, as the FS's readers are.
 type Loading struct {
 	pre  *core.Preview
 	log  *zap.Logger
 	reqs *requests
+	// passthrough: the load's handles are served by the kernel from
+	// their stored files, unless it refused one (noBacking: from then on
+	// the daemon serves them).
+	passthrough bool
+	noBacking   atomic.Bool
 
 	ready  chan struct{}      // closed by Ready
 	failed chan struct{}      // closed by Fail
@@ -54,10 +60,13 @@ type Loading struct {
 	used  map[string]int
 	reads int // GUARDED_BY(mu)
 	// open: the load's handles by node; GUARDED_BY(mu).
-	open   map[core.ID]int
-	files  handleTable[*loadFile] // numbered from loadBase
-	dirs   handleTable[*loadDir]  // numbered from loadBase
-	server atomic.Pointer[fuse.Server]
+	open map[core.ID]int
+	// backings: the backing file each node's handles are served from
+	// (the kernel takes one a node), and how many use it; GUARDED_BY(mu).
+	backings map[core.ID]*loadBacking
+	files    handleTable[*loadFile] // numbered from loadBase
+	dirs     handleTable[*loadDir]  // numbered from loadBase
+	server   atomic.Pointer[fuse.Server]
 }
 
 // loadBase is the first node ID and handle number Loading gives. The
@@ -87,11 +96,18 @@ type loadDir struct {
 	buf  []byte
 }
 
-// loadFile is a file opened while loading, and the node it was opened
-// by.
+// loadFile is a file opened while loading, the node it was opened by,
+// and whether the kernel serves it from the node's backing file.
 type loadFile struct {
 	*os.File
-	node core.ID
+	node   core.ID
+	backed bool
+}
+
+// loadBacking is a backing file the kernel serves a node's handles from.
+type loadBacking struct {
+	id   int32
+	refs int
 }
 
 type loadEnt struct {
@@ -103,13 +119,13 @@ type loadEnt struct {
 
 var _ fuse.RawFileSystem = (*Loading)(nil)
 
-// NewLoading serves pre until Ready.
-func NewLoading(pre *core.Preview, log *zap.Logger) *Loading {
+// NewLoading serves pre until Ready; passthrough as Config's.
+func NewLoading(pre *core.Preview, passthrough bool, log *zap.Logger) *Loading {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	l := &Loading{pre: pre, log: log, reqs: new(requests), ready: make(chan struct{}), failed: make(chan struct{}),
-		used: map[string]int{}, open: map[core.ID]int{}}
+		used: map[string]int{}, open: map[core.ID]int{}, backings: map[core.ID]*loadBacking{}, passthrough: passthrough}
 	l.nodes.init()
 	l.next.Store(loadBase)
 	return l
@@ -394,17 +410,85 @@ func (l *Loading) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 	if err != nil {
 		return l.errno("open", err)
 	}
+	lf := &loadFile{File: f, node: core.ID(in.NodeId)}
 	l.mu.Lock()
 	if l.used != nil { // nil once Ready has noted them
 		l.reads++
 		l.used[p] = l.reads
 	}
+	l.open[lf.node]++
 	l.mu.Unlock()
-	l.mu.Lock()
-	l.open[core.ID(in.NodeId)]++
-	l.mu.Unlock()
-	out.Fh = loadBase + l.files.add(&loadFile{f, core.ID(in.NodeId)})
+	if id := l.backing(lf); id != 0 {
+		out.BackingID = id
+		out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
+	}
+	out.Fh = loadBase + l.files.add(lf)
 	return fuse.OK
+}
+
+// backing has the kernel serve f's reads from its node's backing file,
+// registered from f if the node has none, where the mount has
+// passthrough and the kernel takes it: the backing ID, or 0 (the daemon
+// serves f). A node's handles all use one: the kernel refuses a second.
+func (l *Loading) backing(f *loadFile) int32 {
+	s := l.server.Load()
+	if !l.passthrough || s == nil || l.noBacking.Load() {
+		return 0
+	}
+	l.mu.Lock()
+	b := l.backings[f.node]
+	if b != nil {
+		b.refs++
+	}
+	l.mu.Unlock()
+	if b == nil {
+		// Registered without the lock; an open of the same node that
+		// registered meanwhile wins, and this one is given back.
+		id, errno := s.RegisterBackingFd(&fuse.BackingMap{Fd: int32(f.Fd())})
+		if errno != 0 {
+			if !l.noBacking.Swap(true) {
+				l.log.Info("passthrough refused; the daemon serves the load's reads", zap.Error(errno))
+			}
+			return 0
+		}
+		l.mu.Lock()
+		if b = l.backings[f.node]; b == nil {
+			b = &loadBacking{id: id}
+			l.backings[f.node] = b
+		}
+		b.refs++
+		l.mu.Unlock()
+		if b.id != id {
+			l.unregister(id)
+		}
+	}
+	f.backed = true
+	return b.id
+}
+
+// releaseBacking ends f's use of its node's backing file; the last user
+// unregisters it.
+func (l *Loading) releaseBacking(f *loadFile) {
+	if !f.backed {
+		return
+	}
+	l.mu.Lock()
+	b := l.backings[f.node]
+	last := b.refs == 1
+	if b.refs--; last {
+		delete(l.backings, f.node)
+	}
+	l.mu.Unlock()
+	if last {
+		l.unregister(b.id)
+	}
+}
+
+// unregister gives a backing ID back to the kernel.
+func (l *Loading) unregister(id int32) {
+	if errno := l.server.Load().UnregisterBackingFd(id); errno != 0 {
+		l.log.Warn("unregistering a passthrough backing file", zap.Error(errno))
+	}
 }
 
 func (l *Loading) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
@@ -473,12 +557,13 @@ func (l *Loading) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 func (l *Loading) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	if in.Fh >= loadBase {
 		if f, ok := l.files.take(in.Fh - loadBase); ok {
-			f.Close()
+			l.releaseBacking(f)
 			l.mu.Lock()
 			if l.open[f.node]--; l.open[f.node] == 0 {
 				delete(l.open, f.node)
 			}
 			l.mu.Unlock()
+			f.Close()
 		}
 		return
 	}

@@ -36,7 +36,7 @@ func (m *Mount) startLoading(store *blob.Store, expected int64) error {
 		store.Close()
 		return fmt.Errorf("reading the store: %w", err)
 	}
-	m.loading = fusefs.NewLoading(pre, m.log.Named("fusefs"))
+	m.loading = fusefs.NewLoading(pre, m.passthrough(), m.log.Named("fusefs"))
 	m.loadDone = make(chan struct{})
 	if err := m.serve(m.loading.Instrument(m.requestTimer())); err != nil {
 		store.Close()

@@ -415,6 +415,9 @@ type kvfsStats struct {
 	Loads             int64 `json:"loads"`
 	LookupHits        int64 `json:"lookups_hit"`
 	LookupMisses      int64 `json:"lookups_miss"`
+	Passthrough       int64 `json:"passthrough"`
+	// FuseRequests: the requests the daemon answered, by type.
+	FuseRequests map[string]int64 `json:"fuse_requests"`
 }
 
 var statsFields = []string{"capacity_bytes", "used_bytes", "objects", "pinned_objects",

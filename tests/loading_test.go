@@ -161,6 +161,13 @@ func TestServeWhileLoading(t *testing.T) {
 			t.Fatalf("the %s that waited for the index never finished", what)
 		}
 	}
+	// Where the mount has passthrough, the kernel served the reads of
+	// the load's handles itself: the daemon answered none.
+	if s := stats(t, mp); s.Passthrough == 1 && s.FuseRequests["READ"] != 0 {
+		t.Fatalf("the daemon answered %d READs while loading: the load's handles were not passthrough", s.FuseRequests["READ"])
+	} else if s.Passthrough != 1 {
+		t.Logf("no passthrough on this mount: the load's reads went through the daemon (%d READs)", s.FuseRequests["READ"])
+	}
 	delete(want, filepath.Join("sub", "obj-01.data"))
 	want["new.data"] = fresh
 	readAll("loaded")
