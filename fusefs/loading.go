@@ -42,11 +42,10 @@ type Loading struct {
 	pre  *core.Preview
 	log  *zap.Logger
 	reqs *requests
-	// passthrough: the load's handles are served by the kernel from
-	// their stored files, unless it refused one (noBacking: from then on
-	// the daemon serves them).
-	passthrough bool
-	noBacking   atomic.Bool
+	cfg  LoadingConfig
+	// noBacking: the kernel refused a backing file; the daemon serves
+	// the load's handles from then on.
+	noBacking atomic.Bool
 
 	ready  chan struct{}      // closed by Ready
 	failed chan struct{}      // closed by Fail
@@ -119,13 +118,25 @@ type loadEnt struct {
 
 var _ fuse.RawFileSystem = (*Loading)(nil)
 
-// NewLoading serves pre until Ready; passthrough as Config's.
-func NewLoading(pre *core.Preview, passthrough bool, log *zap.Logger) *Loading {
+// LoadingConfig is how a mount serves while it loads.
+type LoadingConfig struct {
+	// Passthrough: the load's handles are served by the kernel from
+	// their stored files, as Config's.
+	Passthrough bool
+	// Stats is what the root's StatsXattr holds while loading (nil:
+	// it waits for the index, as kvfs's other attributes do).
+	Stats  func() ([]byte, error)
+	Logger *zap.Logger
+}
+
+// NewLoading serves pre until Ready.
+func NewLoading(pre *core.Preview, cfg LoadingConfig) *Loading {
+	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
-	l := &Loading{pre: pre, log: log, reqs: new(requests), ready: make(chan struct{}), failed: make(chan struct{}),
-		used: map[string]int{}, open: map[core.ID]int{}, backings: map[core.ID]*loadBacking{}, passthrough: passthrough}
+	l := &Loading{pre: pre, log: log, cfg: cfg, reqs: new(requests), ready: make(chan struct{}), failed: make(chan struct{}),
+		used: map[string]int{}, open: map[core.ID]int{}, backings: map[core.ID]*loadBacking{}}
 	l.nodes.init()
 	l.next.Store(loadBase)
 	return l
@@ -432,7 +443,7 @@ func (l *Loading) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 // serves f). A node's handles all use one: the kernel refuses a second.
 func (l *Loading) backing(f *loadFile) int32 {
 	s := l.server.Load()
-	if !l.passthrough || s == nil || l.noBacking.Load() {
+	if !l.cfg.Passthrough || s == nil || l.noBacking.Load() {
 		return 0
 	}
 	l.mu.Lock()
@@ -728,6 +739,14 @@ func (l *Loading) StatFs(cancel <-chan struct{}, header *fuse.InHeader, out *fus
 // kept (ls -l asks for ACLs and labels of every name).
 func (l *Loading) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
 	fs := l.loaded()
+	if fs == nil && header.NodeId == fuse.FUSE_ROOT_ID && attr == StatsXattr && l.cfg.Stats != nil {
+		// `kvfs stats` is answered at once: the load's own figures.
+		data, err := l.cfg.Stats()
+		if err != nil {
+			return 0, l.errno("getxattr", err)
+		}
+		return xattrReply(data, dest)
+	}
 	if fs == nil && len(attr) > len(kvfsXattrs) && attr[:len(kvfsXattrs)] == kvfsXattrs {
 		var st fuse.Status
 		if fs, st = l.wait(); !st.Ok() {

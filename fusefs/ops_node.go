@@ -289,8 +289,13 @@ func (f *FS) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string
 	default:
 		return 0, f.status("getxattr", errNoAttr)
 	}
+	return xattrReply(data, dest)
+}
+
+// xattrReply answers a GETXATTR of data into dest: its size where dest is
+// too small (or empty: a query of the size).
+func xattrReply(data, dest []byte) (uint32, fuse.Status) {
 	if len(dest) < len(data) {
-		// Too small, or empty: a query of the size.
 		return uint32(len(data)), fuse.Status(syscall.ERANGE)
 	}
 	return uint32(copy(dest, data)), fuse.OK

@@ -1,13 +1,16 @@
 package mount
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/stats"
 	"go.uber.org/zap"
 )
 
@@ -36,7 +39,11 @@ func (m *Mount) startLoading(store *blob.Store, expected int64) error {
 		store.Close()
 		return fmt.Errorf("reading the store: %w", err)
 	}
-	m.loading = fusefs.NewLoading(pre, m.passthrough(), m.log.Named("fusefs"))
+	// The capacity as given (0: derived from the free space once
+	// loaded); the load sets m.Capacity meanwhile.
+	began, capacity := time.Now(), m.Capacity
+	m.loading = fusefs.NewLoading(pre, fusefs.LoadingConfig{Passthrough: m.passthrough(), Logger: m.log.Named("fusefs"),
+		Stats: func() ([]byte, error) { return json.Marshal(stats.NewLoading(expected, capacity, began)) }})
 	m.loadDone = make(chan struct{})
 	if err := m.serve(m.loading.Instrument(m.requestTimer())); err != nil {
 		store.Close()

@@ -147,6 +147,24 @@ func TestServeWhileLoading(t *testing.T) {
 	default:
 	}
 
+	// kvfs stats answers at once, with the load's own figures, in each
+	// of its forms.
+	var loading struct {
+		Loading         bool  `json:"loading"`
+		ExpectedObjects int64 `json:"expected_objects"`
+		CapacityBytes   int64 `json:"capacity_bytes"`
+	}
+	statsJSON(t, mp, &loading)
+	if !loading.Loading || loading.ExpectedObjects != 24 || loading.CapacityBytes != 64<<20 {
+		t.Fatalf("kvfs stats --json while loading: %+v, want loading, 24 objects expected, 64 MiB", loading)
+	}
+	for _, args := range [][]string{{"stats", mp}, {"stats", "--watch", "--count", "2", "--interval", "10ms", mp}} {
+		res := runKvfsTimeout(t, hangGuard, args...)
+		if res.code != 0 || !strings.Contains(res.stdout, "loading") || !strings.Contains(res.stdout, "24") {
+			t.Fatalf("kvfs %v while loading: exit %d, stdout %q, stderr %q", args, res.code, res.stdout, res.stderr)
+		}
+	}
+
 	open()
 	if !d.printed("objects restored") || !d.printed(`"from_snapshot": true`) {
 		t.Fatalf("the load from the checkpoint did not finish:\n%s", d.out)

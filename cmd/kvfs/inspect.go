@@ -32,37 +32,31 @@ func cmdStats(args []string, stdout io.Writer) error {
 		if *interval <= 0 || *count < 0 || *asJSON {
 			return usageerr.Errorf("--watch wants a positive --interval, a --count of 0 or more, and no --json")
 		}
-		if _, err := readStats(rest[0]); err != nil {
+		if _, err := readSample(rest[0]); err != nil {
 			return err
 		}
 		return watchStats(rest[0], *interval, *count, stdout)
 	}
-	st, err := readStats(rest[0])
+	s, err := readSample(rest[0])
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(stdout, st)
+	var rows []stats.Row
+	switch {
+	case s.loading != nil && *asJSON:
+		return printJSON(stdout, s.loading)
+	case s.loading != nil:
+		rows = s.loading.Rows()
+	case *asJSON:
+		return printJSON(stdout, s.Snapshot)
+	default:
+		rows = s.Rows()
 	}
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, r := range st.Rows() {
+	for _, r := range rows {
 		fmt.Fprintf(w, "%s\t%s\n", r.Name, r.Value)
 	}
 	return w.Flush()
-}
-
-// readStats asks a live mount for its figures through the root's stats
-// extended attribute.
-func readStats(mp string) (stats.Snapshot, error) {
-	var st stats.Snapshot
-	b, err := statsJSON(mp)
-	if err != nil {
-		return st, err
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return st, fmt.Errorf("reading stats of %s: %w", mp, err)
-	}
-	return st, nil
 }
 
 // statsJSON is the root's stats extended attribute.

@@ -13,19 +13,30 @@ import (
 
 // sample is one reading of a mount's stats: what `kvfs stats --json`
 // prints, and when. A figure an older daemon does not report is absent
-// from it and shown nowhere, rather than as zero.
+// from it and shown nowhere, rather than as zero. A mount still loading
+// its index has no figures: loading says how far it is.
 type sample struct {
 	stats.Snapshot
-	at time.Time
+	loading *stats.Loading
+	at      time.Time
 }
 
+// readSample asks a live mount for its figures through the root's stats
+// extended attribute.
 func readSample(mp string) (sample, error) {
 	s := sample{at: time.Now()}
 	b, err := statsJSON(mp)
-	if err == nil {
-		err = json.Unmarshal(b, &s.Snapshot)
+	if err != nil {
+		return s, err
 	}
-	return s, err
+	if l, ok := stats.ReadLoading(b); ok {
+		s.loading = &l
+		return s, nil
+	}
+	if err := json.Unmarshal(b, &s.Snapshot); err != nil {
+		return s, fmt.Errorf("reading stats of %s: %w", mp, err)
+	}
+	return s, nil
 }
 
 // watchStats prints mp's stats every interval, count times (0: until
@@ -43,6 +54,17 @@ func watchStats(mp string, interval time.Duration, count int, stdout io.Writer) 
 		cur, err := readSample(mp)
 		if err != nil {
 			return err
+		}
+		if cur.loading != nil {
+			line := fmt.Sprintf("%s state=loading expected_objects=%d loading_seconds=%.1f",
+				cur.at.UTC().Format(time.RFC3339), cur.loading.ExpectedObjects, cur.loading.Seconds)
+			if tty {
+				line = fmt.Sprintf("\x1b[H\x1b[2Jkvfs %s   %s   every %v (Ctrl-C to quit)\n\nloading its index: %d objects expected, %.1f s so far; loads are served, stores wait for it",
+					mp, cur.at.Format("15:04:05"), interval, cur.loading.ExpectedObjects, cur.loading.Seconds)
+			}
+			fmt.Fprintln(stdout, line)
+			prev = nil // rates start from the first reading of the index
+			continue
 		}
 		if tty {
 			fmt.Fprint(stdout, "\x1b[H\x1b[2J"+viewBlock(mp, prev, cur, interval))
