@@ -103,6 +103,14 @@ func TestServeWhileLoading(t *testing.T) {
 	if err := unix.Fstat(int(held.Fd()), &st); err != nil || st.Size != int64(len(want["obj-00.data"])) {
 		t.Fatalf("fstat while loading: size %d (%v)", st.Size, err)
 	}
+	// A mapping of it, held across the switch to the index.
+	mapped, err := unix.Mmap(int(held.Fd()), 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("mmap while loading: %v", err)
+	}
+	if !bytes.Equal(mapped, want["obj-00.data"]) {
+		t.Fatal("a mapping made while loading reads other bytes")
+	}
 
 	fresh := bytes.Repeat([]byte{0xee}, 12345)
 	stored, removed := make(chan error, 1), make(chan error, 1)
@@ -192,6 +200,12 @@ func TestServeWhileLoading(t *testing.T) {
 	buf := make([]byte, len(want["obj-00.data"])+1)
 	if n, err := held.ReadAt(buf, 0); n != len(want["obj-00.data"]) || !bytes.Equal(buf[:n], want["obj-00.data"]) {
 		t.Fatalf("a handle opened while loading, read after: %d bytes (%v)", n, err)
+	}
+	if !bytes.Equal(mapped, want["obj-00.data"]) {
+		t.Fatal("a mapping made while loading, read after: other bytes")
+	}
+	if err := unix.Munmap(mapped); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(mp, "sub", "obj-01.data")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("deleted while loading, after: %v", err)
