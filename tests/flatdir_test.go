@@ -146,13 +146,9 @@ func distinct(t *testing.T, what string, names []string) map[string]bool {
 // directory still takes names, and so does the full one where a name
 // left room.
 func TestFlatDirFullExt4Index(t *testing.T) {
-	root, err := loopFS(t, 128<<20, []string{"mkfs.ext4", "-q", "-F", "-b", "1024", "-N", "60000", "-O", "^large_dir"}, "")
-	if errors.Is(err, loopfs.ErrMkfs) {
-		t.Skipf("this mkfs.ext4 cannot make the file system: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireRoot(t)
+	root := loopfs.Mount(t, loopfs.Spec{Mkfs: []string{"mkfs.ext4", "-q", "-F", "-b", "1024", "-N", "60000", "-O", "^large_dir"},
+		Size: 128 << 20, NoMkfs: "this mkfs.ext4 cannot make the file system"})
 	store, mp := filepath.Join(root, "store"), filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(mp, 0o755); err != nil {
 		t.Fatal(err)

@@ -16,51 +16,12 @@ import (
 
 // quotaFS makes a file system of kind ("ext4" or "xfs") with project
 // quotas enforced, on a loop device, mounted in a temporary directory;
-// the test's cleanup, which runs after the daemon's, unmounts it (which
-// frees the loop device). It skips where that cannot be done, saying why.
+// the test's cleanup, which runs after the daemon's, unmounts it. It
+// skips where this machine cannot, saying why.
 func quotaFS(t *testing.T, kind string) string {
 	t.Helper()
-	mnt, err := loopFS(t, 320<<20, quotaMkfs[kind], quotaOpts[kind])
-	switch {
-	case errors.Is(err, loopfs.ErrMkfs):
-		t.Skipf("cannot make a file system with project quotas here: %v", err)
-	case errors.Is(err, loopfs.ErrMount):
-		t.Skipf("cannot mount it (a kernel without quota support: CONFIG_QUOTA, CONFIG_XFS_QUOTA): %v", err)
-	case err != nil:
-		t.Fatal(err)
-	}
-	return mnt
-}
-
-// quotaMkfs and quotaOpts make and mount a file system with project
-// quotas enforced. XFS wants 300 MiB at least.
-var (
-	quotaMkfs = map[string][]string{
-		"ext4": {"mkfs.ext4", "-q", "-F", "-O", "quota,project"},
-		"xfs":  {"mkfs.xfs", "-q", "-f"},
-	}
-	quotaOpts = map[string]string{"ext4": "prjquota", "xfs": "pquota"}
-)
-
-// loopFS makes a file system with mkfs on a loop device of size bytes,
-// mounted in a temporary directory with opts (loopfs.Make); the test's
-// cleanup, which runs after the daemon's, unmounts it. It skips where
-// this machine lacks root or the tools, saying why.
-func loopFS(t *testing.T, size int64, mkfs []string, opts string) (string, error) {
-	t.Helper()
 	requireRoot(t)
-	if why := loopfs.Missing(mkfs[0]); why != "" {
-		t.Skip(why)
-	}
-	mnt, err := loopfs.Make(t.TempDir(), size, opts, mkfs...)
-	if err == nil {
-		t.Cleanup(func() {
-			if err := loopfs.Unmount(mnt); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	return mnt, err
+	return loopfs.Mount(t, loopfs.ProjectQuotas[kind])
 }
 
 // TestQuotaStopsWriterAfterKill: a writer that has an object open keeps

@@ -76,26 +76,13 @@ func TestProbe(t *testing.T) {
 	if _, err := Probe("/proc"); !errors.Is(err, ErrNotExt4) {
 		t.Errorf("Probe(/proc): %v, want ErrNotExt4", err)
 	}
-	if why := loopfs.Missing("mkfs.ext4"); why != "" {
-		t.Skip(why)
-	}
 	for _, large := range []bool{false, true} {
 		feature := "^large_dir"
 		if large {
 			feature = "large_dir"
 		}
-		mnt, err := loopfs.Make(t.TempDir(), 32<<20, "", "mkfs.ext4", "-q", "-F", "-b", "1024", "-O", feature)
-		if errors.Is(err, loopfs.ErrMkfs) && large {
-			t.Skipf("this mkfs.ext4 cannot make large_dir (e2fsprogs before 1.44): %v", err)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := loopfs.Unmount(mnt); err != nil {
-				t.Error(err)
-			}
-		})
+		mnt := loopfs.Mount(t, loopfs.Spec{Mkfs: []string{"mkfs.ext4", "-q", "-F", "-b", "1024", "-O", feature},
+			Size: 32 << 20, NoMkfs: "this mkfs.ext4 cannot make large_dir (e2fsprogs before 1.44)"})
 		sub := filepath.Join(mnt, "data")
 		if err := os.Mkdir(sub, 0o755); err != nil {
 			t.Fatal(err)

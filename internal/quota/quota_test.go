@@ -19,29 +19,7 @@ import (
 // where that cannot be done, saying why.
 func loopFS(t *testing.T, kind string) string {
 	t.Helper()
-	mkfs := map[string][]string{
-		"ext4": {"mkfs.ext4", "-q", "-F", "-O", "quota,project"},
-		"xfs":  {"mkfs.xfs", "-q", "-f"},
-	}[kind]
-	if why := loopfs.Missing(mkfs[0]); why != "" {
-		t.Skip(why)
-	}
-	// XFS wants 300 MiB at least.
-	mnt, err := loopfs.Make(t.TempDir(), 320<<20, map[string]string{"ext4": "prjquota", "xfs": "pquota"}[kind], mkfs...)
-	switch {
-	case errors.Is(err, loopfs.ErrMkfs):
-		t.Skipf("cannot make a file system with project quotas here: %v", err)
-	case errors.Is(err, loopfs.ErrMount):
-		t.Skipf("cannot mount it (a kernel without quota support: CONFIG_QUOTA, CONFIG_XFS_QUOTA): %v", err)
-	case err != nil:
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := loopfs.Unmount(mnt); err != nil {
-			t.Error(err)
-		}
-	})
-	return mnt
+	return loopfs.Mount(t, loopfs.ProjectQuotas[kind])
 }
 
 func TestUnsupportedChangesNothing(t *testing.T) {
