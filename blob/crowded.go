@@ -66,8 +66,9 @@ func (s *Store) nameErr(op, rel string, err error) error {
 		var sf unix.Statfs_t
 		if unix.Fstatfs(int(s.data.Fd()), &sf) == nil && sf.Bfree > 0 && sf.Ffree > 0 {
 			err = ErrDirFull
+			dir := path.Dir(rel)
 			c.mu.Lock()
-			dir, first := path.Dir(rel), !c.full[path.Dir(rel)]
+			first := !c.full[dir]
 			c.full[dir] = true
 			c.mu.Unlock()
 			if first {

@@ -29,11 +29,16 @@ func (who Owner) chown() bool {
 }
 
 // FreePath is the path, relative to data/, of name in parent, which the
-// index must not hold yet (EEXIST; ErrNotFound: no such directory).
+// index must not hold yet (EEXIST; ErrNotFound: no such directory). It
+// plans a change that adds the name: a directory filling its file
+// system's index is reported here (WatchDirs), under the owner's lock
+// shared, never at the commit.
 func (s *Store) FreePath(parent ID, name string) (string, error) {
-	if _, err := s.freeName(parent, name); err != nil {
+	d, err := s.freeName(parent, name)
+	if err != nil {
 		return "", err
 	}
+	s.crowd.adding(s, d, len(name))
 	return s.childPath(parent, name), nil
 }
 

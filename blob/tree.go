@@ -243,7 +243,6 @@ func (s *Store) freeName(parent ID, name string) (*dir, error) {
 	if _, taken := d.kids.lookup(name); taken {
 		return nil, unix.EEXIST
 	}
-	s.crowd.adding(s, d, len(name))
 	return d, nil
 }
 
