@@ -68,6 +68,16 @@ type Loading struct {
 	server   atomic.Pointer[fuse.Server]
 }
 
+// loadDirTimeout is how long the kernel may keep a directory's name the
+// load found, and its attributes, so that a path walk through it asks
+// again at most this often (a load of d/obj is one LOOKUP, not two). A
+// directory's node leads only to names (the FS's, once Ready, through
+// the node's path) and is never the inode of a file. A file's name is
+// not kept: after Ready its next use must find the core's node, as the
+// kernel refuses a second backing file for the load's inode of a file
+// the load has open. Absent names are never kept.
+const loadDirTimeout = time.Second
+
 // loadBase is the first node ID and handle number Loading gives. The
 // core's IDs count up from 1 and never come near.
 const loadBase = 1 << 62
@@ -320,6 +330,10 @@ func (l *Loading) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name str
 	})
 	out.NodeId, out.Generation = uint64(n.id), 0
 	fillAttr(&out.Attr, core.ID(out.NodeId), a)
+	if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		out.SetEntryTimeout(loadDirTimeout)
+		out.SetAttrTimeout(loadDirTimeout)
+	}
 	return fuse.OK
 }
 

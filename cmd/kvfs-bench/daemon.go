@@ -45,10 +45,19 @@ type daemon struct {
 // killed outright; workers never end on a locked OS thread, so the
 // thread that forked it lives as long as the bench does.
 func startDaemon(bin, store, mp string, capacity int64, extra ...string) (*daemon, error) {
+	return startDaemonEnv(nil, bin, store, mp, capacity, extra...)
+}
+
+// startDaemonEnv is startDaemon with variables added to the daemon's
+// environment.
+func startDaemonEnv(env []string, bin, store, mp string, capacity int64, extra ...string) (*daemon, error) {
 	args := []string{"mount", "--store", store, "--capacity", fmt.Sprint(capacity)}
 	args = append(append(args, extra...), mp)
 	d := &daemon{bin: bin, mp: mp, store: store, exited: make(chan struct{}), audited: make(chan struct{}), ready: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
+	if env != nil {
+		d.cmd.Env = append(os.Environ(), env...)
+	}
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
