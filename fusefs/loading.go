@@ -32,8 +32,9 @@ import (
 //
 // The names it answers get node IDs and handle numbers of their own, from
 // loadBase up, so they never meet the core's. Its lookups tell the kernel
-// to keep nothing (timeouts of zero), so once the FS serves, the next use
-// of each name looks it up again and gets the core's ID; until the kernel
+// to keep no file's name (timeouts of zero) and a directory's for a
+// second (loadDirTimeout), so once the FS serves, the next use of each
+// file's name looks it up again and gets the core's ID; until the kernel
 // forgets a name of the load, a request on it is handed to the FS under
 // the core's ID for the same path. A handle opened while loading is read
 // to its release from the file it opened: by the kernel itself where the
