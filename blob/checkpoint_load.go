@@ -248,6 +248,9 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 	files := make([]file, n) // one allocation, not a million
 	var names []Name
 	for i := range files {
+		if i%(1<<16) == 0 && c.s.Stopped() {
+			return ErrStopped
+		}
 		id, ino, size, nlinks := ID(r.u64()), r.u64(), int64(r.u64()), r.u32()
 		if r.err != nil || size < -1 || nlinks == 0 || uint64(nlinks) > uint64(len(r.b)) || !c.usableID(id) {
 			return fmt.Errorf("bad object %d", i)

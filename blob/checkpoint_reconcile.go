@@ -14,6 +14,9 @@ import (
 // objects, those of the checkpoint in its order before those stat'ed.
 func (c *cpLoad) reconcile() ([]Object, error) {
 	for i := range c.dirs {
+		if c.s.Stopped() {
+			return nil, ErrStopped
+		}
 		cd := &c.dirs[i]
 		if c.s.dirs[cd.d.id] != cd.d {
 			continue // dropped with a parent that changed

@@ -1,6 +1,7 @@
 package blob
 
 import (
+	"errors"
 	"os"
 	"path"
 	"path/filepath"
@@ -42,6 +43,20 @@ type LoadReport struct {
 	SnapshotTaken int64 `json:"snapshot_taken,omitempty"`
 }
 
+// ErrStopped: StopLoad stopped the load. It left the store as a crash
+// would have (markers, checkpoint and hint as they were), for the next
+// start to load.
+var ErrStopped = errors.New("the load was stopped")
+
+// StopLoad has a Load under way, or the next, stop at its next step with
+// ErrStopped: a mount that is gone needs no index, and a minute's load
+// at ten million objects would hold the store from the next daemon.
+func (s *Store) StopLoad() { s.stopped.Store(true) }
+
+// Stopped reports whether StopLoad was called, for the owner's own steps
+// of a load.
+func (s *Store) Stopped() bool { return s.stopped.Load() }
+
 // Load rebuilds the index after a clean stop or a crash, from the
 // checkpoint where the store proves it still holds (see CheckpointName),
 // else by walking data/ and stat'ing every file. Files that still had a
@@ -57,9 +72,12 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 		return nil, rep, err
 	}
 	objects, err := s.loadCheckpoint(m, &rep)
-	if err == nil {
+	switch {
+	case err == nil:
 		rep.FromSnapshot = true
-	} else {
+	case errors.Is(err, ErrStopped):
+		return nil, rep, err
+	default:
 		rep = LoadReport{SnapshotUnused: err.Error(), Foreign: rep.Foreign,
 			Incomplete: rep.Incomplete, IncompleteByte: rep.IncompleteByte}
 		s.resetIndex(hint)
@@ -199,6 +217,9 @@ func (l *loader) walk(d *dir, rel string) {
 	l.sem <- struct{}{}
 	ents, err := l.read(rel)
 	<-l.sem
+	if l.s.Stopped() {
+		ents, err = nil, ErrStopped
+	}
 	l.mu.Lock()
 	if err != nil && l.err == nil {
 		l.err = err

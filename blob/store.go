@@ -96,6 +96,8 @@ type Store struct {
 
 	progress reporter // of Load's walk (see ReportTo)
 	crowd    *crowd   // see WatchDirs; nil: not watched
+	// stopped is set by StopLoad: a Load under way ends with ErrStopped.
+	stopped atomic.Bool
 	// noted: the objects whose names or inode changed since Track (nil:
 	// not tracking); GUARDED_BY(the owner's lock).
 	noted map[ID]struct{}

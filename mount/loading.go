@@ -54,16 +54,34 @@ func (m *Mount) startLoading(store *blob.Store, expected int64) error {
 	// A successor asking now is told why it must wait, not left to take
 	// the mount for a foreign one.
 	m.listenHandover()
+	go func() {
+		// Once the mount is gone (SIGTERM, `kvfs unmount`, umount), a
+		// load still under way stops: its index would serve no one, and
+		// the daemon would hold the store from the next one for as long
+		// as it took (a minute at ten million objects).
+		m.server.Wait()
+		store.StopLoad()
+	}()
 	go m.finishLoading(store)
 	return nil
 }
+
+// ErrLoadStopped: the mount was gone before its index was built, and the
+// load stopped (blob.ErrStopped). The store is as a crash would have
+// left it, for the next start.
+var ErrLoadStopped = blob.ErrStopped
 
 // finishLoading builds the index behind a mount that serves, then hands
 // the mount to the file system over it. A load that fails unmounts.
 func (m *Mount) finishLoading(store *blob.Store) {
 	defer close(m.loadDone)
 	loadGate()
-	if err := m.load(store); err != nil {
+	if err := m.load(store); errors.Is(err, blob.ErrStopped) {
+		m.loadErr = ErrLoadStopped
+		m.log.Info("the mount was gone before its index was built; the load stopped, and the next start loads the store")
+		m.loading.Fail()
+		return
+	} else if err != nil {
 		m.loadErr = fmt.Errorf("loading the store: %w", err)
 		m.log.Error("loading the store failed; unmounting", zap.Error(err))
 		m.loading.Fail()

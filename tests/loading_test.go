@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfs/kvfs/blob"
 	"golang.org/x/sys/unix"
 )
 
@@ -309,6 +310,11 @@ func TestLoadingStoppedAtOnce(t *testing.T) {
 		}
 	}
 	d.stop()
+	checkpoint := filepath.Join(d.store, blob.CheckpointName)
+	before, err := os.Stat(checkpoint)
+	if err != nil {
+		t.Fatalf("no checkpoint after a clean stop: %v", err)
+	}
 	d, open := startLoading(t, dir, mp, "--serve-while-loading", "1")
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -317,11 +323,19 @@ func TestLoadingStoppedAtOnce(t *testing.T) {
 		t.Fatalf("still mounted after SIGTERM while loading:\n%s", d.out)
 	}
 	if !d.alive() {
-		t.Fatalf("the daemon exited before its load ended:\n%s", d.out)
+		t.Fatalf("the daemon exited before its load began:\n%s", d.out)
 	}
+	// The load, let go, stops at its first step: the daemon exits
+	// cleanly without building the index or writing a checkpoint.
 	open()
-	if !d.waitExited() || d.waitErr != nil || !d.printed("kvfs: unmounted") {
-		t.Fatalf("after its load the daemon exited %v:\n%s", d.waitErr, d.out)
+	if !d.waitExited() || d.waitErr != nil || !d.printed("before its index was built") {
+		t.Fatalf("the daemon whose mount was stopped while loading exited %v:\n%s", d.waitErr, d.out)
+	}
+	if strings.Contains(d.out.String(), "objects restored") {
+		t.Fatalf("the load went on to the end after the mount was gone:\n%s", d.out)
+	}
+	if after, err := os.Stat(checkpoint); err != nil || !after.ModTime().Equal(before.ModTime()) || after.Size() != before.Size() {
+		t.Fatalf("the checkpoint changed under a stopped load: %v, %v (was %v, %d B)", after, err, before.ModTime(), before.Size())
 	}
 	d = startDaemon(t, mp, "--serve-while-loading", "-1")
 	if names := dirNames(t, mp); len(names) != 5 {

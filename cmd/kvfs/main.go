@@ -214,6 +214,11 @@ func cmdMount(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "kvfs: serving reads of %s on %s while its index loads; stores, deletes and renames wait for it\n",
 			m.Store, m.Mountpoint)
 		stopped, err := waitLoaded(m, sigs, life)
+		if errors.Is(err, mount.ErrLoadStopped) {
+			m.Wait()
+			fmt.Fprintf(stdout, "kvfs: unmounted %s before its index was built; the next start loads it\n", m.Mountpoint)
+			return nil
+		}
 		if err != nil {
 			m.Wait()
 			return err
@@ -252,8 +257,8 @@ func cmdMount(args []string, stdout io.Writer) error {
 }
 
 // waitLoaded waits for a mount that serves while it loads to finish its
-// load. A signal meanwhile unmounts at once (the daemon still exits only
-// once the load is done, writing its checkpoint): stopped.
+// load. A signal meanwhile unmounts at once, which stops the load
+// (mount.ErrLoadStopped) unless it was done: stopped.
 func waitLoaded(m *mount.Mount, sigs <-chan os.Signal, life *lifecycle) (stopped bool, err error) {
 	loaded := make(chan struct{})
 	var wg sync.WaitGroup
