@@ -59,6 +59,9 @@ type remoteFigures struct {
 	Deletes        int64  `json:"remote_deletes"`
 	QueueDepth     *int64 `json:"remote_queue_depth"`
 	BreakerState   string `json:"remote_breaker_state"`
+	// Pinned is the mount's objects with a handle open (not a remote
+	// figure): a store's upload is queued at its last RELEASE.
+	Pinned int64 `json:"pinned_objects"`
 }
 
 // remote reads the node's remote figures; they must be there.
@@ -82,10 +85,15 @@ func (n *remoteNode) waitRemote(what string, cond func(remoteFigures) bool) remo
 	return f
 }
 
-// uploaded waits until nothing is pending upload.
+// uploaded waits until nothing is pending upload. A store's upload is
+// queued at its last RELEASE, which the kernel sends after close(2) has
+// returned, so it waits for nothing held open as well; and as a RELEASE
+// unpins a moment before it queues, for both in two readings in a row.
 func (n *remoteNode) uploaded() remoteFigures {
 	n.t.Helper()
-	return n.waitRemote("uploads pending", func(f remoteFigures) bool { return *f.QueueDepth == 0 })
+	settled := func(f remoteFigures) bool { return *f.QueueDepth == 0 && f.Pinned == 0 }
+	n.waitRemote("stores released, uploads pending", settled)
+	return n.waitRemote("stores released, uploads pending", settled)
 }
 
 // put publishes key the fs_native way.
