@@ -248,7 +248,7 @@ func (c *cpLoad) parseObjects(r *cpReader) error {
 	files := make([]file, n) // one allocation, not a million
 	var names []Name
 	for i := range files {
-		if i%(1<<16) == 0 && c.s.Stopped() {
+		if i%(1<<16) == 0 && c.s.stopping() {
 			return ErrStopped
 		}
 		id, ino, size, nlinks := ID(r.u64()), r.u64(), int64(r.u64()), r.u32()

@@ -14,7 +14,7 @@ import (
 // objects, those of the checkpoint in its order before those stat'ed.
 func (c *cpLoad) reconcile() ([]Object, error) {
 	for i := range c.dirs {
-		if c.s.Stopped() {
+		if c.s.stopping() {
 			return nil, ErrStopped
 		}
 		cd := &c.dirs[i]

@@ -53,9 +53,8 @@ var ErrStopped = errors.New("the load was stopped")
 // at ten million objects would hold the store from the next daemon.
 func (s *Store) StopLoad() { s.stopped.Store(true) }
 
-// Stopped reports whether StopLoad was called, for the owner's own steps
-// of a load.
-func (s *Store) Stopped() bool { return s.stopped.Load() }
+// stopping reports whether StopLoad was called.
+func (s *Store) stopping() bool { return s.stopped.Load() }
 
 // Load rebuilds the index after a clean stop or a crash, from the
 // checkpoint where the store proves it still holds (see CheckpointName),
@@ -84,6 +83,11 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 		if objects, err = s.walkAll(m, hint, &rep); err != nil {
 			return nil, rep, err
 		}
+	}
+	if s.stopping() {
+		// Last, before the markers go and before the owner restores
+		// the ledger from what was loaded.
+		return nil, rep, ErrStopped
 	}
 	// Only now that data/ holds nothing half-written: a crash before
 	// this leaves the markers for the next start.
@@ -217,7 +221,7 @@ func (l *loader) walk(d *dir, rel string) {
 	l.sem <- struct{}{}
 	ents, err := l.read(rel)
 	<-l.sem
-	if l.s.Stopped() {
+	if l.s.stopping() {
 		ents, err = nil, ErrStopped
 	}
 	l.mu.Lock()

@@ -259,9 +259,6 @@ type LoadReport struct {
 func Open(store *blob.Store, cfg Config) (*Core, LoadReport, error) {
 	start := time.Now()
 	objects, brep, err := store.Load()
-	if err == nil && store.Stopped() {
-		err = blob.ErrStopped // the ledger's restore is the load's last step
-	}
 	if err != nil {
 		return nil, LoadReport{}, fmt.Errorf("loading store: %w", err)
 	}
