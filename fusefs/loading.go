@@ -470,11 +470,8 @@ func (l *Loading) backing(f *loadFile) int32 {
 	if b == nil {
 		// Registered without the lock; an open of the same node that
 		// registered meanwhile wins, and this one is given back.
-		id, errno := s.RegisterBackingFd(&fuse.BackingMap{Fd: int32(f.Fd())})
-		if errno != 0 {
-			if !l.noBacking.Swap(true) {
-				l.log.Info("passthrough refused; the daemon serves the load's reads", zap.Error(errno))
-			}
+		id := registerBacking(s, f.File, &l.noBacking, l.log, "the daemon serves the load's reads")
+		if id == 0 {
 			return 0
 		}
 		l.mu.Lock()
@@ -485,7 +482,7 @@ func (l *Loading) backing(f *loadFile) int32 {
 		b.refs++
 		l.mu.Unlock()
 		if b.id != id {
-			l.unregister(id)
+			unregisterBacking(s, id, l.log)
 		}
 	}
 	f.backed = true
@@ -506,14 +503,7 @@ func (l *Loading) releaseBacking(f *loadFile) {
 	}
 	l.mu.Unlock()
 	if last {
-		l.unregister(b.id)
-	}
-}
-
-// unregister gives a backing ID back to the kernel.
-func (l *Loading) unregister(id int32) {
-	if errno := l.server.Load().UnregisterBackingFd(id); errno != 0 {
-		l.log.Warn("unregistering a passthrough backing file", zap.Error(errno))
+		unregisterBacking(l.server.Load(), b.id, l.log)
 	}
 }
 

@@ -152,11 +152,8 @@ func (ob *object) attachBacking(h *handle) bool {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	if ob.backing == 0 {
-		id, errno := f.server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(h.File().Fd())})
-		if errno != 0 {
-			if !f.noBacking.Swap(true) {
-				f.log.Info("passthrough refused; the daemon serves every handle", zap.Error(errno))
-			}
+		id := registerBacking(f.server, h.File(), &f.noBacking, f.log, "the daemon serves every handle")
+		if id == 0 {
 			return false
 		}
 		ob.backing = id
@@ -164,6 +161,28 @@ func (ob *object) attachBacking(h *handle) bool {
 	ob.backingRefs++
 	h.backed = true
 	return true
+}
+
+// registerBacking registers f with the kernel as a passthrough backing
+// file: its ID, or 0 where the kernel refuses, after which (refused) no
+// backing file is asked for again and the daemon serves: the first
+// refusal is logged, saying so (serves).
+func registerBacking(server *fuse.Server, f *os.File, refused *atomic.Bool, log *zap.Logger, serves string) int32 {
+	id, errno := server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(f.Fd())})
+	if errno != 0 {
+		if !refused.Swap(true) {
+			log.Info("passthrough refused; "+serves, zap.Error(errno))
+		}
+		return 0
+	}
+	return id
+}
+
+// unregisterBacking gives a backing file's ID back to the kernel.
+func unregisterBacking(server *fuse.Server, id int32, log *zap.Logger) {
+	if errno := server.UnregisterBackingFd(id); errno != 0 {
+		log.Warn("unregistering a passthrough backing file", zap.Error(errno))
+	}
 }
 
 // releaseBacking ends h's use of the backing file; the last one
@@ -175,9 +194,7 @@ func (ob *object) releaseBacking(h *handle) {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	if ob.backingRefs--; ob.backingRefs == 0 {
-		if errno := ob.fs.server.UnregisterBackingFd(ob.backing); errno != 0 {
-			ob.fs.log.Warn("unregistering a passthrough backing file", zap.Error(errno))
-		}
+		unregisterBacking(ob.fs.server, ob.backing, ob.fs.log)
 		ob.backing = 0
 	}
 }
