@@ -66,7 +66,10 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 	hint := s.readHint()
 	s.resetIndex(hint)
 	var rep LoadReport
-	m, err := s.readWriting()
+	m, err := s.startMarks, error(nil)
+	if s.startMarks = nil; m == nil {
+		m, err = s.readWriting()
+	}
 	if err != nil {
 		return nil, rep, err
 	}

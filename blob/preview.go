@@ -55,11 +55,14 @@ func (s *Store) OpenPath(rel string, flags int) (*os.File, error) {
 }
 
 // WritingInodes are the stored inodes marked in writing/: those a writer
-// had open when the daemon stopped, which must not be served.
+// had open when the daemon stopped, which must not be served. The Load
+// that follows deletes exactly these, not the markers of stores made
+// meanwhile (a store taken while the index loads is born marked).
 func (s *Store) WritingInodes() (map[uint64]bool, error) {
 	m, err := s.readWriting()
 	if err != nil {
 		return nil, err
 	}
+	s.startMarks = m
 	return m.inos, nil
 }

@@ -104,6 +104,9 @@ type Store struct {
 	// kept: markers Load leaves alone (KeepMarkers), by path under
 	// writing/.
 	kept map[string]bool
+	// startMarks: writing/ as WritingInodes read it, for the Load that
+	// follows (nil: Load reads it).
+	startMarks *marks
 }
 
 // Open takes the store directory for this process, creating its layout,

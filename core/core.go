@@ -22,6 +22,11 @@
 //	fusefs Loading        the names and reads of a mount serving while
 //	                      its index loads: leaves, and the core is called
 //	                      (Lookup, Used) with none of them held
+//	early.ops             the stores a Preview takes while the index
+//	                      loads (early.go): shared by each, exclusive
+//	                      for TakeEarly, which settles them in the index
+//	early.mu              their names, held across their syscalls
+//	EarlyFile.mu          the size a store so far charged to the budget
 //	Core.dirs[i]          a directory's changes of names (a striped
 //	                      table), held from plan to commit, syscalls
 //	                      included; two are taken in stripe order

@@ -33,6 +33,14 @@ import (
 // Ranks of the core's locks, outermost first (see the lock order in
 // core.go); lockorder checks them in the race tests.
 const (
+	// The stores taken while the index loads (early.go): their requests,
+	// their names, a file's size.
+	rankEarlyOps lockorder.Rank = 7 + iota
+	rankEarly
+	rankEarlyFile
+)
+
+const (
 	rankDir lockorder.Rank = 10 + iota
 	rankTree
 	rankMarker

@@ -15,6 +15,7 @@ import (
 type Preview struct {
 	store   *blob.Store
 	writing map[uint64]bool // stored inodes marked in writing/
+	early   early           // the stores it takes (see early.go)
 }
 
 // NewPreview reads which stored files were being written at a crash.
@@ -23,7 +24,10 @@ func NewPreview(store *blob.Store) (*Preview, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Preview{store: store, writing: w}, nil
+	p := &Preview{store: store, writing: w}
+	p.early.ops.SetRank(rankEarlyOps)
+	p.early.mu.SetRank(rankEarly)
+	return p, nil
 }
 
 // Shown says whether an entry of type typ (S_IFMT bits, or a DT_ value
@@ -33,7 +37,7 @@ func (p *Preview) Shown(typ uint32, ino uint64) bool {
 	case unix.S_IFDIR:
 		return true
 	case unix.S_IFREG:
-		return !p.writing[ino]
+		return !p.writing[ino] || p.madeIno(ino)
 	}
 	return false
 }

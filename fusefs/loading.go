@@ -64,9 +64,12 @@ type Loading struct {
 	// backings: the backing file each node's handles are served from
 	// (the kernel takes one a node), and how many use it; GUARDED_BY(mu).
 	backings map[core.ID]*loadBacking
-	files    handleTable[*loadFile] // numbered from loadBase
-	dirs     handleTable[*loadDir]  // numbered from loadBase
-	server   atomic.Pointer[fuse.Server]
+	// writers: the stores' writers open while loading, until their
+	// release; GUARDED_BY(mu).
+	writers map[*core.EarlyFile]*early
+	files   handleTable[*loadFile] // numbered from loadBase
+	dirs    handleTable[*loadDir]  // numbered from loadBase
+	server  atomic.Pointer[fuse.Server]
 }
 
 // loadDirTimeout is how long the kernel may keep a directory's name the
@@ -86,14 +89,22 @@ const loadBase = 1 << 62
 // loadNode is a name Loading answered: under a parent of its own or the
 // root.
 type loadNode struct {
-	id, parent core.ID
-	name       string
-	ino        uint64 // the stored inode it stood for
-	lookups    uint64
+	id core.ID
+	// at is its parent and name; a rename of a name stored while
+	// loading moves it (see kernelNodes.moved).
+	at      atomic.Pointer[nameKey]
+	ino     uint64 // the stored inode it stood for
+	lookups uint64
+}
+
+func newLoadNode(id core.ID, at nameKey, ino uint64) *loadNode {
+	n := &loadNode{id: id, ino: ino}
+	n.at.Store(&at)
+	return n
 }
 
 func (n *loadNode) nodeID() core.ID      { return n.id }
-func (n *loadNode) key() nameKey         { return nameKey{n.parent, n.name} }
+func (n *loadNode) key() nameKey         { return *n.at.Load() }
 func (n *loadNode) lookupCount() *uint64 { return &n.lookups }
 
 // loadDir is a directory listing while loading: the stored directory's
@@ -112,6 +123,7 @@ type loadFile struct {
 	*os.File
 	node   core.ID
 	backed bool
+	early  *early // a store's writer (see loading_stores.go)
 }
 
 // loadBacking is a backing file the kernel serves a node's handles from.
@@ -147,7 +159,8 @@ func NewLoading(pre *core.Preview, cfg LoadingConfig) *Loading {
 		log = zap.NewNop()
 	}
 	l := &Loading{pre: pre, log: log, cfg: cfg, reqs: new(requests), ready: make(chan struct{}), failed: make(chan struct{}),
-		used: map[string]int{}, open: map[core.ID]int{}, backings: map[core.ID]*loadBacking{}}
+		used: map[string]int{}, open: map[core.ID]int{}, backings: map[core.ID]*loadBacking{},
+		writers: map[*core.EarlyFile]*early{}}
 	l.nodes.init()
 	l.next.Store(loadBase)
 	return l
@@ -178,6 +191,7 @@ func (l *Loading) Ready(fs *FS) {
 			fs.core.Used(id)
 		}
 	}
+	l.takeEarly(fs)
 	l.fs.Store(fs)
 	close(l.ready)
 	l.mu.Lock()
@@ -256,6 +270,18 @@ func (l *Loading) real(fs *FS, id uint64) (uint64, fuse.Status) {
 	return uint64(rid), fuse.OK
 }
 
+// handleNode puts in *node the core's ID of the object the FS's handle
+// fh is open on: a handle the FS opened, once Ready, on a name the load
+// answered is used by the kernel under the load's node.
+func (l *Loading) handleNode(fs *FS, node *uint64, fh uint64) {
+	if *node >= loadBase {
+		if h, put, ok := fs.files.get(fh); ok {
+			*node = uint64(h.ID())
+			put()
+		}
+	}
+}
+
 // header is h with its node ID the core's.
 func (l *Loading) header(fs *FS, h *fuse.InHeader) fuse.Status {
 	id, st := l.real(fs, h.NodeId)
@@ -272,8 +298,9 @@ func (l *Loading) path(id uint64) (string, bool) {
 		if n == nil {
 			return "", false
 		}
-		parts = append(parts, n.name)
-		id = uint64(n.parent)
+		at := n.key()
+		parts = append(parts, at.name)
+		id = uint64(at.parent)
 	}
 	slices.Reverse(parts)
 	return strings.Join(parts, "/"), true
@@ -326,8 +353,14 @@ func (l *Loading) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name str
 		return l.errno("lookup", err)
 	}
 	parent := core.ID(header.NodeId)
+	l.entry(parent, name, a, out)
+	return fuse.OK
+}
+
+// entry answers a lookup of name in parent that found a.
+func (l *Loading) entry(parent core.ID, name string, a core.Attr, out *fuse.EntryOut) {
 	n := l.nodes.lookedUp(nameKey{parent, name}, func(n *loadNode) bool { return n.ino == a.Ino }, func() *loadNode {
-		return &loadNode{id: core.ID(l.next.Add(1) - 1), parent: parent, name: name, ino: a.Ino}
+		return newLoadNode(core.ID(l.next.Add(1)-1), nameKey{parent, name}, a.Ino)
 	})
 	out.NodeId, out.Generation = uint64(n.id), 0
 	fillAttr(&out.Attr, core.ID(out.NodeId), a)
@@ -335,7 +368,6 @@ func (l *Loading) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name str
 		out.SetEntryTimeout(loadDirTimeout)
 		out.SetAttrTimeout(loadDirTimeout)
 	}
-	return fuse.OK
 }
 
 func (l *Loading) Forget(nodeid, nlookup uint64) {
@@ -513,6 +545,7 @@ func (l *Loading) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 		if !st.Ok() {
 			return nil, st
 		}
+		l.handleNode(fs, &in.NodeId, in.Fh)
 		return fs.Read(cancel, in, buf)
 	}
 	f, put, ok := l.files.get(in.Fh - loadBase)
@@ -533,6 +566,7 @@ func (l *Loading) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.Lsee
 		if !st.Ok() {
 			return st
 		}
+		l.handleNode(fs, &in.NodeId, in.Fh)
 		return fs.Lseek(cancel, in, out)
 	}
 	f, put, ok := l.files.get(in.Fh - loadBase)
@@ -550,23 +584,53 @@ func (l *Loading) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.Lsee
 
 func (l *Loading) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	if in.Fh >= loadBase {
-		return fuse.OK // nothing written
+		lf, put, ok := l.files.get(in.Fh - loadBase)
+		if !ok {
+			return fuse.EBADF
+		}
+		defer put()
+		if lf.early == nil || lf.early.Handle() == nil {
+			return fuse.OK // a reader's, or a store's within its budget
+		}
+		fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
+		if !st.Ok() {
+			return st
+		}
+		return fs.Flush(cancel, in)
 	}
 	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
+	l.handleNode(fs, &in.NodeId, in.Fh)
 	return fs.Flush(cancel, in)
 }
 
 func (l *Loading) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if in.Fh >= loadBase {
-		return fuse.OK
+		lf, put, ok := l.files.get(in.Fh - loadBase)
+		if !ok {
+			return fuse.EBADF
+		}
+		defer put()
+		if lf.early == nil {
+			return fuse.OK
+		}
+		err := lf.early.Fsync(in.FsyncFlags&fsyncDataOnly != 0)
+		if !waits(err) {
+			return l.errno("fsync", err)
+		}
+		fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
+		if !st.Ok() {
+			return st
+		}
+		return fs.Fsync(cancel, in)
 	}
 	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
+	l.handleNode(fs, &in.NodeId, in.Fh)
 	return fs.Fsync(cancel, in)
 }
 
@@ -574,6 +638,9 @@ func (l *Loading) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	if in.Fh >= loadBase {
 		if f, ok := l.files.take(in.Fh - loadBase); ok {
 			l.releaseBacking(f)
+			if f.early != nil {
+				l.releaseEarly(cancel, f.early)
+			}
 			l.mu.Lock()
 			if l.open[f.node]--; l.open[f.node] == 0 {
 				delete(l.open, f.node)
@@ -717,7 +784,7 @@ func (l *Loading) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status
 	if in.Fh >= loadBase {
 		return fuse.OK
 	}
-	fs, st := l.wait()
+	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
 		return st
 	}
@@ -831,6 +898,11 @@ func (l *Loading) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, o
 }
 
 func (l *Loading) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
+	if l.loaded() == nil {
+		if st, done := l.unlinkEarly(header, name); done {
+			return st
+		}
+	}
 	fs, st := l.indexed(header)
 	if !st.Ok() {
 		return st
@@ -847,6 +919,11 @@ func (l *Loading) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name stri
 }
 
 func (l *Loading) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	if l.loaded() == nil {
+		if st, done := l.renameEarly(in, oldName, newName); done {
+			return st
+		}
+	}
 	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
 		return st
@@ -858,6 +935,11 @@ func (l *Loading) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, new
 }
 
 func (l *Loading) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	if l.loaded() == nil {
+		if st, done := l.linkEarly(in, name, out); done {
+			return st
+		}
+	}
 	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
 		return st
@@ -893,6 +975,11 @@ func (l *Loading) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, att
 }
 
 func (l *Loading) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	if l.loaded() == nil {
+		if st, done := l.createEarly(in, name, out); done {
+			return st
+		}
+	}
 	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
 		return st
@@ -906,34 +993,50 @@ func (l *Loading) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.C
 
 func (l *Loading) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	if in.Fh >= loadBase {
-		return 0, fuse.EBADF // opened for reading
+		return l.writeEarly(cancel, in, data)
 	}
 	fs, st := l.wait()
 	if !st.Ok() {
 		return 0, st
 	}
+	l.handleNode(fs, &in.NodeId, in.Fh)
 	return fs.Write(cancel, in, data)
 }
 
 func (l *Loading) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
 	if in.Fh >= loadBase {
-		return 0, fuse.EBADF
+		return l.writeEarly(cancel, in, data...)
 	}
 	fs, st := l.wait()
 	if !st.Ok() {
 		return 0, st
 	}
+	l.handleNode(fs, &in.NodeId, in.Fh)
 	return fs.Writev(cancel, in, data)
 }
 
 func (l *Loading) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 	if in.Fh >= loadBase {
-		return fuse.EBADF
+		// A store's writer's waits for the index, which admits it.
+		lf, put, ok := l.files.get(in.Fh - loadBase)
+		if !ok || lf.early == nil {
+			if ok {
+				put()
+			}
+			return fuse.EBADF
+		}
+		defer put()
+		fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
+		if !st.Ok() {
+			return st
+		}
+		return fs.Fallocate(cancel, in)
 	}
 	fs, st := l.wait()
 	if !st.Ok() {
 		return st
 	}
+	l.handleNode(fs, &in.NodeId, in.Fh)
 	return fs.Fallocate(cancel, in)
 }
 

@@ -213,6 +213,20 @@ func (p *kernelNodes[N]) lookedUp(k nameKey, keep func(N) bool, make func() N) N
 	return n
 }
 
+// moved has the node named k named nk from now on (a rename the
+// adapter made); set records the new name in the node.
+func (p *kernelNodes[N]) moved(k, nk nameKey, set func(N, nameKey)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, ok := p.byName[k]
+	if !ok {
+		return
+	}
+	delete(p.byName, k)
+	set(n, nk)
+	p.byName[nk] = n
+}
+
 // forget counts the kernel's forgetting of n lookups of node id; the
 // node goes with the last.
 func (p *kernelNodes[N]) forget(id core.ID, n uint64) {

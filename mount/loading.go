@@ -12,6 +12,7 @@ import (
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/stats"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultServeWhileLoading is the store size, in objects, from which a
@@ -42,6 +43,11 @@ func (m *Mount) startLoading(store *blob.Store, expected int64) error {
 	// The capacity as given (0: derived from the free space once
 	// loaded); the load sets m.Capacity meanwhile.
 	began, capacity := time.Now(), m.Capacity
+	budget, err := m.earlyBudget()
+	if err != nil {
+		m.log.Warn("stores wait for the index: the store's disk's figures", zap.Error(err))
+	}
+	pre.AllowStores(budget)
 	m.loading = fusefs.NewLoading(pre, fusefs.LoadingConfig{Passthrough: m.passthrough(), Logger: m.log.Named("fusefs"),
 		Stats: func() ([]byte, error) { return json.Marshal(stats.NewLoading(expected, capacity, began)) }})
 	m.loadDone = make(chan struct{})
@@ -50,7 +56,7 @@ func (m *Mount) startLoading(store *blob.Store, expected int64) error {
 		return err
 	}
 	m.log.Info("serving reads while the store loads", zap.String("mountpoint", m.Mountpoint),
-		zap.Int64("expected_objects", expected))
+		zap.Int64("expected_objects", expected), zap.Int64("store_budget_bytes", budget))
 	// A successor asking now is told why it must wait, not left to take
 	// the mount for a foreign one.
 	m.listenHandover()
@@ -64,6 +70,27 @@ func (m *Mount) startLoading(store *blob.Store, expected int64) error {
 	}()
 	go m.finishLoading(store)
 	return nil
+}
+
+// earlyBudget is what stores may take while the index loads (see
+// core/early.go): the capacity less every byte the store's file system
+// holds, which bounds from above what the load will charge (with the
+// capacity derived from the free space, as if those bytes were all the
+// store's: the least capacity it can derive).
+func (m *Mount) earlyBudget() (int64, error) {
+	var sf unix.Statfs_t
+	if err := unix.Statfs(m.Store, &sf); err != nil {
+		return 0, err
+	}
+	used := int64(sf.Blocks-sf.Bfree) * sf.Bsize
+	capacity := m.Capacity
+	if capacity == 0 {
+		var err error
+		if capacity, err = capacityFor(m.Store, used); err != nil {
+			return 0, err
+		}
+	}
+	return max(capacity-used, 0), nil
 }
 
 // ErrLoadStopped: the mount was gone before its index was built, and the

@@ -24,8 +24,8 @@ import (
 // The store here is small and the load is held open by $KVFS_LOAD_GATE,
 // so the test sees the mount while it loads: every completed object reads
 // back byte for byte, listings show them, the object a writer had open at
-// the crash is not served, a store and a delete wait for the index (and
-// change nothing in the store meanwhile), a handle opened while loading
+// the crash is not served, a store over a stored name and a delete wait
+// for the index (and change nothing in the store meanwhile), a handle opened while loading
 // reads on after, and once loaded the ledger counts exactly what is there.
 func TestServeWhileLoading(t *testing.T) {
 	dir, mp := loadingDirs(t)
@@ -115,15 +115,16 @@ func TestServeWhileLoading(t *testing.T) {
 
 	fresh := bytes.Repeat([]byte{0xee}, 12345)
 	stored, removed := make(chan error, 1), make(chan error, 1)
-	// The store is a bare open(2), which no library retries on EINTR,
-	// and its thread gets signals while it waits, as the Go runtime's
-	// or a program's timer would send.
+	// A store over a stored name waits (one of a new name is taken while
+	// loading: TestStoresWhileLoading). It is a bare open(2), which no
+	// library retries on EINTR, and its thread gets signals while it
+	// waits, as the Go runtime's or a program's timer would send.
 	tid := make(chan int, 1)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		tid <- unix.Gettid()
-		fd, err := unix.Open(filepath.Join(mp, "new.data"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		fd, err := unix.Open(filepath.Join(mp, "obj-02.data"), unix.O_CREAT|unix.O_TRUNC|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
 		if err == nil {
 			_, err = unix.Write(fd, fresh)
 			if cerr := unix.Close(fd); err == nil {
@@ -142,8 +143,8 @@ func TestServeWhileLoading(t *testing.T) {
 		readAll("while the waiting store is signalled")
 	}
 	data := filepath.Join(d.store, "data")
-	if _, err := os.Stat(filepath.Join(data, "new.data")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("a store while loading reached the store: %v", err)
+	if got, err := os.ReadFile(filepath.Join(data, "obj-02.data")); err != nil || !bytes.Equal(got, want["obj-02.data"]) {
+		t.Fatalf("a store over a stored name while loading reached the store: %d bytes (%v)", len(got), err)
 	}
 	if _, err := os.Stat(filepath.Join(data, "sub", "obj-01.data")); err != nil {
 		t.Fatalf("a delete while loading reached the store: %v", err)
@@ -196,7 +197,7 @@ func TestServeWhileLoading(t *testing.T) {
 		t.Logf("no passthrough on this mount: the load's reads went through the daemon (%d READs)", s.FuseRequests["READ"])
 	}
 	delete(want, filepath.Join("sub", "obj-01.data"))
-	want["new.data"] = fresh
+	want["obj-02.data"] = fresh
 	readAll("loaded")
 	buf := make([]byte, len(want["obj-00.data"])+1)
 	if n, err := held.ReadAt(buf, 0); n != len(want["obj-00.data"]) || !bytes.Equal(buf[:n], want["obj-00.data"]) {
@@ -244,12 +245,25 @@ func startLoading(t *testing.T, dir, mp string, flags ...string) (d *daemon, ope
 	}
 	opened := false
 	open = func() {
-		if !opened {
-			opened = true
-			if g, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
-				g.Close()
-			}
+		if opened {
+			return
 		}
+		opened = true
+		// Without waiting on a daemon that is gone (killed while it
+		// loaded): its gate has no reader, and a plain open would block.
+		waitFor(func() bool {
+			fd, err := unix.Open(gate, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			if err == nil {
+				unix.Close(fd)
+				return true
+			}
+			select {
+			case <-d.exited:
+				return true
+			default:
+				return false // ENXIO: the load has not reached its gate yet
+			}
+		})
 	}
 	d = startDaemonEnv(t, kvfsBin, []string{"KVFS_LOAD_GATE=" + gate}, mp, flags...)
 	t.Cleanup(open) // before the daemon's cleanup, which waits for its exit

@@ -1,0 +1,543 @@
+package core
+
+import (
+	"errors"
+	"maps"
+	"os"
+	"slices"
+	"sync/atomic"
+
+	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/lockorder"
+	"github.com/kvfs/kvfs/ledger"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Stores while the index loads. A big store's start serves before its
+// index is built (see Preview), and a cache must take stores then too: a
+// node whose engine came back first would otherwise hold every store of
+// its first minute. Preview takes stores of new names only, the ones
+// connectors make (LMCache's fs_native writes a temporary name, links the
+// final one and unlinks the first; SGLang writes one and renames it):
+//
+//   - a create of a name the store does not hold, and never held while
+//     loading; writes, fsync, the close and the release of its writer;
+//   - link, rename and unlink of names made so ("made names").
+//
+// Anything else, and any of these that does not fit, returns ErrWait: the
+// caller waits for the index and hands the request to the file system
+// over it. The bytes go where any store's go: born under writing/ with a
+// crash marker (named by IDs from earlyBase, which the core's never
+// reach) and linked to their name in data/, so a crash while loading
+// leaves what a crash leaves: a finished store is a file the next start
+// finds, an unfinished one is marked and deleted.
+//
+// Capacity: the ledger does not exist yet, so the stores take at most a
+// budget (AllowStores) that the mount bounds by the store's file system's
+// used bytes, which bound from above what the load will charge. A write
+// past it waits for the index.
+//
+// When the index is built, Core.TakeEarly settles the made names in it
+// before any request reaches the core (adopted, charged, evicting to fit;
+// names the load indexed and the stores removed since dropped; sizes the
+// load read mid-write corrected) and hands writers still open to core
+// handles.
+
+// ErrWait: the request waits for the index (see Preview.Create).
+var ErrWait = errors.New("waits for the index")
+
+// earlyBase is the first crash marker ID of a store taken while loading.
+const earlyBase = 1 << 62
+
+// early is what Preview knows of the stores it took.
+type early struct {
+	budget int64
+	// ops is held shared by each store request, exclusively by
+	// TakeEarly to end them (outermost: the core's locks are taken
+	// under it).
+	ops   lockorder.RWMutex
+	taken bool // GUARDED_BY(ops)
+	used  atomic.Int64
+	// mu orders the changes of names, syscalls included: it is held only
+	// while loading, when few stores come. What it guards is read
+	// without it by TakeEarly, which holds ops exclusively.
+	mu      lockorder.Mutex
+	next    blob.ID               // GUARDED_BY(mu)
+	made    map[string]*EarlyFile // made names; GUARDED_BY(mu)
+	gone    map[string]bool       // names made and removed; GUARDED_BY(mu)
+	inos    map[uint64]int        // made files' inodes, by names; GUARDED_BY(mu)
+	writers map[*EarlyFile]bool   // open writers; GUARDED_BY(mu)
+}
+
+// EarlyFile is a file stored while the index loads, and its writer's
+// handle until released.
+type EarlyFile struct {
+	p      *Preview
+	marker blob.ID
+	file   *os.File
+	ino    uint64
+	seq    int // its place among the stores, in the order they were made
+	mu     lockorder.Mutex
+	size   int64 // the end charged so far; GUARDED_BY(mu)
+	// handle: the core's handle it became at the switch (nil: none,
+	// the object was gone or refused); set under p.early.ops.
+	handle *Handle
+}
+
+// AllowStores has p take stores of new names, up to budget bytes.
+func (p *Preview) AllowStores(budget int64) {
+	e := &p.early
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.budget, e.next = max(budget, 0), earlyBase
+	e.made, e.gone, e.inos, e.writers = map[string]*EarlyFile{}, map[string]bool{}, map[uint64]int{}, map[*EarlyFile]bool{}
+}
+
+// begin holds off TakeEarly for one store request; ErrWait once it ran
+// or when p takes no stores.
+func (p *Preview) begin() (end func(), err error) {
+	e := &p.early
+	e.ops.RLock()
+	if e.taken || e.made == nil {
+		e.ops.RUnlock()
+		return nil, ErrWait
+	}
+	return e.ops.RUnlock, nil
+}
+
+// heldLocked says whether rel is a name a store may not add: one the
+// store holds, or held while loading. e.mu held.
+func (p *Preview) heldLocked(rel string) bool {
+	if p.early.made[rel] != nil || p.early.gone[rel] {
+		return true
+	}
+	_, err := p.store.StatPath(rel)
+	return !errors.Is(err, unix.ENOENT)
+}
+
+// Create makes the new file rel and opens it for its writer.
+func (p *Preview) Create(rel string, mode uint32, who blob.Owner) (*EarlyFile, Attr, error) {
+	end, err := p.begin()
+	if err != nil {
+		return nil, Attr{}, err
+	}
+	defer end()
+	e := &p.early
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p.heldLocked(rel) {
+		return nil, Attr{}, ErrWait
+	}
+	var f *os.File
+	id := e.next
+	for {
+		// A marker of a store taken while an earlier load ran, which
+		// crashed, is deleted only once this load ends.
+		f, err = p.store.CreateDetached(id, mode)
+		if !errors.Is(err, unix.EEXIST) {
+			break
+		}
+		id++
+	}
+	if err != nil {
+		return nil, Attr{}, err
+	}
+	e.next = id + 1
+	if who.UID >= 0 && (who.UID != os.Geteuid() || who.GID != os.Getegid()) {
+		f.Chown(who.UID, who.GID)
+	}
+	var st unix.Stat_t
+	if err = unix.Fstat(int(f.Fd()), &st); err == nil {
+		err = p.store.LinkDetachedAt(rel, id)
+	}
+	if err != nil {
+		p.store.ClearWriting(id)
+		f.Close()
+		if errors.Is(err, unix.EEXIST) {
+			return nil, Attr{}, ErrWait
+		}
+		return nil, Attr{}, err
+	}
+	ef := &EarlyFile{p: p, marker: id, file: f, ino: st.Ino, seq: int(id - earlyBase)}
+	ef.mu.SetRank(rankEarlyFile)
+	e.made[rel] = ef
+	e.inos[st.Ino]++
+	e.writers[ef] = true
+	a := StoredAttr(st)
+	a.Links = 1
+	return ef, a, nil
+}
+
+// File is the stored file; it stays open until Release.
+func (f *EarlyFile) File() *os.File { return f.file }
+
+// Handle is the core's handle f became when the index was built (nil:
+// none).
+func (f *EarlyFile) Handle() *Handle {
+	f.p.early.ops.RLock()
+	defer f.p.early.ops.RUnlock()
+	return f.handle
+}
+
+// Write writes within the budget; ErrWait past it, and once the index
+// is built for a writer that became a core handle (which admits it).
+func (f *EarlyFile) Write(data []byte, off int64) (int, error) {
+	e := &f.p.early
+	e.ops.RLock()
+	defer e.ops.RUnlock()
+	if e.taken && f.handle != nil {
+		return 0, ErrWait
+	}
+	if err := f.charge(off + int64(len(data))); err != nil {
+		return 0, err
+	}
+	return f.file.WriteAt(data, off)
+}
+
+// charge takes what growing f to end adds from the budget: ErrWait past
+// it while loading, ErrNoSpace for a writer whose object was gone when
+// the index was built (it has no name, and nothing admits it). e.ops
+// held shared.
+func (f *EarlyFile) charge(end int64) error {
+	e := &f.p.early
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	add := ledger.Charge(end) - ledger.Charge(f.size)
+	if add <= 0 {
+		return nil
+	}
+	for {
+		used := e.used.Load()
+		if used+add > e.budget {
+			if e.taken {
+				return ErrNoSpace
+			}
+			return ErrWait
+		}
+		if e.used.CompareAndSwap(used, used+add) {
+			break
+		}
+	}
+	f.size = end
+	return nil
+}
+
+// Fsync makes the stored bytes durable; ErrWait for a core handle's.
+func (f *EarlyFile) Fsync(dataOnly bool) error {
+	if f.Handle() != nil {
+		return ErrWait
+	}
+	if dataOnly {
+		return unix.Fdatasync(int(f.file.Fd()))
+	}
+	return f.file.Sync()
+}
+
+// Release ends f's writer: its crash marker goes, and the file is
+// complete. ErrWait: the writer is a core handle's now (release that).
+// The file f opened is closed either way.
+func (f *EarlyFile) Release() error {
+	e := &f.p.early
+	e.ops.RLock()
+	defer e.ops.RUnlock()
+	defer f.file.Close()
+	if f.handle != nil {
+		return ErrWait
+	}
+	e.mu.Lock()
+	delete(e.writers, f)
+	e.mu.Unlock()
+	return f.p.store.ClearWriting(f.marker)
+}
+
+// Link gives the made file at old the new name rel; ErrWait for any
+// other link.
+func (p *Preview) Link(old, rel string) (Attr, error) {
+	end, err := p.begin()
+	if err != nil {
+		return Attr{}, err
+	}
+	defer end()
+	e := &p.early
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f := e.made[old]
+	if f == nil || p.heldLocked(rel) {
+		return Attr{}, ErrWait
+	}
+	st, err := p.store.LinkAt(old, rel)
+	switch {
+	case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOENT):
+		return Attr{}, ErrWait
+	case err != nil:
+		return Attr{}, err
+	}
+	if st.Ino == 0 {
+		if st, err = p.store.StatPath(rel); err != nil {
+			return Attr{}, err
+		}
+	}
+	e.made[rel] = f
+	e.inos[f.ino]++
+	return StoredAttr(st), nil
+}
+
+// Unlink removes the made name rel; ErrWait for any other name.
+func (p *Preview) Unlink(rel string) error {
+	end, err := p.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
+	e := &p.early
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f := e.made[rel]
+	if f == nil {
+		return ErrWait
+	}
+	if err := p.store.UnlinkAt(rel); err != nil {
+		return err
+	}
+	p.forgetLocked(rel, f)
+	return nil
+}
+
+// forgetLocked records that the made name rel of f is gone; e.mu held.
+func (p *Preview) forgetLocked(rel string, f *EarlyFile) {
+	e := &p.early
+	delete(e.made, rel)
+	e.gone[rel] = true
+	if e.inos[f.ino]--; e.inos[f.ino] <= 0 {
+		delete(e.inos, f.ino)
+	}
+}
+
+// Rename moves the made name old to rel, a name the store does not hold
+// (flags 0 or RENAME_NOREPLACE); ErrWait for any other rename.
+func (p *Preview) Rename(old, rel string, flags uint32) error {
+	if flags&^unix.RENAME_NOREPLACE != 0 {
+		return ErrWait
+	}
+	end, err := p.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
+	e := &p.early
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f := e.made[old]
+	if f == nil || p.heldLocked(rel) {
+		return ErrWait
+	}
+	err = p.store.RenameAt(blob.RenamePlan{Old: old, New: rel, Flags: unix.RENAME_NOREPLACE})
+	switch {
+	case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOENT):
+		return ErrWait
+	case err != nil:
+		return err
+	}
+	p.forgetLocked(old, f)
+	e.made[rel] = f
+	e.inos[f.ino]++
+	return nil
+}
+
+// madeIno says whether a made file has inode ino (it may reuse one that
+// was marked at the start, whose file the load deletes).
+func (p *Preview) madeIno(ino uint64) bool {
+	e := &p.early
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.inos[ino] > 0
+}
+
+// TakeEarly ends p's stores and settles what they made in the index,
+// before any request reaches the core: names the load indexed and the
+// stores removed since are dropped, made names the load did not index
+// are adopted (charged, evicting to fit), sizes the load read mid-write
+// are corrected, and each writer still open becomes a core handle
+// (EarlyFile.Handle), its crash marker the core's. It returns those
+// writers. The stores that were complete are published
+// (Config.Published: the remote tier uploads them) and counted, as their
+// releases would have been.
+func (c *Core) TakeEarly(p *Preview) []*EarlyFile {
+	writers, pub := c.takeEarly(p)
+	c.publish(pub)
+	return writers
+}
+
+func (c *Core) takeEarly(p *Preview) (writers []*EarlyFile, pub []string) {
+	e := &p.early
+	e.ops.Lock()
+	defer e.ops.Unlock()
+	e.taken = true
+	if e.made == nil {
+		return nil, nil
+	}
+	var r AuditReport
+	for _, rel := range slices.Sorted(maps.Keys(e.gone)) {
+		c.settleGone(rel, &r)
+	}
+	byFile := map[*EarlyFile][]string{}
+	for rel, f := range e.made {
+		byFile[f] = append(byFile[f], rel)
+	}
+	// In the order they were made: each is the most recently used as it
+	// is settled (not as old as its stored file's times say, which a
+	// file system may keep to the second), and the first are the first
+	// evicted of them.
+	order := slices.SortedFunc(maps.Keys(byFile), func(a, b *EarlyFile) int { return a.seq - b.seq })
+	for _, f := range order {
+		names := byFile[f]
+		slices.Sort(names)
+		id, err := c.settleMade(f, names, e.writers[f], &r)
+		if !e.writers[f] {
+			if err == nil {
+				c.counters.stores.Add(1)
+				c.mu.RLock()
+				pub = append(pub, c.pathsLocked(id)...)
+				c.mu.RUnlock()
+			}
+			continue
+		}
+		if err == nil {
+			f.handle, err = c.takeWriter(id, f)
+		}
+		if err != nil {
+			c.log.Warn("a store taken while the index loaded could not go on once it was built; its object is removed",
+				zap.String("name", names[0]), zap.Error(err))
+			for _, rel := range names {
+				c.unlinkPath(rel)
+			}
+			continue
+		}
+		writers = append(writers, f)
+	}
+	c.locked(func() (victims, error) { return c.ledger.Trim(), nil })
+	c.log.Info("stores taken while the index loaded are in it",
+		zap.Int("names", len(e.made)), zap.Int("removed", len(e.gone)), zap.Int("writers_open", len(writers)),
+		zap.Int("adopted", r.Adopted), zap.Int("linked", r.Linked), zap.Int("resized", r.Resized),
+		zap.Int("vanished", r.Vanished), zap.Int64("budget_used", e.used.Load()))
+	return writers, pub
+}
+
+// resolve is the index's entry for rel ("" is the root).
+func (c *Core) resolve(rel string) (blob.Entry, error) {
+	if rel == "" {
+		return blob.Entry{ID: RootID, Dir: true}, nil
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.store.Resolve(rel)
+}
+
+// settleGone drops a name made and removed while loading, if the load
+// indexed it meanwhile.
+func (c *Core) settleGone(rel string, r *AuditReport) {
+	dir, name := splitPath(rel)
+	d, err := c.resolve(dir)
+	if err != nil || !d.Dir {
+		return
+	}
+	if n, err := c.resolve(rel); err == nil && !n.Dir {
+		c.auditName(blob.Name{Parent: d.ID, Name: name}, map[blob.ID]int64{}, r)
+	}
+}
+
+// settleMade puts a made file's names in the index: adopted under the
+// first the load did not index (charged, evicting others to fit), linked
+// under the rest, its size the stored file's; it returns the object.
+// With writing, the object is pinned for its writer as soon as the index
+// has it, so nothing settled after evicts it.
+func (c *Core) settleMade(f *EarlyFile, names []string, writing bool, r *AuditReport) (blob.ID, error) {
+	known := map[uint64]blob.ID{}
+	var unknown []string
+	for _, rel := range names {
+		if n, err := c.resolve(rel); err != nil {
+			unknown = append(unknown, rel)
+		} else if !n.Dir {
+			known[f.ino] = n.ID
+		}
+	}
+	id, pinned := known[f.ino], false
+	pin := func() error {
+		if pinned || !writing || id == 0 {
+			return nil
+		}
+		pinned = true
+		return ledgerErr(c.ledger.Open(id, true))
+	}
+	if err := pin(); err != nil {
+		return 0, err
+	}
+	if id != 0 && !writing {
+		if c.reconcile(id) {
+			r.Resized++ // the load read it mid-write
+		}
+		c.Used(id)
+	}
+	for _, rel := range unknown {
+		c.auditFound(rel, blob.WalkedFile{Ino: f.ino}, known, r)
+		if id == 0 {
+			if n, err := c.resolve(rel); err == nil && !n.Dir {
+				id = n.ID
+			}
+		}
+		if err := pin(); err != nil {
+			return 0, err
+		}
+	}
+	if id == 0 {
+		return 0, ErrNotFound // evicted, as the load made room
+	}
+	return id, nil
+}
+
+// takeWriter makes the core's handle of a writer open at the switch, on
+// object id that settleMade pinned for it, marked by the core's marker
+// before the early one goes, so a crash in between leaves it marked
+// either way. It gets no reservation (its bytes are admitted as they
+// come), so no store under way is refused at the switch, and it was
+// created by its writer: a refusal later removes it (see baseSize).
+func (c *Core) takeWriter(id blob.ID, f *EarlyFile) (*Handle, error) {
+	h := &Handle{c: c, id: id, write: true}
+	var err error
+	if h.file, err = c.openStored(id, unix.O_RDWR, nil); err == nil {
+		err = c.store.MarkWriting(h.file, id)
+	}
+	if err == nil {
+		err = c.startWriting(h, true)
+	}
+	if err != nil {
+		if h.file != nil {
+			h.file.Close()
+		}
+		h.unpin()
+		return nil, err
+	}
+	if err := c.store.ClearWriting(f.marker); err != nil {
+		c.log.Warn("clearing a writing marker", zap.Uint64("id", uint64(f.marker)), zap.Error(err))
+	}
+	return h, nil
+}
+
+// unlinkPath removes the name rel through the index.
+func (c *Core) unlinkPath(rel string) {
+	dir, name := splitPath(rel)
+	if d, err := c.resolve(dir); err == nil && d.Dir {
+		c.Unlink(d.ID, name)
+	}
+}
+
+// splitPath is rel's directory ("" for data/ itself) and name.
+func splitPath(rel string) (dir, name string) {
+	for i := len(rel) - 1; i >= 0; i-- {
+		if rel[i] == '/' {
+			return rel[:i], rel[i+1:]
+		}
+	}
+	return "", rel
+}

@@ -1,0 +1,303 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/internal/loopfs"
+	"golang.org/x/sys/unix"
+)
+
+// storesWhileLoadingFS is an ext4 of its own for the store: stores while
+// the index loads take at most the capacity less what the store's file
+// system holds, so on the machine's shared disk they would all wait.
+func storesWhileLoadingFS(t *testing.T) (store, dir, mp string) {
+	requireRoot(t)
+	root := loopfs.Mount(t, loopfs.Spec{Mkfs: []string{"mkfs.ext4", "-q", "-F"}, Size: 256 << 20,
+		NoMkfs: "this mkfs.ext4 cannot make the file system"})
+	dir, mp = loadingDirs(t)
+	return filepath.Join(root, "store"), dir, mp
+}
+
+// diskUsed is what the file system holding dir holds, in bytes.
+func diskUsed(t *testing.T, dir string) int64 {
+	var sf unix.Statfs_t
+	if err := unix.Statfs(dir, &sf); err != nil {
+		t.Fatal(err)
+	}
+	return int64(sf.Blocks-sf.Bfree) * sf.Bsize
+}
+
+// markers counts the crash markers under the store's writing/.
+func markers(t *testing.T, store string) int {
+	n := 0
+	err := filepath.WalkDir(filepath.Join(store, "writing"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestStoresWhileLoading: a start that serves while its index loads
+// takes stores of new names too, the way connectors make them: LMCache's
+// fs_native (a temporary name, written and closed, linked to the final
+// name and unlinked) and SGLang's (written, then renamed). Each reads
+// back while loading. A writer still open when the index is built goes
+// on through the core; a write past the budget (the capacity less what
+// the store's disk holds) waits for the index and then completes; a
+// store over an existing name waits as before. Once loaded, the ledger
+// counts exactly what is stored, no marker is left, and fsck finds the
+// store sound.
+func TestStoresWhileLoading(t *testing.T) {
+	store, dir, mp := storesWhileLoadingFS(t)
+	d := startDaemon(t, mp, "--store", store, "--capacity", "64MiB", "--serve-while-loading", "-1")
+	if err := os.Mkdir(filepath.Join(mp, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	for i := range 40 {
+		name := fmt.Sprintf("d/o%d.data", i)
+		want[name] = bytes.Repeat([]byte{byte(i + 1)}, 256<<10)
+		if err := os.WriteFile(filepath.Join(mp, name), want[name], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.stop()
+
+	// The budget: 3 MiB past what the disk holds now.
+	capacity := ceil4096(diskUsed(t, store)) + 3<<20
+	d, open := startLoading(t, dir, mp, "--store", store, "--capacity", strconv.FormatInt(capacity, 10),
+		"--serve-while-loading", "40")
+
+	cl := &fsNative{base: filepath.Join(mp, "d"), seq: new(atomic.Int64)}
+	a := bytes.Repeat([]byte("A"), 256<<10)
+	if wrote, err := cl.store("A", a); !wrote || err != nil {
+		t.Fatalf("fs_native store while loading: wrote %v, %v", wrote, err)
+	}
+	want["d/A.data"] = a
+	b := bytes.Repeat([]byte("B"), 200<<10+17)
+	if err := os.WriteFile(filepath.Join(mp, "d/B.tmp"), b, 0o644); err != nil {
+		t.Fatalf("write while loading: %v", err)
+	}
+	if err := os.Rename(filepath.Join(mp, "d/B.tmp"), filepath.Join(mp, "d/B.data")); err != nil {
+		t.Fatalf("rename while loading: %v", err)
+	}
+	want["d/B.data"] = b
+	if err := os.WriteFile(filepath.Join(mp, "d/gone.data"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(mp, "d/gone.data")); err != nil {
+		t.Fatalf("unlink of a name made while loading: %v", err)
+	}
+	// Clients as the world writes them: a shell's redirect (the shell
+	// closes its copy of the descriptor while the child writes), and dd.
+	for _, cmd := range [][]string{
+		{"sh", "-c", "printf 'shell %s' \"$0\" > " + filepath.Join(mp, "d/sh.data"), "redirect"},
+		{"dd", "if=/dev/zero", "of=" + filepath.Join(mp, "d/dd.data"), "bs=64k", "count=4", "status=none"},
+	} {
+		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v while loading: %v\n%s", cmd, err, out)
+		}
+	}
+	want["d/sh.data"], want["d/dd.data"] = []byte("shell redirect"), make([]byte, 256<<10)
+	// A writer held open across the switch.
+	held, err := os.OpenFile(filepath.Join(mp, "d/C.data"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := bytes.Repeat([]byte("C"), 150<<10)
+	if _, err := held.Write(c[:100<<10]); err != nil {
+		t.Fatalf("a held writer's write while loading: %v", err)
+	}
+	want["d/C.data"] = c[:100<<10] // so far
+	for name, data := range want {
+		if got, err := os.ReadFile(filepath.Join(mp, name)); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("while loading, %s read %d bytes (%v), want %d", name, len(got), err, len(data))
+		}
+	}
+	want["d/C.data"] = c
+	for _, gone := range []string{"d/B.tmp", "d/gone.data"} {
+		if _, err := os.Stat(filepath.Join(mp, gone)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("while loading, %s: %v, want ENOENT", gone, err)
+		}
+	}
+	if s := dirNames(t, filepath.Join(mp, "d")); len(s) != 45 { // 40 old, A, B, C, sh, dd (fs_native's temp name unlinked)
+		t.Fatalf("listing while loading: %v", s)
+	}
+	// Past the budget: a 4 MiB object waits for the index, part written.
+	big := bytes.Repeat([]byte("E"), 4<<20)
+	bigDone := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(filepath.Join(mp, "d/E.data"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err == nil {
+			for off := 0; off < len(big) && err == nil; off += 1 << 20 {
+				_, err = f.Write(big[off : off+1<<20])
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		bigDone <- err
+	}()
+	want["d/E.data"] = big
+	// A store over a name the store held waits for the index.
+	over := bytes.Repeat([]byte{0x5a}, 4096)
+	overDone := make(chan error, 1)
+	go func() { overDone <- os.WriteFile(filepath.Join(mp, "d/o0.data"), over, 0o644) }()
+	if !waitFor(func() bool {
+		st, err := os.Stat(filepath.Join(store, "data/d/E.data"))
+		return err == nil && st.Size() >= 1<<20
+	}) {
+		t.Fatal("the store past the budget never wrote its first MiB")
+	}
+	select {
+	case err := <-bigDone:
+		t.Fatalf("a store past the budget finished while loading (%v)", err)
+	case err := <-overDone:
+		t.Fatalf("a store over a stored name finished while loading (%v)", err)
+	default:
+	}
+	if got, _ := os.ReadFile(filepath.Join(store, "data/d/o0.data")); !bytes.Equal(got, want["d/o0.data"]) {
+		t.Fatal("a store over a stored name reached the store while loading")
+	}
+	var loading struct {
+		Loading bool `json:"loading"`
+	}
+	statsJSON(t, mp, &loading)
+	if !loading.Loading {
+		t.Fatal("kvfs stats: not loading while the load is held")
+	}
+
+	open()
+	for what, ch := range map[string]chan error{"store past the budget": bigDone, "store over a stored name": overDone} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("the %s, once loaded: %v", what, err)
+			}
+		case <-time.After(hangGuard):
+			t.Fatalf("the %s never finished", what)
+		}
+	}
+	want["d/o0.data"] = over
+	if !d.printed("stores taken while the index loaded are in it") {
+		t.Fatalf("the daemon did not settle the stores taken while loading:\n%s", d.out)
+	}
+	if _, err := held.Write(c[100<<10:]); err != nil {
+		t.Fatalf("the held writer's write once loaded: %v", err)
+	}
+	if err := held.Close(); err != nil {
+		t.Fatalf("the held writer's close once loaded: %v", err)
+	}
+	// The stores past the budget made room by evicting the oldest
+	// objects; everything stored while loading, or since, is there.
+	var sum, n, evicted int64
+	for name, data := range want {
+		got, err := os.ReadFile(filepath.Join(mp, name))
+		if errors.Is(err, os.ErrNotExist) && name != "d/o0.data" && len(data) == 256<<10 && name[2] == 'o' {
+			evicted++
+			continue
+		}
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("loaded, %s read %d bytes (%v), want %d", name, len(got), err, len(data))
+		}
+		sum += ceil4096(int64(len(data)))
+		n++
+	}
+	s := stats(t, mp)
+	if s.Objects != n || s.UsedBytes != sum || sum > capacity || evicted == 0 {
+		t.Fatalf("loaded: %d objects, %d bytes used of %d; want %d, %d (%d evicted to make room)",
+			s.Objects, s.UsedBytes, capacity, n, sum, evicted)
+	}
+	if n := markers(t, store); n != 0 {
+		t.Fatalf("%d crash markers left with no writer open", n)
+	}
+	d.stop()
+	if res := runKvfs(t, "fsck", "--store", store); res.code != 0 {
+		t.Fatalf("fsck after stores while loading: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+}
+
+// TestStoresWhileLoadingCrash: a crash while the index loads keeps what
+// a crash keeps: a store taken while loading and finished is there at the
+// next start, one whose writer was still open is deleted, and the ledger
+// counts exactly what is left.
+func TestStoresWhileLoadingCrash(t *testing.T) {
+	store, dir, mp := storesWhileLoadingFS(t)
+	d := startDaemon(t, mp, "--store", store, "--capacity", "64MiB", "--serve-while-loading", "-1")
+	old := bytes.Repeat([]byte("o"), 64<<10)
+	if err := os.WriteFile(filepath.Join(mp, "old.data"), old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	d, _ = startLoading(t, dir, mp, "--store", store, "--capacity", "64MiB", "--serve-while-loading", "1")
+	done := bytes.Repeat([]byte("F"), 300<<10)
+	if err := os.WriteFile(filepath.Join(mp, "done.data"), done, 0o644); err != nil {
+		t.Fatalf("a store while loading: %v", err)
+	}
+	half, err := os.Create(filepath.Join(mp, "half.data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := half.Write(done[:100<<10]); err != nil {
+		t.Fatal(err)
+	}
+	d.kill9()
+	half.Close()
+	d = startDaemon(t, mp, "--store", store, "--capacity", "64MiB", "--serve-while-loading", "-1")
+	for name, data := range map[string][]byte{"old.data": old, "done.data": done} {
+		if got, err := os.ReadFile(filepath.Join(mp, name)); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("after a crash while loading, %s read %d bytes (%v), want %d", name, len(got), err, len(data))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(mp, "half.data")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the store whose writer was open at the crash: %v, want ENOENT", err)
+	}
+	if s := stats(t, mp); s.Objects != 2 || s.UsedBytes != ceil4096(int64(len(old)))+ceil4096(int64(len(done))) {
+		t.Fatalf("after a crash while loading: %d objects, %d bytes used", s.Objects, s.UsedBytes)
+	}
+	if n := markers(t, store); n != 0 {
+		t.Fatalf("%d crash markers left after the start", n)
+	}
+	d.stop()
+	// The killed daemon's guard holds the files its writers had open
+	// until it sees no file of the mount held (mount/guard.go); the loop
+	// file system unmounts once it let go.
+	if !waitFor(func() bool { return len(holdersOf(store)) == 0 }) {
+		t.Fatalf("files of the store still held open by processes %v", holdersOf(store))
+	}
+}
+
+// holdersOf lists the processes that hold a file under dir open.
+func holdersOf(dir string) []string {
+	procs, _ := os.ReadDir("/proc")
+	var out []string
+	for _, p := range procs {
+		fds, err := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			target, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name()))
+			if err == nil && (target == dir || len(target) > len(dir) && target[:len(dir)+1] == dir+"/") {
+				out = append(out, p.Name())
+				break
+			}
+		}
+	}
+	return out
+}
