@@ -203,34 +203,29 @@ func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples,
 		return smp, 0, err
 	}
 	defer os.Remove(gate)
-	// Stores while loading take at most the capacity less what the
-	// store's disk holds (other files too: the bench shares its disk),
-	// so the capacity leaves them a GiB past that.
-	var sf unix.Statfs_t
-	if err := unix.Statfs(s.store, &sf); err != nil {
+	capacity, err := loadingCapacity(s.store, max(b.cfg.capacity, int64(s.n)*2*4096))
+	if err != nil {
 		return smp, 0, err
 	}
-	capacity := max(b.cfg.capacity, int64(s.n)*2*4096, int64(sf.Blocks-sf.Bfree)*sf.Bsize+1<<30)
 	d, err := startDaemonEnv([]string{"KVFS_LOAD_GATE=" + gate}, b.bin, s.store, mp, capacity, "--serve-while-loading", "1")
 	if err != nil {
 		return smp, 0, err
 	}
 	defer d.stop()
-	opened := make(chan struct{})
-	go func() {
-		// Opening the FIFO lets the load go; the daemon opens it once it
-		// serves, or never if it exits first.
-		defer close(opened)
-		if g, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
-			g.Close()
-		}
-	}()
+	opened, started := make(chan struct{}), false
 	defer func() {
 		select {
 		case <-opened:
 		default:
-			if g, err := os.OpenFile(gate, os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
-				g.Close() // frees the goroutine's open if the daemon never came
+			// Without blocking: a load still held is let go (so the
+			// daemon can stop), and the goroutine's open freed if the
+			// daemon never came.
+			flags := os.O_RDONLY
+			if !started {
+				flags = os.O_WRONLY
+			}
+			if g, err := os.OpenFile(gate, flags|unix.O_NONBLOCK, 0); err == nil {
+				g.Close()
 			}
 		}
 	}()
@@ -243,6 +238,16 @@ func (b *bench) scaleRound(s *restartStore, mp string, full bool) (scaleSamples,
 	if smp.storing, err = s.stores(mp); err != nil {
 		return smp, 0, fmt.Errorf("stores while the index loads: %w", err)
 	}
+	// Only now is the load let go: opening the FIFO's other end, which
+	// the daemon opens once it serves (or never, if it loaded first or
+	// exited).
+	started = true
+	go func() {
+		defer close(opened)
+		if g, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
+			g.Close()
+		}
+	}()
 	select {
 	case <-opened:
 	case <-d.ready:
@@ -360,4 +365,15 @@ func rate(n int, pass func() error) (float64, error) {
 		return 0, err
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// loadingCapacity is at least capacity, and a GiB more than what the
+// store's disk holds: stores while the index loads take at most the
+// capacity less that (other files too: the bench shares its disk).
+func loadingCapacity(store string, capacity int64) (int64, error) {
+	var sf unix.Statfs_t
+	if err := unix.Statfs(store, &sf); err != nil {
+		return 0, err
+	}
+	return max(capacity, int64(sf.Blocks-sf.Bfree)*sf.Bsize+1<<30), nil
 }
