@@ -85,12 +85,16 @@ type EarlyFile struct {
 	handle *Handle
 }
 
-// AllowStores has p take stores of new names, up to budget bytes.
+// AllowStores has p take stores of new names, up to budget bytes; with
+// none, every store waits for the index. Call it before p serves.
 func (p *Preview) AllowStores(budget int64) {
+	if budget <= 0 {
+		return
+	}
 	e := &p.early
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.budget, e.next = max(budget, 0), earlyBase
+	e.budget, e.next = budget, earlyBase
 	e.made, e.gone, e.inos, e.writers = map[string]*EarlyFile{}, map[string]bool{}, map[uint64]int{}, map[*EarlyFile]bool{}
 }
 

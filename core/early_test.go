@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -350,5 +351,26 @@ func earlyRandom(t *testing.T, seed int64) {
 	}
 	if err := c.CheckInvariants(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEarlyStoresNoBudget: with no budget (a store on a disk that other
+// files fill past the capacity), every store waits for the index.
+func TestEarlyStoresNoBudget(t *testing.T) {
+	store, err := blob.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	pre, err := NewPreview(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre.AllowStores(0)
+	if _, _, err := pre.Create("new", 0o644, nobody); !errors.Is(err, ErrWait) {
+		t.Fatalf("a create with no budget: %v, want ErrWait", err)
+	}
+	if names, err := blob.ReadMarkers(filepath.Join(store.Dir(), blob.WritingName)); err != nil || len(names) != 0 {
+		t.Fatalf("markers after a create that waits: %v (%v)", names, err)
 	}
 }
