@@ -98,16 +98,18 @@ func (p *Preview) AllowStores(budget int64) {
 	e.made, e.gone, e.inos, e.writers = map[string]*EarlyFile{}, map[string]bool{}, map[uint64]int{}, map[*EarlyFile]bool{}
 }
 
-// begin holds off TakeEarly for one store request; ErrWait once it ran
-// or when p takes no stores.
-func (p *Preview) begin() (end func(), err error) {
+// change runs a change of the stores' names with them locked, holding
+// off TakeEarly; ErrWait once it ran or when p takes no stores.
+func (p *Preview) change(fn func(e *early) error) error {
 	e := &p.early
 	e.ops.RLock()
+	defer e.ops.RUnlock()
 	if e.taken || e.made == nil {
-		e.ops.RUnlock()
-		return nil, ErrWait
+		return ErrWait
 	}
-	return e.ops.RUnlock, nil
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return fn(e)
 }
 
 // heldLocked says whether rel is a name a store may not add: one the
@@ -121,19 +123,20 @@ func (p *Preview) heldLocked(rel string) bool {
 }
 
 // Create makes the new file rel and opens it for its writer.
-func (p *Preview) Create(rel string, mode uint32, who blob.Owner) (*EarlyFile, Attr, error) {
-	end, err := p.begin()
-	if err != nil {
-		return nil, Attr{}, err
-	}
-	defer end()
-	e := &p.early
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (p *Preview) Create(rel string, mode uint32, who blob.Owner) (f *EarlyFile, a Attr, err error) {
+	err = p.change(func(e *early) error {
+		f, a, err = p.createLocked(e, rel, mode, who)
+		return err
+	})
+	return f, a, err
+}
+
+func (p *Preview) createLocked(e *early, rel string, mode uint32, who blob.Owner) (*EarlyFile, Attr, error) {
 	if p.heldLocked(rel) {
 		return nil, Attr{}, ErrWait
 	}
 	var f *os.File
+	var err error
 	id := e.next
 	for {
 		// A marker of a store taken while an earlier load ran, which
@@ -257,55 +260,45 @@ func (f *EarlyFile) Release() error {
 
 // Link gives the made file at old the new name rel; ErrWait for any
 // other link.
-func (p *Preview) Link(old, rel string) (Attr, error) {
-	end, err := p.begin()
-	if err != nil {
-		return Attr{}, err
-	}
-	defer end()
-	e := &p.early
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	f := e.made[old]
-	if f == nil || p.heldLocked(rel) {
-		return Attr{}, ErrWait
-	}
-	st, err := p.store.LinkAt(old, rel)
-	switch {
-	case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOENT):
-		return Attr{}, ErrWait
-	case err != nil:
-		return Attr{}, err
-	}
-	if st.Ino == 0 {
-		if st, err = p.store.StatPath(rel); err != nil {
-			return Attr{}, err
+func (p *Preview) Link(old, rel string) (a Attr, err error) {
+	err = p.change(func(e *early) error {
+		f := e.made[old]
+		if f == nil || p.heldLocked(rel) {
+			return ErrWait
 		}
-	}
-	e.made[rel] = f
-	e.inos[f.ino]++
-	return StoredAttr(st), nil
+		st, err := p.store.LinkAt(old, rel)
+		switch {
+		case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOENT):
+			return ErrWait
+		case err != nil:
+			return err
+		}
+		if st.Ino == 0 {
+			if st, err = p.store.StatPath(rel); err != nil {
+				return err
+			}
+		}
+		e.made[rel] = f
+		e.inos[f.ino]++
+		a = StoredAttr(st)
+		return nil
+	})
+	return a, err
 }
 
 // Unlink removes the made name rel; ErrWait for any other name.
 func (p *Preview) Unlink(rel string) error {
-	end, err := p.begin()
-	if err != nil {
-		return err
-	}
-	defer end()
-	e := &p.early
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	f := e.made[rel]
-	if f == nil {
-		return ErrWait
-	}
-	if err := p.store.UnlinkAt(rel); err != nil {
-		return err
-	}
-	p.forgetLocked(rel, f)
-	return nil
+	return p.change(func(e *early) error {
+		f := e.made[rel]
+		if f == nil {
+			return ErrWait
+		}
+		if err := p.store.UnlinkAt(rel); err != nil {
+			return err
+		}
+		p.forgetLocked(rel, f)
+		return nil
+	})
 }
 
 // forgetLocked records that the made name rel of f is gone; e.mu held.
@@ -324,29 +317,23 @@ func (p *Preview) Rename(old, rel string, flags uint32) error {
 	if flags&^unix.RENAME_NOREPLACE != 0 {
 		return ErrWait
 	}
-	end, err := p.begin()
-	if err != nil {
-		return err
-	}
-	defer end()
-	e := &p.early
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	f := e.made[old]
-	if f == nil || p.heldLocked(rel) {
-		return ErrWait
-	}
-	err = p.store.RenameAt(blob.RenamePlan{Old: old, New: rel, Flags: unix.RENAME_NOREPLACE})
-	switch {
-	case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOENT):
-		return ErrWait
-	case err != nil:
-		return err
-	}
-	p.forgetLocked(old, f)
-	e.made[rel] = f
-	e.inos[f.ino]++
-	return nil
+	return p.change(func(e *early) error {
+		f := e.made[old]
+		if f == nil || p.heldLocked(rel) {
+			return ErrWait
+		}
+		err := p.store.RenameAt(blob.RenamePlan{Old: old, New: rel, Flags: unix.RENAME_NOREPLACE})
+		switch {
+		case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOENT):
+			return ErrWait
+		case err != nil:
+			return err
+		}
+		p.forgetLocked(old, f)
+		e.made[rel] = f
+		e.inos[f.ino]++
+		return nil
+	})
 }
 
 // madeIno says whether a made file has inode ino (it may reuse one that

@@ -13,22 +13,18 @@ import (
 	"github.com/kvfs/kvfs/blob"
 )
 
-// TestEarlyStoresSettled: stores taken while the index loads, before the
-// load and after it (so that the load indexed some of their names and not
-// others), are settled exactly when the index is taken: names made and
-// removed are gone (one the load had indexed too), new names are adopted
-// or linked, a size the load read mid-write is corrected, a write past
-// the budget waits, writers still open go on as core handles, and the
-// ledger then charges exactly what the store holds, with no marker left.
-func TestEarlyStoresSettled(t *testing.T) {
+// loadingStore is a store that held "old", of old bytes, at a clean
+// stop, opened again, and its Preview taking stores up to budget: a
+// start serving while it loads, before core.Open.
+func loadingStore(t *testing.T, old int, budget int64) (*blob.Store, *Preview) {
+	t.Helper()
 	dir := t.TempDir()
 	tc, _ := openCore(t, dir, Config{Capacity: 64 * mib})
 	tc.Start(func(Drop) {})
-	tc.put("old", 10000)
+	tc.put("old", old)
 	if err := tc.Close(); err != nil {
 		t.Fatal(err)
 	}
-
 	store, err := blob.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +33,19 @@ func TestEarlyStoresSettled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pre.AllowStores(64 * kib)
+	pre.AllowStores(budget)
+	return store, pre
+}
+
+// TestEarlyStoresSettled: stores taken while the index loads, before the
+// load and after it (so that the load indexed some of their names and not
+// others), are settled exactly when the index is taken: names made and
+// removed are gone (one the load had indexed too), new names are adopted
+// or linked, a size the load read mid-write is corrected, a write past
+// the budget waits, writers still open go on as core handles, and the
+// ledger then charges exactly what the store holds, with no marker left.
+func TestEarlyStoresSettled(t *testing.T) {
+	store, pre := loadingStore(t, 10000, 64*kib)
 	open := func(name string, size int) *EarlyFile {
 		t.Helper()
 		f, _, err := pre.Create(name, 0o644, nobody)
@@ -84,7 +92,7 @@ func TestEarlyStoresSettled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc = &testCore{Core: c, t: t, clock: &testClock{}}
+	tc := &testCore{Core: c, t: t, clock: &testClock{}}
 	t.Cleanup(func() { c.Close() })
 	c.Start(func(Drop) {})
 
@@ -191,22 +199,8 @@ func TestEarlyStoresRandom(t *testing.T) {
 
 func earlyRandom(t *testing.T, seed int64) {
 	r := rand.New(rand.NewPCG(uint64(seed), 1))
-	dir := t.TempDir()
-	tc, _ := openCore(t, dir, Config{Capacity: 64 * mib})
-	tc.Start(func(Drop) {})
-	tc.put("old", 5000)
-	if err := tc.Close(); err != nil {
-		t.Fatal(err)
-	}
-	store, err := blob.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pre, err := NewPreview(store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pre.AllowStores(1 * mib)
+	store, pre := loadingStore(t, 5000, 1*mib)
+	var err error
 
 	type file struct {
 		ef   *EarlyFile
@@ -298,7 +292,7 @@ func earlyRandom(t *testing.T, seed int64) {
 		c.Start(func(Drop) {})
 	}
 	t.Cleanup(func() { c.Close() })
-	tc = &testCore{Core: c, t: t, clock: &testClock{}}
+	tc := &testCore{Core: c, t: t, clock: &testClock{}}
 	c.TakeEarly(pre)
 	for _, f := range files {
 		if !f.open {
