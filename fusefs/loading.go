@@ -584,19 +584,7 @@ func (l *Loading) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.Lsee
 
 func (l *Loading) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	if in.Fh >= loadBase {
-		lf, put, ok := l.files.get(in.Fh - loadBase)
-		if !ok {
-			return fuse.EBADF
-		}
-		defer put()
-		if lf.early == nil || lf.early.Handle() == nil {
-			return fuse.OK // a reader's, or a store's within its budget
-		}
-		fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
-		if !st.Ok() {
-			return st
-		}
-		return fs.Flush(cancel, in)
+		return l.flushEarly(cancel, in)
 	}
 	fs, st := l.wait()
 	if !st.Ok() {
@@ -608,23 +596,7 @@ func (l *Loading) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 
 func (l *Loading) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if in.Fh >= loadBase {
-		lf, put, ok := l.files.get(in.Fh - loadBase)
-		if !ok {
-			return fuse.EBADF
-		}
-		defer put()
-		if lf.early == nil {
-			return fuse.OK
-		}
-		err := lf.early.Fsync(in.FsyncFlags&fsyncDataOnly != 0)
-		if !waits(err) {
-			return l.errno("fsync", err)
-		}
-		fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
-		if !st.Ok() {
-			return st
-		}
-		return fs.Fsync(cancel, in)
+		return l.fsyncEarly(cancel, in)
 	}
 	fs, st := l.wait()
 	if !st.Ok() {
@@ -1017,20 +989,7 @@ func (l *Loading) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte
 
 func (l *Loading) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 	if in.Fh >= loadBase {
-		// A store's writer's waits for the index, which admits it.
-		lf, put, ok := l.files.get(in.Fh - loadBase)
-		if !ok || lf.early == nil {
-			if ok {
-				put()
-			}
-			return fuse.EBADF
-		}
-		defer put()
-		fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
-		if !st.Ok() {
-			return st
-		}
-		return fs.Fallocate(cancel, in)
+		return l.fallocateEarly(cancel, in)
 	}
 	fs, st := l.wait()
 	if !st.Ok() {

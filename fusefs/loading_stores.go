@@ -167,13 +167,22 @@ func (l *Loading) takeEarly(fs *FS) {
 	}
 }
 
+// held is the load's handle fh, held until put; EBADF for none.
+func (l *Loading) held(fh uint64) (lf *loadFile, put func(), st fuse.Status) {
+	lf, put, ok := l.files.get(fh - loadBase)
+	if !ok {
+		return nil, nil, fuse.EBADF
+	}
+	return lf, put, fuse.OK
+}
+
 // writeEarly is a WRITE to a handle of the load's: a store's writer's,
 // within its budget while loading, else handed on once the index is
 // built.
 func (l *Loading) writeEarly(cancel <-chan struct{}, in *fuse.WriteIn, data ...[]byte) (uint32, fuse.Status) {
-	lf, put, ok := l.files.get(in.Fh - loadBase)
-	if !ok {
-		return 0, fuse.EBADF
+	lf, put, st := l.held(in.Fh)
+	if !st.Ok() {
+		return 0, st
 	}
 	defer put()
 	if lf.early == nil {
@@ -191,6 +200,64 @@ func (l *Loading) writeEarly(cancel <-chan struct{}, in *fuse.WriteIn, data ...[
 		return 0, st
 	}
 	return fs.Write(cancel, in, data[0])
+}
+
+// flushEarly is a FLUSH of a handle of the load's: nothing to do for a
+// reader's or a store's within its budget; handed on once its writer
+// is the FS's.
+func (l *Loading) flushEarly(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	lf, put, st := l.held(in.Fh)
+	if !st.Ok() {
+		return st
+	}
+	defer put()
+	if lf.early == nil || lf.early.Handle() == nil {
+		return fuse.OK
+	}
+	fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	return fs.Flush(cancel, in)
+}
+
+// fsyncEarly is an FSYNC of a handle of the load's.
+func (l *Loading) fsyncEarly(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	lf, put, st := l.held(in.Fh)
+	if !st.Ok() {
+		return st
+	}
+	defer put()
+	if lf.early == nil {
+		return fuse.OK
+	}
+	err := lf.early.Fsync(in.FsyncFlags&fsyncDataOnly != 0)
+	if !waits(err) {
+		return l.errno("fsync", err)
+	}
+	fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	return fs.Fsync(cancel, in)
+}
+
+// fallocateEarly is a FALLOCATE of a handle of the load's: a store's
+// writer's waits for the index, which admits it.
+func (l *Loading) fallocateEarly(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	lf, put, st := l.held(in.Fh)
+	if !st.Ok() {
+		return st
+	}
+	defer put()
+	if lf.early == nil {
+		return fuse.EBADF
+	}
+	fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	return fs.Fallocate(cancel, in)
 }
 
 // releaseEarly ends a store's writer: complete now while loading, or

@@ -123,6 +123,9 @@ func TestStoresWhileLoading(t *testing.T) {
 	if _, err := held.Write(c[:100<<10]); err != nil {
 		t.Fatalf("a held writer's write while loading: %v", err)
 	}
+	if err := held.Sync(); err != nil {
+		t.Fatalf("a held writer's fsync while loading: %v", err)
+	}
 	want["d/C.data"] = c[:100<<10] // so far
 	for name, data := range want {
 		if got, err := os.ReadFile(filepath.Join(mp, name)); err != nil || !bytes.Equal(got, data) {
@@ -199,6 +202,9 @@ func TestStoresWhileLoading(t *testing.T) {
 	}
 	if _, err := held.Write(c[100<<10:]); err != nil {
 		t.Fatalf("the held writer's write once loaded: %v", err)
+	}
+	if err := held.Sync(); err != nil {
+		t.Fatalf("the held writer's fsync once loaded: %v", err)
 	}
 	if err := held.Close(); err != nil {
 		t.Fatalf("the held writer's close once loaded: %v", err)
