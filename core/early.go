@@ -34,9 +34,10 @@ import (
 // finds, an unfinished one is marked and deleted.
 //
 // Capacity: the ledger does not exist yet, so the stores take at most a
-// budget (AllowStores) that the mount bounds by the store's file system's
-// used bytes, which bound from above what the load will charge. A write
-// past it waits for the index.
+// budget (AllowStores), which the mount sets from the store's file
+// system's used bytes (they bound from above what the load will charge)
+// and, for a full cache, a bounded overshoot that the switch evicts back
+// (mount.earlyBudget). A write past it waits for the index.
 //
 // When the index is built, Core.TakeEarly settles the made names in it
 // before any request reaches the core (adopted, charged, evicting to fit;

@@ -73,16 +73,21 @@ func (m *Mount) startLoading(store *blob.Store, expected int64) error {
 }
 
 // earlyBudget is what stores may take while the index loads (see
-// core/early.go): the capacity less every byte the store's file system
-// holds, which bounds from above what the load will charge (with the
-// capacity derived from the free space, as if those bytes were all the
-// store's: the least capacity it can derive).
+// core/early.go). The load charges at most what the store's file system
+// holds, so the capacity less that is room no eviction is needed for
+// (with the capacity derived from the free space, as if those bytes
+// were all the store's: the least capacity it can derive). A full cache
+// has none, and a cache is full in its steady state; so, but for
+// --strict-capacity, the stores may go past the capacity by up to an
+// eighth of it, into at most half the disk's free space, for as long as
+// the load takes: once the index is built, it evicts the least recently
+// used objects back down to the capacity.
 func (m *Mount) earlyBudget() (int64, error) {
 	var sf unix.Statfs_t
 	if err := unix.Statfs(m.Store, &sf); err != nil {
 		return 0, err
 	}
-	used := int64(sf.Blocks-sf.Bfree) * sf.Bsize
+	used, free := int64(sf.Blocks-sf.Bfree)*sf.Bsize, int64(sf.Bavail)*sf.Bsize
 	capacity := m.Capacity
 	if capacity == 0 {
 		var err error
@@ -90,7 +95,11 @@ func (m *Mount) earlyBudget() (int64, error) {
 			return 0, err
 		}
 	}
-	return max(capacity-used, 0), nil
+	room := capacity - used
+	if !m.StrictCapacity {
+		room = max(room, min(free/2, capacity/8))
+	}
+	return max(room, 0), nil
 }
 
 // ErrLoadStopped: the mount was gone before its index was built, and the

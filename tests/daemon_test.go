@@ -225,6 +225,12 @@ func (d *daemon) waitOutput(match func(out string) bool) bool {
 }
 
 // printed reports whether the daemon printed s (see waitOutput).
+// outSoFar is what the daemon printed so far.
+func (d *daemon) outSoFar() string {
+	out, _ := d.out.next()
+	return out
+}
+
 func (d *daemon) printed(s string) bool {
 	return d.waitOutput(func(out string) bool { return strings.Contains(out, s) })
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -306,4 +307,99 @@ func holdersOf(dir string) []string {
 		}
 	}
 	return out
+}
+
+// TestStoresAcrossTheSwitch: four connector threads store 2 MiB objects
+// the fs_native way (1 MiB writes) while the index loads, and go on
+// storing while it is built and handed over: the switch comes with
+// stores in flight, some of them past the loading budget and waiting.
+// Every store that succeeded reads back byte for byte unless evicted,
+// the ledger charges exactly what is stored, within the capacity, and
+// fsck finds the store sound.
+func TestStoresAcrossTheSwitch(t *testing.T) {
+	store, dir, mp := storesWhileLoadingFS(t)
+	d := startDaemon(t, mp, "--store", store, "--capacity", "64MiB", "--serve-while-loading", "-1")
+	if err := os.WriteFile(filepath.Join(mp, "old.data"), make([]byte, 64<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	capacity := ceil4096(diskUsed(t, store)) + 40<<20
+	d, open := startLoading(t, dir, mp, "--store", store, "--capacity", strconv.FormatInt(capacity, 10),
+		"--serve-while-loading", "1", "--grace", "0s")
+
+	const writers, each = 4, 10
+	var stored, seq atomic.Int64
+	done := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			// One process's temporary names: a name made and removed
+			// while loading is not made again before the index is built.
+			cl := &fsNative{base: mp, seq: &seq}
+			for i := range each {
+				key := fmt.Sprintf("w%d-%02d", w, i)
+				data := bytes.Repeat([]byte(key[:4]), (2<<20)/4)
+				if wrote, err := cl.store(key, data); err != nil && !errors.Is(err, errLostPublish) {
+					done <- fmt.Errorf("store %s: %w", key, err)
+					return
+				} else if wrote {
+					stored.Add(1)
+				}
+			}
+			done <- nil
+		}()
+	}
+	// The switch while the writers are busy: some stores are through,
+	// and more are under way or waiting past the budget.
+	if !waitFor(func() bool { return stored.Load() >= writers }) {
+		t.Fatal("no stores while loading")
+	}
+	open()
+	for range writers {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(hangGuard):
+			t.Fatal("a writer never finished")
+		}
+	}
+	if !d.printed("stores taken while the index loaded are in it") {
+		t.Fatalf("the daemon did not settle the stores taken while loading:\n%s", d.out)
+	}
+	for _, line := range strings.Split(d.outSoFar(), "\n") {
+		if strings.Contains(line, "stores taken while the index loaded") {
+			t.Logf("the switch: %s", line[strings.IndexByte(line, '{'):]) // writers open then, budget used
+		}
+	}
+	var sum, n int64
+	for w := range writers {
+		for i := range each {
+			key := fmt.Sprintf("w%d-%02d", w, i)
+			got, err := os.ReadFile(filepath.Join(mp, key+".data"))
+			if errors.Is(err, os.ErrNotExist) {
+				continue // evicted to make room
+			}
+			if err != nil || !bytes.Equal(got, bytes.Repeat([]byte(key[:4]), (2<<20)/4)) {
+				t.Fatalf("%s read %d bytes (%v)", key, len(got), err)
+			}
+			sum += 2 << 20
+			n++
+		}
+	}
+	if _, err := os.Stat(filepath.Join(mp, "old.data")); err == nil {
+		sum += 64 << 10
+		n++
+	}
+	s := stats(t, mp)
+	if s.Objects != n || s.UsedBytes != sum || sum > capacity || n < 10 {
+		t.Fatalf("%d objects, %d bytes used of %d; want %d, %d (%d stores succeeded)", s.Objects, s.UsedBytes, capacity, n, sum, stored.Load())
+	}
+	if m := markers(t, store); m != 0 {
+		t.Fatalf("%d crash markers left with no writer open", m)
+	}
+	d.stop()
+	if res := runKvfs(t, "fsck", "--store", store); res.code != 0 {
+		t.Fatalf("fsck: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
 }

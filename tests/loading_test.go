@@ -239,7 +239,19 @@ func TestServeWhileLoading(t *testing.T) {
 // that no load is left waiting).
 func startLoading(t *testing.T, dir, mp string, flags ...string) (d *daemon, open func()) {
 	t.Helper()
+	d, open = startGated(t, dir, mp, flags...)
+	if !d.printed("while its index loads") {
+		t.Fatalf("the start did not serve while loading:\n%s", d.out)
+	}
+	return d, open
+}
+
+// startGated starts a daemon on mp whose load, if it serves while it
+// loads, waits until open is called.
+func startGated(t *testing.T, dir, mp string, flags ...string) (d *daemon, open func()) {
+	t.Helper()
 	gate := filepath.Join(dir, "gate")
+	os.Remove(gate) // an earlier start's
 	if err := unix.Mkfifo(gate, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +262,8 @@ func startLoading(t *testing.T, dir, mp string, flags ...string) (d *daemon, ope
 		}
 		opened = true
 		// Without waiting on a daemon that is gone (killed while it
-		// loaded): its gate has no reader, and a plain open would block.
+		// loaded) or never held (it loaded before it served): its gate
+		// has no reader then, and a plain open would block.
 		waitFor(func() bool {
 			fd, err := unix.Open(gate, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 			if err == nil {
@@ -261,15 +274,12 @@ func startLoading(t *testing.T, dir, mp string, flags ...string) (d *daemon, ope
 			case <-d.exited:
 				return true
 			default:
-				return false // ENXIO: the load has not reached its gate yet
+				return strings.Contains(d.outSoFar(), "objects restored")
 			}
 		})
 	}
 	d = startDaemonEnv(t, kvfsBin, []string{"KVFS_LOAD_GATE=" + gate}, mp, flags...)
 	t.Cleanup(open) // before the daemon's cleanup, which waits for its exit
-	if !d.printed("while its index loads") {
-		t.Fatalf("the start did not serve while loading:\n%s", d.out)
-	}
 	return d, open
 }
 
