@@ -94,11 +94,12 @@ type loadNode struct {
 	// loading moves it (see kernelNodes.moved).
 	at      atomic.Pointer[nameKey]
 	ino     uint64 // the stored inode it stood for
+	dir     bool
 	lookups uint64
 }
 
-func newLoadNode(id core.ID, at nameKey, ino uint64) *loadNode {
-	n := &loadNode{id: id, ino: ino}
+func newLoadNode(id core.ID, at nameKey, ino uint64, dir bool) *loadNode {
+	n := &loadNode{id: id, ino: ino, dir: dir}
 	n.at.Store(&at)
 	return n
 }
@@ -329,10 +330,13 @@ func (l *Loading) Panic(r any) fuse.Status {
 
 func (l *Loading) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	if fs := l.loaded(); fs != nil {
+		parent := header.NodeId
 		if st := l.header(fs, header); !st.Ok() {
 			return st
 		}
-		return fs.Lookup(cancel, header, name, out)
+		st := fs.Lookup(cancel, header, name, out)
+		l.dirBelow(fs, parent, name, st, out)
+		return st
 	}
 	if name == "." || name == ".." {
 		return fuse.Status(syscall.ESTALE)
@@ -360,7 +364,7 @@ func (l *Loading) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name str
 // entry answers a lookup of name in parent that found a.
 func (l *Loading) entry(parent core.ID, name string, a core.Attr, out *fuse.EntryOut) {
 	n := l.nodes.lookedUp(nameKey{parent, name}, func(n *loadNode) bool { return n.ino == a.Ino }, func() *loadNode {
-		return newLoadNode(core.ID(l.next.Add(1)-1), nameKey{parent, name}, a.Ino)
+		return newLoadNode(core.ID(l.next.Add(1)-1), nameKey{parent, name}, a.Ino, a.Mode&syscall.S_IFMT == syscall.S_IFDIR)
 	})
 	out.NodeId, out.Generation = uint64(n.id), 0
 	fillAttr(&out.Attr, core.ID(out.NodeId), a)
@@ -378,6 +382,26 @@ func (l *Loading) Forget(nodeid, nlookup uint64) {
 		return
 	}
 	l.nodes.forget(core.ID(nodeid), nlookup)
+}
+
+// dirBelow keeps a directory the FS answered (LOOKUP, MKDIR), once
+// Ready, under a directory node of the load's a node of the load's: the
+// kernel gives a directory inode one name, and a directory is two inodes
+// across the switch (the load's node and the core's), so one reached
+// under both nodes of its parent would be one inode under two parents,
+// which the kernel answers ESTALE when it cannot take the locks to move
+// its name. A directory reached through a node of the load's stays one
+// (its listings, too, are the load's: OpenDir), and its requests go to
+// the FS under the core's ID for its path, as every load node's do.
+func (l *Loading) dirBelow(fs *FS, parent uint64, name string, st fuse.Status, out *fuse.EntryOut) {
+	if !st.Ok() || parent < loadBase || out.NodeId == 0 || out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return
+	}
+	fs.Forget(out.NodeId, 1) // the kernel holds no node of the FS's from this answer
+	n := l.nodes.lookedUp(nameKey{core.ID(parent), name}, func(n *loadNode) bool { return n.dir }, func() *loadNode {
+		return newLoadNode(core.ID(l.next.Add(1)-1), nameKey{core.ID(parent), name}, out.Attr.Ino, true)
+	})
+	out.NodeId, out.Attr.Ino = uint64(n.id), uint64(n.id)
 }
 
 // attr is a node's attributes while loading.
@@ -628,7 +652,7 @@ func (l *Loading) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 }
 
 func (l *Loading) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	if fs := l.loaded(); fs != nil {
+	if fs := l.loaded(); fs != nil && in.NodeId < loadBase {
 		if st := l.header(fs, &in.InHeader); !st.Ok() {
 			return st
 		}
@@ -862,11 +886,14 @@ func (l *Loading) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 }
 
 func (l *Loading) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	parent := in.NodeId
 	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
 		return st
 	}
-	return fs.Mkdir(cancel, in, name, out)
+	st = fs.Mkdir(cancel, in, name, out)
+	l.dirBelow(fs, parent, name, st, out)
+	return st
 }
 
 func (l *Loading) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
@@ -896,6 +923,7 @@ func (l *Loading) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, new
 			return st
 		}
 	}
+	parent, newdir := in.NodeId, in.Newdir
 	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {
 		return st
@@ -903,7 +931,13 @@ func (l *Loading) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, new
 	if in.Newdir, st = l.real(fs, in.Newdir); !st.Ok() {
 		return st
 	}
-	return fs.Rename(cancel, in, oldName, newName)
+	if st = fs.Rename(cancel, in, oldName, newName); st.Ok() && (parent >= loadBase || newdir >= loadBase) {
+		// The kernel moves the name, and a node of the load's found
+		// through it goes with it.
+		l.nodes.moved(nameKey{core.ID(parent), oldName}, nameKey{core.ID(newdir), newName},
+			func(n *loadNode, at nameKey) { n.at.Store(&at) })
+	}
+	return st
 }
 
 func (l *Loading) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {

@@ -26,7 +26,17 @@ func storesWhileLoadingFS(t *testing.T) (store, dir, mp string) {
 	root := loopfs.Mount(t, loopfs.Spec{Mkfs: []string{"mkfs.ext4", "-q", "-F"}, Size: 256 << 20,
 		NoMkfs: "this mkfs.ext4 cannot make the file system"})
 	dir, mp = loadingDirs(t)
-	return filepath.Join(root, "store"), dir, mp
+	store = filepath.Join(root, "store")
+	t.Cleanup(func() {
+		// After the daemons' cleanups, before the loop file system's
+		// unmount: a killed daemon's guard holds the files its writers
+		// had open until it sees no file of the mount held
+		// (mount/guard.go), and the unmount waits for it to let go.
+		if !waitFor(func() bool { return len(holdersOf(store)) == 0 }) {
+			t.Errorf("files of the store still held open by processes %v", holdersOf(store))
+		}
+	})
+	return store, dir, mp
 }
 
 // diskUsed is what the file system holding dir holds, in bytes.
@@ -281,12 +291,6 @@ func TestStoresWhileLoadingCrash(t *testing.T) {
 		t.Fatalf("%d crash markers left after the start", n)
 	}
 	d.stop()
-	// The killed daemon's guard holds the files its writers had open
-	// until it sees no file of the mount held (mount/guard.go); the loop
-	// file system unmounts once it let go.
-	if !waitFor(func() bool { return len(holdersOf(store)) == 0 }) {
-		t.Fatalf("files of the store still held open by processes %v", holdersOf(store))
-	}
 }
 
 // holdersOf lists the processes that hold a file under dir open.
