@@ -25,10 +25,11 @@ import (
 // (a start over millions of objects takes a minute; see
 // docs/restart.md). It serves what a cache must serve at once, loads,
 // from the store's files as they lie (core.Preview): lookups, attributes,
-// read-only opens and reads, listings. Every other request (a store, a
-// delete, a rename, kvfs's own attributes) waits until Ready hands it the
-// FS built over the loaded core, and from then on every request goes to
-// that FS.
+// read-only opens and reads, listings; and stores of new names, which
+// the Preview takes (loading_stores.go). Every other request (a store
+// over a stored name, a delete, a rename, kvfs's own attributes) waits
+// until Ready hands it the FS built over the loaded core, and from then
+// on every request goes to that FS.
 //
 // The names it answers get node IDs and handle numbers of their own, from
 // loadBase up, so they never meet the core's. Its lookups tell the kernel
