@@ -266,6 +266,12 @@ func (l *Loading) real(fs *FS, id uint64) (uint64, fuse.Status) {
 		return 0, fuse.Status(syscall.ESTALE)
 	}
 	rid, err := fs.lookupPath(p)
+	if errors.Is(err, core.ErrNotFound) {
+		// The name the kernel holds from the load is gone (evicted,
+		// deleted): ESTALE has it walk the path again, so an open with
+		// O_CREAT creates rather than fails.
+		return 0, fuse.Status(syscall.ESTALE)
+	}
 	if err != nil {
 		return 0, fs.status("lookup", err)
 	}

@@ -407,3 +407,56 @@ func TestStoresAcrossTheSwitch(t *testing.T) {
 		t.Fatalf("fsck: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
 }
+
+// TestLoadingNameGoneByTheIndex: an open with O_CREAT of a stored name,
+// looked up while loading, waits for the index; if the name is gone by
+// then (evicted, or deleted in the store), the open creates it, as on
+// any mount, rather than failing ENOENT.
+func TestLoadingNameGoneByTheIndex(t *testing.T) {
+	dir, mp := loadingDirs(t)
+	d := startDaemon(t, mp, "--capacity", "64MiB", "--serve-while-loading", "-1")
+	if err := os.WriteFile(filepath.Join(mp, "gone.data"), []byte("old bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	d, open := startLoading(t, dir, mp, "--capacity", "64MiB", "--serve-while-loading", "1")
+	if _, err := os.Stat(filepath.Join(mp, "gone.data")); err != nil {
+		t.Fatalf("a stored name while loading: %v", err)
+	}
+	wrote := make(chan error, 1)
+	go func() { wrote <- os.WriteFile(filepath.Join(mp, "gone.data"), []byte("new bytes"), 0o644) }()
+	// The open waits for the index; the name goes behind kvfs's back
+	// meanwhile, before the load lists its directory.
+	if !waitFor(inFuseRequest) {
+		t.Fatal("the open never reached the daemon")
+	}
+	if err := os.Remove(filepath.Join(d.store, "data", "gone.data")); err != nil {
+		t.Fatal(err)
+	}
+	open()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatalf("open(O_CREAT) of a name gone by the time the index was built: %v", err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("the store never finished")
+	}
+	if got, err := os.ReadFile(filepath.Join(mp, "gone.data")); err != nil || string(got) != "new bytes" {
+		t.Fatalf("after: %q (%v)", got, err)
+	}
+	d.stop()
+}
+
+// inFuseRequest says whether a thread of this process waits in the
+// kernel for a FUSE daemon's answer.
+func inFuseRequest() bool {
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		if w, err := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "wchan")); err == nil &&
+			strings.Contains(string(w), "request_wait_answer") {
+			return true
+		}
+	}
+	return false
+}
