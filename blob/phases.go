@@ -42,13 +42,10 @@ func (s *Store) FreePath(parent ID, name string) (string, error) {
 	return s.childPath(parent, name), nil
 }
 
-// CreateAt makes a new empty file id at rel, exclusively, and opens it
-// read-write; it returns the new file's attributes. The file is born
-// under writing/ and only then linked to its name, so a crash at any
-// point leaves it marked incomplete until its writer finishes
-// (ClearWriting).
-func (s *Store) CreateAt(rel string, id ID, mode uint32, who Owner) (*os.File, unix.Stat_t, error) {
-	s.changes.Add(1)
+// CreateFor is CreateDetached of a file who owns; it returns the file's
+// attributes after the chown, for the reply (inode 0 if they could not
+// be read). LinkDetachedAt names it.
+func (s *Store) CreateFor(id ID, mode uint32, who Owner) (*os.File, unix.Stat_t, error) {
 	var st unix.Stat_t
 	f, err := s.CreateDetached(id, mode)
 	if err != nil {
@@ -57,9 +54,21 @@ func (s *Store) CreateAt(rel string, id ID, mode uint32, who Owner) (*os.File, u
 	if who.chown() {
 		f.Chown(who.UID, who.GID)
 	}
-	// The attributes after the chown, for the reply; the inode number
-	// for the index (0 if this fails).
 	unix.Fstat(int(f.Fd()), &st)
+	return f, st, nil
+}
+
+// CreateAt makes a new empty file id at rel, exclusively, and opens it
+// read-write; it returns the new file's attributes. The file is born
+// under writing/ and only then linked to its name, so a crash at any
+// point leaves it marked incomplete until its writer finishes
+// (ClearWriting).
+func (s *Store) CreateAt(rel string, id ID, mode uint32, who Owner) (*os.File, unix.Stat_t, error) {
+	s.changes.Add(1)
+	f, st, err := s.CreateFor(id, mode, who)
+	if err != nil {
+		return nil, st, err
+	}
 	if err := s.linkMarkedAt("create", rel, id); err != nil {
 		s.ClearWriting(id)
 		f.Close()

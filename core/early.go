@@ -4,7 +4,9 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"path"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/kvfs/kvfs/blob"
@@ -137,12 +139,13 @@ func (p *Preview) createLocked(e *early, rel string, mode uint32, who blob.Owner
 		return nil, Attr{}, ErrWait
 	}
 	var f *os.File
+	var st unix.Stat_t
 	var err error
 	id := e.next
 	for {
 		// A marker of a store taken while an earlier load ran, which
 		// crashed, is deleted only once this load ends.
-		f, err = p.store.CreateDetached(id, mode)
+		f, st, err = p.store.CreateFor(id, mode, who)
 		if !errors.Is(err, unix.EEXIST) {
 			break
 		}
@@ -152,14 +155,7 @@ func (p *Preview) createLocked(e *early, rel string, mode uint32, who blob.Owner
 		return nil, Attr{}, err
 	}
 	e.next = id + 1
-	if who.UID >= 0 && (who.UID != os.Geteuid() || who.GID != os.Getegid()) {
-		f.Chown(who.UID, who.GID)
-	}
-	var st unix.Stat_t
-	if err = unix.Fstat(int(f.Fd()), &st); err == nil {
-		err = p.store.LinkDetachedAt(rel, id)
-	}
-	if err != nil {
+	if err = p.store.LinkDetachedAt(rel, id); err != nil {
 		p.store.ClearWriting(id)
 		f.Close()
 		if errors.Is(err, unix.EEXIST) {
@@ -429,8 +425,8 @@ func (c *Core) resolve(rel string) (blob.Entry, error) {
 // settleGone drops a name made and removed while loading, if the load
 // indexed it meanwhile.
 func (c *Core) settleGone(rel string, r *AuditReport) {
-	dir, name := splitPath(rel)
-	d, err := c.resolve(dir)
+	dir, name := path.Split(rel)
+	d, err := c.resolve(strings.TrimSuffix(dir, "/"))
 	if err != nil || !d.Dir {
 		return
 	}
@@ -518,18 +514,8 @@ func (c *Core) takeWriter(id blob.ID, f *EarlyFile) (*Handle, error) {
 
 // unlinkPath removes the name rel through the index.
 func (c *Core) unlinkPath(rel string) {
-	dir, name := splitPath(rel)
-	if d, err := c.resolve(dir); err == nil && d.Dir {
+	dir, name := path.Split(rel)
+	if d, err := c.resolve(strings.TrimSuffix(dir, "/")); err == nil && d.Dir {
 		c.Unlink(d.ID, name)
 	}
-}
-
-// splitPath is rel's directory ("" for data/ itself) and name.
-func splitPath(rel string) (dir, name string) {
-	for i := len(rel) - 1; i >= 0; i-- {
-		if rel[i] == '/' {
-			return rel[:i], rel[i+1:]
-		}
-	}
-	return "", rel
 }
