@@ -43,15 +43,6 @@ func (l *Loading) rel(parent uint64, name string) (string, fuse.Status) {
 // waits says whether err sends the request to wait for the index.
 func waits(err error) bool { return errors.Is(err, core.ErrWait) }
 
-// owner is who a file created while loading belongs to: the caller,
-// where the daemon may give it (as FS.owner).
-func owner(c *fuse.Caller) core.Owner {
-	if os.Geteuid() == 0 {
-		return core.Owner{UID: int(c.Uid), GID: int(c.Gid)}
-	}
-	return core.Owner{UID: -1, GID: -1}
-}
-
 // createEarly is Create while loading; false: it waits for the index.
 func (l *Loading) createEarly(in *fuse.CreateIn, name string, out *fuse.CreateOut) (fuse.Status, bool) {
 	if t := in.Mode & syscall.S_IFMT; t != 0 && t != syscall.S_IFREG {
@@ -61,7 +52,7 @@ func (l *Loading) createEarly(in *fuse.CreateIn, name string, out *fuse.CreateOu
 	if !st.Ok() {
 		return st, true
 	}
-	f, a, err := l.pre.Create(rel, fileMode(in.Mode), owner(&in.Caller))
+	f, a, err := l.pre.Create(rel, fileMode(in.Mode), ownerOf(&in.Caller, os.Geteuid() == 0))
 	if waits(err) {
 		return 0, false
 	}

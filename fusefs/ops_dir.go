@@ -10,8 +10,12 @@ import (
 
 // owner is who a new inode belongs to: the caller, when the daemon runs
 // as root and can give it away; otherwise the daemon.
-func (f *FS) owner(c *fuse.Caller) core.Owner {
-	if f.root {
+func (f *FS) owner(c *fuse.Caller) core.Owner { return ownerOf(c, f.root) }
+
+// ownerOf is who a file created for caller c belongs to: c, where the
+// daemon is root and may give it; else the daemon.
+func ownerOf(c *fuse.Caller, root bool) core.Owner {
+	if root {
 		return core.Owner{UID: int(c.Uid), GID: int(c.Gid)}
 	}
 	return core.Owner{UID: -1, GID: -1}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,17 +49,11 @@ func diskUsed(t *testing.T, dir string) int64 {
 
 // markers counts the crash markers under the store's writing/.
 func markers(t *testing.T, store string) int {
-	n := 0
-	err := filepath.WalkDir(filepath.Join(store, "writing"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			n++
-		}
-		return err
-	})
+	names, err := markerNames(filepath.Join(store, "writing"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return len(names)
 }
 
 // TestStoresWhileLoading: a start that serves while its index loads
@@ -244,9 +237,7 @@ func TestStoresWhileLoading(t *testing.T) {
 		t.Fatalf("%d crash markers left with no writer open", n)
 	}
 	d.stop()
-	if res := runKvfs(t, "fsck", "--store", store); res.code != 0 {
-		t.Fatalf("fsck after stores while loading: exit %d\n%s%s", res.code, res.stdout, res.stderr)
-	}
+	requireCleanFsck(t, store, s)
 }
 
 // TestStoresWhileLoadingCrash: a crash while the index loads keeps what
@@ -403,9 +394,7 @@ func TestStoresAcrossTheSwitch(t *testing.T) {
 		t.Fatalf("%d crash markers left with no writer open", m)
 	}
 	d.stop()
-	if res := runKvfs(t, "fsck", "--store", store); res.code != 0 {
-		t.Fatalf("fsck: exit %d\n%s%s", res.code, res.stdout, res.stderr)
-	}
+	requireCleanFsck(t, store, s)
 }
 
 // TestLoadingNameGoneByTheIndex: an open with O_CREAT of a stored name,
