@@ -1,6 +1,7 @@
 package blob
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -39,6 +40,9 @@ func (c *cpLoad) reconcile() ([]Object, error) {
 	}
 	c.mergeLinks()
 	c.dropIncomplete()
+	if testHookBeforeStatUnsure != nil {
+		testHookBeforeStatUnsure()
+	}
 	if err := c.statUnsure(); err != nil {
 		return nil, err
 	}
@@ -212,6 +216,10 @@ func (c *cpLoad) dropIncomplete() {
 	}
 }
 
+// testHookBeforeStatUnsure runs after the directories are reconciled,
+// before the sizes the checkpoint did not know are read.
+var testHookBeforeStatUnsure func()
+
 // statUnsure reads the sizes the checkpoint did not know.
 func (c *cpLoad) statUnsure() error {
 	for i := range c.objs {
@@ -219,17 +227,36 @@ func (c *cpLoad) statUnsure() error {
 		if !c.unsure[o.id] {
 			continue
 		}
-		if _, ok := c.s.files[o.id]; !ok {
+		st, err := c.statNamed(o.id)
+		switch {
+		case errors.Is(err, ErrNotFound):
 			continue
-		}
-		st, err := c.s.Stat(o.id)
-		if err != nil {
+		case err != nil:
 			return err
 		}
 		c.l.rep.Stated++
 		o.size, c.s.files[o.id].ino = st.Size, st.Ino
 	}
 	return nil
+}
+
+// statNamed stats file id by a name it still has, dropping from the
+// index the names the store no longer holds (a store taken while the
+// index loads may remove one after its directory was listed);
+// ErrNotFound once none is left.
+func (c *cpLoad) statNamed(id ID) (unix.Stat_t, error) {
+	for {
+		f, ok := c.s.files[id]
+		if !ok {
+			return unix.Stat_t{}, ErrNotFound
+		}
+		st, err := c.s.Stat(id)
+		if !errors.Is(err, unix.ENOENT) {
+			return st, err
+		}
+		n := f.links()[0]
+		c.s.dropName(id, c.s.dirs[n.Parent], n.Name)
+	}
 }
 
 // objects lists the indexed objects: the checkpoint's in its order,

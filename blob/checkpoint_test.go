@@ -872,3 +872,33 @@ func TestCheckpointFromAWalk(t *testing.T) {
 		s2.Close()
 	}
 }
+
+// TestCheckpointUnsureNameRemoved: a name of an object whose size the
+// checkpoint left to the start, removed after its directory was checked
+// (a store taken while the index loads removes one), costs the object
+// that name only: its size is read by a name it still has, and one with
+// none left is not indexed. Before, the start failed on ENOENT.
+func TestCheckpointUnsureNameRemoved(t *testing.T) {
+	dir, s := openUnracy(t)
+	one := mustCreate(t, s, RootID, "one", bytes.Repeat([]byte{1}, 100))
+	two := mustCreate(t, s, RootID, "two", bytes.Repeat([]byte{2}, 200))
+	must(t, "Link", s.Link(two, RootID, "two2"))
+	if cp := saveCheckpoint(t, s, ids(s), one, two); cp.Unsure != 2 {
+		t.Fatalf("checkpoint %+v", cp)
+	}
+	removed := 0
+	testHookBeforeStatUnsure = func() {
+		for _, name := range []string{"one", "two"} {
+			must(t, "Remove", os.Remove(filepath.Join(dir, DataName, name)))
+			removed++
+		}
+	}
+	t.Cleanup(func() { testHookBeforeStatUnsure = nil })
+	s, objs, rep := reload(t, dir, s)
+	if removed != 2 || !rep.FromSnapshot || rep.DirsListed != 0 {
+		t.Fatalf("the names were not removed between the check and the stats (%d removed; %+v)", removed, rep)
+	}
+	if got := sizes(s, objs); !mapsEqual(got, map[string]int64{"two2": 200}) {
+		t.Fatalf("served %v, want two2 alone, of 200 bytes", got)
+	}
+}

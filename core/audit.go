@@ -97,18 +97,28 @@ func (c *Core) auditSizes(sizes map[blob.ID]int64, r *AuditReport) {
 
 // auditName settles an indexed name the walk did not see.
 func (c *Core) auditName(n blob.Name, sizes map[blob.ID]int64, r *AuditReport) {
+	c.dropStaleName(n, r, func(id blob.ID) bool {
+		st, _, present := c.store.RecheckName(n)
+		if present {
+			sizes[id] = st.Size
+		}
+		return !present
+	})
+}
+
+// dropStaleName drops the name n from the index if stale, asked with
+// Core.mu held shared, says what it names is not what the store holds
+// there; a file left with no name vanishes from the ledger.
+func (c *Core) dropStaleName(n blob.Name, r *AuditReport, stale func(blob.ID) bool) {
 	unlock := c.lockDirs(n.Parent, 0)
 	defer unlock()
 	c.tree.RLock()
 	defer c.tree.RUnlock()
 	c.mu.RLock()
 	id := c.store.Kid(n.Parent, n.Name)
-	st, _, present := c.store.RecheckName(n)
+	drop := id != 0 && stale(id)
 	c.mu.RUnlock()
-	if id == 0 || present {
-		if present {
-			sizes[id] = st.Size
-		}
+	if !drop {
 		return
 	}
 	var a blob.Audit

@@ -19,13 +19,16 @@ import (
 // Stores while the index loads. A big store's start serves before its
 // index is built (see Preview), and a cache must take stores then too: a
 // node whose engine came back first would otherwise hold every store of
-// its first minute. Preview takes stores of new names only, the ones
-// connectors make (LMCache's fs_native writes a temporary name, links the
-// final one and unlinks the first; SGLang writes one and renames it):
+// its first minute. Preview takes the stores connectors make, of new
+// names (LMCache's fs_native writes a temporary name, links the final one
+// and unlinks the first; SGLang writes one and renames it), and deletes:
 //
-//   - a create of a name the store does not hold, and never held while
-//     loading; writes, fsync, the close and the release of its writer;
-//   - link, rename and unlink of names made so ("made names").
+//   - a create of a name the store does not hold; writes, fsync, the
+//     close and the release of its writer;
+//   - link, rename and unlink of names made so ("made names");
+//   - unlink of a stored file's name, and rename of a stored file with
+//     one name to a new name (which is then a made name): a connector's
+//     delete, and a user's rm and mv, in a restart's first minute.
 //
 // Anything else, and any of these that does not fit, returns ErrWait: the
 // caller waits for the index and hands the request to the file system
@@ -40,6 +43,11 @@ import (
 // system's used bytes (they bound from above what the load will charge)
 // and, for a full cache, a bounded overshoot that the switch evicts back
 // (mount.earlyBudget). A write past it waits for the index.
+//
+// A name removed while loading may be made again. The load may have
+// indexed what it named before: the switch drops that from the index
+// (see settleGone). The bytes a removal frees on the disk return to the
+// budget.
 //
 // When the index is built, Core.TakeEarly settles the made names in it
 // before any request reaches the core (adopted, charged, evicting to fit;
@@ -67,20 +75,26 @@ type early struct {
 	// without it by TakeEarly, which holds ops exclusively.
 	mu      lockorder.Mutex
 	next    blob.ID               // GUARDED_BY(mu)
+	seq     int                   // files made or moved so far; GUARDED_BY(mu)
 	made    map[string]*EarlyFile // made names; GUARDED_BY(mu)
-	gone    map[string]bool       // names made and removed; GUARDED_BY(mu)
+	gone    map[string]bool       // names removed while loading (made again or not); GUARDED_BY(mu)
 	inos    map[uint64]int        // made files' inodes, by names; GUARDED_BY(mu)
 	writers map[*EarlyFile]bool   // open writers; GUARDED_BY(mu)
 }
 
 // EarlyFile is a file stored while the index loads, and its writer's
-// handle until released.
+// handle until released; or a stored file renamed while loading (moved:
+// no writer, file nil), whose new names are made names too.
 type EarlyFile struct {
 	p      *Preview
 	marker blob.ID
 	file   *os.File
 	ino    uint64
 	seq    int // its place among the stores, in the order they were made
+	// moved: a stored file (not a store), of stored bytes on the disk
+	// that its last name's removal frees.
+	moved  bool
+	stored int64
 	mu     lockorder.Mutex
 	size   int64 // the end charged so far; GUARDED_BY(mu)
 	// handle: the core's handle it became at the switch (nil: none,
@@ -116,9 +130,9 @@ func (p *Preview) change(fn func(e *early) error) error {
 }
 
 // heldLocked says whether rel is a name a store may not add: one the
-// store holds, or held while loading. e.mu held.
+// store holds. e.mu held.
 func (p *Preview) heldLocked(rel string) bool {
-	if p.early.made[rel] != nil || p.early.gone[rel] {
+	if p.early.made[rel] != nil {
 		return true
 	}
 	_, err := p.store.StatPath(rel)
@@ -163,14 +177,23 @@ func (p *Preview) createLocked(e *early, rel string, mode uint32, who blob.Owner
 		}
 		return nil, Attr{}, err
 	}
-	ef := &EarlyFile{p: p, marker: id, file: f, ino: st.Ino, seq: int(id - earlyBase)}
-	ef.mu.SetRank(rankEarlyFile)
+	ef := p.newFileLocked(st.Ino)
+	ef.marker, ef.file = id, f
 	e.made[rel] = ef
 	e.inos[st.Ino]++
 	e.writers[ef] = true
 	a := StoredAttr(st)
 	a.Links = 1
 	return ef, a, nil
+}
+
+// newFileLocked is the next file made or moved, of inode ino; e.mu
+// held.
+func (p *Preview) newFileLocked(ino uint64) *EarlyFile {
+	p.early.seq++
+	f := &EarlyFile{p: p, ino: ino, seq: p.early.seq}
+	f.mu.SetRank(rankEarlyFile)
+	return f
 }
 
 // File is the stored file; it stays open until Release.
@@ -251,8 +274,20 @@ func (f *EarlyFile) Release() error {
 	}
 	e.mu.Lock()
 	delete(e.writers, f)
+	if e.inos[f.ino] == 0 {
+		e.freeLocked(f) // it lost its names while open
+	}
 	e.mu.Unlock()
 	return f.p.store.ClearWriting(f.marker)
+}
+
+// freeLocked gives the budget back the bytes of f, which has neither a
+// name nor a writer left: they left the disk. e.mu held.
+func (e *early) freeLocked(f *EarlyFile) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e.used.Add(-ledger.Charge(f.size) - f.stored)
+	f.size, f.stored = 0, 0
 }
 
 // Link gives the made file at old the new name rel; ErrWait for any
@@ -283,12 +318,14 @@ func (p *Preview) Link(old, rel string) (a Attr, err error) {
 	return a, err
 }
 
-// Unlink removes the made name rel; ErrWait for any other name.
+// Unlink removes rel: a made name, or a name of a file the store holds
+// (the switch drops it from the index, if the load indexed it); ErrWait
+// for anything else.
 func (p *Preview) Unlink(rel string) error {
 	return p.change(func(e *early) error {
 		f := e.made[rel]
 		if f == nil {
-			return ErrWait
+			return p.unlinkStoredLocked(e, rel)
 		}
 		if err := p.store.UnlinkAt(rel); err != nil {
 			return err
@@ -298,26 +335,74 @@ func (p *Preview) Unlink(rel string) error {
 	})
 }
 
-// forgetLocked records that the made name rel of f is gone; e.mu held.
+// unlinkStoredLocked removes rel, a name of a stored file; the bytes of
+// its last name return to the budget. e.mu held.
+func (p *Preview) unlinkStoredLocked(e *early, rel string) error {
+	st, ok := p.storedLocked(rel)
+	if !ok {
+		return ErrWait
+	}
+	if err := p.store.UnlinkAt(rel); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return ErrWait
+		}
+		return err
+	}
+	e.gone[rel] = true
+	if st.Nlink == 1 {
+		e.used.Add(-ledger.Charge(st.Size))
+	}
+	return nil
+}
+
+// storedLocked is the stat of rel if it names a stored file a client
+// may remove or move while loading: a regular file the load keeps (not
+// one marked half-written at the start, which the load deletes).
+// e.mu held.
+func (p *Preview) storedLocked(rel string) (unix.Stat_t, bool) {
+	st, err := p.store.StatPath(rel)
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || p.writing[st.Ino] {
+		return st, false
+	}
+	return st, true
+}
+
+// forgetLocked records that the made name rel of f is gone, and frees
+// f's bytes if that was its last name and no writer holds it; e.mu held.
 func (p *Preview) forgetLocked(rel string, f *EarlyFile) {
 	e := &p.early
 	delete(e.made, rel)
 	e.gone[rel] = true
 	if e.inos[f.ino]--; e.inos[f.ino] <= 0 {
 		delete(e.inos, f.ino)
+		if !e.writers[f] {
+			e.freeLocked(f)
+		}
 	}
 }
 
-// Rename moves the made name old to rel, a name the store does not hold
-// (flags 0 or RENAME_NOREPLACE); ErrWait for any other rename.
+// Rename moves old to rel, a name the store does not hold (flags 0 or
+// RENAME_NOREPLACE): a made name, or the one name of a stored file, which
+// makes rel a made name; ErrWait for any other rename.
 func (p *Preview) Rename(old, rel string, flags uint32) error {
 	if flags&^unix.RENAME_NOREPLACE != 0 {
 		return ErrWait
 	}
 	return p.change(func(e *early) error {
-		f := e.made[old]
-		if f == nil || p.heldLocked(rel) {
+		if p.heldLocked(rel) {
 			return ErrWait
+		}
+		f := e.made[old]
+		if f == nil {
+			// A stored file of more names would be charged twice at
+			// the switch: once by the load, under those, and once
+			// adopted under rel.
+			st, ok := p.storedLocked(old)
+			if !ok || st.Nlink != 1 {
+				return ErrWait
+			}
+			f = p.newFileLocked(st.Ino)
+			f.moved, f.stored = true, ledger.Charge(st.Size)
 		}
 		err := p.store.RenameAt(blob.RenamePlan{Old: old, New: rel, Flags: unix.RENAME_NOREPLACE})
 		switch {
@@ -326,9 +411,14 @@ func (p *Preview) Rename(old, rel string, flags uint32) error {
 		case err != nil:
 			return err
 		}
-		p.forgetLocked(old, f)
+		moved := e.made[old] == nil
 		e.made[rel] = f
 		e.inos[f.ino]++
+		if moved {
+			e.gone[old] = true
+		} else {
+			p.forgetLocked(old, f) // not its last name: rel is one
+		}
 		return nil
 	})
 }
@@ -350,7 +440,8 @@ func (p *Preview) madeIno(ino uint64) bool {
 // (EarlyFile.Handle), its crash marker the core's. It returns those
 // writers. The stores that were complete are published
 // (Config.Published: the remote tier uploads them) and counted, as their
-// releases would have been.
+// releases would have been; the names stored files were moved to are
+// published, as a rename's are.
 func (c *Core) TakeEarly(p *Preview) []*EarlyFile {
 	writers, pub := c.takeEarly(p)
 	c.publish(pub)
@@ -367,7 +458,7 @@ func (c *Core) takeEarly(p *Preview) (writers []*EarlyFile, pub []string) {
 	}
 	var r AuditReport
 	for _, rel := range slices.Sorted(maps.Keys(e.gone)) {
-		c.settleGone(rel, &r)
+		c.settleGone(rel, e.made[rel] != nil, &r)
 	}
 	byFile := map[*EarlyFile][]string{}
 	for rel, f := range e.made {
@@ -384,7 +475,9 @@ func (c *Core) takeEarly(p *Preview) (writers []*EarlyFile, pub []string) {
 		id, err := c.settleMade(f, names, e.writers[f], &r)
 		if !e.writers[f] {
 			if err == nil {
-				c.counters.stores.Add(1)
+				if !f.moved {
+					c.counters.stores.Add(1)
+				}
 				c.mu.RLock()
 				pub = append(pub, c.pathsLocked(id)...)
 				c.mu.RUnlock()
@@ -422,16 +515,26 @@ func (c *Core) resolve(rel string) (blob.Entry, error) {
 	return c.store.Resolve(rel)
 }
 
-// settleGone drops a name made and removed while loading, if the load
-// indexed it meanwhile.
-func (c *Core) settleGone(rel string, r *AuditReport) {
+// settleGone drops a name removed while loading from the index, if the
+// load indexed what it named. One remade (a made name now) is dropped
+// whatever the load read under it, the removed file or the made one, and
+// settleMade indexes it afresh: a stat of the name cannot tell the two
+// apart where the made file took the removed one's inode number.
+func (c *Core) settleGone(rel string, remade bool, r *AuditReport) {
 	dir, name := path.Split(rel)
 	d, err := c.resolve(strings.TrimSuffix(dir, "/"))
 	if err != nil || !d.Dir {
 		return
 	}
-	if n, err := c.resolve(rel); err == nil && !n.Dir {
-		c.auditName(blob.Name{Parent: d.ID, Name: name}, map[blob.ID]int64{}, r)
+	n, err := c.resolve(rel)
+	if err != nil || n.Dir {
+		return
+	}
+	at := blob.Name{Parent: d.ID, Name: name}
+	if remade {
+		c.dropStaleName(at, r, func(blob.ID) bool { return true })
+	} else {
+		c.auditName(at, map[blob.ID]int64{}, r)
 	}
 }
 

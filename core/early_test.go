@@ -7,21 +7,39 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/ledger"
 )
 
-// loadingStore is a store that held "old", of old bytes, at a clean
-// stop, opened again, and its Preview taking stores up to budget: a
-// start serving while it loads, before core.Open.
-func loadingStore(t *testing.T, old int, budget int64) (*blob.Store, *Preview) {
+// loadingStore is a store that held "old", of old bytes, and the files
+// of stored (names to sizes; "name=other" a second name of other) at a
+// clean stop, opened again, and its Preview taking stores up to budget:
+// a start serving while it loads, before core.Open.
+func loadingStore(t *testing.T, old int, budget int64, stored ...string) (*blob.Store, *Preview) {
 	t.Helper()
 	dir := t.TempDir()
 	tc, _ := openCore(t, dir, Config{Capacity: 64 * mib})
 	tc.Start(func(Drop) {})
 	tc.put("old", old)
+	for _, f := range stored {
+		name, size, _ := strings.Cut(f, ":")
+		if name, other, ok := strings.Cut(name, "="); ok {
+			if _, err := tc.Link(tc.lookupID(other), blob.RootID, name); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		n, err := strconv.Atoi(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.put(name, n)
+	}
 	if err := tc.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +62,18 @@ func loadingStore(t *testing.T, old int, budget int64) (*blob.Store, *Preview) {
 // or linked, a size the load read mid-write is corrected, a write past
 // the budget waits, writers still open go on as core handles, and the
 // ledger then charges exactly what the store holds, with no marker left.
+// Stored files removed or moved while loading are gone from their names,
+// and their bytes, once off the disk, back in the budget. Names removed
+// are made again, before the load and after it, one by a writer open at
+// the switch.
 func TestEarlyStoresSettled(t *testing.T) {
-	store, pre := loadingStore(t, 10000, 64*kib)
+	store, pre := loadingStore(t, 10000, 64*kib, "s1:1000", "s2:2000", "s3:3000", "s4:4000", "hl:5000", "hl2=hl")
+	used := func(want int64) {
+		t.Helper()
+		if got := pre.early.used.Load(); got != want {
+			t.Fatalf("%d bytes of the budget taken, want %d", got, want)
+		}
+	}
 	open := func(name string, size int) *EarlyFile {
 		t.Helper()
 		f, _, err := pre.Create(name, 0o644, nobody)
@@ -78,9 +106,32 @@ func TestEarlyStoresSettled(t *testing.T) {
 	if _, _, err := pre.Create("old", 0o644, nobody); !errors.Is(err, ErrWait) {
 		t.Fatalf("a create of a stored name while loading: %v, want ErrWait", err)
 	}
-	if err := pre.Unlink("old"); !errors.Is(err, ErrWait) {
-		t.Fatalf("an unlink of a stored name while loading: %v, want ErrWait", err)
+	used(8192 + 8192 + 4096) // a, tmp and w1, by 4 KiB blocks
+	// Stored files: removed (a name of two, and the one of another,
+	// whose bytes come back), moved, and not moved while it has two.
+	if err := pre.Unlink("hl2"); err != nil {
+		t.Fatalf("an unlink of a stored name while loading: %v", err)
 	}
+	used(20480)
+	if err := pre.Unlink("s1"); err != nil {
+		t.Fatalf("an unlink of a stored name while loading: %v", err)
+	}
+	used(20480 - 4096)
+	put("s1", 1500) // made again, before the load: it indexes this one
+	used(20480)
+	if err := pre.Rename("s2", "s2new", 0); err != nil {
+		t.Fatalf("a rename of a stored file while loading: %v", err)
+	}
+	if err := pre.Rename("old", "s2new", 0); !errors.Is(err, ErrWait) {
+		t.Fatalf("a rename over a name moved to while loading: %v, want ErrWait", err)
+	}
+	if err := pre.Rename("s3", "old", 0); !errors.Is(err, ErrWait) {
+		t.Fatalf("a rename over a stored name while loading: %v, want ErrWait", err)
+	}
+	if err := pre.Unlink(""); !errors.Is(err, ErrWait) {
+		t.Fatalf("an unlink of the root while loading: %v, want ErrWait", err)
+	}
+	used(20480)
 
 	var pubMu sync.Mutex
 	var published []string
@@ -104,9 +155,6 @@ func TestEarlyStoresSettled(t *testing.T) {
 	if err := pre.Unlink("a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := pre.Create("a", 0o644, nobody); !errors.Is(err, ErrWait) {
-		t.Fatalf("a create of a name made and removed while loading: %v, want ErrWait", err)
-	}
 	if err := pre.Rename("b", "c", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -114,14 +162,34 @@ func TestEarlyStoresSettled(t *testing.T) {
 	if _, err := w1.Write(make([]byte, 3000), 3000); err != nil {
 		t.Fatal(err)
 	}
+	// Stored files the load indexed.
+	used(20480 + 12288 - 8192 + 4096 + 4096) // late; a's bytes back; w2; w1 grown
+	if err := pre.Unlink("s3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pre.Rename("s4", "s4new", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := pre.Rename("hl", "hlx", 0); err != nil {
+		t.Fatalf("a rename of a stored file left with one name: %v", err)
+	}
+	if err := pre.Unlink("hlx"); err != nil {
+		t.Fatal(err)
+	}
+	used(32768 - 4096 - 8192) // s3's bytes and hl's back
+	// Made again after the load, which indexed what they named before:
+	// a name made while loading and one stored, whose writer is open
+	// at the switch.
+	put("a", 2500)
+	s3 := open("s3", 3000)
 	big := open("big", 0)
-	if _, err := big.Write(make([]byte, 32*kib), 0); !errors.Is(err, ErrWait) {
+	if _, err := big.Write(make([]byte, 52*kib), 0); !errors.Is(err, ErrWait) {
 		t.Fatalf("a write past the budget: %v, want ErrWait", err)
 	}
 
 	writers := c.TakeEarly(pre)
-	if len(writers) != 3 {
-		t.Fatalf("%d writers handed to the core, want 3", len(writers))
+	if len(writers) != 4 {
+		t.Fatalf("%d writers handed to the core, want 4", len(writers))
 	}
 	// The complete stores are published as their releases would have
 	// been (the remote tier uploads them); the writers' at their release.
@@ -130,14 +198,14 @@ func TestEarlyStoresSettled(t *testing.T) {
 		defer pubMu.Unlock()
 		return slices.Sorted(slices.Values(published))
 	}
-	if got := pubs(); !slices.Equal(got, []string{"c", "late", "late2"}) {
+	if got := pubs(); !slices.Equal(got, []string{"a", "c", "late", "late2", "s1", "s2new", "s4new"}) {
 		t.Fatalf("published at the switch: %v", got)
 	}
 	if _, _, err := pre.Create("new", 0o644, nobody); !errors.Is(err, ErrWait) {
 		t.Fatalf("a create after the switch: %v, want ErrWait", err)
 	}
 	// The writers go on through the core, as fusefs hands them on.
-	for f, size := range map[*EarlyFile]int{w1: 8000, w2: 4000, big: 32 * kib} {
+	for f, size := range map[*EarlyFile]int{w1: 8000, w2: 4000, big: 52 * kib, s3: 3000} {
 		h := f.Handle()
 		if _, err := f.Write([]byte{1}, 0); !errors.Is(err, ErrWait) || h == nil {
 			t.Fatalf("a write after the switch: %v (handle %v), want ErrWait", err, h)
@@ -155,20 +223,22 @@ func TestEarlyStoresSettled(t *testing.T) {
 	}
 
 	// Before any lookup, which would mend a stale name itself.
-	if s := c.Stats(); s.Objects != 6 || s.UsedBytes != tc.storeBytes() {
-		t.Fatalf("%d objects, %d bytes charged; want 6, the %d bytes the store holds", s.Objects, s.UsedBytes, tc.storeBytes())
+	if s := c.Stats(); s.Objects != 11 || s.UsedBytes != tc.storeBytes() || s.Stores != 8 {
+		t.Fatalf("%d objects, %d bytes charged, %d stores; want 11, the %d bytes the store holds, 8",
+			s.Objects, s.UsedBytes, s.Stores, tc.storeBytes())
 	}
-	if got := pubs(); !slices.Equal(got, []string{"big", "c", "late", "late2", "w1", "w2"}) {
+	if got := pubs(); !slices.Equal(got, []string{"a", "big", "c", "late", "late2", "s1", "s2new", "s3", "s4new", "w1", "w2"}) {
 		t.Fatalf("published: %v", got)
 	}
-	want := map[string]int64{"old": 10000, "c": 7000, "late": 9000, "late2": 9000, "w1": 8000, "w2": 4000, "big": 32 * kib}
+	want := map[string]int64{"old": 10000, "c": 7000, "late": 9000, "late2": 9000, "w1": 8000, "w2": 4000, "big": 52 * kib,
+		"s2new": 2000, "s4new": 4000, "s1": 1500, "a": 2500, "s3": 3000}
 	for name, size := range want {
 		_, a, err := c.Lookup(blob.RootID, name)
 		if err != nil || a.Size != size {
 			t.Fatalf("%s: size %d (%v), want %d", name, a.Size, err, size)
 		}
 	}
-	for _, name := range []string{"a", "b", "tmp"} {
+	for _, name := range []string{"b", "tmp", "s2", "s4", "hl", "hl2", "hlx"} {
 		if _, _, err := c.Lookup(blob.RootID, name); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("%s: %v, want gone", name, err)
 		}
@@ -199,19 +269,41 @@ func TestEarlyStoresRandom(t *testing.T) {
 
 func earlyRandom(t *testing.T, seed int64) {
 	r := rand.New(rand.NewPCG(uint64(seed), 1))
-	store, pre := loadingStore(t, 5000, 1*mib)
+	store, pre := loadingStore(t, 5000, 1*mib, "s:6000", "hl:7000", "hl2=hl")
 	var err error
 
+	// file is the model of a made file, or of a stored one (ef nil;
+	// stored: its names in the store as the load finds them).
 	type file struct {
-		ef   *EarlyFile
-		size int64
-		open bool
+		ef     *EarlyFile
+		size   int64
+		open   bool
+		names  int
+		stored bool
 	}
-	names := []string{"old", "n0", "n1", "n2", "n3", "n4"}
-	at := map[string]*file{} // the model: made names
-	gone := map[string]bool{}
+	old, s, hl := &file{size: 5000, names: 1, stored: true}, &file{size: 6000, names: 1, stored: true}, &file{size: 7000, names: 2, stored: true}
+	names := []string{"old", "s", "hl", "hl2", "n0", "n1", "n2", "n3"}
+	at := map[string]*file{"old": old, "s": s, "hl": hl, "hl2": hl}
+	made := map[string]bool{} // the names Preview made (a stored file's new ones too)
 	var files []*file
 	var c *Core
+	// used is the budget the model's files take: a made file's bytes
+	// while it has a name or a writer; a stored file's, given back once
+	// it has neither.
+	used := func() (n int64) {
+		for _, f := range append([]*file{old, s, hl}, files...) {
+			switch {
+			case f.names > 0 || f.open:
+				if !f.stored {
+					n += ledger.Charge(f.size)
+				}
+			case f.stored:
+				n -= ledger.Charge(f.size)
+			}
+		}
+		return n
+	}
+	free := func(name string) bool { return at[name] == nil }
 	loadAt := r.IntN(40)
 	for step := range 40 {
 		if step == loadAt {
@@ -221,16 +313,15 @@ func earlyRandom(t *testing.T, seed int64) {
 			c.Start(func(Drop) {})
 		}
 		name, other := names[r.IntN(len(names))], names[r.IntN(len(names))]
-		free := name != "old" && at[name] == nil && !gone[name]
 		switch op := r.IntN(6); op {
 		case 0:
 			ef, _, err := pre.Create(name, 0o644, nobody)
-			if free != (err == nil) || err != nil && !errors.Is(err, ErrWait) {
-				t.Fatalf("step %d: create %s: %v (free %v)", step, name, err, free)
+			if free(name) != (err == nil) || err != nil && !errors.Is(err, ErrWait) {
+				t.Fatalf("step %d: create %s: %v (free %v)", step, name, err, free(name))
 			}
 			if err == nil {
-				f := &file{ef: ef, open: true}
-				at[name], files = f, append(files, f)
+				f := &file{ef: ef, open: true, names: 1}
+				at[name], made[name], files = f, true, append(files, f)
 			}
 		case 1, 2:
 			if len(files) == 0 {
@@ -252,14 +343,15 @@ func earlyRandom(t *testing.T, seed int64) {
 				f.open = false
 			}
 		case 3:
+			// Links of made names only: a stored file's are the load's.
 			f := at[name]
-			okNew := other != "old" && at[other] == nil && !gone[other]
 			_, err := pre.Link(name, other)
-			if (f != nil && okNew) != (err == nil) {
+			if (made[name] && free(other)) != (err == nil) {
 				t.Fatalf("step %d: link %s %s: %v", step, name, other, err)
 			}
 			if err == nil {
-				at[other] = f
+				at[other], made[other] = f, true
+				f.names++
 			}
 		case 4:
 			f := at[name]
@@ -269,20 +361,25 @@ func earlyRandom(t *testing.T, seed int64) {
 			}
 			if err == nil {
 				delete(at, name)
-				gone[name] = true
+				delete(made, name)
+				f.names--
 			}
 		case 5:
+			// A stored file's name moves only while it is its one.
 			f := at[name]
-			okNew := other != "old" && at[other] == nil && !gone[other]
+			ok := f != nil && free(other) && (made[name] || f.names == 1)
 			err := pre.Rename(name, other, 0)
-			if (f != nil && okNew) != (err == nil) {
+			if ok != (err == nil) {
 				t.Fatalf("step %d: rename %s %s: %v", step, name, other, err)
 			}
 			if err == nil {
-				at[other] = f
+				at[other], made[other] = f, true
 				delete(at, name)
-				gone[name] = true
+				delete(made, name)
 			}
+		}
+		if got, want := pre.early.used.Load(), used(); got != want {
+			t.Fatalf("step %d: %d bytes of the budget taken, want %d", step, got, want)
 		}
 	}
 	if c == nil {
@@ -320,18 +417,14 @@ func earlyRandom(t *testing.T, seed int64) {
 	for _, f := range at {
 		objects[f] = true
 	}
-	if s := c.Stats(); s.UsedBytes != tc.storeBytes() || s.Objects != int64(len(objects))+1 {
+	if s := c.Stats(); s.UsedBytes != tc.storeBytes() || s.Objects != int64(len(objects)) {
 		t.Fatalf("%d objects, %d bytes charged; want %d, the %d bytes the store holds",
-			s.Objects, s.UsedBytes, len(objects)+1, tc.storeBytes())
+			s.Objects, s.UsedBytes, len(objects), tc.storeBytes())
 	}
 	for _, name := range names {
 		_, a, err := c.Lookup(blob.RootID, name)
 		f := at[name]
 		switch {
-		case name == "old":
-			if err != nil || a.Size != 5000 {
-				t.Fatalf("old: %d bytes (%v)", a.Size, err)
-			}
 		case f == nil:
 			if !errors.Is(err, ErrNotFound) {
 				t.Fatalf("%s: %v, want gone", name, err)

@@ -25,9 +25,10 @@ import (
 // (a start over millions of objects takes a minute; see
 // docs/restart.md). It serves what a cache must serve at once, loads,
 // from the store's files as they lie (core.Preview): lookups, attributes,
-// read-only opens and reads, listings; and stores of new names, which
-// the Preview takes (loading_stores.go). Every other request (a store
-// over a stored name, a delete, a rename, kvfs's own attributes) waits
+// read-only opens and reads, listings; and stores of new names, deletes
+// and moves, which the Preview takes (loading_stores.go). Every other
+// request (a store over a stored name, a link of one, kvfs's own
+// attributes) waits
 // until Ready hands it the FS built over the loaded core, and from then
 // on every request goes to that FS.
 //
@@ -297,6 +298,10 @@ func (l *Loading) header(fs *FS, h *fuse.InHeader) fuse.Status {
 	return st
 }
 
+// noParent is the parent of a load's node whose name was removed: no
+// node has it, so the node has no path.
+const noParent core.ID = 0
+
 // path is the path of node id under data/; false: not a directory of
 // the load's or the root.
 func (l *Loading) path(id uint64) (string, bool) {
@@ -439,6 +444,9 @@ func (l *Loading) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 		fillAttr(&out.Attr, core.ID(id), core.StoredAttr(st))
 		return fuse.OK
 	}
+	if n := l.nodes.get(core.ID(id)); id >= loadBase && n != nil && n.key().parent == noParent {
+		return l.removedAttr(core.ID(id), out)
+	}
 	if fs := l.loaded(); fs != nil {
 		if st := l.header(fs, &in.InHeader); !st.Ok() {
 			return st
@@ -458,6 +466,33 @@ func (l *Loading) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 	}
 	fillAttr(&out.Attr, core.ID(id), a)
 	return fuse.OK
+}
+
+// removedAttr is the attributes of node id, whose name was removed while
+// loading, read from a handle still open on it (an fstat of a deleted
+// file, which the kernel asks without the handle); ESTALE with none.
+func (l *Loading) removedAttr(id core.ID, out *fuse.AttrOut) fuse.Status {
+	var fhs []uint64
+	l.files.each(func(fh uint64, f *loadFile) {
+		if f.node == id {
+			fhs = append(fhs, fh)
+		}
+	})
+	for _, fh := range fhs {
+		f, put, ok := l.files.get(fh)
+		if !ok || f.node != id {
+			continue // released meanwhile, its number maybe reused
+		}
+		var st unix.Stat_t
+		err := unix.Fstat(int(f.Fd()), &st)
+		put()
+		if err != nil {
+			return l.errno("getattr", err)
+		}
+		fillAttr(&out.Attr, id, core.StoredAttr(st))
+		return fuse.OK
+	}
+	return fuse.Status(syscall.ESTALE)
 }
 
 func (l *Loading) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {

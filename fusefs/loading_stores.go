@@ -11,8 +11,9 @@ import (
 )
 
 // Stores while loading (see core/early.go): a create of a new name, its
-// writer's requests, and link, rename and unlink of names made so are
-// served before the index exists; each answers errWaitIndex (not served:
+// writer's requests, link, rename and unlink of names made so, and
+// unlink and rename of stored files' names are served before the index
+// exists; each answers errWaitIndex (not served:
 // wait for the index and hand it to the FS) when the core's Preview says
 // ErrWait. A writer the kernel still has open when the index is built is
 // a core handle from then on (early.Handle), numbered in the FS's table
@@ -104,6 +105,12 @@ func (l *Loading) unlinkEarly(header *fuse.InHeader, name string) (fuse.Status, 
 	} else if err != nil {
 		return l.errno("unlink", err), true
 	}
+	// The name may be made again: the node of the file removed, which
+	// the kernel may still hold open, has no path from now on (ESTALE),
+	// not the path of whatever holds the name next.
+	l.nodes.removed(nameKey{core.ID(header.NodeId), name}, func(n *loadNode) {
+		n.at.Store(&nameKey{parent: noParent, name: name})
+	})
 	return fuse.OK, true
 }
 

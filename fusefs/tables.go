@@ -111,8 +111,9 @@ func (o *objects) get(id core.ID) *object {
 	return o.m[id]
 }
 
-// each calls fn on every open handle; no request may hold one (the
-// file system is quiesced).
+// each calls fn on every open handle, under the table's lock: fn may
+// not use the handle's file unless no request can release it (the file
+// system is quiesced); get it for that.
 func (t *handleTable[T]) each(fn func(fh uint64, v T)) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -225,6 +226,18 @@ func (p *kernelNodes[N]) moved(k, nk nameKey, set func(N, nameKey)) {
 	delete(p.byName, k)
 	set(n, nk)
 	p.byName[nk] = n
+}
+
+// removed has the node named k stand for no name from now on (an
+// unlink the adapter made); set records that in the node. A lookup of k
+// makes a new node.
+func (p *kernelNodes[N]) removed(k nameKey, set func(N)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, ok := p.byName[k]; ok {
+		delete(p.byName, k)
+		set(n)
+	}
 }
 
 // forget counts the kernel's forgetting of n lookups of node id; the

@@ -58,10 +58,11 @@ func TestCrashLoop(t *testing.T) { crashLoopTest(t, *crashKills, false) }
 
 // TestCrashLoopWhileLoading is TestCrashLoop with each round's workload
 // run on a start after a crash that serves while its index loads (held
-// until a point in the work, or until the work stood still: links,
-// renames and unlinks of stored names wait for the index): kills land
-// while stores of new names are taken before the index exists, and
-// after the switch to it. After each kill a plain start checks the
+// until a point in the work, or until the work stood still: links of
+// stored names, renames of those with several, and stores of names
+// removed while loading wait for the index): kills land while stores of
+// new names, and deletes and moves of stored ones, are taken before the
+// index exists, and after the switch to it. After each kill a plain start checks the
 // mount as TestCrashLoop does.
 func TestCrashLoopWhileLoading(t *testing.T) { crashLoopTest(t, max(*crashKills/2, 1), true) }
 
@@ -159,7 +160,7 @@ type crashLoop struct {
 	seq       atomic.Int64 // temp file names, unique across workers and kills
 	// whileLoading counts the kills that came before the index was
 	// built (TestCrashLoopWhileLoading); held: the load is held, and
-	// the workers change no stored name.
+	// the workers only load, delete and move stored names.
 	whileLoading int
 	held         atomic.Bool
 	// startEvictions: completed objects a start evicted to fit.
@@ -203,23 +204,25 @@ func (c *crashLoop) run(d *daemon, after int64, namespace bool, open func(), ope
 	wg.Wait()
 }
 
-// loadStall is how long the work may stand still before a held load is
-// let go: every worker may be waiting for the index (a link, rename or
-// unlink of a stored name), which no worker can say from inside its
-// call. It schedules; nothing is asserted on it.
+// loadStall is how long the work may stand still, with a request waiting
+// in the daemon, before a held load is let go: every worker may be
+// waiting for the index (a link of a stored name, a mkdir), which no
+// worker can say from inside its call. It schedules; nothing is asserted
+// on it.
 const loadStall = 20 * pollEvery
 
 // letLoad lets a held load go after openAt operations, or once the work
-// stood still for loadStall.
+// stood still for loadStall with a request in the daemon.
 func (c *crashLoop) letLoad(done *progress, open func(), openAt int64) {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	last, still := int64(-1), 0
 	for n := done.Load(); n < openAt && still < int(loadStall/pollEvery); n = done.Load() {
-		if n == last {
-			still++
-		} else {
+		switch {
+		case n != last:
 			last, still = n, 0
+		case inFuseRequest():
+			still++ // not workers short of a CPU: one waits in the daemon
 		}
 		<-tick.C
 	}
@@ -270,16 +273,25 @@ func (w *crashWorker) loop() {
 		case k == nil:
 			return // nothing of its own left to work on
 		case len(k.have) > 0 && w.c.held.Load():
-			op = "load" // a change of a stored name waits for the index
+			// While the index loads a stored name may go, or move while
+			// it is its file's one; other changes of it wait for the
+			// index, as a store of a name gone meanwhile does.
+			op = []string{"load", "load", "unlink", "rename"}[w.r.IntN(4)]
+			if op == "rename" && len(k.have) > 1 {
+				op = "load"
+			}
 		case len(k.have) > 0 && w.namespace && len(k.have) == 1:
 			op = []string{"link", "rename", "load"}[w.r.IntN(3)]
 		case len(k.have) > 0:
 			op = []string{"link", "rename", "rename", "unlink", "load", "load"}[w.r.IntN(6)]
 		}
-		before := len(k.have)
+		before, held := len(k.have), w.c.held.Load()
 		err := w.do(k, op)
 		k.note("%s %v -> %v %v", op, before, err, k.have)
 		if err == nil {
+			if held && op != "store" {
+				w.c.count(w.c.ops, op+" begun while loading")
+			}
 			w.c.count(w.c.ops, op)
 			w.done.Add(1)
 			continue

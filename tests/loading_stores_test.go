@@ -59,8 +59,8 @@ func markers(t *testing.T, store string) int {
 // TestStoresWhileLoading: a start that serves while its index loads
 // takes stores of new names too, the way connectors make them: LMCache's
 // fs_native (a temporary name, written and closed, linked to the final
-// name and unlinked) and SGLang's (written, then renamed). Each reads
-// back while loading. A writer still open when the index is built goes
+// name and unlinked) and SGLang's (written, then renamed), and rm and mv
+// of stored names. Each reads back while loading. A writer still open when the index is built goes
 // on through the core; a write past the budget (the capacity less what
 // the store's disk holds) waits for the index and then completes; a
 // store over an existing name waits as before. Once loaded, the ledger
@@ -107,6 +107,46 @@ func TestStoresWhileLoading(t *testing.T) {
 	if err := os.Remove(filepath.Join(mp, "d/gone.data")); err != nil {
 		t.Fatalf("unlink of a name made while loading: %v", err)
 	}
+	// Stored names, deleted and moved as rm and mv do: served while
+	// loading, not held until the index is built; a reader of the one
+	// deleted holds it open across its deletion, its name's next store
+	// and the switch.
+	oldO1 := want["d/o1.data"]
+	reader, err := os.Open(filepath.Join(mp, "d/o1.data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	readHeld := func(when string) {
+		t.Helper()
+		got := make([]byte, len(oldO1)+1)
+		n, err := reader.ReadAt(got, 0)
+		var st unix.Stat_t
+		if serr := unix.Fstat(int(reader.Fd()), &st); n != len(oldO1) || !bytes.Equal(got[:n], oldO1) || serr != nil || st.Size != int64(len(oldO1)) {
+			t.Fatalf("%s, a reader of the deleted d/o1.data read %d bytes (%v), fstat size %d (%v); want the %d it had",
+				when, n, err, st.Size, serr, len(oldO1))
+		}
+	}
+	for _, cmd := range [][]string{
+		{"rm", filepath.Join(mp, "d/o1.data")},
+		{"mv", filepath.Join(mp, "d/o2.data"), filepath.Join(mp, "d/o2moved.data")},
+	} {
+		servedWhileLoading(t, fmt.Sprint(cmd), func() error {
+			if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+				return fmt.Errorf("%v\n%s", err, out)
+			}
+			return nil
+		})
+	}
+	want["d/o2moved.data"] = want["d/o2.data"]
+	delete(want, "d/o2.data")
+	// A name deleted while loading is stored again, as a connector's
+	// next store of the key does.
+	want["d/o1.data"] = bytes.Repeat([]byte("1"), 100<<10)
+	if wrote, err := cl.store("o1", want["d/o1.data"]); !wrote || err != nil {
+		t.Fatalf("fs_native store of a name deleted while loading: wrote %v, %v", wrote, err)
+	}
+	readHeld("while loading")
 	// Clients as the world writes them: a shell's redirect (the shell
 	// closes its copy of the descriptor while the child writes), and dd.
 	for _, cmd := range [][]string{
@@ -137,12 +177,13 @@ func TestStoresWhileLoading(t *testing.T) {
 		}
 	}
 	want["d/C.data"] = c
-	for _, gone := range []string{"d/B.tmp", "d/gone.data"} {
-		if _, err := os.Stat(filepath.Join(mp, gone)); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("while loading, %s: %v, want ENOENT", gone, err)
+	gone := []string{"d/B.tmp", "d/gone.data", "d/o2.data"}
+	for _, name := range gone {
+		if _, err := os.Stat(filepath.Join(mp, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("while loading, %s: %v, want ENOENT", name, err)
 		}
 	}
-	if s := dirNames(t, filepath.Join(mp, "d")); len(s) != 45 { // 40 old, A, B, C, sh, dd (fs_native's temp name unlinked)
+	if s := dirNames(t, filepath.Join(mp, "d")); len(s) != 45 { // 38 old, o1 again, o2moved, A, B, C, sh, dd (fs_native's temp names unlinked)
 		t.Fatalf("listing while loading: %v", s)
 	}
 	// Past the budget: a 4 MiB object waits for the index, part written.
@@ -204,6 +245,8 @@ func TestStoresWhileLoading(t *testing.T) {
 	if !d.printed("stores taken while the index loaded are in it") {
 		t.Fatalf("the daemon did not settle the stores taken while loading:\n%s", d.out)
 	}
+	readHeld("once loaded")
+	reader.Close()
 	if _, err := held.Write(c[100<<10:]); err != nil {
 		t.Fatalf("the held writer's write once loaded: %v", err)
 	}
@@ -218,7 +261,7 @@ func TestStoresWhileLoading(t *testing.T) {
 	var sum, n, evicted int64
 	for name, data := range want {
 		got, err := os.ReadFile(filepath.Join(mp, name))
-		if errors.Is(err, os.ErrNotExist) && name != "d/o0.data" && len(data) == 256<<10 && name[2] == 'o' {
+		if errors.Is(err, os.ErrNotExist) && name != "d/o0.data" && name != "d/o2moved.data" && len(data) == 256<<10 && name[2] == 'o' {
 			evicted++
 			continue
 		}
@@ -233,6 +276,11 @@ func TestStoresWhileLoading(t *testing.T) {
 		t.Fatalf("loaded: %d objects, %d bytes used of %d; want %d, %d (%d evicted to make room)",
 			s.Objects, s.UsedBytes, capacity, n, sum, evicted)
 	}
+	for _, name := range gone {
+		if _, err := os.Stat(filepath.Join(mp, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("loaded, %s: %v, want ENOENT", name, err)
+		}
+	}
 	if n := markers(t, store); n != 0 {
 		t.Fatalf("%d crash markers left with no writer open", n)
 	}
@@ -242,17 +290,20 @@ func TestStoresWhileLoading(t *testing.T) {
 
 // TestStoresWhileLoadingCrash: a crash while the index loads keeps what
 // a crash keeps: a store taken while loading and finished is there at the
-// next start, one whose writer was still open is deleted, and the ledger
-// counts exactly what is left.
+// next start, one whose writer was still open is deleted, so is a stored
+// name deleted while loading, and the ledger counts exactly what is left.
 func TestStoresWhileLoadingCrash(t *testing.T) {
 	store, dir, mp := storesWhileLoadingFS(t)
 	d := startDaemon(t, mp, "--store", store, "--capacity", "64MiB", "--serve-while-loading", "-1")
 	old := bytes.Repeat([]byte("o"), 64<<10)
-	if err := os.WriteFile(filepath.Join(mp, "old.data"), old, 0o644); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"old.data", "rm.data"} {
+		if err := os.WriteFile(filepath.Join(mp, name), old, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d.stop()
 	d, _ = startLoading(t, dir, mp, "--store", store, "--capacity", "64MiB", "--serve-while-loading", "1")
+	servedWhileLoading(t, "an unlink of a stored name", func() error { return os.Remove(filepath.Join(mp, "rm.data")) })
 	done := bytes.Repeat([]byte("F"), 300<<10)
 	if err := os.WriteFile(filepath.Join(mp, "done.data"), done, 0o644); err != nil {
 		t.Fatalf("a store while loading: %v", err)
@@ -275,6 +326,9 @@ func TestStoresWhileLoadingCrash(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(mp, "half.data")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the store whose writer was open at the crash: %v, want ENOENT", err)
 	}
+	if _, err := os.Stat(filepath.Join(mp, "rm.data")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a stored name deleted while loading, after a crash: %v, want ENOENT", err)
+	}
 	if s := stats(t, mp); s.Objects != 2 || s.UsedBytes != ceil4096(int64(len(old)))+ceil4096(int64(len(done))) {
 		t.Fatalf("after a crash while loading: %d objects, %d bytes used", s.Objects, s.UsedBytes)
 	}
@@ -282,6 +336,24 @@ func TestStoresWhileLoadingCrash(t *testing.T) {
 		t.Fatalf("%d crash markers left after the start", n)
 	}
 	d.stop()
+}
+
+// servedWhileLoading runs what, a request the load serves, and fails if
+// it errs or waits for the index. One that waits is not killed (the
+// kernel holds a request the daemon has read until it answers): the
+// test's cleanup stops the daemon, which ends it.
+func servedWhileLoading(t *testing.T, what string, fn func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s while loading: %v", what, err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatalf("%s waited for the index", what)
+	}
 }
 
 // holdersOf lists the processes that hold a file under dir open.

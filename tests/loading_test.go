@@ -24,9 +24,10 @@ import (
 // The store here is small and the load is held open by $KVFS_LOAD_GATE,
 // so the test sees the mount while it loads: every completed object reads
 // back byte for byte, listings show them, the object a writer had open at
-// the crash is not served, a store over a stored name and a delete wait
-// for the index (and change nothing in the store meanwhile), a handle opened while loading
-// reads on after, and once loaded the ledger counts exactly what is there.
+// the crash is not served, a delete of a stored name is served at once,
+// a store over a stored name and a chmod wait for the index (and change
+// nothing in the store meanwhile), a handle opened while loading reads on
+// after, and once loaded the ledger counts exactly what is there.
 func TestServeWhileLoading(t *testing.T) {
 	dir, mp := loadingDirs(t)
 	d := startDaemon(t, mp, "--capacity", "64MiB", "--serve-while-loading", "-1")
@@ -114,7 +115,7 @@ func TestServeWhileLoading(t *testing.T) {
 	}
 
 	fresh := bytes.Repeat([]byte{0xee}, 12345)
-	stored, removed := make(chan error, 1), make(chan error, 1)
+	stored, chmoded := make(chan error, 1), make(chan error, 1)
 	// A store over a stored name waits (one of a new name is taken while
 	// loading: TestStoresWhileLoading). It is a bare open(2), which no
 	// library retries on EINTR, and its thread gets signals while it
@@ -133,9 +134,11 @@ func TestServeWhileLoading(t *testing.T) {
 		}
 		stored <- err
 	}()
-	go func() { removed <- os.Remove(filepath.Join(mp, "sub", "obj-01.data")) }()
+	go func() { chmoded <- os.Chmod(filepath.Join(mp, "sub", "obj-03.data"), 0o600) }()
+	servedWhileLoading(t, "a delete of a stored name", func() error { return os.Remove(filepath.Join(mp, "sub", "obj-01.data")) })
+	delete(want, filepath.Join("sub", "obj-01.data"))
 	storer := <-tid
-	readAll("while a store and a delete wait")
+	readAll("while a store and a chmod wait")
 	for range 5 {
 		if err := unix.Tgkill(os.Getpid(), storer, unix.SIGURG); err != nil {
 			t.Fatal(err)
@@ -146,14 +149,17 @@ func TestServeWhileLoading(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(data, "obj-02.data")); err != nil || !bytes.Equal(got, want["obj-02.data"]) {
 		t.Fatalf("a store over a stored name while loading reached the store: %d bytes (%v)", len(got), err)
 	}
-	if _, err := os.Stat(filepath.Join(data, "sub", "obj-01.data")); err != nil {
-		t.Fatalf("a delete while loading reached the store: %v", err)
+	if st, err := os.Stat(filepath.Join(data, "sub", "obj-03.data")); err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("a chmod while loading reached the store: %v (%v)", st.Mode(), err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "sub", "obj-01.data")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a delete while loading, in the store: %v, want gone", err)
 	}
 	select {
 	case err := <-stored:
 		t.Fatalf("a store finished while loading (%v)", err)
-	case err := <-removed:
-		t.Fatalf("a delete finished while loading (%v)", err)
+	case err := <-chmoded:
+		t.Fatalf("a chmod finished while loading (%v)", err)
 	default:
 	}
 
@@ -179,7 +185,7 @@ func TestServeWhileLoading(t *testing.T) {
 	if !d.printed("objects restored") || !d.printed(`"from_snapshot": true`) {
 		t.Fatalf("the load from the checkpoint did not finish:\n%s", d.out)
 	}
-	for what, ch := range map[string]chan error{"store": stored, "delete": removed} {
+	for what, ch := range map[string]chan error{"store": stored, "chmod": chmoded} {
 		select {
 		case err := <-ch:
 			if err != nil {
@@ -196,8 +202,10 @@ func TestServeWhileLoading(t *testing.T) {
 	} else if s.Passthrough != 1 {
 		t.Logf("no passthrough on this mount: the load's reads went through the daemon (%d READs)", s.FuseRequests["READ"])
 	}
-	delete(want, filepath.Join("sub", "obj-01.data"))
 	want["obj-02.data"] = fresh
+	if st, err := os.Stat(filepath.Join(mp, "sub", "obj-03.data")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the chmod that waited for the index: %v (%v)", st.Mode(), err)
+	}
 	readAll("loaded")
 	buf := make([]byte, len(want["obj-00.data"])+1)
 	if n, err := held.ReadAt(buf, 0); n != len(want["obj-00.data"]) || !bytes.Equal(buf[:n], want["obj-00.data"]) {
