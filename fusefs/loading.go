@@ -28,9 +28,8 @@ import (
 // read-only opens and reads, listings; and stores of new names, deletes
 // and moves, which the Preview takes (loading_stores.go). Every other
 // request (a store over a stored name, a link of one, kvfs's own
-// attributes) waits
-// until Ready hands it the FS built over the loaded core, and from then
-// on every request goes to that FS.
+// attributes) waits until Ready hands it the FS built over the loaded
+// core, and from then on every request goes to that FS.
 //
 // The names it answers get node IDs and handle numbers of their own, from
 // loadBase up, so they never meet the core's. Its lookups tell the kernel

@@ -13,11 +13,11 @@ import (
 // Stores while loading (see core/early.go): a create of a new name, its
 // writer's requests, link, rename and unlink of names made so, and
 // unlink and rename of stored files' names are served before the index
-// exists; each answers errWaitIndex (not served:
-// wait for the index and hand it to the FS) when the core's Preview says
-// ErrWait. A writer the kernel still has open when the index is built is
-// a core handle from then on (early.Handle), numbered in the FS's table
-// (fh), to which its requests go.
+// exists; each answers errWaitIndex (not served: wait for the index and
+// hand it to the FS) when the core's Preview says ErrWait. A writer the
+// kernel still has open when the index is built is a core handle from
+// then on (early.Handle), numbered in the FS's table (fh), to which its
+// requests go.
 
 // early is a store's file while loading: what a loadFile of a writer
 // holds besides the file.
