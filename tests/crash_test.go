@@ -59,11 +59,11 @@ func TestCrashLoop(t *testing.T) { crashLoopTest(t, *crashKills, false) }
 // TestCrashLoopWhileLoading is TestCrashLoop with each round's workload
 // run on a start after a crash that serves while its index loads (held
 // until a point in the work, or until the work stood still: links of
-// stored names, renames of those with several, and stores of names
-// removed while loading wait for the index): kills land while stores of
+// stored names, renames of those with several, and mkdir wait for the
+// index): kills land while stores of
 // new names, and deletes and moves of stored ones, are taken before the
-// index exists, and after the switch to it. After each kill a plain start checks the
-// mount as TestCrashLoop does.
+// index exists, and after the switch to it. After each kill a plain
+// start checks the mount as TestCrashLoop does.
 func TestCrashLoopWhileLoading(t *testing.T) { crashLoopTest(t, max(*crashKills/2, 1), true) }
 
 func crashLoopTest(t *testing.T, kills int, loading bool) {
@@ -273,9 +273,9 @@ func (w *crashWorker) loop() {
 		case k == nil:
 			return // nothing of its own left to work on
 		case len(k.have) > 0 && w.c.held.Load():
-			// While the index loads a stored name may go, or move while
-			// it is its file's one; other changes of it wait for the
-			// index, as a store of a name gone meanwhile does.
+			// While the index loads a stored name may go (and be
+			// stored again), or move while it is its file's one; other
+			// changes of it wait for the index.
 			op = []string{"load", "load", "unlink", "rename"}[w.r.IntN(4)]
 			if op == "rename" && len(k.have) > 1 {
 				op = "load"

@@ -149,8 +149,8 @@ func TestServeWhileLoading(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(data, "obj-02.data")); err != nil || !bytes.Equal(got, want["obj-02.data"]) {
 		t.Fatalf("a store over a stored name while loading reached the store: %d bytes (%v)", len(got), err)
 	}
-	if st, err := os.Stat(filepath.Join(data, "sub", "obj-03.data")); err != nil || st.Mode().Perm() != 0o644 {
-		t.Fatalf("a chmod while loading reached the store: %v (%v)", st.Mode(), err)
+	if perm, err := permOf(filepath.Join(data, "sub", "obj-03.data")); err != nil || perm != 0o644 {
+		t.Fatalf("a chmod while loading reached the store: %v (%v)", perm, err)
 	}
 	if _, err := os.Stat(filepath.Join(data, "sub", "obj-01.data")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a delete while loading, in the store: %v, want gone", err)
@@ -203,8 +203,8 @@ func TestServeWhileLoading(t *testing.T) {
 		t.Logf("no passthrough on this mount: the load's reads went through the daemon (%d READs)", s.FuseRequests["READ"])
 	}
 	want["obj-02.data"] = fresh
-	if st, err := os.Stat(filepath.Join(mp, "sub", "obj-03.data")); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("the chmod that waited for the index: %v (%v)", st.Mode(), err)
+	if perm, err := permOf(filepath.Join(mp, "sub", "obj-03.data")); err != nil || perm != 0o600 {
+		t.Fatalf("the chmod that waited for the index: %v (%v)", perm, err)
 	}
 	readAll("loaded")
 	buf := make([]byte, len(want["obj-00.data"])+1)
@@ -240,6 +240,15 @@ func TestServeWhileLoading(t *testing.T) {
 	}
 	held.Close()
 	d.stop()
+}
+
+// permOf is the permission bits of the file at p.
+func permOf(p string) (os.FileMode, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return 0, err
+	}
+	return st.Mode().Perm(), nil
 }
 
 // startLoading starts a daemon on mp whose load waits, serving
