@@ -60,10 +60,10 @@ func TestCrashLoop(t *testing.T) { crashLoopTest(t, *crashKills, false) }
 // run on a start after a crash that serves while its index loads (held
 // until a point in the work, or until the work stood still: links of
 // stored names, renames of those with several, and mkdir wait for the
-// index): kills land while stores of
-// new names, and deletes and moves of stored ones, are taken before the
-// index exists, and after the switch to it. After each kill a plain
-// start checks the mount as TestCrashLoop does.
+// index): kills land while stores of new names, and deletes and moves
+// of stored ones, are taken before the index exists, and after the
+// switch to it. After each kill a plain start checks the mount as
+// TestCrashLoop does.
 func TestCrashLoopWhileLoading(t *testing.T) { crashLoopTest(t, max(*crashKills/2, 1), true) }
 
 func crashLoopTest(t *testing.T, kills int, loading bool) {
