@@ -64,6 +64,9 @@ const earlyBase = 1 << 62
 // early is what Preview knows of the stores it took.
 type early struct {
 	budget int64
+	// keepStored: stored names are not removed or moved while loading
+	// (KeepStoredNames); set before serving.
+	keepStored bool
 	// ops is held shared by each store request, exclusively by
 	// TakeEarly to end them (outermost: the core's locks are taken
 	// under it).
@@ -113,6 +116,18 @@ func (p *Preview) AllowStores(budget int64) {
 	defer e.mu.Unlock()
 	e.budget, e.next = budget, earlyBase
 	e.made, e.gone, e.inos, e.writers = map[string]*EarlyFile{}, map[string]bool{}, map[uint64]int{}, map[*EarlyFile]bool{}
+}
+
+// KeepStoredNames has p leave the names of stored files to the index:
+// their unlinks and renames wait for it. A mount with a shared tier
+// does, whose FS deletes a removed name from the bucket as well; a
+// delete served before it exists would leave the object there for a
+// later miss to fetch back. Call it before p serves.
+func (p *Preview) KeepStoredNames() {
+	e := &p.early
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.keepStored = true
 }
 
 // change runs a change of the stores' names with them locked, holding
@@ -357,9 +372,12 @@ func (p *Preview) unlinkStoredLocked(e *early, rel string) error {
 
 // storedLocked is the stat of rel if it names a stored file a client
 // may remove or move while loading: a regular file the load keeps (not
-// one marked half-written at the start, which the load deletes).
-// e.mu held.
+// one marked half-written at the start, which the load deletes), unless
+// p keeps stored names. e.mu held.
 func (p *Preview) storedLocked(rel string) (unix.Stat_t, bool) {
+	if p.early.keepStored {
+		return unix.Stat_t{}, false
+	}
 	st, err := p.store.StatPath(rel)
 	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || p.writing[st.Ino] {
 		return st, false

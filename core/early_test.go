@@ -461,3 +461,34 @@ func TestEarlyStoresNoBudget(t *testing.T) {
 		t.Fatalf("markers after a create that waits: %v (%v)", names, err)
 	}
 }
+
+// TestEarlyStoresKeepStoredNames: a Preview that keeps stored names (a
+// mount with a shared tier) leaves their unlinks and renames to the
+// index, and still takes stores of new names and changes of them.
+func TestEarlyStoresKeepStoredNames(t *testing.T) {
+	store, pre := loadingStore(t, 5000, 1*mib)
+	defer store.Close()
+	pre.KeepStoredNames()
+	if err := pre.Unlink("old"); !errors.Is(err, ErrWait) {
+		t.Fatalf("an unlink of a stored name: %v, want ErrWait", err)
+	}
+	if err := pre.Rename("old", "moved", 0); !errors.Is(err, ErrWait) {
+		t.Fatalf("a rename of a stored name: %v, want ErrWait", err)
+	}
+	f, _, err := pre.Create("new", 0o644, nobody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pre.Rename("new", "new2", 0); err != nil {
+		t.Fatalf("a rename of a name made while loading: %v", err)
+	}
+	if err := pre.Unlink("new2"); err != nil {
+		t.Fatalf("an unlink of a name made while loading: %v", err)
+	}
+	if _, err := store.StatPath("old"); err != nil {
+		t.Fatalf("the stored name: %v", err)
+	}
+}

@@ -48,6 +48,9 @@ func (m *Mount) startLoading(store *blob.Store, expected int64) error {
 		m.log.Warn("stores wait for the index: the store's disk's figures", zap.Error(err))
 	}
 	pre.AllowStores(budget)
+	if m.Remote != nil {
+		pre.KeepStoredNames() // the FS deletes a removed name from the bucket too
+	}
 	m.loading = fusefs.NewLoading(pre, fusefs.LoadingConfig{Passthrough: m.passthrough(), Logger: m.log.Named("fusefs"),
 		Stats: func() ([]byte, error) { return json.Marshal(stats.NewLoading(expected, capacity, began)) }})
 	m.loadDone = make(chan struct{})

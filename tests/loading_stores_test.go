@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/internal/loopfs"
+	"github.com/kvfs/kvfs/internal/s3test"
 	"golang.org/x/sys/unix"
 )
 
@@ -520,4 +521,60 @@ func inFuseRequest() bool {
 		}
 	}
 	return false
+}
+
+// TestLoadingKeepsStoredNamesWithRemote: with a shared tier, a delete of
+// a stored name waits for the index while loading, as before deletes
+// were taken then: the FS deletes the name from the bucket too, and a
+// delete served before it exists would leave the object there for a
+// later miss to fetch back. Once loaded, the name is gone from the mount
+// and from the bucket.
+func TestLoadingKeepsStoredNamesWithRemote(t *testing.T) {
+	srv := s3test.New(t)
+	dir := t.TempDir()
+	a := startRemoteNode(t, srv, dir, "a")
+	a.put("kept", objectBytes("kept", 64<<10))
+	if f := a.uploaded(); f.Uploads != 1 {
+		t.Fatalf("uploads before the restart: %+v", f)
+	}
+	mp := a.mp
+	a.stop()
+	d, open := startGatedEnv(t, dir, mp, srv.Env(), "--remote", srv.URL(remotePrefix), "--capacity", "64MiB",
+		"--grace", "0s", "--serve-while-loading", "1")
+	if !d.printed("while its index loads") {
+		t.Fatalf("the start did not serve while loading:\n%s", d.out)
+	}
+	p := finalPath(mp, "kept")
+	removed := make(chan error, 1)
+	go func() { removed <- os.Remove(p) }()
+	waitFor(func() bool {
+		select {
+		case err := <-removed:
+			t.Fatalf("with a shared tier, a delete of a stored name finished while loading (%v)", err)
+		default:
+		}
+		return inFuseRequest()
+	})
+	select {
+	case err := <-removed:
+		t.Fatalf("with a shared tier, a delete of a stored name finished while loading (%v)", err)
+	default:
+	}
+	open()
+	select {
+	case err := <-removed:
+		if err != nil {
+			t.Fatalf("the delete that waited for the index: %v", err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("the delete that waited for the index never finished")
+	}
+	n := &remoteNode{daemon: d}
+	if f := n.uploaded(); f.Deletes != 1 {
+		t.Fatalf("remote figures once loaded: %+v, want the delete done", f)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the deleted name once loaded: %v, want ENOENT", err)
+	}
+	d.stop()
 }

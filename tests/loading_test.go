@@ -267,6 +267,12 @@ func startLoading(t *testing.T, dir, mp string, flags ...string) (d *daemon, ope
 // loads, waits until open is called.
 func startGated(t *testing.T, dir, mp string, flags ...string) (d *daemon, open func()) {
 	t.Helper()
+	return startGatedEnv(t, dir, mp, nil, flags...)
+}
+
+// startGatedEnv is startGated with env added to the daemon's.
+func startGatedEnv(t *testing.T, dir, mp string, env []string, flags ...string) (d *daemon, open func()) {
+	t.Helper()
 	gate := filepath.Join(dir, "gate")
 	os.Remove(gate) // an earlier start's
 	if err := unix.Mkfifo(gate, 0o600); err != nil {
@@ -295,7 +301,7 @@ func startGated(t *testing.T, dir, mp string, flags ...string) (d *daemon, open 
 			}
 		})
 	}
-	d = startDaemonEnv(t, kvfsBin, []string{"KVFS_LOAD_GATE=" + gate}, mp, flags...)
+	d = startDaemonEnv(t, kvfsBin, append([]string{"KVFS_LOAD_GATE=" + gate}, env...), mp, flags...)
 	t.Cleanup(open) // before the daemon's cleanup, which waits for its exit
 	return d, open
 }
