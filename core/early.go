@@ -28,7 +28,9 @@ import (
 //   - link, rename and unlink of names made so ("made names");
 //   - unlink of a stored file's name, and rename of a stored file with
 //     one name to a new name (which is then a made name): a connector's
-//     delete, and a user's rm and mv, in a restart's first minute.
+//     delete, and a user's rm and mv, in a restart's first minute;
+//   - mkdir of a new directory (vLLM's file tier makes two levels of
+//     directories by hash as it stores).
 //
 // Anything else, and any of these that does not fit, returns ErrWait: the
 // caller waits for the index and hands the request to the file system
@@ -80,6 +82,7 @@ type early struct {
 	next    blob.ID               // GUARDED_BY(mu)
 	seq     int                   // files made or moved so far; GUARDED_BY(mu)
 	made    map[string]*EarlyFile // made names; GUARDED_BY(mu)
+	dirs    []string              // directories made, parents first; GUARDED_BY(mu)
 	gone    map[string]bool       // names removed while loading (made again or not); GUARDED_BY(mu)
 	inos    map[uint64]int        // made files' inodes, by names; GUARDED_BY(mu)
 	writers map[*EarlyFile]bool   // open writers; GUARDED_BY(mu)
@@ -305,6 +308,31 @@ func (e *early) freeLocked(f *EarlyFile) {
 	f.size, f.stored = 0, 0
 }
 
+// Mkdir makes the new directory rel, in a directory the store holds;
+// ErrWait if rel is held or its parent is not a directory.
+func (p *Preview) Mkdir(rel string, mode uint32, who blob.Owner) (a Attr, err error) {
+	err = p.change(func(e *early) error {
+		if p.heldLocked(rel) {
+			return ErrWait
+		}
+		err := p.store.MkdirAt(rel, mode, who)
+		switch {
+		case errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+			return ErrWait
+		case err != nil:
+			return err
+		}
+		e.dirs = append(e.dirs, rel)
+		st, err := p.store.StatPath(rel)
+		if err != nil {
+			return err
+		}
+		a = StoredAttr(st)
+		return nil
+	})
+	return a, err
+}
+
 // Link gives the made file at old the new name rel; ErrWait for any
 // other link.
 func (p *Preview) Link(old, rel string) (a Attr, err error) {
@@ -475,6 +503,9 @@ func (c *Core) takeEarly(p *Preview) (writers []*EarlyFile, pub []string) {
 		return nil, nil
 	}
 	var r AuditReport
+	for _, rel := range e.dirs {
+		c.settleDir(rel)
+	}
 	for _, rel := range slices.Sorted(maps.Keys(e.gone)) {
 		c.settleGone(rel, e.made[rel] != nil, &r)
 	}
@@ -531,6 +562,33 @@ func (c *Core) resolve(rel string) (blob.Entry, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.store.Resolve(rel)
+}
+
+// settleDir indexes a directory made while loading, unless the load did
+// (it listed its parent after the mkdir); its parent is indexed by then
+// (made before it, or the store's).
+func (c *Core) settleDir(rel string) {
+	dir, name := path.Split(rel)
+	d, err := c.resolve(strings.TrimSuffix(dir, "/"))
+	if err != nil || !d.Dir {
+		return
+	}
+	unlock := c.lockDirs(d.ID, 0)
+	defer unlock()
+	c.tree.RLock()
+	defer c.tree.RUnlock()
+	c.mu.RLock()
+	known := c.store.Kid(d.ID, name) != 0
+	c.mu.RUnlock()
+	if known {
+		return
+	}
+	if st, err := c.store.StatPath(rel); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return // gone behind kvfs's back
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.store.AddDir(d.ID, name)
 }
 
 // settleGone drops a name removed while loading from the index, if the

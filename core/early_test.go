@@ -492,3 +492,79 @@ func TestEarlyStoresKeepStoredNames(t *testing.T) {
 		t.Fatalf("the stored name: %v", err)
 	}
 }
+
+// TestEarlyStoresDirs: directories made while loading (as vLLM's file
+// tier makes them for its chunks), before the load, which indexes them
+// itself, and after it, which the switch indexes, nested and empty, hold
+// the stores made in them; a mkdir over a held name or under no
+// directory waits.
+func TestEarlyStoresDirs(t *testing.T) {
+	store, pre := loadingStore(t, 5000, 1*mib)
+	mkdir := func(rel string) {
+		t.Helper()
+		if _, err := pre.Mkdir(rel, 0o755, nobody); err != nil {
+			t.Fatalf("mkdir %s while loading: %v", rel, err)
+		}
+	}
+	put := func(rel string, n int) {
+		t.Helper()
+		f, _, err := pre.Create(rel, 0o644, nobody)
+		if err != nil {
+			t.Fatalf("create %s while loading: %v", rel, err)
+		}
+		if _, err := f.Write(make([]byte, n), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkdir("a")
+	mkdir("a/b")
+	put("a/b/x", 3000)
+	for _, rel := range []string{"old", "a/b", "none/c", "old/c"} {
+		if _, err := pre.Mkdir(rel, 0o755, nobody); !errors.Is(err, ErrWait) {
+			t.Fatalf("mkdir %s while loading: %v, want ErrWait", rel, err)
+		}
+	}
+	c, _, err := Open(store, Config{Capacity: 64 * mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.Start(func(Drop) {})
+	tc := &testCore{Core: c, t: t, clock: &testClock{}}
+	mkdir("a/b2")
+	put("a/b2/y", 4000)
+	mkdir("a/b/c")
+	put("a/b/c/z", 1000)
+	mkdir("e")
+	mkdir("e/f")
+	c.TakeEarly(pre)
+
+	lookup := func(rel string) (blob.Entry, Attr, error) {
+		e, a, err := blob.Entry{ID: RootID, Dir: true}, Attr{}, error(nil)
+		for _, name := range strings.Split(rel, "/") {
+			if e, a, err = c.Lookup(e.ID, name); err != nil {
+				break
+			}
+		}
+		return e, a, err
+	}
+	for rel, size := range map[string]int64{"a/b/x": 3000, "a/b2/y": 4000, "a/b/c/z": 1000} {
+		if e, a, err := lookup(rel); err != nil || e.Dir || a.Size != size {
+			t.Fatalf("%s once loaded: %+v, %d bytes (%v), want a file of %d", rel, e, a.Size, err, size)
+		}
+	}
+	for _, rel := range []string{"a", "a/b", "a/b2", "a/b/c", "e", "e/f"} {
+		if e, _, err := lookup(rel); err != nil || !e.Dir {
+			t.Fatalf("%s once loaded: %+v (%v), want a directory", rel, e, err)
+		}
+	}
+	if s := c.Stats(); s.Objects != 4 || s.UsedBytes != tc.storeBytes() {
+		t.Fatalf("%d objects, %d bytes charged; want 4, the %d bytes the store holds", s.Objects, s.UsedBytes, tc.storeBytes())
+	}
+	if err := c.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}

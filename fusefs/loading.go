@@ -25,8 +25,8 @@ import (
 // (a start over millions of objects takes a minute; see
 // docs/restart.md). It serves what a cache must serve at once, loads,
 // from the store's files as they lie (core.Preview): lookups, attributes,
-// read-only opens and reads, listings; and stores of new names, deletes
-// and moves, which the Preview takes (loading_stores.go). Every other
+// read-only opens and reads, listings; and stores of new names, deletes,
+// moves and mkdir, which the Preview takes (loading_stores.go). Every other
 // request (a store over a stored name, a link of one, kvfs's own
 // attributes) waits until Ready hands it the FS built over the loaded
 // core, and from then on every request goes to that FS.
@@ -927,6 +927,11 @@ func (l *Loading) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, o
 }
 
 func (l *Loading) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	if l.loaded() == nil {
+		if st, done := l.mkdirEarly(in, name, out); done {
+			return st
+		}
+	}
 	parent := in.NodeId
 	fs, st := l.indexed(&in.InHeader)
 	if !st.Ok() {

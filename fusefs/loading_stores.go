@@ -11,9 +11,9 @@ import (
 )
 
 // Stores while loading (see core/early.go): a create of a new name, its
-// writer's requests, link, rename and unlink of names made so, and
-// unlink and rename of stored files' names are served before the index
-// exists; each answers errWaitIndex (not served: wait for the index and
+// writer's requests, link, rename and unlink of names made so, unlink
+// and rename of stored files' names, and mkdir are served before the
+// index exists; each answers errWaitIndex (not served: wait for the index and
 // hand it to the FS) when the core's Preview says ErrWait. A writer the
 // kernel still has open when the index is built is a core handle from
 // then on (early.Handle), numbered in the FS's table (fh), to which its
@@ -70,6 +70,23 @@ func (l *Loading) createEarly(in *fuse.CreateIn, name string, out *fuse.CreateOu
 	// Every byte passes the budget (no passthrough, no page cache), as
 	// the FS's writers without passthrough.
 	out.OpenFlags = fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
+	return fuse.OK, true
+}
+
+// mkdirEarly is Mkdir while loading; false: it waits for the index.
+func (l *Loading) mkdirEarly(in *fuse.MkdirIn, name string, out *fuse.EntryOut) (fuse.Status, bool) {
+	rel, st := l.rel(in.NodeId, name)
+	if !st.Ok() {
+		return st, true
+	}
+	a, err := l.pre.Mkdir(rel, in.Mode&07777, ownerOf(&in.Caller, os.Geteuid() == 0))
+	if waits(err) {
+		return 0, false
+	}
+	if err != nil {
+		return l.errno("mkdir", err), true
+	}
+	l.entry(core.ID(in.NodeId), name, a, out)
 	return fuse.OK, true
 }
 

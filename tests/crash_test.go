@@ -59,11 +59,10 @@ func TestCrashLoop(t *testing.T) { crashLoopTest(t, *crashKills, false) }
 // TestCrashLoopWhileLoading is TestCrashLoop with each round's workload
 // run on a start after a crash that serves while its index loads (held
 // until a point in the work, or until the work stood still: links of
-// stored names, renames of those with several, and mkdir wait for the
-// index): kills land while stores of new names, and deletes and moves
-// of stored ones, are taken before the index exists, and after the
-// switch to it. After each kill a plain start checks the mount as
-// TestCrashLoop does.
+// stored names wait for the index): kills land while stores of new
+// names, mkdirs, and deletes and moves of stored ones are taken before
+// the index exists, and after the switch to it. After each kill a plain
+// start checks the mount as TestCrashLoop does.
 func TestCrashLoopWhileLoading(t *testing.T) { crashLoopTest(t, max(*crashKills/2, 1), true) }
 
 func crashLoopTest(t *testing.T, kills int, loading bool) {
@@ -206,7 +205,7 @@ func (c *crashLoop) run(d *daemon, after int64, namespace bool, open func(), ope
 
 // loadStall is how long the work may stand still, with a request waiting
 // in the daemon, before a held load is let go: every worker may be
-// waiting for the index (a link of a stored name, a mkdir), which no
+// waiting for the index (a link of a stored name), which no
 // worker can say from inside its call. It schedules; nothing is asserted
 // on it.
 const loadStall = 20 * pollEvery

@@ -60,8 +60,9 @@ func markers(t *testing.T, store string) int {
 // TestStoresWhileLoading: a start that serves while its index loads
 // takes stores of new names too, the way connectors make them: LMCache's
 // fs_native (a temporary name, written and closed, linked to the final
-// name and unlinked) and SGLang's (written, then renamed), and rm and mv
-// of stored names. Each reads back while loading. A writer still open when the index is built goes
+// name and unlinked), SGLang's (written, then renamed) and vLLM's file
+// tier's (directories made, written, replaced), and rm and mv of stored
+// names. Each reads back while loading. A writer still open when the index is built goes
 // on through the core; a write past the budget (the capacity less what
 // the store's disk holds) waits for the index and then completes; a
 // store over an existing name waits as before. Once loaded, the ledger
@@ -148,6 +149,20 @@ func TestStoresWhileLoading(t *testing.T) {
 		t.Fatalf("fs_native store of a name deleted while loading: wrote %v, %v", wrote, err)
 	}
 	readHeld("while loading")
+	// vLLM's file tier makes two levels of directories by hash as it
+	// stores (makedirs), then writes a temporary name and replaces.
+	vdir := filepath.Join(mp, "m_r0", "a1c", "de_g0")
+	want["m_r0/a1c/de_g0/h.bin"] = bytes.Repeat([]byte("V"), 128<<10)
+	servedWhileLoading(t, "vLLM's makedirs and store", func() error {
+		if err := os.MkdirAll(vdir, 0o755); err != nil {
+			return err
+		}
+		tmp := filepath.Join(vdir, "h.bin_1.tmp")
+		if err := os.WriteFile(tmp, want["m_r0/a1c/de_g0/h.bin"], 0o644); err != nil {
+			return err
+		}
+		return os.Rename(tmp, filepath.Join(vdir, "h.bin"))
+	})
 	// Clients as the world writes them: a shell's redirect (the shell
 	// closes its copy of the descriptor while the child writes), and dd.
 	for _, cmd := range [][]string{

@@ -211,7 +211,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	life := &lifecycle{log: log}
 	if m.Loading() {
-		fmt.Fprintf(stdout, "kvfs: serving reads of %s on %s while its index loads, and stores of new names, deletes and moves; other changes wait for it\n",
+		fmt.Fprintf(stdout, "kvfs: serving reads of %s on %s while its index loads, and stores of new names, deletes, moves and mkdir; other changes wait for it\n",
 			m.Store, m.Mountpoint)
 		stopped, err := waitLoaded(m, sigs, life)
 		if errors.Is(err, mount.ErrLoadStopped) {

@@ -59,7 +59,7 @@ func watchStats(mp string, interval time.Duration, count int, stdout io.Writer) 
 			line := fmt.Sprintf("%s state=loading expected_objects=%d loading_seconds=%.1f",
 				cur.at.UTC().Format(time.RFC3339), cur.loading.ExpectedObjects, cur.loading.Seconds)
 			if tty {
-				line = fmt.Sprintf("\x1b[H\x1b[2Jkvfs %s   %s   every %v (Ctrl-C to quit)\n\nloading its index: %d objects expected, %.1f s so far; loads, stores of new names, deletes and moves are served; other changes wait for it",
+				line = fmt.Sprintf("\x1b[H\x1b[2Jkvfs %s   %s   every %v (Ctrl-C to quit)\n\nloading its index: %d objects expected, %.1f s so far; loads, stores of new names, deletes, moves and mkdir are served; other changes wait for it",
 					mp, cur.at.Format("15:04:05"), interval, cur.loading.ExpectedObjects, cur.loading.Seconds)
 			}
 			fmt.Fprintln(stdout, line)

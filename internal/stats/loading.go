@@ -44,7 +44,7 @@ func (l Loading) Rows() []Row {
 		capacity = strconv.FormatInt(l.CapacityBytes, 10)
 	}
 	return []Row{
-		{"state", "loading its index: loads, stores of new names, deletes and moves are served; other changes wait for it"},
+		{"state", "loading its index: loads, stores of new names, deletes, moves and mkdir are served; other changes wait for it"},
 		{"expected_objects", strconv.FormatInt(l.ExpectedObjects, 10)},
 		{"loading_seconds", fmt.Sprintf("%.1f", l.Seconds)},
 		{"capacity_bytes", capacity},
