@@ -280,6 +280,13 @@ func (c *Core) auditWait(took time.Duration) time.Duration {
 // spaced out when audits take long, until the Core closes.
 func (c *Core) auditLoop() {
 	defer c.wg.Done()
+	if c.earlyTaken != nil {
+		select {
+		case <-c.earlyTaken:
+		case <-c.done:
+			return
+		}
+	}
 	wait := c.cfg.AuditInterval
 	if c.auditAtStart {
 		start := c.cfg.Now()

@@ -237,8 +237,13 @@ type Core struct {
 	// fitting: a preloaded Core (Preload) fits its capacity when it
 	// starts, once its predecessor is gone.
 	fitting bool
-	done    chan struct{}
-	wg      sync.WaitGroup
+	// earlyTaken: closed once TakeEarly has settled the stores a
+	// Preview took while the index loaded (nil: none to wait for); see
+	// AwaitEarly.
+	earlyTaken chan struct{}
+	earlyOnce  sync.Once
+	done       chan struct{}
+	wg         sync.WaitGroup
 }
 
 // counters are the figures the ledger does not keep.

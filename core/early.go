@@ -490,8 +490,20 @@ func (p *Preview) madeIno(ino uint64) bool {
 // published, as a rename's are.
 func (c *Core) TakeEarly(p *Preview) []*EarlyFile {
 	writers, pub := c.takeEarly(p)
+	if c.earlyTaken != nil {
+		c.earlyOnce.Do(func() { close(c.earlyTaken) })
+	}
 	c.publish(pub)
 	return writers
+}
+
+// AwaitEarly has c's audits wait for TakeEarly: until then a Preview's
+// stores change the store's names without the core's locks, which an
+// audit's check of a name and its change to the index would straddle
+// (adopting a file a store renames a moment later, say). Call it before
+// Start, on a core whose Preview took stores.
+func (c *Core) AwaitEarly() {
+	c.earlyTaken = make(chan struct{})
 }
 
 func (c *Core) takeEarly(p *Preview) (writers []*EarlyFile, pub []string) {

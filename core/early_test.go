@@ -145,6 +145,7 @@ func TestEarlyStoresSettled(t *testing.T) {
 	}
 	tc := &testCore{Core: c, t: t, clock: &testClock{}}
 	t.Cleanup(func() { c.Close() })
+	c.AwaitEarly()
 	c.Start(func(Drop) {})
 
 	// After it, before the switch: the index has none of these.
@@ -310,10 +311,13 @@ func earlyRandom(t *testing.T, seed int64) {
 			if c, _, err = Open(store, Config{Capacity: 64 * mib}); err != nil {
 				t.Fatal(err)
 			}
+			c.AwaitEarly() // as the mount does: the audit waits for TakeEarly
 			c.Start(func(Drop) {})
 		}
 		name, other := names[r.IntN(len(names))], names[r.IntN(len(names))]
-		switch op := r.IntN(6); op {
+		op := r.IntN(6)
+		t.Logf("step %d (load at %d): op %d %s %s", step, loadAt, op, name, other)
+		switch op {
 		case 0:
 			ef, _, err := pre.Create(name, 0o644, nobody)
 			if free(name) != (err == nil) || err != nil && !errors.Is(err, ErrWait) {
@@ -386,6 +390,7 @@ func earlyRandom(t *testing.T, seed int64) {
 		if c, _, err = Open(store, Config{Capacity: 64 * mib}); err != nil {
 			t.Fatal(err)
 		}
+		c.AwaitEarly()
 		c.Start(func(Drop) {})
 	}
 	t.Cleanup(func() { c.Close() })
@@ -532,6 +537,7 @@ func TestEarlyStoresDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	c.AwaitEarly()
 	c.Start(func(Drop) {})
 	tc := &testCore{Core: c, t: t, clock: &testClock{}}
 	mkdir("a/b2")

@@ -130,6 +130,7 @@ func (m *Mount) finishLoading(store *blob.Store) {
 		return
 	}
 	m.capStore()
+	m.core.AwaitEarly() // Ready has the core take the Preview's stores
 	m.core.Start(m.dropped)
 	m.loading.Ready(m.fs)
 	m.serving("loaded")
