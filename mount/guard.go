@@ -175,7 +175,7 @@ func RunGuard(pid int, mp, store string, quit *os.File, log *zap.Logger) {
 				conn = strings.TrimPrefix(msg, guardMounted+" ")
 			}
 		case <-tick.C:
-			if conn == "" || !zombie(pid) {
+			if conn == "" || !zombie(pid) && !exiting(pid) {
 				stuck = 0
 				continue
 			}
