@@ -76,7 +76,7 @@ func TestStatExiting(t *testing.T) {
 		"1664 (kvfs) Z 1206 32126 7691 0 -1 4228108 1221 0 0 0": false,
 		// comm with spaces and a parenthesis.
 		"7 (a) b (c) D 1 7 7 0 -1 4 0": true,
-		"garbage": false,
+		"garbage":                      false,
 	} {
 		if got := statExiting(line); got != want {
 			t.Errorf("statExiting(%q) = %v, want %v", line, got, want)
