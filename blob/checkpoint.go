@@ -68,8 +68,12 @@ type Checkpoint struct {
 	// start reads their sizes; Distrusted directories are listed at the
 	// next start even if unchanged.
 	Objects, Unsure, Distrusted int
-	Clean                       bool
-	Taken                       time.Time
+	// Listed is how many directories it listed to vouch for them: none
+	// that the last checkpoint or the start vouched for and that are
+	// unchanged since.
+	Listed int
+	Clean  bool
+	Taken  time.Time
 	// Steps is how many times the capture took the owner's lock.
 	Steps int
 	// LeftOut are the objects of the order the capture wrote without a
@@ -317,7 +321,7 @@ func (s *Store) dirStat(rel string) (unix.Stat_t, error) {
 func (s *Store) verifyDirs(cp *Checkpoint, head []byte) {
 	verified := make(map[string]heldDir, len(cp.dirs))
 	for _, d := range cp.dirs {
-		if !s.dirHolds(d, verified) {
+		if !s.dirHolds(cp, d, verified) {
 			head[d.flagAt] = 0
 			cp.Distrusted++
 		}
@@ -328,7 +332,7 @@ func (s *Store) verifyDirs(cp *Checkpoint, head []byte) {
 // dirHolds says whether a directory is still the one captured and holds
 // d.names entries, every one a directory or a regular file, and notes
 // in verified those it listed or knew to.
-func (s *Store) dirHolds(d cpDir, verified map[string]heldDir) bool {
+func (s *Store) dirHolds(cp *Checkpoint, d cpDir, verified map[string]heldDir) bool {
 	f, err := s.openBeneath(d.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return false
@@ -344,6 +348,7 @@ func (s *Store) dirHolds(d cpDir, verified map[string]heldDir) bool {
 		verified[d.path] = d.heldDir
 		return true
 	}
+	cp.Listed++
 	n, ok := 0, true
 	err = readDirents(int(f.Fd()), func(_ []byte, _ uint64, typ uint8) {
 		n++

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -58,6 +59,10 @@ type dirCheck struct {
 	names      string // the listed names, one after another
 	ents       []dent
 	err        error
+	// held is the listed directory, if the listing can vouch for it as
+	// a checkpoint's does (see dirHolds): every entry a directory or a
+	// regular file, and no change within the racy window before it.
+	held *heldDir
 }
 
 // dent is one listed entry; its name is names[off:off+n].
@@ -367,6 +372,7 @@ func (c *cpLoad) checkDirs() *sync.WaitGroup {
 // checkDir says whether a directory of the checkpoint is gone, the
 // same as recorded (and vouched for), or else what it holds now.
 func (s *Store) checkDir(cd *cpLoadDir) dirCheck {
+	start := time.Now()
 	f, err := s.openBeneath(cd.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return dirCheck{gone: true}
@@ -382,11 +388,16 @@ func (s *Store) checkDir(cd *cpLoadDir) dirCheck {
 	ch := dirCheck{ents: make([]dent, 0, cd.names+cd.names/8)}
 	var names strings.Builder // its String is the bytes, not a copy
 	names.Grow(32 * cd.names)
+	plain := true
 	ch.err = readDirents(int(f.Fd()), func(name []byte, ino uint64, typ uint8) {
 		ch.ents = append(ch.ents, dent{ino: ino, off: uint32(names.Len()), n: uint32(len(name)), typ: typ})
 		names.Write(name)
+		plain = plain && (typ == unix.DT_REG || typ == unix.DT_DIR)
 	})
 	ch.names = names.String()
+	if ctime := st.Ctim.Nano(); plain && ch.err == nil && ctime < start.Add(-s.racy).UnixNano() {
+		ch.held = &heldDir{st.Ino, ctime, len(ch.ents)}
+	}
 	return ch
 }
 

@@ -13,7 +13,12 @@ import (
 // reconcile brings the index built from the checkpoint in line with the
 // store, directory by directory, parents first, then returns the
 // objects, those of the checkpoint in its order before those stat'ed.
+// The directories found unchanged are the ones the checkpoint vouched
+// for, which its writer listed: the next checkpoint need not list them
+// again while they stay so (see Store.verified); nor those it listed,
+// if the index ends up holding what the listing did.
 func (c *cpLoad) reconcile() ([]Object, error) {
+	verified := map[string]heldDir{}
 	for i := range c.dirs {
 		if c.s.stopping() {
 			return nil, ErrStopped
@@ -28,11 +33,15 @@ func (c *cpLoad) reconcile() ([]Object, error) {
 		case cd.check.gone:
 			return nil, fmt.Errorf("directory %q is gone", cd.path)
 		case cd.check.same:
+			verified[cd.path] = heldDir{cd.ino, cd.ctime, cd.names}
 			continue
 		}
 		c.l.rep.DirsListed++
 		if err := c.reconcileDir(cd); err != nil {
 			return nil, err
+		}
+		if cd.check.held != nil {
+			verified[cd.path] = *cd.check.held
 		}
 	}
 	if err := c.l.run(c.fresh...); err != nil {
@@ -46,6 +55,7 @@ func (c *cpLoad) reconcile() ([]Object, error) {
 	if err := c.statUnsure(); err != nil {
 		return nil, err
 	}
+	c.s.verified = verified
 	return c.objects(), nil
 }
 

@@ -450,6 +450,47 @@ func TestCheckpointDistrustsUnaudited(t *testing.T) {
 	lookupPath(t, s, "q/unseen")
 }
 
+// TestCheckpointStartVouches: a start from a checkpoint takes the word
+// of the directories it found unchanged, as the daemon that wrote it
+// had, so the next checkpoint (the one a clean stop writes) lists none of
+// them: after a start with cold caches, listing every directory of ten
+// million objects again took a minute. A directory changed behind
+// kvfs's back since is listed, and distrusted; one the start listed is
+// vouched for by that listing.
+func TestCheckpointStartVouches(t *testing.T) {
+	dir, s := openUnracy(t)
+	a := mustMkdir(t, s, RootID, "a")
+	b := mustMkdir(t, s, a, "b")
+	mustCreate(t, s, a, "f", []byte("f"))
+	mustCreate(t, s, b, "g", []byte("g"))
+	if cp := saveCheckpoint(t, s, ids(s)); cp.Listed != 3 || cp.Distrusted != 0 {
+		t.Fatalf("first checkpoint %+v: want root, a and b listed", cp)
+	}
+	if cp := saveCheckpoint(t, s, ids(s)); cp.Listed != 0 {
+		t.Fatalf("second checkpoint %+v: want nothing listed again", cp)
+	}
+	s, _, rep := reload(t, dir, s)
+	if !rep.FromSnapshot || rep.DirsListed != 0 {
+		t.Fatalf("start %+v", rep)
+	}
+	if cp := saveCheckpoint(t, s, ids(s)); cp.Listed != 0 || cp.Distrusted != 0 {
+		t.Fatalf("checkpoint after the start %+v: want nothing listed", cp)
+	}
+	must(t, "write", os.WriteFile(filepath.Join(dir, DataName, "a", "b", "unseen"), []byte("unseen"), 0o644))
+	if cp := saveCheckpoint(t, s, ids(s)); cp.Listed != 1 || cp.Distrusted != 1 {
+		t.Fatalf("checkpoint after a change behind kvfs's back %+v: want b listed and distrusted", cp)
+	}
+	s, objs, rep := reload(t, dir, s)
+	if !rep.FromSnapshot || rep.DirsListed != 1 || rep.Foreign != 0 || len(objs) != 3 {
+		t.Fatalf("start after the change %+v, %d objects", rep, len(objs))
+	}
+	lookupPath(t, s, "a/b/unseen")
+	// The start listed b, and the index holds what it listed.
+	if cp := saveCheckpoint(t, s, ids(s)); cp.Listed != 0 || cp.Distrusted != 0 {
+		t.Fatalf("checkpoint after a start that listed b %+v: want nothing listed", cp)
+	}
+}
+
 // TestCheckpointCapturesInodes: the checkpoint records what a directory
 // listing shows, for files made by Create, found by a walk, or adopted
 // by an audit.

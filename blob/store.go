@@ -83,9 +83,9 @@ type Store struct {
 	// racy is racyWindow and step cpStep; tests shorten them.
 	racy time.Duration
 	step int
-	// verified: directories the last checkpoint found holding what the
-	// index said, by path; GUARDED_BY(the owner's one checkpoint at a
-	// time).
+	// verified: directories the last checkpoint, or the start before
+	// any, found holding what the index said, by path; GUARDED_BY(the
+	// owner's one checkpoint at a time, after Load).
 	verified map[string]heldDir
 
 	// GUARDED_BY(the owner's lock). INVARIANT: every directory and

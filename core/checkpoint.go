@@ -82,7 +82,7 @@ func (c *Core) checkpointTaken(clean bool) (int64, error) {
 	}
 	c.ckpt.saved, c.ckpt.stale = changes, false
 	c.log.Info("checkpoint saved", zap.Int("objects", cp.Objects), zap.Int64("bytes", cp.Size), zap.Int("unsure", cp.Unsure),
-		zap.Int("distrusted_dirs", cp.Distrusted), zap.Bool("clean", clean),
+		zap.Int("distrusted_dirs", cp.Distrusted), zap.Int("listed_dirs", cp.Listed), zap.Bool("clean", clean),
 		zap.Int("steps", cp.Steps), zap.Duration("longest_step", held), zap.Duration("took", time.Since(start)))
 	return cp.Taken.UnixNano(), nil
 }

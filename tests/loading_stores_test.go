@@ -248,14 +248,7 @@ func TestStoresWhileLoading(t *testing.T) {
 
 	open()
 	for what, ch := range map[string]chan error{"store past the budget": bigDone, "store over a stored name": overDone} {
-		select {
-		case err := <-ch:
-			if err != nil {
-				t.Fatalf("the %s, once loaded: %v", what, err)
-			}
-		case <-time.After(hangGuard):
-			t.Fatalf("the %s never finished", what)
-		}
+		finishes(t, ch, "the "+what+", once loaded")
 	}
 	want["d/o0.data"] = over
 	if !d.printed("stores taken while the index loaded are in it") {
@@ -362,13 +355,20 @@ func servedWhileLoading(t *testing.T, what string, fn func() error) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
+	finishes(t, done, what+" while loading")
+}
+
+// finishes fails t if what, which reports on ch, fails or does not
+// finish within hangGuard (a request that waits for the index, say).
+func finishes(t *testing.T, ch <-chan error, what string) {
+	t.Helper()
 	select {
-	case err := <-done:
+	case err := <-ch:
 		if err != nil {
-			t.Fatalf("%s while loading: %v", what, err)
+			t.Fatalf("%s: %v", what, err)
 		}
 	case <-time.After(hangGuard):
-		t.Fatalf("%s waited for the index", what)
+		t.Fatalf("%s: not done after %v (waiting for the index?)", what, hangGuard)
 	}
 }
 
@@ -438,14 +438,7 @@ func TestStoresAcrossTheSwitch(t *testing.T) {
 	}
 	open()
 	for range writers {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(hangGuard):
-			t.Fatal("a writer never finished")
-		}
+		finishes(t, done, "a writer")
 	}
 	if !d.printed("stores taken while the index loaded are in it") {
 		t.Fatalf("the daemon did not settle the stores taken while loading:\n%s", d.out)
@@ -511,14 +504,7 @@ func TestLoadingNameGoneByTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	open()
-	select {
-	case err := <-wrote:
-		if err != nil {
-			t.Fatalf("open(O_CREAT) of a name gone by the time the index was built: %v", err)
-		}
-	case <-time.After(hangGuard):
-		t.Fatal("the store never finished")
-	}
+	finishes(t, wrote, "open(O_CREAT) of a name gone by the time the index was built")
 	if got, err := os.ReadFile(filepath.Join(mp, "gone.data")); err != nil || string(got) != "new bytes" {
 		t.Fatalf("after: %q (%v)", got, err)
 	}
@@ -576,14 +562,7 @@ func TestLoadingKeepsStoredNamesWithRemote(t *testing.T) {
 	default:
 	}
 	open()
-	select {
-	case err := <-removed:
-		if err != nil {
-			t.Fatalf("the delete that waited for the index: %v", err)
-		}
-	case <-time.After(hangGuard):
-		t.Fatal("the delete that waited for the index never finished")
-	}
+	finishes(t, removed, "the delete that waited for the index")
 	n := &remoteNode{daemon: d}
 	if f := n.uploaded(); f.Deletes != 1 {
 		t.Fatalf("remote figures once loaded: %+v, want the delete done", f)
