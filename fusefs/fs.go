@@ -49,7 +49,7 @@ type Config struct {
 	// misses are looked up there and installed at open (see remoteNode).
 	// Its owner closes it after the server stops.
 	Remote *remote.Tier
-	// Stats is what the root's StatsXattr holds: the mount's figures as
+	// Stats is what the root's stats.Xattr holds: the mount's figures as
 	// JSON, gathered where the parts are wired (package mount); nil: the
 	// root has no such attribute.
 	Stats func() ([]byte, error)

@@ -148,7 +148,7 @@ type LoadingConfig struct {
 	// Passthrough: the load's handles are served by the kernel from
 	// their stored files, as Config's.
 	Passthrough bool
-	// Stats is what the root's StatsXattr holds while loading (nil:
+	// Stats is what the root's stats.Xattr holds while loading (nil:
 	// it waits for the index, as kvfs's other attributes do).
 	Stats  func() ([]byte, error)
 	Logger *zap.Logger
@@ -848,7 +848,7 @@ func (l *Loading) StatFs(cancel <-chan struct{}, header *fuse.InHeader, out *fus
 // kept (ls -l asks for ACLs and labels of every name).
 func (l *Loading) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
 	fs := l.loaded()
-	if fs == nil && header.NodeId == fuse.FUSE_ROOT_ID && attr == StatsXattr && l.cfg.Stats != nil {
+	if fs == nil && header.NodeId == fuse.FUSE_ROOT_ID && attr == stats.Xattr && l.cfg.Stats != nil {
 		// `kvfs stats` is answered at once: the load's own figures.
 		data, err := l.cfg.Stats()
 		if err != nil {

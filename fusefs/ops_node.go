@@ -9,12 +9,9 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/internal/stats"
 	"golang.org/x/sys/unix"
 )
-
-// StatsXattr is the root's extended attribute that holds the mount's
-// figures as JSON (Config.Stats); `kvfs stats` reads it.
-const StatsXattr = "user.kvfs.stats"
 
 // WritesXattr is every directory's extended attribute that says how
 // writers' bytes reach the store: WritesPassthrough (straight to the
@@ -278,12 +275,11 @@ func (f *FS) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string
 			return 0, f.status("getxattr", err)
 		}
 		data = []byte(path)
-	case id == core.RootID && attr == StatsXattr && f.cfg.Stats != nil:
-		stats, err := f.cfg.Stats()
-		if err != nil {
+	case id == core.RootID && attr == stats.Xattr && f.cfg.Stats != nil:
+		var err error
+		if data, err = f.cfg.Stats(); err != nil {
 			return 0, f.status("getxattr", err)
 		}
-		data = stats
 	case attr == WritesXattr:
 		data = []byte(f.writes())
 	default:

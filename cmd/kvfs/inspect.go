@@ -12,7 +12,6 @@ import (
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
-	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/stats"
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"golang.org/x/sys/unix"
@@ -65,10 +64,10 @@ func statsJSON(mp string) ([]byte, error) {
 		return nil, usageerr.Errorf("%v", err)
 	}
 	buf := make([]byte, 4096)
-	n, err := unix.Getxattr(mp, fusefs.StatsXattr, buf)
+	n, err := unix.Getxattr(mp, stats.Xattr, buf)
 	for errors.Is(err, unix.ERANGE) && len(buf) < 1<<20 {
 		buf = make([]byte, 4*len(buf))
-		n, err = unix.Getxattr(mp, fusefs.StatsXattr, buf)
+		n, err = unix.Getxattr(mp, stats.Xattr, buf)
 	}
 	if err != nil {
 		if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP) {

@@ -11,6 +11,10 @@ import (
 	"github.com/kvfs/kvfs/remote"
 )
 
+// Xattr is the mount root's extended attribute that holds a Snapshot as
+// JSON; `kvfs stats` reads it.
+const Xattr = "user.kvfs.stats"
+
 // Snapshot is one reading of a mount. Its JSON (MarshalJSON) is what
 // `kvfs stats --json` prints, laid out by Fields.
 type Snapshot struct {
