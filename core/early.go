@@ -74,7 +74,9 @@ type early struct {
 	// under it).
 	ops   lockorder.RWMutex
 	taken bool // GUARDED_BY(ops)
-	used  atomic.Int64
+	// used is the bytes of the budget taken: what the stores wrote less
+	// what removals freed, below zero when they freed more.
+	used atomic.Int64
 	// mu orders the changes of names, syscalls included: it is held only
 	// while loading, when few stores come. What it guards is read
 	// without it by TakeEarly, which holds ops exclusively.
@@ -562,7 +564,7 @@ func (c *Core) takeEarly(p *Preview) (writers []*EarlyFile, pub []string) {
 	c.log.Info("stores taken while the index loaded are in it",
 		zap.Int("names", len(e.made)), zap.Int("removed", len(e.gone)), zap.Int("writers_open", len(writers)),
 		zap.Int("adopted", r.Adopted), zap.Int("linked", r.Linked), zap.Int("resized", r.Resized),
-		zap.Int("vanished", r.Vanished), zap.Int64("budget_used", e.used.Load()))
+		zap.Int("vanished", r.Vanished), zap.Int64("budget_net_bytes", e.used.Load()))
 	return writers, pub
 }
 
