@@ -3,6 +3,7 @@ GO      ?= go
 BIN     := bin/kvfs
 MNT     ?= /tmp/kvfs
 FUZZTIME ?= 150000x
+CORE_FUZZTIME ?= 1500x
 export KVFS_BIN := $(abspath $(BIN))
 # Every suite runs with -json through testsummary, which prints each
 # package's result and the output of what failed, then "N passed, N
@@ -61,6 +62,7 @@ third-party-check:
 # report its own deadline as a failure (golang/go#75804).
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzLedger -fuzztime $(FUZZTIME) -timeout 10m ./ledger/
+	$(GO) test -run '^$$' -fuzz FuzzCore -fuzztime $(CORE_FUZZTIME) -timeout 10m ./core/
 
 fuse: testsummary
 	$(GO) test -json -race -tags lockcheck -count=1 -timeout 15m ./fusefs/ | $(TESTSUM) -save $(RESULTS)/fuse.json

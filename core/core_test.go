@@ -374,9 +374,18 @@ func TestConcurrentCore(t *testing.T) {
 // storeBytes is the charge of every file the store holds, once an inode.
 func (tc *testCore) storeBytes() int64 {
 	tc.t.Helper()
+	n, err := storeCharges(tc.store)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return n
+}
+
+// storeCharges is the charge of every file s holds, once an inode.
+func storeCharges(s *blob.Store) (int64, error) {
 	seen := map[uint64]bool{}
 	var n int64
-	err := tc.store.WalkDirs(nil, func(_ string, names []blob.WalkedName) {
+	err := s.WalkDirs(nil, func(_ string, names []blob.WalkedName) {
 		for _, f := range names {
 			if !f.Dir && !seen[f.Ino] {
 				seen[f.Ino] = true
@@ -384,10 +393,7 @@ func (tc *testCore) storeBytes() int64 {
 			}
 		}
 	}, func(string) {})
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	return n
+	return n, err
 }
 
 // randomCoreOp does one random operation; stored says it was a create
