@@ -15,7 +15,8 @@ import (
 
 // FuzzCore drives one store through a sequence of operations read from
 // the input, two bytes each: stores (finished at once, or left open to
-// be finished, released or crashed later), readers held open, links,
+// be finished, released or crashed later), rewrites in place (O_TRUNC)
+// and appends left open the same way, readers held open, links,
 // renames and unlinks across two directories, checkpoints, clean
 // restarts, crashes, the clock past the grace and audits, on a cache a
 // few objects fill, so evictions and refusals come often. A model
@@ -93,6 +94,7 @@ func runFuzzCore(t *testing.T, ops []byte) fuzzCounts {
 	defer m.stop()
 	for i := 0; i+1 < len(ops); i += 2 {
 		what := m.step(ops[i], ops[i+1])
+		t.Logf("op %d: %s", i/2, what)
 		if err := m.check(); err != nil {
 			t.Fatalf("after op %d (%s): %v", i/2, what, err)
 		}
@@ -130,7 +132,12 @@ type fuzzCore struct {
 type fuzzObj struct {
 	size     int
 	fill     byte
-	finished bool // its writer released it
+	finished bool // its writers released it
+	writers  int  // writers open
+	// base is the size a refused writer leaves it at: what it held when
+	// its first writer opened it, or -1 if a writer made or truncated it
+	// (a refusal then removes it).
+	base int
 }
 
 type fuzzHandle struct {
@@ -153,16 +160,23 @@ func newFuzzCore(t *testing.T) *fuzzCore {
 
 // start opens the core over the store, audits it as a start from a
 // checkpoint does (here, before any operation: the same result as the
-// background audit's, in an order the input decides alone).
-func (m *fuzzCore) start() {
+// background audit's, in an order the input decides alone), and says
+// how many objects the start evicted to fit the capacity.
+//
+// Those can be more than needed after a crash: an object rewritten in
+// place since the checkpoint is restored at the size the checkpoint
+// gave it (its directory did not change) until the audit reads the new
+// one, and the start evicts by the sizes it has.
+func (m *fuzzCore) start() (evicted int) {
 	store, err := blob.Open(m.dir)
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	c, _, err := Open(store, Config{Capacity: fuzzCapacity, Grace: fuzzGrace, Now: m.clock.Now})
+	c, rep, err := Open(store, Config{Capacity: fuzzCapacity, Grace: fuzzGrace, Now: m.clock.Now})
 	if err != nil {
 		m.t.Fatal(err)
 	}
+	m.counts.evicted += rep.Evicted
 	audit := c.auditAtStart
 	c.auditAtStart = false
 	m.c = c
@@ -172,6 +186,7 @@ func (m *fuzzCore) start() {
 			m.t.Fatal(err)
 		}
 	}
+	return rep.Evicted
 }
 
 // dropped takes the names of an object the core dropped out of the
@@ -192,7 +207,7 @@ func (m *fuzzCore) stop() {
 		return
 	}
 	for _, h := range m.open {
-		h.h.Release()
+		m.release(h.h)
 	}
 	m.open = nil
 	m.c.Close()
@@ -206,7 +221,37 @@ func (m *fuzzCore) name(arg byte) blob.Name {
 
 // step runs the operation op picks, with arg, and says what it was.
 func (m *fuzzCore) step(op, arg byte) string {
-	switch op % 10 {
+	switch op % 12 {
+	case 11:
+		n := m.name(arg)
+		id, ok := m.names[n]
+		h, err := m.c.Open(id, m.c.StoredFlags(os.O_WRONLY|os.O_APPEND), true, nil)
+		if m.allowed("open for writing", err, ok, ErrStale) {
+			if o := m.objs[id]; o.writers == 0 {
+				o.base, o.finished = o.size, false
+			}
+			m.objs[id].writers++
+			m.write(h, 1+int(arg>>4)%4)
+			m.open = append(m.open, &fuzzHandle{h: h, writer: true})
+		}
+		return fmt.Sprintf("append to %v, left open", n)
+	case 10:
+		// As the kernel does it: an open, then a truncate through it.
+		n := m.name(arg)
+		id, ok := m.names[n]
+		h, err := m.c.Open(id, m.c.StoredFlags(os.O_WRONLY|os.O_TRUNC), true, nil)
+		if m.allowed("open for writing", err, ok, ErrStale) {
+			if err := m.c.Truncate(id, h.File(), 0); err != nil {
+				m.t.Fatalf("truncate %v through its writer: %v", n, err)
+			}
+			o := m.objs[id]
+			m.fills++
+			o.size, o.fill, o.finished, o.base = 0, m.fills, false, -1
+			o.writers++
+			m.write(h, 1+int(arg>>4)%4)
+			m.open = append(m.open, &fuzzHandle{h: h, writer: true})
+		}
+		return fmt.Sprintf("rewrite %v, left open", n)
 	case 0, 1:
 		n := m.name(arg)
 		h := m.create(n, 1+int(arg>>4)%8)
@@ -332,7 +377,7 @@ func (m *fuzzCore) create(n blob.Name, units int) *Handle {
 		return nil
 	}
 	m.fills++
-	m.objs[h.ID()] = &fuzzObj{fill: m.fills}
+	m.objs[h.ID()] = &fuzzObj{fill: m.fills, writers: 1, base: -1}
 	m.names[n] = h.ID()
 	m.write(h, units)
 	return h
@@ -354,12 +399,19 @@ func (m *fuzzCore) write(h *Handle, units int) {
 	}
 }
 
-// release closes h; a writer's object is then finished.
+// release closes h; a writer's object is finished with its last. A
+// writer refused for space takes its object back to its base size, or
+// (reported as a drop) takes its names.
 func (m *fuzzCore) release(h *Handle) {
 	if h.Writable() {
-		m.allowed("flush", h.Flush(), true)
-		m.objs[h.ID()].finished = true
-		m.counts.finished++
+		o := m.objs[h.ID()]
+		if !m.allowed("flush", h.Flush(), true) && o.base >= 0 {
+			o.size = o.base
+		}
+		if o.writers--; o.writers == 0 {
+			o.finished = true
+			m.counts.finished++
+		}
 	}
 	h.Release()
 }
@@ -388,7 +440,7 @@ func (m *fuzzCore) restart(clean bool) {
 		m.c.store.Close()
 		m.c = nil
 	}
-	m.start()
+	evicted := m.start()
 	// A start that walks the store numbers its directories afresh.
 	d, _, err := m.c.Lookup(blob.RootID, "d")
 	if err != nil || !d.Dir {
@@ -403,14 +455,20 @@ func (m *fuzzCore) restart(clean bool) {
 	}
 	m.names, m.dirs[1] = names, d.ID
 	// Re-key the model by what each name now resolves to; names of one
-	// object must still be one object.
-	objs, renamed := map[blob.ID]*fuzzObj{}, map[blob.ID]blob.ID{}
+	// object must still be one object, and one the start evicted has
+	// none.
+	objs, renamed, lost := map[blob.ID]*fuzzObj{}, map[blob.ID]blob.ID{}, map[blob.ID]bool{}
 	for _, n := range slices.SortedFunc(maps.Keys(m.names), func(a, b blob.Name) int {
 		return int(a.Parent-b.Parent)*8 + int(a.Name[0]) - int(b.Name[0])
 	}) {
 		old := m.names[n]
 		e, _, err := m.c.Lookup(n.Parent, n.Name)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrNotFound) && evicted > 0:
+			lost[old] = true
+			delete(m.names, n)
+			continue
+		case err != nil:
 			m.t.Fatalf("after a restart (clean %v): %v (%s) is not served: %v", clean, n, m.describe(old), err)
 		}
 		if was, ok := renamed[old]; ok && was != e.ID {
@@ -418,6 +476,14 @@ func (m *fuzzCore) restart(clean bool) {
 		}
 		renamed[old], objs[e.ID], m.names[n] = e.ID, m.objs[old], e.ID
 		m.counts.kept++
+	}
+	for id := range lost {
+		if _, ok := renamed[id]; ok {
+			m.t.Fatalf("after a restart: object %d (%s) lost some of its names", id, m.describe(id))
+		}
+	}
+	if len(lost) > evicted {
+		m.t.Fatalf("after a restart: %d objects are gone, the start evicted %d", len(lost), evicted)
 	}
 	m.objs = objs
 }
