@@ -63,6 +63,7 @@ third-party-check:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzLedger -fuzztime $(FUZZTIME) -timeout 10m ./ledger/
 	$(GO) test -run '^$$' -fuzz FuzzCore -fuzztime $(CORE_FUZZTIME) -timeout 10m ./core/
+	$(GO) test -run '^$$' -fuzz FuzzCheckpointEqualsWalk -fuzztime $(CORE_FUZZTIME) -timeout 10m ./blob/
 
 fuse: testsummary
 	$(GO) test -json -race -tags lockcheck -count=1 -timeout 15m ./fusefs/ | $(TESTSUM) -save $(RESULTS)/fuse.json

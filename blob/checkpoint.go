@@ -9,6 +9,7 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -74,7 +75,9 @@ type Checkpoint struct {
 	Listed int
 	Clean  bool
 	Taken  time.Time
-	// Steps is how many times the capture took the owner's lock.
+	// Steps is how many times the capture took the owner's lock to copy
+	// the index (not counting the verification's, one short hold for
+	// each directory it lists).
 	Steps int
 	// LeftOut are the objects of the order the capture wrote without a
 	// size (being written) or did not write (no name in a directory
@@ -87,6 +90,7 @@ type Checkpoint struct {
 // cpDir is a directory the capture vouched for.
 type cpDir struct {
 	path string
+	dir  *dir
 	heldDir
 	flagAt int // offset of its trusted byte in the capture's first step
 }
@@ -170,7 +174,7 @@ type Order func(n int, fn func(id ID, size int64)) (more bool, err error)
 // capture copies the index into w in steps (see WriteCheckpoint),
 // checking the directories it trusts with verify, if any, before it
 // writes them.
-func (s *Store) capture(w *cpWriter, shared func(func()), order Order, busy func(ID) bool, clean bool, verify func(cp *Checkpoint, head []byte)) *Checkpoint {
+func (s *Store) capture(w *cpWriter, shared func(func()), order Order, busy func(ID) bool, clean bool, verify func(cp *Checkpoint, head []byte, shared func(func()))) *Checkpoint {
 	cp := &Checkpoint{Clean: clean}
 	var index map[ID]uint32
 	var last ID // the last ID handed out when the first step ran
@@ -189,7 +193,7 @@ func (s *Store) capture(w *cpWriter, shared func(func()), order Order, busy func
 		binary.LittleEndian.PutUint64(w.b[nextAt:], uint64(last))
 	})
 	if verify != nil {
-		verify(cp, w.b)
+		verify(cp, w.b, shared)
 	}
 	w.flush()
 	objs := make([]sized, 0, s.step)
@@ -238,7 +242,7 @@ func (s *Store) captureDirs(w *cpWriter, cp *Checkpoint) map[ID]uint32 {
 		w.u32(uint32(d.kids.len()))
 		trusted := err == nil && ctime < cp.Taken.Add(-s.racy).UnixNano()
 		if trusted {
-			cp.dirs = append(cp.dirs, cpDir{path: path, heldDir: heldDir{st.Ino, ctime, d.kids.len()}, flagAt: len(w.b)})
+			cp.dirs = append(cp.dirs, cpDir{path: path, dir: d, heldDir: heldDir{st.Ino, ctime, d.kids.len()}, flagAt: len(w.b)})
 		}
 		w.u8(trusted)
 	}
@@ -317,11 +321,12 @@ func (s *Store) dirStat(rel string) (unix.Stat_t, error) {
 
 // verifyDirs withdraws cp's word for each directory it trusted that
 // does not hold what the index gave it (see WriteCheckpoint).
-// head is the capture so far, which holds the directories.
-func (s *Store) verifyDirs(cp *Checkpoint, head []byte) {
+// head is the capture so far, which holds the directories; shared runs
+// a function under the owner's lock, shared.
+func (s *Store) verifyDirs(cp *Checkpoint, head []byte, shared func(func())) {
 	verified := make(map[string]heldDir, len(cp.dirs))
 	for _, d := range cp.dirs {
-		if !s.dirHolds(cp, d, verified) {
+		if !s.dirHolds(cp, d, verified, shared) {
 			head[d.flagAt] = 0
 			cp.Distrusted++
 		}
@@ -330,9 +335,12 @@ func (s *Store) verifyDirs(cp *Checkpoint, head []byte) {
 }
 
 // dirHolds says whether a directory is still the one captured and holds
-// d.names entries, every one a directory or a regular file, and notes
-// in verified those it listed or knew to.
-func (s *Store) dirHolds(cp *Checkpoint, d cpDir, verified map[string]heldDir) bool {
+// what the index gives it: d.names entries, the directories it has, and
+// its regular files at their inode numbers (a file replaced behind
+// kvfs's back under the same name keeps the count, not the number). It
+// notes in verified those it listed or knew to. shared runs the
+// comparison with the index under the owner's lock.
+func (s *Store) dirHolds(cp *Checkpoint, d cpDir, verified map[string]heldDir, shared func(func())) bool {
 	f, err := s.openBeneath(d.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return false
@@ -349,11 +357,35 @@ func (s *Store) dirHolds(cp *Checkpoint, d cpDir, verified map[string]heldDir) b
 		return true
 	}
 	cp.Listed++
+	// Compared a batch at a time: a flat directory of millions of names
+	// is neither held in memory nor compared under one hold of the lock.
+	// A change through kvfs between two batches changes the directory,
+	// which the next start then lists anyway.
+	var b heldBatch
 	n, ok := 0, true
-	err = readDirents(int(f.Fd()), func(_ []byte, _ uint64, typ uint8) {
+	compare := func() {
+		if ok && len(b.ents) > 0 {
+			shared(func() { ok = s.indexHolds(d.dir, &b) })
+		}
+		b.ents, b.names = b.ents[:0], b.names[:0]
+	}
+	err = readDirents(int(f.Fd()), func(name []byte, ino uint64, typ uint8) {
 		n++
-		ok = ok && (typ == unix.DT_REG || typ == unix.DT_DIR)
+		switch typ {
+		case unix.DT_REG:
+		case unix.DT_DIR:
+			ino = 0
+		default:
+			ok = false
+			return
+		}
+		b.ents = append(b.ents, heldEnt{off: len(b.names), n: len(name), ino: ino})
+		b.names = append(b.names, name...)
+		if len(b.ents) == heldBatchSize {
+			compare()
+		}
 	})
+	compare()
 	if err != nil || !ok || n != d.names {
 		return false
 	}
@@ -370,6 +402,48 @@ const direntBufSize = 256 << 10
 // each cost more than the listings (a third of a 100,000-object
 // checkpoint's time).
 var direntBufs = sync.Pool{New: func() any { return new([direntBufSize]byte) }}
+
+// heldBatch is a batch of a listed directory's entries for indexHolds.
+type heldBatch struct {
+	names []byte
+	ents  []heldEnt
+}
+
+// heldEnt is a listed entry: its name is names[off:off+n]; ino is 0 for
+// a directory.
+type heldEnt struct {
+	off, n int
+	ino    uint64
+}
+
+// heldBatchSize is how many entries indexHolds compares under one hold
+// of the owner's lock.
+const heldBatchSize = 4096
+
+// indexHolds says whether the index gives directory d each entry of b:
+// a directory for a directory, a regular file at its inode number.
+// The owner's lock held, shared.
+func (s *Store) indexHolds(d *dir, b *heldBatch) bool {
+	if s.dirs[d.id] != d {
+		return false
+	}
+	for _, e := range b.ents {
+		id, found := d.kids.lookup(unsafe.String(&b.names[e.off], e.n))
+		if !found {
+			return false
+		}
+		if e.ino == 0 {
+			if _, isDir := s.dirs[id]; !isDir {
+				return false
+			}
+			continue
+		}
+		if f, isFile := s.files[id]; !isFile || f.ino != e.ino {
+			return false
+		}
+	}
+	return true
+}
 
 // readDirents lists a directory with getdents64, without a stat: each
 // entry's name (valid only during the call), inode number and type (may

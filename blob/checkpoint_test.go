@@ -450,6 +450,57 @@ func TestCheckpointDistrustsUnaudited(t *testing.T) {
 	lookupPath(t, s, "q/unseen")
 }
 
+// TestCheckpointDistrustsReplacedFile: a file replaced behind kvfs's
+// back under its own name keeps its directory's entry count, not its
+// inode number: the checkpoint compares the numbers too, and does not
+// vouch for the directory (FuzzCheckpointEqualsWalk found it).
+func TestCheckpointDistrustsReplacedFile(t *testing.T) {
+	dir, s := openUnracy(t)
+	a := mustMkdir(t, s, RootID, "a")
+	mustCreate(t, s, a, "x", []byte("old"))
+	mustCreate(t, s, a, "y", []byte("y"))
+	saveCheckpoint(t, s, ids(s))
+	// Made before the old one goes, so it cannot reuse its number.
+	x := filepath.Join(dir, DataName, "a", "x")
+	must(t, "write", os.WriteFile(x+".new", []byte("the new x"), 0o644))
+	must(t, "rename", os.Rename(x+".new", x))
+	if cp := saveCheckpoint(t, s, ids(s)); cp.Distrusted != 1 {
+		t.Fatalf("checkpoint %+v: want a distrusted", cp)
+	}
+	s, objs, rep := reload(t, dir, s)
+	if !rep.FromSnapshot || rep.DirsListed != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	servesAsWalk(t, dir, s, objs)
+}
+
+// TestCheckpointComparesInBatches: a directory of more entries than one
+// batch of the comparison (heldBatchSize) is vouched for as a whole,
+// and not once a file past the first batch is replaced.
+func TestCheckpointComparesInBatches(t *testing.T) {
+	dir, s := openUnracy(t)
+	a := mustMkdir(t, s, RootID, "a")
+	n := heldBatchSize + heldBatchSize/4
+	for i := range n {
+		mustCreate(t, s, a, fmt.Sprintf("f%05d", i), nil)
+	}
+	if cp := saveCheckpoint(t, s, ids(s)); cp.Listed != 2 || cp.Distrusted != 0 {
+		t.Fatalf("checkpoint %+v: want root and a listed and vouched for", cp)
+	}
+	// The last entry getdents gives, in the second batch.
+	d, err := os.Open(filepath.Join(dir, DataName, "a"))
+	must(t, "open", err)
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	must(t, "list", err)
+	p := filepath.Join(dir, DataName, "a", names[len(names)-1])
+	must(t, "write", os.WriteFile(p+".new", nil, 0o644))
+	must(t, "rename", os.Rename(p+".new", p))
+	if cp := saveCheckpoint(t, s, ids(s)); cp.Distrusted != 1 {
+		t.Fatalf("checkpoint %+v: want a distrusted", cp)
+	}
+}
+
 // TestCheckpointStartVouches: a start from a checkpoint takes the word
 // of the directories it found unchanged, as the daemon that wrote it
 // had, so the next checkpoint (the one a clean stop writes) lists none of
@@ -538,12 +589,15 @@ func TestCheckpointSkipsNameless(t *testing.T) {
 // they are.
 func TestCheckpointStepsSeeChanges(t *testing.T) {
 	for name, c := range map[string]struct {
-		before int // the step the change lands before (2: after the checkpoint is written)
+		// before: the hold of the lock the change lands before (the
+		// first is the directories', then come the verification's and
+		// the objects'); -1: after the checkpoint is written.
+		before int
 		change func(t *testing.T, s *Store, a ID)
 	}{
 		"file made":    {1, func(t *testing.T, s *Store, a ID) { mustCreate(t, s, a, "new", []byte("n")) }},
 		"file renamed": {1, func(t *testing.T, s *Store, a ID) { mustRename(t, s, a, "f1", RootID, "moved", 0) }},
-		"file removed after the checkpoint": {2, func(t *testing.T, s *Store, a ID) {
+		"file removed after the checkpoint": {-1, func(t *testing.T, s *Store, a ID) {
 			_, err := s.Unlink(a, "f1")
 			must(t, "Unlink", err)
 		}},
@@ -569,7 +623,7 @@ func TestCheckpointStepsSeeChanges(t *testing.T) {
 			if cp.Steps != 2 {
 				t.Fatalf("%d steps", cp.Steps)
 			}
-			if c.before == 2 {
+			if c.before < 0 {
 				c.change(t, s, a)
 			}
 			s, objs, rep := reload(t, dir, s)
