@@ -61,6 +61,19 @@ const checkpointMagic = "kvfs index v4\n"
 // that change time; the checkpoint does not vouch for it.
 const racyWindow = 2 * time.Second
 
+// settled: a directory whose change time is ctime, read at t, is past
+// the racy window and may be vouched for.
+func (s *Store) settled(ctime int64, t time.Time) bool {
+	return ctime < t.Add(-s.racy).UnixNano()
+}
+
+// plainEntry: a directory holding only directories and regular files
+// (as getdents64 types them) may be vouched for; anything else is left
+// for the next start to look at.
+func plainEntry(typ uint8) bool {
+	return typ == unix.DT_REG || typ == unix.DT_DIR
+}
+
 // Checkpoint is what one capture of the index took (WriteCheckpoint,
 // HandoverCheckpoint).
 type Checkpoint struct {
@@ -240,7 +253,7 @@ func (s *Store) captureDirs(w *cpWriter, cp *Checkpoint) map[ID]uint32 {
 		w.u64(st.Ino)
 		w.u64(uint64(ctime))
 		w.u32(uint32(d.kids.len()))
-		trusted := err == nil && ctime < cp.Taken.Add(-s.racy).UnixNano()
+		trusted := err == nil && s.settled(ctime, cp.Taken)
 		if trusted {
 			cp.dirs = append(cp.dirs, cpDir{path: path, dir: d, heldDir: heldDir{st.Ino, ctime, d.kids.len()}, flagAt: len(w.b)})
 		}
@@ -371,13 +384,12 @@ func (s *Store) dirHolds(cp *Checkpoint, d cpDir, verified map[string]heldDir, s
 	}
 	err = readDirents(int(f.Fd()), func(name []byte, ino uint64, typ uint8) {
 		n++
-		switch typ {
-		case unix.DT_REG:
-		case unix.DT_DIR:
-			ino = 0
-		default:
+		if !plainEntry(typ) {
 			ok = false
 			return
+		}
+		if typ == unix.DT_DIR {
+			ino = 0
 		}
 		b.ents = append(b.ents, heldEnt{off: len(b.names), n: len(name), ino: ino})
 		b.names = append(b.names, name...)

@@ -392,10 +392,10 @@ func (s *Store) checkDir(cd *cpLoadDir) dirCheck {
 	ch.err = readDirents(int(f.Fd()), func(name []byte, ino uint64, typ uint8) {
 		ch.ents = append(ch.ents, dent{ino: ino, off: uint32(names.Len()), n: uint32(len(name)), typ: typ})
 		names.Write(name)
-		plain = plain && (typ == unix.DT_REG || typ == unix.DT_DIR)
+		plain = plain && plainEntry(typ)
 	})
 	ch.names = names.String()
-	if ctime := st.Ctim.Nano(); plain && ch.err == nil && ctime < start.Add(-s.racy).UnixNano() {
+	if ctime := st.Ctim.Nano(); plain && ch.err == nil && s.settled(ctime, start) {
 		ch.held = &heldDir{st.Ino, ctime, len(ch.ents)}
 	}
 	return ch

@@ -18,7 +18,7 @@ import (
 // again while they stay so (see Store.verified); nor those it listed,
 // if the index ends up holding what the listing did.
 func (c *cpLoad) reconcile() ([]Object, error) {
-	verified := map[string]heldDir{}
+	verified := make(map[string]heldDir, len(c.dirs))
 	for i := range c.dirs {
 		if c.s.stopping() {
 			return nil, ErrStopped
