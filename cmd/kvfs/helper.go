@@ -75,6 +75,7 @@ type helperMountOpts struct {
 var notOptions = map[string]string{
 	"store":             "the helper form's first argument is the store",
 	"cpuprofile":        "profiles are for a daemon run by hand",
+	"mutexprofile":      "the same",
 	"background":        "the helper form always detaches the daemon",
 	"remote-access-key": "fstab and the mount's options are readable by all: credentials come from ~/.aws/credentials or the instance role",
 	"remote-secret-key": "the same",

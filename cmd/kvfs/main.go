@@ -187,6 +187,13 @@ func cmdMount(args []string, stdout io.Writer) error {
 		}
 		defer stop()
 	}
+	if mf.mutexProfile != "" {
+		stop, err := startMutexProfile(mf.mutexProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	// Signals are caught before the mount exists: one that lands while the
 	// store loads or the kernel mounts waits in the channel and unmounts as
 	// soon as there is something to unmount, instead of killing the daemon

@@ -19,6 +19,7 @@ type mountFlags struct {
 	noPassthrough bool
 	logLevel      string
 	cpuProfile    string
+	mutexProfile  string
 	background    bool
 }
 
@@ -42,6 +43,7 @@ func newMountFlags() *mountFlags {
 	fs.BoolVar(&o.DebugFUSE, "debug-fuse", false, "log every FUSE request")
 	fs.StringVar(&m.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&m.cpuProfile, "cpuprofile", "", "write a CPU profile of the daemon to this file")
+	fs.StringVar(&m.mutexProfile, "mutexprofile", "", "write a profile of the daemon's contended locks to this file")
 	fs.BoolVar(&m.background, "background", false, "return once the mount serves, the daemon running on in a session of its own (systemd's ExecReload: a handover)")
 	m.extra = mountExtraFlags(fs)
 	m.remote.RegisterFlags(fs)

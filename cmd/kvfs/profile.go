@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"runtime"
 	"runtime/pprof"
 )
 
@@ -16,4 +17,19 @@ func startProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// startMutexProfile samples every contended lock until the returned
+// stop writes the profile: where the daemon's threads wait on each other.
+func startMutexProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	runtime.SetMutexProfileFraction(1)
+	return func() {
+		pprof.Lookup("mutex").WriteTo(f, 0)
+		runtime.SetMutexProfileFraction(0)
+		f.Close()
+	}, nil
 }
