@@ -145,6 +145,16 @@ func (m *Mount) listenHandover() {
 		return
 	}
 	l.SetUnlinkOnClose(false)
+	// The socket hands out /dev/fuse and the store: for root and the
+	// daemon's own user only. The mode keeps others from connecting;
+	// the peer's credentials, checked on each connection, close the
+	// moment between the bind and the chmod (the daemon's umask is 0).
+	if err := os.Chmod(path, 0o600); err != nil {
+		m.log.Warn("no handover socket: a restart will unmount", zap.String("path", path), zap.Error(err))
+		l.Close()
+		os.Remove(path)
+		return
+	}
 	m.handover = l
 	go func() {
 		for {
@@ -156,6 +166,23 @@ func (m *Mount) listenHandover() {
 			conn.Close()
 		}
 	}()
+}
+
+// trustedPeer reports the user at the other end of a handover
+// connection and whether it may hand the mount over or take it: root or
+// this process's own user (a daemon run by a user through fusermount3
+// and its successor).
+func trustedPeer(conn *net.UnixConn) (uint32, bool) {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
+		return 0, false
+	}
+	return cred.Uid, cred.Uid == 0 || int(cred.Uid) == os.Geteuid()
 }
 
 // handOver serves one successor's request; it returns only if the
@@ -172,6 +199,13 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 		return
 	}
 	log := m.log.With(zap.Int("successor", req.PID))
+	if uid, ok := trustedPeer(conn); !ok {
+		// Refused after its request is read: a socket closed with a
+		// message unread resets, and the refusal would be lost.
+		refuseHandover(conn, log.With(zap.Uint32("uid", uid)), "handover refused: asked by another user",
+			fmt.Errorf("handover asked by uid %d: %w (only root and the daemon's user, uid %d, may take the mount)", uid, unix.EPERM, os.Geteuid()))
+		return
+	}
 	log.Info("handing the mount over")
 	failpoint("handover-asked")
 	if m.Loading() {
@@ -642,6 +676,15 @@ func dialHandover(o Options) *net.UnixConn {
 	for {
 		conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
 		if err == nil {
+			if uid, ok := trustedPeer(conn); !ok {
+				// Not a kvfs daemon of root's or this user's: hand it
+				// nothing; the start goes on as if none listened.
+				if o.Logger != nil {
+					o.Logger.Warn("the handover socket is served by another user; not asking it for the mount", zap.String("path", path), zap.Uint32("uid", uid))
+				}
+				conn.Close()
+				return nil
+			}
 			return conn
 		}
 		if !errors.Is(err, unix.ENOENT) || time.Now().After(deadline) {

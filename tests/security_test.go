@@ -1,11 +1,14 @@
 package tests
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -328,4 +331,59 @@ func TestNoEscapeThroughMount(t *testing.T) {
 	st = assertQuietEqual(t, d)
 	d.stop()
 	requireCleanFsck(t, d.store, st)
+}
+
+// The handover socket passes /dev/fuse and the store to whoever asks:
+// only root and the daemon's own user may. uid 65534 runs `kvfs mount`
+// of the served store at its mount point, as a successor would: with the
+// socket's mode as kvfs made it (0600) it cannot connect; with the mode
+// opened by hand it connects and the daemon refuses it by its
+// credentials. Either way the daemon serves on and nobody's process
+// exits with the refusal (it took the mount, and every client hung).
+func TestHandoverRefusedToOtherUsers(t *testing.T) {
+	d, bin := nobodyMount(t)
+	putFile(t, filepath.Join(d.mp, "kept"), []byte("kept\n"))
+	sock := filepath.Join(d.store, "kvfs.handover")
+	var st unix.Stat_t
+	if err := unix.Stat(sock, &st); err != nil || st.Mode&0o777 != 0o600 {
+		t.Fatalf("handover socket: mode %o, %v; want 0600", st.Mode&0o777, err)
+	}
+	successor := func() result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "mount", "--store", d.store, d.mp)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("nobody's kvfs mount still ran after %v: it serves the mount\n%s", hangGuard, out)
+		}
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("nobody's kvfs mount: %v, want an exit status other than 0\n%s", err, out)
+		}
+		return result{code: ee.ExitCode(), stderr: string(out)}
+	}
+	if r := successor(); !strings.Contains(r.stderr, "already a mount point") {
+		t.Errorf("nobody's mount over the 0600 socket: exit %d, %q", r.code, r.stderr)
+	}
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	r := successor()
+	if !strings.Contains(r.stderr, "the old daemon keeps the mount: handover asked by uid 65534: operation not permitted") {
+		t.Errorf("nobody's mount over a 0666 socket: exit %d, %q; want the daemon's refusal", r.code, r.stderr)
+	}
+	if !d.printed("handover refused: asked by another user") {
+		t.Errorf("the daemon did not log the refusal:\n%s", d.outSoFar())
+	}
+	if !d.alive() {
+		t.Fatal("the daemon exited: nobody took its mount")
+	}
+	if got, err := os.ReadFile(filepath.Join(d.mp, "kept")); err != nil || string(got) != "kept\n" {
+		t.Fatalf("kept after nobody's attempts: %q, %v", got, err)
+	}
+	assertQuietEqual(t, d)
+	d.stop()
 }
