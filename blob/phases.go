@@ -20,12 +20,34 @@ import (
 
 // daemonUID and daemonGID own what the daemon creates: a new file owned
 // by who needs no chown when they are who (files are born under writing/,
-// which is never set-group-ID, so a new one takes the daemon's group).
+// which is never set-group-ID, so a new one takes the daemon's group;
+// who's group is its directory's where that one is set-group-ID: in).
 var daemonUID, daemonGID = os.Geteuid(), os.Getegid()
 
 // chown says whether a new file must be given to who.
 func (who Owner) chown() bool {
 	return who.UID >= 0 && (who.UID != daemonUID || who.GID != daemonGID)
+}
+
+// in is who owns a new entry of directory dirfd: a directory with the
+// set-group-ID bit gives its group, as every Unix file system does (the
+// kernel leaves that to a FUSE daemon). One fstat, only where kvfs gives
+// its files owners.
+func (who Owner) in(dirfd int) Owner {
+	var st unix.Stat_t
+	if who.UID >= 0 && unix.Fstat(dirfd, &st) == nil && st.Mode&unix.S_ISGID != 0 {
+		who.GID = int(st.Gid)
+	}
+	return who
+}
+
+// OwnerAt is who owns a new entry at rel (see in): for a create that
+// links its file to its name apart from making it (LinkDetachedAt).
+func (s *Store) OwnerAt(rel string, who Owner) Owner {
+	if who.UID >= 0 {
+		s.at(rel, func(dirfd int, _ string) error { who = who.in(dirfd); return nil })
+	}
+	return who
 }
 
 // FreePath is the path, relative to data/, of name in parent, which the
@@ -65,14 +87,25 @@ func (s *Store) CreateFor(id ID, mode uint32, who Owner) (*os.File, unix.Stat_t,
 // (ClearWriting).
 func (s *Store) CreateAt(rel string, id ID, mode uint32, who Owner) (*os.File, unix.Stat_t, error) {
 	s.changes.Add(1)
-	f, st, err := s.CreateFor(id, mode, who)
+	var st unix.Stat_t
+	f, err := s.CreateDetached(id, mode)
 	if err != nil {
 		return nil, st, err
 	}
-	if err := s.linkMarkedAt("create", rel, id); err != nil {
+	// Given to its owner in the name's directory, which it may take its
+	// group from, before the name shows it.
+	wfd, wname := s.marker(id)
+	err = s.at(rel, func(dirfd int, name string) error {
+		if who = who.in(dirfd); who.chown() {
+			f.Chown(who.UID, who.GID)
+		}
+		unix.Fstat(int(f.Fd()), &st)
+		return unix.Linkat(wfd, wname, dirfd, name, 0)
+	})
+	if err != nil {
 		s.ClearWriting(id)
 		f.Close()
-		return nil, st, err
+		return nil, st, s.nameErr("create", rel, err)
 	}
 	return f, st, nil
 }
@@ -197,6 +230,9 @@ func (s *Store) MkdirAt(rel string, mode uint32, who Owner) error {
 			return err
 		}
 		if who.UID >= 0 {
+			// A set-group-ID parent gave the new directory its group
+			// and its bit already (mkdir(2)); the chown keeps both.
+			who = who.in(dirfd)
 			unix.Fchownat(dirfd, name, who.UID, who.GID, unix.AT_SYMLINK_NOFOLLOW)
 		}
 		return nil

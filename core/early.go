@@ -176,6 +176,7 @@ func (p *Preview) createLocked(e *early, rel string, mode uint32, who blob.Owner
 	var st unix.Stat_t
 	var err error
 	id := e.next
+	who = p.store.OwnerAt(rel, who)
 	for {
 		// A marker of a store taken while an earlier load ran, which
 		// crashed, is deleted only once this load ends.

@@ -387,3 +387,46 @@ func TestHandoverRefusedToOtherUsers(t *testing.T) {
 	assertQuietEqual(t, d)
 	d.stop()
 }
+
+// A directory with the set-group-ID bit gives what is made in it its
+// group, and a new directory its bit too, whoever makes it (ext4 does;
+// kvfs gave the maker's group). Checked in the mount and in the store.
+func TestSetGIDDirectoryGivesItsGroup(t *testing.T) {
+	d, _ := nobodyMount(t)
+	const group = 1234
+	sg := filepath.Join(d.mp, "sg")
+	if err := os.Mkdir(sg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(sg, 0, group); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sg, 0o2777|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	putFile(t, filepath.Join(sg, "byroot"), []byte("root\n"))
+	if err := os.Mkdir(filepath.Join(sg, "dirbyroot"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if r := runAs(t, nobody, nil, "/bin/sh", "-c", "echo nobody > '"+filepath.Join(sg, "bynobody")+"' && mkdir '"+filepath.Join(sg, "dirbynobody")+"'"); r.code != 0 {
+		t.Fatalf("nobody making entries in a 2777 directory: exit %d, %s", r.code, r.stderr)
+	}
+	want := map[string]struct {
+		uid uint32
+		dir bool
+	}{"byroot": {0, false}, "dirbyroot": {0, true}, "bynobody": {nobody, false}, "dirbynobody": {nobody, true}}
+	for _, root := range []string{sg, filepath.Join(d.store, "data", "sg")} {
+		for name, w := range want {
+			var st unix.Stat_t
+			p := filepath.Join(root, name)
+			if err := unix.Stat(p, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Uid != w.uid || st.Gid != group || (st.Mode&unix.S_ISGID != 0) != w.dir {
+				t.Errorf("%s: owner %d:%d, mode %o; want %d:%d, set-group-ID %v", p, st.Uid, st.Gid, st.Mode&0o7777, w.uid, group, w.dir)
+			}
+		}
+	}
+	assertQuietEqual(t, d)
+	d.stop()
+}
