@@ -60,8 +60,49 @@ func (s *Store) FreePath(parent ID, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	rel := s.childPath(parent, name)
+	if len(rel) > MaxPath {
+		return "", unix.ENAMETOOLONG
+	}
 	s.crowd.adding(s, d, len(name))
-	return s.childPath(parent, name), nil
+	return rel, nil
+}
+
+// MaxPath is the longest path, relative to data/, a stored name may
+// have: every change reaches its file by that path in one system call,
+// which takes at most PATH_MAX bytes with the NUL (ext4 itself has no
+// limit on depth; a name that would pass it, or a directory moved where
+// a name below it would, is refused with ENAMETOOLONG).
+const MaxPath = unix.PathMax - 1
+
+// deepest is the length of the longest path below directory d,
+// relative to d (0: d is empty).
+func (s *Store) deepest(d *dir) int {
+	most := 0
+	for name, id := range d.kids.all() {
+		n := len(name)
+		if sub, ok := s.dirs[id]; ok {
+			if below := s.deepest(sub); below > 0 {
+				n += 1 + below
+			}
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+// fits says whether entry id can be at rel: rel, and for a directory
+// every path below it, within MaxPath.
+func (s *Store) fits(id ID, rel string) bool {
+	if len(rel) > MaxPath {
+		return false
+	}
+	d, ok := s.dirs[id]
+	if !ok {
+		return true
+	}
+	below := s.deepest(d)
+	return below == 0 || len(rel)+1+below <= MaxPath
 }
 
 // CreateFor is CreateDetached of a file who owns; it returns the file's

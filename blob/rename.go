@@ -50,12 +50,15 @@ func (s *Store) PlanRename(parent ID, name string, newParent ID, newName string,
 	if err := s.checkRename(src, dst, exists, to, flags); err != nil {
 		return p, err
 	}
-	if !exists {
-		s.crowd.adding(s, to, len(newName))
-	}
 	p.Src, p.Dst, p.SrcDir = src, dst, s.IsDir(src)
 	p.Noop = exists && src == dst
 	p.Old, p.New = s.childPath(parent, name), s.childPath(newParent, newName)
+	if !s.fits(src, p.New) || (flags&unix.RENAME_EXCHANGE != 0 && !s.fits(dst, p.Old)) {
+		return p, unix.ENAMETOOLONG
+	}
+	if !exists {
+		s.crowd.adding(s, to, len(newName))
+	}
 	return p, nil
 }
 

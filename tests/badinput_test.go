@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -605,4 +606,102 @@ func TestBadInputLinks(t *testing.T) {
 		t.Errorf("after the restart: %+v, want %d bytes", st, before.UsedBytes)
 	}
 	d.stop()
+}
+
+// TestBadInputDeepPaths: kvfs reaches a stored file by its path under
+// data/ in one system call, so no stored path may pass PATH_MAX (4095
+// bytes and the NUL). A create, mkdir, link or rename whose new path
+// would, and the rename of a directory that would carry a path below it
+// past it, are refused with ENAMETOOLONG, although each name is legal;
+// a path of exactly 4095 bytes works, and survives a restart and fsck.
+// (Before: the rename was taken, the files below it then answered
+// ENAMETOOLONG to every open, an unlink of one dropped its charge and
+// left its bytes in the store, and the store no longer mounted.)
+func TestBadInputDeepPaths(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	flags := []string{"--store", d.store, "--capacity", "16MiB"}
+	// 16 levels of 250-byte names under "a": 1 + 16*251 = 4017 bytes.
+	dir, err := unix.Open(d.mp, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { unix.Close(dir) }()
+	rel := ""
+	down := func(name string) {
+		t.Helper()
+		if err := unix.Mkdirat(dir, name, 0o755); err != nil {
+			t.Fatalf("mkdir at %d bytes: %v", len(rel)+len(name), err)
+		}
+		sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(dir)
+		dir, rel = sub, path.Join(rel, name)
+	}
+	down("a")
+	for i := range 16 {
+		down(fmt.Sprintf("%0250d", i))
+	}
+	put := func(name, content string) error {
+		fd, err := unix.Openat(dir, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		_, err = unix.Write(fd, []byte(content))
+		return err
+	}
+	// The longest name that fits: rel + "/" + name = 4095 bytes.
+	edge := strings.Repeat("e", unix.PathMax-1-len(rel)-1)
+	if err := put(edge, "at the edge\n"); err != nil {
+		t.Fatalf("a file whose path is 4095 bytes: %v", err)
+	}
+	if err := put("f", "payload\n"); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, "create at 4096 bytes", put(edge+"x", "x"), unix.ENAMETOOLONG)
+	wantErrno(t, "mkdir at 4096 bytes", unix.Mkdirat(dir, edge+"x", 0o755), unix.ENAMETOOLONG)
+	wantErrno(t, "link to 4096 bytes", unix.Linkat(dir, "f", dir, edge+"x", 0), unix.ENAMETOOLONG)
+	wantErrno(t, "rename to 4096 bytes", unix.Renameat(dir, "f", dir, edge+"x"), unix.ENAMETOOLONG)
+	// "a" renamed to a longer name would carry edge to 4096 bytes.
+	wantErrno(t, "rename of a directory carrying a path past 4095 bytes", unix.Rename(filepath.Join(d.mp, "a"), filepath.Join(d.mp, "ab")), unix.ENAMETOOLONG)
+	os.Mkdir(filepath.Join(d.mp, "b"), 0o755)
+	wantErrno(t, "exchange carrying a path past 4095 bytes", unix.Renameat2(unix.AT_FDCWD, filepath.Join(d.mp, "a"), unix.AT_FDCWD, filepath.Join(d.mp, "b"), unix.RENAME_EXCHANGE), 0)
+	wantErrno(t, "the same exchange back", unix.Renameat2(unix.AT_FDCWD, filepath.Join(d.mp, "a"), unix.AT_FDCWD, filepath.Join(d.mp, "b"), unix.RENAME_EXCHANGE), 0)
+	os.Mkdir(filepath.Join(d.mp, "bb"), 0o755)
+	wantErrno(t, "exchange that would carry a path past 4095 bytes", unix.Renameat2(unix.AT_FDCWD, filepath.Join(d.mp, "a"), unix.AT_FDCWD, filepath.Join(d.mp, "bb"), unix.RENAME_EXCHANGE), unix.ENAMETOOLONG)
+	wantErrno(t, "unlink of a file 4,000 bytes deep", unix.Unlinkat(dir, "f", 0), 0)
+	unix.Close(dir)
+	dir = -1
+	st := assertQuietEqual(t, d)
+	d.stop()
+	requireCleanFsck(t, d.store, st)
+	// A start from the checkpoint, then one that walks the store.
+	for _, how := range []string{"a clean stop", "a crash, with no checkpoint"} {
+		d = startDaemon(t, d.mp, flags...)
+		// Read by descriptors: the mount point and rel pass PATH_MAX.
+		at, err := unix.Open(d.mp, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		for _, name := range append(strings.Split(rel, "/"), edge) {
+			if err != nil {
+				break
+			}
+			var next int
+			next, err = unix.Openat(at, name, unix.O_RDONLY, 0)
+			unix.Close(at)
+			at = next
+		}
+		got := make([]byte, 64)
+		n := 0
+		if err == nil {
+			n, err = unix.Read(at, got)
+			unix.Close(at)
+		}
+		if err != nil || string(got[:n]) != "at the edge\n" {
+			t.Fatalf("the 4095-byte path after %s: %q, %v", how, got[:n], err)
+		}
+		assertQuietEqual(t, d)
+		d.kill9()
+		os.Remove(filepath.Join(d.store, "kvfs.index"))
+	}
 }

@@ -5,7 +5,7 @@ package usage
 
 import (
 	"io/fs"
-	"path/filepath"
+	"os"
 
 	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
@@ -38,22 +38,42 @@ func DfUsed(path string) (int64, error) {
 	return int64(sf.Blocks-sf.Bfree) * sf.Frsize, nil
 }
 
+// sum walks root by directory descriptors, not by paths: a tree deeper
+// than PATH_MAX is measured too.
 func sum(root string, regularOnly bool, size func(*unix.Stat_t) int64) (int64, error) {
 	seen := map[uint64]bool{}
 	var total int64
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || (regularOnly && !d.Type().IsRegular()) {
-			return err
-		}
+	var walk func(dirfd int, name string) error
+	walk = func(dirfd int, name string) error {
 		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
+		if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &fs.PathError{Op: "lstat", Path: name, Err: err}
 		}
-		if !seen[st.Ino] {
+		typ := st.Mode & unix.S_IFMT
+		if (!regularOnly || typ == unix.S_IFREG) && !seen[st.Ino] {
 			seen[st.Ino] = true
 			total += size(&st)
 		}
+		if typ != unix.S_IFDIR {
+			return nil
+		}
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &fs.PathError{Op: "open", Path: name, Err: err}
+		}
+		d := os.NewFile(uintptr(fd), name)
+		defer d.Close()
+		names, err := d.Readdirnames(-1)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := walk(fd, n); err != nil {
+				return err
+			}
+		}
 		return nil
-	})
+	}
+	err := walk(unix.AT_FDCWD, root)
 	return total, err
 }
