@@ -23,6 +23,7 @@ type mObj struct {
 	id                   ID
 	size                 int64
 	res, over            int64
+	budget               int64 // the most res was while writers held it
 	nlink, pins, writers int
 	lastClose, lastUse   int64
 	final                bool
@@ -491,7 +492,7 @@ func (r *fuzzRun) close(id ID, o *mObj, write bool) {
 // endWriting predicts the last writer's close: the reservation goes, and
 // what was not admitted is, evicting others if it must.
 func (m *model) endWriting(o *mObj) []Victim[ID] {
-	o.over, o.res = 0, 0
+	o.over, o.res, o.budget = 0, 0, 0
 	over := m.admitted() - fzCap
 	if over <= 0 {
 		return nil
@@ -516,7 +517,7 @@ func (r *fuzzRun) grow(id ID, o *mObj, end int64, budgeted bool) {
 		return
 	}
 	charge := max(mCharge(end), o.res)
-	pastBudget := budgeted && o.writers > 0 && o.res > 0 && charge > 2*o.res
+	pastBudget := budgeted && o.writers > 0 && o.budget > 0 && charge > 2*o.budget
 	r.admit(o, v, err, end, o.res, pastBudget)
 }
 
@@ -531,6 +532,9 @@ func (r *fuzzRun) admit(o *mObj, v []Victim[ID], err error, size, res int64, fre
 	if werr == nil {
 		r.m.commit(want)
 		o.size, o.res, o.over = size, res, 0
+		if o.writers > 0 {
+			o.budget = max(o.budget, res)
+		}
 	}
 }
 
@@ -584,7 +588,7 @@ func (r *fuzzRun) observe(id ID, o *mObj, size int64) {
 		return
 	}
 	grow := charge - o.charge()
-	pastBudget := o.res > 0 && charge > 2*o.res
+	pastBudget := o.budget > 0 && charge > 2*o.budget
 	want, werr := r.m.room(grow, o.admitted()+grow, o.id, pastBudget)
 	if errors.Is(werr, ErrBusy) {
 		r.errIs(err, ErrBusy)

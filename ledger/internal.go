@@ -180,7 +180,9 @@ func (l *Ledger[K]) setRes(e *entry[K], res int64) {
 		panic("ledger: a reservation without a writer")
 	}
 	if e.w != 0 {
-		l.wr(e).res = res
+		w := l.wr(e)
+		w.res = res
+		w.budget = max(w.budget, res)
 	}
 }
 

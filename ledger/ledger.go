@@ -508,11 +508,13 @@ func (l *Ledger[K]) writer(id K) (*entry[K], error) {
 }
 
 // pastBudget says whether growth of a writer to charge goes past what it
-// may evict for: twice its reservation (no reservation: no bound); mu
-// held.
+// may evict for: twice the most it was reserved (never reserved: no
+// bound). Not its reservation now: a close of one duplicate of the
+// descriptor settles and gives that back while another writes on, and
+// a store that can never fit would then empty the cache; mu held.
 func (l *Ledger[K]) pastBudget(e *entry[K], charge int64) bool {
-	res := l.wr(e).res
-	return res > 0 && charge > 2*res
+	budget := l.wr(e).budget
+	return budget > 0 && charge > 2*budget
 }
 
 // Reconcile sets an inode's size to what the store really holds, without

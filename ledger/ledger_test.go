@@ -1146,10 +1146,14 @@ func TestObserveBudget(t *testing.T) {
 }
 
 // A store that can never fit, written in growing steps into a full cache,
-// costs at most twice its reservation, not the cache.
+// costs at most twice its reservation, not the cache. Also when a
+// duplicate of its descriptor closed early (a shell's redirect, dd): that
+// close settles the writer and gives its reservation back, and the
+// growth after it was unbounded and emptied the cache.
 func TestDoomedStoreKeepsCache(t *testing.T) {
 	const n = 200
-	for _, daemon := range []bool{false, true} {
+	for _, c := range []struct{ daemon, dup bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		daemon := c.daemon
 		l, _ := newTest(t, n*blk)
 		fill(t, l, 1, n)
 		if err := l.Create(1000, true); err != nil {
@@ -1157,6 +1161,11 @@ func TestDoomedStoreKeepsCache(t *testing.T) {
 		}
 		if _, err := l.Reserve(1000, blk); err != nil {
 			t.Fatal(err)
+		}
+		if c.dup {
+			if _, err := l.Settle(1000, 0); err != nil {
+				t.Fatal(err)
+			}
 		}
 		var err error
 		for size := int64(blk); size <= (n+1)*blk; size += blk {
@@ -1173,7 +1182,7 @@ func TestDoomedStoreKeepsCache(t *testing.T) {
 			t.Fatalf("daemon writes past the budget of a full cache: %v, want ErrNoSpace", err)
 		}
 		if st := l.Stats(); st.Evictions > 2 {
-			t.Fatalf("daemon=%v: a doomed store evicted %d objects", daemon, st.Evictions)
+			t.Fatalf("%+v: a doomed store evicted %d objects", c, st.Evictions)
 		}
 		mustOK(t, l)
 	}

@@ -8,6 +8,11 @@ type writing struct {
 	// res is the reservation admitted to the writers: the charge stays at
 	// least this until the last writer settles.
 	res int64
+	// budget is the most the writers were ever reserved: what their
+	// growth may evict for is twice that (pastBudget). Kept apart from
+	// res, which a settle gives back while a duplicate of the
+	// descriptor may write on.
+	budget int64
 	// over is the part of the charge not admitted against the capacity.
 	over    int64
 	writers int32

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -402,4 +403,46 @@ func TestLargeStoreBeatsFlood(t *testing.T) {
 	waitReleased(t, d)
 	checkStoredNames(t, d.mp, big)
 	ledgerExact(t, d)
+}
+
+// TestDoomedRedirectKeepsCache: a store that can never fit, written by a
+// shell redirect or dd (which open, dup2 onto the standard output and
+// close the first descriptor: its FLUSH settles the writer while the
+// duplicate writes on), costs the cache at most what a store's
+// reservation may evict for (twice the largest recent object here:
+// two objects), not the cache. Before, it emptied the cache on its way
+// to ENOSPC (8 of 8 objects).
+func TestDoomedRedirectKeepsCache(t *testing.T) {
+	for _, c := range []struct {
+		name, script string
+		flags        []string
+	}{
+		{"redirect", "head -c 20971520 /dev/zero > big", nil},
+		{"redirect-no-passthrough", "head -c 20971520 /dev/zero > big", []string{"--no-passthrough"}},
+		{"dd", "dd if=/dev/zero of=big bs=1M count=20 2>&1", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := mountCache(t, append([]string{"--capacity", "16MiB", "--grace", "0s", "--wait-limit", "500ms"}, c.flags...)...)
+			for i := range 8 {
+				putFile(t, filepath.Join(d.mp, fmt.Sprintf("o%d", i)), objectBytes(fmt.Sprint(i), 2*MiB))
+			}
+			waitReleased(t, d)
+			cmd := exec.Command("/bin/sh", "-c", c.script)
+			cmd.Dir = d.mp
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "No space left on device") {
+				t.Errorf("%s of 20 MiB into a 16 MiB cache: %v, %q; want ENOSPC", c.script, err, out)
+			}
+			waitReleased(t, d)
+			if st := stats(t, d.mp); st.Evictions > 2 {
+				t.Errorf("the doomed store evicted %d of the 8 objects; want at most 2", st.Evictions)
+			}
+			if _, err := os.Lstat(filepath.Join(d.mp, "big")); err == nil {
+				t.Error("the refused store is published")
+			}
+			ledgerExact(t, d)
+			assertQuietEqual(t, d)
+			d.stop()
+		})
+	}
 }
