@@ -198,10 +198,10 @@ type Core struct {
 	// IDs in marked: see baseSize.
 	base map[blob.ID]int64
 	// GUARDED_BY(writersMu): for IDs in marked, the size the last close
-	// settled (settled), and whether a publish cleared the marker early
-	// (early): see publishedWhileOpen.
-	settled map[blob.ID]int64
-	early   map[blob.ID]bool
+	// settled (settled), and what publishes wait on for the last
+	// release (released, closed then): see publishedWhileOpen.
+	settled  map[blob.ID]int64
+	released map[blob.ID]chan struct{}
 	// GUARDED_BY(writersMu): passthrough writers the poller watches, with
 	// the poller's round when each was added (round).
 	watched map[*Handle]uint64
@@ -313,7 +313,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		marked:  map[blob.ID]int{},
 		base:    map[blob.ID]int64{},
 		settled: map[blob.ID]int64{},
-		early:   map[blob.ID]bool{},
+		released: map[blob.ID]chan struct{}{},
 		watched: map[*Handle]uint64{},
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),

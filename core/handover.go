@@ -36,7 +36,10 @@ type WriterState struct {
 	Base       int64   `json:"base"`
 	Settled    int64   `json:"settled,omitempty"`
 	HasSettled bool    `json:"has_settled,omitempty"`
-	Early      bool    `json:"early,omitempty"`
+	// Early: a daemon before 2026-12 cleared the object's crash marker
+	// at a publish while a writer had it open; the successor marks it
+	// again (see publishedWhileOpen).
+	Early bool `json:"early,omitempty"`
 }
 
 // Frozen is what a frozen Core hands on besides its handles.
@@ -88,7 +91,7 @@ func (c *Core) Freeze() (Frozen, error) {
 	c.writersMu.Lock()
 	for id := range c.marked {
 		s, has := c.settled[id]
-		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has, Early: c.early[id]})
+		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has})
 	}
 	c.writersMu.Unlock()
 	c.sizesMu.Lock()
@@ -164,15 +167,15 @@ func (c *Core) ExpectWriters(ws []WriterState) {
 
 // adoptWriting counts h as writing, as startWriting does, with the
 // predecessor's state of its object: the crash marker is on disk as the
-// predecessor left it (there, or cleared early by a publish, and then
-// not to be made again), so no syscall.
+// predecessor left it, so no syscall, but where an older predecessor
+// cleared it early (WriterState.Early).
 func (c *Core) adoptWriting(h *Handle) {
 	m := c.marker(h.id)
 	m.Lock()
 	defer m.Unlock()
 	c.writersMu.Lock()
-	defer c.writersMu.Unlock()
 	c.watchLocked(h)
+	remark := false
 	if c.marked[h.id] == 0 {
 		w, ok := c.handedWriters[h.id]
 		if !ok {
@@ -182,12 +185,16 @@ func (c *Core) adoptWriting(h *Handle) {
 		if w.HasSettled {
 			c.settled[h.id] = w.Settled
 		}
-		if w.Early {
-			c.early[h.id] = true
-		}
+		remark = w.Early
 	}
 	c.marked[h.id]++
 	h.writing = true
+	c.writersMu.Unlock()
+	if remark {
+		if err := c.store.MarkWriting(h.file, h.id); err != nil {
+			c.log.Warn("marking a handed-over writer's object again", zap.Uint64("id", uint64(h.id)), zap.Error(err))
+		}
+	}
 }
 
 // adoptUnnamed charges an object that has no name, at its stored size.

@@ -58,9 +58,12 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if _, err := writer.Write(first, 0); err != nil {
 		t.Fatal(err)
 	}
-	// A writer whose object was published while it is open (its last
-	// close settled it, then a link): its crash marker went early, and
-	// must not come back with the handover.
+	// A writer whose object was published while it is open (a close
+	// settled it, then a link): it is still being written, so its crash
+	// marker stays, and goes with the handover. Below, its predecessor
+	// is made one before 2026-12, which cleared such a marker at the
+	// publish and says so (WriterState.Early): the successor marks the
+	// object again.
 	early, err := old.Create(blob.RootID, "early", 0o644, nobody, true)
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +77,8 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if _, err := old.Link(early.ID(), blob.RootID, "early-pub"); err != nil {
 		t.Fatal(err)
 	}
-	if old.markers() != 1 {
-		t.Fatalf("%d crash markers before the handover; want half's only", old.markers())
+	if old.markers() != 2 {
+		t.Fatalf("%d crash markers before the handover; want half's and early's", old.markers())
 	}
 	ids := map[string]blob.ID{}
 	for _, n := range []string{"held", "cold", "a", "b", "c", "half"} {
@@ -99,6 +102,14 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	}
 	if len(writing) != 2 || len(fr.Writers) != 2 {
 		t.Fatalf("frozen: %+v, writing %v; want the two writers", fr, writing)
+	}
+	for i, w := range fr.Writers {
+		if w.ID == early.ID() {
+			fr.Writers[i].Early = true
+			if err := old.store.ClearWriting(w.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 
 	store, err := blob.OpenLocked(dir, old.store.Lock())
@@ -143,8 +154,8 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if tc.exists("cold") || tc.exists("doomed") {
 		t.Error("cold (the coldest, unheld) kept, or doomed named again")
 	}
-	if tc.markers() != 1 {
-		t.Errorf("%d crash markers; want half's", tc.markers())
+	if tc.markers() != 2 {
+		t.Errorf("%d crash markers; want half's and early's (marked again)", tc.markers())
 	}
 	buf := make([]byte, mib)
 	if n, err := adopted[0].File().ReadAt(buf, 0); n != mib || err != nil {

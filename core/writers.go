@@ -2,6 +2,7 @@ package core
 
 import (
 	"syscall"
+	"time"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/internal/lockorder"
@@ -87,19 +88,21 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 }
 
 // unmarkLocked ends one of id's writers (a handle or an install) and
-// says whether it was the last, and whether the crash marker is still
-// there for its caller to clear (a publish may have cleared it early);
-// the marker's lock and writersMu held.
+// says whether it was the last, and so whether the crash marker is for
+// its caller to clear; publishes waiting for it go on (see
+// publishedWhileOpen). The marker's lock and writersMu held.
 func (c *Core) unmarkLocked(id blob.ID) (last, marked bool) {
 	if c.marked[id]--; c.marked[id] > 0 {
 		return false, false
 	}
-	marked = !c.early[id]
 	delete(c.marked, id)
 	delete(c.base, id)
 	delete(c.settled, id)
-	delete(c.early, id)
-	return true, marked
+	if done, ok := c.released[id]; ok {
+		close(done)
+		delete(c.released, id)
+	}
+	return true, true
 }
 
 // baseSize is the size a refused writer's object goes back to: what it
@@ -252,75 +255,45 @@ func (c *Core) observeWatched(h *Handle) bool {
 	}
 	known, _, _ := c.ledger.Size(h.id)
 	c.observed(h.id, size)
-	c.remarkIfGrown(h, size)
 	return size > known
 }
 
 // The publish step (a link or rename to an object) is its client saying
-// the object is complete. Between a writer's last close(2) and the
-// kernel's RELEASE, which reaches kvfs after close returns, the object
-// is still marked as being written; a crash there would throw away an
-// object its connector had stored and published. So a publish of an
-// object whose stored size is what its last close settled clears the
-// crash marker at once (publishedWhileOpen), and should a duplicate
-// descriptor write more after all, the poller marks it again
-// (remarkIfGrown).
+// the object is complete; its writing ends at its last RELEASE, which
+// the kernel sends after close(2) has returned, and which kvfs may
+// answer after the publish. A crash before it reclaims the object (it
+// is marked as being written), so a publish of an object a close has
+// settled waits for that release a moment (releaseWait): a connector's
+// publish that returns leaves its object safe from a crash. A writer
+// that holds a duplicate of the descriptor (a shell, Popen's child)
+// keeps the object marked until it closes that too: a crash before
+// then does not serve what it may still be writing. (Until 2026-12 a
+// publish cleared the marker at once, and a crash then served the
+// prefix a duplicate had written.)
 
-// publishedWhileOpen clears the marker of an object being written that
-// its last close settled at the size it now has (size; -1: read it); no
-// lock held.
-func (c *Core) publishedWhileOpen(id blob.ID, size int64) {
+// releaseWait bounds how long a publish waits for its object's last
+// release: the kernel's RELEASE of a descriptor closed just before is
+// in flight, microseconds away on an idle node.
+const releaseWait = 100 * time.Millisecond
+
+// publishedWhileOpen waits, up to releaseWait, for the last release of
+// id if a close settled it and a writer still has it open; no lock held.
+func (c *Core) publishedWhileOpen(id blob.ID) {
 	c.writersMu.Lock()
-	settled, ok := c.settled[id]
-	c.writersMu.Unlock()
-	if !ok {
-		return
-	}
-	if size < 0 {
-		c.mu.RLock()
-		st, err := c.store.Stat(id)
-		c.mu.RUnlock()
-		if err != nil {
-			return
+	var done chan struct{}
+	if _, settled := c.settled[id]; settled && c.marked[id] > 0 {
+		if done = c.released[id]; done == nil {
+			done = make(chan struct{})
+			c.released[id] = done
 		}
-		size = st.Size
 	}
-	if size != settled {
+	c.writersMu.Unlock()
+	if done == nil {
 		return
 	}
-	m := c.marker(id)
-	m.Lock()
-	defer m.Unlock()
-	c.writersMu.Lock()
-	clear := c.marked[id] > 0 && c.settled[id] == settled && !c.early[id]
-	c.writersMu.Unlock()
-	if clear && c.store.ClearWriting(id) == nil {
-		c.writersMu.Lock()
-		c.early[id] = true
-		c.writersMu.Unlock()
-	}
-}
-
-// remarkIfGrown marks again an object published while open that a
-// writer grew since.
-func (c *Core) remarkIfGrown(h *Handle, size int64) {
-	m := c.marker(h.id)
-	m.Lock()
-	defer m.Unlock()
-	c.writersMu.Lock()
-	// Only growth: a size read before the last close settled is older,
-	// not new.
-	remark := c.early[h.id] && size > c.settled[h.id] && h.writing
-	c.writersMu.Unlock()
-	if !remark {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.closed && c.store.MarkWriting(h.file, h.id) == nil {
-		c.writersMu.Lock()
-		delete(c.early, h.id)
-		c.writersMu.Unlock()
+	select {
+	case <-done:
+	case <-c.cfg.After(releaseWait):
 	}
 }
 

@@ -261,33 +261,77 @@ func TestRefusedRewriteKeepsPublished(t *testing.T) {
 	}
 }
 
-// A publish step (link) after the last close, before the kernel's
-// RELEASE reaches kvfs, clears the crash marker: a crash in that window
-// keeps the stored and published object. A duplicate descriptor that
-// writes after all gets the marker back.
-func TestPublishClearsMarkerBeforeRelease(t *testing.T) {
-	tc := passthroughCore(t, 64*mib, nil)
-	h, err := tc.Create(blob.RootID, ".tmp", 0o644, nobody, true)
-	if err != nil {
-		t.Fatal(err)
+// Writing ends at the last release, a publish's too. A link after the
+// writer's close, before the kernel's RELEASE reaches kvfs, waits for
+// it a moment and returns with the object unmarked: a crash after the
+// publish keeps it. A link of an object whose writer still holds a
+// duplicate of its descriptor returns after releaseWait with the object
+// marked, and a crash then reclaims it: the duplicate may still be
+// writing (before, the publish cleared the marker, and a crash served
+// the prefix).
+func TestPublishWaitsForRelease(t *testing.T) {
+	waits := make(chan chan time.Time, 2)
+	tc := newTestCore(t, Config{Capacity: 64 * mib, Passthrough: true, PollInterval: time.Hour, Grace: time.Hour,
+		After: func(d time.Duration) <-chan time.Time {
+			if d != releaseWait {
+				return make(chan time.Time)
+			}
+			fire := make(chan time.Time, 1)
+			waits <- fire
+			return fire
+		}})
+	closed := func(name string) *Handle {
+		h, err := tc.Create(blob.RootID, name, 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.File().WriteAt(make([]byte, mib), 0)
+		if err := h.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return h
 	}
-	defer h.Release()
-	h.File().WriteAt(make([]byte, mib), 0)
-	if err := h.Flush(); err != nil {
-		t.Fatal(err)
+	link := func(h *Handle, name string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := tc.Link(h.ID(), blob.RootID, name)
+			done <- err
+		}()
+		return done
 	}
+	h := closed(".tmp1")
+	linked := link(h, "final1")
+	<-waits // the link waits for the release
 	if tc.markers() != 1 {
-		t.Fatalf("%d markers after the close, want 1 (RELEASE has not come)", tc.markers())
+		t.Fatalf("%d markers while the link waits, want 1", tc.markers())
 	}
-	if _, err := tc.Link(h.ID(), blob.RootID, "final"); err != nil {
+	h.Release()
+	if err := <-linked; err != nil {
 		t.Fatal(err)
 	}
 	if tc.markers() != 0 {
-		t.Fatalf("%d markers after the publish step, want 0", tc.markers())
+		t.Fatalf("%d markers after the release and the publish, want 0", tc.markers())
 	}
-	h.File().WriteAt(make([]byte, mib), mib)
-	tc.Poll()
+
+	dup := closed(".tmp2")
+	linked = link(dup, "final2")
+	(<-waits) <- time.Time{} // releaseWait passes; the duplicate is open
+	if err := <-linked; err != nil {
+		t.Fatal(err)
+	}
 	if tc.markers() != 1 {
-		t.Fatalf("%d markers after a write past the publish, want 1", tc.markers())
+		t.Fatalf("%d markers after a publish with a duplicate open, want 1", tc.markers())
+	}
+	for _, name := range []string{".tmp1", ".tmp2"} {
+		if err := tc.Unlink(blob.RootID, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.crash()
+	after, rep := openCore(t, tc.store.Dir(), Config{Capacity: 64 * mib})
+	defer after.Close()
+	if !after.exists("final1") || after.exists("final2") || rep.Incomplete != 1 {
+		t.Fatalf("after the crash: final1 %v, final2 %v, incomplete %d; want final1 only, final2 reclaimed",
+			after.exists("final1"), after.exists("final2"), rep.Incomplete)
 	}
 }

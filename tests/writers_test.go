@@ -421,6 +421,58 @@ func TestCrashDupWriter(t *testing.T) {
 	}
 }
 
+// TestCrashPublishedDupWriter: the fs_native store with a duplicate of
+// the descriptor left open (write 1 MiB to the temp name, dup, close the
+// first copy, link to the final name, unlink the temp), then kill -9 of
+// the daemon: the object is still being written (writing ends at the
+// last release), so the next start reclaims it rather than serve it. The
+// same store with no duplicate is kept. (Before, the link cleared the
+// crash marker and the next start served the prefix as complete.)
+func TestCrashPublishedDupWriter(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	flags := []string{"--store", d.store, "--capacity", "64MiB"}
+	store := func(name string, dup bool) int {
+		t.Helper()
+		tmp := filepath.Join(d.mp, name+".tmp")
+		fd, err := unix.Open(tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := writeFull(fd, objectBytes(name, MiB)); err != nil {
+			t.Fatal(err)
+		}
+		held := -1
+		if dup {
+			if held, err = unix.Dup(fd); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := unix.Close(fd); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Link(tmp, filepath.Join(d.mp, name)); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Unlink(tmp); err != nil {
+			t.Fatal(err)
+		}
+		return held
+	}
+	store("kept", false)
+	held := store("held", true)
+	d.kill9()
+	unix.Close(held)
+	d = startDaemon(t, d.mp, flags...)
+	requireAbsent(t, d.mp, "held", "published while a duplicate descriptor was open, then a kill -9")
+	if got, err := os.ReadFile(filepath.Join(d.mp, "kept")); err != nil {
+		t.Errorf("kept after the kill -9: %v", err)
+	} else if err := checkObject(got, "kept", MiB); err != nil {
+		t.Errorf("kept after the kill -9: %v", err)
+	}
+	assertQuietEqual(t, d)
+	d.stop()
+}
+
 // TestKillLoopWriters: kill -9 cycles, each with a writer of a random
 // kind (shell redirect, dd, Popen child, fs_native in a process of its
 // own) cut off mid-write at a random size, while completed objects
