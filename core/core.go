@@ -305,19 +305,19 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		cfg.Logger = zap.NewNop()
 	}
 	c := &Core{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		store:   store,
-		dropped: func(Drop) {},
-		ledger:  ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint}),
-		marked:  map[blob.ID]int{},
-		base:    map[blob.ID]int64{},
-		settled: map[blob.ID]int64{},
+		cfg:      cfg,
+		log:      cfg.Logger,
+		store:    store,
+		dropped:  func(Drop) {},
+		ledger:   ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint}),
+		marked:   map[blob.ID]int{},
+		base:     map[blob.ID]int64{},
+		settled:  map[blob.ID]int64{},
 		released: map[blob.ID]chan struct{}{},
-		watched: map[*Handle]uint64{},
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		doomed:  map[blob.Name]blob.ID{},
+		watched:  map[*Handle]uint64{},
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		doomed:   map[blob.Name]blob.ID{},
 	}
 	c.dirs.init()
 	c.tree.SetRank(rankTree)
