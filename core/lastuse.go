@@ -84,7 +84,8 @@ func (u *lastUse) take(sec int64) []*useSecond {
 	return out
 }
 
-// recordLoop records the ended seconds' notes once a second.
+// recordLoop records the ended seconds' notes once a second, and trims
+// a cache left over its capacity.
 func (c *Core) recordLoop() {
 	defer c.wg.Done()
 	for {
@@ -94,6 +95,18 @@ func (c *Core) recordLoop() {
 		case <-c.cfg.After(time.Second):
 		}
 		c.recordUses()
+		c.trimIfOver()
+	}
+}
+
+// trimIfOver evicts toward the capacity when the cache is past it: a
+// smaller capacity (a handover's, a restart's) or bytes a writer left
+// unadmitted, whose trim at the time could not take everything (objects
+// in their grace period or held open). Each second it takes what has
+// come free since, coldest first.
+func (c *Core) trimIfOver() {
+	if c.ledger.Over() {
+		c.locked(func() (victims, error) { return c.ledger.Trim(), nil })
 	}
 }
 

@@ -156,6 +156,33 @@ func (m *model) fresh(slot int) ID {
 	return id
 }
 
+// evictSome predicts a trim's victims: evict's, or as many as there are
+// when need cannot be met.
+func (m *model) evictSome(need int64, self ID) ([]Victim[ID], bool) {
+	if v, ok := m.evict(need, self); ok {
+		return v, true
+	}
+	return m.allEvictable(self), false
+}
+
+// allEvictable is every object an eviction may take, oldest first.
+func (m *model) allEvictable(self ID) []Victim[ID] {
+	var out []Victim[ID]
+	for _, id := range m.order {
+		if m.evictable(id, self) {
+			o := m.objs[id]
+			out = append(out, Victim[ID]{ID: id, Charge: o.charge(), LastUse: o.lastUse})
+		}
+	}
+	return out
+}
+
+func (m *model) evictable(id, self ID) bool {
+	o := m.objs[id]
+	recent := o.lastClose != 0 && m.now-o.lastClose < int64(fzGrace)
+	return id != self && o.pins == 0 && !recent
+}
+
 // evict predicts the victims, oldest first, or nil if need cannot be met.
 func (m *model) evict(need int64, self ID) ([]Victim[ID], bool) {
 	var out []Victim[ID]
@@ -164,11 +191,10 @@ func (m *model) evict(need int64, self ID) ([]Victim[ID], bool) {
 		if freed >= need {
 			break
 		}
-		o := m.objs[id]
-		recent := o.lastClose != 0 && m.now-o.lastClose < int64(fzGrace)
-		if id == self || o.pins > 0 || recent {
+		if !m.evictable(id, self) {
 			continue
 		}
+		o := m.objs[id]
 		out = append(out, Victim[ID]{ID: id, Charge: o.charge(), LastUse: o.lastUse})
 		freed += o.charge()
 	}
@@ -497,7 +523,7 @@ func (m *model) endWriting(o *mObj) []Victim[ID] {
 	if over <= 0 {
 		return nil
 	}
-	v, ok := m.evict(over, o.id)
+	v, ok := m.evictSome(over, o.id)
 	if !ok {
 		m.reconciled++
 	}
@@ -692,7 +718,7 @@ func (r *fuzzRun) trim() {
 	v := r.l.Trim()
 	var want []Victim[ID]
 	if over := r.m.admitted() - fzCap; over > 0 {
-		want, _ = r.m.evict(over, 0)
+		want, _ = r.m.evictSome(over, 0)
 	}
 	r.victims(v, want)
 	r.m.commit(want)

@@ -37,11 +37,6 @@ func TestPlaceAndSetCapacity(t *testing.T) {
 	if err := l.Open(4, false); err != nil {
 		t.Fatal(err)
 	}
-	// Fitting 5 blocks would have to evict the pinned 4 too: nothing
-	// goes.
-	if v := l.SetCapacity(5 * blk); len(v) != 0 {
-		t.Fatalf("victims %+v of a capacity only the pinned entry could meet", v)
-	}
 	// The open made 4 the most recently used. 15 blocks held; fitting
 	// 9 must evict 5 and 3, the coldest, keeping 1 and the pinned 4.
 	victims := l.SetCapacity(9 * blk)
@@ -52,4 +47,18 @@ func TestPlaceAndSetCapacity(t *testing.T) {
 	if got, want := order(l), fmt.Sprintf(" 1:%d 4:%d", blk, 6*blk); got != want || l.Capacity() != 9*blk {
 		t.Fatalf("order %q capacity %d, want %q and %d", got, l.Capacity(), want, 9*blk)
 	}
+	// Fitting 5 blocks would have to evict the pinned 4 too: what can
+	// go goes (1), and the cache stays over its capacity, by 4, until
+	// 4's reader closes and a Trim takes it.
+	if v := l.SetCapacity(5 * blk); len(v) != 1 || v[0].ID != 1 || !l.Over() {
+		t.Fatalf("victims %+v of a capacity only the pinned entry could meet (over: %v); want 1, and over", v, l.Over())
+	}
+	if v := l.Trim(); len(v) != 0 {
+		t.Fatalf("Trim with only the pinned entry left: %+v", v)
+	}
+	l.Close(4, false)
+	if v := l.Trim(); len(v) != 1 || v[0].ID != 4 || l.Over() {
+		t.Fatalf("Trim after the reader's close: %+v (over: %v); want 4", v, l.Over())
+	}
+	mustOK(t, l)
 }

@@ -210,15 +210,39 @@ func (l *Ledger[K]) recharge(e *entry[K], charge int64) {
 // capacity, or evicts nothing and fails.
 func (l *Ledger[K]) trim(self *entry[K]) ([]Victim[K], error) {
 	if over := l.used - l.over - l.capacity; over > 0 {
-		return l.evict(over, self)
+		return l.evictSome(over, self)
 	}
 	return nil, nil
 }
 
 // evict frees at least need bytes from the cold end of the LRU, skipping
 // self, pinned entries and those closed within the grace period. It
-// commits only if it can free enough.
+// commits only if it can free enough: an admission that cannot fit
+// evicts no one.
 func (l *Ledger[K]) evict(need int64, self *entry[K]) ([]Victim[K], error) {
+	chosen, freed := l.coldest(need, self)
+	if freed < need {
+		return nil, ErrNoSpace
+	}
+	return l.commitVictims(chosen), nil
+}
+
+// evictSome is evict for a cache over its capacity (a smaller capacity,
+// bytes that came without admission): it evicts what it can toward need
+// even when that is not all of it, and says ErrNoSpace if it fell short
+// (the rest is in grace or held; the caller trims again later).
+func (l *Ledger[K]) evictSome(need int64, self *entry[K]) ([]Victim[K], error) {
+	chosen, freed := l.coldest(need, self)
+	victims := l.commitVictims(chosen)
+	if freed < need {
+		return victims, ErrNoSpace
+	}
+	return victims, nil
+}
+
+// coldest picks entries from the cold end of the LRU until they free
+// need bytes or none is left; mu held.
+func (l *Ledger[K]) coldest(need int64, self *entry[K]) ([]*entry[K], int64) {
 	cutoff := l.now().UnixNano() - l.grace
 	var chosen []*entry[K]
 	var freed int64
@@ -230,8 +254,13 @@ func (l *Ledger[K]) evict(need int64, self *entry[K]) ([]Victim[K], error) {
 		chosen = append(chosen, e)
 		freed += e.charge
 	}
-	if freed < need {
-		return nil, ErrNoSpace
+	return chosen, freed
+}
+
+// commitVictims removes the chosen entries as evicted; mu held.
+func (l *Ledger[K]) commitVictims(chosen []*entry[K]) []Victim[K] {
+	if len(chosen) == 0 {
+		return nil
 	}
 	victims := make([]Victim[K], len(chosen))
 	for i, e := range chosen {
@@ -240,7 +269,7 @@ func (l *Ledger[K]) evict(need int64, self *entry[K]) ([]Victim[K], error) {
 		l.evicted += e.charge
 		l.remove(e)
 	}
-	return victims, nil
+	return victims
 }
 
 // slab holds the entries in chunks that never move, so an *entry stays

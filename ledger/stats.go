@@ -27,6 +27,15 @@ type Stats struct {
 	OvershootMaxBytes int64 `json:"overshoot_max_bytes"`
 }
 
+// Over says whether the admitted bytes are past the capacity: a smaller
+// capacity, or bytes that came without admission, that a Trim could not
+// evict all at once (they were in grace or held).
+func (l *Ledger[K]) Over() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.used-l.over > l.capacity
+}
+
 // Stats returns a consistent snapshot.
 func (l *Ledger[K]) Stats() Stats {
 	l.mu.Lock()

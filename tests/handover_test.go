@@ -623,3 +623,51 @@ func TestHandoverWithRemoteTier(t *testing.T) {
 	}
 	requireLedgerIsStore(t, d)
 }
+
+// TestHandoverToSmallerCapacity: a handover to a smaller --capacity
+// evicts at once what may go, coldest first, and the rest (objects in
+// their grace period, one held open by a reader) as each comes free,
+// until the cache is within its capacity: df == du == used_bytes <=
+// capacity. Before, that eviction was all or nothing, so with the recent
+// objects alone past the new capacity nothing went, and nothing tried
+// again: used stayed at 9 times the capacity until the next store.
+func TestHandoverToSmallerCapacity(t *testing.T) {
+	d := mountCache(t, "--capacity", "256MiB", "--grace", "1s")
+	for i := range 10 {
+		// Published by a rename: their grace is over.
+		tmp, final := filepath.Join(d.mp, fmt.Sprintf("old%d.tmp", i)), filepath.Join(d.mp, fmt.Sprintf("old%d", i))
+		putFile(t, tmp, objectBytes(final, 3*MiB))
+		if err := os.Rename(tmp, final); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		putFile(t, filepath.Join(d.mp, fmt.Sprintf("new%d", i)), objectBytes(fmt.Sprint(i), 3*MiB))
+	}
+	held, err := os.Open(filepath.Join(d.mp, "new0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = handOver(t, kvfsBin, d, "--store", d.store, "--capacity", "5MiB", "--grace", "1s")
+	if !waitFor(func() bool {
+		for i := range 10 {
+			if _, err := os.Stat(filepath.Join(d.mp, fmt.Sprintf("old%d", i))); err == nil {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Errorf("the old objects are still served after the handover to 5 MiB: %+v", stats(t, d.mp))
+	}
+	buf := make([]byte, 3*MiB+1)
+	n, _ := held.ReadAt(buf, 0)
+	if err := checkObject(buf[:n], "0", 3*MiB); err != nil {
+		t.Errorf("the held object read across the handover: %v", err)
+	}
+	held.Close()
+	st := assertQuietEqual(t, d)
+	if st.CapacityBytes != 5*MiB || st.Evictions < 14 {
+		t.Errorf("after the handover to 5 MiB: %+v; want at least 14 evictions", st)
+	}
+	d.stop()
+}
