@@ -679,11 +679,20 @@ func (l *Loading) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 				l.releaseEarly(cancel, f.early)
 			}
 			l.mu.Lock()
+			last := false
 			if l.open[f.node]--; l.open[f.node] == 0 {
 				delete(l.open, f.node)
+				last = true
 			}
 			l.mu.Unlock()
 			f.Close()
+			if fs := l.loaded(); fs != nil && last {
+				// Ready kept this name for its open file: it goes now,
+				// or a handover would wait for a lookup of it forever.
+				if k, ok := l.nodes.nameOf(f.node); ok {
+					fs.queue(notice{node: k.parent, name: k.name})
+				}
+			}
 		}
 		return
 	}

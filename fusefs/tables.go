@@ -199,6 +199,21 @@ func (p *kernelNodes[N]) get(id core.ID) N {
 	return p.byID[id]
 }
 
+// nameOf is the name node id stands for, if it still does.
+func (p *kernelNodes[N]) nameOf(id core.ID) (nameKey, bool) {
+	if p.n.Load() == 0 {
+		return nameKey{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, ok := p.byID[id]
+	if !ok {
+		return nameKey{}, false
+	}
+	k := n.key()
+	return k, p.byName[k] == n
+}
+
 // lookedUp counts a lookup of name k: of its node when keep says it
 // still stands for what the lookup found, else of a new one from make.
 func (p *kernelNodes[N]) lookedUp(k nameKey, keep func(N) bool, make func() N) N {
