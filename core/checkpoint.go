@@ -20,6 +20,11 @@ type checkpointer struct {
 	// to, and the next start would again).
 	saved uint64
 	stale bool
+	// uses is the count of uses recorded (Core.usesRecorded) the last
+	// checkpoint saw: reads alone change the LRU order a crash keeps,
+	// so they call for a checkpoint too (at most every
+	// CheckpointInterval, and spaced out as any); GUARDED_BY(mu).
+	uses uint64
 }
 
 // errHandingOver: no running checkpoint while a handover is prepared.
@@ -64,7 +69,7 @@ func (c *Core) checkpointTaken(clean bool) (int64, error) {
 		return 0, errHandingOver
 	}
 	start := time.Now()
-	changes := c.store.Changes()
+	changes, uses := c.store.Changes(), c.usesRecorded.Load()
 	writing := c.writingNow()
 	var held time.Duration // the longest step under the lock
 	shared := func(step func()) {
@@ -80,7 +85,7 @@ func (c *Core) checkpointTaken(clean bool) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	c.ckpt.saved, c.ckpt.stale = changes, false
+	c.ckpt.saved, c.ckpt.stale, c.ckpt.uses = changes, false, uses
 	c.log.Info("checkpoint saved", zap.Int("objects", cp.Objects), zap.Int64("bytes", cp.Size), zap.Int("unsure", cp.Unsure),
 		zap.Int("distrusted_dirs", cp.Distrusted), zap.Int("listed_dirs", cp.Listed), zap.Bool("clean", clean),
 		zap.Int("steps", cp.Steps), zap.Duration("longest_step", held), zap.Duration("took", time.Since(start)))
@@ -105,11 +110,12 @@ func (c *Core) writingNow() map[blob.ID]bool {
 	return out
 }
 
-// behind says whether the store changed since the last checkpoint.
+// behind says whether the store, or the LRU order by reads, changed
+// since the last checkpoint.
 func (c *Core) behind() bool {
 	c.ckpt.mu.Lock()
 	defer c.ckpt.mu.Unlock()
-	return c.ckpt.stale || c.store.Changes() != c.ckpt.saved
+	return c.ckpt.stale || c.store.Changes() != c.ckpt.saved || c.usesRecorded.Load() != c.ckpt.uses
 }
 
 // checkpointLoop writes a checkpoint every CheckpointInterval while the

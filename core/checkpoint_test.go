@@ -114,6 +114,52 @@ func TestCheckpointThenCrash(t *testing.T) {
 	}
 }
 
+// TestReadsCallForCheckpoint: reads alone change the LRU order a crash
+// keeps, so once their uses are recorded the checkpoint is behind and
+// the loop writes one. Five objects fill a cache; a and b, the oldest,
+// are read; after that checkpoint and a crash, a store that must evict
+// takes c, the oldest unread, not a (before, nothing but a change of
+// the store called for a checkpoint, and the one on disk had the order
+// before the reads).
+func TestReadsCallForCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	tc, _ := openCore(t, dir, Config{Capacity: 5 * mib, Grace: time.Millisecond})
+	tc.Start(func(Drop) {})
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		tc.put(name, mib)
+	}
+	if err := tc.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if tc.behind() {
+		t.Fatal("behind right after a checkpoint")
+	}
+	tc.clock.Skip(time.Second)
+	for _, name := range []string{"a", "b"} {
+		h, err := tc.Open(tc.lookupID(name), os.O_RDONLY, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Release()
+	}
+	tc.clock.Skip(2 * time.Second)
+	tc.recordUses()
+	if !tc.behind() {
+		t.Fatal("the reads' uses are recorded and the checkpoint is not behind")
+	}
+	if err := tc.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	tc.crash()
+	tc, _ = openCore(t, dir, Config{Capacity: 5 * mib, Grace: time.Millisecond})
+	tc.Start(func(Drop) {})
+	defer tc.Close()
+	tc.put("new", mib)
+	if !tc.exists("a") || !tc.exists("b") || tc.exists("c") {
+		t.Fatalf("after the crash, a store evicted: a %v, b %v, c %v kept; want a and b kept, c evicted", tc.exists("a"), tc.exists("b"), tc.exists("c"))
+	}
+}
+
 // TestCheckpointLoop: the background loop writes a checkpoint once the
 // store changed. Its waits are the test's ticks: a tick is taken only
 // when the loop waits again, so the one after the change returns once

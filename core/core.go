@@ -226,6 +226,9 @@ type Core struct {
 	// stored file changed in place while kvfs was down: audit at once.
 	auditAtStart bool
 	ckpt         checkpointer
+	// usesRecorded counts the uses recordUses wrote: a checkpoint is
+	// behind the LRU order when it has not seen them all.
+	usesRecorded atomic.Uint64
 	// heldPins: the pins Config.Held made (see holdForHandover).
 	heldPins []blob.ID
 	// basis: what the handover checkpoint a successor is loading said

@@ -172,7 +172,7 @@ func (m *fuzzCore) start() (evicted int) {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	c, rep, err := Open(store, Config{Capacity: fuzzCapacity, Grace: fuzzGrace, Now: m.clock.Now})
+	c, rep, err := Open(store, Config{Capacity: fuzzCapacity, Grace: fuzzGrace, Now: m.clock.Now, After: fuzzAfter})
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -569,4 +569,17 @@ func (m *fuzzCore) readBack(n blob.Name, id blob.ID, o *fuzzObj) error {
 		}
 	}
 	return nil
+}
+
+// fuzzAfter is the fuzzed cores' clock for waits: a publish's wait for
+// its writer's release (releaseWait) is over at once, since no release
+// comes while an operation runs (the operations are sequential); every
+// other wait (background loops) is the wall clock's.
+func fuzzAfter(d time.Duration) <-chan time.Time {
+	if d == releaseWait {
+		fired := make(chan time.Time, 1)
+		fired <- time.Time{}
+		return fired
+	}
+	return time.After(d)
 }

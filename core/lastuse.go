@@ -133,6 +133,7 @@ func (c *Core) recordUses() {
 			if err := c.store.SetAtime(rel, ns); err != nil {
 				c.log.Debug("recording a use", zap.Uint64("id", uint64(id)), zap.Error(err))
 			}
+			c.usesRecorded.Add(1)
 			return true
 		})
 	}
