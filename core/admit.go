@@ -23,7 +23,13 @@ type victims = []ledger.Victim[blob.ID]
 // interrupt with EINTR: the Go runtime interrupts its own threads all
 // the time, and callers that do not retry close(2) would see EINTR for a
 // wait the limit bounds anyway.
-func (c *Core) admit(need int64, op func() (victims, error)) error {
+//
+// What other writers have written can leave no room for id (WaitHint 0),
+// and one of them may yet be refused and give its bytes back: the oldest
+// writer waits for that, the others give up at once, so that two stores
+// that cannot both fit do not both fail (each saw the other's bytes and
+// gave up before either's refusal freed them).
+func (c *Core) admit(id blob.ID, need int64, op func() (victims, error)) error {
 	deadline := c.cfg.Now().Add(c.cfg.WaitLimit)
 	for {
 		changed := c.ledger.Changed()
@@ -35,12 +41,15 @@ func (c *Core) admit(need int64, op func() (victims, error)) error {
 			return ledgerErr(err)
 		}
 		wait := c.ledger.WaitHint(need)
-		if left := deadline.Sub(c.cfg.Now()); wait == 0 || left <= 0 {
+		left := deadline.Sub(c.cfg.Now())
+		if wait == 0 && c.ledger.OldestWriter(id) {
+			wait = left // until a writer's bytes go (changed), or the limit
+		}
+		if wait == 0 || left <= 0 {
 			c.ledger.Refused()
 			return ErrNoSpace
-		} else {
-			wait = min(wait, left)
 		}
+		wait = min(wait, left)
 		select {
 		case <-changed:
 		case <-c.cfg.After(wait):
@@ -54,11 +63,11 @@ func (c *Core) admit(need int64, op func() (victims, error)) error {
 // admitFirstFree runs free, an admission that takes free space only and
 // so needs no namespace lock, and only if that would have to evict runs
 // admit with op, the same admission, under the lock.
-func (c *Core) admitFirstFree(free func() error, need int64, op func() (victims, error)) error {
+func (c *Core) admitFirstFree(id blob.ID, free func() error, need int64, op func() (victims, error)) error {
 	err := free()
 	switch {
 	case errors.Is(err, ledger.ErrBusy):
-		return c.admit(need, op)
+		return c.admit(id, need, op)
 	case errors.Is(err, ledger.ErrTooLarge):
 		c.ledger.Refused()
 	}

@@ -186,7 +186,7 @@ func (c *Core) openStored(id blob.ID, flags int, via func(int) (*os.File, error)
 func (h *Handle) Write(data []byte, off int64) (int, error) {
 	c, end := h.c, off+int64(len(data))
 	_, charge, _ := c.ledger.Size(h.id)
-	err := c.admitFirstFree(func() error { return c.ledger.GrowFree(h.id, end) },
+	err := c.admitFirstFree(h.id, func() error { return c.ledger.GrowFree(h.id, end) },
 		ledger.Charge(end)-charge, func() (victims, error) { return c.ledger.Grow(h.id, end) })
 	if errors.Is(err, ErrNoSpace) {
 		h.refused.Store(true)
@@ -223,7 +223,7 @@ func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
 		defer f.Close()
 	}
 	_, charge, _ := c.ledger.Size(id)
-	err := c.admitFirstFree(func() error { return c.ledger.SetSizeFree(id, size) },
+	err := c.admitFirstFree(id, func() error { return c.ledger.SetSizeFree(id, size) },
 		ledger.Charge(size)-charge, func() (victims, error) { return c.ledger.SetSize(id, size) })
 	if err != nil {
 		return err
@@ -263,7 +263,7 @@ func (h *Handle) Allocate(off, size int64, mode uint32) error {
 			return err
 		}
 		_, charge, _ := c.ledger.Size(h.id)
-		err := c.admitFirstFree(func() error { return c.ledger.ExtendFree(h.id, off+size) },
+		err := c.admitFirstFree(h.id, func() error { return c.ledger.ExtendFree(h.id, off+size) },
 			ledger.Charge(off+size)-charge, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
 		if err != nil {
 			return err
@@ -349,7 +349,7 @@ func (c *Core) settle(h *Handle) error {
 	// the ledger sees it first (and the overshoot, if it is one).
 	c.observed(h.id, size)
 	known, _, _ := c.ledger.Size(h.id)
-	err = c.admitFirstFree(func() error { return c.ledger.SettleFree(h.id, size) },
+	err = c.admitFirstFree(h.id, func() error { return c.ledger.SettleFree(h.id, size) },
 		ledger.Charge(size)-ledger.Charge(known), func() (victims, error) { return c.ledger.Settle(h.id, size) })
 	switch {
 	case err == nil:

@@ -630,6 +630,16 @@ func (l *Ledger[K]) WaitHint(n int64) time.Duration {
 	return time.Duration(l.grace)/4 + time.Millisecond
 }
 
+// OldestWriter says whether id is the object being written whose
+// writing began first of several being written now: the one that waits
+// for what the others wrote (see core's admit).
+func (l *Ledger[K]) OldestWriter(id K) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.get(id)
+	return ok && e.w != 0 && l.open.first() == e.w && l.open.next(e.w) != 0
+}
+
 // Refused counts an ENOSPC answered to a client: admission_failures
 // counts those, not the refusals a caller turned into a wait and a retry.
 func (l *Ledger[K]) Refused() {
