@@ -220,9 +220,9 @@ func (c *Core) unmarkInstall(id blob.ID) {
 	m.Lock()
 	defer m.Unlock()
 	c.writersMu.Lock()
-	_, marked := c.unmarkLocked(id)
+	last := c.unmarkLocked(id)
 	c.writersMu.Unlock()
-	if !marked {
+	if !last {
 		return
 	}
 	if err := c.store.ClearWriting(id); err != nil {

@@ -71,29 +71,28 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 	defer m.Unlock()
 	c.mu.RLock()
 	c.writersMu.Lock()
-	marked := false
 	if h.writing {
 		h.writing = false
-		last, marked = c.unmarkLocked(h.id)
+		last = c.unmarkLocked(h.id)
 	}
 	c.writersMu.Unlock()
 	if last {
 		pub = publish()
 	}
 	c.mu.RUnlock()
-	if marked {
+	if last {
 		err = c.store.ClearWriting(h.id)
 	}
 	return last, pub, err
 }
 
 // unmarkLocked ends one of id's writers (a handle or an install) and
-// says whether it was the last, and so whether the crash marker is for
-// its caller to clear; publishes waiting for it go on (see
-// publishedWhileOpen). The marker's lock and writersMu held.
-func (c *Core) unmarkLocked(id blob.ID) (last, marked bool) {
+// says whether it was the last, whose caller clears the crash marker;
+// publishes waiting for it go on (see publishedWhileOpen). The marker's
+// lock and writersMu held.
+func (c *Core) unmarkLocked(id blob.ID) (last bool) {
 	if c.marked[id]--; c.marked[id] > 0 {
-		return false, false
+		return false
 	}
 	delete(c.marked, id)
 	delete(c.base, id)
@@ -102,7 +101,7 @@ func (c *Core) unmarkLocked(id blob.ID) (last, marked bool) {
 		close(done)
 		delete(c.released, id)
 	}
-	return true, true
+	return true
 }
 
 // baseSize is the size a refused writer's object goes back to: what it
