@@ -156,52 +156,33 @@ func (m *model) fresh(slot int) ID {
 	return id
 }
 
-// evictSome predicts a trim's victims: evict's, or as many as there are
-// when need cannot be met.
-func (m *model) evictSome(need int64, self ID) ([]Victim[ID], bool) {
-	if v, ok := m.evict(need, self); ok {
-		return v, true
-	}
-	return m.allEvictable(self), false
-}
-
-// allEvictable is every object an eviction may take, oldest first.
-func (m *model) allEvictable(self ID) []Victim[ID] {
-	var out []Victim[ID]
-	for _, id := range m.order {
-		if m.evictable(id, self) {
-			o := m.objs[id]
-			out = append(out, Victim[ID]{ID: id, Charge: o.charge(), LastUse: o.lastUse})
-		}
-	}
-	return out
-}
-
-func (m *model) evictable(id, self ID) bool {
-	o := m.objs[id]
-	recent := o.lastClose != 0 && m.now-o.lastClose < int64(fzGrace)
-	return id != self && o.pins == 0 && !recent
-}
-
-// evict predicts the victims, oldest first, or nil if need cannot be met.
-func (m *model) evict(need int64, self ID) ([]Victim[ID], bool) {
+// coldest picks victims oldest first until they free need bytes or none
+// is left, as the ledger's coldest does, and says whether need was met:
+// a trim's victims (the ledger's evictSome).
+func (m *model) coldest(need int64, self ID) ([]Victim[ID], bool) {
 	var out []Victim[ID]
 	var freed int64
 	for _, id := range m.order {
 		if freed >= need {
 			break
 		}
-		if !m.evictable(id, self) {
+		o := m.objs[id]
+		recent := o.lastClose != 0 && m.now-o.lastClose < int64(fzGrace)
+		if id == self || o.pins > 0 || recent {
 			continue
 		}
-		o := m.objs[id]
 		out = append(out, Victim[ID]{ID: id, Charge: o.charge(), LastUse: o.lastUse})
 		freed += o.charge()
 	}
-	if freed < need {
-		return nil, false
+	return out, freed >= need
+}
+
+// evict predicts an admission's victims, or nil if need cannot be met.
+func (m *model) evict(need int64, self ID) ([]Victim[ID], bool) {
+	if v, ok := m.coldest(need, self); ok {
+		return v, true
 	}
-	return out, true
+	return nil, false
 }
 
 func (m *model) commit(v []Victim[ID]) {
@@ -523,7 +504,7 @@ func (m *model) endWriting(o *mObj) []Victim[ID] {
 	if over <= 0 {
 		return nil
 	}
-	v, ok := m.evictSome(over, o.id)
+	v, ok := m.coldest(over, o.id)
 	if !ok {
 		m.reconciled++
 	}
@@ -718,7 +699,7 @@ func (r *fuzzRun) trim() {
 	v := r.l.Trim()
 	var want []Victim[ID]
 	if over := r.m.admitted() - fzCap; over > 0 {
-		want, _ = r.m.evictSome(over, 0)
+		want, _ = r.m.coldest(over, 0)
 	}
 	r.victims(v, want)
 	r.m.commit(want)
