@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"slices"
-	"strings"
 
+	"github.com/kvfs/kvfs/internal/fdwalk"
 	"golang.org/x/sys/unix"
 )
 
@@ -89,54 +87,29 @@ func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64,
 	seen := map[uint64]bool{}
 	files := tally{r: walk}
 	defer files.flush()
-	// By directory descriptors, not paths: a store's paths may reach
-	// MaxPath under data/, which with the store's own path passes
+	// By directory descriptors (fdwalk), not paths: a store's paths may
+	// reach MaxPath under data/, which with the store's own path passes
 	// PATH_MAX.
-	var scan func(dirfd int, rel string) error
-	scan = func(dirfd int, rel string) error {
-		d := os.NewFile(uintptr(dirfd), rel)
-		defer d.Close()
-		ents, err := d.ReadDir(-1)
-		if err != nil {
-			return err
-		}
-		slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-		for _, e := range ents {
-			p := path.Join(rel, e.Name())
-			switch {
-			case e.IsDir():
+	return fdwalk.Walk(root, func(rel string, typ fs.FileMode, st *unix.Stat_t) error {
+		switch {
+		case typ.IsDir():
+			if rel != "" {
 				rep.Dirs++
-				fd, err := unix.Openat(dirfd, e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-				if err != nil {
-					return &fs.PathError{Op: "open", Path: p, Err: err}
-				}
-				if err := scan(fd, p); err != nil {
-					return err
-				}
-			case e.Type().IsRegular():
-				var st unix.Stat_t
-				if err := unix.Fstatat(dirfd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-					return &fs.PathError{Op: "lstat", Path: p, Err: err}
-				}
-				files.add()
-				if incomplete[st.Ino] {
-					rep.Problems = append(rep.Problems, fmt.Sprintf("incomplete object %s (%d bytes, marked at a crash: being written, or being evicted)", p, st.Size))
-				} else if !seen[st.Ino] {
-					seen[st.Ino] = true
-					rep.Objects++
-					rep.Bytes += charge(st.Size)
-				}
-			default:
-				rep.Problems = append(rep.Problems, fmt.Sprintf("foreign entry %s (%s): kvfs stores only directories and regular files", p, e.Type()))
 			}
+		case typ.IsRegular():
+			files.add()
+			if incomplete[st.Ino] {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("incomplete object %s (%d bytes, marked at a crash: being written, or being evicted)", rel, st.Size))
+			} else if !seen[st.Ino] {
+				seen[st.Ino] = true
+				rep.Objects++
+				rep.Bytes += charge(st.Size)
+			}
+		default:
+			rep.Problems = append(rep.Problems, fmt.Sprintf("foreign entry %s (%s): kvfs stores only directories and regular files", rel, typ))
 		}
 		return nil
-	}
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: root, Err: err}
-	}
-	return scan(fd, "")
+	})
 }
 
 // repairStore reclaims exactly what a mount's start-up reclaims, by

@@ -5,8 +5,8 @@ package usage
 
 import (
 	"io/fs"
-	"os"
 
+	"github.com/kvfs/kvfs/internal/fdwalk"
 	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
 )
@@ -38,42 +38,17 @@ func DfUsed(path string) (int64, error) {
 	return int64(sf.Blocks-sf.Bfree) * sf.Frsize, nil
 }
 
-// sum walks root by directory descriptors, not by paths: a tree deeper
-// than PATH_MAX is measured too.
+// sum walks root by directory descriptors (fdwalk): a tree deeper than
+// PATH_MAX is measured too.
 func sum(root string, regularOnly bool, size func(*unix.Stat_t) int64) (int64, error) {
 	seen := map[uint64]bool{}
 	var total int64
-	var walk func(dirfd int, name string) error
-	walk = func(dirfd int, name string) error {
-		var st unix.Stat_t
-		if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return &fs.PathError{Op: "lstat", Path: name, Err: err}
-		}
-		typ := st.Mode & unix.S_IFMT
-		if (!regularOnly || typ == unix.S_IFREG) && !seen[st.Ino] {
+	err := fdwalk.Walk(root, func(_ string, _ fs.FileMode, st *unix.Stat_t) error {
+		if (!regularOnly || st.Mode&unix.S_IFMT == unix.S_IFREG) && !seen[st.Ino] {
 			seen[st.Ino] = true
-			total += size(&st)
-		}
-		if typ != unix.S_IFDIR {
-			return nil
-		}
-		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return &fs.PathError{Op: "open", Path: name, Err: err}
-		}
-		d := os.NewFile(uintptr(fd), name)
-		defer d.Close()
-		names, err := d.Readdirnames(-1)
-		if err != nil {
-			return err
-		}
-		for _, n := range names {
-			if err := walk(fd, n); err != nil {
-				return err
-			}
+			total += size(st)
 		}
 		return nil
-	}
-	err := walk(unix.AT_FDCWD, root)
+	})
 	return total, err
 }

@@ -1,0 +1,68 @@
+// Package fdwalk walks a directory tree by directory descriptors, not by
+// paths: a tree whose paths, with the root's in front, pass PATH_MAX is
+// walked too (kvfs's stores hold paths of up to 4,095 bytes beneath
+// data/). fsck and the usage measures share it.
+package fdwalk
+
+import (
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Walk calls visit for root (rel "", typ fs.ModeDir) and every entry
+// beneath it, a directory before its entries and each directory's
+// entries in name order, with the entry's type as the directory listed
+// it and its lstat. It follows no symlink. The first error, visit's or
+// the walk's, ends it.
+func Walk(root string, visit func(rel string, typ fs.FileMode, st *unix.Stat_t) error) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		return &fs.PathError{Op: "lstat", Path: root, Err: err}
+	}
+	if err := visit("", fs.ModeDir, &st); err != nil {
+		return err
+	}
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: root, Err: err}
+	}
+	return walk(fd, "", visit)
+}
+
+// walk visits the entries of the directory open as dirfd (at rel) and
+// below, and closes dirfd.
+func walk(dirfd int, rel string, visit func(string, fs.FileMode, *unix.Stat_t) error) error {
+	d := os.NewFile(uintptr(dirfd), rel)
+	defer d.Close()
+	ents, err := d.ReadDir(-1)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	for _, e := range ents {
+		p := path.Join(rel, e.Name())
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &fs.PathError{Op: "lstat", Path: p, Err: err}
+		}
+		if err := visit(p, e.Type(), &st); err != nil {
+			return err
+		}
+		if !e.IsDir() {
+			continue
+		}
+		fd, err := unix.Openat(dirfd, e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &fs.PathError{Op: "open", Path: p, Err: err}
+		}
+		if err := walk(fd, p, visit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
