@@ -109,16 +109,22 @@ func (s *Store) fits(id ID, rel string) bool {
 // attributes after the chown, for the reply (inode 0 if they could not
 // be read). LinkDetachedAt names it.
 func (s *Store) CreateFor(id ID, mode uint32, who Owner) (*os.File, unix.Stat_t, error) {
-	var st unix.Stat_t
 	f, err := s.CreateDetached(id, mode)
 	if err != nil {
-		return nil, st, err
+		return nil, unix.Stat_t{}, err
 	}
+	return f, who.take(f), nil
+}
+
+// take gives a new file to who and returns its attributes after that
+// (inode 0 if they could not be read).
+func (who Owner) take(f *os.File) unix.Stat_t {
 	if who.chown() {
 		f.Chown(who.UID, who.GID)
 	}
+	var st unix.Stat_t
 	unix.Fstat(int(f.Fd()), &st)
-	return f, st, nil
+	return st
 }
 
 // CreateAt makes a new empty file id at rel, exclusively, and opens it
@@ -137,10 +143,7 @@ func (s *Store) CreateAt(rel string, id ID, mode uint32, who Owner) (*os.File, u
 	// group from, before the name shows it.
 	wfd, wname := s.marker(id)
 	err = s.at(rel, func(dirfd int, name string) error {
-		if who = who.in(dirfd); who.chown() {
-			f.Chown(who.UID, who.GID)
-		}
-		unix.Fstat(int(f.Fd()), &st)
+		st = who.in(dirfd).take(f)
 		return unix.Linkat(wfd, wname, dirfd, name, 0)
 	})
 	if err != nil {
