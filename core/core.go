@@ -199,7 +199,7 @@ type Core struct {
 	base map[blob.ID]int64
 	// GUARDED_BY(writersMu): for IDs in marked, the size the last close
 	// settled (settled), and what publishes wait on for the last
-	// release (released, closed then): see publishedWhileOpen.
+	// release (released, closed then): see awaitRelease.
 	settled  map[blob.ID]int64
 	released map[blob.ID]chan struct{}
 	// GUARDED_BY(writersMu): passthrough writers the poller watches, with

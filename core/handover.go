@@ -30,7 +30,7 @@ type HandleState struct {
 }
 
 // WriterState is what the Core keeps of an object being written (see
-// baseSize and publishedWhileOpen).
+// baseSize and awaitRelease).
 type WriterState struct {
 	ID         blob.ID `json:"id"`
 	Base       int64   `json:"base"`
@@ -38,7 +38,7 @@ type WriterState struct {
 	HasSettled bool    `json:"has_settled,omitempty"`
 	// Early: a daemon before 2026-12 cleared the object's crash marker
 	// at a publish while a writer had it open; the successor marks it
-	// again (see publishedWhileOpen).
+	// again (see awaitRelease).
 	Early bool `json:"early,omitempty"`
 }
 

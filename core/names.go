@@ -256,7 +256,7 @@ func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
 	c.ledger.EndGrace(id)
 	a, err := c.linkedAttr(id, st)
 	if err == nil {
-		c.publishedWhileOpen(id)
+		c.awaitRelease(id)
 	}
 	c.publish(pub)
 	return a, err
@@ -326,7 +326,7 @@ func (c *Core) Rename(parent blob.ID, name string, newParent blob.ID, newName st
 	if err == nil {
 		for _, id := range moved {
 			c.ledger.EndGrace(id)
-			c.publishedWhileOpen(id)
+			c.awaitRelease(id)
 		}
 		c.publish(pub)
 	}

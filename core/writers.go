@@ -88,7 +88,7 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 
 // unmarkLocked ends one of id's writers (a handle or an install) and
 // says whether it was the last, whose caller clears the crash marker;
-// publishes waiting for it go on (see publishedWhileOpen). The marker's
+// publishes waiting for it go on (see awaitRelease). The marker's
 // lock and writersMu held.
 func (c *Core) unmarkLocked(id blob.ID) (last bool) {
 	if c.marked[id]--; c.marked[id] > 0 {
@@ -275,9 +275,9 @@ func (c *Core) observeWatched(h *Handle) bool {
 // in flight, microseconds away on an idle node.
 const releaseWait = 100 * time.Millisecond
 
-// publishedWhileOpen waits, up to releaseWait, for the last release of
+// awaitRelease waits, up to releaseWait, for the last release of
 // id if a close settled it and a writer still has it open; no lock held.
-func (c *Core) publishedWhileOpen(id blob.ID) {
+func (c *Core) awaitRelease(id blob.ID) {
 	c.writersMu.Lock()
 	var done chan struct{}
 	if _, settled := c.settled[id]; settled && c.marked[id] > 0 {
