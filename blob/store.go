@@ -274,6 +274,9 @@ func (s *Store) openBeneathFd(rel string, flags int, mode uint32) (int, error) {
 // in the store in place of a directory never leads a change outside it.
 // Names directly under data/ need no resolving.
 func (s *Store) at(rel string, op func(dirfd int, name string) error) error {
+	if len(rel) > MaxPath {
+		return unix.ENAMETOOLONG // no stored path is longer (see MaxPath)
+	}
 	dir, name := path.Split(rel)
 	if dir == "" {
 		return op(int(s.data.Fd()), name)

@@ -161,9 +161,6 @@ func (p *Preview) heldLocked(rel string) bool {
 
 // Create makes the new file rel and opens it for its writer.
 func (p *Preview) Create(rel string, mode uint32, who blob.Owner) (f *EarlyFile, a Attr, err error) {
-	if len(rel) > blob.MaxPath {
-		return nil, Attr{}, unix.ENAMETOOLONG
-	}
 	err = p.change(func(e *early) error {
 		f, a, err = p.createLocked(e, rel, mode, who)
 		return err
@@ -317,9 +314,6 @@ func (e *early) freeLocked(f *EarlyFile) {
 // Mkdir makes the new directory rel, in a directory the store holds;
 // ErrWait if rel is held or its parent is not a directory.
 func (p *Preview) Mkdir(rel string, mode uint32, who blob.Owner) (a Attr, err error) {
-	if len(rel) > blob.MaxPath {
-		return Attr{}, unix.ENAMETOOLONG
-	}
 	err = p.change(func(e *early) error {
 		if p.heldLocked(rel) {
 			return ErrWait
@@ -345,9 +339,6 @@ func (p *Preview) Mkdir(rel string, mode uint32, who blob.Owner) (a Attr, err er
 // Link gives the made file at old the new name rel; ErrWait for any
 // other link.
 func (p *Preview) Link(old, rel string) (a Attr, err error) {
-	if len(rel) > blob.MaxPath {
-		return Attr{}, unix.ENAMETOOLONG
-	}
 	err = p.change(func(e *early) error {
 		f := e.made[old]
 		if f == nil || p.heldLocked(rel) {
@@ -445,9 +436,6 @@ func (p *Preview) forgetLocked(rel string, f *EarlyFile) {
 func (p *Preview) Rename(old, rel string, flags uint32) error {
 	if flags&^unix.RENAME_NOREPLACE != 0 {
 		return ErrWait
-	}
-	if len(rel) > blob.MaxPath {
-		return unix.ENAMETOOLONG // a file's: a directory's rename waits for the index
 	}
 	return p.change(func(e *early) error {
 		if p.heldLocked(rel) {
