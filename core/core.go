@@ -202,6 +202,12 @@ type Core struct {
 	// release (released, closed then): see awaitRelease.
 	settled  map[blob.ID]int64
 	released map[blob.ID]chan struct{}
+	// GUARDED_BY(writersMu): truncates under way, by object, and the
+	// count of every truncate that ended: a settle commits a size only
+	// if none of its object began or ended since it read it (see
+	// sizeEpoch).
+	truncating map[blob.ID]*truncation
+	truncEnds  uint64
 	// GUARDED_BY(writersMu): passthrough writers the poller watches, with
 	// the poller's round when each was added (round).
 	watched map[*Handle]uint64
@@ -308,19 +314,20 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		cfg.Logger = zap.NewNop()
 	}
 	c := &Core{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		store:    store,
-		dropped:  func(Drop) {},
-		ledger:   ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint}),
-		marked:   map[blob.ID]int{},
-		base:     map[blob.ID]int64{},
-		settled:  map[blob.ID]int64{},
-		released: map[blob.ID]chan struct{}{},
-		watched:  map[*Handle]uint64{},
-		wake:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		doomed:   map[blob.Name]blob.ID{},
+		cfg:        cfg,
+		log:        cfg.Logger,
+		store:      store,
+		dropped:    func(Drop) {},
+		ledger:     ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint}),
+		marked:     map[blob.ID]int{},
+		base:       map[blob.ID]int64{},
+		settled:    map[blob.ID]int64{},
+		released:   map[blob.ID]chan struct{}{},
+		truncating: map[blob.ID]*truncation{},
+		watched:    map[*Handle]uint64{},
+		wake:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		doomed:     map[blob.Name]blob.ID{},
 	}
 	c.dirs.init()
 	c.tree.SetRank(rankTree)

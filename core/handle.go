@@ -215,6 +215,7 @@ func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
 		return ledgerErr(err)
 	}
 	defer c.closeWrite(id)
+	defer c.beginTruncate(id)()
 	if f == nil {
 		var err error
 		if f, err = c.openStored(id, unix.O_WRONLY, nil); err != nil {
@@ -341,16 +342,28 @@ func (c *Core) settle(h *Handle) error {
 		c.refuse(h)
 		return ErrNoSpace
 	}
-	size, err := h.size()
-	if err != nil {
-		return err
+	var size int64
+	var err error
+	for {
+		epoch := c.sizeEpoch(h.id)
+		if size, err = h.size(); err != nil {
+			return err
+		}
+		if testHookSettling != nil {
+			testHookSettling()
+		}
+		// What a passthrough writer wrote since the last poll is on disk:
+		// the ledger sees it first (and the overshoot, if it is one).
+		c.observed(h.id, size)
+		known, _, _ := c.ledger.Size(h.id)
+		err = c.admitFirstFree(h.id, func() error { return c.ledger.SettleFree(h.id, size) },
+			ledger.Charge(size)-ledger.Charge(known), func() (victims, error) { return c.ledger.Settle(h.id, size) })
+		if err != nil || c.sizeStable(h.id, epoch) {
+			break
+		}
+		// A truncate overlapped: its size may be what was just
+		// overwritten, and the file holds it now.
 	}
-	// What a passthrough writer wrote since the last poll is on disk:
-	// the ledger sees it first (and the overshoot, if it is one).
-	c.observed(h.id, size)
-	known, _, _ := c.ledger.Size(h.id)
-	err = c.admitFirstFree(h.id, func() error { return c.ledger.SettleFree(h.id, size) },
-		ledger.Charge(size)-ledger.Charge(known), func() (victims, error) { return c.ledger.Settle(h.id, size) })
 	switch {
 	case err == nil:
 		c.settledAt(h.id, size)

@@ -304,3 +304,68 @@ func (c *Core) settledAt(id blob.ID, size int64) {
 		c.settled[id] = size
 	}
 }
+
+// A writer's settle reads its object's size, then commits it to the
+// ledger; a truncate by another handle, or by path, commits its size,
+// then cuts the file. Interleaved, the settle's older size would
+// overwrite the truncate's, and the ledger would count a size the file
+// does not have until the audit. So a truncate is under way
+// (beginTruncate) from before its commit until after its cut, and a
+// settle commits a size only if no truncate of its object was under way
+// or ended meanwhile (sizeStable); otherwise it reads the size again.
+// Connectors do not truncate: a settle pays two short holds of
+// writersMu for this.
+
+// truncation is one object's truncates under way; done closes when the
+// last ends.
+type truncation struct {
+	n    int
+	done chan struct{}
+}
+
+// beginTruncate records a truncate of id under way and returns its end.
+func (c *Core) beginTruncate(id blob.ID) (end func()) {
+	c.writersMu.Lock()
+	t := c.truncating[id]
+	if t == nil {
+		t = &truncation{done: make(chan struct{})}
+		c.truncating[id] = t
+	}
+	t.n++
+	c.writersMu.Unlock()
+	return func() {
+		c.writersMu.Lock()
+		defer c.writersMu.Unlock()
+		c.truncEnds++
+		if t.n--; t.n == 0 {
+			delete(c.truncating, id)
+			close(t.done)
+		}
+	}
+}
+
+// sizeEpoch waits until no truncate of id is under way and returns the
+// count of ended truncates, for sizeStable; no lock held.
+func (c *Core) sizeEpoch(id blob.ID) uint64 {
+	for {
+		c.writersMu.Lock()
+		t, ends := c.truncating[id], c.truncEnds
+		c.writersMu.Unlock()
+		if t == nil {
+			return ends
+		}
+		<-t.done
+	}
+}
+
+// sizeStable says whether no truncate of id began or ended since
+// sizeEpoch returned epoch.
+func (c *Core) sizeStable(id blob.ID, epoch uint64) bool {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	return c.truncating[id] == nil && c.truncEnds == epoch
+}
+
+// testHookSettling, when set, runs between a settle's read of the size
+// and its commit.
+var testHookSettling func()

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -333,5 +334,46 @@ func TestPublishWaitsForRelease(t *testing.T) {
 	if !after.exists("final1") || after.exists("final2") || rep.Incomplete != 1 {
 		t.Fatalf("after the crash: final1 %v, final2 %v, incomplete %d; want final1 only, final2 reclaimed",
 			after.exists("final1"), after.exists("final2"), rep.Incomplete)
+	}
+}
+
+// TestTruncateDuringSettle: a truncate by path that lands between a
+// writer's settle reading the size and committing it is not overwritten
+// by the older size (the ledger said 4 KiB for a 3 MiB file until the
+// audit). The hook runs the truncate in that window of the release's
+// settle.
+func TestTruncateDuringSettle(t *testing.T) {
+	for _, size := range []int64{3 * mib, 1} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			tc := newTestCore(t, Config{Capacity: 64 * mib})
+			h, err := tc.Create(blob.RootID, "f", 0o644, nobody, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.Write(make([]byte, 4096), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			// The release's settle is the last: nothing after it would
+			// read the size again.
+			var once sync.Once
+			testHookSettling = func() {
+				once.Do(func() {
+					if err := tc.Truncate(h.ID(), nil, size); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			defer func() { testHookSettling = nil }()
+			h.Release()
+			if got, _, _ := tc.ledger.Size(h.ID()); got != size {
+				t.Fatalf("the ledger says %d bytes after a truncate to %d during the settle", got, size)
+			}
+			if _, a, err := tc.Lookup(blob.RootID, "f"); err != nil || a.Size != size {
+				t.Fatalf("the file has %d bytes (%v), want %d", a.Size, err, size)
+			}
+		})
 	}
 }
