@@ -132,6 +132,9 @@ func (c *cpLoad) dropVanished(d *dir, ch *dirCheck) {
 // makes, is deleted.
 func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) error {
 	l := c.l
+	if l.tooDeep(dirfd, cd.path, name) {
+		return nil
+	}
 	if typ == unix.DT_DIR {
 		c.fresh = append(c.fresh, walkRoot{l.addDir(cd.d, name), path.Join(cd.path, name)})
 		return nil

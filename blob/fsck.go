@@ -92,6 +92,11 @@ func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64,
 	// PATH_MAX.
 	return fdwalk.Walk(root, func(rel string, typ fs.FileMode, st *unix.Stat_t) error {
 		switch {
+		case len(rel) > MaxPath:
+			rep.Problems = append(rep.Problems, fmt.Sprintf("path of %d bytes %s...: past PATH_MAX, kvfs cannot serve it (a start removes it)", len(rel), rel[:64]))
+			if typ.IsDir() {
+				return fs.SkipDir
+			}
 		case typ.IsDir():
 			if rel != "" {
 				rep.Dirs++

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kvfs/kvfs/internal/fdwalk"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,6 +29,11 @@ type LoadReport struct {
 	Incomplete     int64 `json:"incomplete"`
 	IncompleteByte int64 `json:"incomplete_bytes"`
 	Foreign        int64 `json:"foreign"`
+	// TooDeep: entries whose paths under data/ passed MaxPath (made
+	// behind kvfs's back, or by an older kvfs, which let a directory
+	// rename carry them past it), removed with everything beneath them:
+	// no name past PATH_MAX can be served.
+	TooDeep int64 `json:"too_deep"`
 	// FromSnapshot: the index came from the checkpoint (see
 	// CheckpointName), not from a walk; SnapshotUnused says why a walk
 	// was needed ("none": there was no checkpoint).
@@ -265,6 +271,8 @@ func (l *loader) read(rel string) ([]entry, error) {
 	for _, de := range des {
 		e := entry{name: de.Name(), dir: de.IsDir()}
 		switch {
+		case l.tooDeep(fd, rel, e.name):
+			continue
 		case e.dir:
 		case !de.Type().IsRegular():
 			unix.Unlinkat(fd, e.name, 0)
@@ -284,6 +292,19 @@ func (l *loader) read(rel string) ([]entry, error) {
 	}
 	files.flush()
 	return out, nil
+}
+
+// tooDeep removes name, in the directory open as dirfd at rel, with
+// everything beneath it, when its path passes MaxPath; it touches no
+// shared state but the report's counters.
+func (l *loader) tooDeep(dirfd int, rel, name string) bool {
+	if len(path.Join(rel, name)) <= MaxPath {
+		return false
+	}
+	if err := fdwalk.RemoveAt(dirfd, name); err == nil {
+		l.count(func(r *LoadReport) { r.TooDeep++ })
+	}
+	return true
 }
 
 func (l *loader) count(f func(*LoadReport)) {

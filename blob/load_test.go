@@ -2,6 +2,7 @@ package blob
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -281,4 +282,76 @@ func charges(objs []Object) (n int64) {
 		n += ledger.Charge(o.Size)
 	}
 	return n
+}
+
+// TestLoadRemovesPathsPastPathMax: a store holding a path past MaxPath
+// under data/ (made behind kvfs's back, or by an older kvfs) mounts: the
+// too-deep entry goes with everything beneath it and the rest is served.
+// Before, the start failed naming the path, after a checkpoint or
+// without one. fsck reports it, and its repair removes it.
+func TestLoadRemovesPathsPastPathMax(t *testing.T) {
+	for _, withCheckpoint := range []bool{false, true} {
+		t.Run(fmt.Sprintf("checkpoint=%v", withCheckpoint), func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir)
+			must(t, "Open", err)
+			mustCreate(t, s, RootID, "kept", []byte("kept"))
+			seg := strings.Repeat("d", 250)
+			deepest := RootID
+			for range 16 { // 16 × 251 - 1 = 4,015 bytes
+				deepest = mustMkdir(t, s, deepest, seg)
+			}
+			mustCreate(t, s, deepest, "fits", []byte("fits"))
+			if withCheckpoint {
+				saveCheckpoint(t, s, ids(s))
+			}
+			want := namespace(s)
+			// Behind kvfs's back: a 17th level (4,266 bytes) and a file
+			// whose name carries its path past MaxPath.
+			fd, err := unix.Open(filepath.Join(dir, "data"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			must(t, "open data", err)
+			for range 16 {
+				next, err := unix.Openat(fd, seg, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+				must(t, "openat", err)
+				unix.Close(fd)
+				fd = next
+			}
+			must(t, "mkdirat", unix.Mkdirat(fd, seg, 0o755))
+			sub, err := unix.Openat(fd, seg, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			must(t, "openat", err)
+			f, err := unix.Openat(sub, "lost", unix.O_CREAT|unix.O_WRONLY, 0o644)
+			must(t, "create", err)
+			unix.Close(f)
+			unix.Close(sub)
+			f, err = unix.Openat(fd, strings.Repeat("f", 100), unix.O_CREAT|unix.O_WRONLY, 0o644)
+			must(t, "create", err)
+			unix.Close(f)
+			unix.Close(fd)
+			s.Close()
+
+			found, err := Fsck(dir, false, ledger.Charge)
+			must(t, "Fsck", err)
+			if len(found.Problems) != 2 {
+				t.Fatalf("fsck found %q, want the two paths past PATH_MAX", found.Problems)
+			}
+			s, err = Open(dir)
+			must(t, "Open", err)
+			_, rep, err := s.Load()
+			must(t, "Load", err)
+			checkIndex(t, s)
+			got := namespace(s)
+			s.Close()
+			if rep.TooDeep != 2 || rep.Objects != 2 || rep.FromSnapshot != withCheckpoint {
+				t.Fatalf("Load = %+v, want 2 objects kept and 2 entries too deep removed", rep)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("loaded namespace %v\nwant %v", got, want)
+			}
+			again, err := Fsck(dir, false, ledger.Charge)
+			must(t, "Fsck", err)
+			if len(again.Problems) != 0 {
+				t.Fatalf("fsck after the start found %q", again.Problems)
+			}
+		})
+	}
 }

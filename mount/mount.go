@@ -171,10 +171,14 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 	m.core, m.Loaded, m.Capacity = c, rep, c.Capacity()
 	m.log.Info("store loaded", zap.String("store", m.Store), zap.Int64("objects", rep.Objects),
 		zap.Int64("bytes", rep.Bytes), zap.Int64("incomplete_reclaimed", rep.Incomplete),
-		zap.Int64("foreign_removed", rep.Foreign), zap.Int("evicted_to_fit", rep.Evicted),
+		zap.Int64("foreign_removed", rep.Foreign), zap.Int64("too_deep_removed", rep.TooDeep), zap.Int("evicted_to_fit", rep.Evicted),
 		zap.Bool("from_snapshot", rep.FromSnapshot), zap.String("snapshot_unused", rep.SnapshotUnused),
 		zap.Int64("dirs_listed", rep.DirsListed), zap.Int64("stated", rep.Stated),
 		zap.Duration("took", rep.Took))
+	if rep.TooDeep > 0 {
+		m.log.Warn("the store held paths past PATH_MAX (4,095 bytes under data/), which kvfs cannot serve: removed, with everything beneath them",
+			zap.String("store", m.Store), zap.Int64("entries", rep.TooDeep))
+	}
 	if m.RAMCache > 0 {
 		if m.ram, err = ramcache.New(m.RAMCache); err != nil {
 			c.Close()

@@ -17,8 +17,9 @@ import (
 // Walk calls visit for root (rel "", typ fs.ModeDir) and every entry
 // beneath it, a directory before its entries and each directory's
 // entries in name order, with the entry's type as the directory listed
-// it and its lstat. It follows no symlink. The first error, visit's or
-// the walk's, ends it.
+// it and its lstat. It follows no symlink. visit's fs.SkipDir for a
+// directory skips what is beneath it; any other error, visit's or the
+// walk's, ends the walk.
 func Walk(root string, visit func(rel string, typ fs.FileMode, st *unix.Stat_t) error) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(root, &st); err != nil {
@@ -50,7 +51,11 @@ func walk(dirfd int, rel string, visit func(string, fs.FileMode, *unix.Stat_t) e
 		if err := unix.Fstatat(dirfd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return &fs.PathError{Op: "lstat", Path: p, Err: err}
 		}
-		if err := visit(p, e.Type(), &st); err != nil {
+		err := visit(p, e.Type(), &st)
+		if err == fs.SkipDir && e.IsDir() {
+			continue
+		}
+		if err != nil {
 			return err
 		}
 		if !e.IsDir() {
@@ -65,4 +70,30 @@ func walk(dirfd int, rel string, visit func(string, fs.FileMode, *unix.Stat_t) e
 		}
 	}
 	return nil
+}
+
+// RemoveAt removes name in the directory open as dirfd, and everything
+// beneath it when it is a directory, by descriptors: it works where the
+// entries' paths pass PATH_MAX, as os.RemoveAll does not.
+func RemoveAt(dirfd int, name string) error {
+	err := unix.Unlinkat(dirfd, name, 0)
+	if err != unix.EISDIR && err != unix.EPERM {
+		return err
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	d := os.NewFile(uintptr(fd), name)
+	ents, err := d.ReadDir(-1)
+	for _, e := range ents {
+		if err == nil {
+			err = RemoveAt(fd, e.Name())
+		}
+	}
+	d.Close()
+	if err != nil {
+		return err
+	}
+	return unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
 }
