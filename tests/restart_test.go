@@ -305,6 +305,10 @@ func crash(t *testing.T, d *daemon, fds []int) {
 	if err := unix.Statfs(d.mp, new(unix.Statfs_t)); !errors.Is(err, unix.ENOTCONN) {
 		t.Fatalf("statfs of the dead mount: %v, want ENOTCONN", err)
 	}
+	// kvfs stats says what happened and what to do, not only ENOTCONN.
+	if r := runKvfs(t, "stats", d.mp); r.code != 1 || !strings.Contains(r.stderr, "the daemon that served this mount is gone") {
+		t.Fatalf("kvfs stats of the dead mount: exit %d, %q", r.code, r.stderr)
+	}
 }
 
 // TestRestartAfterKill9: kvfs mount on the dead mount point of a killed

@@ -60,7 +60,14 @@ func cmdStats(args []string, stdout io.Writer) error {
 
 // statsJSON is the root's stats extended attribute.
 func statsJSON(mp string) ([]byte, error) {
-	if _, err := os.Stat(mp); err != nil {
+	// A mount whose daemon died answers ENOTCONN (the kernel may still
+	// answer a stat of its root from its cache).
+	gone := func() error {
+		return fmt.Errorf("%s: the daemon that served this mount is gone (%v); `kvfs unmount %s` detaches it, and `kvfs mount` of its store serves it again", mp, unix.ENOTCONN, mp)
+	}
+	if _, err := os.Stat(mp); errors.Is(err, unix.ENOTCONN) {
+		return nil, gone()
+	} else if err != nil {
 		return nil, usageerr.Errorf("%v", err)
 	}
 	buf := make([]byte, 4096)
@@ -72,6 +79,9 @@ func statsJSON(mp string) ([]byte, error) {
 	if err != nil {
 		if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP) {
 			return nil, usageerr.Errorf("%s is not the root of a kvfs mount", mp)
+		}
+		if errors.Is(err, unix.ENOTCONN) {
+			return nil, gone()
 		}
 		return nil, fmt.Errorf("reading stats of %s: %w", mp, err)
 	}
