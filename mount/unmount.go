@@ -184,7 +184,21 @@ func locate(mountpoint string) (string, mountinfo.Entry, error) {
 	if e.FSType != FSType {
 		return "", e, usagef("%s is a %s mount, not kvfs", mp, e.FSType)
 	}
+	if uid, ok := mountOwner(e); ok && os.Geteuid() != 0 && os.Geteuid() != uid {
+		return "", e, fmt.Errorf("%s was mounted by uid %d: only that user or root may unmount it", mp, uid)
+	}
 	return mp, e, nil
+}
+
+// mountOwner is the user a FUSE mount was made by (its user_id option).
+func mountOwner(e mountinfo.Entry) (int, bool) {
+	for _, o := range strings.Split(e.SuperOptions, ",") {
+		if v, ok := strings.CutPrefix(o, "user_id="); ok {
+			uid, err := strconv.Atoi(v)
+			return uid, err == nil
+		}
+	}
+	return 0, false
 }
 
 // quietResolve resolves the symlinks of an absolute path without

@@ -381,6 +381,14 @@ func TestHandoverRefusedToOtherUsers(t *testing.T) {
 	if !d.alive() {
 		t.Fatal("the daemon exited: nobody took its mount")
 	}
+	// Nor may nobody unmount it; kvfs says why (before: fusermount3's
+	// "entry for MP not found in /etc/mtab").
+	cmd := exec.Command(bin, "unmount", d.mp)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "was mounted by uid 0: only that user or root may unmount it") {
+		t.Errorf("nobody's kvfs unmount: %v, %q", err, out)
+	}
 	if got, err := os.ReadFile(filepath.Join(d.mp, "kept")); err != nil || string(got) != "kept\n" {
 		t.Fatalf("kept after nobody's attempts: %q, %v", got, err)
 	}
