@@ -5,6 +5,7 @@ package mount
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"github.com/kvfs/kvfs/ledger"
 	"github.com/kvfs/kvfs/remote"
@@ -266,6 +268,15 @@ func emptyMountpoint(mp string) error {
 			// docs/operations.md, Kubernetes).
 			return usagef("%s is already a mount point (%s: a volume or bind mount?); unmount it first, "+
 				"or make its parent the volume and mount kvfs on a directory inside it", mp, fstype)
+		}
+		if e, ok := mountinfo.At(mp); ok && e.FSType == FSType {
+			// Its daemon did not take a handover: another store, another
+			// user, or a handover under way.
+			who := ""
+			if uid, ok := mountOwner(e); ok {
+				who = fmt.Sprintf(" run by uid %d", uid)
+			}
+			return usagef("%s is already served by a kvfs daemon%s, of the store %s; only a kvfs mount of that store, by root or that daemon's user, takes it over (one at a time); or unmount it first", mp, who, e.Source)
 		}
 		return usagef("%s is already a mount point (%s); unmount it first", mp, fstype)
 	}

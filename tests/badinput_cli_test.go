@@ -19,7 +19,7 @@ import (
 // TestBadInputMountPaths: a mount point with a space and a newline in
 // its path mounts, serves, unmounts and remounts; one reached through a
 // symlink mounts on the symlink's target, and stats, unmount, a second
-// mount (refused: already a mount point) and a restart after kill -9 all
+// mount (refused: already served by a kvfs daemon) and a restart after kill -9 all
 // work through the symlink; a store reached through a symlink into the
 // mount point is refused like one inside it.
 func TestBadInputMountPaths(t *testing.T) {
@@ -64,7 +64,7 @@ func TestBadInputMountPaths(t *testing.T) {
 			t.Errorf("kvfs stats through the symlink: exit %d, %q", res.code, res.stderr)
 		}
 		res := runKvfsTimeout(t, 10*time.Second, "mount", "--store", filepath.Join(dir, "other-store"), "--capacity", "16MiB", link)
-		requireUsageError(t, res, "already a mount point")
+		requireUsageError(t, res, "already served by a kvfs daemon run by uid 0, of the store "+store)
 		d.cmd.Process.Kill()
 		d.wait(t)
 		d = startLinkDaemon(t, "mount", "--store", store, "--capacity", "16MiB", link)
