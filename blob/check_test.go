@@ -95,7 +95,7 @@ func markerFile(s *Store, id ID) string {
 // checkIndex compares the index with data/ and writing/ on disk: every
 // name in the index exists on disk with the same type, names of one file
 // share one inode and names of different files do not, a file's link
-// count is its names plus its write marker, and data/ holds nothing the
+// count is its names plus its write markers, and data/ holds nothing the
 // index lacks. It also checks the index's own links: parent pointers,
 // kids and file links agree, and every directory is reachable.
 func checkIndex(t *testing.T, s *Store) {
@@ -107,6 +107,15 @@ func checkIndex(t *testing.T, s *Store) {
 
 	names := indexNames(s, fail)
 	disk := diskNames(t, filepath.Join(s.dir, DataName), fail)
+	// The markers on each inode: plain or intact (see MarkIntact).
+	markers := map[uint64]uint64{}
+	marked, _ := ReadMarkers(filepath.Join(s.dir, WritingName))
+	for _, name := range marked {
+		var m unix.Stat_t
+		if unix.Lstat(filepath.Join(s.dir, WritingName, name), &m) == nil {
+			markers[m.Ino]++
+		}
+	}
 
 	inoOf := map[ID]uint64{}
 	idOf := map[uint64]ID{}
@@ -135,13 +144,9 @@ func checkIndex(t *testing.T, s *Store) {
 			fail("%s: inode %d holds files %d and %d", rel, st.Ino, other, id)
 		}
 		idOf[st.Ino] = id
-		links := uint64(len(s.files[id].links()))
-		var m unix.Stat_t
-		if unix.Lstat(markerFile(s, id), &m) == nil && m.Ino == st.Ino {
-			links++
-		}
+		links := uint64(len(s.files[id].links())) + markers[st.Ino]
 		if st.Nlink != links {
-			fail("%s: nlink %d, want %d (names + write marker)", rel, st.Nlink, links)
+			fail("%s: nlink %d, want %d (names + write markers)", rel, st.Nlink, links)
 		}
 	}
 	for rel := range disk {
@@ -248,7 +253,8 @@ func diskNames(t *testing.T, root string, fail func(string, ...any)) map[string]
 }
 
 // checkWriting checks that writing/ holds only regular files named by
-// file IDs, on the inode of that file while it has names.
+// file IDs (with an intact marker's mtime or not), on the inode of that
+// file while it has names.
 func checkWriting(s *Store, inoOf map[ID]uint64, fail func(string, ...any)) {
 	names, err := ReadMarkers(filepath.Join(s.dir, WritingName))
 	if err != nil {
@@ -256,7 +262,8 @@ func checkWriting(s *Store, inoOf map[ID]uint64, fail func(string, ...any)) {
 		return
 	}
 	for _, name := range names {
-		n, err := strconv.ParseUint(filepath.Base(name), 16, 64)
+		plain, _, _ := strings.Cut(filepath.Base(name), intactSep)
+		n, err := strconv.ParseUint(plain, 16, 64)
 		var st unix.Stat_t
 		lerr := unix.Lstat(filepath.Join(s.dir, WritingName, name), &st)
 		if err != nil || lerr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || filepath.Dir(name) != shardName(ID(n)) {

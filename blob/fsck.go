@@ -74,8 +74,13 @@ func scanWriting(path string, rep *FsckReport) (map[uint64]bool, error) {
 	marked := map[uint64]bool{}
 	for _, name := range names {
 		var st unix.Stat_t
-		if unix.Lstat(filepath.Join(path, name), &st) == nil && st.Nlink > 1 {
+		err := unix.Lstat(filepath.Join(path, name), &st)
+		if err == nil && st.Nlink > 1 && changedSince(name, &st) {
 			marked[st.Ino] = true
+			continue
+		}
+		if err == nil && st.Nlink > 1 {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("stale write marker %s/%s of an object opened for writing and not changed (kept)", WritingName, name))
 			continue
 		}
 		rep.Problems = append(rep.Problems, fmt.Sprintf("stale write marker %s/%s", WritingName, name))

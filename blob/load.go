@@ -143,16 +143,27 @@ func (s *Store) readWriting() (*marks, error) {
 	if err != nil {
 		return nil, err
 	}
-	names = slices.DeleteFunc(names, func(n string) bool { return s.kept[n] })
+	names = slices.DeleteFunc(names, func(n string) bool {
+		plain, _, _ := strings.Cut(n, intactSep)
+		return s.kept[plain]
+	})
 	m := &marks{inos: make(map[uint64]bool, len(names)), sizes: map[uint64]int64{}, names: names}
 	for _, name := range names {
 		var st unix.Stat_t
-		if unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		if unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && changedSince(name, &st) {
 			m.inos[st.Ino] = true
 			m.sizes[st.Ino] = st.Size
 		}
 	}
 	return m, nil
+}
+
+// changedSince says whether the file a marker named name marks may have
+// been changed since it was marked: always, but for an intact marker
+// whose file still has the mtime it recorded (see MarkIntact).
+func changedSince(name string, st *unix.Stat_t) bool {
+	mtime, intact := IntactMark(name)
+	return !intact || !Unchanged(st, mtime)
 }
 
 // remove deletes the markers.

@@ -355,3 +355,70 @@ func TestLoadRemovesPathsPastPathMax(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadKeepsIntactUnchanged: an object marked intact (a writer opened
+// it whole) that nothing changed before the crash is kept by the start,
+// and its marker removed; one written, truncated or cut after its marker
+// is reclaimed. fsck tells the two apart; a handover's kept markers are
+// kept whichever kind they are.
+func TestLoadKeepsIntactUnchanged(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	if !s.fineTimes() {
+		t.Skip("this file system's timestamps are too coarse to tell a change from none: kvfs marks plainly here")
+	}
+	change := map[string]func(f *os.File) error{
+		"unchanged": func(*os.File) error { return nil },
+		"written":   func(f *os.File) error { _, err := f.WriteAt([]byte("x"), 0); return err },
+		"same-size": func(f *os.File) error { return f.Truncate(3) },
+		"cut":       func(f *os.File) error { return f.Truncate(0) },
+		"kept":      func(f *os.File) error { _, err := f.WriteAt([]byte("x"), 0); return err },
+	}
+	ids := map[string]ID{}
+	for name, fn := range change {
+		id := mustCreate(t, s, RootID, name, []byte("abc"))
+		ids[name] = id
+		f, err := s.Open(id, os.O_RDWR)
+		must(t, "Open "+name, err)
+		mtime, err := s.MarkIntact(f, id)
+		must(t, "MarkIntact", err)
+		if mtime == 0 {
+			t.Fatalf("%s: marked plainly", name)
+		}
+		must(t, "change "+name, fn(f))
+		f.Close()
+	}
+	s.Close()
+
+	found, err := Fsck(dir, false, ledger.Charge)
+	must(t, "Fsck", err)
+	var kept, incomplete int
+	for _, p := range found.Problems {
+		switch {
+		case strings.Contains(p, "not changed (kept)"):
+			kept++
+		case strings.HasPrefix(p, "incomplete object"):
+			incomplete++
+		}
+	}
+	if kept != 1 || incomplete != 4 {
+		t.Fatalf("fsck: %d kept and %d incomplete, want 1 and 4: %q", kept, incomplete, found.Problems)
+	}
+
+	s, err = Open(dir)
+	must(t, "Open", err)
+	s.KeepMarkers([]ID{ids["kept"]})
+	_, rep, err := s.Load()
+	must(t, "Load", err)
+	checkIndex(t, s)
+	got := namespace(s)
+	s.Close()
+	if rep.Incomplete != 3 || !slices.Equal(got, []string{"dir .", "file kept", "file unchanged"}) {
+		t.Fatalf("Load: %+v, namespace %q; want the unchanged and the kept objects only", rep, got)
+	}
+	left, err := ReadMarkers(filepath.Join(dir, WritingName))
+	if err != nil || len(left) != 1 {
+		t.Fatalf("markers after the start: %q, %v; want the kept one", left, err)
+	}
+}

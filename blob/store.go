@@ -32,6 +32,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,6 +94,10 @@ type Store struct {
 	// and nothing else is.
 	dirs  map[ID]*dir
 	files map[ID]*file
+
+	// probeOnce and fine: fineTimes's probe and its answer.
+	probeOnce sync.Once
+	fine      bool
 
 	progress reporter // of Load's walk (see ReportTo)
 	crowd    *crowd   // see WatchDirs; nil: not watched
@@ -171,8 +176,9 @@ func (s *Store) ClaimLock() {
 // Lock is the store's lock file, to pass to a successor (OpenLocked).
 func (s *Store) Lock() *os.File { return s.lock }
 
-// KeepMarkers has Load leave the crash markers of ids, and their
-// objects, alone: writers a predecessor handed over, still writing.
+// KeepMarkers has Load leave the crash markers of ids (plain or intact),
+// and their objects, alone: writers a predecessor handed over, still
+// writing.
 func (s *Store) KeepMarkers(ids []ID) {
 	s.kept = map[string]bool{}
 	for _, id := range ids {

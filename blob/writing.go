@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -117,4 +118,109 @@ func ReadMarkers(writing string) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// An object that is complete when a writer opens it (no O_TRUNC) is
+// marked as intact: its marker's name is "<id>@<mtime>", with the
+// object's mtime in nanoseconds as it was marked. Every change of its
+// bytes (write, truncate, fallocate, a write through a mapping) sets a
+// new mtime, so a start after a crash that finds the mtime unchanged
+// knows nothing was written and keeps the object; the guard leaves it
+// whole too. Before, an object merely opened read-write (`exec 3<>f`,
+// numpy's memmap r+, open(..., "r+b")) was reclaimed at a crash.
+//
+// That needs timestamps fine enough that a write microseconds after
+// the marker gets another mtime: multigrain timestamps (Linux 6.13 and
+// later, on ext4, XFS, btrfs, tmpfs) give a change after a stat a
+// later time than the stat saw. The mtime is read before the marker is
+// linked, and the link's own ctime update is what makes the next write
+// later still. Where a probe (fineTimes) finds a store's timestamps
+// coarser, objects are marked as MarkWriting marks them.
+
+const intactSep = "@"
+
+// IntactMark reads an intact marker's name: the mtime it recorded, and
+// whether it is one.
+func IntactMark(name string) (mtime int64, ok bool) {
+	_, m, ok := strings.Cut(filepath.Base(name), intactSep)
+	if !ok {
+		return 0, false
+	}
+	mtime, err := strconv.ParseInt(m, 10, 64)
+	return mtime, err == nil
+}
+
+// Unchanged says whether a file an intact marker recorded mtime of
+// still has that mtime.
+func Unchanged(st *unix.Stat_t, mtime int64) bool { return st.Mtim.Nano() == mtime }
+
+// MarkIntact marks id, a complete object f is a writer of, as
+// MarkWriting does, recording its mtime so that a crash before it
+// changes keeps it. It returns what ClearIntact takes: the mtime, or 0
+// where it marked as MarkWriting does.
+func (s *Store) MarkIntact(f *os.File, id ID) (int64, error) {
+	var st unix.Stat_t
+	if !s.fineTimes() || unix.Fstat(int(f.Fd()), &st) != nil || st.Mtim.Nano() == 0 {
+		return 0, s.MarkWriting(f, id)
+	}
+	s.changes.Add(1)
+	dirfd, _ := s.marker(id)
+	name := writingName(id) + intactSep + strconv.FormatInt(st.Mtim.Nano(), 10)
+	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), dirfd, name, unix.AT_SYMLINK_FOLLOW)
+	switch err {
+	case nil:
+		return st.Mtim.Nano(), nil
+	case unix.ENOENT:
+		return 0, nil // the file has no name left to lose
+	case unix.EEXIST:
+		// A marker of a writer whose release has not removed it yet
+		// (it does not know this name): this one records the same.
+		return st.Mtim.Nano(), nil
+	}
+	return 0, &os.PathError{Op: "mark writing", Path: filepath.Join(WritingName, shardName(id), name), Err: err}
+}
+
+// ClearIntact removes the marker MarkIntact made (ClearWriting's, for
+// mtime 0).
+func (s *Store) ClearIntact(id ID, mtime int64) error {
+	if mtime == 0 {
+		return s.ClearWriting(id)
+	}
+	s.changes.Add(1)
+	dirfd, name := s.marker(id)
+	name += intactSep + strconv.FormatInt(mtime, 10)
+	if err := unix.Unlinkat(dirfd, name, 0); err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "clear writing", Path: filepath.Join(WritingName, shardName(id), name), Err: err}
+	}
+	return nil
+}
+
+// fineTimes probes, once, whether the store's file system gives a write
+// just after a stat and a link a new mtime (see MarkIntact), on a file
+// with no name (O_TMPFILE), so that a crash leaves nothing behind.
+func (s *Store) fineTimes() bool {
+	s.probeOnce.Do(func() {
+		fd, err := unix.Open(s.writing.Name(), unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return
+		}
+		defer unix.Close(fd)
+		for range 64 {
+			var before, after unix.Stat_t
+			if _, err := unix.Pwrite(fd, []byte{0}, 0); err != nil {
+				return
+			}
+			if unix.Fstat(fd, &before) != nil || unix.Fchmod(fd, 0o600) != nil {
+				return
+			}
+			if _, err := unix.Pwrite(fd, []byte{1}, 0); err != nil {
+				return
+			}
+			if unix.Fstat(fd, &after) != nil || after.Mtim == before.Mtim {
+				return
+			}
+		}
+		s.fine = true
+	})
+	return s.fine
 }

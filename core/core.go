@@ -197,6 +197,10 @@ type Core struct {
 	// GUARDED_BY(writersMu). INVARIANT: base has an entry exactly for the
 	// IDs in marked: see baseSize.
 	base map[blob.ID]int64
+	// GUARDED_BY(writersMu). INVARIANT: intact has an entry only for IDs
+	// in marked whose marker is intact: the mtime it recorded (see
+	// startWriting).
+	intact map[blob.ID]int64
 	// GUARDED_BY(writersMu): for IDs in marked, the size the last close
 	// settled (settled), and what publishes wait on for the last
 	// release (released, closed then): see awaitRelease.
@@ -321,6 +325,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		ledger:     ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint}),
 		marked:     map[blob.ID]int{},
 		base:       map[blob.ID]int64{},
+		intact:     map[blob.ID]int64{},
 		settled:    map[blob.ID]int64{},
 		released:   map[blob.ID]chan struct{}{},
 		truncating: map[blob.ID]*truncation{},

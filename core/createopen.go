@@ -83,7 +83,7 @@ func (c *Core) openTaken(parent ID, name string, flags int, write bool) (*Handle
 		}
 		how = Truncated
 	}
-	h, err := c.Open(e.ID, c.StoredFlags(flags), write, nil)
+	h, err := c.openWhole(e.ID, c.StoredFlags(flags), write, nil, how != Truncated)
 	if err != nil {
 		return nil, 0, gone(err)
 	}

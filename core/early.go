@@ -691,7 +691,7 @@ func (c *Core) takeWriter(id blob.ID, f *EarlyFile) (*Handle, error) {
 		err = c.store.MarkWriting(h.file, id)
 	}
 	if err == nil {
-		err = c.startWriting(h, true)
+		err = c.startWriting(h, true, false)
 	}
 	if err != nil {
 		if h.file != nil {

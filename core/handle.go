@@ -73,7 +73,7 @@ func (c *Core) Create(parent blob.ID, name string, mode uint32, who blob.Owner, 
 		c.clearMarker(id)
 		return h, nil
 	}
-	c.startWriting(h, true)
+	c.startWriting(h, true, false)
 	return h, nil
 }
 
@@ -121,10 +121,18 @@ func (c *Core) abandon(id blob.ID, write bool) {
 	c.unpin(id, write)
 }
 
-// Open opens object id. via, when given, reopens the stored file of an
-// inode that has no name left through one its open handles hold.
+// Open opens object id; flags are the stored file's (StoredFlags). via,
+// when given, reopens the stored file of an inode that has no name left
+// through one its open handles hold. A writer finds the object whole:
+// a truncate comes after the open (the kernel's SETATTR).
 func (c *Core) Open(id blob.ID, flags int, write bool, via func(flags int) (*os.File, error)) (*Handle, error) {
-	h, err := c.open(id, flags, write, via)
+	return c.openWhole(id, flags, write, via, true)
+}
+
+// openWhole is Open; whole says that a writer finds the object as it
+// was published, not cut (see startWriting).
+func (c *Core) openWhole(id blob.ID, flags int, write bool, via func(flags int) (*os.File, error), whole bool) (*Handle, error) {
+	h, err := c.open(id, flags, write, via, whole)
 	if err == nil && !write {
 		c.counters.loads.Add(1)
 		c.used(h)
@@ -132,7 +140,7 @@ func (c *Core) Open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 	return h, err
 }
 
-func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.File, error)) (*Handle, error) {
+func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.File, error), whole bool) (*Handle, error) {
 	if err := c.ledger.Open(id, write); err != nil {
 		return nil, ledgerErr(err)
 	}
@@ -146,7 +154,7 @@ func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 	f, err := c.openStored(id, flags, via)
 	h.file = f
 	if err == nil && write {
-		err = c.startWriting(h, false)
+		err = c.startWriting(h, false, whole)
 	}
 	if err != nil {
 		if f != nil {
@@ -192,7 +200,7 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 		h.refused.Store(true)
 	}
 	if err == nil {
-		err = c.startWriting(h, false)
+		err = c.startWriting(h, false, false)
 	}
 	if err != nil {
 		return 0, err

@@ -40,6 +40,9 @@ type WriterState struct {
 	// at a publish while a writer had it open; the successor marks it
 	// again (see awaitRelease).
 	Early bool `json:"early,omitempty"`
+	// Intact: the object's marker is intact, with this mtime (see
+	// startWriting); the successor clears that marker.
+	Intact int64 `json:"intact,omitempty"`
 }
 
 // Frozen is what a frozen Core hands on besides its handles.
@@ -91,7 +94,7 @@ func (c *Core) Freeze() (Frozen, error) {
 	c.writersMu.Lock()
 	for id := range c.marked {
 		s, has := c.settled[id]
-		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has})
+		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has, Intact: c.intact[id]})
 	}
 	c.writersMu.Unlock()
 	c.sizesMu.Lock()
@@ -184,6 +187,9 @@ func (c *Core) adoptWriting(h *Handle) {
 		c.base[h.id] = w.Base
 		if w.HasSettled {
 			c.settled[h.id] = w.Settled
+		}
+		if w.Intact != 0 && !w.Early {
+			c.intact[h.id] = w.Intact
 		}
 		remark = w.Early
 	}

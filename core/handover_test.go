@@ -77,8 +77,15 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if _, err := old.Link(early.ID(), blob.RootID, "early-pub"); err != nil {
 		t.Fatal(err)
 	}
-	if old.markers() != 2 {
-		t.Fatalf("%d crash markers before the handover; want half's and early's", old.markers())
+	// A writer of a whole object, which it has not changed: its marker
+	// is intact (its name records the mtime), and the successor clears
+	// that one at its release.
+	rw, err := old.Open(held, os.O_RDWR, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.markers() != 3 {
+		t.Fatalf("%d crash markers before the handover; want half's, early's and held's", old.markers())
 	}
 	ids := map[string]blob.ID{}
 	for _, n := range []string{"held", "cold", "a", "b", "c", "half"} {
@@ -89,7 +96,7 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handles := []*Handle{reader, gone, writer, early}
+	handles := []*Handle{reader, gone, writer, early, rw}
 	states := make([]HandleState, len(handles))
 	heldIDs := map[blob.ID]bool{}
 	var writing []blob.ID
@@ -100,8 +107,8 @@ func TestHandoverKeepsHandles(t *testing.T) {
 			writing = append(writing, h.ID())
 		}
 	}
-	if len(writing) != 2 || len(fr.Writers) != 2 {
-		t.Fatalf("frozen: %+v, writing %v; want the two writers", fr, writing)
+	if len(writing) != 3 || len(fr.Writers) != 3 {
+		t.Fatalf("frozen: %+v, writing %v; want the three writers", fr, writing)
 	}
 	for i, w := range fr.Writers {
 		if w.ID == early.ID() {
@@ -154,8 +161,8 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if tc.exists("cold") || tc.exists("doomed") {
 		t.Error("cold (the coldest, unheld) kept, or doomed named again")
 	}
-	if tc.markers() != 2 {
-		t.Errorf("%d crash markers; want half's and early's (marked again)", tc.markers())
+	if tc.markers() != 3 {
+		t.Errorf("%d crash markers; want half's, held's and early's (marked again)", tc.markers())
 	}
 	buf := make([]byte, mib)
 	if n, err := adopted[0].File().ReadAt(buf, 0); n != mib || err != nil {

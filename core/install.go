@@ -220,12 +220,12 @@ func (c *Core) unmarkInstall(id blob.ID) {
 	m.Lock()
 	defer m.Unlock()
 	c.writersMu.Lock()
-	last := c.unmarkLocked(id)
+	last, mtime := c.unmarkLocked(id)
 	c.writersMu.Unlock()
 	if !last {
 		return
 	}
-	if err := c.store.ClearWriting(id); err != nil {
+	if err := c.store.ClearIntact(id, mtime); err != nil {
 		c.log.Warn("clearing an install's marker", zap.Uint64("id", uint64(id)), zap.Error(err))
 	}
 }

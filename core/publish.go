@@ -73,7 +73,7 @@ func (c *Core) OpenPath(path string) (*Handle, error) {
 	case e.Dir:
 		return nil, ErrNotFound
 	}
-	h, err := c.open(e.ID, unix.O_RDONLY, false, nil)
+	h, err := c.open(e.ID, unix.O_RDONLY, false, nil, false)
 	if errors.Is(err, ErrStale) {
 		return nil, ErrNotFound
 	}

@@ -16,10 +16,13 @@ func (c *Core) marker(id blob.ID) *lockorder.Mutex { return &c.markers[id%marker
 // startWriting records that h may change its object, so a crash from now
 // until the matching endWriting leaves the object marked incomplete, and
 // has a passthrough writer watched. born: the object was created marked.
-// A marker that cannot be made fails the call and is tried again by the
-// next one. The first writer of an object records the size it was
-// admitted at (see baseSize).
-func (c *Core) startWriting(h *Handle, born bool) error {
+// whole: the object is complete and the open left its bytes as they
+// were (no O_TRUNC), so its marker records its mtime, and a crash
+// before a change keeps it (blob.MarkIntact). A marker that cannot be
+// made fails the call and is tried again by the next one. The first
+// writer of an object records the size it was admitted at (see
+// baseSize).
+func (c *Core) startWriting(h *Handle, born, whole bool) error {
 	m := c.marker(h.id)
 	m.Lock()
 	defer m.Unlock()
@@ -31,9 +34,16 @@ func (c *Core) startWriting(h *Handle, born bool) error {
 	if writing {
 		return nil
 	}
+	var mtime int64
 	if first && !born {
 		// The count changes only under the marker's lock: still first.
-		if err := c.store.MarkWriting(h.file, h.id); err != nil {
+		var err error
+		if whole {
+			mtime, err = c.store.MarkIntact(h.file, h.id)
+		} else {
+			err = c.store.MarkWriting(h.file, h.id)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -43,6 +53,9 @@ func (c *Core) startWriting(h *Handle, born bool) error {
 		c.base[h.id] = -1
 		if !born {
 			c.base[h.id], _, _ = c.ledger.Size(h.id)
+		}
+		if mtime != 0 {
+			c.intact[h.id] = mtime
 		}
 	}
 	c.marked[h.id]++
@@ -71,9 +84,10 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 	defer m.Unlock()
 	c.mu.RLock()
 	c.writersMu.Lock()
+	var mtime int64
 	if h.writing {
 		h.writing = false
-		last = c.unmarkLocked(h.id)
+		last, mtime = c.unmarkLocked(h.id)
 	}
 	c.writersMu.Unlock()
 	if last {
@@ -81,27 +95,30 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 	}
 	c.mu.RUnlock()
 	if last {
-		err = c.store.ClearWriting(h.id)
+		err = c.store.ClearIntact(h.id, mtime)
 	}
 	return last, pub, err
 }
 
 // unmarkLocked ends one of id's writers (a handle or an install) and
-// says whether it was the last, whose caller clears the crash marker;
-// publishes waiting for it go on (see awaitRelease). The marker's
-// lock and writersMu held.
-func (c *Core) unmarkLocked(id blob.ID) (last bool) {
+// says whether it was the last, whose caller clears the crash marker
+// (an intact one, for a non-zero mtime: see startWriting); publishes
+// waiting for it go on (see awaitRelease). The marker's lock and
+// writersMu held.
+func (c *Core) unmarkLocked(id blob.ID) (last bool, mtime int64) {
 	if c.marked[id]--; c.marked[id] > 0 {
-		return false
+		return false, 0
 	}
+	mtime = c.intact[id]
 	delete(c.marked, id)
 	delete(c.base, id)
+	delete(c.intact, id)
 	delete(c.settled, id)
 	if done, ok := c.released[id]; ok {
 		close(done)
 		delete(c.released, id)
 	}
-	return true
+	return true, mtime
 }
 
 // baseSize is the size a refused writer's object goes back to: what it

@@ -377,3 +377,52 @@ func TestTruncateDuringSettle(t *testing.T) {
 		})
 	}
 }
+
+// TestIntactMarkers: a writer that opens a complete object without
+// cutting it marks it intact (its mtime recorded, so a crash before a
+// change keeps it); one that cut it (CreateOrOpen's O_TRUNC, done by
+// name before the open) or created it marks it plainly. The marker goes
+// at the last release either way.
+func TestIntactMarkers(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 64 * mib})
+	id := tc.put("whole", 4096)
+	tc.put("cut", 4096)
+	kinds := func() (intact, plain int) {
+		names, err := blob.ReadMarkers(filepath.Join(tc.store.Dir(), blob.WritingName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if _, ok := blob.IntactMark(n); ok {
+				intact++
+			} else {
+				plain++
+			}
+		}
+		return intact, plain
+	}
+	w, err := tc.Open(id, os.O_RDWR, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i, p := kinds(); i != 1 || p != 0 {
+		t.Fatalf("an open of a whole object: %d intact and %d plain markers, want 1 and 0", i, p)
+	}
+	c, how, err := tc.CreateOrOpen(blob.RootID, "cut", os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644, nobody)
+	if err != nil || how != Truncated {
+		t.Fatalf("CreateOrOpen with O_TRUNC: %v, %v", how, err)
+	}
+	n, _, err := tc.CreateOrOpen(blob.RootID, "new", os.O_RDWR|os.O_CREATE, 0o644, nobody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i, p := kinds(); i != 1 || p != 2 {
+		t.Fatalf("after a cut and a create: %d intact and %d plain markers, want 1 and 2", i, p)
+	}
+	for _, h := range []*Handle{w, c, n} {
+		h.Release()
+	}
+	if i, p := kinds(); i != 0 || p != 0 {
+		t.Fatalf("after the releases: %d intact and %d plain markers left", i, p)
+	}
+}

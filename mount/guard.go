@@ -193,7 +193,9 @@ func RunGuard(pid int, mp, store string, quit *os.File, log *zap.Logger) {
 // file of the mount open any more. It opens them once, at once: no
 // daemon is left to mark new ones, and a later daemon's own writers must
 // not be touched; it keeps them open, so one the next start unlinks
-// (reclaiming it) stays capped.
+// (reclaiming it) stays capped. An object a writer opened whole and has
+// not changed since (an intact marker whose mtime still holds, see
+// blob.MarkIntact) is left whole until it changes.
 func capWriters(mp, store string, log *zap.Logger) {
 	files := openMarked(filepath.Join(store, blob.WritingName))
 	if len(files) == 0 {
@@ -209,7 +211,7 @@ func capWriters(mp, store string, log *zap.Logger) {
 	for {
 		for _, f := range files {
 			var st unix.Stat_t
-			if unix.Fstat(int(f.Fd()), &st) == nil && st.Size > 0 {
+			if unix.Fstat(int(f.Fd()), &st) == nil && st.Size > 0 && !f.unchanged(&st) {
 				freed += st.Blocks * 512
 				f.Truncate(0)
 				grew = time.Now()
@@ -249,16 +251,30 @@ func heldOpen(mp string) bool {
 }
 
 // openMarked opens the files marked under writing/.
-func openMarked(dir string) []*os.File {
+func openMarked(dir string) []markedFile {
 	names, _ := blob.ReadMarkers(dir)
-	var files []*os.File
+	var files []markedFile
 	for _, name := range names {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|unix.O_NOFOLLOW, 0)
 		if err == nil {
-			files = append(files, f)
+			mtime, intact := blob.IntactMark(name)
+			files = append(files, markedFile{f, mtime, intact})
 		}
 	}
 	return files
+}
+
+// markedFile is a marked file the guard holds open, with the mtime an
+// intact marker recorded.
+type markedFile struct {
+	*os.File
+	mtime  int64
+	intact bool
+}
+
+// unchanged: f's marker is intact and f still has the mtime it recorded.
+func (f markedFile) unchanged(st *unix.Stat_t) bool {
+	return f.intact && blob.Unchanged(st, f.mtime)
 }
 
 // abortGuarded aborts connection conn, through fusectl, or by a forced
