@@ -173,8 +173,8 @@ func (s *Store) MarkIntact(f *os.File, id ID) (int64, error) {
 	case unix.ENOENT:
 		return 0, nil // the file has no name left to lose
 	case unix.EEXIST:
-		// A marker of a writer whose release has not removed it yet
-		// (it does not know this name): this one records the same.
+		// An earlier writer's, whose clear failed: it records the same
+		// mtime, and this writer's release removes it.
 		return st.Mtim.Nano(), nil
 	}
 	return 0, &os.PathError{Op: "mark writing", Path: filepath.Join(WritingName, shardName(id), name), Err: err}
