@@ -155,12 +155,24 @@ func (o *Options) validate() error {
 	if o.Store, err = filepath.Abs(o.Store); err != nil {
 		return usagef("store %q: %v", o.Store, err)
 	}
+	// Before anything looks at them: a path on a FUSE mount whose daemon
+	// is hung or stopped waits for it, where no signal ends the wait.
+	for _, p := range []string{mp, o.Store} {
+		if err := answers(p); err != nil {
+			return err
+		}
+	}
 	// The kernel mounts on, and mountinfo names, the real path; a store
 	// reached through a symlink into the mount point is inside it.
 	mp, o.Store = resolved(mp), resolved(o.Store)
 	o.Mountpoint = mp
 	if within(o.Store, mp) || within(mp, o.Store) {
 		return usagef("store %s and mount point %s must not contain each other", o.Store, mp)
+	}
+	if e, ok := holding(o.Store); ok && e.FSType == FSType {
+		// Its bytes would be counted twice, and the outer cache would
+		// evict the store's own files as objects.
+		return usagef("store %s is inside the kvfs mount %s; a store must be on the node's own file system", o.Store, e.Point)
 	}
 	if o.Capacity < 0 || (o.Capacity > 0 && o.Capacity < ledger.BlockSize) {
 		return usagef("capacity %d is below one block (%d bytes)", o.Capacity, ledger.BlockSize)
@@ -197,6 +209,34 @@ func (o *Options) validate() error {
 	}
 	if outer, ok := blob.StoreAbove(mp); ok {
 		return usagef("mount point %s is inside the kvfs store %s", mp, outer)
+	}
+	return nil
+}
+
+// holding is the mount that holds path p (the top one at the deepest
+// mount point at or above it), from mountinfo alone.
+func holding(p string) (mountinfo.Entry, bool) {
+	point := ""
+	for _, e := range mountinfo.Read() {
+		if (p == e.Point || within(p, e.Point)) && len(e.Point) > len(point) {
+			point = e.Point
+		}
+	}
+	if point == "" {
+		return mountinfo.Entry{}, false
+	}
+	return mountinfo.At(point)
+}
+
+// answers refuses a path on a FUSE mount whose daemon does not answer a
+// statfs within unmountProbe; a dead one (ENOTCONN) answers at once.
+func answers(p string) error {
+	e, ok := holding(p)
+	if !ok || !strings.HasPrefix(e.FSType, "fuse") {
+		return nil
+	}
+	if inTime(unmountProbe, func() error { return unix.Statfs(e.Point, new(unix.Statfs_t)) }) == errTimedOut {
+		return usagef("%s is on %s, whose FUSE daemon did not answer within %v (hung or stopped); `kvfs unmount --force %s` ends it", p, e.Point, unmountProbe, e.Point)
 	}
 	return nil
 }

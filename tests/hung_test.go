@@ -280,3 +280,57 @@ func TestUnmountAndTimeoutFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsAndMountOfStoppedDaemon: with the daemon stopped (SIGSTOP),
+// `kvfs stats` and `kvfs mount` of its store and mount point answer
+// within their bounds, saying what is wrong, instead of waiting in the
+// kernel for the daemon where SIGTERM does not end them (before: both
+// hung until kill -9). Continued, the daemon serves on.
+func TestStatsAndMountOfStoppedDaemon(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.cmd.Process.Signal(syscall.SIGCONT) })
+	res := runKvfsTimeout(t, 30*time.Second, "stats", "--timeout", "1s", d.mp)
+	if res.code != 1 || !strings.Contains(res.stderr, "the daemon did not answer within 1s") {
+		t.Errorf("kvfs stats of a stopped daemon: exit %d, %q", res.code, res.stderr)
+	}
+	res = runKvfsTimeout(t, 30*time.Second, "mount", "--store", d.store, "--capacity", "16MiB", d.mp)
+	if res.code != 2 || !strings.Contains(res.stderr, "whose FUSE daemon did not answer") {
+		t.Errorf("kvfs mount over a stopped daemon: exit %d, %q", res.code, res.stderr)
+	}
+	d.cmd.Process.Signal(syscall.SIGCONT)
+	if got, err := os.ReadFile(filepath.Join(d.mp, "obj")); err != nil || checkObject(got, "obj", 100) != nil {
+		t.Fatalf("obj after SIGCONT: %v", err)
+	}
+	if res := runKvfs(t, "stats", "--count", "2", d.mp); res.code != 2 || !strings.Contains(res.stderr, "--count is for --watch") {
+		t.Errorf("kvfs stats --count without --watch: exit %d, %q", res.code, res.stderr)
+	}
+	d.stop()
+}
+
+// TestStoreInsideKvfsMountRefused: a store inside a live kvfs mount is
+// refused (before: it mounted, and the outer cache evicted the inner
+// store's kvfs.format and objects as its own, 5 of 12 objects lost).
+func TestStoreInsideKvfsMountRefused(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	inner := filepath.Join(d.mp, "inner")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mp := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res := runKvfsTimeout(t, 30*time.Second, "mount", "--store", inner, "--capacity", "64MiB", mp)
+	requireUsageError(t, res, "store "+inner+" is inside the kvfs mount "+d.mp)
+	if ents, err := os.ReadDir(inner); err != nil || len(ents) != 0 {
+		t.Errorf("the refused store %s holds %d entries (%v)", inner, len(ents), err)
+	}
+	if _, ok := mountAt(mp); ok {
+		t.Errorf("%s is mounted", mp)
+	}
+	d.stop()
+}

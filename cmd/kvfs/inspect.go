@@ -23,9 +23,22 @@ func cmdStats(args []string, stdout io.Writer) error {
 	watch := fs.Bool("watch", false, "refresh a compact view (a line per refresh when stdout is not a terminal)")
 	interval := fs.Duration("interval", time.Second, "with --watch: time between refreshes")
 	count := fs.Int("count", 0, "with --watch: stop after this many refreshes (0: until interrupted)")
+	fs.DurationVar(&statsWait, "timeout", statsWait, "how long to wait for the daemon to answer")
 	rest, err := parse(fs, args, 1, "one MOUNTPOINT")
 	if err != nil {
 		return err
+	}
+	if statsWait <= 0 {
+		return usageerr.Errorf("--timeout %v must be positive", statsWait)
+	}
+	watchOnly := ""
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "interval" || f.Name == "count" {
+			watchOnly = f.Name
+		}
+	})
+	if watchOnly != "" && !*watch {
+		return usageerr.Errorf("--%s is for --watch", watchOnly)
 	}
 	if *watch {
 		if *interval <= 0 || *count < 0 || *asJSON {
@@ -58,8 +71,35 @@ func cmdStats(args []string, stdout io.Writer) error {
 	return w.Flush()
 }
 
-// statsJSON is the root's stats extended attribute.
+// statsWait bounds how long kvfs stats waits for the daemon (--timeout).
+var statsWait = 10 * time.Second
+
+// statsJSON is the root's stats extended attribute. A daemon that is
+// hung or stopped would keep the stat and the getxattr waiting where no
+// signal but SIGKILL ends them: they run in a goroutine, abandoned after
+// statsWait (the process's exit ends them).
 func statsJSON(mp string) ([]byte, error) {
+	type read struct {
+		b   []byte
+		err error
+	}
+	done := make(chan read, 1)
+	go func() {
+		b, err := readStatsXattr(mp)
+		done <- read{b, err}
+	}()
+	t := time.NewTimer(statsWait)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-t.C:
+		return nil, fmt.Errorf("%s: the daemon did not answer within %v (hung or stopped); `kvfs unmount --force %s` ends it", mp, statsWait, mp)
+	}
+}
+
+// readStatsXattr reads the root's stats extended attribute.
+func readStatsXattr(mp string) ([]byte, error) {
 	// A mount whose daemon died answers ENOTCONN (the kernel may still
 	// answer a stat of its root from its cache).
 	gone := func() error {

@@ -31,7 +31,7 @@ const usage = `usage:
   kvfs mount [--store DIR] [--capacity SIZE] [flags] MOUNTPOINT
       (where a live kvfs serves DIR at MOUNTPOINT: takes its mount over)
   kvfs unmount [--timeout D] [--force] MOUNTPOINT
-  kvfs stats [--json | --watch [--interval D] [--count N]] MOUNTPOINT
+  kvfs stats [--json | --watch [--interval D] [--count N]] [--timeout D] MOUNTPOINT
   kvfs fsck --store DIR [--repair] [--json] [--progress-interval D]
   kvfs cat --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] PATH...
   kvfs put --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] SRC DST
