@@ -47,6 +47,7 @@ func (c *Core) startWriting(h *Handle, born bool) error {
 	}
 	c.marked[h.id]++
 	h.writing = true
+	h.rewrites = first && !born
 	return nil
 }
 

@@ -37,6 +37,9 @@ func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out 
 	if how == core.Truncated {
 		f.truncated(ch.ID())
 	}
+	if ch.Rewrites() {
+		f.replaced(ch.ID())
+	}
 	var h *handle
 	if how == core.Created {
 		h = f.adopt(ch, false)
@@ -125,12 +128,29 @@ func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, name, newName str
 	if err := checkName(newName); err != nil {
 		return f.status("rename", err)
 	}
-	parent := core.ID(in.NodeId)
+	parent, newParent := core.ID(in.NodeId), core.ID(in.Newdir)
 	path, remote := f.remoteFile(parent, name)
-	err := f.core.Rename(parent, name, core.ID(in.Newdir), newName, in.Flags)
-	if err == nil && remote && in.Flags&unix.RENAME_EXCHANGE == 0 {
+	// A local file at the new name is replaced (RENAME_NOREPLACE finds
+	// it and fails); one that comes between this look and the rename is
+	// not seen.
+	newPath, replacing := f.localFile(newParent, newName)
+	err := f.core.Rename(parent, name, newParent, newName, in.Flags)
+	if err != nil || f.remote == nil {
+		return f.status("rename", err)
+	}
+	if in.Flags&unix.RENAME_EXCHANGE != 0 {
+		// Each name now holds the other's object.
+		if remote && replacing {
+			f.remote.Replace(path)
+		}
+	} else if remote {
 		// The old name is gone, as after an rm.
 		f.removedRemote(path)
+	}
+	if replacing {
+		// Another object took the new name: the bucket's copy of the
+		// one it held goes, and the new one is uploaded in its place.
+		f.remote.Replace(newPath)
 	}
 	return f.status("rename", err)
 }

@@ -195,6 +195,35 @@ func (f *FS) removedRemote(path string) {
 	f.remote.Delete(path)
 }
 
+// replaced is a change on this node of a complete file id's bytes (the
+// open of its first writer, see core.Handle.Rewrites, or a truncate by
+// name with none): with a shared tier, each of its names supersedes the
+// bucket's copy under it (remote.Tier.Replace), which its publish alone
+// would not do, since the tier knows the key is there. A creator's
+// writes and truncates are not a change of anything published: they
+// leave the fleet's first upload of the key alone.
+func (f *FS) replaced(id core.ID) {
+	if f.remote == nil {
+		return
+	}
+	for _, path := range f.core.PathsOf(id) {
+		f.remote.Replace(path)
+	}
+}
+
+// localFile is the tier's name for name in parent when it holds a local
+// file now: what a rename over it replaces.
+func (f *FS) localFile(parent core.ID, name string) (string, bool) {
+	if f.remote == nil {
+		return "", false
+	}
+	e, _, err := f.core.Lookup(parent, name)
+	if err != nil || e.Dir {
+		return "", false
+	}
+	return f.core.PathOf(parent, name)
+}
+
 // placeholders are the remote names the kernel knows, by node ID and by
 // name; a name's newest placeholder is the one a lookup finds again.
 type placeholders = kernelNodes[*remoteNode]

@@ -248,8 +248,8 @@ func TestRemoteMiss(t *testing.T) {
 // TestRemoteLocalChanges: what needs a remote name local (a write, a
 // truncate, a link from it) fetches it first; an object that cannot be
 // admitted is refused (ENOSPC) without leaving anything, and the name
-// stays usable; a local rewrite of a name the bucket holds is not
-// uploaded over it (first writer wins).
+// stays usable; a local rewrite of a name the bucket holds supersedes
+// the bucket's copy, as an rm and a new store would.
 func TestRemoteLocalChanges(t *testing.T) {
 	srv := s3test.New(t)
 	a := mountKVFS(t, withRemote(srv, "fleet", &manualClock{now: time.Now()}))
@@ -281,11 +281,11 @@ func TestRemoteLocalChanges(t *testing.T) {
 	}
 	mustRead(t, filepath.Join(b.Mnt, "l2.data"), orig)
 	b.waitUploads()
-	if got, _ := getObject(t, srv, "fleet/t.data"); !bytes.Equal(got, orig) {
-		t.Errorf("the bucket's t.data was replaced by B's rewrite (%d bytes)", len(got))
+	if got, _ := getObject(t, srv, "fleet/t.data"); !bytes.Equal(got, []byte("rewritten")) {
+		t.Errorf("the bucket's t.data holds %d bytes, not B's rewrite", len(got))
 	}
-	if rs := b.remoteStats(); rs.Uploads != 1 {
-		t.Errorf("B uploaded %d objects, want only the new name l2.data: %+v", rs.Uploads, rs)
+	if rs := b.remoteStats(); rs.Uploads != 2 || rs.Deletes == 0 {
+		t.Errorf("B uploaded %d objects, want the rewritten t.data (after its delete) and the new name l2.data: %+v", rs.Uploads, rs)
 	}
 }
 
