@@ -128,29 +128,17 @@ func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, name, newName str
 	if err := checkName(newName); err != nil {
 		return f.status("rename", err)
 	}
-	parent, newParent := core.ID(in.NodeId), core.ID(in.Newdir)
-	path, remote := f.remoteFile(parent, name)
-	// A local file at the new name is replaced (RENAME_NOREPLACE finds
-	// it and fails); one that comes between this look and the rename is
-	// not seen.
-	newPath, replacing := f.localFile(newParent, newName)
-	err := f.core.Rename(parent, name, newParent, newName, in.Flags)
-	if err != nil || f.remote == nil {
+	from, to := nameKey{core.ID(in.NodeId), name}, nameKey{core.ID(in.Newdir), newName}
+	exchange := in.Flags&unix.RENAME_EXCHANGE != 0
+	release, err := f.localize(from, to, exchange)
+	if err != nil {
 		return f.status("rename", err)
 	}
-	if in.Flags&unix.RENAME_EXCHANGE != 0 {
-		// Each name now holds the other's object.
-		if remote && replacing {
-			f.remote.Replace(path)
-		}
-	} else if remote {
-		// The old name is gone, as after an rm.
-		f.removedRemote(path)
-	}
-	if replacing {
-		// Another object took the new name: the bucket's copy of the
-		// one it held goes, and the new one is uploaded in its place.
-		f.remote.Replace(newPath)
+	defer release()
+	renamed := f.renamingRemote(from, to, exchange)
+	err = f.core.Rename(from.parent, from.name, to.parent, to.name, in.Flags)
+	if err == nil {
+		renamed()
 	}
 	return f.status("rename", err)
 }
