@@ -24,6 +24,9 @@ type Handle struct {
 	write bool
 	// writing: h holds one of id's crash markers; GUARDED_BY(c.writersMu).
 	writing bool
+	// rewrites: h's writing began on a complete object (see Rewrites);
+	// set once, by the open, before h is returned.
+	rewrites bool
 	// refused: a write through h was refused for space, so what it
 	// stored is not the object its writer meant: its close removes it.
 	refused atomic.Bool
@@ -43,6 +46,12 @@ func (h *Handle) File() *os.File { return h.file }
 
 // Writable says whether h was opened for writing.
 func (h *Handle) Writable() bool { return h.write }
+
+// Rewrites says whether h is the writer that made a complete object
+// (published under its names, or restored from the store) incomplete
+// again: the first of its writers, on an object h did not create. Of
+// writers that open one object at once, exactly one rewrites it.
+func (h *Handle) Rewrites() bool { return h.rewrites }
 
 // Create makes a new object named name in parent and opens it. A writer
 // is admitted its reservation before the name exists, so an object that

@@ -43,6 +43,18 @@ func (c *Core) pathsLocked(id blob.ID) []string {
 	if c.cfg.Published == nil {
 		return nil
 	}
+	return c.namePathsLocked(id)
+}
+
+// PathsOf are the paths, relative to the namespace's root, of every name
+// of file id: what the remote tier calls the object.
+func (c *Core) PathsOf(id blob.ID) []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.namePathsLocked(id)
+}
+
+func (c *Core) namePathsLocked(id blob.ID) []string {
 	var paths []string
 	for _, n := range c.store.Names(id) {
 		if p, ok := c.store.NamePath(n.Parent, n.Name); ok {

@@ -7,3 +7,7 @@ import "github.com/kvfs/kvfs/blob"
 // it again after the read: a writer that reopened the object meanwhile
 // makes it start over.
 func (c *Core) Writers(id blob.ID) int { return c.ledger.Writers(id) }
+
+// BeingWritten says whether a writer has id open: its bytes are not
+// complete, and the last writer's release publishes them.
+func (c *Core) BeingWritten(id blob.ID) bool { return c.beingWritten(id) }

@@ -60,6 +60,7 @@ func (c *Core) startWriting(h *Handle, born, whole bool) error {
 	}
 	c.marked[h.id]++
 	h.writing = true
+	h.rewrites = first && !born
 	return nil
 }
 

@@ -78,6 +78,9 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 	if err != nil {
 		return f.status("open", err)
 	}
+	if ch.Rewrites() {
+		f.replaced(id)
+	}
 	f.serve(f.opened(ch), out)
 	return fuse.OK
 }

@@ -37,6 +37,9 @@ func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out 
 	if how == core.Truncated {
 		f.truncated(ch.ID())
 	}
+	if ch.Rewrites() {
+		f.replaced(ch.ID())
+	}
 	var h *handle
 	if how == core.Created {
 		h = f.adopt(ch, false)
@@ -125,12 +128,17 @@ func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, name, newName str
 	if err := checkName(newName); err != nil {
 		return f.status("rename", err)
 	}
-	parent := core.ID(in.NodeId)
-	path, remote := f.remoteFile(parent, name)
-	err := f.core.Rename(parent, name, core.ID(in.Newdir), newName, in.Flags)
-	if err == nil && remote && in.Flags&unix.RENAME_EXCHANGE == 0 {
-		// The old name is gone, as after an rm.
-		f.removedRemote(path)
+	from, to := nameKey{core.ID(in.NodeId), name}, nameKey{core.ID(in.Newdir), newName}
+	exchange := in.Flags&unix.RENAME_EXCHANGE != 0
+	release, err := f.localize(from, to, exchange)
+	if err != nil {
+		return f.status("rename", err)
+	}
+	defer release()
+	renamed := f.renamingRemote(from, to, exchange)
+	err = f.core.Rename(from.parent, from.name, to.parent, to.name, in.Flags)
+	if err == nil {
+		renamed()
 	}
 	return f.status("rename", err)
 }

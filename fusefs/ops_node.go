@@ -183,6 +183,11 @@ func (f *FS) setFileAttr(id core.ID, h *handle, in *fuse.SetAttrIn) error {
 			return err
 		}
 		f.changed(id)
+		if !f.core.BeingWritten(id) {
+			// A truncate by name of a complete object; a writer's is
+			// part of its writing (see FS.replaced).
+			f.replaced(id)
+		}
 	}
 	if h != nil {
 		return applyAttrs(h.File(), in, true)

@@ -146,15 +146,19 @@ func TestRAMTier(t *testing.T) {
 		t.Fatalf("held reader after a write: %d bytes, %v, differs at %d", n, err, firstDiff(got, v4))
 	}
 
-	// A truncate.
+	// A truncate, of an object with a copy.
+	if got := coldRead(t, p); !bytes.Equal(got, v4) {
+		t.Fatal("v4 not served")
+	}
+	k.M.RAMWait()
 	if err := os.Truncate(p, mib); err != nil {
 		t.Fatal(err)
 	}
 	if got := coldRead(t, p); !bytes.Equal(got, v4[:mib]) {
 		t.Fatalf("after a truncate: %d bytes, differs at %d", len(got), firstDiff(got, v4[:mib]))
 	}
-	if r := k.ram(); r.Drops < 3 {
-		t.Errorf("rewrites and truncates dropped too few copies: %+v", r)
+	if r := k.ram(); r.Drops != 3 {
+		t.Errorf("the rewrite, the write and the truncate dropped %d copies, want 3: %+v", r.Drops, r)
 	}
 }
 

@@ -195,6 +195,99 @@ func (f *FS) removedRemote(path string) {
 	f.remote.Delete(path)
 }
 
+// replaced is a change on this node of a complete file id's bytes (the
+// open of its first writer, see core.Handle.Rewrites, or a truncate by
+// name with none): with a shared tier, each of its names supersedes the
+// bucket's copy under it (remote.Tier.Replace), which its publish alone
+// would not do, since the tier knows the key is there. A creator's
+// writes and truncates are not a change of anything published: they
+// leave the fleet's first upload of the key alone.
+func (f *FS) replaced(id core.ID) {
+	if f.remote == nil {
+		return
+	}
+	for _, path := range f.core.PathsOf(id) {
+		f.remote.Replace(path)
+	}
+}
+
+// placeholderAt is the placeholder of name in parent when the store
+// holds nothing there: a name the kernel knows only from the remote.
+func (f *FS) placeholderAt(parent core.ID, name string) *remoteNode {
+	r := f.remotes.named(nameKey{parent, name})
+	if r == nil {
+		return nil
+	}
+	if _, _, err := f.core.Lookup(parent, name); err == nil {
+		return nil // local now: the store's object is what moves
+	}
+	return r
+}
+
+// localize makes the remote-only names a rename moves local first (see
+// remoteNode.local), as Link does for the name it links from: from, and
+// for an exchange to as well. release drops the installs' pins once the
+// rename is made.
+func (f *FS) localize(from, to nameKey, exchange bool) (release func(), err error) {
+	release = func() {}
+	names := []nameKey{from}
+	if exchange {
+		names = append(names, to)
+	}
+	for _, k := range names {
+		r := f.placeholderAt(k.parent, k.name)
+		if r == nil {
+			continue
+		}
+		done, err := r.local()
+		if err != nil {
+			release()
+			return nil, err
+		}
+		prev := release
+		release = func() { prev(); done() }
+	}
+	return release, nil
+}
+
+// renamingRemote looks, before a rename of from to to, at what it does to
+// the bucket, and returns what to tell the tier once it is made: the old
+// name is gone, as after an rm; a local file the new name held is
+// replaced (see Tier.Replace); after an exchange each name holds the
+// other's object. A file made at the new name between this look and the
+// rename is not seen.
+func (f *FS) renamingRemote(from, to nameKey, exchange bool) func() {
+	if f.remote == nil {
+		return func() {}
+	}
+	path, moves := f.remoteFile(from.parent, from.name)
+	newPath, replacing := f.localFile(to.parent, to.name)
+	return func() {
+		switch {
+		case exchange && moves && replacing:
+			f.remote.Replace(path)
+		case !exchange && moves:
+			f.removedRemote(path)
+		}
+		if replacing {
+			f.remote.Replace(newPath)
+		}
+	}
+}
+
+// localFile is the tier's name for name in parent when it holds a local
+// file now: what a rename over it replaces.
+func (f *FS) localFile(parent core.ID, name string) (string, bool) {
+	if f.remote == nil {
+		return "", false
+	}
+	e, _, err := f.core.Lookup(parent, name)
+	if err != nil || e.Dir {
+		return "", false
+	}
+	return f.core.PathOf(parent, name)
+}
+
 // placeholders are the remote names the kernel knows, by node ID and by
 // name; a name's newest placeholder is the one a lookup finds again.
 type placeholders = kernelNodes[*remoteNode]

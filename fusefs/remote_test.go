@@ -248,8 +248,8 @@ func TestRemoteMiss(t *testing.T) {
 // TestRemoteLocalChanges: what needs a remote name local (a write, a
 // truncate, a link from it) fetches it first; an object that cannot be
 // admitted is refused (ENOSPC) without leaving anything, and the name
-// stays usable; a local rewrite of a name the bucket holds is not
-// uploaded over it (first writer wins).
+// stays usable; a local rewrite of a name the bucket holds supersedes
+// the bucket's copy, as an rm and a new store would.
 func TestRemoteLocalChanges(t *testing.T) {
 	srv := s3test.New(t)
 	a := mountKVFS(t, withRemote(srv, "fleet", &manualClock{now: time.Now()}))
@@ -281,11 +281,55 @@ func TestRemoteLocalChanges(t *testing.T) {
 	}
 	mustRead(t, filepath.Join(b.Mnt, "l2.data"), orig)
 	b.waitUploads()
-	if got, _ := getObject(t, srv, "fleet/t.data"); !bytes.Equal(got, orig) {
-		t.Errorf("the bucket's t.data was replaced by B's rewrite (%d bytes)", len(got))
+	if got, _ := getObject(t, srv, "fleet/t.data"); !bytes.Equal(got, []byte("rewritten")) {
+		t.Errorf("the bucket's t.data holds %d bytes, not B's rewrite", len(got))
 	}
-	if rs := b.remoteStats(); rs.Uploads != 1 {
-		t.Errorf("B uploaded %d objects, want only the new name l2.data: %+v", rs.Uploads, rs)
+	if rs := b.remoteStats(); rs.Uploads != 2 || rs.Deletes == 0 {
+		t.Errorf("B uploaded %d objects, want the rewritten t.data (after its delete) and the new name l2.data: %+v", rs.Uploads, rs)
+	}
+}
+
+// TestRemoteRenameRemoteOnly: mv of a name B knows only from the
+// bucket fetches it first, then moves it (its old key deleted, the new
+// one uploaded, as a rename of a local name does); a RENAME_EXCHANGE of
+// a local name with such a name swaps the two objects, here and in the
+// bucket.
+func TestRemoteRenameRemoteOnly(t *testing.T) {
+	srv := s3test.New(t)
+	a := mountKVFS(t, withRemote(srv, "fleet", &manualClock{now: time.Now()}))
+	b := mountKVFS(t, withRemote(srv, "fleet", &manualClock{now: time.Now()}))
+	moved, swapped, local := pattern(11, 200*kib), pattern(12, 70*kib), pattern(13, 30*kib)
+	mustWrite(t, filepath.Join(a.Mnt, "mv.data"), moved)
+	mustWrite(t, filepath.Join(a.Mnt, "x.data"), swapped)
+	a.waitUploads()
+	mustWrite(t, filepath.Join(b.Mnt, "y.data"), local)
+	b.waitUploads()
+
+	from, to := filepath.Join(b.Mnt, "mv.data"), filepath.Join(b.Mnt, "mv2.data")
+	if _, err := os.Stat(from); err != nil {
+		t.Fatalf("B does not see the bucket's object: %v", err)
+	}
+	if err := os.Rename(from, to); err != nil {
+		t.Fatalf("mv of a remote-only name: %v", err)
+	}
+	mustRead(t, to, moved)
+	if _, err := os.Stat(from); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the old name after the mv: %v, want ENOENT", err)
+	}
+	x, y := filepath.Join(b.Mnt, "x.data"), filepath.Join(b.Mnt, "y.data")
+	if _, err := os.Stat(x); err != nil {
+		t.Fatalf("B does not see the bucket's object: %v", err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, y, unix.AT_FDCWD, x, unix.RENAME_EXCHANGE); err != nil {
+		t.Fatalf("RENAME_EXCHANGE of a local name and a remote-only one: %v", err)
+	}
+	mustRead(t, x, local)
+	mustRead(t, y, swapped)
+	b.waitUploads()
+	for key, want := range map[string][]byte{"fleet/mv.data": nil, "fleet/mv2.data": moved, "fleet/x.data": local, "fleet/y.data": swapped} {
+		if got, _ := getObject(t, srv, key); !bytes.Equal(got, want) {
+			t.Errorf("%s in the bucket: %d bytes, want %d", key, len(got), len(want))
+		}
 	}
 }
 

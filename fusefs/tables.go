@@ -199,6 +199,17 @@ func (p *kernelNodes[N]) get(id core.ID) N {
 	return p.byID[id]
 }
 
+// named is the node a lookup of k finds again, or the zero N.
+func (p *kernelNodes[N]) named(k nameKey) N {
+	if p.n.Load() == 0 {
+		var none N
+		return none
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byName[k]
+}
+
 // nameOf is the name node id stands for, if it still does.
 func (p *kernelNodes[N]) nameOf(id core.ID) (nameKey, bool) {
 	if p.n.Load() == 0 {

@@ -115,7 +115,7 @@ func (c *Cache) finish(f *Fill, complete bool) {
 	if !complete || f.cancelled {
 		return
 	}
-	if c.rc.Set(f.id, &copyOf{stamp: f.stamp, data: f.data}, int64(len(f.data))) {
+	if c.offer(&copyOf{id: f.id, stamp: f.stamp, data: f.data}) {
 		c.bytes.Add(int64(len(f.data)))
 		c.fills.Add(1)
 	}

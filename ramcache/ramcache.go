@@ -45,6 +45,7 @@ type Stats struct {
 
 // copyOf is one cached object.
 type copyOf struct {
+	id    uint64
 	stamp Stamp
 	data  []byte
 }
@@ -64,6 +65,13 @@ type Cache struct {
 	filling   map[uint64][]*Fill
 	fillBytes int64
 
+	// heldMu comes after mu. held: the copy offered for each object and
+	// not gone since (refused, evicted, replaced or dropped), so Drop
+	// counts the copies it drops; GUARDED_BY(heldMu). Not mu: ristretto
+	// calls OnExit from inside a Set, which finish makes under mu.
+	heldMu sync.Mutex
+	held   map[uint64]*copyOf
+
 	bytes                             atomic.Int64
 	hits, misses, fills, drops, stale atomic.Int64
 }
@@ -73,7 +81,7 @@ func New(capacity int64) (*Cache, error) {
 	if capacity <= 0 {
 		return nil, fmt.Errorf("ramcache: capacity %d must be positive", capacity)
 	}
-	c := &Cache{capacity: capacity, maxObject: capacity / 4, filling: map[uint64][]*Fill{}}
+	c := &Cache{capacity: capacity, maxObject: capacity / 4, filling: map[uint64][]*Fill{}, held: map[uint64]*copyOf{}}
 	// Counters: ten per object the tier could hold at 1 MiB each,
 	// which is about the smallest KV chunk worth a RAM copy.
 	counters := max(capacity>>20, 1024) * 10
@@ -85,6 +93,7 @@ func New(capacity int64) (*Cache, error) {
 		OnExit: func(v *copyOf) {
 			if v != nil {
 				c.bytes.Add(-int64(len(v.data)))
+				c.gone(v)
 			}
 		},
 	})
@@ -134,8 +143,37 @@ func (c *Cache) Drop(id uint64) {
 	}
 	delete(c.filling, id)
 	c.mu.Unlock()
+	c.heldMu.Lock()
+	_, had := c.held[id]
+	delete(c.held, id)
+	c.heldMu.Unlock()
 	c.rc.Del(id)
-	c.drops.Add(1)
+	if had {
+		c.drops.Add(1)
+	}
+}
+
+// offer puts cp in the tier, and reports whether it was taken; it is
+// held from before the Set, so that a refusal or eviction that the
+// Set's processing reports at once (OnExit) finds it.
+func (c *Cache) offer(cp *copyOf) bool {
+	c.heldMu.Lock()
+	c.held[cp.id] = cp
+	c.heldMu.Unlock()
+	if c.rc.Set(cp.id, cp, int64(len(cp.data))) {
+		return true
+	}
+	c.gone(cp)
+	return false
+}
+
+// gone forgets cp as held, unless a newer copy of its object replaced it.
+func (c *Cache) gone(cp *copyOf) {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	if c.held[cp.id] == cp {
+		delete(c.held, cp.id)
+	}
 }
 
 // Stats is a snapshot of the tier's counters.

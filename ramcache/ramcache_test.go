@@ -121,6 +121,30 @@ func TestDropCancelsFillAndCopy(t *testing.T) {
 	}
 }
 
+// TestDropsCountCopies: drops counts copies dropped, not calls: a Drop
+// of an object with no copy, of one whose fill is still in flight, and a
+// second Drop of the same object count nothing.
+func TestDropsCountCopies(t *testing.T) {
+	c := newCache(t, 64<<20)
+	obj := object(128<<10, 3)
+	st := Stamp{Size: int64(len(obj)), Mtime: 7}
+	c.Drop(1) // never cached
+	f := c.StartFill(2, st)
+	f.Add(0, obj[:4096])
+	c.Drop(2) // a fill in flight: no copy yet
+	c.StartFill(3, st).Add(0, obj)
+	c.Wait()
+	if _, ok := c.Get(3, st); !ok {
+		t.Fatal("the complete fill was not cached")
+	}
+	c.Drop(3)
+	c.Drop(3)
+	c.Wait()
+	if got := c.Stats().Drops; got != 1 {
+		t.Errorf("drops %d after one copy dropped (and three Drops of nothing), want 1", got)
+	}
+}
+
 func TestLimits(t *testing.T) {
 	c := newCache(t, 4<<20)
 	if f := c.StartFill(1, Stamp{Size: 2 << 20}); f != nil {

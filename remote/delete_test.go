@@ -97,3 +97,45 @@ func TestDeleteThenStore(t *testing.T) {
 		t.Fatalf("lookup after the new store: %v, %v", found, err)
 	}
 }
+
+// TestReplaceSupersedes: a name this node uploaded and then rewrote is
+// published again: Enqueue alone finds it known remote and skips it
+// (the fleet's first upload wins), Replace deletes the old key and
+// uploads the new bytes, so the bucket and a node that never had the
+// name get them.
+func TestReplaceSupersedes(t *testing.T) {
+	srv := s3test.New(t)
+	n := newNode(t, srv, "p", nodeOpts{})
+	old := randBytes(t, 64<<10)
+	n.write(t, "k.data", old)
+	n.Enqueue("k.data")
+	n.drain(t)
+	fresh := randBytes(t, 100<<10)
+	n.write(t, "k.data", fresh)
+	if n.Enqueue("k.data") {
+		t.Fatal("a publish of a name known remote was queued: the first upload no longer wins")
+	}
+	if !n.Replace("k.data") {
+		t.Fatal("Replace refused")
+	}
+	n.drain(t)
+	if got, _ := getRaw(t, srv.Client(), srv.Bucket, "p/k.data"); !bytes.Equal(got, fresh) {
+		t.Fatalf("the bucket holds %d bytes, want the %d rewritten", len(got), len(fresh))
+	}
+	if st := n.Stats(); st.Deletes != 1 || st.Uploads != 2 {
+		t.Fatalf("%+v: want the first upload, one delete, then the second upload", st)
+	}
+	c := newNode(t, srv, "p", nodeOpts{})
+	if got, _, err := c.fetch(t, "k.data"); err != nil || !bytes.Equal(got, fresh) {
+		t.Fatalf("another node fetches %d bytes (%v), want the %d rewritten", len(got), err, len(fresh))
+	}
+	// An upload still pending when the name is replaced does not
+	// settle it: the journal says delete, then upload.
+	srv.Stop()
+	n.write(t, "p.data", old)
+	n.Enqueue("p.data")
+	n.Replace("p.data")
+	if b, _ := os.ReadFile(filepath.Join(n.journal, journalName("p.data"))); !bytes.Equal(b, []byte("delete+upload\x00p.data")) {
+		t.Fatalf("journal entry %q after a replace of a pending upload", b)
+	}
+}

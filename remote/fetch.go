@@ -140,7 +140,7 @@ func (t *Tier) download(ctx context.Context, name, key string, create CreateFunc
 	defer cancel()
 	wd := startWatchdog(t.cfg.Timeout, cancel)
 	defer wd.stop()
-	body, oi, _, err := minio.Core{Client: t.client}.GetObject(rctx, t.cfg.Bucket, key, minio.GetObjectOptions{Checksum: true})
+	body, oi, _, err := minio.Core{Client: t.client}.GetObject(rctx, t.cfg.Bucket, key, checksumMode())
 	if err = t.classify(ctx, err); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			t.rememberAbsent(name) // replaces a present entry
@@ -162,6 +162,17 @@ func (t *Tier) download(ctx context.Context, name, key string, create CreateFunc
 	}
 	wd.kick()
 	return f, info, t.receive(ctx, name, key, f, body, info, sum, wd)
+}
+
+// checksumMode asks for the CRC32C stored with the object in the GET's
+// answer, without minio-go's own check of it (GetObjectOptions.Checksum):
+// that one turns a mismatch into a read error at the end of the body,
+// which would count a damaged object as a server failing. receive checks
+// the bytes itself.
+func checksumMode() minio.GetObjectOptions {
+	var o minio.GetObjectOptions
+	o.Set("x-amz-checksum-mode", "ENABLED")
+	return o
 }
 
 func (t *Tier) receive(ctx context.Context, name, key string, f *os.File, body io.Reader, info Info, sum uint32, wd *watchdog) error {

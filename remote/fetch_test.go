@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -158,6 +159,38 @@ func TestFetchCorrupt(t *testing.T) {
 	}
 	if got, _, err := n.fetch(t, "good.data"); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("the intact object: %v", err)
+	}
+}
+
+// TestFetchDamagedOnServer: an object kvfs uploaded (its CRC32C kept by
+// the server) whose stored bytes are then damaged, size unchanged, fails
+// with ErrCorrupt: counted as corrupt, not as the server failing (with a
+// breaker that opens at the first failure, it stays closed), and
+// remembered as absent.
+func TestFetchDamagedOnServer(t *testing.T) {
+	srv := s3test.New(t)
+	n := newNode(t, srv, "p", nodeOpts{cfg: func(c *Config) { c.BreakerFailures = 1 }})
+	data := randBytes(t, 256<<10)
+	if err := n.Put(context.Background(), "damaged.data", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := os.OpenFile(filepath.Join(srv.Dir, srv.Bucket, "p", "damaged.data"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stored.WriteAt([]byte{data[1000] ^ 0x40}, 1000); err != nil {
+		t.Fatal(err)
+	}
+	stored.Close()
+	if _, _, err := n.fetch(t, "damaged.data"); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "crc32c") {
+		t.Fatalf("fetch of a damaged object = %v, want ErrCorrupt for its CRC32C", err)
+	}
+	if st := n.Stats(); st.Corrupt != 1 || st.BreakerState != BreakerClosed {
+		t.Fatalf("after the fetch: remote_corrupt %d, breaker %s; want 1, closed", st.Corrupt, st.BreakerState)
+	}
+	heads := n.reqs.count("HEAD")
+	if _, found, err := n.Lookup(context.Background(), "damaged.data"); found || err != nil || n.reqs.count("HEAD") != heads {
+		t.Fatalf("Lookup after the fetch = found %v, %v, %d HEADs; want a remembered miss", found, err, n.reqs.count("HEAD")-heads)
 	}
 }
 

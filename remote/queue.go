@@ -36,6 +36,8 @@ func merge(o, next op) op {
 	switch {
 	case next == opDelete:
 		return opDelete // the rm wins over any upload not yet done
+	case next == opDeleteUpload:
+		return opDeleteUpload // a replacement: whatever was sent goes
 	case o == opUpload:
 		return opUpload
 	}
@@ -331,6 +333,25 @@ func (t *Tier) Delete(name string) bool {
 		return false
 	}
 	ok := t.queue.add(name, opDelete)
+	t.rememberAbsent(name)
+	return ok
+}
+
+// Replace is a change of name's local object on this node: another
+// object renamed over it, or its bytes rewritten or truncated. What the
+// bucket holds under its key is no longer this node's object, so it
+// goes as after an rm (Delete: absent here meanwhile, journaled), and
+// the local object is uploaded in its place once its writing has ended
+// (its publish then is that same upload). It supersedes what the tier
+// knows of the name, which Enqueue does not: a first store of a key
+// that another node uploaded still finds it there and leaves it. A
+// temp name, or one that cannot be a key, was never sent. It reports
+// whether the delete and upload are pending.
+func (t *Tier) Replace(name string) bool {
+	if t.closed.Load() || !t.uploadable(name) {
+		return false
+	}
+	ok := t.queue.add(name, opDeleteUpload)
 	t.rememberAbsent(name)
 	return ok
 }

@@ -1,0 +1,69 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvfs/kvfs/internal/s3test"
+)
+
+// TestRemoteRewriteSupersedes: names A uploaded and then changed on A
+// (an O_TRUNC rewrite, a rename over it, a truncate by name) reach the
+// bucket with their new bytes, and once A evicts them A and a node
+// that never had them load the new bytes, not the first upload's.
+func TestRemoteRewriteSupersedes(t *testing.T) {
+	srv := s3test.New(t)
+	dir := t.TempDir()
+	a := startRemoteNode(t, srv, dir, "a", "--capacity", "8MiB")
+	old := map[string][]byte{}
+	for _, key := range []string{"ow", "rn", "tr"} {
+		old[key] = objectBytes(key+" v1", 64<<10)
+		putFile(t, finalPath(a.mp, key), old[key])
+	}
+	a.uploaded()
+	want := map[string][]byte{
+		"ow": objectBytes("ow v2, longer", 96<<10),
+		"rn": objectBytes("rn v2", 32<<10),
+		"tr": old["tr"][:1000],
+	}
+	putFile(t, finalPath(a.mp, "ow"), want["ow"])
+	tmp := finalPath(a.mp, "rn") + ".tmp"
+	putFile(t, tmp, want["rn"])
+	if err := os.Rename(tmp, finalPath(a.mp, "rn")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(finalPath(a.mp, "tr"), int64(len(want["tr"]))); err != nil {
+		t.Fatal(err)
+	}
+	f := a.uploaded()
+	for key, w := range want {
+		if got, _ := remoteObject(t, srv, key); !bytes.Equal(got, w) {
+			t.Errorf("%s: the bucket holds %d bytes (the first upload's: %v), want the %d written since",
+				key, len(got), bytes.Equal(got, old[key]), len(w))
+		}
+	}
+	if f.Deletes < 3 || f.Uploads != 6 {
+		t.Errorf("A's figures %+v: want each name's key deleted and uploaded again", f)
+	}
+	// Colder than these fillers (temp names: never uploaded), the three
+	// names are evicted.
+	for i := range 4 {
+		putFile(t, filepath.Join(a.mp, fmt.Sprintf("fill-%d.tmp", i)), objectBytes("fill", 2*MiB))
+	}
+	for key := range want {
+		if _, err := os.Stat(filepath.Join(a.store, "data", key+".data")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s is still in A's store (%v); the test needs it evicted", key, err)
+		}
+	}
+	b := startRemoteNode(t, srv, dir, "b")
+	for key, w := range want {
+		a.mustLoad(key, w)
+		b.mustLoad(key, w)
+	}
+	b.stop()
+	a.stop()
+}
