@@ -157,8 +157,12 @@ func TestRAMTier(t *testing.T) {
 	if got := coldRead(t, p); !bytes.Equal(got, v4[:mib]) {
 		t.Fatalf("after a truncate: %d bytes, differs at %d", len(got), firstDiff(got, v4[:mib]))
 	}
-	if r := k.ram(); r.Drops != 3 {
-		t.Errorf("the rewrite, the write and the truncate dropped %d copies, want 3: %+v", r.Drops, r)
+	// Each of the three changes drops the copy it finds; whether a copy
+	// is there at each one depends on when the fills before it ended,
+	// so a loaded machine may see fewer (exact counts: ramcache's
+	// TestDropsCountCopies).
+	if r := k.ram(); r.Drops < 1 || r.Drops > 3 {
+		t.Errorf("the rewrite, the write and the truncate dropped %d copies, want 1 to 3: %+v", r.Drops, r)
 	}
 }
 
