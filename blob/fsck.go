@@ -129,14 +129,18 @@ func repairStore(dir string, charge func(int64) int64, rep *FsckReport) error {
 	if err != nil {
 		return err
 	}
-	objects, loaded, err := s.Load()
+	_, _, err = s.Load()
 	s.Close()
 	if err != nil {
 		return err
 	}
-	rep.Objects, rep.Bytes, rep.Dirs, rep.Repaired = loaded.Objects, 0, loaded.Dirs, true
-	for _, o := range objects {
-		rep.Bytes += charge(o.Size)
+	// What the store holds now, read from it: the load takes sizes from
+	// the checkpoint where it may (a file changed behind kvfs's back is
+	// the mount's audit's to find), and fsck reports the store.
+	after, err := FsckWith(dir, false, charge, nil)
+	if err != nil {
+		return err
 	}
+	rep.Objects, rep.Bytes, rep.Dirs, rep.Repaired = after.Objects, after.Bytes, after.Dirs, true
 	return nil
 }
