@@ -120,18 +120,25 @@ func DefaultStore(mountpoint string) string {
 // ParseSize reads a size: plain bytes, or a number with K, M, G or T, with
 // or without "iB" or "B" (all binary: 64MiB, 64M and 64MB are 64<<20).
 func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	upper := strings.ToUpper(t)
-	upper = strings.TrimSuffix(strings.TrimSuffix(upper, "IB"), "B")
-	shift := 0
-	if n := len(upper); n > 0 {
-		if i := strings.IndexByte("KMGTP", upper[n-1]); i >= 0 {
+	upper := strings.ToUpper(strings.TrimSpace(s))
+	digits := strings.IndexFunc(upper, func(r rune) bool { return r < '0' || r > '9' })
+	if digits < 0 {
+		digits = len(upper)
+	}
+	// The unit: none or B (bytes), or K, M, G, T or P, alone or with B
+	// or iB (64M, 64MB, 64MiB: all 2^20), and nothing else: a stray
+	// letter ("64iB") is not bytes.
+	unit, shift := strings.TrimSpace(upper[digits:]), 0
+	if unit != "" && unit != "B" {
+		i := strings.IndexByte("KMGTP", unit[0])
+		if rest := unit[1:]; i < 0 || rest != "" && rest != "B" && rest != "IB" {
+			unit = "?"
+		} else {
 			shift = 10 * (i + 1)
-			upper = upper[:n-1]
 		}
 	}
-	v, err := strconv.ParseUint(strings.TrimSpace(upper), 10, 63)
-	if err != nil || t == "" {
+	v, err := strconv.ParseUint(upper[:digits], 10, 63)
+	if err != nil || unit == "?" {
 		return 0, usagef("bad size %q: want bytes or a number with K, M, G or T (like 64MiB or 10G)", s)
 	}
 	if shift > 0 && v > (1<<63-1)>>shift {

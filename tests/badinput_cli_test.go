@@ -163,6 +163,9 @@ func TestBadInputFlags(t *testing.T) {
 		{"--capacity", "0", []string{"capacity 0"}},
 		{"--capacity", "1.5G", []string{"bad size", "1.5G"}},
 		{"--capacity", "64MiBs", []string{"bad size", "64MiBs"}},
+		{"--capacity", "8192iB", []string{"bad size", "8192iB"}}, // was: 8,192 bytes
+		{"--capacity", "64KiBB", []string{"bad size", "64KiBB"}},
+		{"--capacity", "MiB", []string{"bad size", "MiB"}},
 		{"--capacity", "0x100000", []string{"bad size", "0x100000"}},
 		{"--capacity", "1e9", []string{"bad size", "1e9"}},
 		{"--capacity", "\u22128M", []string{"bad size", "\u22128M"}}, // a Unicode minus
@@ -203,6 +206,11 @@ func TestBadInputFlags(t *testing.T) {
 		before := listing(t, plain)
 		requireUsageError(t, runKvfs(t, "fsck", "--store", plain), plain, "not a kvfs store")
 		requireUsageError(t, runKvfs(t, "fsck", "--store", plain, "--repair"), plain, "not a kvfs store")
+		absent := filepath.Join(plain, "absent")
+		requireUsageError(t, runKvfs(t, "fsck", "--store", absent), absent, "does not exist") // was: "is not a directory"
+		if _, err := os.Lstat(absent); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("fsck of %s created it", absent)
+		}
 		if after := listing(t, plain); after != before {
 			t.Errorf("fsck changed a directory that is not a store:\n%s", after)
 		}

@@ -258,7 +258,7 @@ func TestGPUDirectBadPaths(t *testing.T) {
 			t.Fatalf("kvfs cat --direct %s: exit %d, stderr %q; want exit 2 and one line saying %q", c.path, res.code, res.stderr, c.says)
 		}
 	}
-	for _, args := range [][]string{{"cat", filepath.Join(d.mp, "x")}, {"cat", "--direct"}, {"cat", "--direct", "--chunk", "5000", d.mp},
+	for _, args := range [][]string{{"cat", filepath.Join(d.mp, "x")}, {"cat", "--direct"}, {"cat", "--direct", "--chunk", "5000", d.mp}, {"cat", "--direct", "--chunk", "0", d.mp},
 		{"cat", "--direct", "--depth", "0", d.mp}, {"cat", "--direct", "--gpu", "-2", d.mp}, {"cat", "--direct", "--bogus", d.mp}} {
 		if res := runKvfs(t, args...); res.code != 2 || strings.Count(res.stderr, "\n") != 1 {
 			t.Fatalf("kvfs %v: exit %d, stderr %q; want exit 2 and one line", args, res.code, res.stderr)

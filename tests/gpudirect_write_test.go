@@ -120,6 +120,7 @@ func TestGPUDirectPutCommand(t *testing.T) {
 		{[]string{"put", "--direct", src, plain}, "not a file on a kvfs mount"},
 		{[]string{"put", "--direct", src, filepath.Join(d.mp, "nodir", "x")}, "no such file"},
 		{[]string{"put", "--direct", "--chunk", "5000", src, filepath.Join(d.mp, "x")}, "multiple of 4096"},
+		{[]string{"put", "--direct", "--chunk", "0", src, filepath.Join(d.mp, "x")}, "a chunk from 4KiB to 1GiB"}, // was: the default
 		{[]string{"put", "--direct", "--depth", "0", src, filepath.Join(d.mp, "x")}, "depth"},
 		{[]string{"put", "--direct", "--bogus", src, filepath.Join(d.mp, "x")}, "bogus"},
 	} {

@@ -143,7 +143,9 @@ func cmdFsck(args []string, stdout io.Writer) error {
 	if *store == "" {
 		return usageerr.Errorf("--store DIR is required")
 	}
-	if st, err := os.Stat(*store); err != nil || !st.IsDir() {
+	if st, err := os.Stat(*store); errors.Is(err, os.ErrNotExist) {
+		return usageerr.Errorf("store %s does not exist", *store)
+	} else if err != nil || !st.IsDir() {
 		return usageerr.Errorf("store %s is not a directory", *store)
 	}
 	rep, err := core.Fsck(*store, *repair, fsckProgress(*every))

@@ -37,8 +37,8 @@ func cmdPut(args []string, stdout io.Writer) error {
 	if !*direct {
 		return usageerr.Errorf("--direct is required (kvfs put writes only through the direct path; plain writes are cp(1))")
 	}
-	if *gpu < -1 || chunk > 1<<30 || *depth <= 0 {
-		return usageerr.Errorf("--gpu %d --chunk %d --depth %d: want a device ordinal, a chunk of at most 1GiB and a depth of at least 1", *gpu, chunk, *depth)
+	if *gpu < -1 || chunk <= 0 || chunk > 1<<30 || *depth <= 0 {
+		return usageerr.Errorf("--gpu %d --chunk %d --depth %d: want a device ordinal, a chunk from 4KiB to 1GiB and a depth of at least 1", *gpu, chunk, *depth)
 	}
 	data, err := readSource(args[0])
 	if err != nil {
