@@ -30,6 +30,8 @@ func (m *Mount) startRemote() error {
 		Open:       m.openForUpload,
 		Logger:     m.log.Named("remote"),
 		Clock:      m.RemoteClock,
+		// A misspelt bucket or secret is warned of at once.
+		CheckBucket: true,
 	})
 	switch {
 	case errors.Is(err, ErrUsage):

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/minio/minio-go/v7"
@@ -57,6 +58,10 @@ type Deps struct {
 	// WrapTransport, if set, wraps the HTTP transport (tests count
 	// requests with it).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
+	// CheckBucket: New asks the server once, in the background, whether
+	// the bucket is there and these credentials reach it, and logs a
+	// warning if not (see checkBucket).
+	CheckBucket bool
 }
 
 // cacheMax bounds each of the name caches.
@@ -68,8 +73,11 @@ const copyBuf = 1 << 20
 // Tier is the remote tier: lookups, fetches and the upload queue of one
 // bucket prefix. Its methods are safe for concurrent use.
 type Tier struct {
-	cfg     Config
-	log     *zap.Logger
+	cfg Config
+	log *zap.Logger
+	// warned: when each kind of refusal was last logged (see refused).
+	warnMu  sync.Mutex
+	warned  map[string]time.Time
 	clock   Clock
 	client  *minio.Client
 	exclude *excluder
@@ -128,7 +136,62 @@ func New(cfg Config, deps Deps) (*Tier, error) {
 		return nil, err
 	}
 	t.startUploaders()
+	if deps.CheckBucket {
+		go t.checkBucket()
+	}
 	return t, nil
+}
+
+// checkBucket asks once whether the bucket is there and the credentials
+// reach it: a misspelt bucket or secret otherwise shows only as names
+// never found and uploads retried forever (the server refuses each
+// request, which the breaker counts as an answer).
+func (t *Tier) checkBucket() {
+	ctx, cancel := context.WithTimeout(t.baseCtx, t.cfg.Timeout)
+	defer cancel()
+	ok, err := t.client.BucketExists(ctx, t.cfg.Bucket)
+	switch err = t.classify(ctx, err); {
+	case err == nil && !ok:
+		t.log.Warn("the remote tier's bucket does not exist: nothing is found there and uploads fail until it is made", zap.String("bucket", t.cfg.Bucket))
+	case errors.Is(err, ErrUnavailable):
+		t.log.Info("the remote tier's server did not answer at start; uploads wait in the journal", zap.Error(err))
+	}
+}
+
+// misconfigured are the S3 error codes that say the tier's bucket or
+// credentials are wrong, whatever their status.
+var misconfigured = map[string]bool{"NoSuchBucket": true, "InvalidAccessKeyId": true, "SignatureDoesNotMatch": true,
+	"AuthorizationHeaderMalformed": true, "InvalidBucketName": true, "AccessDenied": true, "InvalidToken": true, "ExpiredToken": true}
+
+// refusalWarnEvery spaces the warnings for one kind of refusal.
+const refusalWarnEvery = 10 * time.Minute
+
+// refused logs, once in refusalWarnEvery for each kind, a request the
+// server refused for the tier's configuration (401, 403, or a code in
+// misconfigured): wrong credentials, no such bucket, no permission. Each alone is an answer (the breaker
+// stays closed); every one of them is a misconfiguration to see.
+func (t *Tier) refused(resp minio.ErrorResponse) {
+	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden && !misconfigured[resp.Code] {
+		return // a request's own refusal (412: the key is there already)
+	}
+	kind := resp.Code
+	if kind == "" {
+		kind = http.StatusText(resp.StatusCode) // a HEAD's refusal has no body
+	}
+	now := t.clock.Now()
+	t.warnMu.Lock()
+	last, seen := t.warned[kind]
+	if !seen || now.Sub(last) >= refusalWarnEvery {
+		if t.warned == nil {
+			t.warned = map[string]time.Time{}
+		}
+		t.warned[kind] = now
+	}
+	t.warnMu.Unlock()
+	if !seen || now.Sub(last) >= refusalWarnEvery {
+		t.log.Warn("the remote server refused a request: check the bucket, the credentials and their permissions (logged once in 10 minutes for each kind)",
+			zap.String("bucket", t.cfg.Bucket), zap.String("code", kind), zap.Int("status", resp.StatusCode), zap.String("message", resp.Message))
+	}
 }
 
 func newClient(cfg Config, wrap func(http.RoundTripper) http.RoundTripper) (*minio.Client, error) {
@@ -234,6 +297,7 @@ func (t *Tier) classify(parent context.Context, err error) error {
 		return ErrNotFound
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		t.breaker.success() // alive; the request itself was refused
+		t.refused(resp)
 		return fmt.Errorf("remote: %s (HTTP %d): %w", resp.Code, resp.StatusCode, err)
 	}
 	t.breaker.failure()
