@@ -132,6 +132,13 @@ type Config struct {
 	// rename to it, or its writer's close. It is called without locks
 	// held and must not call back into the Core. Install never calls it.
 	Published func(path string)
+	// Rewritten, when set, is told, just before Published, the paths of
+	// an object that was complete when its first writer opened it and
+	// that its writers changed (see endWriting): what a shared tier
+	// holds under them is superseded. A writer that changed nothing (an
+	// open with O_RDWR to read) is not a rewrite. Same rules as
+	// Published.
+	Rewritten func(path string)
 	// Held are the objects a predecessor's open handles hold (a
 	// handover): each is pinned as soon as the start restores it, until
 	// EndHandover.
@@ -201,6 +208,9 @@ type Core struct {
 	// in marked whose marker is intact: the mtime it recorded (see
 	// startWriting).
 	intact map[blob.ID]int64
+	// GUARDED_BY(writersMu). INVARIANT: rewriting holds the IDs in
+	// marked whose first writer opened them complete (see Rewritten).
+	rewriting map[blob.ID]bool
 	// GUARDED_BY(writersMu): for IDs in marked, the size the last close
 	// settled (settled), and what publishes wait on for the last
 	// release (released, closed then): see awaitRelease.
@@ -326,6 +336,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		marked:     map[blob.ID]int{},
 		base:       map[blob.ID]int64{},
 		intact:     map[blob.ID]int64{},
+		rewriting:  map[blob.ID]bool{},
 		settled:    map[blob.ID]int64{},
 		released:   map[blob.ID]chan struct{}{},
 		truncating: map[blob.ID]*truncation{},

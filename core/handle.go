@@ -24,9 +24,6 @@ type Handle struct {
 	write bool
 	// writing: h holds one of id's crash markers; GUARDED_BY(c.writersMu).
 	writing bool
-	// rewrites: h's writing began on a complete object (see Rewrites);
-	// set once, by the open, before h is returned.
-	rewrites bool
 	// refused: a write through h was refused for space, so what it
 	// stored is not the object its writer meant: its close removes it.
 	refused atomic.Bool
@@ -46,12 +43,6 @@ func (h *Handle) File() *os.File { return h.file }
 
 // Writable says whether h was opened for writing.
 func (h *Handle) Writable() bool { return h.write }
-
-// Rewrites says whether h is the writer that made a complete object
-// (published under its names, or restored from the store) incomplete
-// again: the first of its writers, on an object h did not create. Of
-// writers that open one object at once, exactly one rewrites it.
-func (h *Handle) Rewrites() bool { return h.rewrites }
 
 // Create makes a new object named name in parent and opens it. A writer
 // is admitted its reservation before the name exists, so an object that
@@ -455,9 +446,10 @@ func (h *Handle) Release() {
 	c.counters.releasing.Add(1)
 	defer c.counters.releasing.Add(-1)
 	var pub []string
+	var rewrote bool
 	if h.write {
 		c.unwatch(h)
-		pub = c.endWrite(h)
+		pub, rewrote = c.endWrite(h)
 	}
 	h.mu.Lock()
 	h.closed = true
@@ -465,16 +457,22 @@ func (h *Handle) Release() {
 	h.file.Close()
 	h.unpin()
 	// Published once its write pin is gone, so an upload that reads it
-	// at once finds it complete.
+	// at once finds it complete; a rewrite's names first supersede what
+	// a shared tier holds under them.
+	if rewrote && c.cfg.Rewritten != nil {
+		for _, p := range pub {
+			c.cfg.Rewritten(p)
+		}
+	}
 	c.publish(pub)
 }
 
 // endWrite ends a writer's writing: a last settle, then, for the last
 // writer of a complete object, its marker cleared; it returns the names
-// to publish.
-func (c *Core) endWrite(h *Handle) []string {
+// to publish, and whether they publish a rewrite (see endWriting).
+func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 	if !h.isWriting() {
-		return nil
+		return nil, false
 	}
 	var err error
 	if h.refused.Load() {
@@ -486,7 +484,7 @@ func (c *Core) endWrite(h *Handle) []string {
 	// The names to publish are taken as the last writer ends, under the
 	// namespace lock: a link racing this release publishes its name
 	// itself or leaves it to this list, never both (see publish.go).
-	_, pub, merr := c.endWriting(h, func() []string {
+	_, pub, rewrote, merr := c.endWriting(h, func() []string {
 		if err != nil || h.refused.Load() {
 			return nil
 		}
@@ -496,10 +494,10 @@ func (c *Core) endWrite(h *Handle) []string {
 		c.log.Warn("clearing a writing marker", zap.Uint64("id", uint64(h.id)), zap.Error(merr))
 	}
 	if err != nil || h.refused.Load() {
-		return nil
+		return nil, false
 	}
 	c.counters.stores.Add(1)
-	return pub
+	return pub, rewrote
 }
 
 // unpin drops the ledger's pin.

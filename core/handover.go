@@ -43,6 +43,9 @@ type WriterState struct {
 	// Intact: the object's marker is intact, with this mtime (see
 	// startWriting); the successor clears that marker.
 	Intact int64 `json:"intact,omitempty"`
+	// Rewrite: the object was complete when its first writer opened it
+	// (see Config.Rewritten).
+	Rewrite bool `json:"rewrite,omitempty"`
 }
 
 // Frozen is what a frozen Core hands on besides its handles.
@@ -94,7 +97,7 @@ func (c *Core) Freeze() (Frozen, error) {
 	c.writersMu.Lock()
 	for id := range c.marked {
 		s, has := c.settled[id]
-		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has, Intact: c.intact[id]})
+		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has, Intact: c.intact[id], Rewrite: c.rewriting[id]})
 	}
 	c.writersMu.Unlock()
 	c.sizesMu.Lock()
@@ -190,6 +193,9 @@ func (c *Core) adoptWriting(h *Handle) {
 		}
 		if w.Intact != 0 && !w.Early {
 			c.intact[h.id] = w.Intact
+		}
+		if w.Rewrite {
+			c.rewriting[h.id] = true
 		}
 		remark = w.Early
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/internal/lockorder"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // marker is the lock of id's crash marker: what changes whether id is
@@ -57,10 +58,12 @@ func (c *Core) startWriting(h *Handle, born, whole bool) error {
 		if mtime != 0 {
 			c.intact[h.id] = mtime
 		}
+		if !born {
+			c.rewriting[h.id] = true
+		}
 	}
 	c.marked[h.id]++
 	h.writing = true
-	h.rewrites = first && !born
 	return nil
 }
 
@@ -78,19 +81,28 @@ func (c *Core) watchLocked(h *Handle) {
 
 // endWriting is the release of a writer: when no writer is left the
 // object is complete (last), and publish, run under Core.mu with the
-// count at zero, says what to publish; then the marker goes.
-func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []string, err error) {
+// count at zero, says what to publish; then the marker goes. rewrote:
+// the object was complete when its first writer opened it, and its
+// writers changed it (an intact marker's mtime moved; a plain marker's
+// object is taken as changed).
+func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []string, rewrote bool, err error) {
 	m := c.marker(h.id)
 	m.Lock()
 	defer m.Unlock()
 	c.mu.RLock()
 	c.writersMu.Lock()
 	var mtime int64
+	var rewrite bool
 	if h.writing {
 		h.writing = false
+		rewrite = c.rewriting[h.id]
 		last, mtime = c.unmarkLocked(h.id)
 	}
 	c.writersMu.Unlock()
+	if last && rewrite {
+		var st unix.Stat_t
+		rewrote = mtime == 0 || unix.Fstat(int(h.file.Fd()), &st) != nil || !blob.Unchanged(&st, mtime)
+	}
 	if last {
 		pub = publish()
 	}
@@ -98,7 +110,7 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 	if last {
 		err = c.store.ClearIntact(h.id, mtime)
 	}
-	return last, pub, err
+	return last, pub, rewrote, err
 }
 
 // unmarkLocked ends one of id's writers (a handle or an install) and
@@ -114,6 +126,7 @@ func (c *Core) unmarkLocked(id blob.ID) (last bool, mtime int64) {
 	delete(c.marked, id)
 	delete(c.base, id)
 	delete(c.intact, id)
+	delete(c.rewriting, id)
 	delete(c.settled, id)
 	if done, ok := c.released[id]; ok {
 		close(done)

@@ -426,3 +426,54 @@ func TestIntactMarkers(t *testing.T) {
 		t.Fatalf("after the releases: %d intact and %d plain markers left", i, p)
 	}
 }
+
+// TestRewritten: Config.Rewritten hears, at the last release, of an
+// object that was complete when its first writer opened it and that its
+// writers changed; not of one opened read-write and left as it was, nor
+// of a new object. The remote tier supersedes the bucket's copy on it.
+func TestRewritten(t *testing.T) {
+	var mu sync.Mutex
+	var rewritten, published []string
+	tc := newTestCore(t, Config{Capacity: 64 * mib,
+		Published: func(p string) { mu.Lock(); published = append(published, p); mu.Unlock() },
+		Rewritten: func(p string) { mu.Lock(); rewritten = append(rewritten, p); mu.Unlock() }})
+	for _, n := range []string{"read", "written", "cut"} {
+		tc.put(n, 4096)
+	}
+	mu.Lock()
+	rewritten, published = nil, nil
+	mu.Unlock()
+	open := func(name string) *Handle {
+		h, err := tc.Open(tc.lookupID(name), os.O_RDWR, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	r := open("read")
+	if _, err := r.File().ReadAt(make([]byte, 10), 0); err != nil {
+		t.Fatal(err)
+	}
+	w := open("written")
+	if _, err := w.Write([]byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := tc.CreateOrOpen(blob.RootID, "cut", os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644, nobody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _, err := tc.CreateOrOpen(blob.RootID, "new", os.O_RDWR|os.O_CREATE, 0o644, nobody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*Handle{r, w, c, n} {
+		h.Release()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(rewritten)
+	slices.Sort(published)
+	if !slices.Equal(rewritten, []string{"cut", "written"}) || !slices.Equal(published, []string{"cut", "new", "read", "written"}) {
+		t.Fatalf("rewritten %q, published %q; want cut and written rewritten, all four published", rewritten, published)
+	}
+}

@@ -78,9 +78,6 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 	if err != nil {
 		return f.status("open", err)
 	}
-	if ch.Rewrites() {
-		f.replaced(id)
-	}
 	f.serve(f.opened(ch), out)
 	return fuse.OK
 }

@@ -37,9 +37,6 @@ func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out 
 	if how == core.Truncated {
 		f.truncated(ch.ID())
 	}
-	if ch.Rewrites() {
-		f.replaced(ch.ID())
-	}
 	var h *handle
 	if how == core.Created {
 		h = f.adopt(ch, false)

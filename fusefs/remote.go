@@ -195,11 +195,12 @@ func (f *FS) removedRemote(path string) {
 	f.remote.Delete(path)
 }
 
-// replaced is a change on this node of a complete file id's bytes (the
-// open of its first writer, see core.Handle.Rewrites, or a truncate by
-// name with none): with a shared tier, each of its names supersedes the
-// bucket's copy under it (remote.Tier.Replace), which its publish alone
-// would not do, since the tier knows the key is there. A creator's
+// replaced is a change on this node of a complete file id's bytes by a
+// truncate by name with no writer (a writer's change is the core's to
+// report, at its release: core.Config.Rewritten): with a shared tier,
+// each of its names supersedes the bucket's copy under it
+// (remote.Tier.Replace), which its publish alone would not do, since
+// the tier knows the key is there. A creator's
 // writes and truncates are not a change of anything published: they
 // leave the fleet's first upload of the key alone.
 func (f *FS) replaced(id core.ID) {

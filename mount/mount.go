@@ -161,6 +161,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		Now:                m.Now,
 		Logger:             m.log.Named("core"),
 		Published:          m.publishHook(),
+		Rewritten:          m.rewriteHook(),
 		Held:               m.held,
 		Graced:             m.graced,
 	})

@@ -54,6 +54,16 @@ func (m *Mount) publishHook() func(string) {
 	return func(path string) { m.tier.Enqueue(path) }
 }
 
+// rewriteHook is the core's Config.Rewritten: the tier's key for each
+// name of a rewritten object goes, and the new bytes are uploaded in
+// its place (remote.Tier.Replace); nil without a tier.
+func (m *Mount) rewriteHook() func(string) {
+	if m.Remote == nil {
+		return nil
+	}
+	return func(path string) { m.tier.Replace(path) }
+}
+
 // closeRemote stops the tier's uploads; its journal keeps what is
 // pending for the next mount. Call it after the server stops and before
 // the core closes: uploads read through the core.

@@ -20,11 +20,26 @@ func TestRemoteRewriteSupersedes(t *testing.T) {
 	dir := t.TempDir()
 	a := startRemoteNode(t, srv, dir, "a", "--capacity", "8MiB")
 	old := map[string][]byte{}
-	for _, key := range []string{"ow", "rn", "tr"} {
+	for _, key := range []string{"ow", "rn", "tr", "rw"} {
 		old[key] = objectBytes(key+" v1", 64<<10)
 		putFile(t, finalPath(a.mp, key), old[key])
 	}
-	a.uploaded()
+	before := a.uploaded()
+	// Opened read-write and read, not changed (numpy's memmap r+,
+	// open(..., "r+b")): the bucket's copy stands; nothing is deleted
+	// or sent again (before: its open deleted the key, and its release
+	// uploaded the same bytes).
+	rw, err := os.OpenFile(finalPath(a.mp, "rw"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	rw.Close()
+	if f := a.uploaded(); f.Deletes != before.Deletes || f.Uploads != before.Uploads {
+		t.Errorf("an unchanged read-write open: deletes %d -> %d, uploads %d -> %d; want none", before.Deletes, f.Deletes, before.Uploads, f.Uploads)
+	}
 	want := map[string][]byte{
 		"ow": objectBytes("ow v2, longer", 96<<10),
 		"rn": objectBytes("rn v2", 32<<10),
@@ -46,7 +61,7 @@ func TestRemoteRewriteSupersedes(t *testing.T) {
 				key, len(got), bytes.Equal(got, old[key]), len(w))
 		}
 	}
-	if f.Deletes < 3 || f.Uploads != 6 {
+	if f.Deletes < 3 || f.Uploads != 7 {
 		t.Errorf("A's figures %+v: want each name's key deleted and uploaded again", f)
 	}
 	// Colder than these fillers (temp names: never uploaded), the three
