@@ -200,6 +200,13 @@ func TestBadInputFlags(t *testing.T) {
 			}
 		})
 	}
+	t.Run("background_store_is_a_file", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "file")
+		os.WriteFile(file, []byte("x"), 0o644)
+		// One line, the daemon's, as without --background (was: that
+		// line, then "the daemon refused its arguments (see its output)").
+		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--background", "--store", file, mp), "store "+file+" is not a directory")
+	})
 	t.Run("fsck_of_a_plain_directory", func(t *testing.T) {
 		plain := t.TempDir()
 		os.WriteFile(filepath.Join(plain, "f"), []byte("x"), 0o644)

@@ -47,6 +47,10 @@ func background(stdout io.Writer) error {
 	}
 	word, _ := io.ReadAll(r)
 	r.Close()
+	if msg, ok := strings.CutPrefix(string(word), refusedWord); ok {
+		cmd.Wait()
+		return usageerr.Errorf("%s", strings.TrimSpace(msg)) // one line, as without --background
+	}
 	if strings.TrimSpace(string(word)) == "ready" {
 		fmt.Fprintf(stdout, "kvfs: the daemon (pid %d) serves; it runs on in the background\n", cmd.Process.Pid)
 		cmd.Process.Release()
@@ -58,6 +62,22 @@ func background(stdout io.Writer) error {
 		return usageerr.Errorf("the daemon refused its arguments (see its output)")
 	}
 	return fmt.Errorf("the daemon exited before serving (%v; see its output)", err)
+}
+
+// refusedWord starts what a --background daemon tells its parent when it
+// refuses its arguments: the parent prints the one line.
+const refusedWord = "refused: "
+
+// backgroundRefused hands a usage error to the --background parent, if
+// this is its daemon, instead of printing it.
+func backgroundRefused(err error) bool {
+	if os.Getenv(backgroundChildEnv) == "" {
+		return false
+	}
+	f := os.NewFile(3, "background parent")
+	defer f.Close()
+	_, werr := fmt.Fprintf(f, "%s%v\n", refusedWord, err)
+	return werr == nil
 }
 
 // backgroundReady tells a --background parent that the mount serves.

@@ -79,7 +79,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, usageerr.ErrUsage):
-		fmt.Fprintf(stderr, "kvfs %s: %v\n", args[0], err)
+		if !backgroundRefused(err) {
+			fmt.Fprintf(stderr, "kvfs %s: %v\n", args[0], err)
+		}
 		return 2
 	default:
 		fmt.Fprintf(stderr, "kvfs %s: %v\n", args[0], err)
