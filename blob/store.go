@@ -176,6 +176,10 @@ func (s *Store) ClaimLock() {
 // Lock is the store's lock file, to pass to a successor (OpenLocked).
 func (s *Store) Lock() *os.File { return s.lock }
 
+// Dirs is how many directories the namespace holds, the root not
+// counted; the owner's lock held.
+func (s *Store) Dirs() int { return len(s.dirs) - 1 }
+
 // KeepMarkers has Load leave the crash markers of ids (plain or intact),
 // and their objects, alone: writers a predecessor handed over, still
 // writing.

@@ -8,7 +8,8 @@ type Statfs struct {
 	// of it, and all of it is Avail: none is kept back for root.
 	Blocks, Free, Avail uint64
 	// Files and FreeFiles: kvfs has no limit on inodes, so df -i shows
-	// the objects held plus a constant stock free (freeInodes).
+	// the objects and directories held (its IUsed) plus a constant
+	// stock free (freeInodes).
 	Files, FreeFiles uint64
 	NameMax          uint32
 }
@@ -21,13 +22,16 @@ const freeInodes = 1 << 20
 // Statfs reports the capacity and its use as df shows them.
 func (c *Core) Statfs() Statfs {
 	st := c.ledger.Stats()
+	c.mu.RLock()
+	dirs := c.store.Dirs()
+	c.mu.RUnlock()
 	free := uint64(max(st.CapacityBytes-st.UsedBytes, 0) / BlockSize)
 	return Statfs{
 		BlockSize: BlockSize,
 		Blocks:    uint64(st.CapacityBytes / BlockSize),
 		Free:      free,
 		Avail:     free,
-		Files:     uint64(st.Objects) + freeInodes,
+		Files:     uint64(st.Objects) + uint64(dirs) + freeInodes,
 		FreeFiles: freeInodes,
 		NameMax:   NameMax,
 	}

@@ -239,6 +239,20 @@ func TestMountinfoType(t *testing.T) {
 	if sf.Bsize != 4096 || sf.Namelen != 255 || int64(sf.Blocks)*sf.Frsize != 16*MiB {
 		t.Errorf("statfs: bsize %d namelen %d blocks %d", sf.Bsize, sf.Namelen, sf.Blocks)
 	}
+	// df -i: the inodes used are the objects and the directories (was:
+	// the objects alone).
+	if err := os.MkdirAll(filepath.Join(d.mp, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"x", "a/y", "a/b/z"} {
+		putFile(t, filepath.Join(d.mp, p), []byte(p))
+	}
+	if err := unix.Statfs(d.mp, &sf); err != nil {
+		t.Fatal(err)
+	}
+	if used := sf.Files - sf.Ffree; used != 5 {
+		t.Errorf("df -i: %d inodes used, want 5 (3 objects, 2 directories)", used)
+	}
 	d.stop()
 }
 
