@@ -28,19 +28,7 @@ func TestMisconfigurationWarned(t *testing.T) {
 		{"missing bucket", func(c *Config) { c.URL = "s3://no-such-bucket/p"; c.Bucket = "" }, "bucket does not exist"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			core, logs := observer.New(zap.WarnLevel)
-			cfg := Config{URL: srv.URL("p"), Endpoint: srv.Endpoint, AccessKey: s3test.AccessKey,
-				SecretKey: s3test.SecretKey, Region: s3test.Region}
-			c.cfg(&cfg)
-			if err := cfg.Finish(func(string) string { return "" }); err != nil {
-				t.Fatal(err)
-			}
-			tier, err := New(cfg, Deps{JournalDir: t.TempDir(), Open: func(string) (Source, error) { return nil, ErrNotFound },
-				Logger: zap.New(core), CheckBucket: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tier.Close()
+			tier, logs := watchedTier(t, srv, c.cfg)
 			warned := func(s string) bool {
 				for _, e := range logs.All() {
 					if strings.Contains(e.Message, s) || strings.Contains(fmt.Sprint(e.ContextMap()), s) {
@@ -66,8 +54,23 @@ func TestMisconfigurationWarned(t *testing.T) {
 		})
 	}
 	// A healthy tier: a key's absence warns of nothing.
+	tier, logs := watchedTier(t, srv, func(*Config) {})
+	if _, found, err := tier.Lookup(context.Background(), "absent"); found || err != nil {
+		t.Fatalf("lookup of an absent key: found %v, %v", found, err)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("a healthy tier warned: %v", logs.All())
+	}
+}
+
+// watchedTier is a tier of srv's bucket, its config changed by adjust,
+// that checks its bucket at New and logs its warnings to logs.
+func watchedTier(t *testing.T, srv *s3test.Server, adjust func(*Config)) (*Tier, *observer.ObservedLogs) {
+	t.Helper()
 	core, logs := observer.New(zap.WarnLevel)
-	cfg := Config{URL: srv.URL("p"), Endpoint: srv.Endpoint, AccessKey: s3test.AccessKey, SecretKey: s3test.SecretKey, Region: s3test.Region}
+	cfg := Config{URL: srv.URL("p"), Endpoint: srv.Endpoint, AccessKey: s3test.AccessKey,
+		SecretKey: s3test.SecretKey, Region: s3test.Region}
+	adjust(&cfg)
 	if err := cfg.Finish(func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +79,6 @@ func TestMisconfigurationWarned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tier.Close()
-	if _, found, err := tier.Lookup(context.Background(), "absent"); found || err != nil {
-		t.Fatalf("lookup of an absent key: found %v, %v", found, err)
-	}
-	if logs.Len() != 0 {
-		t.Errorf("a healthy tier warned: %v", logs.All())
-	}
+	t.Cleanup(func() { tier.Close() })
+	return tier, logs
 }
