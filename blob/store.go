@@ -95,6 +95,8 @@ type Store struct {
 	dirs  map[ID]*dir
 	files map[ID]*file
 
+	// distrustIntact: see DistrustIntact; set before Load.
+	distrustIntact bool
 	// probeOnce and fine: fineTimes's probe and its answer.
 	probeOnce sync.Once
 	fine      bool
@@ -175,6 +177,12 @@ func (s *Store) ClaimLock() {
 
 // Lock is the store's lock file, to pass to a successor (OpenLocked).
 func (s *Store) Lock() *os.File { return s.lock }
+
+// DistrustIntact has Load reclaim the objects of intact markers too
+// (see MarkIntact), changed or not: a process still holds a file of the
+// dead daemon's mount, and could change one after the start kept it
+// (passthrough writes outlive the daemon).
+func (s *Store) DistrustIntact() { s.distrustIntact = true }
 
 // Dirs is how many directories the namespace holds, the root not
 // counted; the owner's lock held.

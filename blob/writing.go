@@ -195,6 +195,24 @@ func (s *Store) ClearIntact(id ID, mtime int64) error {
 	return nil
 }
 
+// Demote makes id's intact marker, which recorded mtime, a plain one
+// (see MarkIntact): its object's mtime is about to be set by a client,
+// so it no longer tells whether the bytes changed.
+func (s *Store) Demote(id ID, mtime int64) error {
+	s.changes.Add(1)
+	dirfd, plain := s.marker(id)
+	intact := plain + intactSep + strconv.FormatInt(mtime, 10)
+	// Both names of one inode: rename does nothing (POSIX), so the
+	// intact one is unlinked after.
+	if err := unix.Renameat(dirfd, intact, dirfd, plain); err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "demote marker", Path: filepath.Join(WritingName, shardName(id), intact), Err: err}
+	}
+	if err := unix.Unlinkat(dirfd, intact, 0); err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "demote marker", Path: filepath.Join(WritingName, shardName(id), intact), Err: err}
+	}
+	return nil
+}
+
 // fineTimes probes, once, whether the store's file system gives a write
 // just after a stat and a link a new mtime (see MarkIntact), on a file
 // with no name (O_TMPFILE), so that a crash leaves nothing behind.

@@ -336,6 +336,30 @@ func (c *Core) settledAt(id blob.ID, size int64) {
 	}
 }
 
+// MtimeSet is told before a client sets object id's mtime (utimes,
+// touch): an intact marker of it, which trusts the mtime to tell a
+// change, becomes plain, and the object counts as changed (a writer
+// could otherwise write, put the mtime back, and have a crash keep the
+// changed object as complete). No lock held.
+func (c *Core) MtimeSet(id blob.ID) {
+	m := c.marker(id)
+	m.Lock()
+	defer m.Unlock()
+	c.writersMu.Lock()
+	mtime := c.intact[id]
+	c.writersMu.Unlock()
+	if mtime == 0 {
+		return
+	}
+	if err := c.store.Demote(id, mtime); err != nil {
+		c.log.Warn("making an intact marker plain", zap.Uint64("id", uint64(id)), zap.Error(err))
+		return
+	}
+	c.writersMu.Lock()
+	delete(c.intact, id)
+	c.writersMu.Unlock()
+}
+
 // A writer's settle reads its object's size, then commits it to the
 // ledger; a truncate by another handle, or by path, commits its size,
 // then cuts the file. Interleaved, the settle's older size would

@@ -189,6 +189,9 @@ func (f *FS) setFileAttr(id core.ID, h *handle, in *fuse.SetAttrIn) error {
 			f.replaced(id)
 		}
 	}
+	if in.Valid&(fuse.FATTR_MTIME|fuse.FATTR_MTIME_NOW) != 0 {
+		f.core.MtimeSet(id)
+	}
 	if h != nil {
 		return applyAttrs(h.File(), in, true)
 	}

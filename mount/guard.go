@@ -295,3 +295,41 @@ func abortGuarded(conn, mp string, log *zap.Logger) {
 		log.Warn("aborting the dead daemon's FUSE connection", zap.String("mountpoint", mp), zap.Error(err))
 	}
 }
+
+// deadMountHeld says whether a process holds a file of a kvfs mount of
+// store that is still in the mount table (the dead one a crash left,
+// which the new mount replaces after the load), and which process:
+// /proc/PID/fdinfo names each descriptor's mount. A writer that holds
+// one could change an object after the start kept it as intact.
+func deadMountHeld(store string) (int, bool) {
+	ids := map[string]bool{}
+	for _, e := range mountinfo.Read() {
+		if e.FSType == FSType && e.Source == store {
+			ids[strconv.Itoa(e.ID)] = true
+		}
+	}
+	if len(ids) == 0 {
+		return 0, false
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		dir := filepath.Join("/proc", p.Name(), "fdinfo")
+		fds, _ := os.ReadDir(dir)
+		for _, fd := range fds {
+			info, err := os.ReadFile(filepath.Join(dir, fd.Name()))
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(info), "\n") {
+				if id, ok := strings.CutPrefix(line, "mnt_id:"); ok && ids[strings.TrimSpace(id)] {
+					return pid, true
+				}
+			}
+		}
+	}
+	return 0, false
+}

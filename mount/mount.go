@@ -105,6 +105,7 @@ func Start(o Options) (*Mount, error) {
 				"and its passthrough writers write on into the store", zap.Error(err))
 		}
 	}
+	m.distrustIfHeld(store)
 	if big, n := o.loadsInBackground(store); big {
 		if err := m.startLoading(store, n); err != nil {
 			m.guard.Stop()
@@ -133,6 +134,17 @@ func Start(o Options) (*Mount, error) {
 // CAP_SYS_ADMIN).
 func (o *Options) passthrough() bool {
 	return o.Passthrough && !o.StrictCapacity && os.Geteuid() == 0
+}
+
+// distrustIfHeld has a start (not a handover, whose old daemon lives)
+// reclaim intact objects too while a process holds a file of the store's
+// dead mount (see blob.Store.DistrustIntact).
+func (m *Mount) distrustIfHeld(store *blob.Store) {
+	if pid, ok := deadMountHeld(m.Store); ok {
+		m.log.Warn("a process still holds a file of the dead mount of this store: objects open for writing at the crash are reclaimed, changed or not",
+			zap.Int("pid", pid))
+		store.DistrustIntact()
+	}
 }
 
 // load rebuilds the index and the ledger from the store and builds the

@@ -164,9 +164,16 @@ func (o *Options) validate() error {
 	}
 	// Before anything looks at them: a path on a FUSE mount whose daemon
 	// is hung or stopped waits for it, where no signal ends the wait.
+	// Each is probed as given, then with its symlinks read (never
+	// through a mount point: quietResolve), as a link may lead onto one.
 	for _, p := range []string{mp, o.Store} {
 		if err := answers(p); err != nil {
 			return err
+		}
+		if q := quietResolve(p); q != p {
+			if err := answers(q); err != nil {
+				return err
+			}
 		}
 	}
 	// The kernel mounts on, and mountinfo names, the real path; a store
@@ -243,7 +250,7 @@ func answers(p string) error {
 		return nil
 	}
 	if inTime(unmountProbe, func() error { return unix.Statfs(e.Point, new(unix.Statfs_t)) }) == errTimedOut {
-		return usagef("%s is on %s, whose FUSE daemon did not answer within %v (hung or stopped); `kvfs unmount --force %s` ends it", p, e.Point, unmountProbe, e.Point)
+		return usagef("%s is on the FUSE mount %s, whose daemon did not answer within %v (hung or stopped); `kvfs unmount --force %s` ends it", p, e.Point, unmountProbe, e.Point)
 	}
 	return nil
 }

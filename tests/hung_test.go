@@ -297,9 +297,15 @@ func TestStatsAndMountOfStoppedDaemon(t *testing.T) {
 	if res.code != 1 || !strings.Contains(res.stderr, "the daemon did not answer within 1s") {
 		t.Errorf("kvfs stats of a stopped daemon: exit %d, %q", res.code, res.stderr)
 	}
-	res = runKvfsTimeout(t, 30*time.Second, "mount", "--store", d.store, "--capacity", "16MiB", d.mp)
-	if res.code != 2 || !strings.Contains(res.stderr, "whose FUSE daemon did not answer") {
-		t.Errorf("kvfs mount over a stopped daemon: exit %d, %q", res.code, res.stderr)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(d.mp, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, mp := range []string{d.mp, link} {
+		res = runKvfsTimeout(t, 30*time.Second, "mount", "--store", d.store, "--capacity", "16MiB", mp)
+		if res.code != 2 || !strings.Contains(res.stderr, "is on the FUSE mount "+d.mp+", whose daemon did not answer") {
+			t.Errorf("kvfs mount over a stopped daemon at %s: exit %d, %q", mp, res.code, res.stderr)
+		}
 	}
 	d.cmd.Process.Signal(syscall.SIGCONT)
 	if got, err := os.ReadFile(filepath.Join(d.mp, "obj")); err != nil || checkObject(got, "obj", 100) != nil {
