@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvfs/kvfs/internal/s3test"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 )
 
@@ -28,7 +29,7 @@ func TestMisconfigurationWarned(t *testing.T) {
 		{"missing bucket", func(c *Config) { c.URL = "s3://no-such-bucket/p"; c.Bucket = "" }, "bucket does not exist"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tier, logs := watchedTier(t, srv, c.cfg)
+			tier, logs, logged := watchedTier(t, srv, c.cfg)
 			warned := func(s string) bool {
 				for _, e := range logs.All() {
 					if strings.Contains(e.Message, s) || strings.Contains(fmt.Sprint(e.ContextMap()), s) {
@@ -37,9 +38,13 @@ func TestMisconfigurationWarned(t *testing.T) {
 				}
 				return false
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for !warned(c.want) && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
+			timeout := time.After(10 * time.Second)
+			for !warned(c.want) {
+				select {
+				case <-logged:
+				case <-timeout:
+					t.Fatalf("no warning saying %q in 10s: %v", c.want, logs.All())
+				}
 			}
 			if !warned(c.want) {
 				t.Fatalf("no warning saying %q: %v", c.want, logs.All())
@@ -54,7 +59,7 @@ func TestMisconfigurationWarned(t *testing.T) {
 		})
 	}
 	// A healthy tier: a key's absence warns of nothing.
-	tier, logs := watchedTier(t, srv, func(*Config) {})
+	tier, logs, _ := watchedTier(t, srv, func(*Config) {})
 	if _, found, err := tier.Lookup(context.Background(), "absent"); found || err != nil {
 		t.Fatalf("lookup of an absent key: found %v, %v", found, err)
 	}
@@ -64,10 +69,19 @@ func TestMisconfigurationWarned(t *testing.T) {
 }
 
 // watchedTier is a tier of srv's bucket, its config changed by adjust,
-// that checks its bucket at New and logs its warnings to logs.
-func watchedTier(t *testing.T, srv *s3test.Server, adjust func(*Config)) (*Tier, *observer.ObservedLogs) {
+// that checks its bucket at New and logs its warnings to logs; logged
+// hears of each entry as it is logged.
+func watchedTier(t *testing.T, srv *s3test.Server, adjust func(*Config)) (*Tier, *observer.ObservedLogs, <-chan struct{}) {
 	t.Helper()
 	core, logs := observer.New(zap.WarnLevel)
+	logged := make(chan struct{}, 1)
+	hook := zap.Hooks(func(zapcore.Entry) error {
+		select {
+		case logged <- struct{}{}:
+		default:
+		}
+		return nil
+	})
 	cfg := Config{URL: srv.URL("p"), Endpoint: srv.Endpoint, AccessKey: s3test.AccessKey,
 		SecretKey: s3test.SecretKey, Region: s3test.Region}
 	adjust(&cfg)
@@ -75,10 +89,10 @@ func watchedTier(t *testing.T, srv *s3test.Server, adjust func(*Config)) (*Tier,
 		t.Fatal(err)
 	}
 	tier, err := New(cfg, Deps{JournalDir: t.TempDir(), Open: func(string) (Source, error) { return nil, ErrNotFound },
-		Logger: zap.New(core), CheckBucket: true})
+		Logger: zap.New(core, hook), CheckBucket: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tier.Close() })
-	return tier, logs
+	return tier, logs, logged
 }
