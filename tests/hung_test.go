@@ -330,6 +330,13 @@ func TestStoreInsideKvfsMountRefused(t *testing.T) {
 	if err := os.Mkdir(mp, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Where the store is taken (the defect), the mount the killed
+	// command leaves goes with the test.
+	t.Cleanup(func() {
+		if _, ok := mountAt(mp); ok {
+			unix.Unmount(mp, unix.MNT_DETACH)
+		}
+	})
 	res := runKvfsTimeout(t, 30*time.Second, "mount", "--store", inner, "--capacity", "64MiB", mp)
 	requireUsageError(t, res, "store "+inner+" is inside the kvfs mount "+d.mp)
 	if ents, err := os.ReadDir(inner); err != nil || len(ents) != 0 {
