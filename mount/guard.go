@@ -235,19 +235,31 @@ func capWriters(mp, store string, log *zap.Logger) {
 // heldOpen says whether some process has a descriptor of a file under
 // mp: only such a process can still write past the dead daemon.
 func heldOpen(mp string) bool {
+	_, ok := anyDescriptor("fd", func(path string) bool {
+		dest, err := os.Readlink(path)
+		return err == nil && strings.HasPrefix(dest, mp+"/")
+	})
+	return ok
+}
+
+// anyDescriptor finds a process with a descriptor that match says yes
+// to, given its entry under /proc/PID/sub ("fd" or "fdinfo").
+func anyDescriptor(sub string, match func(path string) bool) (pid int, ok bool) {
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
-		fds, err := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+		pid, err := strconv.Atoi(p.Name())
 		if err != nil {
 			continue
 		}
+		dir := filepath.Join("/proc", p.Name(), sub)
+		fds, _ := os.ReadDir(dir)
 		for _, fd := range fds {
-			if dest, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); err == nil && strings.HasPrefix(dest, mp+"/") {
-				return true
+			if match(filepath.Join(dir, fd.Name())) {
+				return pid, true
 			}
 		}
 	}
-	return false
+	return 0, false
 }
 
 // openMarked opens the files marked under writing/.
@@ -303,33 +315,22 @@ func abortGuarded(conn, mp string, log *zap.Logger) {
 // one could change an object after the start kept it as intact.
 func deadMountHeld(store string) (int, bool) {
 	ids := map[string]bool{}
-	for _, e := range mountinfo.Read() {
-		if e.FSType == FSType && e.Source == store {
-			ids[strconv.Itoa(e.ID)] = true
-		}
+	for _, e := range mountsOfStore(mountinfo.Read(), store) {
+		ids[strconv.Itoa(e.ID)] = true
 	}
 	if len(ids) == 0 {
 		return 0, false
 	}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
+	return anyDescriptor("fdinfo", func(path string) bool {
+		info, err := os.ReadFile(path)
+		if err != nil {
+			return false
 		}
-		dir := filepath.Join("/proc", p.Name(), "fdinfo")
-		fds, _ := os.ReadDir(dir)
-		for _, fd := range fds {
-			info, err := os.ReadFile(filepath.Join(dir, fd.Name()))
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(info), "\n") {
-				if id, ok := strings.CutPrefix(line, "mnt_id:"); ok && ids[strings.TrimSpace(id)] {
-					return pid, true
-				}
+		for _, line := range strings.Split(string(info), "\n") {
+			if id, ok := strings.CutPrefix(line, "mnt_id:"); ok && ids[strings.TrimSpace(id)] {
+				return true
 			}
 		}
-	}
-	return 0, false
+		return false
+	})
 }
