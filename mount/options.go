@@ -249,7 +249,7 @@ func answers(p string) error {
 	if !ok || !strings.HasPrefix(e.FSType, "fuse") {
 		return nil
 	}
-	if inTime(unmountProbe, func() error { return unix.Statfs(e.Point, new(unix.Statfs_t)) }) == errTimedOut {
+	if InTime(unmountProbe, func() error { return unix.Statfs(e.Point, new(unix.Statfs_t)) }) == ErrTimedOut {
 		return usagef("%s is on the FUSE mount %s, whose daemon did not answer within %v (hung or stopped); `kvfs unmount --force %s` ends it", p, e.Point, unmountProbe, e.Point)
 	}
 	return nil

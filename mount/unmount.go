@@ -37,7 +37,8 @@ type UnmountOptions struct {
 	Report func(string)
 }
 
-var errTimedOut = errors.New("timed out")
+// ErrTimedOut is InTime's answer when its call did not return in time.
+var ErrTimedOut = errors.New("timed out")
 
 // Unmount unmounts the kvfs mount at mountpoint within
 // DefaultUnmountTimeout; its daemon then exits.
@@ -69,15 +70,15 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 		return forceUnmount(mp, e, deadline, o.Report)
 	}
 	probe := min(unmountProbe, o.Timeout/4)
-	if err := inTime(probe, func() error { return unix.Statfs(mp, new(unix.Statfs_t)) }); errors.Is(err, errTimedOut) {
+	if err := InTime(probe, func() error { return unix.Statfs(mp, new(unix.Statfs_t)) }); errors.Is(err, ErrTimedOut) {
 		o.Report(fmt.Sprintf("the daemon of %s did not answer statfs within %v", mp, probe))
 		return forceUnmount(mp, e, deadline, o.Report)
 	}
 	// Keep a quarter of the time for aborting, should the unmount
 	// itself hang.
 	until := deadline.Add(-o.Timeout / 4)
-	err = inTime(time.Until(until)+100*time.Millisecond, func() error { return plainUnmount(mp, until) })
-	if !errors.Is(err, errTimedOut) {
+	err = InTime(time.Until(until)+100*time.Millisecond, func() error { return plainUnmount(mp, until) })
+	if !errors.Is(err, ErrTimedOut) {
 		return err
 	}
 	o.Report(fmt.Sprintf("unmounting %s did not finish in time", mp))
@@ -109,14 +110,14 @@ func plainUnmount(mp string, until time.Time) error {
 func forceUnmount(mp string, e mountinfo.Entry, deadline time.Time, report func(string)) error {
 	left := func() time.Duration { return max(time.Until(deadline), 200*time.Millisecond) }
 	var how string
-	err := inTime(left()/2, func() (err error) { how, err = abortConnection(mp, e); return err })
+	err := InTime(left()/2, func() (err error) { how, err = abortConnection(mp, e); return err })
 	if err != nil {
 		report(fmt.Sprintf("could not abort the FUSE connection of %s: %v", mp, err))
 	} else {
 		report(fmt.Sprintf("aborted the FUSE connection of %s (%s); requests waiting on it fail", mp, how))
 	}
 	if stillMounted(e) {
-		if err := inTime(left(), func() error { return detach(mp) }); err != nil {
+		if err := InTime(left(), func() error { return detach(mp) }); err != nil {
 			return fmt.Errorf("detaching %s: %w", mp, err)
 		}
 		report(fmt.Sprintf("detached %s (lazy unmount)", mp))
@@ -234,10 +235,11 @@ func quietResolve(p string) string {
 	return filepath.Clean(out)
 }
 
-// inTime runs f in a goroutine and waits at most d for it: a system
-// call on a hung FUSE mount can block where no signal ends it, and the
-// caller must stay free to abort the connection (which then ends f).
-func inTime(d time.Duration, f func() error) error {
+// InTime runs f in a goroutine and waits at most d for it (else
+// ErrTimedOut): a system call on a hung FUSE mount can block where no
+// signal ends it, and the caller must stay free to abort the connection
+// (which then ends f), or to exit.
+func InTime(d time.Duration, f func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- f() }()
 	t := time.NewTimer(d)
@@ -246,6 +248,6 @@ func inTime(d time.Duration, f func() error) error {
 	case err := <-done:
 		return err
 	case <-t.C:
-		return errTimedOut
+		return ErrTimedOut
 	}
 }

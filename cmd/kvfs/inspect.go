@@ -14,6 +14,7 @@ import (
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/internal/stats"
 	"github.com/kvfs/kvfs/internal/usageerr"
+	"github.com/kvfs/kvfs/mount"
 	"golang.org/x/sys/unix"
 )
 
@@ -79,23 +80,12 @@ var statsWait = 10 * time.Second
 // signal but SIGKILL ends them: they run in a goroutine, abandoned after
 // statsWait (the process's exit ends them).
 func statsJSON(mp string) ([]byte, error) {
-	type read struct {
-		b   []byte
-		err error
-	}
-	done := make(chan read, 1)
-	go func() {
-		b, err := readStatsXattr(mp)
-		done <- read{b, err}
-	}()
-	t := time.NewTimer(statsWait)
-	defer t.Stop()
-	select {
-	case r := <-done:
-		return r.b, r.err
-	case <-t.C:
+	var b []byte
+	err := mount.InTime(statsWait, func() (err error) { b, err = readStatsXattr(mp); return err })
+	if errors.Is(err, mount.ErrTimedOut) {
 		return nil, fmt.Errorf("%s: the daemon did not answer within %v (hung or stopped); `kvfs unmount --force %s` ends it", mp, statsWait, mp)
 	}
+	return b, err
 }
 
 // readStatsXattr reads the root's stats extended attribute.
