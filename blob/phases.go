@@ -179,16 +179,17 @@ func (s *Store) AddFile(parent ID, name string, id ID, ino uint64) error {
 }
 
 // LinkPaths plans a link of file id as name in parent: the path of a
-// name it has, and the new one's.
-func (s *Store) LinkPaths(id, parent ID, name string) (old, rel string, err error) {
-	old, ok := s.filePath(id)
-	if !ok {
-		return "", "", ErrNotFound
+// name it has, the directory that name is in, and the new name's path.
+func (s *Store) LinkPaths(id, parent ID, name string) (old, rel string, from ID, err error) {
+	f, ok := s.files[id]
+	if !ok || len(f.links()) == 0 {
+		return "", "", 0, ErrNotFound
 	}
+	first := f.links()[0]
 	if rel, err = s.FreePath(parent, name); err != nil {
-		return "", "", err
+		return "", "", 0, err
 	}
-	return old, rel, nil
+	return s.childPath(first.Parent, first.Name), rel, first.Parent, nil
 }
 
 // LinkAt links the stored file at old to rel, and returns its

@@ -260,7 +260,7 @@ func (s *Store) Mkdir(parent ID, name string, mode uint32, who Owner) (ID, error
 
 // Link gives file id another name.
 func (s *Store) Link(id, parent ID, name string) error {
-	old, rel, err := s.LinkPaths(id, parent, name)
+	old, rel, _, err := s.LinkPaths(id, parent, name)
 	if err != nil {
 		return err
 	}

@@ -737,3 +737,62 @@ func TestAuditLoopSpacedOut(t *testing.T) {
 		t.Fatalf("wait after an audit of a minute or more: %v, want at least %v", d, auditSpacing*time.Minute)
 	}
 }
+
+// TestLinkFromMovingName: a link whose source name is renamed in its
+// own directory between the plan and the link(2), every time it plans
+// without that directory's lock, still links: it plans again holding
+// the source directory's lock, which keeps the name where it is. (The
+// race TestConcurrentCore met under -race: link y/c failed with ENOENT
+// after three unlocked retries.)
+func TestLinkFromMovingName(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 8 * mib})
+	owner := blob.Owner{UID: -1, GID: -1}
+	x, _, err := tc.Mkdir(blob.RootID, "x", 0o755, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, _, err := tc.Mkdir(blob.RootID, "y", 0o755, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := tc.Create(x, "a0", 0o644, owner, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Write(make([]byte, kib), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	e, _, err := tc.Lookup(x, "a0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moves := 0
+	testHookLinkPlanned = func() {
+		// Another client's rename, which takes x's lock: the link holds
+		// only y's here.
+		done := make(chan error)
+		go func() { done <- tc.Rename(x, fmt.Sprintf("a%d", moves), x, fmt.Sprintf("a%d", moves+1), 0) }()
+		if err := <-done; err != nil {
+			t.Errorf("rename under the link: %v", err)
+		}
+		moves++
+	}
+	defer func() { testHookLinkPlanned = nil }()
+	a, err := tc.Link(e.ID, y, "c")
+	if err != nil {
+		t.Fatalf("link while its source moved %d times: %v", moves, err)
+	}
+	if moves == 0 || a.Links != 2 {
+		t.Fatalf("after %d moves: %d links, want 2", moves, a.Links)
+	}
+	if got, _, err := tc.Lookup(y, "c"); err != nil || got.ID != e.ID {
+		t.Fatalf("y/c: %+v, %v; want object %d", got, err, e.ID)
+	}
+	if err := tc.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}

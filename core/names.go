@@ -276,47 +276,63 @@ func (c *Core) linkedAttr(id blob.ID, st unix.Stat_t) (Attr, error) {
 }
 
 // link links, and reports the path to publish (see publishableLocked)
-// and the file's attributes as the link read them.
+// and the file's attributes as the link read them. The name linked from
+// may be renamed or unlinked in its own directory after the plan; the
+// link then plans again holding that directory's lock too, which keeps
+// the name it links from where it is.
 func (c *Core) link(id, parent blob.ID, name string) ([]string, unix.Stat_t, error) {
-	unlock := c.lockDirs(parent, 0)
+	var from blob.ID // the directory linked from, once a plan went stale
+	for try := 0; ; try++ {
+		pub, st, at, err := c.linkFrom(id, parent, name, from)
+		if errors.Is(err, syscall.ENOENT) && at != from && try < 8 {
+			from = at
+			continue
+		}
+		if errors.Is(err, syscall.ENOENT) {
+			// Every name it had kept moving, or went: as a link of a
+			// name that went.
+			err = ErrNotFound
+		}
+		return pub, st, err
+	}
+}
+
+// linkFrom links once, holding parent's lock and from's (0: only
+// parent's); at is the directory of the name it linked from.
+func (c *Core) linkFrom(id, parent blob.ID, name string, from blob.ID) (pub []string, st unix.Stat_t, at blob.ID, err error) {
+	unlock := c.lockDirs(parent, from)
 	defer unlock()
 	c.tree.RLock()
 	defer c.tree.RUnlock()
-	at := blob.Name{Parent: parent, Name: name}
-	for try := 0; ; try++ {
-		c.mu.RLock()
-		old, rel, err := c.store.LinkPaths(id, parent, name)
-		c.mu.RUnlock()
-		if err != nil {
-			return nil, unix.Stat_t{}, err
-		}
-		c.clearDoomed(at, rel)
-		st, err := c.store.LinkAt(old, rel)
-		if errors.Is(err, syscall.ENOENT) && try < 3 {
-			// The name linked from went (unlinked, renamed) after the
-			// plan: link from another, or find none.
-			continue
-		}
-		if err != nil {
-			return nil, st, err
-		}
-		c.mu.Lock()
-		if err = c.store.AddLink(id, parent, name); err == nil {
-			err = c.ledger.Link(id)
-		}
-		var pub []string
-		if err == nil {
-			pub = c.publishableLocked(nil, at)
-		}
-		c.mu.Unlock()
-		if err != nil {
-			// Dropped (evicted, or its last name removed) since the
-			// plan: the new stored name goes too.
-			c.unlinkStored(rel)
-			return nil, st, ErrNotFound
-		}
-		return pub, st, nil
+	n := blob.Name{Parent: parent, Name: name}
+	c.mu.RLock()
+	old, rel, at, err := c.store.LinkPaths(id, parent, name)
+	c.mu.RUnlock()
+	if err != nil {
+		return nil, st, at, err
 	}
+	if testHookLinkPlanned != nil && from == 0 {
+		testHookLinkPlanned()
+	}
+	c.clearDoomed(n, rel)
+	if st, err = c.store.LinkAt(old, rel); err != nil {
+		return nil, st, at, err
+	}
+	c.mu.Lock()
+	if err = c.store.AddLink(id, parent, name); err == nil {
+		err = c.ledger.Link(id)
+	}
+	if err == nil {
+		pub = c.publishableLocked(nil, n)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		// Dropped (evicted, or its last name removed) since the plan:
+		// the new stored name goes too.
+		c.unlinkStored(rel)
+		return nil, st, at, ErrNotFound
+	}
+	return pub, st, at, nil
 }
 
 // Rename moves a name, atomically, with rename(2)'s flags; a file it
@@ -402,6 +418,10 @@ func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName st
 	}
 	return moved, pub, nil
 }
+
+// testHookLinkPlanned, when set, runs between a link's plan and its
+// syscall while it holds only the new name's directory lock.
+var testHookLinkPlanned func()
 
 // testHookRenamed, when set, runs between a rename's syscall and its
 // commit.
