@@ -55,6 +55,9 @@ const (
 	capQuiet     = time.Second
 	capQuietPoll = 100 * time.Millisecond
 	capHeldEvery = 100 * time.Millisecond
+	// guardSettle is how long a start waits for a dead daemon's guard to
+	// find no holders and leave: a few of its looks.
+	guardSettle = 5 * capHeldEvery
 )
 
 // Guard is the daemon's end of its guard.
@@ -89,7 +92,9 @@ func startGuard(bin string, o Options) (*Guard, error) {
 }
 
 // mounted tells the guard the FUSE connection of the mount at mp, which
-// it is to abort should the daemon get stuck exiting, and that the
+// it is to abort should the daemon get stuck exiting, the mount's ID, by
+// which it finds the processes that still hold a file of it (a path
+// would miss those of a mount detached by umount -l), and that the
 // daemon's death from now on leaves writers to cap. It is told before
 // the daemon answers its first request.
 func (g *Guard) mounted(mp string) error {
@@ -104,7 +109,7 @@ func (g *Guard) mounted(mp string) error {
 	if !ok {
 		return fmt.Errorf("no FUSE connection for %s (device %q)", mp, e.Dev)
 	}
-	_, err := fmt.Fprintf(g.w, "%s %s\n", guardMounted, conn)
+	_, err := fmt.Fprintf(g.w, "%s %s %d\n", guardMounted, conn, e.ID)
 	return err
 }
 
@@ -125,7 +130,7 @@ func closeOnExec() {
 
 // The daemon's messages to its guard, one a line.
 const (
-	guardMounted = "mounted" // and the connection's name
+	guardMounted = "mounted" // and the connection's name and the mount's ID
 	guardStop    = "stop"
 )
 
@@ -159,20 +164,20 @@ func RunGuard(pid int, mp, store string, quit *os.File, log *zap.Logger) {
 	}()
 	tick := time.NewTicker(guardPoll)
 	defer tick.Stop()
-	conn, aborted, stuck := "", false, 0
+	conn, mnt, aborted, stuck := "", "", false, 0
 	for {
 		select {
 		case msg, ok := <-said:
 			switch {
 			case !ok:
 				if conn != "" {
-					capWriters(mp, store, log)
+					capWriters(mnt, store, log)
 				}
 				return
 			case msg == guardStop:
 				return
 			case strings.HasPrefix(msg, guardMounted+" "):
-				conn = strings.TrimPrefix(msg, guardMounted+" ")
+				conn, mnt, _ = strings.Cut(strings.TrimPrefix(msg, guardMounted+" "), " ")
 			}
 		case <-tick.C:
 			if conn == "" || !zombie(pid) && !exiting(pid) {
@@ -190,13 +195,14 @@ func RunGuard(pid int, mp, store string, quit *os.File, log *zap.Logger) {
 
 // capWriters truncates the stored files of the objects a dead daemon
 // left marked as being written, as they grow, until no process holds a
-// file of the mount open any more. It opens them once, at once: no
+// file of the mount (ID mnt) open any more, detached from the tree or
+// not. It opens them once, at once: no
 // daemon is left to mark new ones, and a later daemon's own writers must
 // not be touched; it keeps them open, so one the next start unlinks
 // (reclaiming it) stays capped. An object a writer opened whole and has
 // not changed since (an intact marker whose mtime still holds, see
 // blob.MarkIntact) is left whole until it changes.
-func capWriters(mp, store string, log *zap.Logger) {
+func capWriters(mnt, store string, log *zap.Logger) {
 	files := openMarked(filepath.Join(store, blob.WritingName))
 	if len(files) == 0 {
 		return
@@ -218,7 +224,7 @@ func capWriters(mp, store string, log *zap.Logger) {
 			}
 		}
 		if time.Since(looked) >= capHeldEvery {
-			if !heldOpen(mp) {
+			if _, held := heldOnMounts(map[string]bool{mnt: true}); !held {
 				break
 			}
 			looked = time.Now()
@@ -230,16 +236,6 @@ func capWriters(mp, store string, log *zap.Logger) {
 		}
 	}
 	log.Warn("capped the writers a dead daemon left", zap.String("store", store), zap.Int("objects", len(files)), zap.Int64("truncated_bytes", freed))
-}
-
-// heldOpen says whether some process has a descriptor of a file under
-// mp: only such a process can still write past the dead daemon.
-func heldOpen(mp string) bool {
-	_, ok := anyDescriptor("fd", func(path string) bool {
-		dest, err := os.Readlink(path)
-		return err == nil && strings.HasPrefix(dest, mp+"/")
-	})
-	return ok
 }
 
 // anyDescriptor finds a process with a descriptor that match says yes
@@ -311,13 +307,66 @@ func abortGuarded(conn, mp string, log *zap.Logger) {
 // deadMountHeld says whether a process holds a file of a kvfs mount of
 // store that is still in the mount table (the dead one a crash left,
 // which the new mount replaces after the load), and which process:
-// /proc/PID/fdinfo names each descriptor's mount. A writer that holds
-// one could change an object after the start kept it as intact.
+// /proc/PID/fdinfo names each descriptor's mount; or, for a dead mount
+// detached from the tree (umount -l), which no table lists, whether the
+// dead daemon's guard still runs (it runs while a process holds a file
+// of that mount), and its process. A writer that holds one could change
+// an object after the start kept it as intact.
 func deadMountHeld(store string) (int, bool) {
+	if pid, ok := deadGuard(store); ok {
+		return pid, true
+	}
 	ids := map[string]bool{}
 	for _, e := range mountsOfStore(mountinfo.Read(), store) {
 		ids[strconv.Itoa(e.ID)] = true
 	}
+	return heldOnMounts(ids)
+}
+
+// deadGuard finds the guard of another daemon of store that still runs
+// once it had time to see no process holds a file of that daemon's mount
+// (guardSettle). Only one daemon serves a store: a guard that is not
+// this daemon's is a dead one's, which runs while such a process does.
+func deadGuard(store string) (int, bool) {
+	want, err := os.Stat(store)
+	if err != nil {
+		return 0, false
+	}
+	self := strconv.Itoa(os.Getpid())
+	guards := func() (pid int) {
+		procs, _ := os.ReadDir("/proc")
+		for _, p := range procs {
+			pid, err := strconv.Atoi(p.Name())
+			if err != nil {
+				continue
+			}
+			// kvfs __guard DAEMON-PID MOUNTPOINT STORE (startGuard); a
+			// zombie's is empty.
+			b, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+			args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+			if len(args) != 5 || args[1] != GuardCommand || args[2] == self {
+				continue
+			}
+			if st, err := os.Stat(args[4]); err == nil && os.SameFile(st, want) {
+				return pid
+			}
+		}
+		return 0
+	}
+	for deadline := time.Now().Add(guardSettle); ; time.Sleep(10 * time.Millisecond) {
+		pid := guards()
+		if pid == 0 || time.Now().After(deadline) {
+			return pid, pid != 0
+		}
+	}
+}
+
+// heldOnMounts says whether a process holds a file of one of the mounts
+// with the given IDs, and which: /proc/PID/fdinfo names each
+// descriptor's mount, which stays its own when the mount is detached
+// from the tree (umount -l), where the descriptor's path no longer
+// begins with the mount point.
+func heldOnMounts(ids map[string]bool) (int, bool) {
 	if len(ids) == 0 {
 		return 0, false
 	}

@@ -141,7 +141,7 @@ func (o *Options) passthrough() bool {
 // dead mount (see blob.Store.DistrustIntact).
 func (m *Mount) distrustIfHeld(store *blob.Store) {
 	if pid, ok := deadMountHeld(m.Store); ok {
-		m.log.Warn("a process still holds a file of the dead mount of this store: objects open for writing at the crash are reclaimed, changed or not",
+		m.log.Warn("a process still holds a file of the dead mount of this store (pid: it, or the dead daemon's guard, which stays while one does): objects open for writing at the crash are reclaimed, changed or not",
 			zap.Int("pid", pid))
 		store.DistrustIntact()
 	}

@@ -53,9 +53,17 @@ func startDDWriter(t *testing.T, path string) *ddWriter {
 // daemon's guard truncates that marked, never-to-be-served file as it
 // grows: the store stays near the capacity while the writer writes 16
 // times it, the guard leaves once the writer stops, and the next mount
-// serves nothing of the object.
+// serves nothing of the object. The same when the dead mount is detached
+// (umount -l) after the kill: the writer's descriptor no longer shows a
+// path under the mount point, and the guard, which once looked for
+// holders by path, stopped capping at once and let it fill the disk.
 func TestGuardCapsWriterAfterKill(t *testing.T) {
 	requireRoot(t)
+	t.Run("mounted", func(t *testing.T) { guardCapsWriter(t, false) })
+	t.Run("detached", func(t *testing.T) { guardCapsWriter(t, true) })
+}
+
+func guardCapsWriter(t *testing.T, detach bool) {
 	const capacity = 32 << 20
 	d := mountCache(t, "--capacity", "32MiB")
 	// The guard runs before the mount exists: a kill at any moment a
@@ -75,6 +83,11 @@ func TestGuardCapsWriterAfterKill(t *testing.T) {
 		t.Fatal("4 MiB fed to the writer never reached the store")
 	}
 	d.kill9()
+	if detach {
+		if err := unix.Unmount(d.mp, unix.MNT_DETACH); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	fed, most := int64(4<<20), int64(0)
 	for fed < 16*capacity {
@@ -216,9 +229,17 @@ func TestKillKeepsObjectsOpenedButUnchanged(t *testing.T) {
 // could change it afterwards (passthrough writes outlive the daemon), so
 // the start reclaims it even though nothing changed it yet; the
 // writer's later write lands in a file no name serves (was: the start
-// kept it as intact, and served the bytes written after it).
+// kept it as intact, and served the bytes written after it). The same
+// when the dead mount was detached (umount -l) before the start, where
+// no mount table lists it: the dead daemon's guard, still capping for
+// that writer, tells the start (was: kept as intact).
 func TestKillKeepsNoObjectAWriterStillHolds(t *testing.T) {
 	requireRoot(t)
+	t.Run("mounted", func(t *testing.T) { killKeepsNoHeldObject(t, false) })
+	t.Run("detached", func(t *testing.T) { killKeepsNoHeldObject(t, true) })
+}
+
+func killKeepsNoHeldObject(t *testing.T, detach bool) {
 	d := mountCache(t, "--capacity", "32MiB")
 	const size = 1 * MiB
 	putFile(t, filepath.Join(d.mp, "held"), objectBytes("held", size))
@@ -228,6 +249,11 @@ func TestKillKeepsNoObjectAWriterStillHolds(t *testing.T) {
 	}
 	defer unix.Close(fd)
 	d.kill9()
+	if detach {
+		if err := unix.Unmount(d.mp, unix.MNT_DETACH); err != nil {
+			t.Fatal(err)
+		}
+	}
 	store := d.store
 	d = startDaemon(t, d.mp, "--store", store, "--capacity", "32MiB")
 	if _, err := os.Stat(filepath.Join(d.mp, "held")); !os.IsNotExist(err) {
