@@ -287,6 +287,88 @@ func TestCloseRefusesWhatCannotFit(t *testing.T) {
 	}
 }
 
+// TestPollerRefusesPastCapacity: a passthrough writer that grows past
+// the capacity, and so can never be admitted, is refused by the poller
+// while it still writes: its name goes, its stored file is cut to
+// nothing each time it grows, nothing else is evicted for it, and its
+// close answers ENOSPC. Before, its bytes stayed on disk until that
+// close: 27 GB in a 64 MiB cache from one writer that held its
+// descriptor for ten minutes.
+func TestPollerRefusesPastCapacity(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: 0, Passthrough: true, PollInterval: time.Hour})
+	tc.put("a", mib)
+	tc.clock.Skip(time.Second)
+	h, err := tc.Create(blob.RootID, "big", 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func() int64 {
+		st, err := h.File().Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	// Within the capacity: admitted as before, the name kept.
+	if _, err := h.File().WriteAt(make([]byte, 2*mib), 0); err != nil {
+		t.Fatal(err)
+	}
+	tc.Poll()
+	if !tc.exists("big") || stored() != 2*mib {
+		t.Fatalf("a writer within the capacity: present %v, %d bytes stored", tc.exists("big"), stored())
+	}
+	for round, off := range []int64{2 * mib, 5 * mib, 9 * mib} {
+		if _, err := h.File().WriteAt(make([]byte, 3*mib), off); err != nil {
+			t.Fatal(err)
+		}
+		tc.Poll()
+		if tc.exists("big") || stored() != 0 {
+			t.Fatalf("round %d: a writer past the capacity: present %v, %d bytes stored", round, tc.exists("big"), stored())
+		}
+		if st := tc.Stats(); st.UsedBytes != mib || st.UnadmittedBytes != 0 || st.Evictions != 0 || !tc.exists("a") {
+			t.Fatalf("round %d, after the cut: %+v; want a alone, 1 MiB used", round, st)
+		}
+	}
+	if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("close of the refused writer: %v, want ErrNoSpace", err)
+	}
+	h.Release()
+	if st := tc.Stats(); st.UsedBytes != mib || st.Objects != 1 || st.PinnedObjects != 0 || st.ReservedBytes != 0 {
+		t.Fatalf("after the release: %+v", st)
+	}
+	if err := tc.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if onDisk := tc.storeBytes(); onDisk != mib {
+		t.Fatalf("the store holds %d bytes, want 1 MiB", onDisk)
+	}
+}
+
+// TestStatfsOverCapacity: while writers past the daemon hold more than
+// the capacity, df's Used (Blocks - Free) is what the ledger says is
+// used, as du's is, not the capacity.
+func TestStatfsOverCapacity(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: 0, Passthrough: true, PollInterval: time.Hour})
+	tc.put("a", mib)
+	tc.clock.Skip(time.Second)
+	h, err := tc.Create(blob.RootID, "w", 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if _, err := h.File().WriteAt(make([]byte, 3*mib+mib/2), 0); err != nil { // grace keeps a: over by 1/2 MiB
+		t.Fatal(err)
+	}
+	tc.Poll()
+	st, fs := tc.Stats(), tc.Statfs()
+	if st.UsedBytes <= st.CapacityBytes {
+		t.Fatalf("the writer is not over the capacity: %+v", st)
+	}
+	if used := int64(fs.Blocks-fs.Free) * int64(fs.BlockSize); used != st.UsedBytes || fs.Free != 0 {
+		t.Fatalf("statfs: %+v says %d used, the ledger %d", fs, used, st.UsedBytes)
+	}
+}
+
 // TestUnlinkIdempotent: deleting a name kvfs no longer has succeeds and
 // changes nothing.
 func TestUnlinkIdempotent(t *testing.T) {

@@ -404,7 +404,8 @@ func (c *Core) refuse(h *Handle) {
 	c.mu.Unlock()
 	drops := []Drop{{ID: h.id, Names: names, Why: Refused}}
 	c.reap(drops)
-	if err := h.file.Truncate(base); err != nil {
+	if err := h.file.Truncate(base); err != nil && !errors.Is(err, os.ErrClosed) {
+		// (Closed: the poller cut a writer its release had just ended.)
 		c.log.Warn("truncating a refused object", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
 	c.ledger.Settle(h.id, base)

@@ -4,8 +4,10 @@ package core
 // and the room left under it, in blocks of the ledger's charges.
 type Statfs struct {
 	BlockSize uint32
-	// Blocks is the capacity; Free is what the ledger's charges leave
-	// of it, and all of it is Avail: none is kept back for root.
+	// Blocks is the capacity, or what is used where writers past the
+	// daemon put more (so df's Used is the ledger's, as du's is); Free
+	// is what the ledger's charges leave of the capacity, and all of it
+	// is Avail: none is kept back for root.
 	Blocks, Free, Avail uint64
 	// Files and FreeFiles: kvfs has no limit on inodes, so df -i shows
 	// the objects and directories held (its IUsed) plus a constant
@@ -28,7 +30,7 @@ func (c *Core) Statfs() Statfs {
 	free := uint64(max(st.CapacityBytes-st.UsedBytes, 0) / BlockSize)
 	return Statfs{
 		BlockSize: BlockSize,
-		Blocks:    uint64(st.CapacityBytes / BlockSize),
+		Blocks:    uint64(max(st.CapacityBytes, st.UsedBytes) / BlockSize),
 		Free:      free,
 		Avail:     free,
 		Files:     uint64(st.Objects) + uint64(dirs) + freeInodes,

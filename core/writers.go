@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/internal/lockorder"
+	"github.com/kvfs/kvfs/ledger"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -284,6 +285,21 @@ func (c *Core) observeWatched(h *Handle) bool {
 		return false
 	}
 	known, _, _ := c.ledger.Size(h.id)
+	if h.refused.Load() || ledger.Charge(size) > c.ledger.Capacity() {
+		// It can never be admitted: its close will answer ENOSPC and
+		// remove it. Refused now, and cut to what it had each time it
+		// grows, its writes (which passthrough keeps feeding into the
+		// store) hold at most what one interval adds, not the disk.
+		if size <= known {
+			return false
+		}
+		if !h.refused.Swap(true) {
+			c.log.Warn("a writer passed the capacity: refused, what it writes is cut as it writes, and its close answers ENOSPC",
+				zap.Uint64("id", uint64(h.id)), zap.Int64("size", size), zap.Int64("capacity", c.ledger.Capacity()))
+		}
+		c.refuse(h)
+		return true
+	}
 	c.observed(h.id, size)
 	return size > known
 }

@@ -526,3 +526,50 @@ func TestTwoStoresThatCannotBothFit(t *testing.T) {
 	}
 	d.stop()
 }
+
+// TestWriterPastCapacityCut: a passthrough writer that holds its
+// descriptor while it writes 16 times the capacity (dd fed 512 MiB into
+// a 32 MiB cache) never holds more than the capacity in the store: once
+// it passes the capacity it can never be admitted, so the daemon's
+// poller refuses it at once and cuts what it writes as it writes, where
+// before its bytes stayed until its close (an outside tester's writer
+// held 27 GB in a 64 MiB cache). Its close answers ENOSPC, and the cache
+// keeps what it held.
+func TestWriterPastCapacityCut(t *testing.T) {
+	const capacity = 32 << 20
+	d := mountCache(t, "--capacity", "32MiB")
+	putFile(t, filepath.Join(d.mp, "kept"), objectBytes("kept", 4*MiB))
+	w := startDDWriter(t, filepath.Join(d.mp, "big"))
+	zeros := make([]byte, 1<<20)
+	var most int64
+	for fed := int64(1 << 20); fed <= 16*capacity; fed += 1 << 20 {
+		if _, err := w.feed.Write(zeros); err != nil {
+			t.Fatalf("the writer stopped after %d bytes: %v; dd said %q", fed, err, w.stderr.String())
+		}
+		if fed%(8<<20) == 0 {
+			n, err := duCommand(d.store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			most = max(most, n)
+		}
+	}
+	w.feed.Close()
+	<-w.exited
+	t.Logf("the store held at most %d bytes (capacity %d); dd: %v %q", most, capacity, w.err, w.stderr.String())
+	if most > 2*capacity {
+		t.Errorf("the store held %d bytes while one open writer wrote past the capacity %d", most, capacity)
+	}
+	if w.err == nil || !strings.Contains(w.stderr.String(), "No space left on device") {
+		t.Errorf("dd of 512 MiB into a 32 MiB cache: %v, %q; want ENOSPC at its close", w.err, w.stderr.String())
+	}
+	waitReleased(t, d)
+	if _, err := os.Lstat(filepath.Join(d.mp, "big")); err == nil {
+		t.Error("the refused store is published")
+	}
+	got, err := os.ReadFile(filepath.Join(d.mp, "kept"))
+	if err != nil || checkObject(got, "kept", 4*MiB) != nil {
+		t.Errorf("kept after the refused writer: %v", err)
+	}
+	ledgerExact(t, d)
+}
