@@ -89,19 +89,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// parse parses a command's flags and requires exactly n positional
+// parse parses a command's flags, before or after its positional
+// arguments (`kvfs mount --store S MNT --background` as well; after
+// "--", everything is positional), and requires exactly n positional
 // arguments (n < 0: at least one).
 func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error) {
 	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
-			return nil, err
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(os.Stdout)
+				fs.PrintDefaults()
+				return nil, err
+			}
+			return nil, usageerr.Errorf("%v", err)
 		}
-		return nil, usageerr.Errorf("%v", err)
+		left := fs.Args()
+		if len(left) == 0 {
+			break
+		}
+		if used := len(args) - len(left); used > 0 && args[used-1] == "--" {
+			rest = append(rest, left...)
+			break
+		}
+		rest, args = append(rest, left[0]), left[1:]
 	}
-	rest := fs.Args()
 	if (n >= 0 && len(rest) != n) || (n < 0 && len(rest) == 0) {
 		return nil, usageerr.Errorf("want %s, got %d arguments", what, len(rest))
 	}
