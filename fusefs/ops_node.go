@@ -195,6 +195,15 @@ func (f *FS) setFileAttr(id core.ID, h *handle, in *fuse.SetAttrIn) error {
 	if h != nil {
 		return applyAttrs(h.File(), in, true)
 	}
+	// chmod and utimes come without a handle (only a truncate carries
+	// one): through an open one's file when there is one, which reaches
+	// an object whose names are all gone (fchmod of an unlinked file).
+	if ob := f.objects.get(id); ob != nil {
+		var err error
+		if ob.withAnyFile(func(held *os.File) { err = applyAttrs(held, in, true) }) {
+			return err
+		}
+	}
 	file, err := f.core.OpenStored(id, unix.O_RDONLY)
 	if err != nil {
 		return err
