@@ -88,6 +88,15 @@ func Start(o Options) (*Mount, error) {
 		return nil, err
 	}
 	store, err := blob.Open(o.Store)
+	if pid, held := lockedBy(err, o.Store); held && stopping(pid, o.Store) {
+		// Its daemon unmounted it and is still writing its checkpoint
+		// (see holder.go).
+		log.Info("waiting for the store's previous daemon, which no longer mounts it, to finish stopping", zap.Int("pid", pid))
+		awaitReleased(o.Store, time.Now().Add(stoppingLimit))
+		if store, err = blob.Open(o.Store); errors.Is(err, blob.ErrLocked) {
+			return nil, usagef("%v: its daemon (pid %d) mounts it nowhere here and did not exit in %v: it is still stopping, or serves a mount detached with umount -l until its files close", err, pid, stoppingLimit)
+		}
+	}
 	switch {
 	case errors.Is(err, blob.ErrLocked), errors.Is(err, blob.ErrNotStore):
 		return nil, usagef("%v", err)

@@ -78,6 +78,13 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 	// itself hang.
 	until := deadline.Add(-o.Timeout / 4)
 	err = InTime(time.Until(until)+100*time.Millisecond, func() error { return plainUnmount(mp, until) })
+	if err == nil {
+		// The daemon writes its checkpoint after the kernel unmounted:
+		// the store is free once it exits (see holder.go).
+		if pid, held := awaitReleased(e.Source, deadline); held {
+			o.Report(fmt.Sprintf("unmounted %s; its daemon (pid %d) still holds the store %s until it has written its checkpoint", mp, pid, e.Source))
+		}
+	}
 	if !errors.Is(err, ErrTimedOut) {
 		return err
 	}
