@@ -85,14 +85,14 @@ type FS struct {
 
 	reqs *requests // counted by Instrument's wrapper; shared with the Loading before it (see Loading.Ready)
 
-	notices chan notice
+	notices notifier
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
 
 // notice is a kernel cache invalidation, sent from a goroutine of its own
 // because sending it from inside a handler can deadlock against the lock
-// the kernel holds on the directory being operated on.
+// the kernel holds on the directory being operated on (see notify.go).
 type notice struct {
 	// node is the directory that held name, or, with content, the
 	// inode whose cached pages and attributes go.
@@ -108,18 +108,18 @@ func New(c *core.Core, cfg Config) *FS {
 		cfg.Logger = zap.NewNop()
 	}
 	f := &FS{
-		core:    c,
-		cfg:     cfg,
-		log:     cfg.Logger,
-		ram:     cfg.RAM,
-		remote:  cfg.Remote,
-		reqs:    new(requests),
-		notices: make(chan notice, 4096),
-		done:    make(chan struct{}),
-		root:    os.Geteuid() == 0,
+		core:   c,
+		cfg:    cfg,
+		log:    cfg.Logger,
+		ram:    cfg.RAM,
+		remote: cfg.Remote,
+		reqs:   new(requests),
+		done:   make(chan struct{}),
+		root:   os.Geteuid() == 0,
 	}
 	f.objects.init()
 	f.remotes.init()
+	f.notices.init()
 	f.life, f.endLife = context.WithCancel(context.Background())
 	f.wg.Add(1)
 	go f.notifyLoop()
@@ -143,41 +143,6 @@ func (f *FS) Dropped(d core.Drop) {
 	f.ram.Drop(uint64(d.ID))
 	for _, n := range d.Names {
 		f.queue(notice{node: n.Parent, name: n.Name})
-	}
-}
-
-func (f *FS) notifyLoop() {
-	defer f.wg.Done()
-	for {
-		select {
-		case <-f.done:
-			return
-		case n := <-f.notices:
-			f.deliver(n)
-		}
-	}
-}
-
-// deliver sends a notice. The kernel answers ENOENT for a node it no
-// longer knows, which then has nothing to invalidate.
-func (f *FS) deliver(n notice) {
-	if f.server == nil {
-		return
-	}
-	if n.content {
-		f.server.InodeNotify(uint64(n.node), 0, 0)
-		return
-	}
-	f.server.EntryNotify(uint64(n.node), n.name)
-}
-
-func (f *FS) queue(n notice) {
-	select {
-	case f.notices <- n:
-	default:
-		// The queue is full: deliver from a goroutine of its own
-		// rather than block the caller.
-		go f.deliver(n)
 	}
 }
 

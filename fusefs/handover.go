@@ -59,30 +59,36 @@ type State struct {
 	Dirs         []DirRecord         `json:"dirs,omitempty"`
 	Placeholders []PlaceholderRecord `json:"placeholders,omitempty"`
 	NoBacking    bool                `json:"no_backing,omitempty"`
+	// Notices are the kernel notices queued and not sent, in order.
+	Notices []NoticeRecord `json:"notices,omitempty"`
 }
 
-// Quiesce closes the gate every request passes and waits, up to limit,
-// until each request let in has finished, its reply written
-// (outstanding: the server's count of requests read and not finished),
-// and the kernel notices queued so far are sent. Requests that come
-// meanwhile wait at the gate: the successor has the kernel send them
-// again. On an error the caller Resumes.
+// Quiesce pauses the kernel notices (the one in the kernel, if any, goes
+// through first: the gate is still open), then closes the gate every
+// request passes and waits, up to limit, until each request let in has
+// finished, its reply written (outstanding: the server's count of
+// requests read and not finished). Requests that come meanwhile wait at
+// the gate: the successor has the kernel send them again. Notices queued
+// from now on wait for the successor (Export), which sends them once it
+// serves: one sent now could wait forever for a directory that a held
+// request keeps locked (see notify.go). On an error the caller Resumes.
 func (f *FS) Quiesce(outstanding func() int, limit time.Duration) error {
-	if err := f.reqs.gate.close(outstanding, limit); err != nil {
+	if err := f.notices.pause(limit); err != nil {
 		return err
 	}
-	for {
-		select {
-		case n := <-f.notices:
-			f.deliver(n)
-		default:
-			return nil
-		}
-	}
+	return f.reqs.gate.close(outstanding, limit)
 }
 
-// Resume lets requests in again after a Quiesce whose handover failed.
-func (f *FS) Resume() { f.reqs.gate.open() }
+// Resume lets requests in again after a Quiesce whose handover failed,
+// and the notices out.
+func (f *FS) Resume() {
+	f.reqs.gate.open()
+	f.notices.resume()
+}
+
+// Serving is told by a successor once it serves the mount: the notices
+// its predecessor left (Import) go to the kernel from then on.
+func (f *FS) Serving() { f.notices.resume() }
 
 // Export describes the kernel's view of a quiesced FS, with the stored
 // file of each handle, in the order of State.Handles.
@@ -111,6 +117,9 @@ func (f *FS) Export() (State, []*os.File) {
 		}
 	}
 	f.remotes.mu.Unlock()
+	for _, n := range f.notices.take() {
+		st.Notices = append(st.Notices, NoticeRecord{Node: n.node, Name: n.name, Content: n.content})
+	}
 	return st, files
 }
 
@@ -156,6 +165,12 @@ func (f *FS) Import(st State, files []*os.File) error {
 		f.remotes.byID[r.id], f.remotes.byName[nameKey{r.parent, r.name}] = r, r
 		f.remotes.n.Add(1)
 		f.remotes.mu.Unlock()
+	}
+	// Sent once this FS serves (Serving): the kernel may hold a
+	// directory's lock for a request only the server can answer.
+	f.notices.pause(0)
+	for _, n := range st.Notices {
+		f.notices.add(notice{node: n.Node, name: n.Name, content: n.Content})
 	}
 	f.files.reindex()
 	f.dirs.reindex()

@@ -493,6 +493,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	}
 	failpoint("takeover-resent")
 	go m.server.Serve()
+	m.fs.Serving()
 	m.core.Start(m.dropped)
 	m.Capacity = m.core.Capacity() // a preloaded core fits it as it starts
 	m.startOwnGuard()
