@@ -50,6 +50,8 @@
 //	lastUse.mu            the loads' notes waiting to be recorded; a
 //	                      leaf, taken with none of these held
 //	moves.mu              the renames under way (moves.go); a leaf
+//	clients.mu            what kvfs learnt of its clients' processes
+//	                      (clients.go); a leaf
 //	blob crowd.mu         the store's directories found full (blob,
 //	                      crowded.go); a leaf, its report made after
 //
@@ -195,6 +197,8 @@ type Core struct {
 	// GUARDED_BY(doomedMu): names dropped from the index whose stored
 	// names are still to be unlinked, and their objects.
 	doomed map[blob.Name]blob.ID
+
+	clients clients
 
 	writersMu lockorder.Mutex
 	// GUARDED_BY(writersMu). INVARIANT: marked[id] counts id's handles

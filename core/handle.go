@@ -27,6 +27,9 @@ type Handle struct {
 	// refused: a write through h was refused for space, so what it
 	// stored is not the object its writer meant: its close removes it.
 	refused atomic.Bool
+	// direct: the process that created the object stores under final
+	// names; its grace ends at h's release (see clients.go).
+	direct atomic.Bool
 	// born: the attributes a created handle's file was made with, for
 	// its first Attr (nothing can have been written through it yet).
 	born atomic.Pointer[unix.Stat_t]
@@ -457,6 +460,7 @@ func (h *Handle) Release() {
 	h.mu.Unlock()
 	h.file.Close()
 	h.unpin()
+	c.endDirectGrace(h)
 	// Published once its write pin is gone, so an upload that reads it
 	// at once finds it complete; a rewrite's names first supersede what
 	// a shared tier holds under them.

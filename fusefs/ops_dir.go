@@ -39,6 +39,7 @@ func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out 
 	}
 	var h *handle
 	if how == core.Created {
+		ch.CreatedBy(core.Client(in.Caller.Pid))
 		h = f.adopt(ch, false)
 	} else {
 		h = f.opened(ch)
@@ -133,6 +134,7 @@ func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, name, newName str
 	}
 	defer release()
 	renamed := f.renamingRemote(from, to, exchange)
+	f.core.PublishedBy(core.Client(in.Caller.Pid))
 	err = f.core.Rename(from.parent, from.name, to.parent, to.name, in.Flags)
 	if err == nil {
 		renamed()
@@ -158,6 +160,7 @@ func (f *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fus
 		}
 		defer release()
 	}
+	f.core.PublishedBy(core.Client(in.Caller.Pid))
 	a, err := f.core.Link(id, core.ID(in.NodeId), name)
 	if err != nil {
 		return f.status("link", err)
