@@ -101,8 +101,8 @@ func TestDeleteThenStore(t *testing.T) {
 // TestReplaceSupersedes: a name this node uploaded and then rewrote is
 // published again: Enqueue alone finds it known remote and skips it
 // (the fleet's first upload wins), Replace deletes the old key and
-// uploads the new bytes, so the bucket and a node that never had the
-// name get them.
+// uploads the new bytes, once, so the bucket and a node that never had
+// the name get them.
 func TestReplaceSupersedes(t *testing.T) {
 	srv := s3test.New(t)
 	n := newNode(t, srv, "p", nodeOpts{})
@@ -122,8 +122,11 @@ func TestReplaceSupersedes(t *testing.T) {
 	if got, _ := getRaw(t, srv.Client(), srv.Bucket, "p/k.data"); !bytes.Equal(got, fresh) {
 		t.Fatalf("the bucket holds %d bytes, want the %d rewritten", len(got), len(fresh))
 	}
-	if st := n.Stats(); st.Deletes != 1 || st.Uploads != 2 {
-		t.Fatalf("%+v: want the first upload, one delete, then the second upload", st)
+	// Settled by the upload that followed its delete, not run again to
+	// find its own PUT "already present" (an outside tester: 730 of 751
+	// rewrites counted so).
+	if st := n.Stats(); st.Deletes != 1 || st.Uploads != 2 || st.AlreadyPresent != 0 {
+		t.Fatalf("%+v: want the first upload, one delete, then the second upload, none already present", st)
 	}
 	c := newNode(t, srv, "p", nodeOpts{})
 	if got, _, err := c.fetch(t, "k.data"); err != nil || !bytes.Equal(got, fresh) {

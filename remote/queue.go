@@ -225,9 +225,11 @@ func (q *queue) tombstone(name string) bool {
 	return ok && o != opUpload
 }
 
-// deleted records that the delete of a delete-then-upload is done: only
-// the upload is left (in the journal too).
-func (q *queue) deleted(name string) {
+// deleted records that the delete of a delete-then-upload begun at gen
+// is done: only the upload is left (in the journal too). It returns the
+// generation the upload settles (gen moved on, if nothing else changed
+// the name meanwhile; a change since keeps its own, newer one).
+func (q *queue) deleted(name string, gen uint64) uint64 {
 	q.fileMu.Lock()
 	defer q.fileMu.Unlock()
 	q.mu.Lock()
@@ -235,6 +237,9 @@ func (q *queue) deleted(name string) {
 	if ok && e.op == opDeleteUpload {
 		e.op = opUpload
 		e.gen++
+		if e.gen == gen+1 {
+			gen = e.gen
+		}
 	}
 	q.mu.Unlock()
 	if ok {
@@ -242,6 +247,7 @@ func (q *queue) deleted(name string) {
 			q.t.log.Warn("upload journal write failed", zap.String("name", name), zap.Error(err))
 		}
 	}
+	return gen
 }
 
 // settle ends name's work as it was at gen, done or given up: its

@@ -154,7 +154,9 @@ func (t *Tier) checkBucket() {
 	case err == nil && !ok:
 		t.log.Warn("the remote tier's bucket does not exist: nothing is found there and uploads fail until it is made", zap.String("bucket", t.cfg.Bucket))
 	case errors.Is(err, ErrUnavailable):
-		t.log.Info("the remote tier's server did not answer at start; uploads wait in the journal", zap.Error(err))
+		// A warning: a mistyped endpoint looks like this, and is seen at
+		// --log-level warn as a wrong bucket or secret is.
+		t.log.Warn("the remote tier's server did not answer at start (a wrong --remote-endpoint, or the server down); uploads wait in the journal", zap.String("endpoint", t.cfg.Endpoint), zap.Error(err))
 	}
 }
 

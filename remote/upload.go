@@ -52,7 +52,7 @@ func (t *Tier) runUntilSettled(name string) {
 		if !ok {
 			return
 		}
-		if t.runOnce(name, o) {
+		if t.runOnce(name, o, &gen) {
 			if t.queue.settle(name, gen) {
 				return
 			}
@@ -69,10 +69,12 @@ func (t *Tier) runUntilSettled(name string) {
 	}
 }
 
-// runOnce makes one attempt at o; settled is false when it is worth
-// trying again later. A delete-then-upload whose delete succeeds is
-// turned into an upload, so a retry does not delete again.
-func (t *Tier) runOnce(name string, o op) (settled bool) {
+// runOnce makes one attempt at o, begun at *gen; settled is false when
+// it is worth trying again later. A delete-then-upload whose delete
+// succeeds is turned into an upload, so a retry does not delete again,
+// and *gen becomes that upload's (an upload that settles it is not run
+// a second time: it counted as already present, once a rewrite).
+func (t *Tier) runOnce(name string, o op, gen *uint64) (settled bool) {
 	switch o {
 	case opDelete:
 		return t.deleteOnce(name)
@@ -80,7 +82,7 @@ func (t *Tier) runOnce(name string, o op) (settled bool) {
 		if !t.deleteOnce(name) {
 			return false
 		}
-		t.queue.deleted(name)
+		*gen = t.queue.deleted(name, *gen)
 	}
 	return t.uploadOnce(name)
 }
