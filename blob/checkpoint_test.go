@@ -28,10 +28,17 @@ func saveCheckpoint(t *testing.T, s *Store, order []ID, busy ...ID) *Checkpoint 
 
 // capture writes a checkpoint as a running kvfs does, each step run by
 // shared, with the objects least recently used first in order (sizes
-// from the store).
+// from the store, as the ledger has them: a name whose file was replaced
+// behind kvfs's back reaches another inode, whose size is not the
+// object's; the ledger's is, and here it is unknown, -1, which the start
+// reads. Taking the other inode's size had FuzzCheckpointEqualsWalk fail
+// in a CI run for a checkpoint no kvfs writes).
 func capture(s *Store, order []ID, shared func(func()), busy func(ID) bool) (*Checkpoint, error) {
 	return s.WriteCheckpoint(shared, orderOf(order, func(id ID) int64 {
-		st, _ := s.Stat(id)
+		st, err := s.Stat(id)
+		if f, ok := s.files[id]; err != nil || !ok || f.ino != 0 && st.Ino != f.ino {
+			return -1
+		}
 		return st.Size
 	}), busy, false)
 }
