@@ -254,22 +254,28 @@ func TestPassthroughWriterPolled(t *testing.T) {
 	}
 }
 
+// fullWriter is a passthrough writer of a new object name in a 4 MiB
+// cache that holds a (1 MiB, in its grace), polled only when a test asks.
+func fullWriter(t *testing.T, name string) (*testCore, *Handle) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: 0, Passthrough: true, PollInterval: time.Hour})
+	tc.put("a", mib)
+	tc.clock.Skip(time.Second)
+	h, err := tc.Create(blob.RootID, name, 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc, h
+}
+
 // TestCloseRefusesWhatCannotFit: a passthrough writer that outgrew what
 // can be admitted fails its close with ENOSPC, its object is removed and
 // its names dropped, and nothing else is evicted for it.
 func TestCloseRefusesWhatCannotFit(t *testing.T) {
-	tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: 0, Passthrough: true, PollInterval: time.Hour})
-	tc.put("a", mib)
-	tc.clock.Skip(time.Second)
-	h, err := tc.Create(blob.RootID, "big", 0o644, blob.Owner{UID: -1, GID: -1}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc, h := fullWriter(t, "big")
 	if _, err := h.File().WriteAt(make([]byte, 5*mib), 0); err != nil {
 		t.Fatal(err)
 	}
-	err = h.Flush()
-	if !errors.Is(err, ErrNoSpace) {
+	if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("close of a 5 MiB object on a 4 MiB cache: %v, want ErrNoSpace", err)
 	}
 	h.Release()
@@ -295,13 +301,7 @@ func TestCloseRefusesWhatCannotFit(t *testing.T) {
 // close: 27 GB in a 64 MiB cache from one writer that held its
 // descriptor for ten minutes.
 func TestPollerRefusesPastCapacity(t *testing.T) {
-	tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: 0, Passthrough: true, PollInterval: time.Hour})
-	tc.put("a", mib)
-	tc.clock.Skip(time.Second)
-	h, err := tc.Create(blob.RootID, "big", 0o644, blob.Owner{UID: -1, GID: -1}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc, h := fullWriter(t, "big")
 	stored := func() int64 {
 		st, err := h.File().Stat()
 		if err != nil {
@@ -348,13 +348,7 @@ func TestPollerRefusesPastCapacity(t *testing.T) {
 // the capacity, df's Used (Blocks - Free) is what the ledger says is
 // used, as du's is, not the capacity.
 func TestStatfsOverCapacity(t *testing.T) {
-	tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: 0, Passthrough: true, PollInterval: time.Hour})
-	tc.put("a", mib)
-	tc.clock.Skip(time.Second)
-	h, err := tc.Create(blob.RootID, "w", 0o644, blob.Owner{UID: -1, GID: -1}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc, h := fullWriter(t, "w")
 	defer h.Release()
 	if _, err := h.File().WriteAt(make([]byte, 3*mib+mib/2), 0); err != nil { // grace keeps a: over by 1/2 MiB
 		t.Fatal(err)
