@@ -2,8 +2,8 @@ package fusefs
 
 import (
 	"os"
-	"runtime"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
