@@ -169,9 +169,11 @@ func (f *FS) Import(st State, files []*os.File) error {
 	// Sent once this FS serves (Serving): the kernel may hold a
 	// directory's lock for a request only the server can answer.
 	f.notices.pause(0)
+	pending := make([]notice, 0, len(st.Notices))
 	for _, n := range st.Notices {
-		f.notices.add(notice{node: n.Node, name: n.Name, content: n.Content})
+		pending = append(pending, notice{node: n.Node, name: n.Name, content: n.Content})
 	}
+	f.notices.add(pending...)
 	f.files.reindex()
 	f.dirs.reindex()
 	return nil

@@ -41,10 +41,7 @@ func (q *notifier) add(n ...notice) {
 	q.mu.Lock()
 	q.pending = append(q.pending, n...)
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	q.nudge()
 }
 
 // next takes the next notice to send, marking it in the kernel until
@@ -105,6 +102,11 @@ func (q *notifier) resume() {
 	q.mu.Lock()
 	q.paused = false
 	q.mu.Unlock()
+	q.nudge()
+}
+
+// nudge wakes the sending goroutine.
+func (q *notifier) nudge() {
 	select {
 	case q.wake <- struct{}{}:
 	default:

@@ -394,24 +394,6 @@ func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, log *
 // passed anything; the mount is then as its crash left it.
 var errPredecessorGone = errors.New("the old daemon went away")
 
-// waitUnlocked waits, up to goneLimit, until no process holds the
-// store's lock: a daemon that died is still exiting for a moment.
-func waitUnlocked(store string) {
-	deadline := time.Now().Add(goneLimit)
-	for time.Now().Before(deadline) {
-		f, err := os.Open(filepath.Join(store, blob.LockName))
-		if err != nil {
-			return
-		}
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		f.Close()
-		if err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // takeOver is Start for a mount a live daemon serves: it asks that
 // daemon for it on conn. ok is false when the daemon refused before
 // anything changed hands (it serves on, and so must the caller's

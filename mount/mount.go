@@ -80,7 +80,8 @@ func Start(o Options) (*Mount, error) {
 			return m, err
 		}
 		log.Warn("the daemon serving the mount died before it handed it over; mounting afresh, as after a crash", zap.Error(err))
-		waitUnlocked(o.Store)
+		// A daemon that died is still exiting for a moment.
+		awaitReleased(o.Store, time.Now().Add(goneLimit))
 	}
 	releaseStuckOwner(o.Store, log)
 	dead, err := checkMountpoint(o.Mountpoint, log)
