@@ -30,7 +30,9 @@ import (
 //     the names hold == the charges of the files the store holds.
 //
 // After a crash, what a writer still had open is gone with every name
-// it had, and everything finished is served, bytes and all.
+// it had, unless no byte of it changed since a writer opened it
+// complete (see untouched), and everything finished is served, bytes
+// and all.
 //
 // `go test ./core` runs the seeds; `go test -fuzz FuzzCore ./core`
 // searches (make test runs it for a count of inputs).
@@ -425,6 +427,11 @@ func (m *fuzzCore) restart(clean bool) {
 		m.stop()
 	} else {
 		for _, fh := range m.open {
+			if fh.writer && m.untouched(fh.h.ID()) {
+				o := m.objs[fh.h.ID()]
+				o.writers, o.finished = 0, true
+				continue
+			}
 			if fh.writer {
 				for n, id := range m.names {
 					if id == fh.h.ID() {
@@ -486,6 +493,19 @@ func (m *fuzzCore) restart(clean bool) {
 		m.t.Fatalf("after a restart: %d objects are gone, the start evicted %d", len(lost), evicted)
 	}
 	m.objs = objs
+}
+
+// untouched says whether object id, open for writing, is complete as
+// it was when its first writer opened it: it was complete then (no
+// O_TRUNC), nothing has been written to it since (every write was
+// refused before it reached the file), and its crash marker is intact
+// (it records the mtime, which a start finds unchanged). A crash keeps
+// it, with its names and its bytes.
+func (m *fuzzCore) untouched(id blob.ID) bool {
+	o := m.objs[id]
+	m.c.writersMu.Lock()
+	defer m.c.writersMu.Unlock()
+	return o.base >= 0 && o.size == o.base && m.c.intact[id] != 0
 }
 
 func (m *fuzzCore) describe(id blob.ID) string {
