@@ -140,6 +140,8 @@ type fuzzObj struct {
 	// its first writer opened it, or -1 if a writer made or truncated it
 	// (a refusal then removes it).
 	base int
+	// touched: a write reached it since its first writer opened it.
+	touched bool
 }
 
 type fuzzHandle struct {
@@ -230,7 +232,7 @@ func (m *fuzzCore) step(op, arg byte) string {
 		h, err := m.c.Open(id, m.c.StoredFlags(os.O_WRONLY|os.O_APPEND), true, nil)
 		if m.allowed("open for writing", err, ok, ErrStale) {
 			if o := m.objs[id]; o.writers == 0 {
-				o.base, o.finished = o.size, false
+				o.base, o.finished, o.touched = o.size, false, false
 			}
 			m.objs[id].writers++
 			m.write(h, 1+int(arg>>4)%4)
@@ -395,6 +397,7 @@ func (m *fuzzCore) write(h *Handle, units int) {
 	for range units {
 		n, err := h.Write(buf, int64(o.size))
 		o.size += n
+		o.touched = o.touched || n > 0
 		if !m.allowed("write", err, true) {
 			return
 		}
@@ -497,15 +500,15 @@ func (m *fuzzCore) restart(clean bool) {
 
 // untouched says whether object id, open for writing, is complete as
 // it was when its first writer opened it: it was complete then (no
-// O_TRUNC), nothing has been written to it since (every write was
-// refused before it reached the file), and its crash marker is intact
-// (it records the mtime, which a start finds unchanged). A crash keeps
-// it, with its names and its bytes.
+// O_TRUNC), no write has reached it since (each was refused before it
+// did), and its crash marker is intact (it records the mtime, which a
+// start finds unchanged). A crash keeps it, with its names and its
+// bytes.
 func (m *fuzzCore) untouched(id blob.ID) bool {
 	o := m.objs[id]
 	m.c.writersMu.Lock()
 	defer m.c.writersMu.Unlock()
-	return o.base >= 0 && o.size == o.base && m.c.intact[id] != 0
+	return o.base >= 0 && !o.touched && m.c.intact[id] != 0
 }
 
 func (m *fuzzCore) describe(id blob.ID) string {

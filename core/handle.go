@@ -407,9 +407,14 @@ func (c *Core) refuse(h *Handle) {
 	c.mu.Unlock()
 	drops := []Drop{{ID: h.id, Names: names, Why: Refused}}
 	c.reap(drops)
-	if err := h.file.Truncate(base); err != nil && !errors.Is(err, os.ErrClosed) {
-		// (Closed: the poller cut a writer its release had just ended.)
-		c.log.Warn("truncating a refused object", zap.Uint64("id", uint64(h.id)), zap.Error(err))
+	// Only what the writer added is cut: a truncate sets the mtime even
+	// to the same size, and an object no write reached keeps its intact
+	// marker's mtime, so a crash keeps it (see blob.MarkIntact).
+	if size, err := h.size(); err != nil || size != base {
+		if err := h.file.Truncate(base); err != nil && !errors.Is(err, os.ErrClosed) {
+			// (Closed: the poller cut a writer its release had just ended.)
+			c.log.Warn("truncating a refused object", zap.Uint64("id", uint64(h.id)), zap.Error(err))
+		}
 	}
 	c.ledger.Settle(h.id, base)
 	if len(names) > 0 {
