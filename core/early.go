@@ -108,6 +108,11 @@ type EarlyFile struct {
 	// handle: the core's handle it became at the switch (nil: none,
 	// the object was gone or refused); set under p.early.ops.
 	handle *Handle
+	// refused: the index could not keep its object at the switch (no
+	// room for it, or evicted to make room): its name is gone, and each
+	// write and flush of it answers ErrNoSpace, as a core writer's
+	// refused for space does. Set under p.early.ops.
+	refused bool
 }
 
 // AllowStores has p take stores of new names, up to budget bytes; with
@@ -234,8 +239,11 @@ func (f *EarlyFile) Write(data []byte, off int64) (int, error) {
 	e := &f.p.early
 	e.ops.RLock()
 	defer e.ops.RUnlock()
-	if e.taken && f.handle != nil {
+	switch {
+	case e.taken && f.handle != nil:
 		return 0, ErrWait
+	case f.refused:
+		return 0, ErrNoSpace
 	}
 	if err := f.charge(off + int64(len(data))); err != nil {
 		return 0, err
@@ -268,6 +276,29 @@ func (f *EarlyFile) charge(end int64) error {
 		}
 	}
 	f.size = end
+	return nil
+}
+
+// Refused says whether the index could not keep f's object at the
+// switch (see EarlyFile.refused).
+func (f *EarlyFile) Refused() bool {
+	f.p.early.ops.RLock()
+	defer f.p.early.ops.RUnlock()
+	return f.refused
+}
+
+// Flush is a close of f's writer: ErrNoSpace once refused (its object
+// is gone), ErrWait for a core handle's (flush that).
+func (f *EarlyFile) Flush() error {
+	e := &f.p.early
+	e.ops.RLock()
+	defer e.ops.RUnlock()
+	switch {
+	case f.handle != nil:
+		return ErrWait
+	case f.refused:
+		return ErrNoSpace
+	}
 	return nil
 }
 
@@ -552,7 +583,8 @@ func (c *Core) takeEarly(p *Preview) (writers []*EarlyFile, pub []string) {
 			f.handle, err = c.takeWriter(id, f)
 		}
 		if err != nil {
-			c.log.Warn("a store taken while the index loaded could not go on once it was built; its object is removed",
+			f.refused = true
+			c.log.Warn("a store taken while the index loaded could not go on once it was built; its object is removed, and its writer answers ENOSPC",
 				zap.String("name", names[0]), zap.Error(err))
 			for _, rel := range names {
 				c.unlinkPath(rel)

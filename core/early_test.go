@@ -574,3 +574,67 @@ func TestEarlyStoresDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEarlyWriterRefusedAtSwitch: a writer open at the switch whose
+// object the index cannot keep (here larger than the capacity) is no
+// core handle, and from then on each write and flush of it answers
+// ErrNoSpace, as a core writer refused for space does: its object is
+// gone with its name, so nothing it writes can ever be published. A
+// writer that lost its names while loading (unlinked while open) is
+// no refusal: it goes on within the budget, as an unlinked writer does.
+func TestEarlyWriterRefusedAtSwitch(t *testing.T) {
+	store, pre := loadingStore(t, 10000, mib)
+	big, _, err := pre.Create("big", 0o644, nobody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := big.Write(make([]byte, 128*kib), 0); err != nil {
+		t.Fatal(err)
+	}
+	nameless, _, err := pre.Create("nameless", 0o644, nobody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pre.Unlink("nameless"); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := Open(store, Config{Capacity: 64 * kib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.AwaitEarly()
+	c.Start(func(Drop) {})
+	if writers := c.TakeEarly(pre); len(writers) != 0 {
+		t.Fatalf("%d writers went on as core handles, want none", len(writers))
+	}
+	if big.Handle() != nil || !big.Refused() {
+		t.Fatalf("the writer past the capacity: handle %v, refused %v; want none, refused", big.Handle(), big.Refused())
+	}
+	if _, _, err := c.Lookup(RootID, "big"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("lookup of the refused writer's name: %v, want ErrNotFound", err)
+	}
+	if _, err := big.Write(make([]byte, 4096), 128*kib); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a write of the refused writer: %v, want ErrNoSpace", err)
+	}
+	if err := big.Flush(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a flush of the refused writer: %v, want ErrNoSpace", err)
+	}
+	if nameless.Refused() {
+		t.Fatal("a writer that lost its names while loading counts as refused")
+	}
+	if _, err := nameless.Write(make([]byte, 4096), 0); err != nil {
+		t.Fatalf("a write of a writer unlinked while loading: %v", err)
+	}
+	if err := nameless.Flush(); err != nil {
+		t.Fatalf("a flush of a writer unlinked while loading: %v", err)
+	}
+	for _, f := range []*EarlyFile{big, nameless} {
+		if err := f.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}

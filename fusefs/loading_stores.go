@@ -152,14 +152,16 @@ func (l *Loading) renameEarly(in *fuse.RenameIn, oldName, newName string) (fuse.
 }
 
 // handedOn waits for the index and points in at the FS's handle that
-// lf's writer became; EIO if it became none.
+// lf's writer became. A writer that became none (its object was
+// refused at the switch, or it had lost its names) gets no FS and OK:
+// its early file answers (see core.EarlyFile.Refused).
 func (l *Loading) handedOn(lf *loadFile, fh *uint64, node *uint64) (*FS, fuse.Status) {
 	fs, st := l.wait()
 	if !st.Ok() {
 		return nil, st
 	}
 	if lf.early.fh == 0 {
-		return nil, fuse.EIO
+		return nil, fuse.OK
 	}
 	*fh, *node = lf.early.fh, uint64(lf.early.id)
 	return fs, fuse.OK
@@ -211,8 +213,14 @@ func (l *Loading) writeEarly(cancel <-chan struct{}, in *fuse.WriteIn, data ...[
 		return uint32(n), l.errno("write", err)
 	}
 	fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
-	if !st.Ok() {
+	switch {
+	case !st.Ok():
 		return 0, st
+	case fs == nil:
+		// Past the budget while loading, no handle since: the index is
+		// built, so the early file answers (it no longer waits).
+		n, err := lf.early.Write(data[0], int64(in.Offset))
+		return uint32(n), l.errno("write", err)
 	}
 	return fs.Write(cancel, in, data[0])
 }
@@ -226,11 +234,14 @@ func (l *Loading) flushEarly(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Stat
 		return st
 	}
 	defer put()
-	if lf.early == nil || lf.early.Handle() == nil {
+	if lf.early == nil {
 		return fuse.OK
 	}
+	if err := lf.early.Flush(); !waits(err) {
+		return l.errno("flush", err)
+	}
 	fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
-	if !st.Ok() {
+	if fs == nil {
 		return st
 	}
 	return fs.Flush(cancel, in)
@@ -251,8 +262,11 @@ func (l *Loading) fsyncEarly(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Stat
 		return l.errno("fsync", err)
 	}
 	fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
-	if !st.Ok() {
+	switch {
+	case !st.Ok():
 		return st
+	case fs == nil:
+		return l.errno("fsync", lf.early.Fsync(in.FsyncFlags&fsyncDataOnly != 0))
 	}
 	return fs.Fsync(cancel, in)
 }
@@ -269,8 +283,16 @@ func (l *Loading) fallocateEarly(cancel <-chan struct{}, in *fuse.FallocateIn) f
 		return fuse.EBADF
 	}
 	fs, st := l.handedOn(lf, &in.Fh, &in.NodeId)
-	if !st.Ok() {
+	switch {
+	case !st.Ok():
 		return st
+	case fs == nil && lf.early.Refused():
+		return fuse.Status(syscall.ENOSPC)
+	case fs == nil:
+		// An unlinked writer's: its writes go on within the budget,
+		// which an allocation is not charged to. (Never ENOSYS: the
+		// kernel would take it for the whole mount.)
+		return fuse.Status(syscall.EOPNOTSUPP)
 	}
 	return fs.Fallocate(cancel, in)
 }
