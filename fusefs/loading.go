@@ -68,6 +68,11 @@ type Loading struct {
 	// writers: the stores' writers open while loading, until their
 	// release; GUARDED_BY(mu).
 	writers map[*core.EarlyFile]*early
+	// creates is held shared by each create while loading, from the
+	// Preview's create to its writer's entry in writers, and
+	// exclusively by takeEarly: every writer TakeEarly hands on is in
+	// writers by then.
+	creates sync.RWMutex
 	files   handleTable[*loadFile] // numbered from loadBase
 	dirs    handleTable[*loadDir]  // numbered from loadBase
 	server  atomic.Pointer[fuse.Server]

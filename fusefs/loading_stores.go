@@ -19,6 +19,10 @@ import (
 // then on (early.Handle), numbered in the FS's table (fh), to which its
 // requests go.
 
+// Test hooks: a create while loading between the Preview's create and
+// its writer's entry in Loading.writers; takeEarly as it begins.
+var testHookEarlyCreated, testHookTakingEarly func()
+
 // early is a store's file while loading: what a loadFile of a writer
 // holds besides the file.
 type early struct {
@@ -53,12 +57,17 @@ func (l *Loading) createEarly(in *fuse.CreateIn, name string, out *fuse.CreateOu
 	if !st.Ok() {
 		return st, true
 	}
+	l.creates.RLock()
+	defer l.creates.RUnlock()
 	f, a, err := l.pre.Create(rel, fileMode(in.Mode), ownerOf(&in.Caller, os.Geteuid() == 0))
 	if waits(err) {
 		return 0, false
 	}
 	if err != nil {
 		return l.errno("create", err), true
+	}
+	if testHookEarlyCreated != nil {
+		testHookEarlyCreated()
 	}
 	l.entry(core.ID(in.NodeId), name, a, &out.EntryOut)
 	lf := &loadFile{File: f.File(), node: core.ID(out.NodeId), early: &early{EarlyFile: f}}
@@ -170,9 +179,14 @@ func (l *Loading) handedOn(lf *loadFile, fh *uint64, node *uint64) (*FS, fuse.St
 // takeEarly ends the stores of the load and makes the FS's handles of
 // the writers still open, before Ready lets a request reach fs.
 func (l *Loading) takeEarly(fs *FS) {
+	if testHookTakingEarly != nil {
+		testHookTakingEarly()
+	}
+	l.creates.Lock()
+	defer l.creates.Unlock()
 	for _, f := range fs.core.TakeEarly(l.pre) {
 		l.mu.Lock()
-		e := l.writers[f] // there until its release is handed on
+		e := l.writers[f] // there from its create until its release is handed on
 		l.mu.Unlock()
 		if e == nil {
 			f.Handle().Release() // cannot be: no release of it is under way
