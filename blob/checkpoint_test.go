@@ -1004,3 +1004,25 @@ func TestCheckpointUnsureNameRemoved(t *testing.T) {
 		t.Fatalf("served %v, want two2 alone, of 200 bytes", got)
 	}
 }
+
+// TestCheckpointIsPrivate: the checkpoint names every object, those
+// below directories other users may not list too, so it is the
+// daemon's alone (0600), also where an earlier one, or its temporary
+// file left by a crash, was 0644.
+func TestCheckpointIsPrivate(t *testing.T) {
+	dir, s := openUnracy(t)
+	id := mustCreate(t, s, RootID, "x", make([]byte, 10))
+	for _, name := range []string{CheckpointName, CheckpointName + ".tmp"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	saveCheckpoint(t, s, []ID{id})
+	st, err := os.Stat(filepath.Join(dir, CheckpointName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("the checkpoint's mode is %v, want 0600", st.Mode().Perm())
+	}
+}

@@ -158,14 +158,14 @@ func readNames(dir string) ([]string, error) {
 
 // writeFormat marks dir as a store of this layout, durably.
 func writeFormat(dir string) error {
-	return writeDurably(dir, FormatName, []byte(formatV1))
+	return writeDurably(dir, FormatName, 0o644, []byte(formatV1))
 }
 
 // writeDurably replaces dir/name with data atomically and durably: a
 // temporary file written and synced, renamed over name, dir synced. A
 // crash leaves the old file or the new one, never a part of either.
-func writeDurably(dir, name string, data []byte) error {
-	return writeDurablyFrom(dir, name, func(w io.Writer) error {
+func writeDurably(dir, name string, mode os.FileMode, data []byte) error {
+	return writeDurablyFrom(dir, name, mode, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})
@@ -173,9 +173,16 @@ func writeDurably(dir, name string, data []byte) error {
 
 // writeDurablyFrom is writeDurably for a file that fill writes, in as
 // many pieces as it likes; dir/name is left as it was if fill fails.
-func writeDurablyFrom(dir, name string, fill func(io.Writer) error) error {
+// The file gets mode, whatever an earlier one left behind had.
+func writeDurablyFrom(dir, name string, mode os.FileMode, fill func(io.Writer) error) error {
 	tmp := filepath.Join(dir, name+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, mode)
+	if err == nil {
+		err = f.Chmod(mode) // a tmp left by a crash keeps its own mode
+		if err != nil {
+			f.Close()
+		}
+	}
 	if err != nil {
 		return err
 	}

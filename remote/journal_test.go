@@ -144,3 +144,24 @@ func TestJournalAfterClose(t *testing.T) {
 		t.Fatalf("journal holds %d entries after the uploads", len(ents))
 	}
 }
+
+// TestJournalIsPrivate: the upload queue's entries name objects, those
+// below directories other users may not list too, so its directory is
+// the daemon's alone (0700), also where an older kvfs made it 0755.
+func TestJournalIsPrivate(t *testing.T) {
+	srv := s3test.New(t)
+	journal := filepath.Join(t.TempDir(), "remote")
+	if err := os.Mkdir(journal, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := newNode(t, srv, "p", nodeOpts{journal: journal})
+	a.write(t, "k.data", randBytes(t, 4096))
+	a.Enqueue("k.data")
+	st, err := os.Stat(journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o700 {
+		t.Fatalf("the journal directory's mode is %v, want 0700", st.Mode().Perm())
+	}
+}

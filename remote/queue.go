@@ -79,7 +79,12 @@ func openQueue(dir string, max int, t *Tier) (*queue, error) {
 	if dir == "" {
 		return nil, errors.New("remote: no journal directory for the upload queue")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// Only the daemon reads it: its entries name objects, those below
+	// directories other users may not list too.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("remote: journal: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil { // one an older kvfs made
 		return nil, fmt.Errorf("remote: journal: %w", err)
 	}
 	q := &queue{dir: dir, max: max, t: t, ch: make(chan string, max),
@@ -195,7 +200,7 @@ func (q *queue) add(name string, o op) bool {
 		return false
 	}
 	cur, _, _ := q.current(name)
-	if err := os.WriteFile(q.path(name), []byte(opTags[cur]+name), 0o644); err != nil {
+	if err := os.WriteFile(q.path(name), []byte(opTags[cur]+name), 0o600); err != nil {
 		q.t.log.Warn("upload journal write failed; dropped", zap.String("name", name), zap.Error(err))
 		q.forgetLocked(name)
 		q.t.st.dropped.Add(1)
@@ -243,7 +248,7 @@ func (q *queue) deleted(name string, gen uint64) uint64 {
 	}
 	q.mu.Unlock()
 	if ok {
-		if err := os.WriteFile(q.path(name), []byte(name), 0o644); err != nil {
+		if err := os.WriteFile(q.path(name), []byte(name), 0o600); err != nil {
 			q.t.log.Warn("upload journal write failed", zap.String("name", name), zap.Error(err))
 		}
 	}
