@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,6 +75,10 @@ func Start(o Options) (*Mount, error) {
 	unix.Umask(0)
 	if conn := dialHandover(o); conn != nil {
 		// A live kvfs serves this store here: take its mount over.
+		if err := keepsKernelOptions(o); err != nil {
+			conn.Close()
+			return nil, err
+		}
 		m, err := takeOver(o, conn)
 		conn.Close()
 		if !errors.Is(err, errPredecessorGone) {
@@ -330,6 +335,28 @@ func (m *Mount) unmountRefused(server *fuse.Server) {
 func (m *Mount) kernelOptions() []string {
 	if m.AllowOther {
 		return []string{"default_permissions"}
+	}
+	return nil
+}
+
+// keepsKernelOptions refuses a handover that would change what the
+// kernel fixed when the mount was made and a successor cannot change:
+// whether users other than the mounter get in (--allow-other: the
+// allow_other and default_permissions options). A successor that took
+// the mount over with another setting would run as if it applied.
+func keepsKernelOptions(o Options) error {
+	e, ok := mountinfo.At(o.Mountpoint)
+	if !ok {
+		return nil // gone meanwhile: the handover finds out
+	}
+	live := slices.Contains(strings.Split(e.SuperOptions, ","), "allow_other")
+	switch {
+	case live && !o.AllowOther:
+		return usagef("the mount at %s lets other users in (it was mounted with --allow-other), and a handover cannot change that: "+
+			"give --allow-other to keep it, or unmount and mount again without it", o.Mountpoint)
+	case !live && o.AllowOther:
+		return usagef("the mount at %s lets only its mounter in (it was mounted without --allow-other), and a handover cannot change that: "+
+			"leave out --allow-other to keep it, or unmount and mount again with it", o.Mountpoint)
 	}
 	return nil
 }

@@ -671,3 +671,50 @@ func TestHandoverToSmallerCapacity(t *testing.T) {
 	}
 	d.stop()
 }
+
+// TestHandoverKeepsAllowOther: whether other users get in is fixed by
+// the kernel when the mount is made (allow_other, default_permissions),
+// so a handover that would change --allow-other is refused, in either
+// direction, with a message that says so, and the old daemon serves
+// on; one that keeps the setting takes the mount over. Before, the
+// successor took the mount over, exit 0, and the old setting stayed
+// without a word (an outside tester's finding).
+func TestHandoverKeepsAllowOther(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("allow-other %v", on), func(t *testing.T) {
+			var flags []string
+			if on {
+				flags = []string{"--allow-other"}
+			}
+			d := mountCache(t, flags...)
+			data := objectBytes("kept", 64*KiB)
+			putFile(t, filepath.Join(d.mp, "kept"), data)
+			var other []string
+			if !on {
+				other = []string{"--allow-other"}
+			}
+			refused := startSuccessor(t, kvfsBin, nil, d, append([]string{"--store", d.store}, other...)...)
+			if !refused.waitExited() || refused.waitErr == nil {
+				t.Fatalf("a handover that changes --allow-other was not refused (%v):\n%s", refused.waitErr, refused.out)
+			}
+			if !strings.Contains(refused.out.String(), "a handover cannot change that") {
+				t.Errorf("the refusal does not say why:\n%s", refused.out)
+			}
+			if !d.alive() {
+				t.Fatalf("the serving daemon exited:\n%s", d.out)
+			}
+			if got, err := os.ReadFile(filepath.Join(d.mp, "kept")); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("the object after the refused handover: %d bytes, %v", len(got), err)
+			}
+			m, _ := mountAt(d.mp)
+			if strings.Contains(m.SuperOptions, "allow_other") != on {
+				t.Fatalf("the mount's options are %q", m.SuperOptions)
+			}
+			d = handOver(t, kvfsBin, d, append([]string{"--store", d.store}, flags...)...)
+			if got, err := os.ReadFile(filepath.Join(d.mp, "kept")); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("the object after the handover: %d bytes, %v", len(got), err)
+			}
+			d.stop()
+		})
+	}
+}
