@@ -158,17 +158,20 @@ func (k *kids) all() iter.Seq2[string, ID] {
 // names, and reports whether names may follow. Names of one hash are
 // always in one bucket, so a page never splits them.
 func (k *kids) page(out []pageEntry, after uint64, max int) ([]pageEntry, bool) {
-	i := 0
+	first := 0
 	if after > 0 {
-		i = k.slot(after - 1)
+		first = k.slot(after - 1)
 	}
 	start := len(out)
-	for ; i < len(k.slots); i++ {
+	for i := first; i < len(k.slots); i++ {
 		if len(out)-start >= max {
 			return sortPage(out, start), true
 		}
+		// A bucket spans slots: read it at its first, or at the one
+		// the listing resumes in (a reader's buffer ended inside it, a
+		// seekdir), which need not be its first.
 		b := k.slots[i]
-		if i > 0 && k.slots[i-1] == b {
+		if i > first && k.slots[i-1] == b {
 			continue
 		}
 		for name, id := range b.names {
