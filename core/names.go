@@ -17,20 +17,29 @@ type Attr struct {
 	Links  int
 }
 
-// Lookup resolves a name. A file whose stored bytes vanished or changed
+// Lookup resolves a name, a connector's question: it counts in the
+// lookup hits or misses. A file whose stored bytes vanished or changed
 // size behind kvfs's back is reconciled first.
 func (c *Core) Lookup(parent blob.ID, name string) (blob.Entry, Attr, error) {
-	e, a, stale, err := c.lookup(parent, name)
-	if stale {
-		c.reconcile(e.ID)
-		e, a, _, err = c.lookup(parent, name)
-	}
+	e, a, err := c.Listed(parent, name)
 	switch {
 	case e.Dir:
 	case err == nil:
 		c.counters.lookupHits.Add(1)
 	case errors.Is(err, ErrNotFound):
 		c.counters.lookupMisses.Add(1)
+	}
+	return e, a, err
+}
+
+// Listed is Lookup for a name a listing found (READDIRPLUS gives each
+// its entry): the same answer, not counted, since no one asked for the
+// name; an `ls` of a million names is no million hits.
+func (c *Core) Listed(parent blob.ID, name string) (blob.Entry, Attr, error) {
+	e, a, stale, err := c.lookup(parent, name)
+	if stale {
+		c.reconcile(e.ID)
+		e, a, _, err = c.lookup(parent, name)
 	}
 	return e, a, err
 }

@@ -105,7 +105,7 @@ func (f *FS) addPlus(dir core.ID, e fuse.DirEntry, out *fuse.DirEntryList) bool 
 	if e.Off <= offDotDot {
 		return true // the kernel takes nothing from "." and ".."'s entries
 	}
-	ce, a, err := f.core.Lookup(dir, e.Name)
+	ce, a, err := f.core.Listed(dir, e.Name)
 	if err != nil {
 		return true
 	}

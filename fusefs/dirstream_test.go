@@ -50,3 +50,29 @@ func TestReaddirPaged(t *testing.T) {
 		}
 	}
 }
+
+// TestListingIsNoLookup: the entries a READDIRPLUS gives are not
+// lookups a connector made, so listing a directory leaves the lookup
+// hits and misses as they were (each `ls` of a directory of a million
+// objects counted a million hits before: an outside tester's finding).
+func TestListingIsNoLookup(t *testing.T) {
+	k := mountKVFS(t)
+	for i := range 50 {
+		mustWrite(t, k.path(fmt.Sprintf("f%02d", i)), []byte("x"))
+	}
+	before := k.M.Stats()
+	for range 3 {
+		ents, err := os.ReadDir(k.Mnt)
+		if err != nil || len(ents) != 50 {
+			t.Fatalf("listing: %d names, %v", len(ents), err)
+		}
+	}
+	after := k.M.Stats()
+	if after.FuseRequests["READDIRPLUS"] == before.FuseRequests["READDIRPLUS"] {
+		t.Fatal("no READDIRPLUS reached the daemon: the listing gave no entries")
+	}
+	if after.LookupHits != before.LookupHits || after.LookupMisses != before.LookupMisses {
+		t.Fatalf("listings counted as lookups: hits %d -> %d, misses %d -> %d",
+			before.LookupHits, after.LookupHits, before.LookupMisses, after.LookupMisses)
+	}
+}
