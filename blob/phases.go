@@ -320,7 +320,9 @@ func (s *Store) RmdirPath(parent ID, name string) (ID, string, error) {
 // RmdirAt removes the stored, empty directory rel.
 func (s *Store) RmdirAt(rel string) error {
 	s.changes.Add(1)
-	if err := s.unlinkAt(rel, unix.AT_REMOVEDIR); err != nil {
+	err := s.unlinkAt(rel, unix.AT_REMOVEDIR)
+	s.dirFDs.dropAll() // rel, or a directory made there next, is not the one kept
+	if err != nil {
 		return &os.PathError{Op: "rmdir", Path: rel, Err: err}
 	}
 	return nil
