@@ -61,12 +61,23 @@ func CheckDir(dir string) (mark bool, err error) {
 	return checkContents(dir)
 }
 
+// formatHead is the start of a format file kvfs does not know, short
+// enough to quote in a one-line error.
+func formatHead(format []byte) string {
+	const most = 40
+	head := strings.TrimSpace(string(format[:min(len(format), 4*most)]))
+	if len(head) > most {
+		head = head[:most] + "..."
+	}
+	return head
+}
+
 // checkContents is CheckDir for a directory that exists.
 func checkContents(dir string) (mark bool, err error) {
 	format, err := os.ReadFile(filepath.Join(dir, FormatName))
 	if err == nil {
 		if string(format) != formatV1 {
-			return false, notStoref("%s holds a kvfs store of an unknown format (%q)", dir, strings.TrimSpace(string(format)))
+			return false, notStoref("%s holds a kvfs store of an unknown format (%s begins %q)", dir, FormatName, formatHead(format))
 		}
 		return false, nil
 	}

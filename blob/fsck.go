@@ -37,6 +37,9 @@ func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress
 	if !IsStore(dir) {
 		return rep, notStoref("%s is not a kvfs store (no %s)", dir, FormatName)
 	}
+	if _, err := checkContents(dir); err != nil {
+		return rep, err // another format's: neither checked by these rules nor written to
+	}
 	lock, err := lockStore(dir)
 	if err != nil {
 		if errors.Is(err, ErrLocked) {
