@@ -203,6 +203,11 @@ func (o *Options) validate() error {
 	if o.RAMCache < 0 || (o.RAMCache > 0 && o.RAMCache < 1<<20) {
 		return usagef("--ram-cache %d is below 1 MiB (0 turns the RAM tier off)", o.RAMCache)
 	}
+	if total := physicalMemory(); total > 0 && o.RAMCache > total {
+		// Its counters alone are sized by it: a petabyte asked for
+		// gigabytes before the first object.
+		return usagef("--ram-cache %d is more than this machine's memory (%d bytes)", o.RAMCache, total)
+	}
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
@@ -365,4 +370,13 @@ func capacityFor(store string, held int64) (int64, error) {
 	free := int64(sf.Bavail) * sf.Bsize
 	c := int64(float64(free+held) * DefaultCapacityShare)
 	return c / ledger.BlockSize * ledger.BlockSize, nil
+}
+
+// physicalMemory is the machine's RAM in bytes (0: unknown).
+func physicalMemory() int64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
 }

@@ -180,6 +180,8 @@ func TestBadInputFlags(t *testing.T) {
 		{"--log-level", "loud", []string{"log-level", "loud"}},
 		{"--ram-cache", "12X", []string{"bad size", "12X"}},
 		{"--ram-cache", "100", []string{"--ram-cache 100", "below 1 MiB"}},
+		// Was: gigabytes asked for its counters, then the OOM killer.
+		{"--ram-cache", "1P", []string{"--ram-cache 1125899906842624", "more than this machine's memory"}},
 		{"--serve-while-loading", "-2", []string{"--serve-while-loading -2", "-1 (never)"}},
 		{"--serve-while-loading", "many", []string{"invalid value", "many"}},
 	}
