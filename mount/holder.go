@@ -70,24 +70,35 @@ func lockHolder(locks string, st unix.Stat_t) (int, bool) {
 	return 0, false
 }
 
-// stopping says whether pid, which holds a store's lock, no longer
-// mounts the store in its own mount table: it is on its way out (or
-// serves a mount detached from every tree, whose files close in time).
-func stopping(pid int, store string) bool {
+// mounting says whether pid, which holds a store's lock, mounts the
+// store in its own mount table. One that does not is on its way out (or
+// serves a mount detached from every tree, whose files close in time),
+// or on its way in: it took the lock and has not mounted yet.
+func mounting(pid int, store string) bool {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
 	if err != nil {
-		return false
+		return true // gone, or not ours to read: not one to wait for
 	}
 	defer f.Close()
-	return len(mountsOfStore(mountinfo.Parse(f), store)) == 0
+	return len(mountsOfStore(mountinfo.Parse(f), store)) > 0
 }
 
 // awaitReleased waits until no process holds store's lock, or until;
 // it reports the holder left, if any.
 func awaitReleased(store string, until time.Time) (int, bool) {
+	return awaitHolder(store, until, func(int) bool { return false })
+}
+
+// awaitReleasedOrMounted is awaitReleased that also stops once the
+// holder mounts the store: a daemon that was starting.
+func awaitReleasedOrMounted(store string, until time.Time) (int, bool) {
+	return awaitHolder(store, until, func(pid int) bool { return mounting(pid, store) })
+}
+
+func awaitHolder(store string, until time.Time, enough func(pid int) bool) (int, bool) {
 	for {
 		pid, held := storeHolder(store)
-		if !held || pid == os.Getpid() || !time.Now().Before(until) {
+		if !held || pid == os.Getpid() || enough(pid) || !time.Now().Before(until) {
 			return pid, held && pid != os.Getpid()
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -114,7 +114,7 @@ var ErrLoadStopped = blob.ErrStopped
 // the mount to the file system over it. A load that fails unmounts.
 func (m *Mount) finishLoading(store *blob.Store) {
 	defer close(m.loadDone)
-	loadGate()
+	gate("KVFS_LOAD_GATE") // tests: serving, the index not built yet
 	if err := m.load(store); errors.Is(err, blob.ErrStopped) {
 		m.loadErr = ErrLoadStopped
 		m.log.Info("the mount was gone before its index was built; the load stopped, and the next start loads the store")
@@ -178,11 +178,13 @@ func (m *Mount) loadHeld() error {
 	return nil
 }
 
-// loadGate holds a load that serves meanwhile until a writer opens the
-// FIFO named by $KVFS_LOAD_GATE: the tests of what the mount serves
-// while it loads (an open of a FIFO for reading waits for a writer).
-func loadGate() {
-	if p := os.Getenv("KVFS_LOAD_GATE"); p != "" {
+// gate holds the daemon until a writer opens the FIFO named by $env,
+// for tests of what happens meanwhile (an open of a FIFO for reading
+// waits for a writer): KVFS_LOAD_GATE holds a load that serves
+// meanwhile, KVFS_MOUNT_GATE a start that holds the store's lock and
+// has mounted nothing yet.
+func gate(env string) {
+	if p := os.Getenv(env); p != "" {
 		if f, err := os.Open(p); err == nil {
 			f.Close()
 		}

@@ -67,12 +67,18 @@ func Start(o Options) (*Mount, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	log := o.Logger
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	// Modes come from the kernel with the caller's umask applied already.
 	unix.Umask(0)
+	return start(o, false)
+}
+
+// start is Start for validated options; again: a second try, after the
+// store's daemon, starting, came to serve it (see below).
+func start(o Options, again bool) (*Mount, error) {
+	log := o.Logger
 	if conn := dialHandover(o); conn != nil {
 		// A live kvfs serves this store here: take its mount over.
 		if err := keepsKernelOptions(o); err != nil {
@@ -94,13 +100,17 @@ func Start(o Options) (*Mount, error) {
 		return nil, err
 	}
 	store, err := blob.Open(o.Store)
-	if pid, held := lockedBy(err, o.Store); held && stopping(pid, o.Store) {
-		// Its daemon unmounted it and is still writing its checkpoint
-		// (see holder.go).
-		log.Info("waiting for the store's previous daemon, which no longer mounts it, to finish stopping", zap.Int("pid", pid))
-		awaitReleased(o.Store, time.Now().Add(stoppingLimit))
+	if pid, held := lockedBy(err, o.Store); held && !mounting(pid, o.Store) {
+		// Its daemon mounts it nowhere: it unmounted it and is still
+		// writing its checkpoint (see holder.go), or it is starting (a
+		// mount run a moment before this one) and mounts it soon.
+		log.Info("waiting for the store's daemon, which mounts it nowhere yet or any more: it is starting or stopping", zap.Int("pid", pid))
+		if holder, left := awaitReleasedOrMounted(o.Store, time.Now().Add(stoppingLimit)); left && mounting(holder, o.Store) && !again {
+			log.Info("the store's daemon was starting and serves it now", zap.Int("pid", holder))
+			return start(o, true) // take its mount over, or be refused as by any live mount
+		}
 		if store, err = blob.Open(o.Store); errors.Is(err, blob.ErrLocked) {
-			return nil, usagef("%v: its daemon (pid %d) mounts it nowhere here and did not exit in %v: it is still stopping, or serves a mount detached with umount -l until its files close", err, pid, stoppingLimit)
+			return nil, usagef("%v: its daemon (pid %d) mounts it nowhere here and did not let go of it in %v: it is still starting or stopping, or serves a mount detached with umount -l until its files close", err, pid, stoppingLimit)
 		}
 	}
 	switch {
@@ -109,6 +119,7 @@ func Start(o Options) (*Mount, error) {
 	case err != nil:
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
+	gate("KVFS_MOUNT_GATE") // tests: the store locked, nothing mounted yet
 	warnVolatile(o.Store, log)
 	watchDirs(store, o.Store, log)
 	m := &Mount{Options: o, log: log, deadMount: dead}
