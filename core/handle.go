@@ -212,6 +212,11 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 	if err != nil {
 		c.settleShort(h.id, h.file)
 	}
+	if errors.Is(err, unix.ENOSPC) {
+		// The store's disk, fuller than the ledger: the same answer
+		// to the client, and admission_failures counts it alike.
+		c.ledger.Refused()
+	}
 	return n, err
 }
 

@@ -1,5 +1,7 @@
 package core
 
+import "golang.org/x/sys/unix"
+
 // Statfs is what statfs(2), and so df, shows of the mount: the capacity
 // and the room left under it, in blocks of the ledger's charges.
 type Statfs struct {
@@ -7,7 +9,11 @@ type Statfs struct {
 	// Blocks is the capacity, or what is used where writers past the
 	// daemon put more (so df's Used is the ledger's, as du's is); Free
 	// is what the ledger's charges leave of the capacity, and all of it
-	// is Avail: none is kept back for root.
+	// is Avail: none is kept back for root. Where the store's own file
+	// system has less room left than that (a capacity larger than the
+	// disk, or the disk shared), Free is that room, and Blocks what is
+	// used plus it: df shows what a write can have, and Used stays the
+	// ledger's.
 	Blocks, Free, Avail uint64
 	// Files and FreeFiles: kvfs has no limit on inodes, so df -i shows
 	// the objects and directories held (its IUsed) plus a constant
@@ -27,12 +33,19 @@ func (c *Core) Statfs() Statfs {
 	c.mu.RLock()
 	dirs := c.store.Dirs()
 	c.mu.RUnlock()
-	free := uint64(max(st.CapacityBytes-st.UsedBytes, 0) / BlockSize)
+	free := max(st.CapacityBytes-st.UsedBytes, 0)
+	blocks := max(st.CapacityBytes, st.UsedBytes)
+	var sf unix.Statfs_t
+	if unix.Statfs(c.store.Dir(), &sf) == nil {
+		if disk := int64(sf.Bavail) * sf.Bsize; disk < free {
+			free, blocks = disk, st.UsedBytes+disk
+		}
+	}
 	return Statfs{
 		BlockSize: BlockSize,
-		Blocks:    uint64(max(st.CapacityBytes, st.UsedBytes) / BlockSize),
-		Free:      free,
-		Avail:     free,
+		Blocks:    uint64(blocks / BlockSize),
+		Free:      uint64(free / BlockSize),
+		Avail:     uint64(free / BlockSize),
 		Files:     uint64(st.Objects) + uint64(dirs) + freeInodes,
 		FreeFiles: freeInodes,
 		NameMax:   NameMax,

@@ -214,6 +214,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		zap.Bool("from_snapshot", rep.FromSnapshot), zap.String("snapshot_unused", rep.SnapshotUnused),
 		zap.Int64("dirs_listed", rep.DirsListed), zap.Int64("stated", rep.Stated),
 		zap.Duration("took", rep.Took))
+	warnSmallDisk(m.Store, m.Capacity, rep.Bytes, m.log)
 	if rep.TooDeep > 0 {
 		m.log.Warn("the store held paths past PATH_MAX (4,095 bytes under data/), which kvfs cannot serve: removed, with everything beneath them",
 			zap.String("store", m.Store), zap.Int64("entries", rep.TooDeep))
@@ -449,6 +450,21 @@ func (m *Mount) Unmount() error {
 
 // warnVolatile says so when the store lives in memory: it works, but the
 // cache is gone at reboot and its bytes compete with the page cache.
+// warnSmallDisk warns of a capacity the store's file system cannot
+// hold, with held bytes of objects on it: stores past its room fail
+// with ENOSPC from the disk while the cache has room to spare, before
+// anything is evicted. (df of the mount shows the disk's room then.)
+func warnSmallDisk(store string, capacity, held int64, log *zap.Logger) {
+	var sf unix.Statfs_t
+	if unix.Statfs(store, &sf) != nil {
+		return
+	}
+	if room := held + int64(sf.Bavail)*sf.Bsize; capacity > room {
+		log.Warn("the capacity is more than the store's file system can hold: stores past its room fail with ENOSPC from the disk before the cache evicts; give a smaller --capacity",
+			zap.String("store", store), zap.Int64("capacity", capacity), zap.Int64("room", room))
+	}
+}
+
 func warnVolatile(store string, log *zap.Logger) {
 	var sf unix.Statfs_t
 	if unix.Statfs(store, &sf) == nil && sf.Type == unix.TMPFS_MAGIC {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfs/kvfs/internal/loopfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -304,4 +306,65 @@ func TestSignalsUnmount(t *testing.T) {
 			t.Errorf("%v: %s still mounted", sig, d.mp)
 		}
 	}
+}
+
+// TestCapacityPastTheDisk: a capacity larger than the store's file
+// system is warned of at the mount, and df of the mount shows the room
+// the disk has left, not the capacity's, with Used the ledger's: filled
+// until the disk refuses, df says it is full, and kvfs stats, df and du
+// agree. Before, df showed 957 MB free on a full 128 MB disk (an
+// outside tester's finding).
+//
+// Without passthrough every write passes the daemon, and one the disk
+// refuses counts in admission_failures as one the ledger refuses (the
+// alert on stores refused while the cache is not full rests on it).
+func TestCapacityPastTheDisk(t *testing.T) {
+	for _, passthrough := range []bool{true, false} {
+		t.Run(fmt.Sprintf("passthrough %v", passthrough), func(t *testing.T) { capacityPastTheDisk(t, passthrough) })
+	}
+}
+
+func capacityPastTheDisk(t *testing.T, passthrough bool) {
+	requireRoot(t)
+	root := loopfs.Mount(t, loopfs.Spec{Mkfs: []string{"mkfs.ext4", "-q", "-F"}, Size: 64 << 20,
+		NoMkfs: "this mkfs.ext4 cannot make the file system"})
+	mp := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--store", filepath.Join(root, "store"), "--capacity", "1GiB"}
+	if !passthrough {
+		flags = append(flags, "--no-passthrough")
+	}
+	d := startDaemon(t, mp, flags...)
+	if !d.printed("the capacity is more than the store's file system can hold") {
+		t.Errorf("no warning of a capacity past the disk:\n%s", d.out)
+	}
+	var disk, sf unix.Statfs_t
+	for i := 0; ; i++ {
+		err := os.WriteFile(filepath.Join(mp, fmt.Sprintf("o%03d", i)), make([]byte, MiB), 0o644)
+		if errors.Is(err, unix.ENOSPC) {
+			break
+		}
+		if err != nil || i > 200 {
+			t.Fatalf("store %d: %v", i, err)
+		}
+	}
+	if err := unix.Statfs(root, &disk); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Statfs(mp, &sf); err != nil {
+		t.Fatal(err)
+	}
+	st := stats(t, mp)
+	if avail := int64(sf.Bavail) * sf.Frsize; avail > int64(disk.Bavail)*disk.Bsize+4096 {
+		t.Errorf("df of the mount shows %d bytes available; the store's disk has %d", avail, int64(disk.Bavail)*disk.Bsize)
+	}
+	if used := int64(sf.Blocks-sf.Bfree) * sf.Frsize; used != st.UsedBytes {
+		t.Errorf("df of the mount shows %d bytes used, kvfs stats %d", used, st.UsedBytes)
+	}
+	if !passthrough && st.AdmissionFailures == 0 {
+		t.Error("a write the disk refused is not counted in admission_failures")
+	}
+	d.stop()
 }
