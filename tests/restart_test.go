@@ -681,6 +681,10 @@ func TestRestartWithSmallerCapacity(t *testing.T) {
 	if st.UsedBytes != total || st.Objects != int64(len(order)-cut) {
 		t.Errorf("after restarting smaller: %+v; want the %d most recently used objects, %d bytes", st, len(order)-cut, total)
 	}
+	// The banner counts what is served (it counted the evicted too).
+	if banner := fmt.Sprintf("%d objects restored (%d more evicted to fit the capacity)", len(order)-cut, cut); !strings.Contains(d.outSoFar(), banner) {
+		t.Errorf("the start's banner does not say %q:\n%s", banner, d.outSoFar())
+	}
 	survivors := map[string]object{}
 	for rel, o := range want {
 		if kept[o.key] {

@@ -252,8 +252,12 @@ func cmdMount(args []string, stdout io.Writer) error {
 		}
 	}
 	o.Logger.Info("kvfs serving", zap.String("build", build), zap.Int("pid", os.Getpid()))
-	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %d objects restored; Ctrl-C or `kvfs unmount %s` to stop\n",
-		m.Store, m.Mountpoint, m.Capacity, m.Loaded.Objects, m.Mountpoint)
+	restored := fmt.Sprintf("%d objects restored", m.Loaded.Objects-int64(m.Loaded.Evicted))
+	if m.Loaded.Evicted > 0 {
+		restored += fmt.Sprintf(" (%d more evicted to fit the capacity)", m.Loaded.Evicted)
+	}
+	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %s; Ctrl-C or `kvfs unmount %s` to stop\n",
+		m.Store, m.Mountpoint, m.Capacity, restored, m.Mountpoint)
 	x.serve(m, stdout, log)
 	tuning, stopTuning := context.WithCancel(context.Background())
 	defer stopTuning()
