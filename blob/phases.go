@@ -320,9 +320,7 @@ func (s *Store) RmdirPath(parent ID, name string) (ID, string, error) {
 // RmdirAt removes the stored, empty directory rel.
 func (s *Store) RmdirAt(rel string) error {
 	s.changes.Add(1)
-	err := s.unlinkAt(rel, unix.AT_REMOVEDIR)
-	s.dirFDs.dropAll() // rel, or a directory made there next, is not the one kept
-	if err != nil {
+	if err := s.unlinkAt(rel, unix.AT_REMOVEDIR); err != nil {
 		return &os.PathError{Op: "rmdir", Path: rel, Err: err}
 	}
 	return nil

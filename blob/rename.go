@@ -68,12 +68,6 @@ func (s *Store) RenameAt(p RenamePlan) error {
 	err := s.at2(p.Old, p.New, func(da int, na string, db int, nb string) error {
 		return unix.Renameat2(da, na, db, nb, uint(p.Flags))
 	})
-	if p.SrcDir || p.Src == 0 || p.Flags&unix.RENAME_EXCHANGE != 0 {
-		// A directory may have moved (a plan made outside the index,
-		// a Preview's, does not say): its path and those below it
-		// name other directories, or none, from now on.
-		s.dirFDs.dropAll()
-	}
 	if err != nil {
 		if underlying(err) == unix.ENOSPC {
 			return s.nameErr("rename", p.New, err)

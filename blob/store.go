@@ -114,8 +114,6 @@ type Store struct {
 	// startMarks: writing/ as WritingInodes read it, for the Load that
 	// follows (nil: Load reads it).
 	startMarks *marks
-	// dirFDs: data/'s directories kept open for at.
-	dirFDs dirFDs
 }
 
 // Open takes the store directory for this process, creating its layout,
@@ -237,7 +235,6 @@ func openDir(path string) (*os.File, error) {
 
 // Close releases the store and its lock.
 func (s *Store) Close() error {
-	s.dirFDs.dropAll()
 	for _, f := range append([]*os.File{s.data, s.writing, s.lock}, s.shards[:]...) {
 		if f != nil {
 			f.Close()
@@ -302,37 +299,12 @@ func (s *Store) at(rel string, op func(dirfd int, name string) error) error {
 	if dir == "" {
 		return op(int(s.data.Fd()), name)
 	}
-	dir = strings.TrimSuffix(dir, "/")
-	for {
-		d, gen, ok := s.dirFDs.get(dir)
-		if ok {
-			err := op(d.fd, name)
-			if underlying(err) == unix.ENOENT && unlinkedDir(d.fd) {
-				// Removed behind kvfs's back: the path may name another.
-				s.dirFDs.drop(dir, d)
-				s.dirFDs.put(d)
-				continue
-			}
-			s.dirFDs.put(d)
-			return err
-		}
-		fd, err := s.openBeneathFd(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-		if err != nil {
-			return err
-		}
-		if d := s.dirFDs.add(dir, fd, gen); d != nil {
-			defer s.dirFDs.put(d)
-		} else {
-			defer unix.Close(fd)
-		}
-		return op(fd, name)
+	d, err := s.openBeneathFd(strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
 	}
-}
-
-// unlinkedDir says whether the directory fd has been removed.
-func unlinkedDir(fd int) bool {
-	var st unix.Stat_t
-	return unix.Fstat(fd, &st) == nil && st.Nlink == 0
+	defer unix.Close(d)
+	return op(d, name)
 }
 
 // at2 is at for operations on two names; two in one directory resolve
