@@ -73,6 +73,10 @@ const (
 	// goneLimit bounds how long the successor waits for the old daemon
 	// to exit after "ready" before it kills it.
 	goneLimit = 10 * time.Second
+	// closedLimit bounds how long the successor, finding the connection
+	// closed as it says "ready", waits for the old daemon to be exiting
+	// (killed: it serves nothing) before it takes it to serve on.
+	closedLimit = time.Second
 	// fdsPerMessage: SCM_RIGHTS carries at most 253 descriptors a
 	// message.
 	fdsPerMessage = 250
@@ -458,9 +462,10 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	if o.TakingOver != nil {
 		undo = o.TakingOver(offer.PID)
 	}
-	if err := writeJSON(conn, handoverReply{Ready: true}, nil); err != nil && !exited(offer.PID, 0, nil) {
+	if err := writeJSON(conn, handoverReply{Ready: true}, nil); err != nil && !exited(offer.PID, closedLimit, nil) {
 		// It cannot have heard, and serves on: so must we not. (Gone,
-		// it left us everything: we serve.)
+		// it left us everything: we serve. A process killed closes its
+		// descriptors before it counts as exited: it gets a moment.)
 		undo()
 		m.abandon(files)
 		return nil, fmt.Errorf("telling the old daemon: %w", err)
