@@ -207,6 +207,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		store.Close()
 		return err
 	}
+	asked := m.Capacity // 0: the default, a share of the disk's room
 	m.core, m.Loaded, m.Capacity = c, rep, c.Capacity()
 	m.log.Info("store loaded", zap.String("store", m.Store), zap.Int64("objects", rep.Objects),
 		zap.Int64("bytes", rep.Bytes), zap.Int64("incomplete_reclaimed", rep.Incomplete),
@@ -214,7 +215,11 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		zap.Bool("from_snapshot", rep.FromSnapshot), zap.String("snapshot_unused", rep.SnapshotUnused),
 		zap.Int64("dirs_listed", rep.DirsListed), zap.Int64("stated", rep.Stated),
 		zap.Duration("took", rep.Took))
-	warnSmallDisk(m.Store, m.Capacity, rep.Bytes, m.log)
+	if asked > 0 {
+		// (A successor preloading a handover has no capacity yet:
+		// the one asked for is what it will have.)
+		warnSmallDisk(m.Store, asked, rep.Bytes, m.log)
+	}
 	if rep.TooDeep > 0 {
 		m.log.Warn("the store held paths past PATH_MAX (4,095 bytes under data/), which kvfs cannot serve: removed, with everything beneath them",
 			zap.String("store", m.Store), zap.Int64("entries", rep.TooDeep))

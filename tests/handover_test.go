@@ -714,6 +714,11 @@ func TestHandoverKeepsAllowOther(t *testing.T) {
 			if got, err := os.ReadFile(filepath.Join(d.mp, "kept")); err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("the object after the handover: %d bytes, %v", len(got), err)
 			}
+			// The successor preloads with no capacity yet: no warning of
+			// one past the disk (every handover logged one).
+			if strings.Contains(d.outSoFar(), "the capacity is more than") {
+				t.Errorf("the successor warned of a capacity past the disk:\n%s", d.outSoFar())
+			}
 			d.stop()
 		})
 	}
