@@ -187,6 +187,37 @@ func TestMountHelper(t *testing.T) {
 	h.umount(t)
 }
 
+// TestMountHelperRelativePaths: relative STORE and MOUNTPOINT are read
+// from mount(8)'s working directory (docs/operations.md). The detached
+// daemon started in / and read them again from there: the store went to
+// /store and the mount point was looked up as /mnt (an outside
+// tester's finding).
+func TestMountHelperRelativePaths(t *testing.T) {
+	installHelper(t)
+	dir := t.TempDir()
+	mp, store, log := filepath.Join(dir, "mnt"), filepath.Join(dir, "store"), filepath.Join(dir, "kvfs.log")
+	os.Mkdir(mp, 0o755)
+	t.Cleanup(func() { // a failed run leaves no mount behind
+		if _, ok := mountAt(mp); ok {
+			runKvfs(t, "unmount", mp)
+		}
+	})
+	cmd := exec.Command("mount", "-t", "fuse.kvfs", "store", "mnt", "-o", "capacity=16M,log="+log)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mount -t fuse.kvfs store mnt in %s: %v: %s", dir, err, out)
+	}
+	h := requireServing(t, mp, store, log)
+	if m, ok := mountAt(mp); !ok || m.Source != store {
+		t.Errorf("the mount at %s: %+v, want its store %s", mp, m, store)
+	}
+	putFile(t, filepath.Join(mp, "o"), objectBytes("o", 4096))
+	if _, err := os.Stat(filepath.Join(store, "data", "o")); err != nil {
+		t.Errorf("the object is not in %s: %v", store, err)
+	}
+	h.umount(t)
+}
+
 // TestMountHelperBadOption: a bad option, a bad value or a mount point
 // kvfs refuses fails mount(8) with kvfs's one-line message; nothing is
 // mounted, no daemon is left, no store is created.

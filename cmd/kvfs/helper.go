@@ -57,6 +57,9 @@ func helperMount(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if os.Getenv(helperChildEnv) != "" {
+		// Started where mount(8) ran, so relative paths are read as
+		// its (operations.md); the daemon holds no directory after.
+		os.Chdir("/")
 		helperReady = h.ready
 		return run(h.mountArgs(), stdout, stderr)
 	}
@@ -116,7 +119,11 @@ func parseHelper(args []string) (*helperMountOpts, error) {
 	if err != nil || args[0] == "" {
 		return nil, fmt.Errorf("bad store %q", args[0])
 	}
-	h := &helperMountOpts{store: store, mountpoint: args[1]}
+	mp, err := filepath.Abs(args[1])
+	if err != nil || args[1] == "" {
+		return nil, fmt.Errorf("bad mount point %q", args[1])
+	}
+	h := &helperMountOpts{store: store, mountpoint: mp}
 	for _, o := range strings.Split(args[3], ",") {
 		if err := h.option(o); err != nil {
 			return nil, err
@@ -198,7 +205,7 @@ func (h *helperMountOpts) detach(stderr io.Writer) int {
 	}
 	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Env = append(os.Environ(), helperChildEnv+"=1")
-	cmd.Dir = "/"
+	cmd.Dir, _ = os.Getwd() // the child reads relative paths from here, then leaves
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
