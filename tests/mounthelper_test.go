@@ -154,6 +154,20 @@ func TestMountHelper(t *testing.T) {
 	if err := exec.Command(script).Run(); err == nil || !errors.Is(err, os.ErrPermission) {
 		t.Errorf("running a file on a noexec mount: %v, want permission denied", err)
 	}
+	// A handover through the helper sets the per-mount flags it asks
+	// for, clearing noexec: it kept the first mount's before (an
+	// outside tester found ro kept so).
+	if out, err := mountCmd("mount", "-t", "fuse.kvfs", store, mp, "-o", "capacity=16M,grace=0s,log="+log); err != nil {
+		t.Fatalf("mount -t fuse.kvfs over the live mount (a handover): %v: %s", err, out)
+	}
+	if !h.gone() {
+		t.Fatalf("the daemon %d did not hand its mount over", h.pid)
+	}
+	h = requireServing(t, mp, store, log)
+	var sf unix.Statfs_t
+	if err := unix.Statfs(mp, &sf); err != nil || sf.Flags&unix.ST_NOEXEC != 0 {
+		t.Errorf("after a handover without noexec the mount is still noexec (flags %#x, %v)", sf.Flags, err)
+	}
 	keys := make([]string, 6)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("obj-%d", i)

@@ -271,14 +271,42 @@ func lastLine(b []byte) string {
 // the per-mount flags asked for, tells the parent, and moves its own
 // output to the log file so the parent can exit.
 func (h *helperMountOpts) ready(mountpoint string) error {
-	if h.msFlags != 0 {
-		flags := unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV | h.msFlags
+	want := h.msFlags
+	if want&(unix.MS_NOATIME|unix.MS_STRICTATIME) == 0 {
+		want |= unix.MS_RELATIME // the default, which a remount must name
+	}
+	// A handover keeps the mount, and with it the per-mount flags an
+	// earlier helper set (ro, noexec...): they are set to what this one
+	// asks, cleared too. A fresh mount has the default ones already
+	// (and a user's mount could not change them).
+	if perMountFlags(mountpoint) != want {
+		flags := unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV | want
 		if err := unix.Mount("", mountpoint, "", flags, ""); err != nil {
 			return fmt.Errorf("applying mount options to %s: %w", mountpoint, err)
 		}
 	}
 	fmt.Fprintln(os.Stderr, readyLine)
 	return redirectOutput(h.log)
+}
+
+// perMountFlags is the per-mount flags vfsOpts sets that the mount at
+// mountpoint has, as MS_ flags (-1: unknown).
+func perMountFlags(mountpoint string) uintptr {
+	var st unix.Statfs_t
+	if unix.Statfs(mountpoint, &st) != nil {
+		return ^uintptr(0)
+	}
+	var flags uintptr
+	for st_, ms := range map[int64]uintptr{unix.ST_RDONLY: unix.MS_RDONLY, unix.ST_NOEXEC: unix.MS_NOEXEC,
+		unix.ST_NOATIME: unix.MS_NOATIME, unix.ST_NODIRATIME: unix.MS_NODIRATIME, unix.ST_RELATIME: unix.MS_RELATIME} {
+		if st.Flags&st_ != 0 {
+			flags |= ms
+		}
+	}
+	if flags&(unix.MS_NOATIME|unix.MS_RELATIME) == 0 {
+		flags |= unix.MS_STRICTATIME
+	}
+	return flags
 }
 
 // redirectOutput points the process's stdout and stderr at path
