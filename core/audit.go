@@ -76,7 +76,7 @@ func (c *Core) Audit() (AuditReport, error) {
 	}
 	c.locked(func() (victims, error) { return c.ledger.Trim(), nil })
 	if r != (AuditReport{}) {
-		c.log.Warn("store changed behind kvfs; ledger reconciled",
+		c.behindBack("store changed behind kvfs; ledger reconciled",
 			zap.Int("vanished", r.Vanished), zap.Int("resized", r.Resized),
 			zap.Int("adopted", r.Adopted), zap.Int("linked", r.Linked))
 	}
@@ -235,7 +235,7 @@ func (c *Core) reconcile(id blob.ID) bool {
 	default:
 		if c.ledger.Writers(id) == 0 && c.ledger.Reconcile(id, st.Size) {
 			resized = true
-			c.log.Warn("object size changed behind kvfs; ledger reconciled",
+			c.behindBack("object size changed behind kvfs; ledger reconciled",
 				zap.Uint64("id", uint64(id)), zap.Int64("ledger", before), zap.Int64("store", st.Size))
 			drops = c.dropLocked(c.ledger.Trim(), Evicted)
 		}
@@ -244,6 +244,17 @@ func (c *Core) reconcile(id blob.ID) bool {
 	c.reap(drops)
 	c.deliver(drops)
 	return resized
+}
+
+// behindBack logs a change of the store kvfs followed: a warning, but
+// while TakeEarly settles the stores taken while loading, whose changes
+// are kvfs's own, at debug.
+func (c *Core) behindBack(msg string, fields ...zap.Field) {
+	if c.settlingEarly.Load() {
+		c.log.Debug(msg, fields...)
+		return
+	}
+	c.log.Warn(msg, fields...)
 }
 
 // vanished reconciles an object whose stored bytes disappeared.
@@ -257,7 +268,7 @@ func (c *Core) vanished(id blob.ID, why error) {
 
 func (c *Core) vanishedLocked(id blob.ID, why error) []Drop {
 	if c.ledger.Forget(id) {
-		c.log.Warn("object vanished from the store; dropped from the ledger",
+		c.behindBack("object vanished from the store; dropped from the ledger",
 			zap.Uint64("id", uint64(id)), zap.Error(why))
 	}
 	names := c.store.Forget(id)

@@ -548,6 +548,15 @@ func (c *Core) takeEarly(p *Preview) (writers []*EarlyFile, pub []string) {
 	if e.made == nil {
 		return nil, nil
 	}
+	// What follows settles kvfs's own changes, none made behind its
+	// back: no reconciliation is counted, and what vanished or changed
+	// is no warning.
+	c.ledger.Own(true)
+	c.settlingEarly.Store(true)
+	defer func() {
+		c.ledger.Own(false)
+		c.settlingEarly.Store(false)
+	}()
 	var r AuditReport
 	for _, rel := range e.dirs {
 		c.settleDir(rel)

@@ -96,8 +96,8 @@ type Ledger[K comparable] struct {
 	// INVARIANT: used == sum of charge over entries.
 	used int64
 	// INVARIANT: over == sum of over over entries, and used - over <=
-	// capacity unless reconciled > 0: only a store changed behind kvfs's
-	// back can put admitted bytes over the capacity.
+	// capacity unless followed: only a store the ledger followed can put
+	// admitted bytes over the capacity.
 	over int64
 	// INVARIANT: shadow == sum of charge over entries with nlink == 0.
 	shadow int64
@@ -126,6 +126,12 @@ type Ledger[K comparable] struct {
 	evicted    int64
 	refusals   int64
 	reconciled int64
+	// followed: the ledger has followed the store (a reconciliation,
+	// counted or kvfs's own: see Own).
+	followed bool
+	// own: what the ledger follows now is kvfs's own change (Own), not
+	// counted as a reconciliation.
+	own bool
 	// noted: the entries changed since Track (inserted, removed,
 	// resized, moved in the LRU order, linked or unlinked, closed); nil:
 	// not tracking.
@@ -253,7 +259,7 @@ func (l *Ledger[K]) Adopt(id K, size int64, nlink int) ([]Victim[K], error) {
 	defer l.mu.Unlock()
 	victims, err := l.restore(id, size, nlink)
 	if err == nil {
-		l.reconciled++
+		l.follow()
 	}
 	return victims, err
 }
@@ -361,7 +367,7 @@ func (l *Ledger[K]) endWriting(e *entry[K]) []Victim[K] {
 		// The bytes are in the store and nothing can make room now: the
 		// ledger follows the store, as when it changed behind kvfs's
 		// back, until a Trim can evict.
-		l.reconciled++
+		l.follow()
 	}
 	return victims
 }
@@ -529,7 +535,7 @@ func (l *Ledger[K]) Reconcile(id K, size int64) bool {
 		return false
 	}
 	l.resize(e, size, 0)
-	l.reconciled++
+	l.follow()
 	return true
 }
 
@@ -591,7 +597,7 @@ func (l *Ledger[K]) Forget(id K) bool {
 		return false
 	}
 	l.remove(e)
-	l.reconciled++
+	l.follow()
 	return true
 }
 
@@ -638,6 +644,25 @@ func (l *Ledger[K]) OldestWriter(id K) bool {
 	defer l.mu.Unlock()
 	e, ok := l.get(id)
 	return ok && e.w != 0 && l.open.first() == e.w && l.open.next(e.w) != 0
+}
+
+// follow notes that the ledger followed the store, counted as a
+// reconciliation unless it is kvfs's own change; mu held.
+func (l *Ledger[K]) follow() {
+	l.followed = true
+	if !l.own {
+		l.reconciled++
+	}
+}
+
+// Own has the ledger follow the store from now until Own(false)
+// without counting reconciliations: the changes are kvfs's own (the
+// stores taken while the index loaded, settled as it is built), none
+// made behind its back.
+func (l *Ledger[K]) Own(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.own = on
 }
 
 // Refused counts an ENOSPC answered to a client: admission_failures

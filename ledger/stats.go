@@ -133,7 +133,7 @@ func (l *Ledger[K]) checkSums(n int, s sums) error {
 			int(l.slab.n)-1-len(l.slab.freed), l.slab.n-1, len(l.slab.freed), n)
 	case s.used != l.used || s.over != l.over:
 		return fmt.Errorf("used %d (unadmitted %d), entries sum to %d (%d)", l.used, l.over, s.used, s.over)
-	case l.used-l.over > l.capacity && l.reconciled == 0:
+	case l.used-l.over > l.capacity && !l.followed:
 		return fmt.Errorf("admitted %d exceeds capacity %d", l.used-l.over, l.capacity)
 	case s.shadow != l.shadow:
 		return fmt.Errorf("shadow %d, entries sum to %d", l.shadow, s.shadow)
