@@ -250,7 +250,8 @@ func TestMountHelperBadOption(t *testing.T) {
 		{mp, "bogus", `unknown mount option "bogus"`},
 		{mp, "sync", `unknown mount option "sync"`},
 		{mp, "capacity", `mount option "capacity": want capacity=VALUE`},
-		{mp, "allow_other=yes", `want allow-other without a value`},
+		{mp, "allow_other=yes", `want allow_other without a value`}, // as fstab spells it (was: allow-other)
+		{mp, "strict_capacity=1", `want strict_capacity without a value`},
 		{mp, "grace=-1s", "--grace -1s"},
 		{full, "capacity=16M", "not empty"},
 	} {

@@ -152,7 +152,7 @@ func (h *helperMountOpts) option(o string) error {
 	case isFlag, key == "log":
 		return fmt.Errorf("mount option %q: want %s", o, optionForm(name))
 	default:
-		return fmt.Errorf("unknown mount option %q (kvfs takes %s, log=, ro, noexec)", o, kvfsOptions())
+		return fmt.Errorf("unknown mount option %q (kvfs takes %s, log=, ro, noexec, noatime, nodiratime, strictatime)", o, kvfsOptions())
 	}
 	return nil
 }
@@ -178,9 +178,9 @@ func optionForm(name string) string {
 	case name == "log":
 		return "log=/absolute/path"
 	case !mountOptions[name]:
-		return name + " without a value"
+		return strings.ReplaceAll(name, "-", "_") + " without a value"
 	}
-	return name + "=VALUE"
+	return strings.ReplaceAll(name, "-", "_") + "=VALUE"
 }
 
 // mountArgs is the `kvfs mount` command line the daemon runs.
