@@ -454,8 +454,9 @@ type Stats struct {
 	// connectors see it.
 	LookupHits   int64 `json:"lookups_hit"`
 	LookupMisses int64 `json:"lookups_miss"`
-	// Stores are writers' closes that published bytes; Loads are opens
-	// for reading.
+	// Stores are writers that stored: each handle opened for writing
+	// and admitted, counted once at its release, bytes written or not;
+	// Loads are opens for reading.
 	Stores int64 `json:"stores"`
 	Loads  int64 `json:"loads"`
 }

@@ -151,7 +151,7 @@ var Fields = []Field{
 	coreField("overshoot_max_bytes", Gauge, "", "The most used bytes have been over the capacity in the last 10 to 20 s (0 in normal operation).", func(s *core.Stats) *int64 { return &s.OvershootMaxBytes }),
 	LookupHits,
 	LookupMisses,
-	coreField("stores", Counter, "stores", "Writers' closes that published bytes.", func(s *core.Stats) *int64 { return &s.Stores }),
+	coreField("stores", Counter, "stores", "Writers that stored: each handle opened for writing and admitted, counted once at its release.", func(s *core.Stats) *int64 { return &s.Stores }),
 	coreField("loads", Counter, "loads", "Opens of objects for reading.", func(s *core.Stats) *int64 { return &s.Loads }),
 	Passthrough,
 
