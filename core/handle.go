@@ -415,7 +415,9 @@ func (c *Core) refuse(h *Handle) {
 	// Only what the writer added is cut: a truncate sets the mtime even
 	// to the same size, and an object no write reached keeps its intact
 	// marker's mtime, so a crash keeps it (see blob.MarkIntact).
-	if size, err := h.size(); err != nil || size != base {
+	// (Stat, not Fstat of its Fd: the poller may refuse a writer whose
+	// release is closing the file.)
+	if fi, err := h.file.Stat(); err != nil || fi.Size() != base {
 		if err := h.file.Truncate(base); err != nil && !errors.Is(err, os.ErrClosed) {
 			// (Closed: the poller cut a writer its release had just ended.)
 			c.log.Warn("truncating a refused object", zap.Uint64("id", uint64(h.id)), zap.Error(err))
