@@ -145,17 +145,17 @@ func startDaemonEnv(t testing.TB, bin string, env []string, mp string, flags ...
 	t.Helper()
 	requireRoot(t)
 	mp = absPath(t, mp)
-	d := &daemon{t: t, mp: mp, store: mp + ".kvfs-store", out: &lockedBuffer{}, exited: make(chan struct{})}
+	store := mp + ".kvfs-store"
 	for i, f := range flags {
 		if f == "--store" && i+1 < len(flags) {
-			d.store = absPath(t, flags[i+1])
+			store = absPath(t, flags[i+1])
 		}
 	}
 	// A mount point left dead by a killed daemon is replaced, and the new
 	// mount may reuse its ID: it counts once statfs, done before reading
 	// mountinfo, stops failing with ENOTCONN.
 	old, hadOld := mountAt(mp)
-	d.spawn(bin, env, flags)
+	d := spawnDaemon(t, bin, env, mp, store, flags...)
 	mounted := false
 	waitFor(func() bool {
 		sfErr := unix.Statfs(mp, new(unix.Statfs_t))
@@ -182,11 +182,12 @@ func startDaemonEnv(t testing.TB, bin string, env []string, mp string, flags ...
 	return d
 }
 
-// spawn runs `kvfs mount FLAGS MP` with bin and env for d; the test's
-// cleanup leaves neither its mount nor its process behind.
-func (d *daemon) spawn(bin string, env, flags []string) {
-	t := d.t
+// spawnDaemon runs `kvfs mount FLAGS MP` with bin and env, of store,
+// and returns at once, not waiting for it to serve; the test's cleanup
+// leaves neither its mount nor its process behind.
+func spawnDaemon(t testing.TB, bin string, env []string, mp, store string, flags ...string) *daemon {
 	t.Helper()
+	d := &daemon{t: t, mp: mp, store: store, out: &lockedBuffer{}, exited: make(chan struct{})}
 	d.cmd = exec.Command(bin, append(append([]string{"mount"}, flags...), d.mp)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	d.cmd.Env = append(os.Environ(), env...)
@@ -202,6 +203,7 @@ func (d *daemon) spawn(bin string, env, flags []string) {
 		close(d.exited)
 	}()
 	t.Cleanup(d.cleanup)
+	return d
 }
 
 // waitOutput reports whether the daemon printed what match looks for,

@@ -45,8 +45,8 @@ const KiB = 1 << 10
 // exited.
 func startSuccessor(t *testing.T, bin string, env []string, old *daemon, flags ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, mp: old.mp, store: old.store, out: &lockedBuffer{}, exited: make(chan struct{}), mountID: old.mountID}
-	d.spawn(bin, env, flags)
+	d := spawnDaemon(t, bin, env, old.mp, old.store, flags...)
+	d.mountID = old.mountID
 	d.printed("kvfs: serving")
 	if m, ok := mountAt(d.mp); ok && d.alive() {
 		d.mountID = m.ID

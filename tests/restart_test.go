@@ -906,8 +906,7 @@ func TestMountRightAfterUnmount(t *testing.T) {
 	if _, err := bufio.NewReader(said).ReadString('\n'); err != nil {
 		t.Fatalf("flock(1) did not take the store's lock: %v", err)
 	}
-	next := &daemon{t: t, mp: mp, store: store, out: &lockedBuffer{}, exited: make(chan struct{})}
-	next.spawn(kvfsBin, nil, []string{"--store", store})
+	next := spawnDaemon(t, kvfsBin, nil, mp, store, "--store", store)
 	if !next.printed("mounts it nowhere yet or any more") {
 		t.Fatalf("a mount of a store held by a process that mounts it nowhere did not wait for it; output:\n%s", next.out)
 	}
@@ -939,13 +938,11 @@ func TestMountWhileAnotherStarts(t *testing.T) {
 	if err := unix.Mkfifo(gate, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	first := &daemon{t: t, mp: mp, store: store, out: &lockedBuffer{}, exited: make(chan struct{})}
-	first.spawn(kvfsBin, []string{"KVFS_MOUNT_GATE=" + gate}, []string{"--store", store})
+	first := spawnDaemon(t, kvfsBin, []string{"KVFS_MOUNT_GATE=" + gate}, mp, store, "--store", store)
 	if !waitFor(func() bool { return storeLocked(store) }) {
 		t.Fatalf("the first daemon did not take the store's lock:\n%s", first.out)
 	}
-	second := &daemon{t: t, mp: mp, store: store, out: &lockedBuffer{}, exited: make(chan struct{})}
-	second.spawn(kvfsBin, nil, []string{"--store", store})
+	second := spawnDaemon(t, kvfsBin, nil, mp, store, "--store", store)
 	if !second.printed("mounts it nowhere yet or any more") {
 		t.Fatalf("the second mount did not wait for the starting one:\n%s", second.out)
 	}
