@@ -29,10 +29,10 @@ import (
 // daemon, which no longer mounts it, to exit.
 const stoppingLimit = 30 * time.Second
 
-// storeHolder finds the process holding store's lock, from /proc/locks:
+// StoreHolder finds the process holding store's lock, from /proc/locks:
 // a probe that took the lock itself could make a daemon starting that
 // moment fail.
-func storeHolder(store string) (int, bool) {
+func StoreHolder(store string) (int, bool) {
 	var st unix.Stat_t
 	if unix.Stat(filepath.Join(store, blob.LockName), &st) != nil {
 		return 0, false
@@ -49,7 +49,7 @@ func lockedBy(err error, store string) (int, bool) {
 	if !errors.Is(err, blob.ErrLocked) {
 		return 0, false
 	}
-	return storeHolder(store)
+	return StoreHolder(store)
 }
 
 // lockHolder reads the holder of a flock of the file st from
@@ -97,7 +97,7 @@ func awaitReleasedOrMounted(store string, until time.Time) (int, bool) {
 
 func awaitHolder(store string, until time.Time, enough func(pid int) bool) (int, bool) {
 	for {
-		pid, held := storeHolder(store)
+		pid, held := StoreHolder(store)
 		if !held || pid == os.Getpid() || enough(pid) || !time.Now().Before(until) {
 			return pid, held && pid != os.Getpid()
 		}

@@ -28,7 +28,7 @@ func TestLockHolder(t *testing.T) {
 	}
 }
 
-// TestStoreHolderFindsFlock: storeHolder finds the process that holds
+// TestStoreHolderFindsFlock: StoreHolder finds the process that holds
 // a store's lock, and awaitReleased returns once it lets go.
 func TestStoreHolderFindsFlock(t *testing.T) {
 	dir := t.TempDir()
@@ -36,7 +36,7 @@ func TestStoreHolderFindsFlock(t *testing.T) {
 	if err := os.WriteFile(lock, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, held := storeHolder(dir); held {
+	if _, held := StoreHolder(dir); held {
 		t.Fatal("an unlocked store has a holder")
 	}
 	r, w, err := os.Pipe()
@@ -60,7 +60,7 @@ func TestStoreHolderFindsFlock(t *testing.T) {
 	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
 		t.Fatalf("flock(1) did not say it holds the lock: %v", err)
 	}
-	pid, held := storeHolder(dir)
+	pid, held := StoreHolder(dir)
 	if !held {
 		t.Fatal("no holder found while flock holds the lock")
 	}

@@ -21,6 +21,7 @@ import (
 	"testing"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/mount"
 	"golang.org/x/sys/unix"
 )
 
@@ -939,7 +940,7 @@ func TestMountWhileAnotherStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := spawnDaemon(t, kvfsBin, []string{"KVFS_MOUNT_GATE=" + gate}, mp, store, "--store", store)
-	if !waitFor(func() bool { return storeLocked(store) }) {
+	if !waitFor(func() bool { _, held := mount.StoreHolder(store); return held }) {
 		t.Fatalf("the first daemon did not take the store's lock:\n%s", first.out)
 	}
 	second := spawnDaemon(t, kvfsBin, nil, mp, store, "--store", store)
@@ -962,21 +963,4 @@ func TestMountWhileAnotherStarts(t *testing.T) {
 	}
 	putFile(t, filepath.Join(mp, "o"), objectBytes("o", 4096))
 	second.stop()
-}
-
-// storeLocked says whether a process holds store's lock, read from
-// /proc/locks (taking it to see would fail a daemon starting then).
-func storeLocked(store string) bool {
-	var st unix.Stat_t
-	if unix.Stat(filepath.Join(store, blob.LockName), &st) != nil {
-		return false
-	}
-	locks, _ := os.ReadFile("/proc/locks")
-	file := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
-	for _, line := range strings.Split(string(locks), "\n") {
-		if f := strings.Fields(line); len(f) >= 6 && f[1] == "FLOCK" && f[5] == file {
-			return true
-		}
-	}
-	return false
 }
