@@ -90,9 +90,11 @@ func awaitReleased(store string, until time.Time) (int, bool) {
 }
 
 // awaitReleasedOrMounted is awaitReleased that also stops once the
-// holder mounts the store: a daemon that was starting.
-func awaitReleasedOrMounted(store string, until time.Time) (int, bool) {
-	return awaitHolder(store, until, func(pid int) bool { return mounting(pid, store) })
+// holder mounts the store (a daemon that was starting), which mounted
+// then says.
+func awaitReleasedOrMounted(store string, until time.Time) (pid int, mounted bool) {
+	pid, held := awaitHolder(store, until, func(pid int) bool { mounted = mounting(pid, store); return mounted })
+	return pid, held && mounted
 }
 
 func awaitHolder(store string, until time.Time, enough func(pid int) bool) (int, bool) {

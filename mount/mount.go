@@ -105,7 +105,7 @@ func start(o Options, again bool) (*Mount, error) {
 		// writing its checkpoint (see holder.go), or it is starting (a
 		// mount run a moment before this one) and mounts it soon.
 		log.Info("waiting for the store's daemon, which mounts it nowhere yet or any more: it is starting or stopping", zap.Int("pid", pid))
-		if holder, left := awaitReleasedOrMounted(o.Store, time.Now().Add(stoppingLimit)); left && mounting(holder, o.Store) && !again {
+		if holder, mounted := awaitReleasedOrMounted(o.Store, time.Now().Add(stoppingLimit)); mounted && !again {
 			log.Info("the store's daemon was starting and serves it now", zap.Int("pid", holder))
 			return start(o, true) // take its mount over, or be refused as by any live mount
 		}
@@ -460,11 +460,7 @@ func (m *Mount) Unmount() error {
 // with ENOSPC from the disk while the cache has room to spare, before
 // anything is evicted. (df of the mount shows the disk's room then.)
 func warnSmallDisk(store string, capacity, held int64, log *zap.Logger) {
-	var sf unix.Statfs_t
-	if unix.Statfs(store, &sf) != nil {
-		return
-	}
-	if room := held + int64(sf.Bavail)*sf.Bsize; capacity > room {
+	if room, err := diskRoom(store, held); err == nil && capacity > room {
 		log.Warn("the capacity is more than the store's file system can hold: stores past its room fail with ENOSPC from the disk before the cache evicts; give a smaller --capacity",
 			zap.String("store", store), zap.Int64("capacity", capacity), zap.Int64("room", room))
 	}

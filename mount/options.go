@@ -363,13 +363,22 @@ func isDeadMount(mp string) bool {
 // capacityFor derives a capacity from the store's file system: a share
 // of its free space plus what the store already holds.
 func capacityFor(store string, held int64) (int64, error) {
+	room, err := diskRoom(store, held)
+	if err != nil {
+		return 0, err
+	}
+	c := int64(float64(room) * DefaultCapacityShare)
+	return c / ledger.BlockSize * ledger.BlockSize, nil
+}
+
+// diskRoom is what the file system holding store can give objects:
+// held bytes of them on it now, and its free space.
+func diskRoom(store string, held int64) (int64, error) {
 	var sf unix.Statfs_t
 	if err := unix.Statfs(store, &sf); err != nil {
 		return 0, err
 	}
-	free := int64(sf.Bavail) * sf.Bsize
-	c := int64(float64(free+held) * DefaultCapacityShare)
-	return c / ledger.BlockSize * ledger.BlockSize, nil
+	return held + int64(sf.Bavail)*sf.Bsize, nil
 }
 
 // physicalMemory is the machine's RAM in bytes (0: unknown).
