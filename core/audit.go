@@ -250,7 +250,7 @@ func (c *Core) reconcile(id blob.ID) bool {
 // while TakeEarly settles the stores taken while loading, whose changes
 // are kvfs's own, at debug.
 func (c *Core) behindBack(msg string, fields ...zap.Field) {
-	if c.settlingEarly.Load() {
+	if c.ledger.Owning() {
 		c.log.Debug(msg, fields...)
 		return
 	}

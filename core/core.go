@@ -269,11 +269,8 @@ type Core struct {
 	// AwaitEarly.
 	earlyTaken chan struct{}
 	earlyOnce  sync.Once
-	// settlingEarly: TakeEarly is settling kvfs's own changes (see
-	// behindBack).
-	settlingEarly atomic.Bool
-	done          chan struct{}
-	wg            sync.WaitGroup
+	done       chan struct{}
+	wg         sync.WaitGroup
 }
 
 // counters are the figures the ledger does not keep.

@@ -552,11 +552,7 @@ func (c *Core) takeEarly(p *Preview) (writers []*EarlyFile, pub []string) {
 	// back: no reconciliation is counted, and what vanished or changed
 	// is no warning.
 	c.ledger.Own(true)
-	c.settlingEarly.Store(true)
-	defer func() {
-		c.ledger.Own(false)
-		c.settlingEarly.Store(false)
-	}()
+	defer c.ledger.Own(false)
 	var r AuditReport
 	for _, rel := range e.dirs {
 		c.settleDir(rel)

@@ -665,6 +665,13 @@ func (l *Ledger[K]) Own(on bool) {
 	l.own = on
 }
 
+// Owning says whether the ledger follows kvfs's own changes now (Own).
+func (l *Ledger[K]) Owning() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.own
+}
+
 // Refused counts an ENOSPC answered to a client: admission_failures
 // counts those, not the refusals a caller turned into a wait and a retry.
 func (l *Ledger[K]) Refused() {
