@@ -82,10 +82,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Uploaders, "remote-uploaders", DefaultUploaders, "uploads running at once (0: the default)")
 	fs.IntVar(&c.BreakerFailures, "remote-breaker-failures", DefaultBreakerFailures, "consecutive failures that open the circuit breaker")
 	fs.DurationVar(&c.BreakerCoolDown, "remote-breaker-cooldown", DefaultBreakerCoolDown, "how long an open breaker sends nothing")
-	fs.Func("remote-exclude", "comma-separated name patterns never uploaded (default: "+strings.Join(DefaultExclude, ",")+"; \"none\" for none)",
+	// Each use adds its patterns to the earlier ones' (the first replaces
+	// the default): fstab's options are split at every comma, so a list
+	// there is remote_exclude=A,remote_exclude=B.
+	fs.Func("remote-exclude", "comma-separated name patterns never uploaded, added to those of an earlier --remote-exclude (default: "+strings.Join(DefaultExclude, ",")+"; \"none\" for none)",
 		func(s string) error {
 			pats, err := ParseExclude(s)
-			c.Exclude = pats
+			if c.Exclude == nil {
+				c.Exclude = []string{}
+			}
+			c.Exclude = append(c.Exclude, pats...)
 			return err
 		})
 }

@@ -43,7 +43,8 @@ func TestConfigFinish(t *testing.T) {
 	var c Config
 	c.RegisterFlags(fs)
 	err := fs.Parse([]string{"--remote", "s3://bucket/pre", "--remote-region", "us-west-2",
-		"--remote-negative-ttl", "3s", "--remote-exclude", "*.partial, tmp/"})
+		"--remote-negative-ttl", "3s", "--remote-exclude", "*.partial, tmp/", "--remote-exclude", "none",
+		"--remote-exclude", "scratch/*"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestConfigFinish(t *testing.T) {
 	if c.Bucket != "bucket" || c.Prefix != "pre/" || c.Endpoint != env["AWS_ENDPOINT_URL"] ||
 		c.Region != "us-west-2" || c.AccessKey != "AK" || c.SecretKey != "SK" || c.SessionToken != "TOK" ||
 		c.NegativeTTL != 3*time.Second || c.Timeout != DefaultTimeout || c.QueueMax != DefaultQueueMax ||
-		strings.Join(c.Exclude, "|") != "*.partial|tmp/" {
+		strings.Join(c.Exclude, "|") != "*.partial|tmp/|scratch/*" {
 		t.Fatalf("config %+v", c)
 	}
 	if !c.Enabled() || (&Config{}).Enabled() {

@@ -74,3 +74,20 @@ func TestEveryMountFlagIsAnOption(t *testing.T) {
 		}
 	})
 }
+
+// TestHelperRemoteExcludeList: fstab splits options at every comma, so
+// a list of exclude patterns is the option repeated, and the daemon's
+// flags add each one's patterns to the list.
+func TestHelperRemoteExcludeList(t *testing.T) {
+	h, err := parseHelper([]string{"/s", "/m", "-o", "rw,remote=s3://b/p,remote_exclude=*.tmp,remote_exclude=scratch/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMountFlags()
+	if err := m.fs.Parse(h.mountArgs()[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(m.remote.Exclude, "|"); got != "*.tmp|scratch/" {
+		t.Fatalf("exclude %q, want both patterns", got)
+	}
+}
