@@ -113,7 +113,11 @@ func (c *Core) dropLocked(v victims, why Why) []Drop {
 	for i, x := range v {
 		names := c.store.Forget(x.ID)
 		c.doomLocked(x.ID, names)
-		drops[i] = Drop{ID: x.ID, Names: names, Why: why, Idle: time.Duration(now - x.LastUse)}
+		idle := time.Duration(now - x.LastUse)
+		if x.LastUse == 0 {
+			idle = idleUnknown
+		}
+		drops[i] = Drop{ID: x.ID, Names: names, Why: why, Idle: idle}
 	}
 	return drops
 }
@@ -121,6 +125,12 @@ func (c *Core) dropLocked(v victims, why Why) []Drop {
 // deliver reports drops; no lock held.
 func (c *Core) deliver(drops []Drop) {
 	for _, d := range drops {
+		if d.Idle == idleUnknown {
+			// Restored and never used, and reap read no stored
+			// file (a create in its name's place unlinked it
+			// first): the start bounds the idle time.
+			d.Idle = c.cfg.Now().Sub(c.began)
+		}
 		c.log.Debug(d.Why.String(), zap.Uint64("id", uint64(d.ID)), zap.Int("names", len(d.Names)), zap.Duration("idle", d.Idle))
 		c.dropped(d)
 	}

@@ -78,6 +78,7 @@ import (
 	"github.com/kvfs/kvfs/internal/lockorder"
 	"github.com/kvfs/kvfs/ledger"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // Errors the FUSE layer maps to errnos; any syscall.Errno is passed on
@@ -174,9 +175,15 @@ type Drop struct {
 	ID    blob.ID
 	Names []blob.Name
 	Why   Why
-	// Idle is how long it had not been used, for evictions.
+	// Idle is how long it had not been used, for evictions. For an
+	// object not used since the start restored it, the stored file's
+	// times say (the later of atime and mtime, which kvfs keeps as the
+	// last use: see lastuse.go), read as it is reaped.
 	Idle time.Duration
 }
+
+// idleUnknown is a Drop's Idle until reap reads it from the stored file.
+const idleUnknown time.Duration = -1
 
 // Core is one mounted store: its namespace and its ledger.
 type Core struct {
@@ -186,6 +193,12 @@ type Core struct {
 	ledger *ledger.Ledger[blob.ID]
 	// dropped receives every object whose names kvfs dropped (see Start).
 	dropped func(Drop)
+	// began is when this core was made: no restored object was used
+	// since by this core before it.
+	began time.Time
+	// startDrops are the objects the start evicted to fit the capacity,
+	// reported at Start (without names: the kernel never saw them).
+	startDrops []Drop
 
 	// Locks: see the lock order above and order.go.
 	dirs    dirLocks
@@ -336,6 +349,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		log:        cfg.Logger,
 		store:      store,
 		dropped:    func(Drop) {},
+		began:      cfg.Now(),
 		ledger:     ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint}),
 		marked:     map[blob.ID]int{},
 		base:       map[blob.ID]int64{},
@@ -369,6 +383,7 @@ func (c *Core) restore(objects []blob.Object, rep *LoadReport) error {
 	sort.Slice(objects, func(i, j int) bool { return objects[i].Atime < objects[j].Atime })
 	evicted := func(v victims, err error) error {
 		for _, victim := range v {
+			c.startDrops = append(c.startDrops, Drop{ID: victim.ID, Why: Evicted, Idle: c.storedIdle(victim.ID)})
 			c.store.Drop(victim.ID)
 		}
 		rep.Evicted += len(v)
@@ -399,6 +414,25 @@ func (c *Core) restore(objects []blob.Object, rep *LoadReport) error {
 	return nil
 }
 
+// storedIdle is how long ago object id was last used by its stored
+// file's times (the later of atime and mtime; see lastuse.go), or
+// idleUnknown if it has no stored name to read them through.
+func (c *Core) storedIdle(id blob.ID) time.Duration {
+	for _, n := range c.store.Names(id) {
+		if rel, ok := c.store.NamePath(n.Parent, n.Name); ok {
+			if st, err := c.store.StatPath(rel); err == nil {
+				return sinceStored(c.cfg.Now(), &st)
+			}
+		}
+	}
+	return idleUnknown
+}
+
+// sinceStored is the time from a stored file's last use to now.
+func sinceStored(now time.Time, st *unix.Stat_t) time.Duration {
+	return max(now.Sub(time.Unix(0, max(st.Atim.Nano(), st.Mtim.Nano()))), 0)
+}
+
 // Start runs the background work (the passthrough writers' poller, the
 // audits, the checkpoints, the record of loads) and from then on reports
 // every object whose names kvfs drops (evicted, removed for not fitting,
@@ -406,6 +440,8 @@ func (c *Core) restore(objects []blob.Object, rep *LoadReport) error {
 // call back into the Core.
 func (c *Core) Start(dropped func(Drop)) {
 	c.dropped = dropped
+	c.deliver(c.startDrops)
+	c.startDrops = nil
 	if c.fitting {
 		c.fitting = false
 		c.fitCapacity()

@@ -119,10 +119,11 @@ func (c *Core) clearDoomed(n blob.Name, rel string) {
 // the next start deletes, never an object that lost some of its names
 // and is served under the others.
 func (c *Core) reap(drops []Drop) {
-	for _, d := range drops {
-		marked := len(d.Names) > 1 && c.markReaped(d)
+	for i := range drops {
+		d := &drops[i]
+		marked := len(d.Names) > 1 && c.markReaped(*d)
 		for _, n := range d.Names {
-			c.reapName(n)
+			c.reapName(n, d)
 			if testHookReapedName != nil {
 				testHookReapedName()
 			}
@@ -173,7 +174,7 @@ func (c *Core) markReaped(d Drop) bool {
 }
 
 // reapName unlinks one doomed name, unless a change to it did already.
-func (c *Core) reapName(n blob.Name) {
+func (c *Core) reapName(n blob.Name, d *Drop) {
 	unlock := c.lockDirs(n.Parent, 0)
 	defer unlock()
 	c.tree.RLock()
@@ -184,9 +185,15 @@ func (c *Core) reapName(n blob.Name) {
 	c.mu.RLock()
 	rel, ok := c.store.NamePath(n.Parent, n.Name)
 	c.mu.RUnlock()
-	if ok {
-		c.unlinkStored(rel)
+	if !ok {
+		return
 	}
+	if d.Idle == idleUnknown {
+		if st, err := c.store.StatPath(rel); err == nil {
+			d.Idle = sinceStored(c.cfg.Now(), &st)
+		}
+	}
+	c.unlinkStored(rel)
 }
 
 // unlinkStored unlinks a stored name the index no longer has. It cannot

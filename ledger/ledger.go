@@ -66,7 +66,8 @@ func Charge(size int64) int64 {
 type Victim[K comparable] struct {
 	ID     K
 	Charge int64
-	// LastUse is when it was last opened or closed, unix nanoseconds.
+	// LastUse is when it was last opened or closed, unix nanoseconds; 0
+	// when not since this ledger restored or adopted it (Restore).
 	LastUse int64
 }
 
@@ -202,7 +203,9 @@ func (l *Ledger[K]) Capacity() int64 { return l.capacity }
 // Restore adds an inode found in the store at start-up, as most recently
 // used: restore in access order, oldest first. If the store holds more
 // than the capacity, the coldest inodes are returned as victims; one that
-// alone is larger than the capacity is its own victim.
+// alone is larger than the capacity is its own victim. Its last use is
+// unknown here (LastUse 0) until it is used again: the stored file's
+// times say when that was.
 func (l *Ledger[K]) Restore(id K, size int64, nlink int) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -210,17 +213,16 @@ func (l *Ledger[K]) Restore(id K, size int64, nlink int) ([]Victim[K], error) {
 }
 
 // RestoreAll is Restore of n objects in turn, oldest first, object(i)
-// giving the i-th: a start's whole index under one hold of the lock and
-// one reading of the clock. It stops at the first error, and returns
-// the victims of the objects restored before it.
+// giving the i-th: a start's whole index under one hold of the lock. It
+// stops at the first error, and returns the victims of the objects
+// restored before it.
 func (l *Ledger[K]) RestoreAll(n int, object func(i int) (id K, size int64, nlink int)) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now().UnixNano()
 	var all []Victim[K]
 	for i := range n {
 		id, size, nlink := object(i)
-		victims, err := l.restoreAt(id, size, nlink, now)
+		victims, err := l.restore(id, size, nlink)
 		if err != nil {
 			return all, err
 		}
@@ -231,17 +233,12 @@ func (l *Ledger[K]) RestoreAll(n int, object func(i int) (id K, size int64, nlin
 
 // restore is Restore with mu held.
 func (l *Ledger[K]) restore(id K, size int64, nlink int) ([]Victim[K], error) {
-	return l.restoreAt(id, size, nlink, l.now().UnixNano())
-}
-
-// restoreAt is restore at the time now.
-func (l *Ledger[K]) restoreAt(id K, size int64, nlink int, now int64) ([]Victim[K], error) {
 	if _, ok := l.entries[id]; ok {
 		return nil, ErrExists
 	}
-	e := entry[K]{id: id, size: size, charge: Charge(size), nlink: int32(nlink), lastUse: now}
+	e := entry[K]{id: id, size: size, charge: Charge(size), nlink: int32(nlink)}
 	if e.charge > l.capacity {
-		return []Victim[K]{{ID: id, LastUse: now}}, nil
+		return []Victim[K]{{ID: id}}, nil
 	}
 	victims, err := l.room(&e, e.charge, e.charge, false)
 	if err != nil {
