@@ -74,7 +74,10 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 		// Pinned until the open has its own pin.
 		defer release()
 	}
-	ch, err := f.core.Open(id, f.core.StoredFlags(int(in.Flags)), writable(in.Flags), f.reopener(id))
+	// The kernel marks an exec's open with FMODE_EXEC, a bit no open of
+	// the stored file may carry (openat2 refuses it with EINVAL).
+	flags := int(in.Flags &^ fuse.FMODE_EXEC)
+	ch, err := f.core.Open(id, f.core.StoredFlags(flags), writable(in.Flags), f.reopener(id))
 	if err != nil {
 		return f.status("open", err)
 	}

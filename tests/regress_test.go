@@ -4,7 +4,9 @@ package tests
 // found, each reduced to the few steps that showed it.
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -45,4 +47,49 @@ func TestEvictionInvalidatesListedDirs(t *testing.T) {
 	}
 	assertQuietEqual(t, d)
 	d.stop()
+}
+
+// TestExecFromTheMount: a program or script copied onto the mount runs,
+// as on any file system not mounted noexec, and a running program's
+// file refuses writers (ETXTBSY) as ext4's does. The kernel marks an
+// exec's OPEN with FMODE_EXEC (0x20), a bit kvfs passed on to the
+// stored file's openat2, which refused it: every exec failed EINVAL
+// (found by an outside tester: `cp /bin/true mnt/; mnt/true`).
+func TestExecFromTheMount(t *testing.T) {
+	for _, mode := range []struct {
+		name  string
+		flags []string
+	}{{"passthrough", nil}, {"no-passthrough", []string{"--no-passthrough"}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			d := mountCache(t, mode.flags...)
+			prog, err := os.ReadFile("/bin/sleep")
+			if err != nil {
+				t.Skip("no /bin/sleep to copy:", err)
+			}
+			bin := filepath.Join(d.mp, "sleep")
+			if err := os.WriteFile(bin, prog, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			script := filepath.Join(d.mp, "hello.sh")
+			if err := os.WriteFile(script, []byte("#!/bin/sh\necho hello \"$1\"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command(script, "kvfs").CombinedOutput(); err != nil || string(out) != "hello kvfs\n" {
+				t.Fatalf("running a script on the mount: %q, %v", out, err)
+			}
+			run := exec.Command(bin, "30")
+			if err := run.Start(); err != nil {
+				t.Fatalf("running a program on the mount: %v", err)
+			}
+			defer func() { run.Process.Kill(); run.Wait() }()
+			// Start returns once the child's execve succeeded: the
+			// program runs, and its file refuses writers.
+			if f, err := os.OpenFile(bin, os.O_WRONLY, 0); err == nil {
+				f.Close()
+				t.Errorf("opened a running program's file for writing; want ETXTBSY")
+			} else if !errors.Is(err, unix.ETXTBSY) {
+				t.Errorf("opening a running program's file for writing: %v, want ETXTBSY", err)
+			}
+		})
+	}
 }
