@@ -232,12 +232,19 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 	defer c.tree.RUnlock()
 	c.mu.Lock()
 	id, rel, err := c.store.RemoveName(parent, name)
+	named := false
 	if err == nil {
 		c.ledger.Unlink(id)
+		named = c.store.Links(id) > 0
 	} else if errors.Is(err, ErrNotFound) {
 		rel, _ = c.store.NamePath(parent, name)
 	}
 	c.mu.Unlock()
+	if named {
+		// A link's publish step ends here: the object keeps only the
+		// name it was linked to (fs_native's unlink of its temp name).
+		c.ledger.EndGrace(id)
+	}
 	if errors.Is(err, ErrNotFound) {
 		// An evicted name whose stored name is not reaped yet: the
 		// unlink that reports it gone removes it, so a crash cannot bring
@@ -262,7 +269,10 @@ func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
 	if err != nil {
 		return Attr{}, err
 	}
-	c.ledger.EndGrace(id)
+	// The grace goes on until the unlink of the name the object was
+	// written under (see Unlink), or its end: a publish by link is two
+	// steps, and an eviction between them would lose the object its
+	// link just published and fail the unlink that follows.
 	a, err := c.linkedAttr(id, st)
 	if err == nil {
 		c.awaitRelease(id)
