@@ -97,6 +97,9 @@ type handoverRequest struct {
 	// (two phases). An old daemon that does not know it offers the
 	// mount at once, and the successor loads in the pause.
 	Prepare bool `json:"prepare,omitempty"`
+	// LetGo (with letGoVersion): not a handover but a new mount asking a
+	// daemon whose mount a stop detached to end it (detached.go).
+	LetGo bool `json:"let_go,omitempty"`
 }
 
 // handoverOffer is the old daemon's answer; the descriptors follow it:
@@ -198,12 +201,18 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	if errors.Is(err, io.EOF) {
 		return // HandoverPossible, or a successor that changed its mind
 	}
-	if err != nil || req.Version != handoverVersion {
+	letGo := err == nil && req.Version == letGoVersion && req.LetGo
+	if err != nil || (req.Version != handoverVersion && !letGo) {
 		m.log.Warn("a handover request that is not one", zap.Int("version", req.Version), zap.Error(err))
 		return
 	}
 	log := m.log.With(zap.Int("successor", req.PID))
-	if uid, ok := trustedPeer(conn); !ok {
+	uid, trusted := trustedPeer(conn)
+	if letGo {
+		m.letGo(conn, log.With(zap.Uint32("uid", uid)), trusted)
+		return
+	}
+	if !trusted {
 		// Refused after its request is read: a socket closed with a
 		// message unread resets, and the refusal would be lost.
 		refuseHandover(conn, log.With(zap.Uint32("uid", uid)), "handover refused: asked by another user",

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -42,6 +43,11 @@ type Mount struct {
 	guard      *Guard // nil without Options.Guard
 	// handover takes handover requests (handover.go); nil: none.
 	handover *net.UnixListener
+	// detachedConn is the FUSE connection of the mount a stop detached
+	// while files were open (detached.go); nil while it is attached.
+	detachedConn atomic.Pointer[string]
+	// ended: EndDetached ended that mount with its files still open.
+	ended atomic.Bool
 	// held: the objects a predecessor's handles hold (a handover), and
 	// graced: those it had just closed, with when.
 	held   map[blob.ID]bool
@@ -104,6 +110,9 @@ func start(o Options, again bool) (*Mount, error) {
 		// Its daemon mounts it nowhere: it unmounted it and is still
 		// writing its checkpoint (see holder.go), or it is starting (a
 		// mount run a moment before this one) and mounts it soon.
+		if askToLetGo(o.Store, log) {
+			log.Info("the store's daemon served a mount detached by a stop while files were open: it ends it now, and those files fail", zap.Int("pid", pid))
+		}
 		log.Info("waiting for the store's daemon, which mounts it nowhere yet or any more: it is starting or stopping", zap.Int("pid", pid))
 		if holder, mounted := awaitReleasedOrMounted(o.Store, time.Now().Add(stoppingLimit)); mounted && !again {
 			log.Info("the store's daemon was starting and serves it now", zap.Int("pid", holder))
@@ -425,6 +434,13 @@ func (m *Mount) Wait() {
 	m.ram.Close()
 	m.closeRemote()
 	m.core.Close()
+	if m.ended.Load() {
+		// Files of the mount may still be open (a passthrough handle
+		// reads and writes its stored file with no daemon): the guard
+		// sees this daemon go as after a crash and caps what it left
+		// marked, and the next start distrusts what they held.
+		return
+	}
 	m.guard.Stop()
 }
 
@@ -440,7 +456,8 @@ func (m *Mount) Poll() { m.core.Poll() }
 func (m *Mount) Releasing() int64 { return m.core.Releasing() }
 
 // Unmount asks the kernel to unmount, retrying while files are busy and
-// detaching lazily in the end so the daemon can always exit.
+// detaching lazily in the end so the daemon can always exit (see
+// detached.go).
 func (m *Mount) Unmount() error {
 	var err error
 	for i := 0; i < 10; i++ {
@@ -449,8 +466,7 @@ func (m *Mount) Unmount() error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	m.log.Warn("unmount busy; detaching lazily", zap.Error(err))
-	return detach(m.Mountpoint)
+	return m.detachLazily(err)
 }
 
 // warnVolatile says so when the store lives in memory: it works, but the

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -305,6 +306,76 @@ func TestSignalsUnmount(t *testing.T) {
 		if m, ok := mountAt(d.mp); ok && m.ID == d.mountID {
 			t.Errorf("%v: %s still mounted", sig, d.mp)
 		}
+	}
+}
+
+// TestStopWithFilesOpen: a stop (SIGTERM) while a client holds a file
+// detaches the mount and serves the held file on, and neither a new
+// mount of the store nor a second signal waits for that file to close:
+// the new mount asks the stopping daemon to let go, a second signal ends
+// it, and the held file fails from then on (as after a crash) while the
+// store and its objects are whole. Before, the daemon held the store
+// until the last such file closed: a new `kvfs mount` waited 30 s and
+// failed, the mount point stayed the plain directory (an outside
+// tester's finding).
+//
+// A passthrough handle reads its stored file with no daemon, so only
+// without passthrough does the held file fail.
+func TestStopWithFilesOpen(t *testing.T) {
+	for _, how := range []string{"new mount", "second signal"} {
+		t.Run(how, func(t *testing.T) {
+			flags := []string{"--capacity", "16MiB"}
+			if how == "second signal" {
+				flags = append(flags, "--no-passthrough")
+			}
+			d := mountCache(t, flags...)
+			obj := filepath.Join(d.mp, "obj")
+			want := objectBytes("obj", 100000)
+			putFile(t, obj, want)
+			held, err := os.Open(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if !d.printed("unmount busy: detached the mount") {
+				t.Fatalf("the stop did not detach the busy mount:\n%s", d.out)
+			}
+			if m, ok := mountAt(d.mp); ok && m.ID == d.mountID {
+				t.Fatal("still mounted after the stop detached it")
+			}
+			got := make([]byte, len(want))
+			if _, err := held.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("the held file after the detach: %v", err)
+			}
+			var d2 *daemon
+			if how == "new mount" {
+				d2 = startDaemon(t, d.mp, append([]string{"--store", d.store}, flags...)...)
+				if !strings.Contains(d2.out.String(), "it ends it now") {
+					t.Errorf("the new mount did not ask the stopping daemon to let go:\n%s", d2.out)
+				}
+			} else if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if !d.waitExited() || d.waitErr != nil {
+				t.Fatalf("the stopping daemon did not exit cleanly (%v):\n%s", d.waitErr, d.out)
+			}
+			// Past the pages the kernel keeps of the first read.
+			unix.Fadvise(int(held.Fd()), 0, 0, unix.FADV_DONTNEED)
+			if _, err := held.ReadAt(got, 0); err == nil && how == "second signal" {
+				t.Error("the held file (no passthrough) still reads after its mount was ended")
+			}
+			held.Close()
+			if d2 == nil {
+				d2 = startDaemon(t, d.mp, append([]string{"--store", d.store}, flags...)...)
+			}
+			if data, err := os.ReadFile(obj); err != nil || !bytes.Equal(data, want) {
+				t.Fatalf("the object through the next mount: %d bytes, %v", len(data), err)
+			}
+			d2.stop()
+		})
 	}
 }
 

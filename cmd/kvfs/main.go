@@ -271,7 +271,13 @@ func cmdMount(args []string, stdout io.Writer) error {
 	go func() {
 		for range sigs {
 			life.stopping()
-			if err := m.Unmount(); err != nil {
+			// A second signal ends a mount the first detached while
+			// files were open (mount/detached.go).
+			stop := m.Unmount
+			if m.Detached() {
+				stop = m.EndDetached
+			}
+			if err := stop(); err != nil {
 				log.Error("unmount", zap.Error(err))
 			}
 		}
