@@ -1026,3 +1026,68 @@ func TestCheckpointIsPrivate(t *testing.T) {
 		t.Fatalf("the checkpoint's mode is %v, want 0600", st.Mode().Perm())
 	}
 }
+
+// TestStoreFilesNeverFollowSymlinks: kvfs.lock, kvfs.hint and the
+// checkpoint's temporary, planted as symlinks to files outside the
+// store, are never written through (an outside tester found all three
+// overwritten, the last with the checkpoint, which names every object);
+// a symlinked lock refuses the store, saying so.
+func TestStoreFilesNeverFollowSymlinks(t *testing.T) {
+	dir, s := openUnracy(t)
+	id := mustCreate(t, s, RootID, "x", make([]byte, 10))
+	outside := t.TempDir()
+	canary := func(name string) string {
+		p := filepath.Join(outside, name)
+		if err := os.WriteFile(p, []byte("canary "+name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	unchanged := func(p string) {
+		t.Helper()
+		if b, err := os.ReadFile(p); err != nil || string(b) != "canary "+filepath.Base(p) {
+			t.Errorf("%s outside the store now holds %.40q (%v)", p, b, err)
+		}
+	}
+	tmp := canary("tmp")
+	if err := os.Symlink(tmp, filepath.Join(dir, CheckpointName+".tmp")); err != nil {
+		t.Fatal(err)
+	}
+	saveCheckpoint(t, s, []ID{id})
+	unchanged(tmp)
+	if st, err := os.Lstat(filepath.Join(dir, CheckpointName)); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("the checkpoint is not a file of its own: %v, %v", st, err)
+	}
+	s.Close()
+
+	hint := canary("hint")
+	os.Remove(filepath.Join(dir, HintName))
+	if err := os.Symlink(hint, filepath.Join(dir, HintName)); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s2.Load(); err != nil {
+		t.Fatal(err)
+	}
+	s2.Close()
+	unchanged(hint)
+	if st, err := os.Lstat(filepath.Join(dir, HintName)); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("the hint is not a file of its own after a load: %v, %v", st, err)
+	}
+
+	lock := canary("lock")
+	os.Remove(filepath.Join(dir, LockName))
+	if err := os.Symlink(lock, filepath.Join(dir, LockName)); err != nil {
+		t.Fatal(err)
+	}
+	if s3, err := Open(dir); err == nil {
+		s3.Close()
+		t.Error("a store whose lock is a symlink opened")
+	} else if !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("refusal %q does not say the lock is a symbolic link", err)
+	}
+	unchanged(lock)
+}

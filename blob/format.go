@@ -187,13 +187,14 @@ func writeDurably(dir, name string, mode os.FileMode, data []byte) error {
 // The file gets mode, whatever an earlier one left behind had.
 func writeDurablyFrom(dir, name string, mode os.FileMode, fill func(io.Writer) error) error {
 	tmp := filepath.Join(dir, name+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, mode)
-	if err == nil {
-		err = f.Chmod(mode) // a tmp left by a crash keeps its own mode
-		if err != nil {
-			f.Close()
-		}
+	// Whatever a crash (or anyone) left at tmp goes first, so the file
+	// is made afresh with mode, and never through a symlink planted
+	// there, which would have kvfs write the store's names wherever it
+	// points.
+	if err := unix.Unlink(tmp); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "unlink", Path: tmp, Err: err}
 	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package blob
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -374,7 +375,12 @@ func ts(t unix.Timespec) int64 { return t.Sec*1e9 + t.Nsec }
 const HintName = "kvfs.hint"
 
 func (s *Store) readHint() int {
-	data, err := os.ReadFile(filepath.Join(s.dir, HintName))
+	f, err := os.OpenFile(filepath.Join(s.dir, HintName), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 32))
 	if err != nil {
 		return 0
 	}
@@ -385,6 +391,11 @@ func (s *Store) readHint() int {
 	return n
 }
 
+// writeHint replaces the hint, never writing through a symlink planted
+// in its place.
 func (s *Store) writeHint(n int) {
-	os.WriteFile(filepath.Join(s.dir, HintName), []byte(strconv.Itoa(n)+"\n"), 0o644)
+	writeDurablyFrom(s.dir, HintName, 0o644, func(w io.Writer) error {
+		_, err := io.WriteString(w, strconv.Itoa(n)+"\n")
+		return err
+	})
 }

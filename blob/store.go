@@ -199,7 +199,12 @@ func (s *Store) KeepMarkers(ids []ID) {
 }
 
 func lockStore(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE, 0o644)
+	// Never through a symlink: a planted kvfs.lock would have kvfs
+	// write its PID wherever it points.
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link, not the store's lock: remove it", filepath.Join(dir, LockName))
+	}
 	if err != nil {
 		return nil, err
 	}
