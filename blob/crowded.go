@@ -59,12 +59,13 @@ func (c *crowd) adding(s *Store, d *dir, nameLen int) {
 
 // nameErr is the error of op adding the name rel to the store:
 // ErrDirFull, reported, if the file system refused it with ENOSPC while
-// it had room.
+// it had room: blocks any user may take (Bavail; ext4 keeps blocks back
+// that even root's mkdir cannot have, which Bfree counts) and inodes.
 func (s *Store) nameErr(op, rel string, err error) error {
 	err = underlying(err)
 	if c := s.crowd; c != nil && err == unix.ENOSPC {
 		var sf unix.Statfs_t
-		if unix.Fstatfs(int(s.data.Fd()), &sf) == nil && sf.Bfree > 0 && sf.Ffree > 0 {
+		if unix.Fstatfs(int(s.data.Fd()), &sf) == nil && sf.Bavail > 0 && sf.Ffree > 0 {
 			err = ErrDirFull
 			dir := path.Dir(rel)
 			c.mu.Lock()

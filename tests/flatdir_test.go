@@ -205,3 +205,42 @@ func TestFlatDirFullExt4Index(t *testing.T) {
 	}
 	t.Logf("%d names of 255 bytes fitted in one directory; the warning came first", n)
 }
+
+// TestFullDiskIsNotAFullDirectory: a store whose disk is full refuses a
+// new name with ENOSPC, and the daemon does not take it for a directory
+// ext4's index cannot grow (whose advice, tune2fs -O large_dir, cannot
+// be undone). Before, it did whenever ext4 still had the blocks it keeps
+// back, which statfs's Bfree counts and no mkdir may take (an outside
+// tester's finding).
+func TestFullDiskIsNotAFullDirectory(t *testing.T) {
+	requireRoot(t)
+	root := loopfs.Mount(t, loopfs.Spec{Mkfs: []string{"mkfs.ext4", "-q", "-F"}, Size: 32 << 20,
+		NoMkfs: "this mkfs.ext4 cannot make the file system"})
+	store, mp := filepath.Join(root, "store"), filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", store, "--capacity", "16MiB")
+	// Fill the disk beside the store, as root, until it refuses.
+	filler, err := os.Create(filepath.Join(root, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := make([]byte, 1<<20)
+	for err == nil {
+		_, err = filler.Write(block)
+	}
+	filler.Close()
+	var refused error
+	for i := 0; i < 5000 && refused == nil; i++ {
+		refused = os.Mkdir(filepath.Join(mp, fmt.Sprintf("d%d", i)), 0o755)
+	}
+	if !errors.Is(refused, unix.ENOSPC) {
+		t.Fatalf("mkdir on a full disk: %v, want ENOSPC", refused)
+	}
+	if out := d.out.String(); strings.Contains(out, "is full: ext4's directory index") {
+		t.Fatalf("a full disk was reported as a full directory index:\n%s", tail(out, 2000))
+	}
+	os.Remove(filepath.Join(root, "filler"))
+	d.stop()
+}
