@@ -158,6 +158,7 @@ const (
 	Evicted  Why = iota // the ledger chose it to make room
 	Vanished            // its bytes disappeared from the store behind kvfs's back
 	Refused             // its writer's close could not be admitted: removed, never published
+	Removed             // a client removed its last name (unlink, or a rename over it); no Names
 )
 
 func (w Why) String() string {
@@ -166,6 +167,8 @@ func (w Why) String() string {
 		return "evicted"
 	case Vanished:
 		return "vanished"
+	case Removed:
+		return "removed"
 	}
 	return "refused"
 }
@@ -436,8 +439,9 @@ func sinceStored(now time.Time, st *unix.Stat_t) time.Duration {
 // Start runs the background work (the passthrough writers' poller, the
 // audits, the checkpoints, the record of loads) and from then on reports
 // every object whose names kvfs drops (evicted, removed for not fitting,
-// gone from the store) to dropped, without locks held; dropped must not
-// call back into the Core.
+// gone from the store) and every one whose last name a client removed
+// to dropped, without the Core's mutex held; dropped must not call back
+// into the Core.
 func (c *Core) Start(dropped func(Drop)) {
 	c.dropped = dropped
 	c.deliver(c.startDrops)

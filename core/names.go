@@ -244,6 +244,8 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 		// A link's publish step ends here: the object keeps only the
 		// name it was linked to (fs_native's unlink of its temp name).
 		c.ledger.EndGrace(id)
+	} else if err == nil {
+		c.deliver([]Drop{{ID: id, Why: Removed}})
 	}
 	if errors.Is(err, ErrNotFound) {
 		// An evicted name whose stored name is not reaped yet: the
@@ -415,8 +417,10 @@ func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName st
 		c.undoom(p.From)
 	}
 	replaced, lost := c.store.CommitRename(p)
+	removed := false
 	if replaced != 0 {
 		c.ledger.Unlink(replaced)
+		removed = c.store.Links(replaced) == 0
 	}
 	for _, at := range []blob.Name{p.To, p.From} {
 		if e, err := c.store.Lookup(at.Parent, at.Name); err == nil && !e.Dir {
@@ -425,6 +429,9 @@ func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName st
 		}
 	}
 	c.mu.Unlock()
+	if removed {
+		c.deliver([]Drop{{ID: replaced, Why: Removed}})
+	}
 	for _, n := range lost {
 		// An eviction dropped what was renamed after the plan: its bytes
 		// now sit under the new name, and go.

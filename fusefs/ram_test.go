@@ -193,3 +193,38 @@ func TestRAMTierWithPassthrough(t *testing.T) {
 		t.Errorf("passthrough reads reached the RAM tier: %+v", r)
 	}
 }
+
+// TestRAMTierForgetsRemoved: an object whose last name a client removes
+// (unlink, or a rename over it) leaves the RAM tier at once. Before,
+// only eviction dropped a copy: deleted objects' copies filled the tier
+// and live objects missed (an outside tester: a full 256 MiB tier with
+// every object deleted).
+func TestRAMTierForgetsRemoved(t *testing.T) {
+	k := mountKVFS(t, withPassthrough(false), func(o *mount.Options) { o.RAMCache = 32 * mib })
+	load := func(name string, seed int) {
+		p := filepath.Join(k.Mnt, name)
+		mustWrite(t, p, pattern(seed, mib))
+		k.released(0)
+		coldRead(t, p)
+		k.M.RAMWait()
+	}
+	load("a", 1)
+	load("b", 2)
+	load("c", 3)
+	if r := k.ram(); r.Bytes != 3*mib {
+		t.Fatalf("three loaded objects: %+v", r)
+	}
+	if err := os.Remove(filepath.Join(k.Mnt, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(k.Mnt, "c"), filepath.Join(k.Mnt, "b")); err != nil {
+		t.Fatal(err)
+	}
+	k.M.RAMWait()
+	if r := k.ram(); r.Bytes != mib || r.Drops != 2 {
+		t.Fatalf("after an unlink and a rename over a name, the tier holds %d bytes (%d drops), want the one live copy and 2 drops: %+v", r.Bytes, r.Drops, r)
+	}
+	if got := coldRead(t, filepath.Join(k.Mnt, "b")); !bytes.Equal(got, pattern(3, mib)) {
+		t.Fatal("the renamed object's bytes differ")
+	}
+}
