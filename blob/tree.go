@@ -167,6 +167,14 @@ func (s *Store) Links(id ID) int {
 	return 0
 }
 
+// Ino is the inode number the index holds for file id (0: unknown).
+func (s *Store) Ino(id ID) uint64 {
+	if f, ok := s.files[id]; ok {
+		return f.ino
+	}
+	return 0
+}
+
 // Stat reads id's attributes from the store. A name that now holds
 // something of another type (a symlink planted in place of a file) is
 // reported gone, so kvfs neither serves nor charges it.

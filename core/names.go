@@ -37,12 +37,31 @@ func (c *Core) Lookup(parent blob.ID, name string) (blob.Entry, Attr, error) {
 // name; an `ls` of a million names is no million hits.
 func (c *Core) Listed(parent blob.ID, name string) (blob.Entry, Attr, error) {
 	e, a, stale, err := c.lookup(parent, name)
+	if errors.Is(err, errReplaced) {
+		// The stored name holds another file than the index says: a
+		// rename over it is under way, between its syscall and its
+		// commit, and holds the directory's lock until then.
+		c.lockDirs(parent, 0)()
+		e, a, stale, err = c.lookup(parent, name)
+		if errors.Is(err, errReplaced) {
+			// Still: replaced behind kvfs's back, the audit's to judge;
+			// meanwhile the name shows what it holds.
+			err = nil
+		}
+	}
 	if stale {
 		c.reconcile(e.ID)
 		e, a, _, err = c.lookup(parent, name)
+		if errors.Is(err, errReplaced) {
+			err = nil
+		}
 	}
 	return e, a, err
 }
+
+// errReplaced: a name's stored file is not the one the index holds for
+// it (lookup).
+var errReplaced = errors.New("the stored name holds another file")
 
 // lookup is Lookup under the shared lock; stale says the stored file
 // disagrees with the ledger and must be reconciled.
@@ -57,7 +76,17 @@ func (c *Core) lookup(parent blob.ID, name string) (e blob.Entry, a Attr, stale 
 		return e, a, false, err
 	}
 	a, stale, err = c.fileAttrLocked(e.ID, nil)
+	if stale && err == nil && c.replacedLocked(e.ID, &a) {
+		return e, a, false, errReplaced
+	}
 	return e, a, stale, err
+}
+
+// replacedLocked says whether a, read by id's stored path, is another
+// file's than the one the index holds for id; mu held (shared at least).
+func (c *Core) replacedLocked(id blob.ID, a *Attr) bool {
+	ino := c.store.Ino(id)
+	return ino != 0 && a.Ino != ino
 }
 
 // fileAttrLocked reads a file's attributes, through f when given; mu held
