@@ -202,6 +202,12 @@ func (c *Core) adoptFound(rel string, walked blob.WalkedFile, known map[uint64]b
 		if err == nil {
 			r.Adopted++
 		}
+		if len(v) > 0 && v[0].ID == o.ID {
+			// Larger than the whole capacity: it goes at once, and only
+			// this line says so (it was never served).
+			c.log.Warn("a file put in the store behind kvfs's back is larger than the capacity; removed",
+				zap.String("path", rel), zap.Int64("size", o.Size), zap.Int64("capacity", c.ledger.Capacity()))
+		}
 		drops = append(drops, c.dropLocked(v, Evicted)...)
 	}
 	c.mu.Unlock()
