@@ -155,6 +155,12 @@ func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 		}
 	}
 	f, err := c.openStored(id, flags, via)
+	if errors.Is(err, syscall.EROFS) && !write && flags&unix.O_ACCMODE == unix.O_RDWR {
+		// Passthrough opens every stored file read-write (StoredFlags);
+		// on a store whose file system went read-only a reader still
+		// reads.
+		f, err = c.openStored(id, flags&^unix.O_ACCMODE|unix.O_RDONLY, via)
+	}
 	h.file = f
 	if err == nil && write {
 		err = c.startWriting(h, false, whole)

@@ -6,10 +6,13 @@ package tests
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvfs/kvfs/internal/loopfs"
 
 	"golang.org/x/sys/unix"
 )
@@ -153,4 +156,56 @@ func TestODirectToggledByFcntl(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadOnlyStoreServesReads: a store whose file system went read-only
+// (ext4's errors=remount-ro after an I/O error) still serves every
+// object byte for byte. Passthrough opens each stored file read-write,
+// and every read answered EROFS (an outside tester's finding).
+func TestReadOnlyStoreServesReads(t *testing.T) {
+	requireRoot(t)
+	root := loopfs.Mount(t, loopfs.Spec{Mkfs: []string{"mkfs.ext4", "-q", "-F"}, Opts: "errors=remount-ro", Size: 32 << 20,
+		NoMkfs: "this mkfs.ext4 cannot make the file system"})
+	e, ok := mountAt(root)
+	trigger := filepath.Join("/sys/fs/ext4", filepath.Base(e.Source), "trigger_fs_error")
+	if _, err := os.Stat(trigger); !ok || err != nil {
+		t.Skipf("needs ext4's trigger_fs_error to make the store's file system read-only: %v", err)
+	}
+	mp := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", filepath.Join(root, "store"), "--capacity", "16MiB")
+	want := map[string][]byte{}
+	for i := range 4 {
+		name := fmt.Sprintf("obj%d", i)
+		want[name] = objectBytes(name, 300000)
+		putFile(t, filepath.Join(mp, name), want[name])
+	}
+	if err := os.WriteFile(trigger, []byte("kvfs test"), 0); err != nil {
+		t.Fatal(err)
+	}
+	// ext4 refuses writes from now on (an emergency read-only state on
+	// recent kernels, which statfs does not show).
+	if err := os.WriteFile(filepath.Join(root, "probe"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+		t.Fatalf("the store's file system still takes writes after the error: %v", err)
+	}
+	for name, data := range want {
+		f, err := os.Open(filepath.Join(mp, name))
+		if err != nil {
+			t.Fatalf("open %s on a read-only store: %v", name, err)
+		}
+		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		got := make([]byte, len(data)+1)
+		n, err := f.ReadAt(got, 0)
+		f.Close()
+		if n != len(data) || !bytes.Equal(got[:n], data) {
+			t.Fatalf("%s on a read-only store: %d bytes (%v)", name, n, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(mp, "new"), []byte("x"), 0o644); err == nil {
+		t.Error("a store on a read-only file system took a new object")
+	}
+	runKvfs(t, "unmount", mp)
+	d.waitExited()
 }
