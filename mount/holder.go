@@ -106,3 +106,21 @@ func awaitHolder(store string, until time.Time, enough func(pid int) bool) (int,
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// LiveMount finds a kvfs mount of store that a daemon still answers,
+// for a start or an fsck that took the store's lock: a live daemon holds
+// the lock, so one found there lost it (kvfs.lock removed behind its
+// back, and a new one made by the taker), and two daemons, or a repair
+// under a live one, would each change the store under the other (an
+// outside tester's finding: fsck --repair then deleted a live writer's
+// object). A dead mount (a crashed daemon's) answers ENOTCONN and does
+// not count; one that does not answer within a second counts as live.
+func LiveMount(store string) (string, bool) {
+	for _, e := range mountsOfStore(mountinfo.Read(), store) {
+		err := InTime(time.Second, func() error { return unix.Statfs(e.Point, new(unix.Statfs_t)) })
+		if !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) && !errors.Is(err, unix.ENOENT) {
+			return e.Point, true
+		}
+	}
+	return "", false
+}

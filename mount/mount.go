@@ -128,6 +128,11 @@ func start(o Options, again bool) (*Mount, error) {
 	case err != nil:
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
+	if mp, live := LiveMount(o.Store); live {
+		store.Close()
+		return nil, usagef("%s is served at %s by a kvfs daemon that no longer holds its lock (was %s removed?): unmount it first",
+			o.Store, mp, blob.LockName)
+	}
 	gate("KVFS_MOUNT_GATE") // tests: the store locked, nothing mounted yet
 	warnVolatile(o.Store, log)
 	watchDirs(store, o.Store, log)

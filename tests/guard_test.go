@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"os/exec"
@@ -264,4 +265,35 @@ func killKeepsNoHeldObject(t *testing.T, detach bool) {
 		t.Fatalf("held is served after its old writer wrote: %v", err)
 	}
 	ledgerExact(t, d)
+}
+
+// TestLockRemovedUnderLiveMount: kvfs.lock removed while a daemon
+// serves the store does not let a second daemon or fsck at it: both are
+// refused, naming the live mount, and the first serves on. Before, a
+// second mount served the same store beside the first, and fsck --repair
+// deleted the object a live writer was writing (an outside tester's
+// finding).
+func TestLockRemovedUnderLiveMount(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 5000))
+	if err := os.Remove(filepath.Join(d.store, "kvfs.lock")); err != nil {
+		t.Fatal(err)
+	}
+	mp2 := filepath.Join(t.TempDir(), "mnt2")
+	if err := os.Mkdir(mp2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res := runKvfsTimeout(t, 30*time.Second, "mount", "--store", d.store, "--background", mp2)
+	if res.code != 2 || !strings.Contains(res.stderr, "no longer holds its lock") {
+		runKvfs(t, "unmount", mp2)
+		t.Fatalf("a second mount of a served store whose lock was removed: exit %d, %q", res.code, res.stderr)
+	}
+	res = runKvfsTimeout(t, 30*time.Second, "fsck", "--store", d.store, "--repair")
+	if res.code != 2 || !strings.Contains(res.stderr, "no longer holds its lock") {
+		t.Fatalf("fsck --repair of a served store whose lock was removed: exit %d, %q", res.code, res.stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(d.mp, "obj")); err != nil || !bytes.Equal(got, objectBytes("obj", 5000)) {
+		t.Fatalf("the first mount after the refusals: %v", err)
+	}
+	d.stop()
 }

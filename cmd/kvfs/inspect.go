@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -137,6 +138,14 @@ func cmdFsck(args []string, stdout io.Writer) error {
 		return usageerr.Errorf("store %s does not exist", *store)
 	} else if err != nil || !st.IsDir() {
 		return usageerr.Errorf("store %s is not a directory", *store)
+	}
+	if abs, err := filepath.Abs(*store); err == nil {
+		if _, held := mount.StoreHolder(abs); !held {
+			if mp, live := mount.LiveMount(abs); live {
+				return usageerr.Errorf("%s is served at %s by a kvfs daemon that no longer holds its lock (was %s removed?): unmount it first",
+					abs, mp, blob.LockName)
+			}
+		}
 	}
 	rep, err := core.Fsck(*store, *repair, fsckProgress(*every))
 	if errors.Is(err, blob.ErrNotStore) {
