@@ -48,6 +48,9 @@ func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress
 		return rep, err
 	}
 	defer lock.Close()
+	if err := checkStoreNames(dir, repair, &rep); err != nil {
+		return rep, err
+	}
 	incomplete, err := scanWriting(filepath.Join(dir, WritingName), &rep)
 	if err != nil {
 		return rep, err
@@ -67,6 +70,48 @@ func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress
 		return rep, repairStore(dir, charge, &rep)
 	}
 	return rep, nil
+}
+
+// checkStoreNames checks the store's own names: data/ and writing/ must
+// be directories of their own (a symlink is refused, never followed),
+// and the checkpoint and the hint files, if there, regular files; a
+// directory or a symlink in their place (which blocks every checkpoint)
+// is a problem, and repair removes it if it is a symlink or empty.
+func checkStoreNames(dir string, repair bool, rep *FsckReport) error {
+	for _, n := range []string{DataName, WritingName} {
+		st, err := os.Lstat(filepath.Join(dir, n))
+		if err == nil && !st.IsDir() {
+			return fmt.Errorf("%s is not a directory but a %s: kvfs neither follows nor replaces it; move it away by hand",
+				filepath.Join(dir, n), kindOf(st.Mode()))
+		}
+	}
+	for _, n := range []string{CheckpointName, HintName} {
+		p := filepath.Join(dir, n)
+		st, err := os.Lstat(p)
+		if err != nil || st.Mode().IsRegular() {
+			continue
+		}
+		if repair {
+			if err := os.Remove(p); err != nil {
+				return fmt.Errorf("removing %s (a %s in place of kvfs's file): %w", p, kindOf(st.Mode()), err)
+			}
+		}
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s is a %s, not kvfs's file: the running checkpoint cannot be written", n, kindOf(st.Mode())))
+	}
+	return nil
+}
+
+// kindOf names a file's type for a message.
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m.IsDir():
+		return "directory"
+	case m.IsRegular():
+		return "regular file"
+	}
+	return "special file"
 }
 
 func scanWriting(path string, rep *FsckReport) (map[uint64]bool, error) {

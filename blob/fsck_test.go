@@ -233,3 +233,46 @@ func TestFsckRepairReportsTheStore(t *testing.T) {
 		t.Fatalf("--repair reported %+v; fsck after it %+v; want 1 object of 4096 bytes both times", rep, again)
 	}
 }
+
+// TestFsckStoreNames: a directory or a symlink in place of the
+// checkpoint (which blocks every checkpoint) is a problem that --repair
+// removes; writing/ or data/ as a symlink is refused, never followed
+// (an outside tester's fsck listed the files of the directory a symlinked
+// writing/ pointed at as stale markers).
+func TestFsckStoreNames(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	charge := func(n int64) int64 { return n }
+	if err := os.Mkdir(filepath.Join(dir, CheckpointName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Fsck(dir, false, charge)
+	if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "directory") {
+		t.Fatalf("fsck of a store whose checkpoint is a directory: %+v, %v", rep, err)
+	}
+	if rep, err = Fsck(dir, true, charge); err != nil || !rep.Repaired {
+		t.Fatalf("repair: %+v, %v", rep, err)
+	}
+	if rep, err = Fsck(dir, false, charge); err != nil || len(rep.Problems) != 0 {
+		t.Fatalf("after the repair: %+v, %v", rep, err)
+	}
+
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "junk"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(dir, WritingName))
+	if err := os.Symlink(outside, filepath.Join(dir, WritingName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Fsck(dir, false, charge); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("fsck of a store whose writing/ is a symlink: %v, want a refusal naming the symlink", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "junk")); err != nil {
+		t.Fatalf("the symlink's target was touched: %v", err)
+	}
+}
