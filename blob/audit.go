@@ -163,8 +163,9 @@ type AuditPlan struct {
 	// Sizes: the walked size of indexed files the walk saw.
 	Sizes map[ID]int64
 	// Inos: the walked stored inode of indexed files the walk saw whose
-	// inode in the index differs.
-	Inos map[ID]uint64
+	// inode in the index differs, and InoAt where it saw it.
+	Inos  map[ID]uint64
+	InoAt map[ID]WalkedAt
 	// Missing: indexed names of files the walk did not see.
 	Missing []Name
 	// MissingDirs: indexed directories the walk did not see.
@@ -173,9 +174,16 @@ type AuditPlan struct {
 	Unknown map[string]WalkedFile
 }
 
+// WalkedAt is a walked file with its name and path.
+type WalkedAt struct {
+	Name
+	Path string
+	WalkedFile
+}
+
 // NewAuditPlan is an empty plan.
 func NewAuditPlan() AuditPlan {
-	return AuditPlan{Sizes: map[ID]int64{}, Inos: map[ID]uint64{}, Unknown: map[string]WalkedFile{}}
+	return AuditPlan{Sizes: map[ID]int64{}, Inos: map[ID]uint64{}, InoAt: map[ID]WalkedAt{}, Unknown: map[string]WalkedFile{}}
 }
 
 // AuditNames compares a batch of what a walk found in the directory at
@@ -194,6 +202,7 @@ func (s *Store) AuditNames(rel string, names []WalkedName, seen *Seen, p *AuditP
 					p.Sizes[id] = n.Size
 					if f.ino != n.Ino {
 						p.Inos[id] = n.Ino
+						p.InoAt[id] = WalkedAt{Name{d.id, n.Name}, filepath.Join(rel, n.Name), n.WalkedFile}
 					}
 					continue
 				}

@@ -39,6 +39,7 @@ func (c *Core) Audit() (AuditReport, error) {
 		c.store.AuditNames(rel, names, &seen, &p)
 		c.mu.RUnlock()
 		if len(p.Inos) > 0 {
+			c.relinked(&p, unknown, &r)
 			c.mu.Lock()
 			c.store.ApplyInos(p.Inos)
 			c.mu.Unlock()
@@ -81,6 +82,34 @@ func (c *Core) Audit() (AuditReport, error) {
 			zap.Int("adopted", r.Adopted), zap.Int("linked", r.Linked))
 	}
 	return r, nil
+}
+
+// relinked settles the names of p.Inos whose stored file is now another
+// indexed object's (a hard link made behind kvfs's back in place of the
+// name): the name leaves its object (which vanishes if it has no name
+// left) and is found after the walk as a new name of the other, so one
+// inode is charged once. Any other inode at a name stays its object's.
+func (c *Core) relinked(p *blob.AuditPlan, unknown map[string]blob.WalkedFile, r *AuditReport) {
+	inos := map[uint64]bool{}
+	for _, ino := range p.Inos {
+		inos[ino] = true
+	}
+	c.mu.RLock()
+	known := c.store.IndexedInos(inos)
+	c.mu.RUnlock()
+	for id, ino := range p.Inos {
+		if other, ok := known[ino]; !ok || other == id {
+			continue
+		}
+		at := p.InoAt[id]
+		delete(p.Inos, id)
+		delete(p.Sizes, id)
+		c.dropStaleName(at.Name, r, func(kid blob.ID) bool {
+			st, _, present := c.store.RecheckName(at.Name)
+			return kid == id && present && st.Ino == ino
+		})
+		unknown[at.Path] = at.WalkedFile
+	}
 }
 
 // auditSizes reconciles the objects whose walked size differs from the

@@ -901,3 +901,38 @@ func TestAuditSaysWhyAnOversizedFileGoes(t *testing.T) {
 		t.Errorf("warnings %v, want one naming big", logs.All())
 	}
 }
+
+// TestAuditHardLinkInPlaceOfAName: a stored name replaced behind kvfs's
+// back by a hard link to another object becomes that object's second
+// name, charged once; the object the name held is gone. Before, the
+// audit took the link for the first object resized, and charged the one
+// inode twice, which the checkpoint then kept across restarts (an
+// outside tester's finding).
+func TestAuditHardLinkInPlaceOfAName(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	a := tc.put("a", 100000)
+	tc.put("c", 10000)
+	data := filepath.Join(tc.store.Dir(), blob.DataName)
+	if err := os.Remove(filepath.Join(data, "c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(data, "a"), filepath.Join(data, "c")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tc.Audit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Vanished != 1 || r.Linked != 1 || r.Resized != 0 {
+		t.Errorf("audit %+v, want c's old object vanished and c linked to a", r)
+	}
+	if id := tc.lookupID("c"); id != a {
+		t.Errorf("c is object %d, want a's %d", id, a)
+	}
+	if st := tc.Stats(); st.Objects != 1 || st.UsedBytes != ledger.Charge(100000) {
+		t.Errorf("after the audit: %d objects, %d bytes used; want 1 and %d", st.Objects, st.UsedBytes, ledger.Charge(100000))
+	}
+	if got := tc.storeBytes(); got != tc.Stats().UsedBytes {
+		t.Errorf("the store holds %d bytes, the ledger %d", got, tc.Stats().UsedBytes)
+	}
+}
