@@ -22,6 +22,7 @@ type breaker struct {
 	limit    int
 	coolDown time.Duration
 	onClose  func() // called (outside mu) when an open breaker closes
+	onOpen   func() // called (outside mu) when a closed breaker opens
 
 	mu       sync.Mutex
 	state    string    // GUARDED_BY(mu)
@@ -30,8 +31,8 @@ type breaker struct {
 	probing  bool      // a half-open probe is out; GUARDED_BY(mu)
 }
 
-func newBreaker(clock Clock, limit int, coolDown time.Duration, onClose func()) *breaker {
-	return &breaker{clock: clock, limit: limit, coolDown: coolDown, onClose: onClose, state: BreakerClosed}
+func newBreaker(clock Clock, limit int, coolDown time.Duration, onOpen, onClose func()) *breaker {
+	return &breaker{clock: clock, limit: limit, coolDown: coolDown, onOpen: onOpen, onClose: onClose, state: BreakerClosed}
 }
 
 // allow reports whether a request may be sent now.
@@ -69,12 +70,17 @@ func (b *breaker) success() {
 // failure records a request that got no answer in time, or a 5xx.
 func (b *breaker) failure() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.fails++
+	opened := false
 	if b.state == BreakerHalfOpen || b.fails >= b.limit {
+		opened = b.state == BreakerClosed
 		b.state, b.openedAt = BreakerOpen, b.clock.Now()
 	}
 	b.probing = false
+	b.mu.Unlock()
+	if opened && b.onOpen != nil {
+		b.onOpen()
+	}
 }
 
 // neutral records a request that says nothing about the server (the

@@ -119,8 +119,8 @@ func TestExclude(t *testing.T) {
 
 func TestBreaker(t *testing.T) {
 	clk := newFakeClock()
-	closed := 0
-	b := newBreaker(clk, 2, time.Second, func() { closed++ })
+	opened, closed := 0, 0
+	b := newBreaker(clk, 2, time.Second, func() { opened++ }, func() { closed++ })
 	b.allow()
 	b.failure()
 	if b.State() != BreakerClosed || !b.allow() {
@@ -145,8 +145,8 @@ func TestBreaker(t *testing.T) {
 		t.Fatal("a neutral probe kept the breaker shut")
 	}
 	b.success()
-	if b.State() != BreakerClosed || closed != 1 {
-		t.Fatalf("state %s, onClose called %d times", b.State(), closed)
+	if b.State() != BreakerClosed || closed != 1 || opened != 1 {
+		t.Fatalf("state %s, onOpen called %d times, onClose %d (want once each: a failed probe reopens, it does not open anew)", b.State(), opened, closed)
 	}
 }
 

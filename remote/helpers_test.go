@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvfs/kvfs/internal/s3test"
 	"github.com/minio/minio-go/v7"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -136,6 +137,7 @@ type nodeOpts struct {
 	journal string // reuse a journal directory
 	store   string // reuse a store directory
 	before  func(*http.Request)
+	log     *zap.Logger // the tier's logger; default: the test's
 }
 
 func newNode(t *testing.T, srv *s3test.Server, prefix string, o nodeOpts) *node {
@@ -155,8 +157,12 @@ func newNode(t *testing.T, srv *s3test.Server, prefix string, o nodeOpts) *node 
 	if err := cfg.Finish(func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
+	log := o.log
+	if log == nil {
+		log = zaptest.NewLogger(t)
+	}
 	tier, err := New(cfg, Deps{
-		JournalDir: n.journal, Open: n.open, Logger: zaptest.NewLogger(t), Clock: n.clock,
+		JournalDir: n.journal, Open: n.open, Logger: log, Clock: n.clock,
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper { n.reqs.base = rt; return n.reqs },
 	})
 	if err != nil {

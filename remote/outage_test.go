@@ -12,19 +12,24 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/internal/s3test"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestServerDown: with the server stopped, lookups fail (as misses)
 // until the breaker opens, then answer at once without a request;
 // uploads queue up to the bound and the rest are dropped; once the
 // server is back and the cool-down over, the breaker closes and the
-// queued uploads go.
+// queued uploads go. The log says when the breaker opens and closes,
+// and once that uploads are being dropped.
 func TestServerDown(t *testing.T) {
 	srv := s3test.New(t)
 	const failures, bound = 3, 4
+	seen, logs := observer.New(zap.InfoLevel)
 	n := newNode(t, srv, "p", nodeOpts{cfg: func(c *Config) {
 		c.BreakerFailures, c.QueueMax = failures, bound
-	}})
+	}, log: zap.New(seen)})
+	said := func(snippet string) int { return logs.FilterMessageSnippet(snippet).Len() }
 	ctx := context.Background()
 	srv.Stop()
 	for i := range failures {
@@ -50,12 +55,18 @@ func TestServerDown(t *testing.T) {
 	if st := n.Stats(); st.QueueDepth != bound || st.UploadDropped != 2 || n.reqs.total() != sent {
 		t.Fatalf("with the breaker open: %+v, %d requests sent (want %d)", st, n.reqs.total(), sent)
 	}
+	if said("circuit breaker open") != 1 || said("upload queue is full") != 1 {
+		t.Errorf("log with the server down: %v; want the breaker's opening and the drops said once each", logs.All())
+	}
 	srv.Start()
 	n.clock.Advance(DefaultBreakerCoolDown)
 	n.waitUploads(t)
 	st := n.Stats()
 	if st.Uploads != bound || st.QueueDepth != 0 || st.BreakerState != BreakerClosed {
 		t.Fatalf("after the server came back: %+v", st)
+	}
+	if said("circuit breaker closed") != 1 {
+		t.Errorf("log after the server came back: %v; want the breaker's closing said", logs.All())
 	}
 	for i := range bound {
 		if _, found, err := n.Lookup(ctx, fmt.Sprintf("obj%d.data", i)); !found || err != nil {

@@ -197,6 +197,10 @@ func (q *queue) add(name string, o op) bool {
 		return true
 	case admitFull:
 		q.t.st.dropped.Add(1)
+		if q.t.warnNow("queue full") {
+			q.t.log.Warn("the upload queue is full: new uploads are dropped (remote_upload_dropped counts them; logged once in 10 minutes)",
+				zap.String("name", name), zap.Int("queue", q.t.cfg.QueueMax))
+		}
 		return false
 	}
 	cur, _, _ := q.current(name)

@@ -97,7 +97,7 @@ func (r *rejected) first(name string) bool {
 func (t *Tier) reject(name string, err error) {
 	t.st.rejected.Add(1)
 	if t.rejects.first(name) {
-		t.log.Error("refused for good; dropped (logged once per name)",
+		t.log.Warn("refused for good; dropped (logged once per name)",
 			zap.String("name", strconv.Quote(name)), zap.Error(err))
 	}
 }

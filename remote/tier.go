@@ -130,7 +130,13 @@ func New(cfg Config, deps Deps) (*Tier, error) {
 		return nil, err
 	}
 	t.noTrailer = s3utils.IsGoogleEndpoint(*t.client.EndpointURL())
-	t.breaker = newBreaker(t.clock, cfg.BreakerFailures, cfg.BreakerCoolDown, t.wakeUploaders)
+	t.breaker = newBreaker(t.clock, cfg.BreakerFailures, cfg.BreakerCoolDown, func() {
+		t.log.Warn("the remote server does not answer: circuit breaker open; uploads wait, names not held here answer absent, one probe per cool-down",
+			zap.String("bucket", t.cfg.Bucket), zap.Int("failures", cfg.BreakerFailures), zap.Duration("cooldown", cfg.BreakerCoolDown))
+	}, func() {
+		t.log.Info("the remote server answers again: circuit breaker closed", zap.String("bucket", t.cfg.Bucket))
+		t.wakeUploaders()
+	})
 	t.baseCtx, t.stop = context.WithCancel(context.Background())
 	if t.queue, err = openQueue(deps.JournalDir, cfg.QueueMax, t); err != nil {
 		return nil, err
@@ -180,20 +186,26 @@ func (t *Tier) refused(resp minio.ErrorResponse) {
 	if kind == "" {
 		kind = http.StatusText(resp.StatusCode) // a HEAD's refusal has no body
 	}
-	now := t.clock.Now()
-	t.warnMu.Lock()
-	last, seen := t.warned[kind]
-	if !seen || now.Sub(last) >= refusalWarnEvery {
-		if t.warned == nil {
-			t.warned = map[string]time.Time{}
-		}
-		t.warned[kind] = now
-	}
-	t.warnMu.Unlock()
-	if !seen || now.Sub(last) >= refusalWarnEvery {
+	if t.warnNow(kind) {
 		t.log.Warn("the remote server refused a request: check the bucket, the credentials and their permissions (logged once in 10 minutes for each kind)",
 			zap.String("bucket", t.cfg.Bucket), zap.String("code", kind), zap.Int("status", resp.StatusCode), zap.String("message", resp.Message))
 	}
+}
+
+// warnNow says whether a warning of kind is due: once in
+// refusalWarnEvery for each kind.
+func (t *Tier) warnNow(kind string) bool {
+	now := t.clock.Now()
+	t.warnMu.Lock()
+	defer t.warnMu.Unlock()
+	if last, seen := t.warned[kind]; seen && now.Sub(last) < refusalWarnEvery {
+		return false
+	}
+	if t.warned == nil {
+		t.warned = map[string]time.Time{}
+	}
+	t.warned[kind] = now
+	return true
 }
 
 func newClient(cfg Config, wrap func(http.RoundTripper) http.RoundTripper) (*minio.Client, error) {
