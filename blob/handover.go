@@ -200,6 +200,11 @@ func (s *Store) TakeLock(lock *os.File) error {
 		return fmt.Errorf("%s: the lock passed is not the store's: %w", s.dir, err)
 	}
 	s.lock = lock
+	// The lock's holder as /proc/locks shows it stays the process that
+	// took it first: the file says who holds it now (see lockStore).
+	if err := lock.Truncate(0); err == nil {
+		fmt.Fprintf(lock, "%d\n", os.Getpid())
+	}
 	return nil
 }
 

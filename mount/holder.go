@@ -31,17 +31,33 @@ const stoppingLimit = 30 * time.Second
 
 // StoreHolder finds the process holding store's lock, from /proc/locks:
 // a probe that took the lock itself could make a daemon starting that
-// moment fail.
+// moment fail. A lock a handover passed on names the process that took
+// it first, gone since: the lock file names its holder then.
 func StoreHolder(store string) (int, bool) {
+	path := filepath.Join(store, blob.LockName)
 	var st unix.Stat_t
-	if unix.Stat(filepath.Join(store, blob.LockName), &st) != nil {
+	if unix.Stat(path, &st) != nil {
 		return 0, false
 	}
 	b, err := os.ReadFile("/proc/locks")
 	if err != nil {
 		return 0, false
 	}
-	return lockHolder(string(b), st)
+	pid, ok := lockHolder(string(b), st)
+	if ok && !alive(pid) {
+		if b, err := os.ReadFile(path); err == nil {
+			if named, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && named > 0 && alive(named) {
+				return named, true
+			}
+		}
+	}
+	return pid, ok
+}
+
+// alive says whether process pid exists.
+func alive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
 }
 
 // lockedBy is the holder of store's lock when err says it is locked.

@@ -106,13 +106,16 @@ func start(o Options, again bool) (*Mount, error) {
 		return nil, err
 	}
 	store, err := blob.Open(o.Store)
+	if errors.Is(err, blob.ErrLocked) && askToLetGo(o.Store, log) {
+		// Asked whatever holds it: a daemon that serves a mount says no.
+		log.Info("the store's daemon served a mount detached by a stop while files were open: it ends it now, and those files fail")
+		awaitReleased(o.Store, time.Now().Add(stoppingLimit))
+		store, err = blob.Open(o.Store)
+	}
 	if pid, held := lockedBy(err, o.Store); held && !mounting(pid, o.Store) {
 		// Its daemon mounts it nowhere: it unmounted it and is still
 		// writing its checkpoint (see holder.go), or it is starting (a
 		// mount run a moment before this one) and mounts it soon.
-		if askToLetGo(o.Store, log) {
-			log.Info("the store's daemon served a mount detached by a stop while files were open: it ends it now, and those files fail", zap.Int("pid", pid))
-		}
 		log.Info("waiting for the store's daemon, which mounts it nowhere yet or any more: it is starting or stopping", zap.Int("pid", pid))
 		if holder, mounted := awaitReleasedOrMounted(o.Store, time.Now().Add(stoppingLimit)); mounted && !again {
 			log.Info("the store's daemon was starting and serves it now", zap.Int("pid", holder))

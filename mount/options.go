@@ -47,6 +47,10 @@ type Options struct {
 	// AuditInterval is how often the store is walked for changes made
 	// behind kvfs's back; zero never.
 	AuditInterval time.Duration
+	// StopLinger bounds how long a stop that detached a busy mount
+	// serves the files still open on it before it ends them (see
+	// detached.go); zero: until they close.
+	StopLinger time.Duration
 	// CheckpointInterval is how often, while the store changes, the
 	// index is checkpointed so a start after a crash need not stat every
 	// stored file; zero only at a clean stop.
@@ -212,7 +216,7 @@ func (o *Options) validate() error {
 		flag string
 		v    time.Duration
 	}{{"grace", o.Grace}, {"wait-limit", o.WaitLimit}, {"cache-timeout", o.CacheTimeout}, {"audit-interval", o.AuditInterval},
-		{"checkpoint-interval", o.CheckpointInterval}, {"request-timeout", o.RequestTimeout}} {
+		{"checkpoint-interval", o.CheckpointInterval}, {"request-timeout", o.RequestTimeout}, {"stop-linger", o.StopLinger}} {
 		if d.v < 0 {
 			return usagef("--%s %v: durations must not be negative", d.flag, d.v)
 		}

@@ -177,6 +177,7 @@ func TestBadInputFlags(t *testing.T) {
 		{"--wait-limit", "5", []string{"wait-limit", `"5"`}},
 		{"--cache-timeout", "-1m", []string{"--cache-timeout -1m0s", "negative"}},
 		{"--audit-interval", "-1s", []string{"--audit-interval -1s", "negative"}},
+		{"--stop-linger", "-1s", []string{"--stop-linger -1s", "negative"}},
 		{"--log-level", "loud", []string{"log-level", "loud"}},
 		{"--ram-cache", "12X", []string{"bad size", "12X"}},
 		{"--ram-cache", "100", []string{"--ram-cache 100", "below 1 MiB"}},

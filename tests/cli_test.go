@@ -322,13 +322,24 @@ func TestSignalsUnmount(t *testing.T) {
 // A passthrough handle reads its stored file with no daemon, so only
 // without passthrough does the held file fail.
 func TestStopWithFilesOpen(t *testing.T) {
-	for _, how := range []string{"new mount", "second signal"} {
+	for _, how := range []string{"new mount", "second signal", "new mount after a handover"} {
 		t.Run(how, func(t *testing.T) {
 			flags := []string{"--capacity", "16MiB"}
 			if how == "second signal" {
 				flags = append(flags, "--no-passthrough")
 			}
 			d := mountCache(t, flags...)
+			if how == "new mount after a handover" {
+				// The daemon that stops took the mount, and the store's
+				// lock, over from another (which took the lock first: an
+				// outside tester's new mount then took the store for a
+				// live one's, and was refused).
+				old := d
+				d = startDaemon(t, old.mp, append([]string{"--store", old.store}, flags...)...)
+				if !old.waitExited() || old.waitErr != nil {
+					t.Fatalf("the daemon handing over did not exit cleanly:\n%s", old.out)
+				}
+			}
 			obj := filepath.Join(d.mp, "obj")
 			want := objectBytes("obj", 100000)
 			putFile(t, obj, want)
@@ -351,7 +362,7 @@ func TestStopWithFilesOpen(t *testing.T) {
 				t.Fatalf("the held file after the detach: %v", err)
 			}
 			var d2 *daemon
-			if how == "new mount" {
+			if how != "second signal" {
 				d2 = startDaemon(t, d.mp, append([]string{"--store", d.store}, flags...)...)
 				if !strings.Contains(d2.out.String(), "it ends it now") {
 					t.Errorf("the new mount did not ask the stopping daemon to let go:\n%s", d2.out)
@@ -438,4 +449,32 @@ func capacityPastTheDisk(t *testing.T, passthrough bool) {
 		t.Error("a write the disk refused is not counted in admission_failures")
 	}
 	d.stop()
+}
+
+// TestStopLinger: with --stop-linger, a stop that detached a busy mount
+// ends it by itself once the linger has passed, with the file still
+// held: the daemon saves its checkpoint and exits 0 without a second
+// signal (systemd sends one, then kills the whole service at its
+// TimeoutStopSec, a crash).
+func TestStopLinger(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--stop-linger", "1s")
+	obj := filepath.Join(d.mp, "obj")
+	putFile(t, obj, objectBytes("obj", 5000))
+	held, err := os.Open(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !d.printed("unmount busy: detached the mount") {
+		t.Fatalf("the stop did not detach the busy mount:\n%s", d.out)
+	}
+	if !d.waitExited() || d.waitErr != nil {
+		t.Fatalf("the detached daemon did not end by itself after its linger (%v):\n%s", d.waitErr, d.out)
+	}
+	if !strings.Contains(d.out.String(), "--stop-linger passed") {
+		t.Errorf("the daemon did not say why it ended the detached mount:\n%s", d.out)
+	}
 }
