@@ -342,18 +342,7 @@ func TestStopWithFilesOpen(t *testing.T) {
 			}
 			obj := filepath.Join(d.mp, "obj")
 			want := objectBytes("obj", 100000)
-			putFile(t, obj, want)
-			held, err := os.Open(obj)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer held.Close()
-			if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			if !d.printed("unmount busy: detached the mount") {
-				t.Fatalf("the stop did not detach the busy mount:\n%s", d.out)
-			}
+			held := stopHolding(t, d, obj, want)
 			if m, ok := mountAt(d.mp); ok && m.ID == d.mountID {
 				t.Fatal("still mounted after the stop detached it")
 			}
@@ -451,6 +440,25 @@ func capacityPastTheDisk(t *testing.T, passthrough bool) {
 	d.stop()
 }
 
+// stopHolding stores data at obj, holds it open (closed at the test's
+// end) and stops d with SIGTERM, which must detach the busy mount.
+func stopHolding(t *testing.T, d *daemon, obj string, data []byte) *os.File {
+	t.Helper()
+	putFile(t, obj, data)
+	held, err := os.Open(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close() })
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !d.printed("unmount busy: detached the mount") {
+		t.Fatalf("the stop did not detach the busy mount:\n%s", d.out)
+	}
+	return held
+}
+
 // TestStopLinger: with --stop-linger, a stop that detached a busy mount
 // ends it by itself once the linger has passed, with the file still
 // held: the daemon saves its checkpoint and exits 0 without a second
@@ -458,19 +466,7 @@ func capacityPastTheDisk(t *testing.T, passthrough bool) {
 // TimeoutStopSec, a crash).
 func TestStopLinger(t *testing.T) {
 	d := mountCache(t, "--capacity", "16MiB", "--stop-linger", "1s")
-	obj := filepath.Join(d.mp, "obj")
-	putFile(t, obj, objectBytes("obj", 5000))
-	held, err := os.Open(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if !d.printed("unmount busy: detached the mount") {
-		t.Fatalf("the stop did not detach the busy mount:\n%s", d.out)
-	}
+	stopHolding(t, d, filepath.Join(d.mp, "obj"), objectBytes("obj", 5000))
 	if !d.waitExited() || d.waitErr != nil {
 		t.Fatalf("the detached daemon did not end by itself after its linger (%v):\n%s", d.waitErr, d.out)
 	}
