@@ -50,7 +50,7 @@ func (m *Mount) detachLazily(busy error) error {
 		"a second signal or a new `kvfs mount` of the store ends them", zap.Error(busy), zap.Duration("stop_linger", m.StopLinger))
 	if m.StopLinger > 0 {
 		time.AfterFunc(m.StopLinger, func() {
-			if !m.ended.Load() {
+			if !m.ended.Load() && !m.served.Load() { // not closed meanwhile
 				m.log.Info("--stop-linger passed with files still open on the detached mount")
 				if err := m.EndDetached(); err != nil {
 					m.log.Warn("could not end the detached mount", zap.Error(err))

@@ -46,8 +46,9 @@ type Mount struct {
 	// detachedConn is the FUSE connection of the mount a stop detached
 	// while files were open (detached.go); nil while it is attached.
 	detachedConn atomic.Pointer[string]
-	// ended: EndDetached ended that mount with its files still open.
-	ended atomic.Bool
+	// ended: EndDetached ended that mount with its files still open;
+	// served: the mount's server is done (Wait).
+	ended, served atomic.Bool
 	// held: the objects a predecessor's handles hold (a handover), and
 	// graced: those it had just closed, with when.
 	held   map[blob.ID]bool
@@ -429,6 +430,7 @@ func (m *Mount) RAMWait() { m.ram.Wait() }
 // snapshot and releases the store.
 func (m *Mount) Wait() {
 	m.server.Wait()
+	m.served.Store(true)
 	failed := m.WaitLoaded() != nil // nothing more was built
 	if m.handover != nil {
 		m.handover.Close()
