@@ -164,7 +164,7 @@ func askToLetGo(store string, log *zap.Logger) bool {
 		return false
 	}
 	if answer.Error != "" {
-		log.Info("the store's daemon did not let go", zap.String("why", answer.Error))
+		log.Debug("the store's daemon did not let go", zap.String("why", answer.Error))
 		return false
 	}
 	return true
