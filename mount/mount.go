@@ -479,8 +479,6 @@ func (m *Mount) Unmount() error {
 	return m.detachLazily(err)
 }
 
-// warnVolatile says so when the store lives in memory: it works, but the
-// cache is gone at reboot and its bytes compete with the page cache.
 // warnSmallDisk warns of a capacity the store's file system cannot
 // hold, with held bytes of objects on it: stores past its room fail
 // with ENOSPC from the disk while the cache has room to spare, before
@@ -492,6 +490,8 @@ func warnSmallDisk(store string, capacity, held int64, log *zap.Logger) {
 	}
 }
 
+// warnVolatile says so when the store lives in memory: it works, but the
+// cache is gone at reboot and its bytes compete with the page cache.
 func warnVolatile(store string, log *zap.Logger) {
 	var sf unix.Statfs_t
 	if unix.Statfs(store, &sf) == nil && sf.Type == unix.TMPFS_MAGIC {
