@@ -86,11 +86,8 @@ func (m *Mount) EndDetached() error {
 // is mounted, there; else in a mount namespace of one thread's own, so
 // nothing on the system changes (fusectl is a mount).
 func abortDetached(conn string) error {
-	write := func(dir string) error {
-		return os.WriteFile(filepath.Join(dir, conn, "abort"), []byte("1"), 0)
-	}
 	if _, err := os.Stat(filepath.Join(fusectl, conn)); err == nil {
-		return write(fusectl)
+		return writeAbort(fusectl, conn)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -113,7 +110,7 @@ func abortDetached(conn string) error {
 				return fmt.Errorf("mounting fusectl: %w", err)
 			}
 			defer unix.Unmount(dir, unix.MNT_DETACH)
-			return write(dir)
+			return writeAbort(dir, conn)
 		}()
 	}()
 	return <-done

@@ -288,8 +288,7 @@ func (f markedFile) unchanged(st *unix.Stat_t) bool {
 // abortGuarded aborts connection conn, through fusectl, or by a forced
 // unmount of mp if mp is still that connection's mount.
 func abortGuarded(conn, mp string, log *zap.Logger) {
-	abort := filepath.Join(fusectl, conn, "abort")
-	err := os.WriteFile(abort, []byte("1"), 0)
+	err := writeAbort(fusectl, conn)
 	if errors.Is(err, os.ErrNotExist) {
 		if e, ok := mountinfo.At(mp); ok {
 			if c, _ := connectionOf(e); c == conn {

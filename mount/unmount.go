@@ -141,9 +141,9 @@ func forceUnmount(mp string, e mountinfo.Entry, deadline time.Time, report func(
 // (umount_begin) is the same abort.
 func abortConnection(mp string, e mountinfo.Entry) (string, error) {
 	if conn, ok := connectionOf(e); ok {
-		abort := filepath.Join(fusectl, conn, "abort")
+		abort := abortFile(fusectl, conn)
 		if _, err := os.Stat(abort); err == nil {
-			if err := os.WriteFile(abort, []byte("1"), 0); err != nil {
+			if err := writeAbort(fusectl, conn); err != nil {
 				return "", err
 			}
 			return "wrote 1 to " + abort, nil
@@ -155,6 +155,12 @@ func abortConnection(mp string, e mountinfo.Entry) (string, error) {
 	}
 	return "umount2 with MNT_FORCE; fusectl is not mounted at " + fusectl, nil
 }
+
+// abortFile is connection conn's abort file in fusectl mounted at root.
+func abortFile(root, conn string) string { return filepath.Join(root, conn, "abort") }
+
+// writeAbort aborts connection conn through fusectl mounted at root.
+func writeAbort(root, conn string) error { return os.WriteFile(abortFile(root, conn), []byte("1"), 0) }
 
 // connectionOf is the name of the mount's directory in fusectl: its
 // device number as the kernel encodes it (major<<20 | minor).
