@@ -78,7 +78,6 @@ import (
 	"github.com/kvfs/kvfs/internal/lockorder"
 	"github.com/kvfs/kvfs/ledger"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // Errors the FUSE layer maps to errnos; any syscall.Errno is passed on
@@ -423,17 +422,23 @@ func (c *Core) restore(objects []blob.Object, rep *LoadReport) error {
 func (c *Core) storedIdle(id blob.ID) time.Duration {
 	for _, n := range c.store.Names(id) {
 		if rel, ok := c.store.NamePath(n.Parent, n.Name); ok {
-			if st, err := c.store.StatPath(rel); err == nil {
-				return sinceStored(c.cfg.Now(), &st)
+			if idle := c.idleAt(rel); idle != idleUnknown {
+				return idle
 			}
 		}
 	}
 	return idleUnknown
 }
 
-// sinceStored is the time from a stored file's last use to now.
-func sinceStored(now time.Time, st *unix.Stat_t) time.Duration {
-	return max(now.Sub(time.Unix(0, max(st.Atim.Nano(), st.Mtim.Nano()))), 0)
+// idleAt is how long ago the stored file at rel was last used, by its
+// times (the later of atime and mtime), or idleUnknown if it cannot be
+// read.
+func (c *Core) idleAt(rel string) time.Duration {
+	st, err := c.store.StatPath(rel)
+	if err != nil {
+		return idleUnknown
+	}
+	return max(c.cfg.Now().Sub(time.Unix(0, max(st.Atim.Nano(), st.Mtim.Nano()))), 0)
 }
 
 // Start runs the background work (the passthrough writers' poller, the

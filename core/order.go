@@ -189,9 +189,7 @@ func (c *Core) reapName(n blob.Name, d *Drop) {
 		return
 	}
 	if d.Idle == idleUnknown {
-		if st, err := c.store.StatPath(rel); err == nil {
-			d.Idle = sinceStored(c.cfg.Now(), &st)
-		}
+		d.Idle = c.idleAt(rel)
 	}
 	c.unlinkStored(rel)
 }
