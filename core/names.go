@@ -43,18 +43,15 @@ func (c *Core) Listed(parent blob.ID, name string) (blob.Entry, Attr, error) {
 		// commit, and holds the directory's lock until then.
 		c.lockDirs(parent, 0)()
 		e, a, stale, err = c.lookup(parent, name)
-		if errors.Is(err, errReplaced) {
-			// Still: replaced behind kvfs's back, the audit's to judge;
-			// meanwhile the name shows what it holds.
-			err = nil
-		}
 	}
 	if stale {
 		c.reconcile(e.ID)
 		e, a, _, err = c.lookup(parent, name)
-		if errors.Is(err, errReplaced) {
-			err = nil
-		}
+	}
+	if errors.Is(err, errReplaced) {
+		// Still: replaced behind kvfs's back, the audit's to judge;
+		// meanwhile the name shows what it holds.
+		err = nil
 	}
 	return e, a, err
 }
