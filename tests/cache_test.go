@@ -21,12 +21,8 @@ import (
 func mountCache(t *testing.T, flags ...string) *daemon {
 	t.Helper()
 	requireRoot(t)
-	dir := t.TempDir()
-	mp := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return startDaemon(t, mp, append([]string{"--store", filepath.Join(dir, "store")}, flags...)...)
+	_, mp, store := mountDirs(t)
+	return startDaemon(t, mp, append([]string{"--store", store}, flags...)...)
 }
 
 // putFile stores data at path with a plain create, write, close.
@@ -502,4 +498,16 @@ func goneWithin(p string, d time.Duration) error {
 		return errors.New("the name is still there")
 	}
 	return err
+}
+
+// mountDirs makes a test's directory with an empty mount point in it,
+// and names the store beside it (made by the mount).
+func mountDirs(t *testing.T) (dir, mp, store string) {
+	t.Helper()
+	dir = t.TempDir()
+	mp, store = filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, mp, store
 }

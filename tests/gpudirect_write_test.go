@@ -195,11 +195,7 @@ func TestGPUDirectWriteNeverFits(t *testing.T) {
 // restart, and leaves nothing in the store; an object completed before
 // the kill is served byte for byte.
 func TestGPUDirectWriteKill9(t *testing.T) {
-	dir := t.TempDir()
-	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, mp, store := mountDirs(t)
 	flags := []string{"--store", store, "--capacity", "128MiB"}
 	d := startDaemon(t, mp, flags...)
 	w := newWriter(t, gpudirect.Options{Chunk: 1 << 20, Depth: 2})

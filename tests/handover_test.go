@@ -73,11 +73,7 @@ type stormKey struct {
 // whole at its close, and the store is clean at the end.
 func TestHandoverUnderLoad(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, mp, store := mountDirs(t)
 	other := filepath.Join(dir, "kvfs-b")
 	build := exec.Command("go", "build", "-ldflags", "-X main.build=b", "-o", other, "github.com/kvfs/kvfs/cmd/kvfs")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -373,11 +369,7 @@ func TestHandoverKilledAtEveryStep(t *testing.T) {
 		{"takeover-resent", nextMounts},
 	} {
 		t.Run(c.step, func(t *testing.T) {
-			dir := t.TempDir()
-			mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-			if err := os.Mkdir(mp, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			_, mp, store := mountDirs(t)
 			flags := []string{"--store", store, "--capacity", "64MiB"}
 			env := []string{"KVFS_FAILPOINT=" + c.step}
 			var oldEnv, newEnv []string
@@ -514,11 +506,7 @@ func processes(match func(args []string) bool) int {
 // service is not stopping) and the mount serves on.
 func TestHandoverAsSystemdReload(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, mp, store := mountDirs(t)
 	l := listenNotify(t, filepath.Join(dir, "notify.sock"), mp)
 	flags := []string{"--store", store, "--capacity", "16MiB"}
 	d := startDaemonEnv(t, kvfsBin, []string{l.env}, mp, flags...)

@@ -91,11 +91,7 @@ func statsWithRequests(t *testing.T, mp string) fullStats {
 // knows none of its names and every stat of one is a LOOKUP that hits.
 func TestMetrics(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, mp, store := mountDirs(t)
 	const kept = 4
 	first := startDaemon(t, mp, "--store", store)
 	for i := range kept {
@@ -245,11 +241,7 @@ func checkRequestCounts(t *testing.T, mp, url string) {
 // mounted or loaded.
 func TestMetricsAddrRefused(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, mp, store := mountDirs(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -71,11 +71,7 @@ var (
 // and a rate when their output is no terminal (here, at every step).
 func TestProgressLines(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, mp, store := mountDirs(t)
 	startDaemon(t, mp, "--store", store).stop()
 	total := fillStoreBehind(t, store)
 

@@ -930,11 +930,7 @@ func TestMountRightAfterUnmount(t *testing.T) {
 // (an outside tester: 2 of 6 runs at delays of 0 and 5 ms).
 func TestMountWhileAnotherStarts(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, mp, store := mountDirs(t)
 	gate := filepath.Join(dir, "gate")
 	if err := unix.Mkfifo(gate, 0o600); err != nil {
 		t.Fatal(err)

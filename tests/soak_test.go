@@ -77,11 +77,7 @@ func TestSoakRace(t *testing.T) {
 }
 
 func runSoak(t *testing.T, bin string, cfg soakConfig) *daemon {
-	dir := t.TempDir()
-	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, mp, store := mountDirs(t)
 	flags := append([]string{"--store", store, "--capacity", fmt.Sprint(cfg.capacity), "--grace", "300ms"}, cfg.flags...)
 	d := startDaemonBin(t, bin, mp, flags...)
 	if err := os.Mkdir(filepath.Join(mp, soakDirs[0]), 0o755); err != nil {

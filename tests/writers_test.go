@@ -400,11 +400,7 @@ func requireAbsent(t testing.TB, mp, name, why string) bool {
 func TestCrashDupWriter(t *testing.T) {
 	for i, kind := range []string{kindShell, kindShell, kindDD, kindDD, kindPopen, kindPopen} {
 		t.Run(fmt.Sprintf("%s-%d", kind, i%2+1), func(t *testing.T) {
-			dir := t.TempDir()
-			mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-			if err := os.Mkdir(mp, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			_, mp, store := mountDirs(t)
 			flags := []string{"--store", store, "--capacity", "256MiB"}
 			d := startDaemon(t, mp, flags...)
 			w := startWriter(t, kind, filepath.Join(mp, "obj"), "", "", 64, 50*time.Millisecond)
@@ -486,11 +482,7 @@ func TestKillLoopWriters(t *testing.T) {
 	if os.Getenv("KVFS_LONG") == "1" {
 		cycles = 100
 	}
-	dir := t.TempDir()
-	mp, store := filepath.Join(dir, "mnt"), filepath.Join(dir, "store")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, mp, store := mountDirs(t)
 	flags := []string{"--store", store, "--capacity", "32MiB", "--grace", "200ms", "--checkpoint-interval", "20ms"}
 	d := startDaemon(t, mp, flags...)
 	kinds := []string{kindShell, kindDD, kindPopen, kindNative}
