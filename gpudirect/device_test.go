@@ -94,6 +94,10 @@ func (c *fakeCuFile) HandleRegister(fd int) (uintptr, error) {
 	if c.refuse != nil {
 		return 0, c.refuse
 	}
+	// As libcufile does (1.15, CUDA 13, seen on an H200 machine).
+	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err != nil || fl&unix.O_NOFOLLOW != 0 {
+		return 0, &CuFileError{Call: "cuFileHandleRegister", Code: 5019}
+	}
 	c.handles++
 	return uintptr(fd + 1), nil
 }

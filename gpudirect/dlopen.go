@@ -271,7 +271,8 @@ func cuFileErrorName(code int) string {
 		5008: "GPUDirect Storage not supported on this file", 5009: "GPUDirect Storage not supported on this GPU",
 		5011: "CUDA driver error", 5012: "invalid device pointer", 5018: "unsupported file type",
 		5019: "unsupported file open flags", 5020: "O_DIRECT not set on the descriptor",
-		5022: "invalid arguments", 5025: "driver or file access error", 5029: "GPU device not found",
+		5022: "invalid arguments", 5025: "driver or file access error", 5027: "file not registered (cufile.log says why)",
+		5029: "GPU device not found",
 		5030: "internal error", 5034: "GPUDirect Storage disabled by configuration for this file",
 	}
 	if n, ok := names[code]; ok {

@@ -243,21 +243,43 @@ func backingPath(pin *os.File) (string, error) {
 // ramfs, some network file systems). A writer's is opened write-only,
 // never truncated or created: the open through the mount did that.
 func (f *File) openData(backing string) error {
-	flags, verb := unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NOCTTY, "reading"
+	flags, verb := unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, "reading"
 	if f.write != nil {
 		flags, verb = flags&^unix.O_RDONLY|unix.O_WRONLY, "writing"
 	}
-	fd, err := unix.Open(backing, flags|unix.O_DIRECT, 0)
+	fd, err := openNoFollow(backing, flags|unix.O_DIRECT)
 	f.direct = err == nil
 	if err == unix.EINVAL {
 		f.why = "the store's file system refuses O_DIRECT (EINVAL); " + verb + " through its page cache"
-		fd, err = unix.Open(backing, flags, 0)
+		fd, err = openNoFollow(backing, flags)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: opening its stored file: %w", f.path, &os.PathError{Op: "open", Path: backing, Err: err})
 	}
 	f.data, f.backing = os.NewFile(uintptr(fd), backing), backing
 	return nil
+}
+
+// openNoFollow opens path, refusing a symbolic link in its last
+// component (ELOOP), without O_NOFOLLOW among the descriptor's flags:
+// cuFile refuses to register a descriptor whose flags hold O_NOFOLLOW
+// ("unsupported file open flags", CUfileOpError 5019; libcufile 1.15,
+// CUDA 13), and every object would go through host buffers. openat2's
+// RESOLVE_NO_SYMLINKS, applied to the name alone within its directory,
+// refuses the same links and leaves the flags as asked. Before Linux
+// 5.6 (no openat2) it is O_NOFOLLOW, and cuFile's refusal.
+func openNoFollow(path string, flags int) (int, error) {
+	dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(dir)
+	name := filepath.Base(path)
+	fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err == unix.ENOSYS {
+		return unix.Openat(dir, name, flags|unix.O_NOFOLLOW, 0)
+	}
+	return fd, err
 }
 
 // sameObject checks that the stored file opened is the pinned object: a

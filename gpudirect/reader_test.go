@@ -242,3 +242,41 @@ func TestRefusedODirectFallsBack(t *testing.T) {
 		}
 	}
 }
+
+// The stored file is never reached through a symbolic link in its last
+// component, though its directory may be one (a store under /data ->
+// /mnt/nvme0), and its descriptor's flags hold no O_NOFOLLOW, which
+// cuFile refuses.
+func TestOpenNoFollow(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "obj.data")
+	if err := os.WriteFile(file, []byte("bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := openNoFollow(file, unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	unix.Close(fd)
+	if err != nil || fl&unix.O_NOFOLLOW != 0 {
+		t.Fatalf("F_GETFL %#o, %v: want no O_NOFOLLOW", fl, err)
+	}
+	link := filepath.Join(dir, "link.data")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	if fd, err := openNoFollow(link, unix.O_RDONLY|unix.O_CLOEXEC); err != unix.ELOOP {
+		unix.Close(fd)
+		t.Fatalf("open through a symlink: %v, want ELOOP", err)
+	}
+	linkedDir := filepath.Join(t.TempDir(), "store")
+	if err := os.Symlink(dir, linkedDir); err != nil {
+		t.Fatal(err)
+	}
+	fd, err = openNoFollow(filepath.Join(linkedDir, "obj.data"), unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		t.Fatalf("open under a symlinked directory: %v", err)
+	}
+	unix.Close(fd)
+}

@@ -40,6 +40,8 @@ CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *d) {
 	int fl = fcntl(d->handle.fd, F_GETFL);
 	if (fl < 0) { e.err = 5022; return e; }
 	if (!(fl & O_DIRECT)) { e.err = 5020; return e; }
+	/* as libcufile 1.15 (CUDA 13) does: "unsupported file open flags" */
+	if (fl & O_NOFOLLOW) { e.err = 5019; return e; }
 	*fh = (void *)(long)(d->handle.fd + 1);
 	registered_handles++;
 	return e;
