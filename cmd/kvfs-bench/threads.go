@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -109,7 +110,13 @@ func (b *bench) threadRow(m metric, n, j int, mode string, plain, kvfs, loop []f
 
 // threadRound measures one target at n threads: stores of 256 KiB and
 // of 4 MiB objects, loads and stats of the 256 KiB ones, each for the
-// configured time; the objects are removed after.
+// configured time; the objects are removed after. Each store phase
+// stops early once it has stored its share of kvfs's capacity (a
+// quarter for the small objects, which the loads read, half for the
+// large ones, removed before the loads): on a machine fast enough to
+// store the capacity within a measurement kvfs would evict, and the
+// loads would find the small objects gone and the rows would compare a
+// cache turning over with loopkp, which never evicts.
 func (b *bench) threadRound(t *target, n int) ([]float64, error) {
 	root := t.path(fmt.Sprintf("threads-%d", n))
 	for i := range n {
@@ -125,8 +132,12 @@ func (b *bench) threadRound(t *target, n int) ([]float64, error) {
 		return filepath.Join(root, fmt.Sprint(i), fmt.Sprintf("%s-%06d.data", size, k))
 	}
 	made := make([]int, n)
-	store := func(size string, data []byte) func(i, k int) error {
+	store := func(size string, data []byte, share int64) func(i, k int) error {
+		most := max(share/int64(n)/int64(len(data)), 1) // objects per thread
 		return func(i, k int) error {
+			if int64(k) >= most {
+				return errEnough
+			}
 			if size == "s" {
 				made[i] = k + 1
 			}
@@ -135,8 +146,8 @@ func (b *bench) threadRound(t *target, n int) ([]float64, error) {
 	}
 	var out []float64
 	for _, op := range []func(i, k int) error{
-		store("s", small),
-		store("l", large),
+		store("s", small, b.cfg.capacity/4),
+		store("l", large, b.cfg.capacity/2),
 		func(i, k int) error {
 			buf := make([]byte, threadsSmall)
 			var st unix.Stat_t
@@ -156,12 +167,27 @@ func (b *bench) threadRound(t *target, n int) ([]float64, error) {
 			return nil, err
 		}
 		out = append(out, rate)
+		if len(out) == 2 { // the large objects: gone before the loads
+			for i := range n {
+				for k := 0; ; k++ {
+					if err := os.Remove(name(i, k, "l")); errors.Is(err, os.ErrNotExist) {
+						break
+					} else if err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
 	}
 	return out, nil
 }
 
+// errEnough is an op's way of saying its thread has done its share.
+var errEnough = errors.New("this thread's share is done")
+
 // parallel runs op(i, k) for k = 0, 1, ... on n locked OS threads i at
-// once for the configured time, and returns the ops per second done.
+// once for the configured time, a thread stopping early where op says
+// errEnough, and returns the ops per second done.
 func (b *bench) parallel(n int, op func(i, k int) error) (float64, error) {
 	var wg sync.WaitGroup
 	counts, errs := make([]int, n), make([]error, n)
@@ -173,7 +199,10 @@ func (b *bench) parallel(n int, op func(i, k int) error) (float64, error) {
 			<-start
 			until := time.Now().Add(b.cfg.threadsDur)
 			for k := 0; time.Now().Before(until); k++ {
-				if errs[i] = op(i, k); errs[i] != nil {
+				if errs[i] = op(i, k); errs[i] == errEnough {
+					errs[i] = nil
+					return
+				} else if errs[i] != nil {
 					return
 				}
 				counts[i]++
