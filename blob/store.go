@@ -67,10 +67,14 @@ var (
 // in the directory, but for one that vanished behind kvfs's back, which
 // the audit finds.
 type Store struct {
-	dir     string
-	lock    *os.File
-	data    *os.File
-	writing *os.File
+	dir string
+	// resolved is dir with its symlinks resolved, as the store was
+	// opened: what BackingPath names, so that a loader may refuse any
+	// symlink on the way to a stored file (see gpudirect).
+	resolved string
+	lock     *os.File
+	data     *os.File
+	writing  *os.File
 	// shards are writing/'s subdirectories (see writing.go).
 	shards [writingShards]*os.File
 	nextID atomic.Uint64
@@ -225,6 +229,9 @@ func (s *Store) openLayout() error {
 	if s.data, err = openDir(filepath.Join(s.dir, DataName)); err != nil {
 		return err
 	}
+	if s.resolved, err = filepath.EvalSymlinks(s.dir); err != nil {
+		return err
+	}
 	if s.writing, err = openDir(filepath.Join(s.dir, WritingName)); err != nil {
 		return err
 	}
@@ -257,9 +264,10 @@ func (s *Store) Changes() uint64 { return s.changes.Load() }
 // NewID hands out a fresh inode ID.
 func (s *Store) NewID() ID { return ID(s.nextID.Add(1)) }
 
-// BackingPath is the absolute path of a name relative to data/.
+// BackingPath is the absolute path of a name relative to data/, with
+// no symlink in it but one planted since the store was opened.
 func (s *Store) BackingPath(rel string) string {
-	return filepath.Join(s.dir, DataName, rel)
+	return filepath.Join(s.resolved, DataName, rel)
 }
 
 // openBeneath opens a path relative to data/ without following any

@@ -260,24 +260,20 @@ func (f *File) openData(backing string) error {
 	return nil
 }
 
-// openNoFollow opens path, refusing a symbolic link in its last
-// component (ELOOP), without O_NOFOLLOW among the descriptor's flags:
-// cuFile refuses to register a descriptor whose flags hold O_NOFOLLOW
-// ("unsupported file open flags", CUfileOpError 5019; libcufile 1.15,
-// CUDA 13), and every object would go through host buffers. openat2's
-// RESOLVE_NO_SYMLINKS, applied to the name alone within its directory,
-// refuses the same links and leaves the flags as asked. Before Linux
-// 5.6 (no openat2) it is O_NOFOLLOW, and cuFile's refusal.
+// openNoFollow opens path, refusing a symbolic link anywhere in it
+// (ELOOP): kvfs names the stored file by its store's path with the
+// store's own symlinks resolved, so a link on the way is one planted in
+// the store, where a user who owns a directory on the mount owns its
+// stored directory too and could swap it for a link out of the store
+// between the pin and this open. The descriptor's flags hold no
+// O_NOFOLLOW, which cuFile refuses to register ("unsupported file open
+// flags", CUfileOpError 5019; libcufile 1.15, CUDA 13): openat2's
+// RESOLVE_NO_SYMLINKS refuses the links instead. Before Linux 5.6 (no
+// openat2) it is O_NOFOLLOW, the last name alone, and cuFile's refusal.
 func openNoFollow(path string, flags int) (int, error) {
-	dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	defer unix.Close(dir)
-	name := filepath.Base(path)
-	fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_SYMLINKS})
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_SYMLINKS})
 	if err == unix.ENOSYS {
-		return unix.Openat(dir, name, flags|unix.O_NOFOLLOW, 0)
+		return unix.Open(path, flags|unix.O_NOFOLLOW, 0)
 	}
 	return fd, err
 }

@@ -63,6 +63,48 @@ func TestGPUDirectXattrName(t *testing.T) {
 	}
 }
 
+// The direct path refuses any symlink on the way to a stored file (a
+// user who owns a directory on the mount owns its stored directory and
+// could swap it for a link out of the store between the pin and the
+// open; gpudirect's TestOpenNoFollow), so the daemon names the stored
+// file by the store's resolved path: a store given through a symlink
+// (/data -> /mnt/nvme0) still serves it.
+func TestGPUDirectSymlinkedStore(t *testing.T) {
+	requireRoot(t)
+	dir, mp, store := mountDirs(t)
+	link := filepath.Join(dir, "store-link")
+	if err := os.Mkdir(store, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(store, link); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", link, "--capacity", "64MiB")
+	if err := os.Mkdir(filepath.Join(mp, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(mp, "sub", "obj.data")
+	want := objectBytes(p, 3*4096+5)
+	putFile(t, p, want)
+	waitReleased(t, d)
+	real, err := filepath.EvalSymlinks(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gpudirect.Open(p)
+	if err != nil {
+		t.Fatalf("gpudirect.Open through a store named by a symlink: %v", err)
+	}
+	if stored := filepath.Join(real, "data", "sub", "obj.data"); f.Backing() != stored {
+		t.Errorf("stored file named %s, want %s", f.Backing(), stored)
+	}
+	got := make([]byte, len(want))
+	if _, err := newReader(t, gpudirect.Options{Chunk: 4096, Depth: 2}).ReadAt(f, got, 0); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("direct read: %v, equal %v", err, bytes.Equal(got, want))
+	}
+	f.Close()
+}
+
 // directRead opens path over the direct path and streams it whole.
 func directRead(t *testing.T, r *gpudirect.Reader, path string) []byte {
 	t.Helper()
