@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -383,4 +384,55 @@ func TestGPUDirectPutFromGPU(t *testing.T) {
 		readBackPlain(t, dst, want)
 	}
 	assertQuietEqual(t, d)
+}
+
+// `kvfs put --direct` killed midway leaves no object at DST: the direct
+// path preallocates the stored file at its full size, so a put that wrote
+// DST itself left, killed, an object of the right size with zeros where
+// its blocks were still to come (6 kills in 6). It writes a temporary
+// name beside DST and renames it once whole.
+func TestGPUDirectPutKilled(t *testing.T) {
+	d := mountCache(t, "--capacity", "256MiB")
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.WriteFile(src, objectBytes(src, 64<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(d.mp, "killed.data")
+	put := exec.Command(kvfsBin, "put", "--direct", "--chunk", "4KiB", "--depth", "1", src, dst)
+	if err := put.Start(); err != nil {
+		t.Fatal(err)
+	}
+	writing := func() bool { // an object being written on the mount, and more than its first block
+		es, _ := os.ReadDir(d.mp)
+		for _, e := range es {
+			if info, err := e.Info(); err == nil && info.Size() > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitFor(writing) {
+		put.Process.Kill()
+		put.Wait()
+		t.Fatal("kvfs put wrote nothing visible")
+	}
+	put.Process.Kill()
+	if err := put.Wait(); err == nil {
+		t.Fatal("kvfs put finished before the kill: the test needs a slower write")
+	}
+	waitReleased(t, d)
+	if info, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after kvfs put was killed, DST is an object of %d bytes (%v); want none", info.Size(), err)
+	}
+	es, _ := os.ReadDir(d.mp)
+	if len(es) != 1 || !strings.HasPrefix(es[0].Name(), ".killed.data.kvfs-put.") {
+		t.Fatalf("the mount holds %v; want only the killed put's temporary name", es)
+	}
+	assertQuietEqual(t, d)
+	// A directory as DST is refused before anything is written.
+	for _, bad := range []string{d.mp, d.mp + "/"} {
+		if res := runKvfs(t, "put", "--direct", src, bad); res.code != 2 || !strings.Contains(res.stderr, "is a directory") {
+			t.Fatalf("kvfs put --direct SRC %s: exit %d, stderr %q; want exit 2, a directory", bad, res.code, res.stderr)
+		}
+	}
 }

@@ -43,8 +43,8 @@ func cmdCat(args []string, stdout io.Writer) error {
 	if *gpu < -1 {
 		return usageerr.Errorf("--gpu %d: want a device ordinal (0, 1, ...)", *gpu)
 	}
-	if chunk <= 0 || chunk > 1<<30 || *depth <= 0 {
-		return usageerr.Errorf("--chunk %d --depth %d: want a chunk from 4KiB to 1GiB and a depth of at least 1", chunk, *depth)
+	if chunk <= 0 || chunk > 1<<30 || *depth <= 0 || *depth > gpudirect.MaxDepth {
+		return usageerr.Errorf("--chunk %d --depth %d: want a chunk from 4KiB to 1GiB and a depth from 1 to %d", chunk, *depth, gpudirect.MaxDepth)
 	}
 	r, err := gpudirect.NewReader(gpudirect.Options{Chunk: int(chunk), Depth: *depth})
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,8 +39,11 @@ func cmdPut(args []string, stdout io.Writer) error {
 	if !*direct {
 		return usageerr.Errorf("--direct is required (kvfs put writes only through the direct path; plain writes are cp(1))")
 	}
-	if *gpu < -1 || chunk <= 0 || chunk > 1<<30 || *depth <= 0 {
-		return usageerr.Errorf("--gpu %d --chunk %d --depth %d: want a device ordinal, a chunk from 4KiB to 1GiB and a depth of at least 1", *gpu, chunk, *depth)
+	if *gpu < -1 || chunk <= 0 || chunk > 1<<30 || *depth <= 0 || *depth > gpudirect.MaxDepth {
+		return usageerr.Errorf("--gpu %d --chunk %d --depth %d: want a device ordinal, a chunk from 4KiB to 1GiB and a depth from 1 to %d", *gpu, chunk, *depth, gpudirect.MaxDepth)
+	}
+	if st, err := os.Stat(args[1]); err == nil && st.IsDir() || strings.HasSuffix(args[1], "/") {
+		return usageerr.Errorf("DST %s is a directory: name the object to write", args[1])
 	}
 	data, err := readSource(args[0])
 	if err != nil {
@@ -79,7 +84,14 @@ func readSource(src string) ([]byte, error) {
 }
 
 // run writes data to dst over the direct path; the time is from the open
-// through the mount to its close, where kvfs admits the object.
+// through the mount to the rename that publishes the object.
+//
+// The object is written under a temporary name beside dst and renamed
+// to dst once whole and admitted: the direct path preallocates the
+// stored file at its full size, so a put killed midway would otherwise
+// leave at dst an object of the right size with zeros where its blocks
+// were still to come. A killed put leaves the temporary name instead,
+// which kvfs evicts like any cold object.
 func (j *putJob) run(data []byte, dst string) error {
 	var dev uintptr
 	if j.gpu != nil {
@@ -90,7 +102,12 @@ func (j *putJob) run(data []byte, dst string) error {
 		defer j.gpu.Free(dev)
 	}
 	start := time.Now()
-	f, err := gpudirect.Create(dst)
+	tmp := filepath.Join(filepath.Dir(dst), fmt.Sprintf(".%s.kvfs-put.%d", filepath.Base(dst), os.Getpid()))
+	f, err := gpudirect.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	var pe *os.PathError
+	if errors.As(err, &pe) && pe.Path == tmp {
+		pe.Path = dst
+	}
 	if errors.Is(err, gpudirect.ErrNotKVFS) || errors.Is(err, os.ErrNotExist) {
 		return usageerr.Errorf("DST %v", err)
 	}
@@ -100,6 +117,12 @@ func (j *putJob) run(data []byte, dst string) error {
 	n, how, err := j.write(f, data, dev)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, dst)
+	}
+	if err != nil {
+		os.Remove(tmp)
 	}
 	d := time.Since(start)
 	if errors.Is(err, syscall.ENOSPC) {
