@@ -91,7 +91,8 @@ func readSource(src string) ([]byte, error) {
 // stored file at its full size, so a put killed midway would otherwise
 // leave at dst an object of the right size with zeros where its blocks
 // were still to come. A killed put leaves the temporary name instead,
-// which kvfs evicts like any cold object.
+// which kvfs evicts like any cold object. Where the caller may write
+// dst but not its directory, dst is written in place.
 func (j *putJob) run(data []byte, dst string) error {
 	var dev uintptr
 	if j.gpu != nil {
@@ -104,6 +105,12 @@ func (j *putJob) run(data []byte, dst string) error {
 	start := time.Now()
 	tmp := filepath.Join(filepath.Dir(dst), fmt.Sprintf(".%s.kvfs-put.%d", filepath.Base(dst), os.Getpid()))
 	f, err := gpudirect.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, os.ErrPermission) {
+		// A directory the caller may not write, holding an object it
+		// may: written in place, as cp(1) would.
+		tmp = dst
+		f, err = gpudirect.Create(dst)
+	}
 	var pe *os.PathError
 	if errors.As(err, &pe) && pe.Path == tmp {
 		pe.Path = dst
@@ -118,10 +125,10 @@ func (j *putJob) run(data []byte, dst string) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
+	if err == nil && tmp != dst {
 		err = os.Rename(tmp, dst)
 	}
-	if err != nil {
+	if err != nil && tmp != dst {
 		os.Remove(tmp)
 	}
 	d := time.Since(start)
