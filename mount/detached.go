@@ -35,19 +35,32 @@ import (
 // handover", never taking it for a handover.
 const letGoVersion = 2
 
-// detachLazily detaches the busy mount, remembering its FUSE connection
-// so that EndDetached can end it.
+// detachLazily detaches the busy mount, or finds it detached already by
+// someone else's umount -l, remembering its FUSE connection so that
+// EndDetached can end it.
 func (m *Mount) detachLazily(busy error) error {
-	if e, ok := mountinfo.At(m.Mountpoint); ok && e.FSType == FSType && e.Source == m.Store {
-		if conn, ok := connectionOf(e); ok {
-			m.detachedConn.Store(&conn)
+	conn := m.conn
+	e, ok := mountinfo.At(m.Mountpoint)
+	if ours := ok && e.FSType == FSType && e.Source == m.Store; ours {
+		if c, ok := connectionOf(e); ok {
+			conn = c
 		}
+		if err := detach(m.Mountpoint); err != nil {
+			return err
+		}
+		m.log.Warn("unmount busy: detached the mount (umount -l); its open files keep working until they close, "+
+			"a second signal or a new `kvfs mount` of the store ends them", zap.Error(busy), zap.Duration("stop_linger", m.StopLinger))
+	} else if conn != "" {
+		// Someone else's umount -l, with files still open on it: the
+		// daemon serves them until they close, as after its own detach.
+		m.log.Warn("the mount was detached already (umount -l), and files are still open on it: they keep working until they close, "+
+			"a second signal or a new `kvfs mount` of the store ends them", zap.Duration("stop_linger", m.StopLinger))
+	} else {
+		return busy
 	}
-	if err := detach(m.Mountpoint); err != nil {
-		return err
+	if conn != "" {
+		m.detachedConn.Store(&conn)
 	}
-	m.log.Warn("unmount busy: detached the mount (umount -l); its open files keep working until they close, "+
-		"a second signal or a new `kvfs mount` of the store ends them", zap.Error(busy), zap.Duration("stop_linger", m.StopLinger))
 	if m.StopLinger > 0 {
 		time.AfterFunc(m.StopLinger, func() {
 			if !m.ended.Load() && !m.served.Load() { // not closed meanwhile

@@ -46,6 +46,9 @@ type Mount struct {
 	// detachedConn is the FUSE connection of the mount a stop detached
 	// while files were open (detached.go); nil while it is attached.
 	detachedConn atomic.Pointer[string]
+	// conn is the mount's FUSE connection as it began serving: what a
+	// stop ends when someone else detached the mount (detached.go).
+	conn string
 	// ended: EndDetached ended that mount with its files still open;
 	// served: the mount's server is done (Wait).
 	ended, served atomic.Bool
@@ -296,6 +299,9 @@ func (m *Mount) serve(fs fuse.RawFileSystem) error {
 
 // serving logs what the mount serves with, and warns of what it lacks.
 func (m *Mount) serving(how string) {
+	if e, ok := mountinfo.At(m.Mountpoint); ok && e.FSType == FSType && e.Source == m.Store {
+		m.conn, _ = connectionOf(e)
+	}
 	m.log.Info(how, zap.String("mountpoint", m.Mountpoint), zap.Int64("capacity", m.Capacity),
 		zap.Bool("passthrough", m.PassthroughActive()), zap.Bool("strict_capacity", m.StrictCapacity),
 		zap.Int64("ram_cache", m.RAMCache))

@@ -459,6 +459,47 @@ func stopHolding(t *testing.T, d *daemon, obj string, data []byte) *os.File {
 	return held
 }
 
+// TestStopAfterSomeoneElsesDetach: a mount someone else detached (umount
+// -l) with a file still open on it is stopped as one the daemon detached
+// itself: the first signal says so, the second ends it. Before, each
+// signal logged "unmount: invalid argument" and the daemon served on
+// until the file closed (an outside tester's finding; the cleanup loops
+// of scripts do exactly this).
+func TestStopAfterSomeoneElsesDetach(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--no-passthrough")
+	obj := filepath.Join(d.mp, "obj")
+	want := objectBytes("obj", 5000)
+	putFile(t, obj, want)
+	held, err := os.Open(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Unmount(d.mp, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !d.printed("the mount was detached already") {
+		t.Fatalf("the first signal did not find the mount detached:\n%s", d.out)
+	}
+	got := make([]byte, len(want))
+	if _, err := held.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the held file before the second signal: %v", err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !d.waitExited() || d.waitErr != nil {
+		t.Fatalf("the second signal did not end the daemon (%v):\n%s", d.waitErr, d.out)
+	}
+	unix.Fadvise(int(held.Fd()), 0, 0, unix.FADV_DONTNEED)
+	if _, err := held.ReadAt(got, 0); err == nil {
+		t.Error("the held file still reads after its mount was ended")
+	}
+}
+
 // TestStopLinger: with --stop-linger, a stop that detached a busy mount
 // ends it by itself once the linger has passed, with the file still
 // held: the daemon saves its checkpoint and exits 0 without a second
