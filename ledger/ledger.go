@@ -197,8 +197,14 @@ func New[K comparable](cfg Config) *Ledger[K] {
 	return l
 }
 
-// Capacity is the configured limit in bytes.
-func (l *Ledger[K]) Capacity() int64 { return l.capacity }
+// Capacity is the configured limit in bytes. SetCapacity may change it
+// while requests are served (a successor's start fits a handed-over
+// ledger to its own capacity after it began to serve).
+func (l *Ledger[K]) Capacity() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.capacity
+}
 
 // Restore adds an inode found in the store at start-up, as most recently
 // used: restore in access order, oldest first. If the store holds more
