@@ -53,6 +53,7 @@ func (s *Server) Serve(m *Metrics, log *zap.Logger) {
 		ErrorLog:            zap.NewStdLog(log),
 		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: 4,
+		EnableOpenMetrics:   true, // for a scraper that asks (Prometheus's default Accept lists it first)
 	}))
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log)}
 	go func() {

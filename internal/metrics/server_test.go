@@ -38,6 +38,20 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(string(body), "\nkvfs_used_bytes 114\n") {
 		t.Errorf("no kvfs_used_bytes 114 in:\n%s", body)
 	}
+	// OpenMetrics when asked, as docs/metrics.md says (it answered
+	// the text format to an outside tester who asked).
+	req, _ := http.NewRequest("GET", "http://"+s.Addr()+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") ||
+		!strings.Contains(string(body), "\nkvfs_used_bytes 114.0\n") || !strings.HasSuffix(string(body), "# EOF\n") {
+		t.Errorf("asked for OpenMetrics, got %s:\n%s", ct, body)
+	}
 	s.Close()
 	again, err := Listen(s.Addr())
 	if err != nil {
