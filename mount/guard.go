@@ -74,7 +74,7 @@ type Guard struct {
 // unmount` (or the next `kvfs mount` of the store) to free it, and its
 // passthrough writers go on writing into the store.
 func startGuard(bin string, o Options) (*Guard, error) {
-	closeOnExec()
+	CloseOnExec()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -113,13 +113,14 @@ func (g *Guard) mounted(mp string) error {
 	return err
 }
 
-// closeOnExec marks every descriptor of the process close-on-exec, so the
-// guard inherits none but its pipe: the guard starts before go-fuse opens
+// CloseOnExec marks every descriptor of the process close-on-exec, so a
+// program it starts inherits none but those it passes (exec.Cmd's
+// ExtraFiles). The guard inherits none but its pipe: the guard starts before go-fuse opens
 // /dev/fuse (without O_CLOEXEC; a guard holding it would keep a dead
 // daemon's connection alive), but a descriptor the daemon itself
 // inherited without the flag would otherwise stay open in the guard for
 // as long as it runs.
-func closeOnExec() {
+func CloseOnExec() {
 	ents, _ := os.ReadDir("/proc/self/fd")
 	for _, e := range ents {
 		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {

@@ -529,6 +529,14 @@ func TestHandoverAsSystemdReload(t *testing.T) {
 	}
 	defer logFile.Close()
 	reload.Stdout, reload.Stderr = logFile, logFile
+	// A descriptor the command inherits, on the very mount it takes
+	// over (a shell's `exec 7<obj.data`), at 5: past the report pipe's 3.
+	held, err := os.Open(filepath.Join(mp, "obj.data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	reload.ExtraFiles = []*os.File{logFile, logFile, held}
 	if err := reload.Run(); err != nil {
 		out, _ := os.ReadFile(logPath)
 		t.Fatalf("kvfs mount --background: %v\n%s", err, out)
@@ -544,6 +552,14 @@ func TestHandoverAsSystemdReload(t *testing.T) {
 	}
 	if !d.waitExited() || d.waitErr != nil {
 		t.Fatalf("the old daemon did not exit 0: %v", d.waitErr)
+	}
+	// The new daemon holds none of it: it kept that mount busy at the
+	// unmount (an outside tester's finding).
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		if target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); strings.HasPrefix(target, mp+"/") {
+			t.Errorf("the new daemon holds %s at descriptor %s, inherited from the command that started it", target, fd.Name())
+		}
 	}
 	if strings.Contains(d.out.String(), "STOPPING") {
 		t.Fatal("the old daemon said STOPPING=1")

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/kvfs/kvfs/internal/usageerr"
+	"github.com/kvfs/kvfs/mount"
 )
 
 // backgroundChildEnv marks the daemon a --background parent started;
@@ -30,6 +31,10 @@ func background(stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The daemon runs on for days: a descriptor this command inherited
+	// (a shell's `exec 7<file` on the very mount it takes over) would
+	// stay open in it, and keep that mount busy at its unmount.
+	mount.CloseOnExec()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
