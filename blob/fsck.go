@@ -33,7 +33,7 @@ func Fsck(dir string, repair bool, charge func(size int64) int64) (FsckReport, e
 
 // FsckWith is Fsck reporting its walk's progress to p (nil: to nobody).
 func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress) (FsckReport, error) {
-	var rep FsckReport
+	rep := FsckReport{Problems: []string{}} // [] in JSON when there are none
 	if !IsStore(dir) {
 		return rep, notStoref("%s is not a kvfs store (no %s)", dir, FormatName)
 	}

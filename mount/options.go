@@ -121,7 +121,7 @@ func DefaultStore(mountpoint string) string {
 	return filepath.Join(filepath.Dir(clean), filepath.Base(clean)+".kvfs-store")
 }
 
-// ParseSize reads a size: plain bytes, or a number with K, M, G or T, with
+// ParseSize reads a size: plain bytes, or a number with K, M, G, T or P, with
 // or without "iB" or "B" (all binary: 64MiB, 64M and 64MB are 64<<20).
 func ParseSize(s string) (int64, error) {
 	upper := strings.ToUpper(strings.TrimSpace(s))
@@ -143,7 +143,7 @@ func ParseSize(s string) (int64, error) {
 	}
 	v, err := strconv.ParseUint(upper[:digits], 10, 63)
 	if err != nil || unit == "?" {
-		return 0, usagef("bad size %q: want bytes or a number with K, M, G or T (like 64MiB or 10G)", s)
+		return 0, usagef("bad size %q: want bytes or a number with K, M, G, T or P (like 64MiB or 10G)", s)
 	}
 	if shift > 0 && v > (1<<63-1)>>shift {
 		return 0, usagef("size %q is too large", s)

@@ -196,7 +196,7 @@ func locate(mountpoint string) (string, mountinfo.Entry, error) {
 		return "", e, usagef("%s is not mounted", mp)
 	}
 	if e.FSType != FSType {
-		return "", e, usagef("%s is a %s mount, not kvfs", mp, e.FSType)
+		return "", e, usagef("%s is mounted as %s, not kvfs", mp, e.FSType)
 	}
 	if uid, ok := mountOwner(e); ok && os.Geteuid() != 0 && os.Geteuid() != uid {
 		return "", e, fmt.Errorf("%s was mounted by uid %d: only that user or root may unmount it", mp, uid)

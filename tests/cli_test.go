@@ -225,6 +225,7 @@ func TestStatsNotKvfs(t *testing.T) {
 	requireUsageError(t, runKvfs(t, "stats", filepath.Join(dir, "nope")), "nope")
 	requireUsageError(t, runKvfs(t, "stats"), "MOUNTPOINT")
 	requireUsageError(t, runKvfs(t, "unmount", dir), dir, "not mounted")
+	requireUsageError(t, runKvfs(t, "nosuchcmd", dir), "unknown command", "nosuchcmd", "kvfs -h")
 }
 
 // TestMountinfoType: the mount is type fuse.kvfs with the store as its

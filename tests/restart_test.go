@@ -139,6 +139,9 @@ func requireCleanFsck(t *testing.T, store string, st kvfsStats) {
 	if res.code != 0 || len(rep.Problems) != 0 {
 		t.Fatalf("fsck: exit %d, problems %q, stderr %q", res.code, rep.Problems, res.stderr)
 	}
+	if !strings.Contains(res.stdout, `"problems":[]`) && !strings.Contains(res.stdout, `"problems": []`) {
+		t.Errorf("fsck --json of a clean store: %s; want \"problems\": [], not null", res.stdout)
+	}
 	if rep.Objects != st.Objects || rep.Bytes != st.UsedBytes {
 		t.Errorf("fsck counts %d objects / %d bytes, the mount had %d / %d", rep.Objects, rep.Bytes, st.Objects, st.UsedBytes)
 	}

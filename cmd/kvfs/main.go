@@ -35,6 +35,8 @@ const usage = `usage:
   kvfs fsck --store DIR [--repair] [--json] [--progress-interval D]
   kvfs cat --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] PATH...
   kvfs put --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] SRC DST
+  kvfs STORE MOUNTPOINT -o OPTION[,OPTION...]
+      (mount(8)'s form, for fstab's fuse.kvfs: the mount flags as options)
 Run "kvfs COMMAND -h" for a command's flags.`
 
 func main() {
@@ -69,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, usage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "kvfs: unknown command %q\n%s\n", args[0], usage)
+		fmt.Fprintf(stderr, "kvfs: unknown command %q (commands: mount, unmount, stats, fsck, cat, put; `kvfs -h` for usage)\n", args[0])
 		return 2
 	}
 	err := cmd(args[1:], stdout)

@@ -27,7 +27,7 @@ func newMountFlags() *mountFlags {
 	m := &mountFlags{fs: flag.NewFlagSet("mount", flag.ContinueOnError)}
 	fs, o := m.fs, &m.opts
 	fs.StringVar(&o.Store, "store", "", "store directory (default: MOUNTPOINT.kvfs-store beside the mount point)")
-	fs.Var(sizeFlag{&o.Capacity}, "capacity", "capacity, like 64GiB (default: 90% of the store's free space)")
+	fs.Var(sizeFlag{&o.Capacity}, "capacity", "capacity, like 64GiB (default: 90% of the store disk's free space plus what the store already holds)")
 	fs.DurationVar(&o.Grace, "grace", mount.DefaultGrace, "how long a just-closed object is safe from eviction")
 	fs.DurationVar(&o.WaitLimit, "wait-limit", mount.DefaultWaitLimit, "how long a write waits for space before ENOSPC (0: not at all)")
 	fs.Var(sizeFlag{&o.WriteReserve}, "write-reserve", "the least space a writer is admitted when it opens, like 64MiB (default 0: the largest recently stored object)")
