@@ -361,6 +361,32 @@ func deadGuard(store string) (int, bool) {
 	}
 }
 
+// CloseHeldOn closes this process's descriptors on the mount at mp, if
+// any: ones it inherited (a shell's `exec 7<MP/obj` before a foreground
+// `kvfs mount` that takes MP over) would stay open in the daemon for its
+// whole life and keep its own mount busy at its unmount. It reads the
+// descriptors' mounts from /proc/self/fdinfo, asking the mount nothing:
+// its daemon may be hung or dead.
+func CloseHeldOn(mp string) {
+	e, ok := mountinfo.At(mp)
+	if !ok || !strings.HasPrefix(e.FSType, "fuse") {
+		return
+	}
+	ents, _ := os.ReadDir("/proc/self/fdinfo")
+	for _, ent := range ents {
+		fd, err := strconv.Atoi(ent.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		info, _ := os.ReadFile(filepath.Join("/proc/self/fdinfo", ent.Name()))
+		for _, line := range strings.Split(string(info), "\n") {
+			if id, ok := strings.CutPrefix(line, "mnt_id:"); ok && strings.TrimSpace(id) == strconv.Itoa(e.ID) {
+				unix.Close(fd)
+			}
+		}
+	}
+}
+
 // heldOnMounts says whether a process holds a file of one of the mounts
 // with the given IDs, and which: /proc/PID/fdinfo names each
 // descriptor's mount, which stays its own when the mount is detached

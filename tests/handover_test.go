@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -726,4 +727,62 @@ func TestHandoverKeepsAllowOther(t *testing.T) {
 			d.stop()
 		})
 	}
+}
+
+// A foreground `kvfs mount` that takes a mount over from a shell holding
+// one of its files (`exec 7<MP/obj`) does not keep that descriptor: held
+// by the new daemon for its whole life, it kept the daemon's own mount
+// busy at its unmount (`kvfs mount --background` marks what it inherits
+// close-on-exec; a foreground daemon is the process that inherited it).
+func TestHandoverDropsInheritedFiles(t *testing.T) {
+	requireRoot(t)
+	_, mp, store := mountDirs(t)
+	flags := []string{"--store", store, "--capacity", "16MiB"}
+	old := startDaemon(t, mp, flags...)
+	obj := filepath.Join(mp, "obj.data")
+	putFile(t, obj, objectBytes(obj, 5000))
+	held, err := os.Open(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	out := &lockedBuffer{}
+	cmd := exec.Command(kvfsBin, append(append([]string{"mount"}, flags...), mp)...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{held} // descriptor 3
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		select {
+		case <-exited:
+		default:
+			cmd.Process.Kill()
+			<-exited
+			unix.Unmount(mp, unix.MNT_DETACH)
+		}
+	}()
+	if !waitFor(func() bool { return strings.Contains(out.String(), "kvfs: serving") }) {
+		t.Fatalf("the new daemon did not take over:\n%s", out)
+	}
+	if !old.waitExited() || old.waitErr != nil {
+		t.Fatalf("the old daemon did not exit 0: %v\n%s", old.waitErr, old.out)
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid))
+	for _, fd := range fds {
+		if target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", cmd.Process.Pid, fd.Name())); target == obj {
+			t.Errorf("the new daemon holds %s at descriptor %s, inherited from the command that started it", target, fd.Name())
+		}
+	}
+	held.Close()
+	if res := runKvfs(t, "unmount", mp); res.code != 0 {
+		t.Fatalf("kvfs unmount: exit %d, %s", res.code, res.stderr)
+	}
+	if err := <-exited; err != nil {
+		t.Fatalf("the new daemon: %v\n%s", err, out)
+	}
+	exited <- nil
 }

@@ -184,6 +184,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 		return err
 	}
 	o.Mountpoint = rest[0]
+	mount.CloseHeldOn(o.Mountpoint)
 	o.Passthrough = !mf.noPassthrough
 	log, err := newLogger(mf.logLevel)
 	if err != nil {
