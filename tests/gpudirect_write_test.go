@@ -429,6 +429,41 @@ func TestGPUDirectPutKilled(t *testing.T) {
 		t.Fatalf("the mount holds %v; want only the killed put's temporary name", es)
 	}
 	assertQuietEqual(t, d)
+	// An object that exists is rewritten in place, as cp does: its inode,
+	// its other names, its owner and its mode stay (a rename made it a
+	// new 0644 object of root's, and left its hard link the old bytes).
+	// So is a name the temporary name's additions would make too long.
+	old := filepath.Join(d.mp, "old.data")
+	putFile(t, old, []byte("old"))
+	if err := os.Chmod(old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(old, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(d.mp, "other-name.data")
+	if err := os.Link(old, other); err != nil {
+		t.Fatal(err)
+	}
+	long := filepath.Join(d.mp, strings.Repeat("n", 250))
+	small := filepath.Join(t.TempDir(), "small")
+	want := objectBytes(small, 3*4096+7)
+	if err := os.WriteFile(small, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var before unix.Stat_t
+	unix.Stat(old, &before)
+	for _, p := range []string{old, long} {
+		if res := runKvfs(t, "put", "--direct", "--verify", small, p); res.code != 0 {
+			t.Fatalf("kvfs put --direct over %s: exit %d, %s", filepath.Base(p)[:min(20, len(filepath.Base(p)))], res.code, res.stderr)
+		}
+		readBackPlain(t, p, want)
+	}
+	var after unix.Stat_t
+	if err := unix.Stat(old, &after); err != nil || after.Ino != before.Ino || after.Mode&0o777 != 0o600 || after.Uid != 65534 || after.Nlink != 2 {
+		t.Fatalf("the rewritten object: inode %d (was %d), mode %o, uid %d, %d links, %v; want them kept", after.Ino, before.Ino, after.Mode&0o777, after.Uid, after.Nlink, err)
+	}
+	readBackPlain(t, other, want)
 	// A directory as DST is refused before anything is written.
 	for _, bad := range []string{d.mp, d.mp + "/"} {
 		if res := runKvfs(t, "put", "--direct", src, bad); res.code != 2 || !strings.Contains(res.stderr, "is a directory") {

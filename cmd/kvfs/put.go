@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvfs/kvfs/gpudirect"
 	"github.com/kvfs/kvfs/internal/usageerr"
+	"golang.org/x/sys/unix"
 )
 
 // putJob is one `kvfs put --direct` run.
@@ -84,15 +85,19 @@ func readSource(src string) ([]byte, error) {
 }
 
 // run writes data to dst over the direct path; the time is from the open
-// through the mount to the rename that publishes the object.
+// through the mount to the object's publish (its close, or the rename).
 //
-// The object is written under a temporary name beside dst and renamed
+// A new object is written under a temporary name beside dst and renamed
 // to dst once whole and admitted: the direct path preallocates the
 // stored file at its full size, so a put killed midway would otherwise
 // leave at dst an object of the right size with zeros where its blocks
 // were still to come. A killed put leaves the temporary name instead,
-// which kvfs evicts like any cold object. Where the caller may write
-// dst but not its directory, dst is written in place.
+// which kvfs evicts like any cold object. An object that exists is
+// rewritten in place, as cp(1) does, keeping its inode, names, owner and
+// mode and the caller's right to write it (a rename would replace all
+// of them, and needs the directory's); killed midway it holds the new
+// bytes written so far and zeros after, at the new size. So is a name
+// too long for the temporary name's additions.
 func (j *putJob) run(data []byte, dst string) error {
 	var dev uintptr
 	if j.gpu != nil {
@@ -103,12 +108,17 @@ func (j *putJob) run(data []byte, dst string) error {
 		defer j.gpu.Free(dev)
 	}
 	start := time.Now()
-	tmp := filepath.Join(filepath.Dir(dst), fmt.Sprintf(".%s.kvfs-put.%d", filepath.Base(dst), os.Getpid()))
-	f, err := gpudirect.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if errors.Is(err, os.ErrPermission) {
-		// A directory the caller may not write, holding an object it
-		// may: written in place, as cp(1) would.
-		tmp = dst
+	tmp := dst
+	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+		if name := fmt.Sprintf(".%s.kvfs-put.%d", filepath.Base(dst), os.Getpid()); len(name) <= unix.NAME_MAX {
+			tmp = filepath.Join(filepath.Dir(dst), name)
+		}
+	}
+	var f *gpudirect.File
+	var err error
+	if tmp != dst {
+		f, err = gpudirect.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	} else {
 		f, err = gpudirect.Create(dst)
 	}
 	var pe *os.PathError
