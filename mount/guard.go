@@ -115,11 +115,11 @@ func (g *Guard) mounted(mp string) error {
 
 // CloseOnExec marks every descriptor of the process close-on-exec, so a
 // program it starts inherits none but those it passes (exec.Cmd's
-// ExtraFiles). The guard inherits none but its pipe: the guard starts before go-fuse opens
-// /dev/fuse (without O_CLOEXEC; a guard holding it would keep a dead
-// daemon's connection alive), but a descriptor the daemon itself
-// inherited without the flag would otherwise stay open in the guard for
-// as long as it runs.
+// ExtraFiles). The guard inherits none but its pipe: the guard starts
+// before go-fuse opens /dev/fuse (without O_CLOEXEC; a guard holding it
+// would keep a dead daemon's connection alive), but a descriptor the
+// daemon itself inherited without the flag would otherwise stay open in
+// the guard for as long as it runs.
 func CloseOnExec() {
 	ents, _ := os.ReadDir("/proc/self/fd")
 	for _, e := range ents {
@@ -368,6 +368,14 @@ func deadGuard(store string) (int, bool) {
 // descriptors' mounts from /proc/self/fdinfo, asking the mount nothing:
 // its daemon may be hung or dead.
 func CloseHeldOn(mp string) {
+	if abs, err := filepath.Abs(mp); err == nil {
+		mp = abs
+		// The parent's links resolved, not the mount point's own: a
+		// look at it would ask its daemon.
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+			mp = filepath.Join(dir, filepath.Base(abs))
+		}
+	}
 	e, ok := mountinfo.At(mp)
 	if !ok || !strings.HasPrefix(e.FSType, "fuse") {
 		return

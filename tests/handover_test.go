@@ -747,7 +747,10 @@ func TestHandoverDropsInheritedFiles(t *testing.T) {
 	}
 	defer held.Close()
 	out := &lockedBuffer{}
-	cmd := exec.Command(kvfsBin, append(append([]string{"mount"}, flags...), mp)...)
+	// The mount point as a user types it, relative to the shell's
+	// directory.
+	cmd := exec.Command(kvfsBin, append(append([]string{"mount"}, flags...), filepath.Base(mp))...)
+	cmd.Dir = filepath.Dir(mp)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{held} // descriptor 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
