@@ -684,7 +684,17 @@ func dialHandover(o Options) *net.UnixConn {
 			}
 			return conn
 		}
-		if !errors.Is(err, unix.ENOENT) || time.Now().After(deadline) {
+		// Refused: a dead daemon's socket, or a live one's between its
+		// bind and its listen (the socket is there a moment before it
+		// takes connections), which holds the store's lock.
+		if errors.Is(err, unix.ECONNREFUSED) {
+			if _, live := StoreHolder(store); !live {
+				return nil
+			}
+		} else if !errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if time.Now().After(deadline) {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)

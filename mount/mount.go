@@ -299,9 +299,6 @@ func (m *Mount) serve(fs fuse.RawFileSystem) error {
 
 // serving logs what the mount serves with, and warns of what it lacks.
 func (m *Mount) serving(how string) {
-	if e, ok := mountinfo.At(m.Mountpoint); ok && e.FSType == FSType && e.Source == m.Store {
-		m.conn, _ = connectionOf(e)
-	}
 	m.log.Info(how, zap.String("mountpoint", m.Mountpoint), zap.Int64("capacity", m.Capacity),
 		zap.Bool("passthrough", m.PassthroughActive()), zap.Bool("strict_capacity", m.StrictCapacity),
 		zap.Int64("ram_cache", m.RAMCache))
@@ -314,6 +311,9 @@ func (m *Mount) serving(how string) {
 	}
 	if m.handover == nil { // a mount that served while loading listens already
 		m.listenHandover()
+	}
+	if e, ok := mountinfo.At(m.Mountpoint); ok && e.FSType == FSType && e.Source == m.Store {
+		m.conn, _ = connectionOf(e)
 	}
 }
 
