@@ -251,12 +251,12 @@ func (c *Core) adoptFound(rel string, walked blob.WalkedFile, known map[uint64]b
 func (c *Core) reconcile(id blob.ID) bool {
 	before, _, _ := c.ledger.Size(id)
 	var st unix.Stat_t
-	var ino uint64
+	var replaced bool
 	err, proven := c.retryMoved(func() (err error) {
 		c.mu.RLock()
 		defer c.mu.RUnlock()
 		st, err = c.store.Stat(id)
-		ino = c.store.Ino(id)
+		replaced = err == nil && c.replacedLocked(id, st.Ino)
 		return err
 	})
 	var drops []Drop
@@ -269,7 +269,7 @@ func (c *Core) reconcile(id blob.ID) bool {
 	case errors.Is(err, unix.ENOENT):
 		drops = c.vanishedLocked(id, err)
 	case err != nil:
-	case ino != 0 && st.Ino != ino:
+	case replaced:
 		// Its name holds another file: a rename over it under way (the
 		// commit follows), or a replacement behind kvfs's back, which
 		// the audit finds by inode. Its size says nothing of id's.

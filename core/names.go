@@ -73,17 +73,17 @@ func (c *Core) lookup(parent blob.ID, name string) (e blob.Entry, a Attr, stale 
 		return e, a, false, err
 	}
 	a, stale, err = c.fileAttrLocked(e.ID, nil)
-	if stale && err == nil && c.replacedLocked(e.ID, &a) {
+	if stale && err == nil && c.replacedLocked(e.ID, a.Ino) {
 		return e, a, false, errReplaced
 	}
 	return e, a, stale, err
 }
 
-// replacedLocked says whether a, read by id's stored path, is another
+// replacedLocked says whether ino, read by id's stored path, is another
 // file's than the one the index holds for id; mu held (shared at least).
-func (c *Core) replacedLocked(id blob.ID, a *Attr) bool {
-	ino := c.store.Ino(id)
-	return ino != 0 && a.Ino != ino
+func (c *Core) replacedLocked(id blob.ID, ino uint64) bool {
+	known := c.store.Ino(id)
+	return known != 0 && ino != known
 }
 
 // fileAttrLocked reads a file's attributes, through f when given; mu held

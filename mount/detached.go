@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/kvfs/kvfs/internal/mountinfo"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -40,8 +39,7 @@ const letGoVersion = 2
 // EndDetached can end it.
 func (m *Mount) detachLazily(busy error) error {
 	conn := m.conn
-	e, ok := mountinfo.At(m.Mountpoint)
-	if ours := ok && e.FSType == FSType && e.Source == m.Store; ours {
+	if e, ours := m.ownEntry(); ours {
 		if c, ok := connectionOf(e); ok {
 			conn = c
 		}

@@ -386,13 +386,25 @@ func CloseHeldOn(mp string) {
 		if err != nil || fd <= 2 {
 			continue
 		}
-		info, _ := os.ReadFile(filepath.Join("/proc/self/fdinfo", ent.Name()))
-		for _, line := range strings.Split(string(info), "\n") {
-			if id, ok := strings.CutPrefix(line, "mnt_id:"); ok && strings.TrimSpace(id) == strconv.Itoa(e.ID) {
-				unix.Close(fd)
-			}
+		if id, ok := descriptorMount(filepath.Join("/proc/self/fdinfo", ent.Name())); ok && id == strconv.Itoa(e.ID) {
+			unix.Close(fd)
 		}
 	}
+}
+
+// descriptorMount is the ID of the mount of the descriptor whose
+// /proc/PID/fdinfo/FD is path.
+func descriptorMount(path string) (string, bool) {
+	info, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if id, ok := strings.CutPrefix(line, "mnt_id:"); ok {
+			return strings.TrimSpace(id), true
+		}
+	}
+	return "", false
 }
 
 // heldOnMounts says whether a process holds a file of one of the mounts
@@ -405,15 +417,7 @@ func heldOnMounts(ids map[string]bool) (int, bool) {
 		return 0, false
 	}
 	return anyDescriptor("fdinfo", func(path string) bool {
-		info, err := os.ReadFile(path)
-		if err != nil {
-			return false
-		}
-		for _, line := range strings.Split(string(info), "\n") {
-			if id, ok := strings.CutPrefix(line, "mnt_id:"); ok && ids[strings.TrimSpace(id)] {
-				return true
-			}
-		}
-		return false
+		id, ok := descriptorMount(path)
+		return ok && ids[id]
 	})
 }

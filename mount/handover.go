@@ -657,11 +657,8 @@ func exited(pid int, limit time.Duration, late func(pfd int)) bool {
 // mount point, if one does and takes handovers.
 func dialHandover(o Options) *net.UnixConn {
 	e, ok := mountinfo.At(o.Mountpoint)
-	if !ok || e.FSType != FSType {
-		return nil
-	}
 	store, err := filepath.Abs(o.Store)
-	if err != nil || e.Source != store {
+	if !ok || err != nil || !ofStore(e, store) {
 		return nil
 	}
 	// A daemon makes its socket just after its mount appears

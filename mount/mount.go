@@ -312,7 +312,7 @@ func (m *Mount) serving(how string) {
 	if m.handover == nil { // a mount that served while loading listens already
 		m.listenHandover()
 	}
-	if e, ok := mountinfo.At(m.Mountpoint); ok && e.FSType == FSType && e.Source == m.Store {
+	if e, ok := m.ownEntry(); ok {
 		m.conn, _ = connectionOf(e)
 	}
 }
@@ -607,11 +607,21 @@ func zombie(pid int) bool {
 func mountsOfStore(mounts []mountinfo.Entry, store string) []mountinfo.Entry {
 	var out []mountinfo.Entry
 	for _, e := range mounts {
-		if e.FSType == FSType && e.Source == store {
+		if ofStore(e, store) {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// ofStore says whether e is a kvfs mount of store (an absolute path).
+func ofStore(e mountinfo.Entry, store string) bool { return e.FSType == FSType && e.Source == store }
+
+// ownEntry is the mount at the mount point, if it is a kvfs mount of
+// this store: not once someone detached it.
+func (m *Mount) ownEntry() (mountinfo.Entry, bool) {
+	e, ok := mountinfo.At(m.Mountpoint)
+	return e, ok && ofStore(e, m.Store)
 }
 
 // CheckInvariants checks the ledger's invariants; tests call it.
