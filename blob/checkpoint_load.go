@@ -222,6 +222,7 @@ func (c *cpLoad) parseDirs(r *cpReader) error {
 			}
 			cd.d, cd.path = c.s.dirs[RootID], "."
 			cd.d.kids = newKids(int(names))
+			c.s.dirsChanged()
 			continue
 		}
 		if uint64(parent) >= uint64(i) || !validName(name) {

@@ -260,6 +260,7 @@ func (s *Store) ApplyHandover(d *Delta) {
 				dd.parent.kids.del(dd.name)
 			}
 			dd.parent, dd.name = parent, r.Name
+			s.dirsChanged()
 		} else {
 			dd = &dir{id: r.ID, parent: parent, name: r.Name, kids: newKids(0)}
 			s.dirs[r.ID] = dd

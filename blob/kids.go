@@ -5,6 +5,7 @@ import (
 	"iter"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -26,6 +27,9 @@ type kids struct {
 	depth uint8
 	slots []*bucket
 	n     int
+	// gen counts the changes of names here (see Version); read without
+	// the owner's lock.
+	gen atomic.Uint64
 }
 
 type bucket struct {
@@ -87,6 +91,7 @@ func (k *kids) set(name string, id ID) bool {
 	b := k.slots[k.slot(h)]
 	n := len(b.names)
 	b.names[name] = id // one hash of the name, not a lookup and then a store
+	k.gen.Add(1)
 	if len(b.names) == n {
 		return false
 	}
@@ -104,6 +109,7 @@ func (k *kids) del(name string) {
 	if _, ok := b.names[name]; ok {
 		delete(b.names, name)
 		k.n--
+		k.gen.Add(1)
 	}
 }
 

@@ -332,6 +332,7 @@ func (s *Store) RemoveDir(parent ID, name string, id ID) {
 		d.kids.del(name)
 	}
 	delete(s.dirs, id)
+	s.dirsChanged()
 }
 
 // IsDir says whether id is a directory of the index.

@@ -108,6 +108,7 @@ func (s *Store) CommitRename(p RenamePlan) (replaced ID, lost []Name) {
 	if dstHere {
 		if _, isDir := s.dirs[p.Dst]; isDir {
 			delete(s.dirs, p.Dst)
+			s.dirsChanged()
 			to.kids.del(p.To.Name)
 		} else {
 			s.dropName(p.Dst, to, p.To.Name)
@@ -163,6 +164,7 @@ func (s *Store) moveName(id ID, from *dir, name string, to *dir, newName string)
 	to.kids.set(newName, id)
 	if d, ok := s.dirs[id]; ok {
 		d.parent, d.name = to, newName
+		s.dirsChanged()
 		return
 	}
 	s.note(id)

@@ -98,6 +98,9 @@ type Store struct {
 	// and nothing else is.
 	dirs  map[ID]*dir
 	files map[ID]*file
+	// tree counts the changes of directories (one moved or removed, the
+	// index reset or loaded): what every path of a Version rests on.
+	tree atomic.Uint64
 
 	// distrustIntact: see DistrustIntact; set before Load.
 	distrustIntact bool
@@ -373,10 +376,5 @@ func (s *Store) SyncDir(id ID) error {
 	if !ok {
 		return ErrNotFound
 	}
-	f, err := s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
+	return s.SyncPath(rel)
 }

@@ -89,6 +89,7 @@ type DirEntry struct {
 func (s *Store) resetIndex(hint int) {
 	s.dirs = map[ID]*dir{RootID: {id: RootID, kids: newKids(0)}}
 	s.files = make(map[ID]*file, hint)
+	s.dirsChanged()
 }
 
 // Lookup resolves a name in a directory.
@@ -180,19 +181,11 @@ func (s *Store) Ino(id ID) uint64 {
 // reported gone, so kvfs neither serves nor charges it.
 func (s *Store) Stat(id ID) (unix.Stat_t, error) {
 	rel, ok := s.Path(id)
-	_, isDir := s.dirs[id]
 	if !ok {
 		return unix.Stat_t{}, ErrNotFound
 	}
-	want := uint32(unix.S_IFREG)
-	if isDir {
-		want = unix.S_IFDIR
-	}
-	st, err := s.stat(rel)
-	if err == nil && st.Mode&unix.S_IFMT != want {
-		return st, &os.PathError{Op: "stat", Path: rel, Err: unix.ENOENT}
-	}
-	return st, err
+	_, isDir := s.dirs[id]
+	return s.StatKind(rel, isDir)
 }
 
 // Open opens the stored bytes of an existing file.
@@ -201,7 +194,7 @@ func (s *Store) Open(id ID, flags int) (*os.File, error) {
 	if !ok {
 		return nil, ErrNotFound
 	}
-	return s.openBeneath(rel, flags, 0)
+	return s.OpenPath(rel, flags)
 }
 
 // ListPage returns the entries of a directory after the cookie after
@@ -306,6 +299,8 @@ func (s *Store) dropName(id ID, d *dir, name string) {
 		parent = d.id
 		if d.kids.get(name) == id {
 			d.kids.del(name)
+		} else {
+			d.kids.gen.Add(1) // the file's names change all the same
 		}
 	}
 	f := s.files[id]
@@ -334,6 +329,7 @@ func (s *Store) dropDir(d *dir) (vanished []ID) {
 		}
 	}
 	delete(s.dirs, d.id)
+	s.dirsChanged()
 	return vanished
 }
 

@@ -38,8 +38,10 @@
 //	checkpointer.mu       one checkpoint at a time
 //	Core.mu               the index and which objects the ledger holds:
 //	                      shared by readers (lookup, list, open by name,
-//	                      stat), exclusive only to commit a change of
-//	                      names or an eviction's drop, in memory. An
+//	                      stat) while they read the index, not across
+//	                      their syscalls (stored.go), exclusive only to
+//	                      commit a change of names or an eviction's
+//	                      drop, in memory. An
 //	                      admission that fits in free space (the ledger's
 //	                      ...Free methods) takes no namespace lock at all.
 //	Core.writersMu        open writers: counts, sizes, the poller's list
@@ -294,6 +296,9 @@ type counters struct {
 	// releasing counts releases begun and not yet ended: a handle's pin
 	// is dropped before its object is published (Handle.Release).
 	releasing atomic.Int64
+	// readsRedone counts reads of the store made again under the lock
+	// (readStored).
+	readsRedone atomic.Int64
 }
 
 // LoadReport is what start-up found, with the bytes it charged.

@@ -179,9 +179,7 @@ func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 func (c *Core) openStored(id blob.ID, flags int, via func(int) (*os.File, error)) (*os.File, error) {
 	var f *os.File
 	err, proven := c.retryMoved(func() (err error) {
-		c.mu.RLock()
-		defer c.mu.RUnlock()
-		f, err = c.store.Open(id, flags)
+		f, err = c.openPath(id, flags)
 		return err
 	})
 	switch {

@@ -60,20 +60,38 @@ func (c *Core) Listed(parent blob.ID, name string) (blob.Entry, Attr, error) {
 // it (lookup).
 var errReplaced = errors.New("the stored name holds another file")
 
-// lookup is Lookup under the shared lock; stale says the stored file
-// disagrees with the ledger and must be reconciled.
+// lookup is Lookup, its syscall made without the lock (readStored);
+// stale says the stored file disagrees with the ledger and must be
+// reconciled.
 func (c *Core) lookup(parent blob.ID, name string) (e blob.Entry, a Attr, stale bool, err error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if e, err = c.store.Lookup(parent, name); err != nil {
+	var rel string
+	var known uint64
+	var indexErr error
+	err = c.readStored(func(vs *versions) error {
+		var v blob.Version
+		e, v, indexErr = c.store.LookupVersion(parent, name)
+		if indexErr != nil {
+			return indexErr
+		}
+		vs.add(v)
+		r, v, ok := c.store.PathVersion(e.ID)
+		if !ok {
+			indexErr = ErrStale // cannot be: the name is one
+			return indexErr
+		}
+		vs.add(v)
+		rel, a.Links, known = r, c.store.Links(e.ID), c.store.Ino(e.ID)
+		return nil
+	}, func() (err error) {
+		a.Stat_t, err = c.store.StatKind(rel, e.Dir)
+		return err
+	}, nil)
+	if indexErr != nil || e.Dir {
 		return e, a, false, err
 	}
-	if e.Dir {
-		a.Stat_t, err = c.store.Stat(e.ID)
-		return e, a, false, err
-	}
-	a, stale, err = c.fileAttrLocked(e.ID, nil)
-	if stale && err == nil && c.replacedLocked(e.ID, a.Ino) {
+	a, stale, err = c.fileAttr(e.ID, a, err)
+	if stale && err == nil && known != 0 && a.Ino != known {
+		// The stored name holds another file than the index says.
 		return e, a, false, errReplaced
 	}
 	return e, a, stale, err
@@ -86,15 +104,10 @@ func (c *Core) replacedLocked(id blob.ID, ino uint64) bool {
 	return known != 0 && ino != known
 }
 
-// fileAttrLocked reads a file's attributes, through f when given; mu held
-// (shared at least). stale: the stored size or presence disagrees with
-// the ledger while no writer is open.
-func (c *Core) fileAttrLocked(id blob.ID, f *os.File) (a Attr, stale bool, err error) {
-	if f != nil {
-		err = unix.Fstat(int(f.Fd()), &a.Stat_t)
-	} else {
-		a.Stat_t, err = c.store.Stat(id)
-	}
+// fileAttr completes the attributes a of file id, read from its stored
+// file (err: how that read failed), from the ledger. stale: the stored
+// size or presence disagrees with the ledger while no writer is open.
+func (c *Core) fileAttr(id blob.ID, a Attr, err error) (Attr, bool, error) {
 	switch {
 	case errors.Is(err, syscall.ENOENT):
 		return a, true, ErrNotFound
@@ -111,7 +124,7 @@ func (c *Core) fileAttrLocked(id blob.ID, f *os.File) (a Attr, stale bool, err e
 	if size != a.Size && c.ledger.Writers(id) == 0 {
 		return a, true, nil
 	}
-	a.Charge, a.Links = charge, c.store.Links(id)
+	a.Charge = charge
 	return a, false, nil
 }
 
@@ -138,9 +151,28 @@ func (c *Core) Getattr(id blob.ID, f *os.File) (Attr, error) {
 }
 
 func (c *Core) getattr(id blob.ID, f *os.File) (Attr, bool, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.fileAttrLocked(id, f)
+	var a Attr
+	var rel string
+	err := c.readStored(func(vs *versions) error {
+		a.Links = c.store.Links(id)
+		if f != nil {
+			return nil // read through f: no path
+		}
+		r, v, ok := c.store.PathVersion(id)
+		if !ok {
+			return ErrNotFound
+		}
+		rel = r
+		vs.add(v)
+		return nil
+	}, func() (err error) {
+		if f != nil {
+			return unix.Fstat(int(f.Fd()), &a.Stat_t)
+		}
+		a.Stat_t, err = c.store.StatKind(rel, false)
+		return err
+	}, nil)
+	return c.fileAttr(id, a, err)
 }
 
 // IsDir says whether id is a directory (false for a file, and for an
@@ -152,10 +184,12 @@ func (c *Core) IsDir(id blob.ID) bool {
 }
 
 // DirAttr reads a directory's attributes.
-func (c *Core) DirAttr(id blob.ID) (unix.Stat_t, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.store.Stat(id)
+func (c *Core) DirAttr(id blob.ID) (st unix.Stat_t, err error) {
+	err = c.onStored(id, func(rel string, dir bool) (err error) {
+		st, err = c.store.StatKind(rel, dir)
+		return err
+	}, nil)
+	return st, err
 }
 
 // ListPage returns a page of a directory's entries after the cookie
@@ -185,9 +219,7 @@ func (c *Core) Mkdir(parent blob.ID, name string, mode uint32, who blob.Owner) (
 	if err != nil {
 		return 0, unix.Stat_t{}, err
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	st, err := c.store.Stat(id)
+	st, err := c.DirAttr(id)
 	return id, st, err
 }
 
@@ -481,9 +513,16 @@ var testHookRenamed func()
 
 // SyncDir makes a directory's entries durable.
 func (c *Core) SyncDir(id blob.ID) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.store.SyncDir(id)
+	return c.onStored(id, func(rel string, _ bool) error { return c.store.SyncPath(rel) }, nil)
+}
+
+// openPath opens id's stored file by its path (see readStored).
+func (c *Core) openPath(id blob.ID, flags int) (f *os.File, err error) {
+	err = c.onStored(id, func(rel string, _ bool) (err error) {
+		f, err = c.store.OpenPath(rel, flags)
+		return err
+	}, func() { f.Close() })
+	return f, err
 }
 
 // BackingPath is the absolute path of an object's stored file, for
@@ -501,9 +540,7 @@ func (c *Core) BackingPath(id blob.ID) (string, bool) {
 // OpenStored opens an inode's stored file by its name, for changes of
 // its attributes (mode, owner, times).
 func (c *Core) OpenStored(id blob.ID, flags int) (*os.File, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	f, err := c.store.Open(id, flags)
+	f, err := c.openPath(id, flags)
 	if errors.Is(err, ErrNotFound) {
 		return nil, ErrStale
 	}

@@ -65,8 +65,16 @@ func (m *RWMutex) RUnlock() {
 	m.mu.RUnlock()
 }
 
-// TryRLock never waits, so it cannot deadlock: it is not checked, and
-// what it takes is recorded.
+// TryLock and TryRLock never wait, so they cannot deadlock: they are not
+// checked, and what they take is recorded.
+func (m *RWMutex) TryLock() bool {
+	if !m.mu.TryLock() {
+		return false
+	}
+	record(m.rank, 0, m)
+	return true
+}
+
 func (m *RWMutex) TryRLock() bool {
 	if !m.mu.TryRLock() {
 		return false
