@@ -12,7 +12,7 @@ export KVFS_BIN := $(abspath $(BIN))
 TESTSUM := bin/testsummary
 RESULTS := bin/test-results
 
-.PHONY: all build run test unit third-party third-party-check fuse integration fuzz bench vet clean install s3server testsummary
+.PHONY: all build run test unit third-party third-party-check fuse integration fuzz bench kit vet clean install s3server testsummary
 
 all: build
 
@@ -73,6 +73,17 @@ integration: build testsummary
 
 bench: build
 	$(GO) run ./cmd/kvfs-bench $(ARGS)
+
+# The bench for a machine without Go (a lent GPU machine): static builds
+# of kvfs, the bench and both loopbacks in $(KIT), run there as
+#   KVFS_BIN=$(KIT)/kvfs $(KIT)/kvfs-bench --loopback-bin $(KIT) ARGS
+KIT ?= bin/kit
+kit:
+	mkdir -p $(KIT)
+	for p in kvfs:./cmd/kvfs kvfs-bench:./cmd/kvfs-bench loopkp:./cmd/kvfs-bench/loopkp \
+		loopback:github.com/hanwen/go-fuse/v2/example/loopback; do \
+		CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(KIT)/$${p%%:*} $${p#*:} || exit 1; done
+	@echo "run: KVFS_BIN=$(KIT)/kvfs $(KIT)/kvfs-bench --loopback-bin $(KIT) [flags]"
 
 clean:
 	rm -rf bin

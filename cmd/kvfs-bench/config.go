@@ -31,6 +31,7 @@ type config struct {
 	restartRounds              int
 	restartParent              string
 	mountTimeout               time.Duration
+	loopbackBin                string
 	overloadDur, turnoverDur   time.Duration
 	threadsDur                 time.Duration
 }
@@ -82,6 +83,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.DurationVar(&c.turnoverDur, "turnover-duration", 5*time.Second, "length of each turnover measurement (2 protocols x 2 caches)")
 	fs.DurationVar(&c.threadsDur, "threads-duration", time.Second, "length of each thread-row measurement (4 operations x 3 thread counts x 3 targets x rounds)")
 	fs.DurationVar(&c.mountTimeout, "mount-timeout", 3*time.Minute, "how long a mount may take to appear")
+	fs.StringVar(&c.loopbackBin, "loopback-bin", "", "directory holding prebuilt loopback and loopkp binaries (make kit), for a machine without Go (default: build them)")
 	c.capacity, c.warmBytes, c.ramCache = 16<<30, 1<<30, 1<<30
 	if err := fs.Parse(args); err != nil {
 		return nil, err

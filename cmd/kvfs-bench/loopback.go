@@ -32,11 +32,16 @@ type loopFS struct {
 	only              map[string]bool
 }
 
-// mountLoop builds and mounts l over a directory of its own in the work
-// directory; its teardown unmounts it.
+// mountLoop builds (or takes from --loopback-bin) and mounts l over a
+// directory of its own in the work directory; its teardown unmounts it.
 func (b *bench) mountLoop(cl *cleanups, l loopFS) (*target, error) {
 	bin := filepath.Join(b.work, l.name)
-	if out, err := exec.Command("go", "build", "-o", bin, l.pkg).CombinedOutput(); err != nil {
+	if b.cfg.loopbackBin != "" {
+		bin = filepath.Join(b.cfg.loopbackBin, l.name)
+		if _, err := os.Stat(bin); err != nil {
+			return nil, fmt.Errorf("--loopback-bin: %v (make kit builds it)", err)
+		}
+	} else if out, err := exec.Command("go", "build", "-o", bin, l.pkg).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building %s: %v: %s", l.pkg, err, out)
 	}
 	orig, mp := filepath.Join(b.work, l.name+"-orig"), filepath.Join(b.work, "mnt-"+l.name)
