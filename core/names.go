@@ -224,13 +224,16 @@ func (c *Core) Mkdir(parent blob.ID, name string, mode uint32, who blob.Owner) (
 }
 
 // Rmdir removes an empty directory. Names dropped from it whose stored
-// names are not unlinked yet are unlinked first.
-func (c *Core) Rmdir(parent blob.ID, name string) error {
+// names are not unlinked yet are unlinked first. It returns the
+// directory's ID and its attributes as it went (with no link left), for
+// those who still hold it (a working directory, an open descriptor).
+func (c *Core) Rmdir(parent blob.ID, name string) (blob.ID, unix.Stat_t, error) {
+	var st unix.Stat_t
 	c.mu.RLock()
 	e, err := c.store.Lookup(parent, name)
 	c.mu.RUnlock()
 	if err != nil {
-		return err
+		return 0, st, err
 	}
 	unlock := c.lockDirs(parent, e.ID)
 	defer unlock()
@@ -240,21 +243,24 @@ func (c *Core) Rmdir(parent blob.ID, name string) error {
 	id, rel, err := c.store.RmdirPath(parent, name)
 	c.mu.RUnlock()
 	if err != nil {
-		return err
+		return 0, st, err
 	}
 	if id != e.ID {
 		// Renamed over between the lookup and the locks: its lock is
 		// not held; the kernel retries what it gets back.
-		return ErrStale
+		return 0, st, ErrStale
 	}
 	c.clearDoomedIn(id)
+	st, _ = c.store.StatKind(rel, true)
 	if err := c.store.RmdirAt(rel); err != nil {
-		return err
+		return 0, st, err
 	}
 	c.mu.Lock()
 	c.store.RemoveDir(parent, name, id)
 	c.mu.Unlock()
-	return nil
+	st.Nlink, st.Size = 0, 0
+	st.Ctim = unix.NsecToTimespec(c.cfg.Now().UnixNano())
+	return id, st, nil
 }
 
 // clearDoomedIn unlinks the doomed names in directory id; its lock and

@@ -37,7 +37,7 @@ type dirStream struct {
 
 func (f *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	id := core.ID(in.NodeId)
-	if !f.core.IsDir(id) {
+	if _, gone := f.gone.get(id); !gone && !f.core.IsDir(id) {
 		return fuse.ENOTDIR
 	}
 	out.Fh = f.dirs.add(&dirStream{id: id, pos: ^uint64(0)})
@@ -48,7 +48,11 @@ func (f *FS) ReleaseDir(in *fuse.ReleaseIn) { f.dirs.take(in.Fh) }
 
 // FsyncDir makes the directory's entries durable (fsync on a directory).
 func (f *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	return f.status("fsyncdir", f.core.SyncDir(core.ID(in.NodeId)))
+	err := f.core.SyncDir(core.ID(in.NodeId))
+	if _, gone := f.gone.get(core.ID(in.NodeId)); gone && err != nil {
+		err = nil // nothing of it is left to make durable: its removal is the parent's
+	}
+	return f.status("fsyncdir", err)
 }
 
 func (f *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {

@@ -77,6 +77,7 @@ type FS struct {
 	dirs    handleTable[*dirStream]
 	objects objects
 	remotes placeholders
+	gone    goneDirs
 	// root: the daemon runs as root, so new inodes go to their callers.
 	root bool
 	// noBacking: the kernel refused a passthrough backing file; the

@@ -104,7 +104,11 @@ func (f *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *f
 }
 
 func (f *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
-	return f.status("rmdir", f.core.Rmdir(core.ID(header.NodeId), name))
+	id, st, err := f.core.Rmdir(core.ID(header.NodeId), name)
+	if err == nil {
+		f.gone.add(id, st)
+	}
+	return f.status("rmdir", err)
 }
 
 // Unlink removes a name; with a shared tier, from the bucket too (see

@@ -86,9 +86,13 @@ func (f *FS) absent(op string, err error, out *fuse.EntryOut) fuse.Status {
 	return fuse.Status(errno)
 }
 
-// Forget: only the remote tier's placeholders live as long as the
-// kernel's lookups of them.
-func (f *FS) Forget(nodeid, nlookup uint64) { f.remotes.forget(core.ID(nodeid), nlookup) }
+// Forget: only the remote tier's placeholders and removed directories
+// live as long as the kernel's lookups of them. (The kernel forgets an
+// inode once, with all its lookups, when it lets it go.)
+func (f *FS) Forget(nodeid, nlookup uint64) {
+	f.remotes.forget(core.ID(nodeid), nlookup)
+	f.gone.forget(core.ID(nodeid))
+}
 
 // attr reads the attributes of node id, through file handle h when given.
 func (f *FS) attr(id core.ID, h *handle) (core.Attr, error) {
@@ -99,6 +103,9 @@ func (f *FS) attr(id core.ID, h *handle) (core.Attr, error) {
 		if f.core.IsDir(id) {
 			st, err := f.core.DirAttr(id)
 			return core.Attr{Stat_t: st}, err
+		}
+		if st, ok := f.gone.get(id); ok {
+			return core.Attr{Stat_t: st}, nil
 		}
 	}
 	return f.fileAttr(id, h)
@@ -144,6 +151,8 @@ func (f *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrO
 	var err error
 	if h == nil && f.core.IsDir(id) {
 		err = f.setDirAttr(id, in)
+	} else if gone, gerr := f.gone.set(id, in); h == nil && gone {
+		err = gerr
 	} else {
 		err = f.setFileAttr(id, h, in)
 	}
