@@ -369,12 +369,3 @@ func underlying(err error) error {
 	}
 	return err
 }
-
-// SyncDir makes a directory's entries durable.
-func (s *Store) SyncDir(id ID) error {
-	rel, ok := s.Path(id)
-	if !ok {
-		return ErrNotFound
-	}
-	return s.SyncPath(rel)
-}

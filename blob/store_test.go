@@ -415,8 +415,8 @@ func TestList(t *testing.T) {
 	if _, err := listAll(s, z, 1); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("List of a file: %v", err)
 	}
-	must(t, "SyncDir", s.SyncDir(d))
-	wantErr(t, "SyncDir of an unknown id", s.SyncDir(5555), ErrNotFound)
+	rel, _ := s.Path(d)
+	must(t, "SyncPath", s.SyncPath(rel))
 	checkIndex(t, s)
 }
 
@@ -461,9 +461,9 @@ func TestOpenDoesNotFollowPlantedSymlinks(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(outside, "hostname")); !bytes.Equal(b, secret) {
 		t.Fatalf("the file outside changed: %q", b)
 	}
-	// SyncDir of a directory that became a symlink fails too.
-	if err := s.SyncDir(d); err == nil {
-		t.Fatal("SyncDir followed a planted symlink")
+	// SyncPath of a directory that became a symlink fails too.
+	if rel, _ := s.Path(d); s.SyncPath(rel) == nil {
+		t.Fatal("SyncPath followed a planted symlink")
 	}
 }
 
