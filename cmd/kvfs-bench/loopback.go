@@ -70,7 +70,7 @@ func (b *bench) mountLoop(cl *cleanups, l loopFS) (*target, error) {
 		}
 	}
 	b.progress("mounted %s (%s) at %s over %s", l.name, l.pkg, mp, orig)
-	return &target{name: l.name, root: mp, only: l.only}, nil
+	return &target{name: l.name, root: mp, only: l.only, pid: cmd.Process.Pid}, nil
 }
 
 func stopLoopback(mp string, cmd *exec.Cmd, exited chan error) {

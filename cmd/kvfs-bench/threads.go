@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,6 +85,14 @@ func (b *bench) threadRows() error {
 				b.threadRow(m, n, j, k.mode, column(samples[b.plain], j), column(samples[k], j), column(samples[b.loopKP], j))
 			}
 		}
+		// Where a store's time goes: a daemon that spends more CPU on
+		// each store than loopkp is bound by its own code; one that
+		// spends as much and stores fewer waits (locks, the kernel).
+		lp := median(column(samples[b.loopKP], threadsCPU))
+		for _, k := range targets[2:] {
+			kv := median(column(samples[k], threadsCPU))
+			b.check("INFO threads %2d %s: daemon CPU per 256 KiB store %.0f us (loopkp %.0f us, %.2fx)", n, k.name, kv, lp, kv/max(lp, 1))
+		}
 	}
 	for _, k := range targets[2:] {
 		kv, lp := stores[k][4]/max(stores[k][1], 1), stores[b.loopKP][4]/max(stores[b.loopKP][1], 1)
@@ -108,9 +119,14 @@ func (b *bench) threadRow(m metric, n, j int, mode string, plain, kvfs, loop []f
 	r.Note = "vs loopback = vs go-fuse loopback with CAP_HANDLE_KILLPRIV_V2 (loopkp)"
 }
 
+// threadsCPU is the column of threadRound's answer that holds the
+// daemon's CPU time per 256 KiB store, in microseconds.
+const threadsCPU = 4
+
 // threadRound measures one target at n threads: stores of 256 KiB and
 // of 4 MiB objects, loads and stats of the 256 KiB ones, each for the
-// configured time; the objects are removed after. Each store phase
+// configured time, and the CPU time the daemon serving it spent on each
+// 256 KiB store (threadsCPU); the objects are removed after. Each store phase
 // stops early once it has stored its share of kvfs's capacity (a
 // quarter for the small objects, which the loads read, half for the
 // large ones, removed before the loads): on a machine fast enough to
@@ -145,6 +161,7 @@ func (b *bench) threadRound(t *target, n int) ([]float64, error) {
 		}
 	}
 	var out []float64
+	var cpu time.Duration
 	for _, op := range []func(i, k int) error{
 		store("s", small, b.cfg.capacity/4),
 		store("l", large, b.cfg.capacity/2),
@@ -162,9 +179,13 @@ func (b *bench) threadRound(t *target, n int) ([]float64, error) {
 			return unix.Stat(name(i, k%made[i], "s"), &st)
 		},
 	} {
+		before := processCPU(t.daemonPID())
 		rate, err := b.parallel(n, op)
 		if err != nil {
 			return nil, err
+		}
+		if len(out) == 0 {
+			cpu = processCPU(t.daemonPID()) - before
 		}
 		out = append(out, rate)
 		if len(out) == 2 { // the large objects: gone before the loads
@@ -179,7 +200,33 @@ func (b *bench) threadRound(t *target, n int) ([]float64, error) {
 			}
 		}
 	}
-	return out, nil
+	stored := 0
+	for _, m := range made {
+		stored += m
+	}
+	return append(out, float64(cpu.Microseconds())/float64(max(stored, 1))), nil
+}
+
+// processCPU is the CPU time process pid has spent, user and system, in
+// the kernel's clock ticks (USER_HZ, 100 on Linux); 0 for pid 0 or one
+// that cannot be read.
+func processCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command, which may hold spaces, in parentheses:
+	// state is the first, utime and stime the 12th and 13th.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 // errEnough is an op's way of saying its thread has done its share.

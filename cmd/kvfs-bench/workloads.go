@@ -21,6 +21,16 @@ type target struct {
 	passthrough string
 	// only, when set, names the workloads the target takes part in.
 	only map[string]bool
+	// pid is a loopback's process (kvfs targets: d's).
+	pid int
+}
+
+// daemonPID is the process serving t; 0 for a plain directory.
+func (t *target) daemonPID() int {
+	if t.d != nil {
+		return t.d.cmd.Process.Pid
+	}
+	return t.pid
 }
 
 func (t *target) runs(workload string) bool { return t.only == nil || t.only[workload] }
