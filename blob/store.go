@@ -229,23 +229,45 @@ func lockStore(dir string) (*os.File, error) {
 
 func (s *Store) openLayout() error {
 	var err error
-	if s.data, err = openDir(filepath.Join(s.dir, DataName)); err != nil {
+	if s.data, err = openDir(filepath.Join(s.dir, DataName), 0o755); err != nil {
 		return err
 	}
 	if s.resolved, err = filepath.EvalSymlinks(s.dir); err != nil {
 		return err
 	}
-	if s.writing, err = openDir(filepath.Join(s.dir, WritingName)); err != nil {
+	if s.writing, err = openDir(filepath.Join(s.dir, WritingName), 0o700); err != nil {
+		return err
+	}
+	if err := private(s.writing); err != nil {
 		return err
 	}
 	return s.openShards()
 }
 
-func openDir(path string) (*os.File, error) {
-	if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+func openDir(path string, mode os.FileMode) (*os.File, error) {
+	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
 	return os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+}
+
+// private takes every permission from group and others on directory d
+// (writing/ and its shards, which a store made before 2026-12-04 has
+// 0755): a marker is a hard link to an object being written, and
+// through it anyone could read (and, as its mode allowed, write) an
+// object in a directory they may not search.
+func private(d *os.File) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+		return &os.PathError{Op: "stat", Path: d.Name(), Err: err}
+	}
+	if st.Mode&0o077 == 0 {
+		return nil
+	}
+	if err := unix.Fchmod(int(d.Fd()), st.Mode&0o700); err != nil {
+		return &os.PathError{Op: "chmod", Path: d.Name(), Err: err}
+	}
+	return nil
 }
 
 // Close releases the store and its lock.

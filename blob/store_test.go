@@ -638,3 +638,54 @@ func randomOp(s *Store, r *rand.Rand, pick func() (ID, string), succeeded *[9]at
 	}
 	return fmt.Errorf("op %d: %w", op, err)
 }
+
+// TestWritingIsPrivate: writing/ and its shards are the daemon's alone. A
+// marker is a hard link to an object being written; with writing/ open
+// to all (0755, as stores were made before), anyone could read an object
+// through it, and write one whose mode let them, in a directory they may
+// not search (an outside tester's finding: another user's object in a
+// 0700 directory, read and appended to). A store made before is mended
+// when it opens.
+func TestWritingIsPrivate(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPrivate := func(when string) {
+		t.Helper()
+		for _, d := range append([]string{WritingName}, shardPaths()...) {
+			fi, err := os.Stat(filepath.Join(dir, d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm()&0o077 != 0 {
+				t.Fatalf("%s: %s is %v, open to others", when, d, fi.Mode().Perm())
+			}
+		}
+	}
+	checkPrivate("a new store")
+	s.Close()
+	for _, d := range append([]string{WritingName}, shardPaths()...) {
+		if err := os.Chmod(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkPrivate("a store made 0755 before, opened again")
+	if fi, err := os.Stat(filepath.Join(dir, DataName)); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("data/ is %v (%v); the mount's root keeps its own mode", fi.Mode().Perm(), err)
+	}
+}
+
+func shardPaths() []string {
+	var ps []string
+	for i := range writingShards {
+		ps = append(ps, filepath.Join(WritingName, shardName(ID(i))))
+	}
+	return ps
+}

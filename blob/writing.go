@@ -29,7 +29,7 @@ func writingName(id ID) string { return strconv.FormatUint(uint64(id), 16) }
 func (s *Store) openShards() error {
 	for i := range s.shards {
 		name := shardName(ID(i))
-		if err := unix.Mkdirat(int(s.writing.Fd()), name, 0o755); err != nil && err != unix.EEXIST {
+		if err := unix.Mkdirat(int(s.writing.Fd()), name, 0o700); err != nil && err != unix.EEXIST {
 			return &os.PathError{Op: "mkdir", Path: filepath.Join(WritingName, name), Err: err}
 		}
 		fd, err := unix.Openat(int(s.writing.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -37,6 +37,9 @@ func (s *Store) openShards() error {
 			return &os.PathError{Op: "open", Path: filepath.Join(WritingName, name), Err: err}
 		}
 		s.shards[i] = os.NewFile(uintptr(fd), filepath.Join(s.writing.Name(), name))
+		if err := private(s.shards[i]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
