@@ -413,20 +413,26 @@ func TestOpenDuringRenameFindsTheObject(t *testing.T) {
 // back: nothing is reconciled, no charge moves, and the lookup answers
 // the new object once the rename commits. Before, each such stat counted
 // a reconciliation and set the old object's charge to the new file's
-// size (an outside tester: 4 warnings in 15 s of stat loops).
+// size (an outside tester: 4 warnings in 15 s of stat loops). The
+// getattr of the old object, which waits for the commit, answers that
+// it is gone (it has no name left), never with the new file's size (an
+// outside tester again: an open racing os.replace got the new file's
+// bytes under the old object's size).
 func TestStatDuringRenameOver(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 64 * mib})
 	old := tc.put("t", 300*kib)
 	tc.put(".w", 100*kib)
 	before := tc.Stats().UsedBytes
-	looked := make(chan error, 1)
+	looked, statted := make(chan error, 1), make(chan error, 1)
 	var got blob.Entry
-	var gotAttr Attr
+	var gotAttr, oldAttr Attr
 	testHookRenamed = func() {
 		testHookRenamed = nil
-		if _, err := tc.Getattr(old, nil); err != nil {
-			t.Errorf("getattr of the object renamed over, mid-rename: %v", err)
-		}
+		go func() {
+			var err error
+			oldAttr, err = tc.Getattr(old, nil)
+			statted <- err
+		}()
 		go func() {
 			var err error
 			got, gotAttr, err = tc.Lookup(blob.RootID, "t")
@@ -439,6 +445,9 @@ func TestStatDuringRenameOver(t *testing.T) {
 	}
 	if err := <-looked; err != nil {
 		t.Fatal(err)
+	}
+	if err := <-statted; !errors.Is(err, ErrStale) && (err != nil || oldAttr.Size != 300*kib) {
+		t.Errorf("getattr of the object renamed over, mid-rename: %v, %d bytes; want ErrStale, or its own 300 KiB", err, oldAttr.Size)
 	}
 	if gotAttr.Size != 100*kib || got.ID == old {
 		t.Errorf("lookup during the rename: id %d size %d, want the renamed object's %d bytes", got.ID, gotAttr.Size, 100*kib)

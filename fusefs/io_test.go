@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfs/kvfs/mount"
 	"golang.org/x/sys/unix"
 )
 
@@ -450,5 +451,83 @@ func TestPassthroughRead(t *testing.T) {
 	mustRead(t, k.path("big"), want)
 	if n := k.M.Stats().FuseRequests["READ"]; n != 0 {
 		t.Errorf("the daemon served %d READ requests of handles that share a passthrough file, want 0", n)
+	}
+}
+
+// TestOpenRacingReplace: one writer publishes objects of varied sizes
+// over one name with rename (os.replace, SGLang's publish) while a reader
+// opens the name, fstats the descriptor and reads it whole: every open
+// reads one whole object whose size its fstat gives (an outside tester,
+// with and without passthrough: about 1 open in 20 read the object
+// published next or before under the other's size, cut short or padded
+// with zeros without passthrough). ESTALE, the kernel's answer when the
+// name changed under its own retry, is the known limit and is counted.
+func TestOpenRacingReplace(t *testing.T) {
+	for _, pt := range []bool{true, false} {
+		t.Run(fmt.Sprintf("passthrough=%v", pt), func(t *testing.T) {
+			k := mountKVFS(t, func(o *mount.Options) { o.Passthrough = pt })
+			name, tmp := k.path("obj"), k.path(".tmp")
+			const publishes = 1500
+			var done atomic.Bool
+			errs := make(chan error, 2)
+			go func() {
+				defer done.Store(true)
+				r := rand.New(rand.NewPCG(1, 2))
+				for n := 1; n <= publishes; n++ {
+					size := 100 + r.IntN(100000)
+					b := bytes.Repeat([]byte{'x'}, size)
+					copy(b, fmt.Sprintf("%d %d\n", n, size))
+					if err := os.WriteFile(tmp, b, 0o644); err != nil {
+						errs <- err
+						return
+					}
+					if err := os.Rename(tmp, name); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+			reads, stale, bad := 0, 0, 0
+			buf := make([]byte, 200000)
+			for !done.Load() {
+				fd, err := unix.Open(name, unix.O_RDONLY, 0)
+				if errors.Is(err, unix.ENOENT) {
+					continue // before the first publish
+				}
+				if errors.Is(err, unix.ESTALE) {
+					stale++
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				var st unix.Stat_t
+				err = unix.Fstat(fd, &st)
+				n, rerr := unix.Pread(fd, buf, 0)
+				unix.Close(fd)
+				if err != nil || rerr != nil {
+					t.Fatalf("fstat: %v, read: %v", err, rerr)
+				}
+				reads++
+				var serial, size int
+				fmt.Sscanf(string(buf[:min(n, 32)]), "%d %d", &serial, &size)
+				if int64(n) != st.Size || size != n {
+					if bad++; bad <= 3 {
+						t.Errorf("open %d: fstat says %d bytes; read %d bytes of object %d (%d bytes)", reads, st.Size, n, serial, size)
+					}
+				}
+			}
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			if reads < 100 {
+				t.Fatalf("only %d reads raced %d publishes: the test raced nothing", reads, publishes)
+			}
+			if bad > 0 {
+				t.Fatalf("%d of %d opens read one object under another's size (%d ESTALE)", bad, reads, stale)
+			}
+			t.Logf("%d opens, each one whole object; %d ESTALE", reads, stale)
+		})
 	}
 }
