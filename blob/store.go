@@ -207,12 +207,19 @@ func (s *Store) KeepMarkers(ids []ID) {
 
 func lockStore(dir string) (*os.File, error) {
 	// Never through a symlink: a planted kvfs.lock would have kvfs
-	// write its PID wherever it points.
-	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	// write its PID wherever it points. The daemon's alone (0600): flock
+	// needs only a descriptor open for reading, so with 0644 any user
+	// could hold the lock and keep every start of the store waiting (an
+	// outside tester's finding); an older store's lock is mended here.
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if errors.Is(err, unix.ELOOP) {
 		return nil, fmt.Errorf("%s is a symbolic link, not the store's lock: remove it", filepath.Join(dir, LockName))
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := private(f); err != nil {
+		f.Close()
 		return nil, err
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
@@ -251,11 +258,11 @@ func openDir(path string, mode os.FileMode) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 }
 
-// private takes every permission from group and others on directory d
-// (writing/ and its shards, which a store made before 2026-12-04 has
-// 0755): a marker is a hard link to an object being written, and
-// through it anyone could read (and, as its mode allowed, write) an
-// object in a directory they may not search.
+// private takes every permission from group and others on d: writing/
+// and its shards, which a store made before 2026-12-04 has 0755 (a
+// marker is a hard link to an object being written, and through it
+// anyone could read, and as its mode allowed write, an object in a
+// directory they may not search), and the lock (see lockStore).
 func private(d *os.File) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(d.Fd()), &st); err != nil {

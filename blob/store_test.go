@@ -639,7 +639,9 @@ func randomOp(s *Store, r *rand.Rand, pick func() (ID, string), succeeded *[9]at
 	return fmt.Errorf("op %d: %w", op, err)
 }
 
-// TestWritingIsPrivate: writing/ and its shards are the daemon's alone. A
+// TestWritingIsPrivate: writing/, its shards and the lock are the
+// daemon's alone (with the lock open to all, any user could flock it and
+// keep the store from starting). A
 // marker is a hard link to an object being written; with writing/ open
 // to all (0755, as stores were made before), anyone could read an object
 // through it, and write one whose mode let them, in a directory they may
@@ -654,7 +656,7 @@ func TestWritingIsPrivate(t *testing.T) {
 	}
 	checkPrivate := func(when string) {
 		t.Helper()
-		for _, d := range append([]string{WritingName}, shardPaths()...) {
+		for _, d := range append([]string{WritingName, LockName}, shardPaths()...) {
 			fi, err := os.Stat(filepath.Join(dir, d))
 			if err != nil {
 				t.Fatal(err)
@@ -666,7 +668,7 @@ func TestWritingIsPrivate(t *testing.T) {
 	}
 	checkPrivate("a new store")
 	s.Close()
-	for _, d := range append([]string{WritingName}, shardPaths()...) {
+	for _, d := range append([]string{WritingName, LockName}, shardPaths()...) {
 		if err := os.Chmod(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
