@@ -167,18 +167,13 @@ func (c *Core) getattrOnce(id blob.ID, f *os.File, check bool) (Attr, bool, erro
 	var a Attr
 	var rel string
 	var known uint64
-	err := c.readStored(func(vs *versions) error {
+	err := c.readStored(func(vs *versions) (err error) {
 		a.Links = c.store.Links(id)
 		if f != nil {
 			return nil // read through f: no path
 		}
-		r, v, ok := c.store.PathVersion(id)
-		if !ok {
-			return ErrNotFound
-		}
-		rel, known = r, c.store.Ino(id)
-		vs.add(v)
-		return nil
+		rel, known, err = c.pathOfFile(id, vs)
+		return err
 	}, func() (err error) {
 		if f != nil {
 			return unix.Fstat(int(f.Fd()), &a.Stat_t)
@@ -568,14 +563,9 @@ func (c *Core) openPath(id blob.ID, flags int) (*os.File, error) {
 func (c *Core) openPathOnce(id blob.ID, flags int) (f *os.File, err error) {
 	var rel string
 	var known uint64
-	err = c.readStored(func(vs *versions) error {
-		r, v, ok := c.store.PathVersion(id)
-		if !ok {
-			return ErrNotFound
-		}
-		rel, known = r, c.store.Ino(id)
-		vs.add(v)
-		return nil
+	err = c.readStored(func(vs *versions) (err error) {
+		rel, known, err = c.pathOfFile(id, vs)
+		return err
 	}, func() (err error) {
 		f, err = c.store.OpenPath(rel, flags)
 		return err
@@ -593,6 +583,18 @@ func (c *Core) openPathOnce(id blob.ID, flags int) (f *os.File, err error) {
 		return nil, errReplaced
 	}
 	return f, nil
+}
+
+// pathOfFile reads file id's stored path and the inode number the index
+// holds for it (0: not known), adding what they rest on to vs; Core.mu
+// held shared.
+func (c *Core) pathOfFile(id blob.ID, vs *versions) (rel string, ino uint64, err error) {
+	rel, v, ok := c.store.PathVersion(id)
+	if !ok {
+		return "", 0, ErrNotFound
+	}
+	vs.add(v)
+	return rel, c.store.Ino(id), nil
 }
 
 // awaitNameChange waits out a change of names under way in the directory
