@@ -48,6 +48,11 @@ type LoadReport struct {
 	// SnapshotTaken is when the checkpoint read was taken (unix
 	// nanoseconds; 0: none).
 	SnapshotTaken int64 `json:"snapshot_taken,omitempty"`
+	// Mounted: stored directories another file system is mounted on
+	// (a user's FUSE server, say), not walked: served empty, and
+	// nothing is made in them; MountedOne names one of them.
+	Mounted    int64  `json:"mounted,omitempty"`
+	MountedOne string `json:"mounted_one,omitempty"`
 }
 
 // ErrStopped: StopLoad stopped the load. It left the store as a crash
@@ -242,6 +247,14 @@ func (l *loader) walk(d *dir, rel string) {
 	l.sem <- struct{}{}
 	ents, err := l.read(rel)
 	<-l.sem
+	if errors.Is(err, unix.EXDEV) {
+		// Another file system is mounted on it (openBeneath never
+		// crosses into one): not the store's, and no reason to fail
+		// the start (an outside tester: a user's FUSE mount on a
+		// stored directory they owned kept the cache from starting).
+		l.count(func(r *LoadReport) { r.Mounted, r.MountedOne = r.Mounted+1, rel })
+		ents, err = nil, nil
+	}
 	if l.s.stopping() {
 		ents, err = nil, ErrStopped
 	}

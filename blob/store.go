@@ -316,9 +316,12 @@ func (s *Store) openBeneath(rel string, flags int, mode uint32) (*os.File, error
 // is made in needs no *os.File (whose making costs a fcntl).
 func (s *Store) openBeneathFd(rel string, flags int, mode uint32) (int, error) {
 	how := unix.OpenHow{
-		Flags:   uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW),
-		Mode:    uint64(mode),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW),
+		Mode:  uint64(mode),
+		// RESOLVE_NO_XDEV: never into a file system mounted beneath
+		// data/ (a user may mount a FUSE server on a stored directory
+		// they own): the daemon would wait on it, or be refused by it.
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
 	}
 	for {
 		fd, err := unix.Openat2(int(s.data.Fd()), rel, &how)

@@ -241,6 +241,10 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		// the one asked for is what it will have.)
 		warnSmallDisk(m.Store, asked, rep.Bytes, m.log)
 	}
+	if rep.Mounted > 0 {
+		m.log.Warn("another file system is mounted on stored directories (a user's FUSE server?): kvfs does not enter them; they show empty and nothing can be made in them until it is unmounted (findmnt lists them)",
+			zap.String("store", m.Store), zap.Int64("dirs", rep.Mounted), zap.String("one", rep.MountedOne))
+	}
 	if rep.TooDeep > 0 {
 		m.log.Warn("the store held paths past PATH_MAX (4,095 bytes under data/), which kvfs cannot serve: removed, with everything beneath them",
 			zap.String("store", m.Store), zap.Int64("entries", rep.TooDeep))

@@ -1,0 +1,95 @@
+package core
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvfs/kvfs/blob"
+	"golang.org/x/sys/unix"
+)
+
+// TestStartWithAMountInTheStore: another file system mounted on a stored
+// directory (a user's FUSE server on a directory they own, which
+// fusermount allows) is never entered: a start, from the checkpoint or
+// by a walk, serves the rest, and the directory shows empty (an outside
+// tester: a user's FUSE mount without allow_other made every start fail
+// with "loading store: open evil/fm: permission denied"; one that never
+// answered hung the daemon's audit for good).
+func TestStartWithAMountInTheStore(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts a tmpfs on a stored directory")
+	}
+	dir := t.TempDir()
+	start := func() (*Core, LoadReport) {
+		t.Helper()
+		store, err := blob.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, rep, err := Open(store, Config{Capacity: 4 * mib})
+		if err != nil {
+			t.Fatalf("start with a file system mounted in the store: %v", err)
+		}
+		c.Start(func(Drop) {})
+		return c, rep
+	}
+	who := blob.Owner{UID: -1, GID: -1}
+	c, _ := start()
+	evil, _, err := c.Mkdir(blob.RootID, "evil", 0o755, who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Mkdir(evil, "fm", 0o755, who); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Create(evil, "x", 0o644, who, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	c.Close()
+
+	fm := filepath.Join(dir, blob.DataName, "evil", "fm")
+	if err := unix.Mount("tmpfs", fm, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("needs root that may mount a tmpfs: %v", err)
+	}
+	defer unix.Unmount(fm, unix.MNT_DETACH)
+	if err := os.WriteFile(filepath.Join(fm, "inside"), []byte("not the store's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, walk := range []bool{false, true} {
+		if walk {
+			if err := os.Remove(filepath.Join(dir, blob.CheckpointName)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, rep := start()
+		ev, _, err := c.Lookup(blob.RootID, "evil")
+		if err != nil {
+			t.Fatalf("walk=%v: %v", walk, err)
+		}
+		evil := ev.ID
+		t.Logf("walk=%v: from the checkpoint %v (%q), %d mounted", walk, rep.FromSnapshot, rep.SnapshotUnused, rep.Mounted)
+		if walk && (rep.Mounted != 1 || rep.MountedOne != "evil/fm") {
+			t.Errorf("walk: %d mounted (%q), want 1 (evil/fm)", rep.Mounted, rep.MountedOne)
+		}
+		if _, _, err := c.Lookup(evil, "x"); err != nil {
+			t.Errorf("walk=%v: the object beside the mount: %v", walk, err)
+		}
+		e, _, err := c.Lookup(evil, "fm")
+		if err != nil || !e.Dir {
+			t.Errorf("walk=%v: the directory mounted on: %v, %v", walk, e, err)
+		} else if _, _, err := c.Lookup(e.ID, "inside"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("walk=%v: a file of the mounted file system: %v, want ErrNotFound", walk, err)
+		}
+		if _, err := c.Audit(); err != nil {
+			t.Errorf("walk=%v: audit: %v", walk, err)
+		}
+		if st := c.Stats(); st.Objects != 1 {
+			t.Errorf("walk=%v: %d objects, want 1", walk, st.Objects)
+		}
+		c.Close()
+	}
+}
