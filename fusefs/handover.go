@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/remote"
+	"golang.org/x/sys/unix"
 )
 
 // A handover (package mount) passes the live FUSE connection to a new
@@ -41,6 +42,13 @@ type DirRecord struct {
 	ID core.ID `json:"id"`
 }
 
+// GoneRecord is a directory removed while the kernel still holds it
+// (goneDirs), with the attributes it answers with.
+type GoneRecord struct {
+	ID core.ID     `json:"id"`
+	St unix.Stat_t `json:"st"`
+}
+
 // PlaceholderRecord is a remote name the kernel has looked up and not
 // forgotten, not installed yet.
 type PlaceholderRecord struct {
@@ -57,6 +65,7 @@ type State struct {
 	Handles      []HandleRecord      `json:"handles,omitempty"`
 	Objects      []ObjectRecord      `json:"objects,omitempty"`
 	Dirs         []DirRecord         `json:"dirs,omitempty"`
+	Gone         []GoneRecord        `json:"gone,omitempty"`
 	Placeholders []PlaceholderRecord `json:"placeholders,omitempty"`
 	NoBacking    bool                `json:"no_backing,omitempty"`
 	// Notices are the kernel notices queued and not sent, in order.
@@ -102,6 +111,11 @@ func (f *FS) Export() (State, []*os.File) {
 		files = append(files, h.File())
 	})
 	f.dirs.each(func(fh uint64, d *dirStream) { st.Dirs = append(st.Dirs, DirRecord{Fh: fh, ID: d.id}) })
+	f.gone.mu.Lock()
+	for id, s := range f.gone.m {
+		st.Gone = append(st.Gone, GoneRecord{ID: id, St: s})
+	}
+	f.gone.mu.Unlock()
 	f.objects.mu.RLock()
 	for _, ob := range f.objects.m {
 		ob.mu.Lock()
@@ -153,6 +167,9 @@ func (f *FS) Import(st State, files []*os.File) error {
 	}
 	for _, d := range st.Dirs {
 		f.dirs.putAt(d.Fh, &dirStream{id: d.ID, pos: ^uint64(0)})
+	}
+	for _, g := range st.Gone {
+		f.gone.add(g.ID, g.St)
 	}
 	for _, p := range st.Placeholders {
 		if f.remote == nil {

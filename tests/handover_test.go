@@ -789,3 +789,37 @@ func TestHandoverDropsInheritedFiles(t *testing.T) {
 	}
 	exited <- nil
 }
+
+// A directory removed while a process holds it answers as ext4's does
+// (fusefs goneDirs), across a handover too: the successor takes the
+// removed directories the kernel still holds over with the handles.
+func TestHandoverKeepsRemovedDirectories(t *testing.T) {
+	d := mountCache(t)
+	dir := filepath.Join(d.mp, "held")
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	d = handOver(t, kvfsBin, d, "--store", d.store)
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	serr := unix.Fsync(fd)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatalf("fstat of a removed directory held across the handover: %v", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Nlink != 0 || st.Mode&0o777 != 0o750 {
+		t.Fatalf("after the handover: mode %o, %d links; want a directory 0750 with none", st.Mode, st.Nlink)
+	}
+	if serr != nil {
+		t.Fatalf("fsync after the handover: %v", serr)
+	}
+	d.stop()
+}
