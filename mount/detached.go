@@ -141,12 +141,14 @@ func (m *Mount) letGo(conn *net.UnixConn, log *zap.Logger, trusted bool) {
 		return
 	}
 	log.Info("a new mount of the store asks this daemon to end its detached mount")
-	if err := m.EndDetached(); err != nil {
-		log.Warn("could not end the detached mount", zap.Error(err))
-		writeJSON(conn, handoverOffer{Version: letGoVersion, Error: err.Error()}, nil)
-		return
-	}
+	// Answered first: once the mount ends, this process writes its
+	// checkpoint and exits, which could come before an answer written
+	// after (the asker then took the closed connection for a no, and
+	// failed; CI met it once). The asker waits for the lock either way.
 	writeJSON(conn, handoverOffer{Version: letGoVersion, PID: os.Getpid()}, nil)
+	if err := m.EndDetached(); err != nil {
+		log.Warn("could not end the detached mount; the new mount waits for it to close its files", zap.Error(err))
+	}
 }
 
 // askToLetGo asks the daemon holding store, which mounts it nowhere, to

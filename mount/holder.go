@@ -3,6 +3,7 @@ package mount
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -92,8 +93,11 @@ func lockHolder(locks string, st unix.Stat_t) (int, bool) {
 // or on its way in: it took the lock and has not mounted yet.
 func mounting(pid int, store string) bool {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false // exited: its lock goes with it, soon if not yet
+	}
 	if err != nil {
-		return true // gone, or not ours to read: not one to wait for
+		return true // not ours to read: not one to wait for
 	}
 	defer f.Close()
 	return len(mountsOfStore(mountinfo.Parse(f), store)) > 0

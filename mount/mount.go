@@ -116,7 +116,12 @@ func start(o Options, again bool) (*Mount, error) {
 		awaitReleased(o.Store, time.Now().Add(stoppingLimit))
 		store, err = blob.Open(o.Store)
 	}
-	if pid, held := lockedBy(err, o.Store); held && !mounting(pid, o.Store) {
+	if pid, held := lockedBy(err, o.Store); errors.Is(err, blob.ErrLocked) && !held {
+		// Its holder let go between the open and the look at who holds
+		// it: a daemon that ended its detached mount for this start, and
+		// exited before its answer reached it (CI met this once).
+		store, err = blob.Open(o.Store)
+	} else if held && !mounting(pid, o.Store) {
 		// Its daemon mounts it nowhere: it unmounted it and is still
 		// writing its checkpoint (see holder.go), or it is starting (a
 		// mount run a moment before this one) and mounts it soon.
