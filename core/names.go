@@ -41,8 +41,9 @@ func (c *Core) Listed(parent blob.ID, name string) (blob.Entry, Attr, error) {
 	if errors.Is(err, errReplaced) {
 		// The stored name holds another file than the index says: a
 		// rename over it is under way, between its syscall and its
-		// commit, and holds the directory's lock until then.
-		c.lockDirs(parent, 0)()
+		// commit, and holds the directory's lock (or, for a
+		// directory's, the tree) until then.
+		c.awaitChangesIn(parent)
 		e, a, stale, err = c.lookup(parent, name)
 	}
 	if stale {
@@ -598,15 +599,24 @@ func (c *Core) pathOfFile(id blob.ID, vs *versions) (rel string, ino uint64, err
 }
 
 // awaitNameChange waits out a change of names under way in the directory
-// of id's first name: a rename over it holds that directory's lock from
-// its syscall to its commit.
+// of id's first name (see awaitChangesIn).
 func (c *Core) awaitNameChange(id blob.ID) {
 	c.mu.RLock()
 	names := c.store.Names(id)
 	c.mu.RUnlock()
 	if len(names) > 0 {
-		c.lockDirs(names[0].Parent, 0)()
+		c.awaitChangesIn(names[0].Parent)
 	}
+}
+
+// awaitChangesIn waits out a change of names under way in directory dir,
+// or of a directory above it: a rename over a name holds its directory's
+// lock, and a directory's rename (RENAME_EXCHANGE of two directories
+// too) holds the tree, each from its syscall to its commit.
+func (c *Core) awaitChangesIn(dir blob.ID) {
+	c.lockDirs(dir, 0)()
+	c.tree.RLock()
+	c.tree.RUnlock()
 }
 
 // BackingPath is the absolute path of an object's stored file, for
