@@ -54,6 +54,9 @@ var (
 	// errNoSetAttr: extended attributes cannot be set; ENOTSUP (not
 	// ENODATA) is what lets cp -a, rsync -X and the like carry on.
 	errNoSetAttr = fmt.Errorf("kvfs keeps no extended attributes: %w", syscall.ENOTSUP)
+	// errLinkedOutside: the stored file has links kvfs did not make
+	// (core.LinkedOutside).
+	errLinkedOutside = fmt.Errorf("the stored file has links kvfs did not make: %w", syscall.EPERM)
 	// errNotDir: the name is not a directory.
 	errNotDir = fmt.Errorf("not a directory: %w", syscall.ENOTDIR)
 )

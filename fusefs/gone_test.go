@@ -1,8 +1,11 @@
 package fusefs_test
 
 import (
+	"errors"
 	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -57,5 +60,52 @@ func TestRemovedDirectoryStillHeld(t *testing.T) {
 	}
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o711 {
 		t.Fatalf("the new directory: %v, %v", fi, err)
+	}
+}
+
+// TestNoAttrsThroughForeignLinks: chmod, chown and utimes of an object
+// whose stored file has a link kvfs did not make are refused (EPERM),
+// and the file is left as it was: a user who owns a stored directory
+// could put a hard link to a file outside the store there (a root-owned
+// world-writable one, say), which a start adopts as their object, and
+// have the daemon, as root, make it theirs (an outside tester's
+// finding, across a restart). A plain object, and one with two names of
+// kvfs's own, still change.
+func TestNoAttrsThroughForeignLinks(t *testing.T) {
+	k := mountKVFS(t)
+	mustWrite(t, k.path("mine"), []byte("mine"))
+	mustWrite(t, k.path("two"), []byte("two names"))
+	if err := os.Link(k.path("two"), k.path("two-b")); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(filepath.Dir(k.Store), "outside")
+	if err := os.Link(filepath.Join(k.Store, "data", "mine"), outside); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(outside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(k.path("mine"), 0o777); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("chmod of an object linked from outside the store: %v, want EPERM", err)
+	}
+	if err := os.Chown(k.path("mine"), 65534, 65534); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("chown: %v, want EPERM", err)
+	}
+	if err := os.Chtimes(k.path("mine"), time.Unix(1, 0), time.Unix(1, 0)); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("utimes: %v, want EPERM", err)
+	}
+	after, err := os.Stat(outside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Mode() != before.Mode() || !after.ModTime().Equal(before.ModTime()) {
+		t.Fatalf("the file outside changed: %v %v, was %v %v", after.Mode(), after.ModTime(), before.Mode(), before.ModTime())
+	}
+	os.Remove(outside)
+	for _, n := range []string{"mine", "two"} {
+		if err := os.Chmod(k.path(n), 0o600); err != nil {
+			t.Fatalf("chmod of %s: %v", n, err)
+		}
 	}
 }

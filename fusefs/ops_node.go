@@ -179,6 +179,9 @@ func (f *FS) setDirAttr(id core.ID, in *fuse.SetAttrIn) error {
 	return applyAttrs(file, in, false)
 }
 
+// attrsNotSize are a SETATTR's changes other than the size.
+const attrsNotSize = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW
+
 // setFileAttr sets the size through a writer's handle, or by name, and
 // the rest through the handle's stored file or one opened for it.
 func (f *FS) setFileAttr(id core.ID, h *handle, in *fuse.SetAttrIn) error {
@@ -201,15 +204,21 @@ func (f *FS) setFileAttr(id core.ID, h *handle, in *fuse.SetAttrIn) error {
 	if in.Valid&(fuse.FATTR_MTIME|fuse.FATTR_MTIME_NOW) != 0 {
 		f.core.MtimeSet(id)
 	}
+	apply := func(file *os.File) error {
+		if in.Valid&attrsNotSize != 0 && f.core.LinkedOutside(id, file) {
+			return errLinkedOutside
+		}
+		return applyAttrs(file, in, true)
+	}
 	if h != nil {
-		return applyAttrs(h.File(), in, true)
+		return apply(h.File())
 	}
 	// chmod and utimes come without a handle (only a truncate carries
 	// one): through an open one's file when there is one, which reaches
 	// an object whose names are all gone (fchmod of an unlinked file).
 	if ob := f.objects.get(id); ob != nil {
 		var err error
-		if ob.withAnyFile(func(held *os.File) { err = applyAttrs(held, in, true) }) {
+		if ob.withAnyFile(func(held *os.File) { err = apply(held) }) {
 			return err
 		}
 	}
@@ -218,7 +227,7 @@ func (f *FS) setFileAttr(id core.ID, h *handle, in *fuse.SetAttrIn) error {
 		return err
 	}
 	defer file.Close()
-	return applyAttrs(file, in, true)
+	return apply(file)
 }
 
 // Access answers access(2) for the mounter, the only one let in without
