@@ -437,7 +437,21 @@ func (c *Core) linkFrom(id, parent blob.ID, name string, from blob.ID) (pub []st
 // Rename moves a name, atomically, with rename(2)'s flags; a file it
 // replaces loses that name.
 func (c *Core) Rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) error {
-	moved, pub, err := c.rename(parent, name, newParent, newName, flags)
+	_, err := c.RenameOver(parent, name, newParent, newName, flags)
+	return err
+}
+
+// Gone is a directory a rename replaced (an empty one, renamed over by
+// another): its ID and its attributes as it went, with no link left, for
+// those who still hold it (see Rmdir).
+type Gone struct {
+	ID blob.ID
+	St unix.Stat_t
+}
+
+// RenameOver is Rename, and says which directory it replaced, if one.
+func (c *Core) RenameOver(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) (Gone, error) {
+	moved, pub, gone, err := c.rename(parent, name, newParent, newName, flags)
 	if err == nil {
 		for _, id := range moved {
 			c.ledger.EndGrace(id)
@@ -445,20 +459,20 @@ func (c *Core) Rename(parent blob.ID, name string, newParent blob.ID, newName st
 		}
 		c.publish(pub)
 	}
-	return err
+	return gone, err
 }
 
 // rename renames, and reports the files whose names it moved (the
 // renamed one, and the other too for an exchange) and the paths to
 // publish.
-func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) (moved []blob.ID, pub []string, err error) {
+func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName string, flags uint32) (moved []blob.ID, pub []string, gone Gone, err error) {
 	unlock := c.lockDirs(parent, newParent)
 	defer unlock()
 	c.mu.RLock()
 	e, err := c.store.Lookup(parent, name)
 	c.mu.RUnlock()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, gone, err
 	}
 	if e.Dir {
 		c.tree.Lock()
@@ -471,18 +485,22 @@ func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName st
 	p, err := c.store.PlanRename(parent, name, newParent, newName, flags)
 	c.mu.RUnlock()
 	if err != nil || p.Noop {
-		return nil, nil, err
+		return nil, nil, gone, err
 	}
 	if p.SrcDir != e.Dir {
-		return nil, nil, ErrStale
+		return nil, nil, gone, ErrStale
 	}
 	if p.Dst == 0 {
 		c.clearDoomed(p.To, p.New)
 	}
+	if p.SrcDir && p.Dst != 0 && flags&unix.RENAME_EXCHANGE == 0 {
+		gone.ID = p.Dst
+		gone.St, _ = c.store.StatKind(p.New, true)
+	}
 	c.moves.begin()
 	if err := c.store.RenameAt(p); err != nil {
 		c.moves.end()
-		return nil, nil, err
+		return nil, nil, Gone{}, err
 	}
 	defer c.moves.end() // after the commit below
 	if testHookRenamed != nil {
@@ -520,7 +538,11 @@ func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName st
 			c.unlinkStored(rel)
 		}
 	}
-	return moved, pub, nil
+	if gone.ID != 0 {
+		gone.St.Nlink, gone.St.Size = 0, 0
+		gone.St.Ctim = unix.NsecToTimespec(c.cfg.Now().UnixNano())
+	}
+	return moved, pub, gone, nil
 }
 
 // testHookLinkPlanned, when set, runs between a link's plan and its

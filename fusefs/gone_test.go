@@ -54,6 +54,27 @@ func TestRemovedDirectoryStillHeld(t *testing.T) {
 	if _, err := unix.Openat(fd, "x", unix.O_CREAT|unix.O_WRONLY, 0o644); err != unix.ENOENT {
 		t.Fatalf("create in a removed directory: %v, want ENOENT", err)
 	}
+	// Renamed over by another directory, as removed.
+	if err := os.Mkdir(k.path("c"), 0o751); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(k.path("o"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	held, err := unix.Open(k.path("c"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(held)
+	if err := unix.Rename(k.path("o"), k.path("c")); err != nil { // os.Rename refuses a directory over one
+		t.Fatal(err)
+	}
+	if err := unix.Fstat(held, &st); err != nil || st.Nlink != 0 || st.Mode&0o777 != 0o751 {
+		t.Fatalf("a directory renamed over, held: %v, mode %o, %d links", err, st.Mode&0o777, st.Nlink)
+	}
+	if err := unix.Fsync(held); err != nil {
+		t.Fatalf("fsync of a directory renamed over: %v", err)
+	}
 	// A name made anew where it was is another directory.
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		t.Fatal(err)

@@ -139,9 +139,12 @@ func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, name, newName str
 	defer release()
 	renamed := f.renamingRemote(from, to, exchange)
 	f.core.PublishedBy(core.Client(in.Caller.Pid))
-	err = f.core.Rename(from.parent, from.name, to.parent, to.name, in.Flags)
+	gone, err := f.core.RenameOver(from.parent, from.name, to.parent, to.name, in.Flags)
 	if err == nil {
 		renamed()
+		if gone.ID != 0 {
+			f.gone.add(gone.ID, gone.St)
+		}
 	}
 	return f.status("rename", err)
 }
