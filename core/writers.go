@@ -284,7 +284,7 @@ func (c *Core) observeWatched(h *Handle) bool {
 	if err != nil {
 		return false
 	}
-	known, _, _ := c.ledger.Size(h.id)
+	known, charge, _ := c.ledger.Size(h.id)
 	if h.refused.Load() || ledger.Charge(size) > c.ledger.Capacity() {
 		// It can never be admitted: its close will answer ENOSPC and
 		// remove it. Refused now, and cut to what it had each time it
@@ -297,6 +297,9 @@ func (c *Core) observeWatched(h *Handle) bool {
 			c.log.Warn("a writer passed the capacity: refused, what it writes is cut as it writes, and its close answers ENOSPC",
 				zap.Uint64("id", uint64(h.id)), zap.Int64("size", size), zap.Int64("capacity", c.ledger.Capacity()))
 		}
+		// Its bytes were in the store, past the capacity, until cut: the
+		// overshoot shows them, seen at the first poll or not.
+		c.ledger.NoteUncounted(ledger.Charge(size) - charge)
 		c.refuse(h)
 		return true
 	}

@@ -105,6 +105,18 @@ func (l *Ledger[K]) signal() {
 	}
 }
 
+// NoteUncounted records, in the overshoot high-water mark, that the store
+// held extra bytes more than the ledger counts for a moment: a
+// passthrough writer first seen past the capacity, refused and cut
+// without its growth ever being counted.
+func (l *Ledger[K]) NoteUncounted(extra int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if over := l.used + extra - l.capacity; extra > 0 && over > 0 {
+		l.peak.note(l.now().UnixNano(), over)
+	}
+}
+
 // noteOver records used's excess over the capacity, if any.
 func (l *Ledger[K]) noteOver() {
 	if over := l.used - l.capacity; over > 0 {
