@@ -23,8 +23,6 @@ var unsupported = map[string]string{
 	"XAttr":      "kvfs keeps no extended attributes of its own (only the read-only user.kvfs.* it serves); setxattr answers ENOTSUP",
 	"XAttrLarge": "kvfs keeps no extended attributes of its own (only the read-only user.kvfs.* it serves); setxattr answers ENOTSUP",
 	"Tmpfile":    "O_TMPFILE is not implemented (the kernel answers EOPNOTSUPP); connectors publish with a named temp file and link(2)",
-	"RenameOpenDir": "fstat through a directory handle after rename(2) replaced that directory answers ENOENT: kvfs drops a replaced " +
-		"directory from its index at once and keeps no attributes for it (go-fuse issue 55; the test skips itself on this)",
 }
 
 // TestPosix runs go-fuse's posixtest suite against kvfs, each test in a
