@@ -101,3 +101,27 @@ func (c *Core) retryMoved(attempt func() error) (err error, proven bool) {
 // testHookMoved, when set, runs each time an ENOENT is retried because a
 // rename was under way.
 var testHookMoved func()
+
+// retryReplaced runs attempt, which answers errReplaced when the stored
+// path it used held another file than the index's for the object: one of
+// kvfs's own renames between its syscall and its commit, if a rename was
+// under way or ended since the attempt began; it runs it again, after the
+// next rename's end, while that is so, at most moveRetries times (a
+// directory swapped in a tight loop). behind: the attempt met another
+// file with no rename about: one put there behind kvfs's back.
+func (c *Core) retryReplaced(attempt func() error) (err error, behind bool) {
+	for try := 0; ; try++ {
+		s := c.moves.snapshot()
+		err = attempt()
+		if !errors.Is(err, errReplaced) {
+			return err, false
+		}
+		if c.moves.unchanged(s) {
+			return err, true
+		}
+		if try == moveRetries {
+			return err, false
+		}
+		c.moves.wait()
+	}
+}

@@ -37,23 +37,29 @@ func (c *Core) Lookup(parent blob.ID, name string) (blob.Entry, Attr, error) {
 // its entry): the same answer, not counted, since no one asked for the
 // name; an `ls` of a million names is no million hits.
 func (c *Core) Listed(parent blob.ID, name string) (blob.Entry, Attr, error) {
-	e, a, stale, err := c.lookup(parent, name)
-	if errors.Is(err, errReplaced) {
-		// The stored name holds another file than the index says: a
-		// rename over it is under way, between its syscall and its
-		// commit, and holds the directory's lock (or, for a
-		// directory's, the tree) until then.
-		c.awaitChangesIn(parent)
+	var e blob.Entry
+	var a Attr
+	var stale bool
+	// The stored name may hold another file than the index says: a
+	// rename over it (or over a directory above it) under way, between
+	// its syscall and its commit; looked up again once it has ended.
+	err, behind := c.retryReplaced(func() (err error) {
 		e, a, stale, err = c.lookup(parent, name)
-	}
+		return err
+	})
 	if stale {
 		c.reconcile(e.ID)
 		e, a, _, err = c.lookup(parent, name)
 	}
-	if errors.Is(err, errReplaced) {
-		// Still: replaced behind kvfs's back, the audit's to judge;
-		// meanwhile the name shows what it holds.
+	switch {
+	case errors.Is(err, errReplaced) && behind:
+		// Replaced behind kvfs's back, the audit's to judge; meanwhile
+		// the name shows what it holds.
 		err = nil
+	case errors.Is(err, errReplaced):
+		// Renames kept moving it: the kernel looks it up again, rather
+		// than keep one object's size for another's inode.
+		err = ErrStale
 	}
 	return e, a, err
 }
@@ -153,11 +159,15 @@ func (c *Core) Getattr(id blob.ID, f *os.File) (Attr, error) {
 }
 
 func (c *Core) getattr(id blob.ID, f *os.File) (Attr, bool, error) {
-	a, stale, err := c.getattrOnce(id, f, true)
+	var a Attr
+	var stale bool
+	// As openPath: a rename over its name may be under way.
+	err, _ := c.retryReplaced(func() (err error) {
+		a, stale, err = c.getattrOnce(id, f, true)
+		return err
+	})
 	if errors.Is(err, errReplaced) {
-		// As openPath: a rename over its name is under way.
-		c.awaitNameChange(id)
-		a, stale, err = c.getattrOnce(id, f, false)
+		a, stale, err = c.getattrOnce(id, f, false) // what its name holds
 	}
 	return a, stale, err
 }
@@ -561,7 +571,7 @@ func (c *Core) SyncDir(id blob.ID) error {
 // openPath opens id's stored file by its path (see readStored). A path
 // that holds another file than the index's for id is a rename over its
 // name under way, between its syscall and its commit: it is opened again
-// once that change is committed (when id may have no name left), so a
+// once that rename has ended (when id may have no name left), so a
 // handle never serves one object's inode from another's bytes (an
 // outside tester's finding: an open racing os.replace over the name read
 // the new object while fstat gave the old one's size). A path that still
@@ -571,13 +581,15 @@ func (c *Core) SyncDir(id blob.ID) error {
 // there and have the daemon, as root, chown or chmod it for them (an
 // outside tester's finding).
 func (c *Core) openPath(id blob.ID, flags int) (*os.File, error) {
-	f, err := c.openPathOnce(id, flags)
-	if errors.Is(err, errReplaced) {
-		c.awaitNameChange(id)
+	var f *os.File
+	err, behind := c.retryReplaced(func() (err error) {
 		f, err = c.openPathOnce(id, flags)
-	}
+		return err
+	})
 	if errors.Is(err, errReplaced) {
-		c.log.Warn("a stored name holds another file than the index says; not opened until the audit", zap.Uint64("id", uint64(id)))
+		if behind {
+			c.log.Warn("a stored name holds another file than the index says; not opened until the audit", zap.Uint64("id", uint64(id)))
+		}
 		return nil, ErrStale
 	}
 	return f, err

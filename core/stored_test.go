@@ -150,7 +150,7 @@ func TestOpenDuringRenameOver(t *testing.T) {
 		// The rename commits when this returns: until then the open
 		// either finishes (with whatever the stored name holds) or
 		// waits for the rename's directory lock.
-		for !parked(g, "awaitNameChange", "sync.Mutex.Lock") {
+		for !parked(g, "(*moves).wait", "chan receive") {
 			select {
 			case r = <-opened:
 				done = true
