@@ -685,17 +685,22 @@ func (c *Core) OpenStored(id blob.ID, flags int) (*os.File, error) {
 // kvfs's own under way (its syscall before its commit) is waited out.
 func (c *Core) LinkedOutside(id blob.ID, f *os.File) bool {
 	for try := 0; ; try++ {
+		// Under the object's marker lock, which its last writer's
+		// release holds from counting the writer out to unlinking the
+		// marker: the count and the marker agree (a utime right after a
+		// close met the marker of a writer already counted out).
+		m := c.marker(id)
+		m.Lock()
 		var st unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &st) != nil {
-			return false
-		}
+		err := unix.Fstat(int(f.Fd()), &st)
 		c.mu.RLock()
 		known := c.store.Links(id)
 		c.mu.RUnlock()
 		if c.beingWritten(id) {
 			known++ // its crash marker in writing/
 		}
-		if int(st.Nlink) <= known {
+		m.Unlock()
+		if err != nil || int(st.Nlink) <= known {
 			return false
 		}
 		if try == 1 {

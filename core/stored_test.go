@@ -214,3 +214,55 @@ func TestNoOpenOfAReplacedName(t *testing.T) {
 	os.Remove(stored)
 	tc.Audit()
 }
+
+// TestLinkedOutsideAtRelease: a utime right after a close, between the
+// last writer's counting out and the unlink of its marker, sees the
+// object's own marker as the extra link, not a link from outside (a
+// re-test: 2-3 utimes in 2,000 after close answered EPERM). It waits for
+// the release to finish.
+func TestLinkedOutsideAtRelease(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	h, err := tc.Create(blob.RootID, "o", 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Write([]byte("bytes"), 0); err != nil {
+		t.Fatal(err)
+	}
+	f, err := tc.OpenStored(h.ID(), unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var outside, done bool
+	answered := make(chan bool, 1)
+	testHookUnmarked = func() {
+		testHookUnmarked = nil
+		started := make(chan uint64)
+		go func() {
+			started <- goid()
+			answered <- tc.LinkedOutside(h.ID(), f)
+		}()
+		g := <-started
+		for !parked(g, "LinkedOutside", lockWaits...) {
+			select {
+			case outside = <-answered:
+				done = true
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}
+	defer func() { testHookUnmarked = nil }()
+	if err := h.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	if !done {
+		outside = <-answered
+	}
+	if outside {
+		t.Fatal("the object's own marker, at its release, was taken for a link from outside the store")
+	}
+}

@@ -109,10 +109,17 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 	}
 	c.mu.RUnlock()
 	if last {
+		if testHookUnmarked != nil {
+			testHookUnmarked()
+		}
 		err = c.store.ClearIntact(h.id, mtime)
 	}
 	return last, pub, rewrote, err
 }
+
+// testHookUnmarked, when set, runs between a last writer's counting out
+// and the unlink of its marker.
+var testHookUnmarked func()
 
 // unmarkLocked ends one of id's writers (a handle or an install) and
 // says whether it was the last, whose caller clears the crash marker
