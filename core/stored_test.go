@@ -149,7 +149,7 @@ func TestOpenDuringRenameOver(t *testing.T) {
 		g := <-started
 		// The rename commits when this returns: until then the open
 		// either finishes (with whatever the stored name holds) or
-		// waits for the rename's directory lock.
+		// waits for the rename to end.
 		for !parked(g, "(*moves).wait", "chan receive") {
 			select {
 			case r = <-opened:

@@ -491,7 +491,7 @@ func TestOpenRacingReplace(t *testing.T) {
 			reads, stale, bad := 0, 0, 0
 			buf := make([]byte, 200000)
 			for !done.Load() {
-				fd, err := unix.Open(name, unix.O_RDONLY, 0)
+				n, st, err := openAndRead(name, buf)
 				if errors.Is(err, unix.ENOENT) {
 					continue // before the first publish
 				}
@@ -501,13 +501,6 @@ func TestOpenRacingReplace(t *testing.T) {
 				}
 				if err != nil {
 					t.Fatal(err)
-				}
-				var st unix.Stat_t
-				err = unix.Fstat(fd, &st)
-				n, rerr := unix.Pread(fd, buf, 0)
-				unix.Close(fd)
-				if err != nil || rerr != nil {
-					t.Fatalf("fstat: %v, read: %v", err, rerr)
 				}
 				reads++
 				var serial, size int
@@ -571,20 +564,13 @@ func TestOpenRacingDirectoryExchange(t *testing.T) {
 			buf := make([]byte, 64<<10)
 			for i := 0; !done.Load(); i++ {
 				p := k.path([]string{"A", "B"}[i%2], fmt.Sprintf("f%d", i/2%4))
-				fd, err := unix.Open(p, unix.O_RDONLY, 0)
+				n, st, err := openAndRead(p, buf)
 				if errors.Is(err, unix.ESTALE) {
 					stale++
 					continue
 				}
 				if err != nil {
 					t.Fatal(err)
-				}
-				var st unix.Stat_t
-				err = unix.Fstat(fd, &st)
-				n, rerr := unix.Pread(fd, buf, 0)
-				unix.Close(fd)
-				if err != nil || rerr != nil {
-					t.Fatalf("fstat: %v, read: %v", err, rerr)
 				}
 				reads++
 				var name string
@@ -608,4 +594,20 @@ func TestOpenRacingDirectoryExchange(t *testing.T) {
 			t.Logf("%d opens, each one whole object; %d ESTALE", reads, stale)
 		})
 	}
+}
+
+// openAndRead opens path, fstats the descriptor and reads it from the
+// start into buf: what one open of a racing reader sees.
+func openAndRead(path string, buf []byte) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := unix.Open(path, unix.O_RDONLY, 0)
+	if err != nil {
+		return 0, st, err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, st, err
+	}
+	n, err := unix.Pread(fd, buf, 0)
+	return n, st, err
 }
