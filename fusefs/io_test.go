@@ -511,16 +511,7 @@ func TestOpenRacingReplace(t *testing.T) {
 					}
 				}
 			}
-			if err := <-errs; err != nil {
-				t.Fatal(err)
-			}
-			if reads < 100 {
-				t.Fatalf("only %d reads raced %d publishes: the test raced nothing", reads, publishes)
-			}
-			if bad > 0 {
-				t.Fatalf("%d of %d opens read one object under another's size (%d ESTALE)", bad, reads, stale)
-			}
-			t.Logf("%d opens, each one whole object; %d ESTALE", reads, stale)
+			racedWhole(t, <-errs, reads, stale, bad, publishes, "publishes")
 		})
 	}
 }
@@ -582,16 +573,7 @@ func TestOpenRacingDirectoryExchange(t *testing.T) {
 					}
 				}
 			}
-			if err := <-errs; err != nil {
-				t.Fatal(err)
-			}
-			if reads < 100 {
-				t.Fatalf("only %d reads raced %d exchanges: the test raced nothing", reads, swaps)
-			}
-			if bad > 0 {
-				t.Fatalf("%d of %d opens read one object under another's size (%d ESTALE)", bad, reads, stale)
-			}
-			t.Logf("%d opens, each one whole object; %d ESTALE", reads, stale)
+			racedWhole(t, <-errs, reads, stale, bad, swaps, "exchanges")
 		})
 	}
 }
@@ -610,4 +592,20 @@ func openAndRead(path string, buf []byte) (int, unix.Stat_t, error) {
 	}
 	n, err := unix.Pread(fd, buf, 0)
 	return n, st, err
+}
+
+// racedWhole is a racing reader's verdict: the changes ran (err), enough
+// reads raced them, and none read one object under another's size.
+func racedWhole(t *testing.T, err error, reads, stale, bad, changes int, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads < 100 {
+		t.Fatalf("only %d reads raced %d %s: the test raced nothing", reads, changes, what)
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d opens read one object under another's size (%d ESTALE)", bad, reads, stale)
+	}
+	t.Logf("%d opens, each one whole object; %d ESTALE", reads, stale)
 }
