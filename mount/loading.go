@@ -53,7 +53,7 @@ func (m *Mount) startLoading(store *blob.Store, expected int64) error {
 	}
 	m.loading = fusefs.NewLoading(pre, fusefs.LoadingConfig{Passthrough: m.passthrough(), Logger: m.log.Named("fusefs"),
 		Stats: func() ([]byte, error) { return json.Marshal(stats.NewLoading(expected, capacity, began)) }})
-	m.loadDone = make(chan struct{})
+	m.loadDone, m.stopLoad = make(chan struct{}), store.StopLoad
 	if err := m.serve(m.loading.Instrument(m.requestTimer())); err != nil {
 		store.Close()
 		return err

@@ -68,6 +68,23 @@ type Mount struct {
 	loading  *fusefs.Loading
 	loadDone chan struct{}
 	loadErr  error
+	// stopLoad stops the load under way (StopLoading); nil when none.
+	stopLoad func()
+}
+
+// StopLoading stops the building of the index of a mount that serves
+// while it loads, for a stop about to unmount it: the load ends at its
+// next step (ErrLoadStopped), however soon after the unmount it goes on.
+// A mount that is not loading ignores it.
+func (m *Mount) StopLoading() {
+	select {
+	case <-m.loadDone:
+		return // loaded, or never loading
+	default:
+	}
+	if m.stopLoad != nil {
+		m.stopLoad()
+	}
 }
 
 // Start validates the options, loads the store (reclaiming what a crash

@@ -302,6 +302,9 @@ func waitLoaded(m *mount.Mount, sigs <-chan os.Signal, life *lifecycle) (stopped
 		case <-sigs:
 			stopped = true
 			life.stopping()
+			// Stopped first: the load may go on the moment the mount
+			// is gone, before the server's end is seen (a CI run met it).
+			m.StopLoading()
 			if err := m.Unmount(); err != nil {
 				life.log.Error("unmount", zap.Error(err))
 			}
