@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,25 +119,11 @@ func TestEvictionAtomicWithNames(t *testing.T) {
 					tc.Core.mu.RUnlock()
 					outside.Store(true)
 				}
-				started := make(chan uint64)
-				go func() {
-					started <- goid()
-					done <- probe(tc, op)
-				}()
-				g := <-started
 				// Wait until the probe is provably waiting for the lock
 				// the eviction holds; if it finishes instead, it saw the
 				// half-way state.
-				for !parked(g, "core.(*Core)", lockWaits...) {
-					select {
-					case err := <-done:
-						early.Store(true)
-						done <- err
-						return
-					default:
-						runtime.Gosched()
-					}
-				}
+				finished, _ := goParked(func() { done <- probe(tc, op) }, "core.(*Core)", lockWaits...)
+				early.Store(finished)
 			}
 			defer func() { testHookDropping = nil }()
 			// Evict "victim" (the coldest) to admit 2 MiB (twice the

@@ -7,16 +7,17 @@ import (
 	"syscall"
 )
 
-// moves follows renames between their syscall and their commit. A rename
-// moves the stored name first and the index after (order.go), so in
-// between the index names a path that no longer exists: an open or stat
-// of an object by the index's path can fail with ENOENT while the object
-// is whole under its new name. Such an ENOENT proves the object gone
-// only if no rename was under way when the attempt began and none began
-// or committed before it ended (see retryMoved).
+// moves follows renames and links between their syscall and their
+// commit. Each changes the stored names first and the index after
+// (order.go), so in between the two disagree: an open or stat of an
+// object by the index's path can fail with ENOENT while the object is
+// whole under its new name, and a stored file can have a link the index
+// does not count yet. Such a disagreement proves a change behind kvfs's
+// back only if no rename or link was under way when the attempt began
+// and none began or committed before it ended (see retryMoved).
 type moves struct {
-	inflight atomic.Int64  // renames between syscall and commit
-	commits  atomic.Uint64 // renames ended
+	inflight atomic.Int64  // renames and links between syscall and commit
+	commits  atomic.Uint64 // renames and links ended
 
 	mu   sync.Mutex    // a leaf
 	done chan struct{} // GUARDED_BY(mu): closed, and replaced, at each end
@@ -30,7 +31,8 @@ type movesSnap struct {
 
 func (m *moves) begin() { m.inflight.Add(1) }
 
-// end is a rename's end, after its commit (or its failed syscall).
+// end is a rename's or link's end, after its commit (or its failed
+// syscall).
 func (m *moves) end() {
 	m.commits.Add(1)
 	m.inflight.Add(-1)

@@ -424,8 +424,13 @@ func (c *Core) linkFrom(id, parent blob.ID, name string, from blob.ID) (pub []st
 		testHookLinkPlanned()
 	}
 	c.clearDoomed(n, rel)
+	c.moves.begin()
+	defer c.moves.end() // after the commit below
 	if st, err = c.store.LinkAt(old, rel); err != nil {
 		return nil, st, at, err
+	}
+	if testHookLinked != nil {
+		testHookLinked()
 	}
 	c.mu.Lock()
 	if err = c.store.AddLink(id, parent, name); err == nil {
@@ -559,6 +564,9 @@ func (c *Core) rename(parent blob.ID, name string, newParent blob.ID, newName st
 // syscall while it holds only the new name's directory lock.
 var testHookLinkPlanned func()
 
+// testHookLinked, when set, runs between a link's syscall and its commit.
+var testHookLinked func()
+
 // testHookRenamed, when set, runs between a rename's syscall and its
 // commit.
 var testHookRenamed func()
@@ -632,27 +640,6 @@ func (c *Core) pathOfFile(id blob.ID, vs *versions) (rel string, ino uint64, err
 	return rel, c.store.Ino(id), nil
 }
 
-// awaitNameChange waits out a change of names under way in the directory
-// of id's first name (see awaitChangesIn).
-func (c *Core) awaitNameChange(id blob.ID) {
-	c.mu.RLock()
-	names := c.store.Names(id)
-	c.mu.RUnlock()
-	if len(names) > 0 {
-		c.awaitChangesIn(names[0].Parent)
-	}
-}
-
-// awaitChangesIn waits out a change of names under way in directory dir,
-// or of a directory above it: a rename over a name holds its directory's
-// lock, and a directory's rename (RENAME_EXCHANGE of two directories
-// too) holds the tree, each from its syscall to its commit.
-func (c *Core) awaitChangesIn(dir blob.ID) {
-	c.lockDirs(dir, 0)()
-	c.tree.RLock()
-	c.tree.RUnlock()
-}
-
 // BackingPath is the absolute path of an object's stored file, for
 // loaders that read it directly while holding a handle on the mount.
 func (c *Core) BackingPath(id blob.ID) (string, bool) {
@@ -682,9 +669,12 @@ func (c *Core) OpenStored(id blob.ID, flags int) (*os.File, error) {
 // index adopts it as the object at a start, or at the audit). chmod,
 // chown and utimes refuse such a file: the daemon, as root, would change
 // a file its user does not own (an outside tester's finding). A link of
-// kvfs's own under way (its syscall before its commit) is waited out.
+// kvfs's own between its syscall and its commit is waited out (moves),
+// and an object no longer indexed (evicted, or its last name removed
+// meanwhile) has no name left to plant a link at.
 func (c *Core) LinkedOutside(id blob.ID, f *os.File) bool {
 	for try := 0; ; try++ {
+		s := c.moves.snapshot()
 		// Under the object's marker lock, which its last writer's
 		// release holds from counting the writer out to unlinking the
 		// marker: the count and the marker agree (a utime right after a
@@ -696,18 +686,19 @@ func (c *Core) LinkedOutside(id blob.ID, f *os.File) bool {
 		c.mu.RLock()
 		known := c.store.Links(id)
 		c.mu.RUnlock()
+		indexed := known > 0
 		if c.beingWritten(id) {
 			known++ // its crash marker in writing/
 		}
 		m.Unlock()
-		if err != nil || int(st.Nlink) <= known {
+		if err != nil || !indexed || int(st.Nlink) <= known {
 			return false
 		}
-		if try == 1 {
+		if c.moves.unchanged(s) || try == moveRetries {
 			c.log.Warn("a stored file has links kvfs did not make: its mode, owner and times are not changed", zap.Uint64("id", uint64(id)),
 				zap.Uint64("links", uint64(st.Nlink)), zap.Int("names", known))
 			return true
 		}
-		c.awaitNameChange(id)
+		c.moves.wait()
 	}
 }

@@ -44,3 +44,29 @@ func parked(id uint64, frame string, states ...string) bool {
 // RLock, or Lock behind another writer (its inner Mutex) or behind
 // readers.
 var lockWaits = []string{"sync.RWMutex.RLock", "sync.RWMutex.Lock", "sync.Mutex.Lock"}
+
+// goParked runs f on a goroutine of its own and returns once f has
+// returned (finished true) or that goroutine is parked in one of states
+// with frame on its stack (see parked). wait blocks until f has returned.
+// A test calls it where a change is half-way, to know whether f waited
+// for the change or went through it.
+func goParked(f func(), frame string, states ...string) (finished bool, wait func()) {
+	done := make(chan struct{})
+	started := make(chan uint64)
+	go func() {
+		defer close(done)
+		started <- goid()
+		f()
+	}()
+	g := <-started
+	wait = func() { <-done }
+	for !parked(g, frame, states...) {
+		select {
+		case <-done:
+			return true, wait
+		default:
+			runtime.Gosched()
+		}
+	}
+	return false, wait
+}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -129,44 +128,29 @@ func TestOpenDuringRenameOver(t *testing.T) {
 		data string
 		err  error
 	}
-	opened := make(chan result, 1)
 	var r result
-	var done bool
+	wait := func() {}
 	testHookRenamed = func() {
 		testHookRenamed = nil
-		started := make(chan uint64)
-		go func() {
-			started <- goid()
+		// The rename commits when this returns: until then the open
+		// either finishes (with whatever the stored name holds) or
+		// waits for the rename to end.
+		_, wait = goParked(func() {
 			h, err := tc.Open(old, unix.O_RDONLY, false, nil)
 			if err != nil {
-				opened <- result{err: err}
+				r = result{err: err}
 				return
 			}
 			b, _ := io.ReadAll(h.File())
 			h.Release()
-			opened <- result{data: string(b)}
-		}()
-		g := <-started
-		// The rename commits when this returns: until then the open
-		// either finishes (with whatever the stored name holds) or
-		// waits for the rename to end.
-		for !parked(g, "(*moves).wait", "chan receive") {
-			select {
-			case r = <-opened:
-				done = true
-				return
-			default:
-				runtime.Gosched()
-			}
-		}
+			r = result{data: string(b)}
+		}, "(*moves).wait", "chan receive")
 	}
 	defer func() { testHookRenamed = nil }()
 	if err := tc.Rename(blob.RootID, ".w", blob.RootID, "t", 0); err != nil {
 		t.Fatal(err)
 	}
-	if !done {
-		r = <-opened
-	}
+	wait()
 	if r.err == nil && r.data != "the old object" {
 		t.Fatalf("open of the object renamed over read %q", r.data)
 	}
@@ -234,35 +218,67 @@ func TestLinkedOutsideAtRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var outside, done bool
-	answered := make(chan bool, 1)
+	var outside bool
+	wait := func() {}
 	testHookUnmarked = func() {
 		testHookUnmarked = nil
-		started := make(chan uint64)
-		go func() {
-			started <- goid()
-			answered <- tc.LinkedOutside(h.ID(), f)
-		}()
-		g := <-started
-		for !parked(g, "LinkedOutside", lockWaits...) {
-			select {
-			case outside = <-answered:
-				done = true
-				return
-			default:
-				runtime.Gosched()
-			}
-		}
+		_, wait = goParked(func() { outside = tc.LinkedOutside(h.ID(), f) }, "LinkedOutside", lockWaits...)
 	}
 	defer func() { testHookUnmarked = nil }()
 	if err := h.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	h.Release()
-	if !done {
-		outside = <-answered
-	}
+	wait()
 	if outside {
 		t.Fatal("the object's own marker, at its release, was taken for a link from outside the store")
+	}
+}
+
+// TestLinkedOutsideDuringLink: a chmod of an object while kvfs links it,
+// between the link's syscall and its commit, meets a stored file with a
+// link the index does not count yet. It waits for the commit and is not
+// refused: the extra link is kvfs's own.
+func TestLinkedOutsideDuringLink(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	id := tc.putBytes("tmp", "bytes")
+	f, err := tc.OpenStored(id, unix.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sub, _, err := tc.Mkdir(blob.RootID, "sub", 0o755, blob.Owner{UID: -1, GID: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outside, finished, hooked bool
+	wait := func() {}
+	testHookLinked = func() {
+		testHookLinked = nil
+		hooked = true
+		finished, wait = goParked(func() { outside = tc.LinkedOutside(id, f) }, "(*moves).wait", "chan receive")
+	}
+	defer func() { testHookLinked = nil }()
+	// Into another directory: the link holds that directory's lock, not
+	// the one of the name it links from.
+	if _, err := tc.Link(id, sub, "final"); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	switch {
+	case !hooked:
+		t.Fatal("the link ran no hook: the test exercised nothing")
+	case finished:
+		t.Fatal("LinkedOutside answered between the link's syscall and its commit")
+	case outside:
+		t.Fatal("kvfs's own link, under way, was taken for a link from outside the store")
+	}
+	// A link made behind kvfs's back is still refused.
+	stored, _ := tc.BackingPath(id)
+	if err := os.Link(stored, stored+".planted"); err != nil {
+		t.Fatal(err)
+	}
+	if !tc.LinkedOutside(id, f) {
+		t.Fatal("a link made behind kvfs's back was not seen")
 	}
 }
