@@ -488,30 +488,15 @@ func TestOpenRacingReplace(t *testing.T) {
 				}
 				errs <- nil
 			}()
-			reads, stale, bad := 0, 0, 0
+			var c racing
 			buf := make([]byte, 200000)
 			for !done.Load() {
-				n, st, err := openAndRead(name, buf)
-				if errors.Is(err, unix.ENOENT) {
-					continue // before the first publish
-				}
-				if errors.Is(err, unix.ESTALE) {
-					stale++
-					continue
-				}
-				if err != nil {
+				// ENOENT: before the first publish.
+				if err := c.read(t, name, buf); err != nil && !errors.Is(err, unix.ENOENT) {
 					t.Fatal(err)
 				}
-				reads++
-				var serial, size int
-				fmt.Sscanf(string(buf[:min(n, 32)]), "%d %d", &serial, &size)
-				if int64(n) != st.Size || size != n {
-					if bad++; bad <= 3 {
-						t.Errorf("open %d: fstat says %d bytes; read %d bytes of object %d (%d bytes)", reads, st.Size, n, serial, size)
-					}
-				}
 			}
-			racedWhole(t, <-errs, reads, stale, bad, publishes, "publishes")
+			c.verdict(t, <-errs, publishes, "publishes")
 		})
 	}
 }
@@ -551,29 +536,15 @@ func TestOpenRacingDirectoryExchange(t *testing.T) {
 				}
 				errs <- nil
 			}()
-			reads, stale, bad := 0, 0, 0
+			var c racing
 			buf := make([]byte, 64<<10)
 			for i := 0; !done.Load(); i++ {
 				p := k.path([]string{"A", "B"}[i%2], fmt.Sprintf("f%d", i/2%4))
-				n, st, err := openAndRead(p, buf)
-				if errors.Is(err, unix.ESTALE) {
-					stale++
-					continue
-				}
-				if err != nil {
+				if err := c.read(t, p, buf); err != nil {
 					t.Fatal(err)
 				}
-				reads++
-				var name string
-				var size int
-				fmt.Sscanf(string(buf[:min(n, 32)]), "%s %d", &name, &size)
-				if int64(n) != st.Size || size != n {
-					if bad++; bad <= 3 {
-						t.Errorf("open %d of %s: fstat says %d bytes; read %d bytes of %s (%d bytes)", reads, p, st.Size, n, name, size)
-					}
-				}
 			}
-			racedWhole(t, <-errs, reads, stale, bad, swaps, "exchanges")
+			c.verdict(t, <-errs, swaps, "exchanges")
 		})
 	}
 }
@@ -594,18 +565,48 @@ func openAndRead(path string, buf []byte) (int, unix.Stat_t, error) {
 	return n, st, err
 }
 
-// racedWhole is a racing reader's verdict: the changes ran (err), enough
-// reads raced them, and none read one object under another's size.
-func racedWhole(t *testing.T, err error, reads, stale, bad, changes int, what string) {
+// racing counts a racing reader's opens: reads that went through,
+// ESTALE answers, and reads of one object under another's size.
+type racing struct{ reads, stale, bad int }
+
+// read opens p and reads it into buf. Each object begins with a label
+// and its size in bytes; a read whose length is
+// not that size or fstat's is counted bad. ESTALE is counted; any other
+// error is returned.
+func (c *racing) read(t *testing.T, p string, buf []byte) error {
+	t.Helper()
+	n, st, err := openAndRead(p, buf)
+	if errors.Is(err, unix.ESTALE) {
+		c.stale++
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.reads++
+	var label string
+	var size int
+	fmt.Sscanf(string(buf[:min(n, 32)]), "%s %d", &label, &size)
+	if int64(n) != st.Size || size != n {
+		if c.bad++; c.bad <= 3 {
+			t.Errorf("open %d of %s: fstat says %d bytes; read %d bytes of object %s (%d bytes)", c.reads, p, st.Size, n, label, size)
+		}
+	}
+	return nil
+}
+
+// verdict: the changes ran (err), enough reads raced them, and none read
+// one object under another's size.
+func (c *racing) verdict(t *testing.T, err error, changes int, what string) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reads < 100 {
-		t.Fatalf("only %d reads raced %d %s: the test raced nothing", reads, changes, what)
+	if c.reads < 100 {
+		t.Fatalf("only %d reads raced %d %s: the test raced nothing", c.reads, changes, what)
 	}
-	if bad > 0 {
-		t.Fatalf("%d of %d opens read one object under another's size (%d ESTALE)", bad, reads, stale)
+	if c.bad > 0 {
+		t.Fatalf("%d of %d opens read one object under another's size (%d ESTALE)", c.bad, c.reads, c.stale)
 	}
-	t.Logf("%d opens, each one whole object; %d ESTALE", reads, stale)
+	t.Logf("%d opens, each one whole object; %d ESTALE", c.reads, c.stale)
 }
