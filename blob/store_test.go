@@ -19,6 +19,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Open opens the stored bytes of an existing file by its index path; the
+// core opens by path itself, checking the inode (core.openPath).
+func (s *Store) Open(id ID, flags int) (*os.File, error) {
+	rel, ok := s.Path(id)
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return s.OpenPath(rel, flags)
+}
+
 func TestOpenLayoutAndLock(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "nested", "store")
 	s, err := Open(dir)

@@ -188,15 +188,6 @@ func (s *Store) Stat(id ID) (unix.Stat_t, error) {
 	return s.StatKind(rel, isDir)
 }
 
-// Open opens the stored bytes of an existing file.
-func (s *Store) Open(id ID, flags int) (*os.File, error) {
-	rel, ok := s.Path(id)
-	if !ok {
-		return nil, ErrNotFound
-	}
-	return s.OpenPath(rel, flags)
-}
-
 // ListPage returns the entries of a directory after the cookie after
 // (0: from the start), in cookie order, at least max of them unless the
 // directory ends (then more is false), and about max at most: its cost is
