@@ -116,12 +116,24 @@ func abortDetached(conn string) error {
 			if err != nil {
 				return err
 			}
-			defer os.Remove(dir)
 			if err := unix.Mount("fusectl", dir, "fusectl", 0, ""); err != nil {
+				os.Remove(dir)
 				return fmt.Errorf("mounting fusectl: %w", err)
 			}
-			defer unix.Unmount(dir, unix.MNT_DETACH)
-			return writeAbort(dir, conn)
+			// The abort file is opened, and the mount and its directory
+			// go, before the abort: the abort ends this process soon
+			// after (the stop's checkpoint, then exit), which could come
+			// before a cleanup deferred past it (an empty directory was
+			// left now and then). The open file keeps fusectl alive.
+			f, err := os.OpenFile(abortFile(dir, conn), os.O_WRONLY, 0)
+			unix.Unmount(dir, unix.MNT_DETACH)
+			os.Remove(dir)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.Write([]byte("1"))
+			return err
 		}()
 	}()
 	return <-done
