@@ -93,3 +93,44 @@ func TestStartWithAMountInTheStore(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestBindMountOnAStoredFile: a file bind-mounted on a stored file's name
+// is not the store's and is not opened through it: the open answers
+// ErrStale (ESTALE), as for a name replaced behind kvfs's back, not
+// EXDEV, and the mounted file is left as it was.
+func TestBindMountOnAStoredFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: bind-mounts a file on a stored file")
+	}
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	id := tc.putBytes("o", "the store's")
+	stored, ok := tc.BackingPath(id)
+	if !ok {
+		t.Fatal("no backing path")
+	}
+	outside := filepath.Join(t.TempDir(), "outside")
+	if err := os.WriteFile(outside, []byte("not the store's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(outside, stored, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("needs root that may bind-mount: %v", err)
+	}
+	defer unix.Unmount(stored, unix.MNT_DETACH)
+	for _, flags := range []int{unix.O_RDONLY, unix.O_WRONLY} {
+		if f, err := tc.OpenStored(id, flags); !errors.Is(err, ErrStale) {
+			if f != nil {
+				f.Close()
+			}
+			t.Errorf("open (flags %#x) of a stored name with a file mounted on it: %v, want ErrStale", flags, err)
+		}
+	}
+	if h, err := tc.Open(id, unix.O_RDONLY, false, nil); !errors.Is(err, ErrStale) {
+		if h != nil {
+			h.Release()
+		}
+		t.Errorf("open for reading: %v, want ErrStale", err)
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "not the store's" {
+		t.Errorf("the mounted file holds %q", b)
+	}
+}

@@ -594,10 +594,17 @@ func (c *Core) openPath(id blob.ID, flags int) (*os.File, error) {
 		f, err = c.openPathOnce(id, flags)
 		return err
 	})
-	if errors.Is(err, errReplaced) {
+	switch {
+	case errors.Is(err, errReplaced):
 		if behind {
 			c.log.Warn("a stored name holds another file than the index says; not opened until the audit", zap.Uint64("id", uint64(id)))
 		}
+		return nil, ErrStale
+	case errors.Is(err, unix.EXDEV):
+		// A file system is mounted on the stored name (a bind mount of
+		// a file: opens beneath data/ never cross into one). Not the
+		// store's file; an open answered EXDEV, which no client expects.
+		c.log.Warn("a file system is mounted on a stored name; not opened", zap.Uint64("id", uint64(id)))
 		return nil, ErrStale
 	}
 	return f, err
