@@ -121,6 +121,9 @@ func start(o Options, again bool) (*Mount, error) {
 		// A daemon that died is still exiting for a moment.
 		awaitReleased(o.Store, time.Now().Add(goneLimit))
 	}
+	if err := checkUnprivileged(o); err != nil {
+		return nil, err
+	}
 	releaseStuckOwner(o.Store, log)
 	dead, err := checkMountpoint(o.Mountpoint, log)
 	if err != nil {

@@ -440,3 +440,63 @@ func TestSetGIDDirectoryGivesItsGroup(t *testing.T) {
 	assertQuietEqual(t, d)
 	d.stop()
 }
+
+// TestUnprivilegedMountSaysWhy: a mount by a user other than root that
+// fusermount3 would refuse says why on its last line, before it opens or
+// makes the store (before: go-fuse's "fusermount exited with code 256",
+// fusermount3's reason on a line above it). Which refusal depends on the
+// machine: /dev/fuse closed to other users (0600 here), else
+// --allow-other without user_allow_other in /etc/fuse.conf.
+func TestUnprivilegedMountSaysWhy(t *testing.T) {
+	requireRoot(t)
+	base := worldDir(t)
+	bin := filepath.Join(base, "kvfs")
+	if b, err := exec.Command("cp", kvfsBin, bin).CombinedOutput(); err != nil {
+		t.Fatalf("copying kvfs: %v %s", err, b)
+	}
+	// nobody's own directory, where a mount that went on would make its
+	// store.
+	own, mp := filepath.Join(base, "own"), filepath.Join(base, "mnt")
+	store := filepath.Join(own, "store")
+	for _, d := range []string{own, mp} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf, _ := os.ReadFile("/etc/fuse.conf")
+	var st unix.Stat_t
+	if err := unix.Stat("/dev/fuse", &st); err != nil {
+		t.Skipf("needs /dev/fuse: %v", err)
+	}
+	args := []string{"mount", "--store", store, "--capacity", "8MiB"}
+	var want string
+	switch {
+	case st.Mode&0o006 != 0o006:
+		want = "kvfs mount: /dev/fuse: permission denied: a mount by a user other than root needs to read and write it"
+	case !strings.Contains("\n"+string(conf)+"\n", "\nuser_allow_other\n"):
+		args = append(args, "--allow-other")
+		want = "kvfs mount: --allow-other by a user other than root needs the line user_allow_other in /etc/fuse.conf"
+	default:
+		t.Skip("/dev/fuse is open to all and /etc/fuse.conf has user_allow_other: nothing here refuses an unprivileged mount")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append(args, mp)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		exec.Command("fusermount3", "-u", "-z", mp).Run()
+		t.Fatalf("nobody's kvfs mount still ran after %v: it mounted\n%s", hangGuard, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err == nil || !strings.HasPrefix(lines[len(lines)-1], want) {
+		t.Errorf("nobody's kvfs mount: %v; last line %q, want %q", err, lines[len(lines)-1], want)
+	}
+	if _, err := os.Stat(store); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused mount made or opened its store: %v", err)
+	}
+}
