@@ -35,7 +35,7 @@ func (c *Core) admit(id blob.ID, need int64, op func() (victims, error)) error {
 		changed := c.ledger.Changed()
 		err := c.locked(op)
 		if !errors.Is(err, ledger.ErrNoSpace) {
-			if errors.Is(err, ledger.ErrTooLarge) {
+			if errors.Is(err, ledger.ErrTooLarge) || errors.Is(err, ledger.ErrPastBudget) {
 				c.ledger.Refused()
 			}
 			return ledgerErr(err)
@@ -139,7 +139,7 @@ func (c *Core) deliver(drops []Drop) {
 // ledgerErr turns the ledger's errors into the core's.
 func ledgerErr(err error) error {
 	switch {
-	case errors.Is(err, ledger.ErrNoSpace), errors.Is(err, ledger.ErrTooLarge):
+	case errors.Is(err, ledger.ErrNoSpace), errors.Is(err, ledger.ErrTooLarge), errors.Is(err, ledger.ErrPastBudget):
 		return ErrNoSpace
 	case errors.Is(err, ledger.ErrGone):
 		return ErrStale

@@ -121,6 +121,10 @@ type Config struct {
 	// PollInterval (default 2ms).
 	Passthrough  bool
 	PollInterval time.Duration
+	// StrictCapacity: the daemon's writes never take bytes past the
+	// capacity, not even unadmitted ones a writer's close would admit
+	// (ledger.GrowWithin, where others' writes are ledger.Grow).
+	StrictCapacity bool
 	// AuditInterval is how often the store is walked for changes made
 	// behind kvfs's back (zero: never).
 	AuditInterval time.Duration

@@ -197,14 +197,25 @@ func (c *Core) openStored(id blob.ID, flags int, via func(int) (*os.File, error)
 }
 
 // Write writes through the daemon (no passthrough, or strict capacity):
-// admitted before a byte reaches the store.
+// admitted before a byte reaches the store (see Config.StrictCapacity).
 func (h *Handle) Write(data []byte, off int64) (int, error) {
 	c, end := h.c, off+int64(len(data))
 	_, charge, _ := c.ledger.Size(h.id)
-	err := c.admitFirstFree(h.id, func() error { return c.ledger.GrowFree(h.id, end) },
-		ledger.Charge(end)-charge, func() (victims, error) { return c.ledger.Grow(h.id, end) })
+	grow, growFree := c.ledger.Grow, c.ledger.GrowFree
+	if c.cfg.StrictCapacity {
+		grow, growFree = c.ledger.GrowWithin, c.ledger.GrowWithinFree
+	}
+	err := c.admitFirstFree(h.id, func() error { return growFree(h.id, end) },
+		ledger.Charge(end)-charge, func() (victims, error) { return grow(h.id, end) })
 	if errors.Is(err, ErrNoSpace) {
 		h.refused.Store(true)
+		if c.cfg.StrictCapacity && ledger.Charge(end) <= c.ledger.Capacity() {
+			// Refused past twice its reservation, or with no room:
+			// objects are this large now, and the next writer is
+			// reserved for it (up to a quarter of the capacity), so a
+			// connector's next store of the size fits.
+			c.published(end)
+		}
 	}
 	if err == nil {
 		err = c.startWriting(h, false, false)

@@ -421,6 +421,13 @@ var modes = []struct {
 	opts []mountOpt
 }{{"passthrough", nil}, {"strict", []mountOpt{withStrict()}}}
 
+// allModes adds the daemon's writes without a strict capacity (no
+// passthrough) to modes.
+var allModes = append(modes, struct {
+	name string
+	opts []mountOpt
+}{"daemon", []mountOpt{withPassthrough(false)}})
+
 // TestWriteLargerThanCapacity: an object larger than the capacity is
 // never published and costs nothing already stored. With passthrough the
 // write lands (its bytes are counted over the capacity, unadmitted) and
@@ -469,13 +476,60 @@ func TestWriteLargerThanCapacity(t *testing.T) {
 	})
 }
 
+// TestLargerStoreIntoFullCache: a full cache of cold 1 MiB objects takes
+// a 4 MiB store, four times the reservation its writer opened with (the
+// largest recent object), in every mode: passthrough and the daemon's
+// writes admit what passed twice the reservation at the close, evicting
+// then; a strict capacity, whose bytes never pass it, refuses the first
+// try past twice the reservation and reserves the next writer for the
+// size it reached (an outside tester: without passthrough every try of
+// an 8 MiB store into a cache of 1 MiB objects failed with ENOSPC).
+func TestLargerStoreIntoFullCache(t *testing.T) {
+	const big = 4 * mib
+	for _, m := range allModes {
+		t.Run(m.name, func(t *testing.T) {
+			k := mountSmall(t, m.opts...)
+			n := smallCap / mib
+			for i := range n {
+				mustWrite(t, k.path(fmt.Sprintf("o%02d", i)), pattern(i, mib))
+			}
+			k.pastGrace(0)
+			tries := 1
+			if m.name == "strict" {
+				tries = 2
+			}
+			var err error
+			for try := 1; try <= tries; try++ {
+				if err = writeObject(k.path("big"), pattern(99, big)); err == nil {
+					if try < tries {
+						t.Errorf("stored at try %d; a strict capacity refuses the first past twice the reservation", try)
+					}
+					break
+				}
+				wantErrno(t, fmt.Sprintf("try %d", try), err, syscall.ENOSPC)
+				wantGone(t, k.path("big"))
+				k.pastGrace(0)
+			}
+			if err != nil {
+				t.Fatalf("a %d MiB store into a full cache of cold 1 MiB objects, %d tries: %v", big/mib, tries, err)
+			}
+			k.released(0)
+			mustRead(t, k.path("big"), pattern(99, big))
+			st := k.M.Stats()
+			if st.UsedBytes > st.CapacityBytes || st.Evictions < big/mib {
+				t.Errorf("after the store: %+v", st)
+			}
+		})
+	}
+}
+
 // TestDoomedStoreKeepsCache: LMCache's fs_native writes a whole object in
 // one write(2). One that can never fit, stored into a full cache, costs at
 // most what any store costs (its reservation, and growth to twice it),
 // never the cache, in either mode.
 func TestDoomedStoreKeepsCache(t *testing.T) {
 	const obj = 256 * kib
-	for _, m := range modes {
+	for _, m := range allModes {
 		t.Run(m.name, func(t *testing.T) {
 			k := mountSmall(t, m.opts...)
 			n := smallCap / obj

@@ -218,7 +218,7 @@ func (m *model) room(need, total int64, self ID, freeOnly bool) ([]Victim[ID], e
 		return nil, nil
 	}
 	if freeOnly {
-		return nil, ErrNoSpace
+		return nil, ErrPastBudget
 	}
 	v, ok := m.evict(need-free, self)
 	if !ok {
@@ -363,7 +363,7 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 	case 3, 4:
 		r.close(id, o, write)
 	case 5:
-		r.grow(id, o, fzSize(arg), arg&2 == 0)
+		r.grow(id, o, fzSize(arg), budgeting((arg>>1&3)%3))
 	case 6:
 		r.setSize(id, o, fzSize(arg))
 	case 7, 21:
@@ -511,12 +511,10 @@ func (m *model) endWriting(o *mObj) []Victim[ID] {
 	return v
 }
 
-func (r *fuzzRun) grow(id ID, o *mObj, end int64, budgeted bool) {
-	r.desc = fmt.Sprintf("Grow(%d, %d, budgeted %v)", id, end, budgeted)
-	grow := r.l.Extend
-	if budgeted {
-		grow = r.l.Grow
-	}
+func (r *fuzzRun) grow(id ID, o *mObj, end int64, b budgeting) {
+	r.desc = fmt.Sprintf("Grow(%d, %d, budgeting %d)", id, end, b)
+	grow := map[budgeting]func(ID, int64) ([]Victim[ID], error){
+		unbudgeted: r.l.Extend, pastBudgetOver: r.l.Grow, pastBudgetFree: r.l.GrowWithin}[b]
 	v, err := grow(id, end)
 	if o == nil || end <= o.size { // never shrinks
 		r.errIs(err, map[bool]error{true: ErrGone, false: nil}[o == nil])
@@ -524,8 +522,18 @@ func (r *fuzzRun) grow(id ID, o *mObj, end int64, budgeted bool) {
 		return
 	}
 	charge := max(mCharge(end), o.res)
-	pastBudget := budgeted && o.writers > 0 && o.budget > 0 && charge > 2*o.budget
-	r.admit(o, v, err, end, o.res, pastBudget)
+	past := b != unbudgeted && o.writers > 0 && o.budget > 0 && charge > 2*o.budget
+	if past && b == pastBudgetOver {
+		// As Observe, unless it can never fit.
+		if mCharge(end) > int64(fzCap) {
+			r.errIs(err, ErrTooLarge)
+			r.victims(v, nil)
+			return
+		}
+		r.observed(o, v, err, end)
+		return
+	}
+	r.admit(o, v, err, end, o.res, past)
 }
 
 // admit checks an admission that leaves o at size and reservation res
@@ -587,6 +595,14 @@ func (r *fuzzRun) observe(id ID, o *mObj, size int64) {
 		r.victims(v, nil)
 		return
 	}
+	r.observed(o, v, err, size)
+}
+
+// observed checks an observation of writer o's growth to size (victims
+// v, error err), which takes free space, evicts within o's budget, or
+// charges the rest unadmitted.
+func (r *fuzzRun) observed(o *mObj, v []Victim[ID], err error, size int64) {
+	r.t.Helper()
 	charge := max(mCharge(size), o.res)
 	if charge <= o.charge() {
 		r.errIs(err, nil)

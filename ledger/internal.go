@@ -148,7 +148,7 @@ func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victi
 		return nil, nil
 	}
 	if freeOnly {
-		return nil, ErrNoSpace
+		return nil, ErrPastBudget
 	}
 	return l.evict(need-free, e)
 }

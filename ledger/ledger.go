@@ -34,6 +34,10 @@ var (
 	// ErrTooLarge means the charge exceeds the whole capacity: no
 	// eviction could ever make it fit.
 	ErrTooLarge = errors.New("ledger: object larger than capacity")
+	// ErrPastBudget means a writer's growth past twice its reservation
+	// did not fit in free space, and may not evict (GrowWithin): the
+	// room exists, so waiting for it is no use.
+	ErrPastBudget = errors.New("ledger: a writer's growth past twice its reservation does not fit in free space")
 	// ErrGone means the inode was evicted or released.
 	ErrGone = errors.New("ledger: object is gone")
 	// ErrExists means the ID is already in the ledger.
@@ -394,27 +398,49 @@ func (l *Ledger[K]) reserve(id K, n int64) ([]Victim[K], error) {
 
 // Grow raises an inode's size to at least end (a write's end offset that
 // the caller sees), evicting others first if the charge would pass the
-// capacity. A writer's growth evicts only up to twice its reservation;
-// past that it takes free space only, so that one write that can never
-// fit cannot empty the cache on its way to ENOSPC. Concurrent writes may
-// arrive out of order, so Grow never shrinks.
+// capacity. A writer's growth evicts only up to twice its reservation,
+// so that one write that can never fit cannot empty the cache on its way
+// to ENOSPC. Past that it takes free space, else its bytes are charged
+// unadmitted, as a passthrough writer's are (Observe): its close admits
+// them at its final size, evicting then, all or nothing (Settle). So a
+// store larger than its writer was reserved for is not refused room the
+// cache can free (an outside tester: with the daemon writing, a full
+// cache of 1 MiB objects refused every 8 MiB store, on every retry).
+// Growth past the capacity is ErrTooLarge. Concurrent writes may arrive
+// out of order, so Grow never shrinks.
 func (l *Ledger[K]) Grow(id K, end int64) ([]Victim[K], error) {
-	return l.grow(id, end, true)
+	return l.grow(id, end, pastBudgetOver)
+}
+
+// GrowWithin is Grow for a strict capacity, whose bytes may never pass
+// it, not even unadmitted: past twice its reservation a writer's growth
+// takes free space only, else ErrPastBudget.
+func (l *Ledger[K]) GrowWithin(id K, end int64) ([]Victim[K], error) {
+	return l.grow(id, end, pastBudgetFree)
 }
 
 // Extend is Grow for a size stated at once (fallocate): it fits in full
 // or evicts nothing, so no budget applies.
 func (l *Ledger[K]) Extend(id K, end int64) ([]Victim[K], error) {
-	return l.grow(id, end, false)
+	return l.grow(id, end, unbudgeted)
 }
 
-func (l *Ledger[K]) grow(id K, end int64, budgeted bool) ([]Victim[K], error) {
+// budgeting is what a writer's growth past twice its reservation does.
+type budgeting int
+
+const (
+	unbudgeted     budgeting = iota // evicts as needed (a size stated at once)
+	pastBudgetOver                  // takes free space, else is charged unadmitted
+	pastBudgetFree                  // takes free space, else ErrPastBudget
+)
+
+func (l *Ledger[K]) grow(id K, end int64, b budgeting) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.growLocked(id, end, budgeted)
+	return l.growLocked(id, end, b)
 }
 
-func (l *Ledger[K]) growLocked(id K, end int64, budgeted bool) ([]Victim[K], error) {
+func (l *Ledger[K]) growLocked(id K, end int64, b budgeting) ([]Victim[K], error) {
 	e, ok := l.get(id)
 	if !ok {
 		return nil, ErrGone
@@ -423,8 +449,14 @@ func (l *Ledger[K]) growLocked(id K, end int64, budgeted bool) ([]Victim[K], err
 		return nil, nil
 	}
 	res := l.wr(e).res
-	pastBudget := budgeted && l.pastBudget(e, max(Charge(end), res))
-	return l.admit(e, end, res, pastBudget)
+	past := b != unbudgeted && l.pastBudget(e, max(Charge(end), res))
+	if past && b == pastBudgetOver {
+		if Charge(end) > l.capacity {
+			return nil, ErrTooLarge
+		}
+		return l.observe(id, end)
+	}
+	return l.admit(e, end, res, past)
 }
 
 // SetSize sets an inode's size exactly (truncate), evicting if it grows.

@@ -1152,39 +1152,70 @@ func TestObserveBudget(t *testing.T) {
 // growth after it was unbounded and emptied the cache.
 func TestDoomedStoreKeepsCache(t *testing.T) {
 	const n = 200
-	for _, c := range []struct{ daemon, dup bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
-		daemon := c.daemon
-		l, _ := newTest(t, n*blk)
-		fill(t, l, 1, n)
-		if err := l.Create(1000, true); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := l.Reserve(1000, blk); err != nil {
-			t.Fatal(err)
-		}
-		if c.dup {
-			if _, err := l.Settle(1000, 0); err != nil {
+	for _, how := range []string{"Observe", "Grow", "GrowWithin"} {
+		for _, dup := range []bool{false, true} {
+			l, _ := newTest(t, n*blk)
+			fill(t, l, 1, n)
+			if err := l.Create(1000, true); err != nil {
 				t.Fatal(err)
 			}
-		}
-		var err error
-		for size := int64(blk); size <= (n+1)*blk; size += blk {
-			if daemon {
-				_, err = l.Grow(1000, size)
-			} else {
-				_, err = l.Observe(1000, size)
+			if _, err := l.Reserve(1000, blk); err != nil {
+				t.Fatal(err)
 			}
-			if err != nil {
-				break
+			if dup {
+				if _, err := l.Settle(1000, 0); err != nil {
+					t.Fatal(err)
+				}
 			}
+			grow := map[string]func(ID, int64) ([]Victim[ID], error){"Observe": l.Observe, "Grow": l.Grow, "GrowWithin": l.GrowWithin}[how]
+			var err error
+			for size := int64(blk); size <= (n+1)*blk; size += blk {
+				if _, err = grow(1000, size); err != nil {
+					break
+				}
+			}
+			want := map[string]error{"Observe": nil, "Grow": ErrTooLarge, "GrowWithin": ErrPastBudget}[how]
+			if !errors.Is(err, want) {
+				t.Fatalf("%s past the budget of a full cache, to past the capacity: %v, want %v", how, err, want)
+			}
+			if st := l.Stats(); st.Evictions > 2 {
+				t.Fatalf("%s (dup %v): a doomed store evicted %d objects", how, dup, st.Evictions)
+			}
+			mustOK(t, l)
 		}
-		if daemon && !errors.Is(err, ErrNoSpace) {
-			t.Fatalf("daemon writes past the budget of a full cache: %v, want ErrNoSpace", err)
+	}
+}
+
+// A store larger than twice its reservation, written by the daemon into
+// a full cache, is not refused: past its budget its bytes are charged
+// unadmitted, and its close evicts for them, all or nothing (an outside
+// tester: a full cache of 1 MiB objects refused every 8 MiB store with
+// the daemon writing, on every retry).
+func TestGrowPastBudgetAdmittedAtClose(t *testing.T) {
+	const n = 64
+	l, _ := newTest(t, n*blk)
+	fill(t, l, 1, n)
+	if err := l.Create(1000, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reserve(1000, blk); err != nil {
+		t.Fatal(err)
+	}
+	for size := int64(blk); size <= 8*blk; size += blk {
+		if _, err := l.Grow(1000, size); err != nil {
+			t.Fatalf("Grow(%d) past the budget, cold objects to evict: %v", size, err)
 		}
-		if st := l.Stats(); st.Evictions > 2 {
-			t.Fatalf("%+v: a doomed store evicted %d objects", c, st.Evictions)
-		}
-		mustOK(t, l)
+	}
+	st := l.Stats()
+	if st.Evictions > 2 || st.UnadmittedBytes != 6*blk {
+		t.Fatalf("before the close: %d evicted, %d unadmitted bytes; want at most 2 (the budget) and %d", st.Evictions, st.UnadmittedBytes, 6*blk)
+	}
+	if _, v := l.Close(1000, true); len(v) != 6 {
+		t.Fatalf("the close evicted %d objects, want 6 more", len(v))
+	}
+	mustOK(t, l)
+	if st := l.Stats(); st.UsedBytes != n*blk || st.UnadmittedBytes != 0 || st.Objects != n-8+1 {
+		t.Fatalf("after the close: %+v", st)
 	}
 }
 

@@ -31,11 +31,15 @@ func (l *Ledger[K]) SettleFree(id K, size int64) error {
 }
 
 func (l *Ledger[K]) GrowFree(id K, end int64) error {
-	return l.free(func() ([]Victim[K], error) { return l.growLocked(id, end, true) })
+	return l.free(func() ([]Victim[K], error) { return l.growLocked(id, end, pastBudgetOver) })
+}
+
+func (l *Ledger[K]) GrowWithinFree(id K, end int64) error {
+	return l.free(func() ([]Victim[K], error) { return l.growLocked(id, end, pastBudgetFree) })
 }
 
 func (l *Ledger[K]) ExtendFree(id K, end int64) error {
-	return l.free(func() ([]Victim[K], error) { return l.growLocked(id, end, false) })
+	return l.free(func() ([]Victim[K], error) { return l.growLocked(id, end, unbudgeted) })
 }
 
 func (l *Ledger[K]) SetSizeFree(id K, size int64) error {

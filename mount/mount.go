@@ -239,6 +239,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		WaitLimit:          m.WaitLimit,
 		WriteReserve:       m.WriteReserve,
 		Passthrough:        m.passthrough(),
+		StrictCapacity:     m.StrictCapacity,
 		PollInterval:       m.PollInterval,
 		AuditInterval:      m.AuditInterval,
 		CheckpointInterval: m.CheckpointInterval,
