@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -822,4 +823,47 @@ func TestHandoverKeepsRemovedDirectories(t *testing.T) {
 		t.Fatalf("fsync after the handover: %v", serr)
 	}
 	d.stop()
+}
+
+// TestBackgroundWithPipedOutput: `kvfs mount --background` whose output
+// is a pipe (a shell pipeline, `$(...)`, ssh) returns once the mount
+// serves, and the pipe ends then: the daemon lets go of it, and the
+// command says its log is discarded (an outside tester's pipeline hung
+// until the unmount, ten minutes later; a handover as well as a fresh
+// mount). The mount serves on.
+func TestBackgroundWithPipedOutput(t *testing.T) {
+	requireRoot(t)
+	_, mp, store := mountDirs(t)
+	var pid int
+	t.Cleanup(func() { stopDetached(t, mp, pid) })
+	for _, what := range []string{"a fresh mount", "a handover"} {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		cmd := exec.CommandContext(ctx, kvfsBin, "mount", "--background", "--store", store, "--capacity", "16MiB", mp)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out // pipes, copied until every holder closes them
+		cmd.WaitDelay = time.Second
+		err := cmd.Run()
+		cancel()
+		if errors.Is(err, exec.ErrWaitDelay) {
+			t.Fatalf("%s: kvfs mount --background returned, and its daemon still holds the pipe of its output\n%s", what, out.String())
+		}
+		if err != nil {
+			t.Fatalf("%s: kvfs mount --background with its output on a pipe: %v\n%s", what, err, out.String())
+		}
+		i := strings.Index(out.String(), "the daemon (pid ")
+		if i < 0 {
+			t.Fatalf("%s: no pid in %q", what, out.String())
+		}
+		fmt.Sscanf(out.String()[i:], "the daemon (pid %d)", &pid)
+		if !strings.Contains(out.String(), "its log is discarded") {
+			t.Errorf("%s: the command did not say the daemon's log is discarded:\n%s", what, out.String())
+		}
+		p := filepath.Join(mp, "o")
+		if err := os.WriteFile(p, []byte(what), 0o644); err != nil {
+			t.Fatalf("%s: the mount after the command returned: %v", what, err)
+		}
+		if got, err := os.ReadFile(p); err != nil || string(got) != what {
+			t.Fatalf("%s: read back %q, %v", what, got, err)
+		}
+	}
 }

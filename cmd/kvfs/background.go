@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"github.com/kvfs/kvfs/mount"
 )
@@ -24,8 +26,9 @@ import (
 const backgroundChildEnv = "KVFS_BACKGROUND_CHILD"
 
 // background starts this command again as the daemon, detached, with
-// the same output, and waits for its word on a pipe: "ready", or the
-// pipe's end without it (the daemon failed; its error is in its output).
+// the same output until it serves (see detachOutput), and waits for its
+// word on a pipe: "ready", or the pipe's end without it (the daemon
+// failed; its error is in its output).
 func background(stdout io.Writer) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -56,8 +59,11 @@ func background(stdout io.Writer) error {
 		cmd.Wait()
 		return usageerr.Errorf("%s", strings.TrimSpace(msg)) // one line, as without --background
 	}
-	if strings.TrimSpace(string(word)) == "ready" {
+	if w := strings.TrimSpace(string(word)); strings.HasPrefix(w, readyWord) {
 		fmt.Fprintf(stdout, "kvfs: the daemon (pid %d) serves; it runs on in the background\n", cmd.Process.Pid)
+		if w == readyWord+" "+discardedWord {
+			fmt.Fprintln(stdout, "kvfs: its log is discarded: this command's output was a pipe or a terminal, which the daemon would have kept open (send it to a file, `>>FILE 2>&1`, or run it under systemd)")
+		}
 		cmd.Process.Release()
 		return nil
 	}
@@ -85,13 +91,60 @@ func backgroundRefused(err error) bool {
 	return werr == nil
 }
 
-// backgroundReady tells a --background parent that the mount serves.
+// The words a --background daemon tells its parent once it serves:
+// ready, and whether its output is now discarded (detachOutput).
+const (
+	readyWord     = "ready"
+	discardedWord = "discarded"
+)
+
+// backgroundReady tells a --background parent that the mount serves,
+// once the daemon's output no longer holds what the parent's caller
+// waits on.
 func backgroundReady() {
 	if os.Getenv(backgroundChildEnv) == "" {
 		return
 	}
 	os.Unsetenv(backgroundChildEnv)
+	word := readyWord
+	if detachOutput() {
+		word += " " + discardedWord
+	}
 	f := os.NewFile(3, "background parent")
-	fmt.Fprintln(f, "ready")
+	fmt.Fprintln(f, word)
 	f.Close()
+}
+
+// detachOutput points the daemon's stdout and stderr at /dev/null where
+// they are a pipe or a terminal: a caller waits on a pipe's end (a shell
+// pipeline, `$(...)`, ssh, a CI step), which a daemon that runs for days
+// would keep open (an outside tester's pipeline hung until the unmount),
+// and a terminal goes with its session. A file or a socket (systemd's
+// journal) is kept. It says whether it moved either.
+func detachOutput() bool {
+	moved := false
+	for _, fd := range []int{1, 2} {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil {
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFIFO:
+		case unix.S_IFCHR:
+			if _, err := unix.IoctlGetTermios(fd, unix.TCGETS); err != nil {
+				continue // /dev/null, say
+			}
+		default:
+			continue
+		}
+		null, err := unix.Open(os.DevNull, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		if unix.Dup3(null, fd, 0) == nil {
+			moved = true
+		}
+		unix.Close(null)
+	}
+	return moved
 }
