@@ -43,7 +43,7 @@ func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress
 	lock, err := lockStore(dir)
 	if err != nil {
 		if errors.Is(err, ErrLocked) {
-			return rep, fmt.Errorf("%s is in use by a live kvfs daemon: unmount it first", dir)
+			return rep, inUse{dir}
 		}
 		return rep, err
 	}
@@ -192,3 +192,11 @@ func repairStore(dir string, charge func(int64) int64, rep *FsckReport) error {
 	rep.Objects, rep.Bytes, rep.Dirs, rep.Repaired = after.Objects, after.Bytes, after.Dirs, true
 	return nil
 }
+
+// inUse is the ErrLocked of a store a live daemon holds.
+type inUse struct{ dir string }
+
+func (e inUse) Error() string {
+	return e.dir + " is in use by a live kvfs daemon: unmount it first"
+}
+func (e inUse) Is(target error) bool { return target == ErrLocked }

@@ -226,3 +226,20 @@ func TestBadInputFlags(t *testing.T) {
 		}
 	})
 }
+
+// TestFsckOfALiveStore: fsck, and fsck --repair, of a store a daemon
+// serves are refused as a bad path is (exit 2, one line; was exit 1, the
+// status of a failure while doing the work), and the store serves on.
+func TestFsckOfALiveStore(t *testing.T) {
+	requireRoot(t)
+	_, mp, store := mountDirs(t)
+	d := startDaemon(t, mp, "--store", store, "--capacity", "16MiB")
+	putFile(t, filepath.Join(mp, "kept"), []byte("kept\n"))
+	for _, args := range [][]string{{"fsck", "--store", store}, {"fsck", "--store", store, "--repair"}} {
+		requireUsageError(t, runKvfs(t, args...), store, "is in use by a live kvfs daemon: unmount it first")
+	}
+	if got, err := os.ReadFile(filepath.Join(mp, "kept")); err != nil || string(got) != "kept\n" {
+		t.Fatalf("after the refused fsck: %q, %v", got, err)
+	}
+	d.stop()
+}

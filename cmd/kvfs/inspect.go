@@ -148,7 +148,7 @@ func cmdFsck(args []string, stdout io.Writer) error {
 		}
 	}
 	rep, err := core.Fsck(*store, *repair, fsckProgress(*every))
-	if errors.Is(err, blob.ErrNotStore) {
+	if errors.Is(err, blob.ErrNotStore) || errors.Is(err, blob.ErrLocked) {
 		return usageerr.Errorf("%v", err)
 	}
 	if err != nil {
