@@ -224,14 +224,17 @@ func (o *Options) validate() error {
 	if err := checkRequestTimeout(o.RequestTimeout); err != nil {
 		return err
 	}
+	// The mount point first: its default store (beside it) is inside the
+	// same store, and that store's refusal named the derived path, never
+	// the mount point the user gave (an outside tester's finding).
+	if outer, ok := blob.StoreAbove(mp); ok {
+		return usagef("mount point %s is inside the kvfs store %s", mp, outer)
+	}
 	if st, err := os.Stat(o.Store); err == nil && !st.IsDir() {
 		return usagef("store %s is not a directory", o.Store)
 	}
 	if _, err := blob.CheckDir(o.Store); err != nil {
 		return usagef("%v", err)
-	}
-	if outer, ok := blob.StoreAbove(mp); ok {
-		return usagef("mount point %s is inside the kvfs store %s", mp, outer)
 	}
 	return nil
 }

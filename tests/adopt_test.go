@@ -103,6 +103,13 @@ func TestStoreAdoptionRefused(t *testing.T) {
 			os.Mkdir(filepath.Join(dir, "S", "data", "mnt"), 0o755)
 			return filepath.Join(dir, "T"), filepath.Join(dir, "S", "data", "mnt")
 		}, []string{"mount point", "inside the kvfs store", "/S"}, nil},
+		// The store by default, beside the mount point: inside S too, and
+		// its refusal named that derived path, never the mount point.
+		{"absent_mount_point_inside_a_store", func(t *testing.T, dir string) (string, string) {
+			makeStore(t, filepath.Join(dir, "S"))
+			mp := filepath.Join(dir, "S", "data", "sub")
+			return mp + ".kvfs-store", mp
+		}, []string{"mount point ", "S/data/sub is inside the kvfs store", "/S"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { checkRefusal(t, c) })
