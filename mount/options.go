@@ -122,7 +122,8 @@ func DefaultStore(mountpoint string) string {
 }
 
 // ParseSize reads a size: plain bytes, or a number with K, M, G, T or P, with
-// or without "iB" or "B" (all binary: 64MiB, 64M and 64MB are 64<<20).
+// or without "iB" or "B" (all binary: 64MiB, 64M and 64MB are 64<<20), in
+// either case, with spaces around the unit ("64 mib").
 func ParseSize(s string) (int64, error) {
 	upper := strings.ToUpper(strings.TrimSpace(s))
 	digits := strings.IndexFunc(upper, func(r rune) bool { return r < '0' || r > '9' })

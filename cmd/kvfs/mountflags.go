@@ -36,7 +36,7 @@ func newMountFlags() *mountFlags {
 	fs.DurationVar(&o.AuditInterval, "audit-interval", mount.DefaultAuditInterval, "how often to walk the store for changes made behind kvfs's back (0: never); a walk that took long waits 20 times its duration")
 	fs.DurationVar(&o.StopLinger, "stop-linger", 0, "how long a stop (a signal) that found files open, and so detached the mount, serves them before it ends them, like 30s (0: until they close)")
 	fs.DurationVar(&o.CheckpointInterval, "checkpoint-interval", mount.DefaultCheckpointInterval, "how often, while the store changes, to checkpoint the index so a restart after a crash is fast (0: only at a clean stop)")
-	fs.Int64Var(&o.ServeWhileLoading, "serve-while-loading", mount.DefaultServeWhileLoading, "serve reads at once, while the index is built, when the store is expected to hold at least this many objects (stores of new names, deletes, moves and mkdir are taken too; other changes wait for the index; -1: never; 0: the default)")
+	fs.Int64Var(&o.ServeWhileLoading, "serve-while-loading", mount.DefaultServeWhileLoading, "serve reads at once, while the index is built, when the store is expected to hold at least this many objects (stores of new names, deletes, moves and mkdir are taken too; other changes wait for the index; -1: never)")
 	fs.Var(sizeFlag{&o.RAMCache}, "ram-cache", "keep copies of objects plain reads load in this much RAM, like 4GiB; objects over a quarter of it are not copied (default 0: none; passthrough reads never need it)")
 	fs.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the mounter in")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", 0, "abort the FUSE connection when a request goes unanswered this long, like 60s (0: never; this mount only, Linux 6.14+)")

@@ -102,9 +102,10 @@ func perSecond(f stats.Field, prev, cur *sample) (float64, bool) {
 
 func seconds(prev, cur *sample) float64 { return max(cur.at.Sub(prev.at).Seconds(), 1e-3) }
 
-// hitRatio is the share of lookups that hit from prev to cur (prev nil:
-// since the mount started), if the daemon reports lookups and any
-// happened.
+// hitRatio is the share of lookups that found an object from prev to cur
+// (prev nil: since the mount started), if the daemon reports lookups and
+// any happened. Of the lookups that reach kvfs: not a connector's hit
+// ratio (see stats.LookupHits).
 func hitRatio(prev, cur *sample) (float64, bool) {
 	hits, okH := stats.LookupHits.Int(&cur.Snapshot)
 	misses, okM := stats.LookupMisses.Int(&cur.Snapshot)
@@ -135,11 +136,11 @@ func viewLine(prev *sample, cur sample) string {
 			}
 		}
 		if h, ok := hitRatio(prev, &cur); ok {
-			f = append(f, fmt.Sprintf("hit%%=%.1f", 100*h))
+			f = append(f, fmt.Sprintf("lookups_found%%=%.1f", 100*h))
 		}
 	}
 	if h, ok := hitRatio(nil, &cur); ok {
-		f = append(f, fmt.Sprintf("hit_total%%=%.1f", 100*h))
+		f = append(f, fmt.Sprintf("lookups_found_total%%=%.1f", 100*h))
 	}
 	return strings.Join(f, " ")
 }
@@ -167,7 +168,7 @@ func viewBlock(mp string, prev *sample, cur sample, interval time.Duration) stri
 	now, okNow := hitRatio(prev, &cur)
 	total, okTotal := hitRatio(nil, &cur)
 	if okNow || okTotal {
-		fmt.Fprintf(&b, "hit ratio %s now   %s since mount\n", ratio(now, okNow), ratio(total, okTotal))
+		fmt.Fprintf(&b, "lookups   %s found now   %s since mount (of those that reach kvfs)\n", ratio(now, okNow), ratio(total, okTotal))
 	}
 	return b.String()
 }

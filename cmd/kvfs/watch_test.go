@@ -17,7 +17,7 @@ func parseSample(t *testing.T, js string, at time.Time) sample {
 }
 
 // TestViewOptionalCounters: stores, loads and lookups are shown, as
-// rates and a hit ratio, only when the daemon reports them.
+// rates and the share of lookups that found an object, only when the daemon reports them.
 func TestViewOptionalCounters(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	base := `"capacity_bytes":4096000,"used_bytes":1024000,"objects":3,"evictions":10,"evicted_bytes":40960,"admission_failures":1`
@@ -37,13 +37,13 @@ func TestViewOptionalCounters(t *testing.T) {
 	withOld := parseSample(t, `{`+base+`,"stores":10,"loads":20,"lookups_hit":30,"lookups_miss":10}`, t0)
 	withNew := parseSample(t, `{`+base+`,"stores":14,"loads":40,"lookups_hit":39,"lookups_miss":11}`, t0.Add(2*time.Second))
 	line = viewLine(&withOld, withNew)
-	for _, want := range []string{"stores=14", "loads=40", "stores/s=2.0", "loads/s=10.0", "hit%=90.0", "hit_total%=78.0"} {
+	for _, want := range []string{"stores=14", "loads=40", "stores/s=2.0", "loads/s=10.0", "lookups_found%=90.0", "lookups_found_total%=78.0"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("line %q lacks %q", line, want)
 		}
 	}
 	block := viewBlock("/mnt", &withOld, withNew, time.Second)
-	for _, want := range []string{"[#######", "25.0%", "1000.0 KiB / 3.9 MiB", "stores 2.0", "loads 10.0", "hit ratio 90.0% now   78.0% since mount"} {
+	for _, want := range []string{"[#######", "25.0%", "1000.0 KiB / 3.9 MiB", "stores 2.0", "loads 10.0", "lookups   90.0% found now   78.0% since mount"} {
 		if !strings.Contains(block, want) {
 			t.Errorf("view lacks %q:\n%s", want, block)
 		}

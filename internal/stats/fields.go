@@ -123,11 +123,14 @@ var Passthrough = Field{Name: "passthrough", Kind: Gauge,
 	Help: "1 when the mount's handles use FUSE passthrough (asked for, not --strict-capacity, run as root, and granted by the kernel); 0 when every byte goes through the daemon.",
 	num:  func(s *Snapshot, _ bool) *int64 { return &s.Passthrough }}
 
-// LookupHits and LookupMisses are the lookups that found an object and
-// those that found nothing: --watch's hit ratio.
+// LookupHits and LookupMisses are the lookups that reached kvfs and found
+// an object, and those that found nothing. Not a connector's hit ratio:
+// the kernel answers repeated lookups of a present name from its name
+// cache, and every store looks its names up first (an outside tester saw
+// 0% under plain use).
 var (
 	LookupHits = Field{Name: "lookups_hit", Kind: Counter, Label: "result",
-		Help: "Lookups of names that found an object (result=\"hit\") or nothing (result=\"miss\"): the cache's hit ratio as connectors see it.",
+		Help: "Lookups that reached kvfs and found an object (result=\"hit\") or nothing (result=\"miss\"). Not a connector's hit ratio: the kernel answers repeated lookups of a present name from its name cache (--cache-timeout) without asking kvfs, and each store looks its names up first (misses).",
 		num:  func(s *Snapshot, _ bool) *int64 { return &s.LookupHits }}
 	LookupMisses = Field{Name: "lookups_miss", Kind: Counter, Label: "result",
 		num: func(s *Snapshot, _ bool) *int64 { return &s.LookupMisses }}
