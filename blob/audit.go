@@ -101,7 +101,7 @@ func (s *Store) walkDir(stop <-chan struct{}, rel string, batch func(string, []W
 				subs = append(subs, filepath.Join(rel, e.Name()))
 			case e.Type().IsRegular():
 				var st unix.Stat_t
-				if unix.Fstatat(fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+				if statAt(fd, e.Name(), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
 					names = append(names, WalkedName{Name: e.Name(), WalkedFile: WalkedFile{st.Ino, st.Size}})
 				}
 			}

@@ -145,7 +145,7 @@ func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) er
 		l.rep.Foreign++
 		return nil
 	}
-	err := unix.Fstatat(dirfd, name, &e.st, unix.AT_SYMLINK_NOFOLLOW)
+	err := statAt(dirfd, name, &e.st)
 	switch {
 	case err == unix.ENOENT:
 		return nil

@@ -303,7 +303,7 @@ func (l *loader) read(rel string) ([]entry, error) {
 			unix.Unlinkat(fd, e.name, 0)
 			l.count(func(r *LoadReport) { r.Foreign++ })
 			continue
-		case unix.Fstatat(fd, e.name, &e.st, unix.AT_SYMLINK_NOFOLLOW) != nil:
+		case statAt(fd, e.name, &e.st) != nil:
 			continue
 		case l.incomplete[e.st.Ino]:
 			unix.Unlinkat(fd, e.name, 0)

@@ -371,7 +371,7 @@ func (s *Store) at2(a, b string, op func(dirA int, nameA string, dirB int, nameB
 func (s *Store) stat(rel string) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	err := s.at(rel, func(dirfd int, name string) error {
-		return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		return statAt(dirfd, name, &st)
 	})
 	if err != nil {
 		return st, &os.PathError{Op: "stat", Path: rel, Err: underlying(err)}

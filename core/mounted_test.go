@@ -1,13 +1,20 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/kvfs/kvfs/blob"
-	"golang.org/x/sys/unix"
 )
 
 // TestStartWithAMountInTheStore: another file system mounted on a stored
@@ -132,5 +139,86 @@ func TestBindMountOnAStoredFile(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(outside); string(b) != "not the store's" {
 		t.Errorf("the mounted file holds %q", b)
+	}
+}
+
+// hangingRoot is the root of a FUSE file system whose GETATTR never
+// answers once hang is set, until release is closed: a user's server
+// that stops answering.
+type hangingRoot struct {
+	fs.Inode
+	hang    atomic.Bool
+	asked   chan struct{} // gets a value each time a GETATTR hangs
+	release chan struct{}
+}
+
+func (r *hangingRoot) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if r.hang.Load() {
+		select {
+		case r.asked <- struct{}{}:
+		default:
+		}
+		<-r.release
+	}
+	out.Mode = fuse.S_IFDIR | 0o755
+	return 0
+}
+
+// TestLookupOfAHungMountPoint: a lookup of a stored directory another
+// FUSE file system is mounted on (a user's server, with allow_other) does
+// not ask that server: one that never answers held the lookup, and the
+// kernel's lock of the directory, for good (an outside tester's finding).
+// Nor do a walk of the store and the audit.
+func TestLookupOfAHungMountPoint(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts a FUSE file system on a stored directory")
+	}
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	who := blob.Owner{UID: -1, GID: -1}
+	dir, _, err := tc.Mkdir(blob.RootID, "fm", 0o755, who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, ok := tc.BackingPath(dir)
+	if !ok {
+		t.Fatal("no backing path")
+	}
+	root := &hangingRoot{asked: make(chan struct{}, 1), release: make(chan struct{})}
+	zero := time.Duration(0)
+	srv, err := fs.Mount(stored, root, &fs.Options{EntryTimeout: &zero, AttrTimeout: &zero,
+		MountOptions: fuse.MountOptions{AllowOther: true, FsName: "hanging"}})
+	if err != nil {
+		t.Skipf("needs a FUSE mount: %v", err)
+	}
+	defer func() {
+		close(root.release)
+		srv.Unmount()
+	}()
+	root.hang.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := tc.Lookup(blob.RootID, "fm")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("lookup of a directory a FUSE file system is mounted on: %v", err)
+		}
+	case <-root.asked:
+		t.Fatal("the lookup asked the mounted file system's server, which never answers")
+	}
+	audited := make(chan error, 1)
+	go func() {
+		_, err := tc.Audit()
+		audited <- err
+	}()
+	select {
+	case err := <-audited:
+		if err != nil {
+			t.Errorf("audit: %v", err)
+		}
+	case <-root.asked:
+		t.Fatal("the audit asked the mounted file system's server, which never answers")
 	}
 }
