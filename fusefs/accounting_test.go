@@ -476,6 +476,19 @@ func TestWriteLargerThanCapacity(t *testing.T) {
 	})
 }
 
+// fillCold fills a cache of smallCap with objects o00, o01... of size
+// bytes (pattern(i, size)), past their grace: all evictable. It returns
+// how many.
+func (k *kvfsMount) fillCold(size int) int {
+	k.t.Helper()
+	n := smallCap / size
+	for i := range n {
+		mustWrite(k.t, k.path(fmt.Sprintf("o%02d", i)), pattern(i, size))
+	}
+	k.pastGrace(0)
+	return n
+}
+
 // TestLargerStoreIntoFullCache: a full cache of cold 1 MiB objects takes
 // a 4 MiB store, four times the reservation its writer opened with (the
 // largest recent object), in every mode: passthrough and the daemon's
@@ -489,11 +502,7 @@ func TestLargerStoreIntoFullCache(t *testing.T) {
 	for _, m := range allModes {
 		t.Run(m.name, func(t *testing.T) {
 			k := mountSmall(t, m.opts...)
-			n := smallCap / mib
-			for i := range n {
-				mustWrite(t, k.path(fmt.Sprintf("o%02d", i)), pattern(i, mib))
-			}
-			k.pastGrace(0)
+			k.fillCold(mib)
 			tries := 1
 			if m.name == "strict" {
 				tries = 2
@@ -532,11 +541,7 @@ func TestDoomedStoreKeepsCache(t *testing.T) {
 	for _, m := range allModes {
 		t.Run(m.name, func(t *testing.T) {
 			k := mountSmall(t, m.opts...)
-			n := smallCap / obj
-			for i := range n {
-				mustWrite(t, k.path(fmt.Sprintf("o%02d", i)), pattern(i, obj))
-			}
-			k.pastGrace(0)
+			n := k.fillCold(obj)
 			err := writeObject(k.path("doomed"), pattern(99, smallCap+mib))
 			wantErrno(t, "store of capacity + 1 MiB", err, syscall.ENOSPC)
 			wantGone(t, k.path("doomed"))

@@ -1154,14 +1154,7 @@ func TestDoomedStoreKeepsCache(t *testing.T) {
 	const n = 200
 	for _, how := range []string{"Observe", "Grow", "GrowWithin"} {
 		for _, dup := range []bool{false, true} {
-			l, _ := newTest(t, n*blk)
-			fill(t, l, 1, n)
-			if err := l.Create(1000, true); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := l.Reserve(1000, blk); err != nil {
-				t.Fatal(err)
-			}
+			l := fullWithWriter(t, n)
 			if dup {
 				if _, err := l.Settle(1000, 0); err != nil {
 					t.Fatal(err)
@@ -1186,14 +1179,11 @@ func TestDoomedStoreKeepsCache(t *testing.T) {
 	}
 }
 
-// A store larger than twice its reservation, written by the daemon into
-// a full cache, is not refused: past its budget its bytes are charged
-// unadmitted, and its close evicts for them, all or nothing (an outside
-// tester: a full cache of 1 MiB objects refused every 8 MiB store with
-// the daemon writing, on every retry).
-func TestGrowPastBudgetAdmittedAtClose(t *testing.T) {
-	const n = 64
-	l, _ := newTest(t, n*blk)
+// fullWithWriter is a ledger of n blocks holding n closed one-block
+// objects (1..n), and writer 1000 created with a reservation of a block.
+func fullWithWriter(t *testing.T, n int) *Ledger[ID] {
+	t.Helper()
+	l, _ := newTest(t, int64(n)*blk)
 	fill(t, l, 1, n)
 	if err := l.Create(1000, true); err != nil {
 		t.Fatal(err)
@@ -1201,6 +1191,17 @@ func TestGrowPastBudgetAdmittedAtClose(t *testing.T) {
 	if _, err := l.Reserve(1000, blk); err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+// A store larger than twice its reservation, written by the daemon into
+// a full cache, is not refused: past its budget its bytes are charged
+// unadmitted, and its close evicts for them, all or nothing (an outside
+// tester: a full cache of 1 MiB objects refused every 8 MiB store with
+// the daemon writing, on every retry).
+func TestGrowPastBudgetAdmittedAtClose(t *testing.T) {
+	const n = 64
+	l := fullWithWriter(t, n)
 	for size := int64(blk); size <= 8*blk; size += blk {
 		if _, err := l.Grow(1000, size); err != nil {
 			t.Fatalf("Grow(%d) past the budget, cold objects to evict: %v", size, err)
