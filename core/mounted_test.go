@@ -222,3 +222,83 @@ func TestLookupOfAHungMountPoint(t *testing.T) {
 		t.Fatal("the audit asked the mounted file system's server, which never answers")
 	}
 }
+
+// TestMountGoneBringsBackWhatItCovered: objects a file system mounted on
+// a stored directory covered at the start (indexed as an empty
+// directory) come back, charged, at the first audit after it is
+// unmounted; no restart needed.
+func TestMountGoneBringsBackWhatItCovered(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts a tmpfs on a stored directory")
+	}
+	dir := t.TempDir()
+	store, err := blob.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := Open(store, Config{Capacity: 4 * mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start(func(Drop) {})
+	who := blob.Owner{UID: -1, GID: -1}
+	fm, _, err := c.Mkdir(blob.RootID, "fm", 0o755, who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Create(fm, "covered", 0o644, who, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Write([]byte("covered by the mount"), 0); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	c.Close()
+	if err := os.Remove(filepath.Join(dir, blob.CheckpointName)); err != nil {
+		t.Fatal(err)
+	}
+	mp := filepath.Join(dir, blob.DataName, "fm")
+	if err := unix.Mount("tmpfs", mp, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("needs root that may mount a tmpfs: %v", err)
+	}
+	mounted := true
+	defer func() {
+		if mounted {
+			unix.Unmount(mp, unix.MNT_DETACH)
+		}
+	}()
+	if store, err = blob.Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	c, rep, err := Open(store, Config{Capacity: 4 * mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Start(func(Drop) {})
+	if rep.Mounted != 1 {
+		t.Fatalf("the start saw %d mounted directories, want 1", rep.Mounted)
+	}
+	e, _, err := c.Lookup(blob.RootID, "fm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Lookup(e.ID, "covered"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("an object the mount covers: %v, want ErrNotFound", err)
+	}
+	if err := unix.Unmount(mp, 0); err != nil {
+		t.Fatal(err)
+	}
+	mounted = false
+	r, err := c.Audit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, a, err := c.Lookup(e.ID, "covered"); err != nil || a.Size != int64(len("covered by the mount")) {
+		t.Fatalf("after the unmount and an audit (%+v): %v, %v", r, a.Size, err)
+	}
+	if st := c.Stats(); st.Objects != 1 || st.UsedBytes != BlockSize {
+		t.Fatalf("after the audit: %d objects, %d bytes used; want 1 and one block", st.Objects, st.UsedBytes)
+	}
+}
