@@ -121,8 +121,12 @@ func start(o Options, again bool) (*Mount, error) {
 		// A daemon that died is still exiting for a moment.
 		awaitReleased(o.Store, time.Now().Add(goneLimit))
 	}
-	if err := checkUnprivileged(o); err != nil {
-		return nil, err
+	if _, held := StoreHolder(o.Store); !held {
+		// A held store's refusal says more (who holds it), and needs
+		// no mount.
+		if err := checkUnprivileged(o); err != nil {
+			return nil, err
+		}
 	}
 	releaseStuckOwner(o.Store, log)
 	dead, err := checkMountpoint(o.Mountpoint, log)
