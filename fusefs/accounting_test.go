@@ -532,6 +532,69 @@ func TestLargerStoreIntoFullCache(t *testing.T) {
 	}
 }
 
+// TestDoomedStoreFlushedKeepsCache: the same, written by a writer whose
+// descriptor is duplicated and closed every 512 KiB (a process that
+// forks while it writes: each child's exec closes its copy, and each
+// close is a FLUSH that admits what was written so far). It costs a few
+// objects, never the cache (an outside tester: a writer that ran `kvfs
+// stats` every 4 MiB evicted all 64 objects, then failed).
+func TestDoomedStoreFlushedKeepsCache(t *testing.T) {
+	const obj = 256 * kib
+	for _, m := range allModes {
+		t.Run(m.name, func(t *testing.T) {
+			k := mountSmall(t, m.opts...)
+			n := k.fillCold(obj)
+			err := writeFlushed(k.path("doomed"), pattern(99, smallCap+mib))
+			wantErrno(t, "a flushed store of capacity + 1 MiB", err, syscall.ENOSPC)
+			wantGone(t, k.path("doomed"))
+			st := k.M.Stats()
+			if st.Evictions > 4 || st.Objects < int64(n-4) {
+				t.Errorf("a doomed store, flushed as it grew, evicted %d of %d objects: %+v", st.Evictions, n, st)
+			}
+			// One that fits is stored whole, its growth past the budget
+			// admitted at its last release.
+			k.pastGrace(0)
+			err = writeFlushed(k.path("fits"), pattern(98, 4*mib))
+			if m.name == "strict" && errnoOf(err) == syscall.ENOSPC {
+				// Refused past twice its reservation; the next is
+				// reserved for more.
+				k.pastGrace(0)
+				err = writeFlushed(k.path("fits"), pattern(98, 4*mib))
+			}
+			if err != nil {
+				t.Fatalf("a flushed 4 MiB store into the cache: %v", err)
+			}
+			k.released(0)
+			mustRead(t, k.path("fits"), pattern(98, 4*mib))
+			if st := k.M.Stats(); st.UsedBytes > st.CapacityBytes || st.UnadmittedBytes != 0 {
+				t.Errorf("after the flushed store: %+v", st)
+			}
+		})
+	}
+}
+
+// writeFlushed stores data at path in 512 KiB writes, duplicating and
+// closing the descriptor after each (a FLUSH, as a forked child's exec
+// makes); the error is the first write's or close's.
+func writeFlushed(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	for off := 0; off < len(data) && err == nil; off += 512 * kib {
+		if _, err = f.Write(data[off:min(off+512*kib, len(data))]); err == nil {
+			var dup int
+			if dup, err = unix.Dup(int(f.Fd())); err == nil {
+				err = unix.Close(dup)
+			}
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // TestDoomedStoreKeepsCache: LMCache's fs_native writes a whole object in
 // one write(2). One that can never fit, stored into a full cache, costs at
 // most what any store costs (its reservation, and growth to twice it),

@@ -24,6 +24,7 @@ type mObj struct {
 	size                 int64
 	res, over            int64
 	budget               int64 // the most res was while writers held it
+	settledPast          bool  // a settle admitted it past twice budget
 	nlink, pins, writers int
 	lastClose, lastUse   int64
 	final                bool
@@ -499,7 +500,7 @@ func (r *fuzzRun) close(id ID, o *mObj, write bool) {
 // endWriting predicts the last writer's close: the reservation goes, and
 // what was not admitted is, evicting others if it must.
 func (m *model) endWriting(o *mObj) []Victim[ID] {
-	o.over, o.res, o.budget = 0, 0, 0
+	o.over, o.res, o.budget, o.settledPast = 0, 0, 0, false
 	over := m.admitted() - fzCap
 	if over <= 0 {
 		return nil
@@ -644,7 +645,31 @@ func (r *fuzzRun) settle(id ID, o *mObj, size int64) {
 	if o.writers == 1 {
 		res = 0
 	}
+	past := o.budget > 0 && max(mCharge(size), res) > 2*o.budget
+	if past && o.settledPast {
+		// As Observe, unless it can never fit; grown already, from
+		// free space only.
+		if mCharge(size) > int64(fzCap) {
+			r.errIs(err, ErrTooLarge)
+			r.victims(v, nil)
+			return
+		}
+		if size > o.size {
+			r.observed(o, v, err, size)
+			return
+		}
+		if _, werr := r.m.admitAll(o, max(mCharge(size), res), true); errors.Is(werr, ErrPastBudget) {
+			r.errIs(err, nil)
+			r.victims(v, nil)
+			return
+		}
+		r.admit(o, v, err, size, res, true)
+		return
+	}
 	r.admit(o, v, err, size, res, false)
+	if err == nil && past {
+		o.settledPast = true
+	}
 }
 
 func (r *fuzzRun) link(id ID, o *mObj) {

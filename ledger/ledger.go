@@ -533,7 +533,35 @@ func (l *Ledger[K]) settle(id K, size int64) ([]Victim[K], error) {
 	if l.writers(e) == 1 {
 		res = 0
 	}
-	return l.admit(e, size, res, false)
+	past := l.pastBudget(e, max(Charge(size), res))
+	if past && l.wr(e).settledPast {
+		// Settled past its budget again, grown since: a writer whose
+		// descriptors are closed while it writes on (a process that
+		// forks: each child's exec closes its copy, a FLUSH). Each
+		// settle admitted what was written so far, evicting, and a
+		// store that turned out never to fit emptied the cache (an
+		// outside tester: a writer that ran `kvfs stats` every 4 MiB).
+		// Its growth past the budget now waits, unadmitted, for the
+		// last release (Close), all or nothing.
+		if Charge(size) > l.capacity {
+			return nil, ErrTooLarge
+		}
+		if size > e.size {
+			return l.observe(id, size)
+		}
+		// Grown already (the poller's Observe, the daemon's Grow): what
+		// free space admits is admitted, the rest stays unadmitted.
+		v, err := l.admit(e, size, res, true)
+		if errors.Is(err, ErrPastBudget) {
+			return nil, nil
+		}
+		return v, err
+	}
+	v, err := l.admit(e, size, res, false)
+	if err == nil && past {
+		l.wr(e).settledPast = true
+	}
+	return v, err
 }
 
 // writer finds id and checks that it has a writer open; mu held.

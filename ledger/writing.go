@@ -16,6 +16,9 @@ type writing struct {
 	// over is the part of the charge not admitted against the capacity.
 	over    int64
 	writers int32
+	// settledPast: a settle (a FLUSH) admitted the object past twice its
+	// budget; the next ones past it wait for the last release (settle).
+	settledPast bool
 	// e is the entry's slot in the slab.
 	e uint32
 	// links is the record's place in the open list (Ledger.open).
