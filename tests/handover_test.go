@@ -483,7 +483,9 @@ func guardsOf(pid int) int {
 }
 
 // processes counts the live processes (not zombies) whose arguments
-// match.
+// match. A process whose parent has the same command line is that
+// parent's fork before its exec (a daemon starting its guard), not a
+// process of its own: CI once counted one as a second daemon.
 func processes(match func(args []string) bool) int {
 	n := 0
 	procs, _ := os.ReadDir("/proc")
@@ -493,9 +495,20 @@ func processes(match func(args []string) bool) int {
 			continue
 		}
 		stat, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "stat"))
-		if match(strings.Split(string(cmdline), "\x00")) && !bytes.Contains(stat, []byte(") Z ")) {
-			n++
+		if !match(strings.Split(string(cmdline), "\x00")) || bytes.Contains(stat, []byte(") Z ")) {
+			continue
 		}
+		// stat: "pid (comm) state ppid ...", comm may hold spaces.
+		ppid := ""
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 {
+			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
+				ppid = f[1]
+			}
+		}
+		if parent, err := os.ReadFile(filepath.Join("/proc", ppid, "cmdline")); ppid != "" && err == nil && bytes.Equal(parent, cmdline) {
+			continue
+		}
+		n++
 	}
 	return n
 }
