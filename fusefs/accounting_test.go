@@ -551,6 +551,19 @@ func TestDoomedStoreFlushedKeepsCache(t *testing.T) {
 			if st.Evictions > 4 || st.Objects < int64(n-4) {
 				t.Errorf("a doomed store, flushed as it grew, evicted %d of %d objects: %+v", st.Evictions, n, st)
 			}
+			// The next store is reserved for what stores were, not
+			// for what the doomed one reached: it evicts about its own
+			// size (a re-test: 13 of 64 objects for one of 1 MiB, its
+			// reservation a quarter of the capacity). A strict
+			// capacity's refusal reserves the next writer for twice
+			// what the refused one reached, by design.
+			before := k.M.Stats().Evictions
+			k.pastGrace(0)
+			mustWrite(t, k.path("next"), pattern(97, obj))
+			k.released(0)
+			if ev := k.M.Stats().Evictions - before; ev > 2 && m.name != "strict" {
+				t.Errorf("a %d KiB store after the doomed one evicted %d objects of %d KiB", obj/kib, ev, obj/kib)
+			}
 			// One that fits is stored whole, its growth past the budget
 			// admitted at its last release.
 			k.pastGrace(0)

@@ -685,6 +685,17 @@ func (l *Ledger[K]) Writers(id K) int {
 	return 0
 }
 
+// Unadmitted reports the bytes of an inode's charge not admitted against
+// the capacity (its writers' growth past what could be admitted).
+func (l *Ledger[K]) Unadmitted(id K) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.get(id); ok {
+		return l.wr(e).over
+	}
+	return 0
+}
+
 // WaitHint says how long a refused admission of n bytes should wait
 // before retrying: the space exists but is held by recently closed or
 // read-pinned inodes, or reserved by writers, and will become evictable.
