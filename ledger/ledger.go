@@ -513,11 +513,14 @@ func (l *Ledger[K]) observe(id K, size int64) ([]Victim[K], error) {
 	return victims, nil
 }
 
-// Settle admits a writer's object at its final size, as its writer
-// closes: exactly Charge(size) when no other writer is left, which gives
-// the rest of the reservation back. It evicts others to fit, all or
-// nothing; on error nothing changed, and the caller may retry, or must
-// remove the object: nothing over the capacity is ever published.
+// Settle admits a writer's object at its size now, as a descriptor of
+// it closes (a FLUSH): exactly Charge(size) when no other writer is
+// left, which gives the rest of the reservation back. It evicts others
+// to fit, all or nothing; on error nothing changed, and the caller may
+// retry, or must remove the object: nothing over the capacity is ever
+// published. Once a settle has admitted the object past twice its
+// budget, later ones take free space only and leave the rest unadmitted
+// for the last writer's Close, which admits it all or nothing.
 func (l *Ledger[K]) Settle(id K, size int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
