@@ -170,7 +170,10 @@ func TestSharedMmap(t *testing.T) {
 // readers load published keys: every load is exact or a miss (evicted),
 // and no publish is lost: a temp file closed but not yet linked is in its
 // grace period (an hour here, so a slow link on a busy machine is still
-// inside it), which ends at the link.
+// inside it), which ends at the link. The capacity holds what the
+// readers and writers hold at once (3 objects each, 18 MiB): at 16 MiB a
+// writer's close under -race in CI once waited out the wait limit while
+// the readers kept 9 MiB pinned, and failed with ENOSPC.
 func TestConcurrentStoresAndLoads(t *testing.T) {
 	const (
 		size    = 3 * mib
@@ -178,7 +181,7 @@ func TestConcurrentStoresAndLoads(t *testing.T) {
 		perW    = 5
 		readers = 3
 	)
-	k := mountKVFS(t, withCapacity(16*mib), withGrace(time.Hour))
+	k := mountKVFS(t, withCapacity(20*mib), withGrace(time.Hour))
 	keys := writers*perW - writers // adjacent writers share keys
 	objs := make([][]byte, keys+writers)
 	for i := range objs {
