@@ -494,8 +494,8 @@ func (k *kvfsMount) fillCold(size int) int {
 // largest recent object), in every mode: passthrough and the daemon's
 // writes admit what passed twice the reservation at the close, evicting
 // then; a strict capacity, whose bytes never pass it, refuses the first
-// try past twice the reservation and reserves the next writer for the
-// size it reached (an outside tester: without passthrough every try of
+// try past twice the reservation and reserves the next writer for twice
+// the size it reached (an outside tester: without passthrough every try of
 // an 8 MiB store into a cache of 1 MiB objects failed with ENOSPC).
 func TestLargerStoreIntoFullCache(t *testing.T) {
 	const big = 4 * mib
@@ -611,7 +611,7 @@ func writeFlushed(path string, data []byte) error {
 // TestDoomedStoreKeepsCache: LMCache's fs_native writes a whole object in
 // one write(2). One that can never fit, stored into a full cache, costs at
 // most what any store costs (its reservation, and growth to twice it),
-// never the cache, in either mode.
+// never the cache, in every mode.
 func TestDoomedStoreKeepsCache(t *testing.T) {
 	const obj = 256 * kib
 	for _, m := range allModes {
