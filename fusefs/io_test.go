@@ -470,7 +470,7 @@ func TestOpenRacingReplace(t *testing.T) {
 		t.Run(fmt.Sprintf("passthrough=%v", pt), func(t *testing.T) {
 			k := mountKVFS(t, func(o *mount.Options) { o.Passthrough = pt })
 			name, tmp := k.path("obj"), k.path(".tmp")
-			const publishes = 1500
+			const publishes = 500
 			var done atomic.Bool
 			errs := make(chan error, 2)
 			go func() {

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var crashKills = flag.Int("kills", 20, "how many times TestCrashLoop SIGKILLs the daemon")
+var crashKills = flag.Int("kills", 12, "how many times TestCrashLoop SIGKILLs the daemon")
 
 // crashKey is one key of the crash loop and what completed operations
 // (those whose last call returned) say about it.

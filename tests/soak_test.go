@@ -21,7 +21,7 @@ import (
 )
 
 var (
-	soakFor     = flag.Duration("soak", 45*time.Second, "how long TestSoak runs its workload (-soak=10m for a long local run)")
+	soakFor     = flag.Duration("soak", 20*time.Second, "how long TestSoak runs its workload (-soak=10m for a long local run)")
 	soakRaceFor = flag.Duration("soak-race", 15*time.Second, "how long TestSoakRace runs against a -race build of the daemon")
 )
 
