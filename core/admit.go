@@ -160,6 +160,21 @@ func (c *Core) Reservation() int64 {
 	return ledger.Charge(min(max(c.cfg.WriteReserve, biggest), c.ledger.Capacity()/4))
 }
 
+// reopenReservation is the reservation of a writer opening object id,
+// which exists: an object that holds bytes is reserved no more than it
+// holds, so the open evicts nothing. A rewrite ends about where it began,
+// and a truncate or an overwrite frees room rather than needing it (an
+// outside tester: `truncate -s 0` of a 1 MiB object in a full cache, whose
+// reservation was a quarter of the capacity, evicted three others). Its
+// growth is admitted as it comes, evicting up to twice that.
+func (c *Core) reopenReservation(id blob.ID) int64 {
+	n := c.Reservation()
+	if size, _, ok := c.ledger.Size(id); ok && size > 0 {
+		n = min(n, ledger.Charge(size))
+	}
+	return n
+}
+
 // published remembers the size a writer's close admitted an object at.
 func (c *Core) published(size int64) {
 	if size <= 0 {
@@ -171,21 +186,20 @@ func (c *Core) published(size int64) {
 	c.next++
 }
 
-// reserve admits a writer's reservation as it opens, without waiting:
-// open and create run while the kernel holds the directory's lock, and a
-// wait there would stall every link and create in that directory. When
-// what open writers have already written leaves no room for one more
-// object, the cache is overloaded and the writer is refused at once,
-// cheaply, rather than write an object that would fail at its close.
-// Otherwise it gets its reservation if the room can be had now, and none
-// if not: its bytes are then admitted as they come and at its close,
-// where waiting is harmless.
-func (c *Core) reserve(id blob.ID) error {
-	n := c.Reservation()
+// reserve admits a writer's reservation of n bytes as it opens, without
+// waiting: open and create run while the kernel holds the directory's
+// lock, and a wait there would stall every link and create in that
+// directory. When what open writers have already written leaves no room
+// for one more object, the cache is overloaded and the writer is refused
+// at once, cheaply, rather than write an object that would fail at its
+// close. Otherwise it gets its reservation if the room can be had now,
+// and none if not: its bytes are then admitted as they come and at its
+// close, where waiting is harmless.
+func (c *Core) reserve(id blob.ID, n int64) error {
 	if n == 0 {
 		return nil
 	}
-	if c.ledger.Overloaded(n) {
+	if c.ledger.Overloaded(id, n) {
 		c.ledger.Refused()
 		return ErrNoSpace
 	}

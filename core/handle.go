@@ -58,7 +58,7 @@ func (c *Core) Create(parent blob.ID, name string, mode uint32, who blob.Owner, 
 	c.ledger.Create(id, write)
 	h := &Handle{c: c, id: id, write: write}
 	if write {
-		if err := c.reserve(id); err != nil {
+		if err := c.reserve(id, c.Reservation()); err != nil {
 			c.abandon(id, write)
 			return nil, err
 		}
@@ -149,7 +149,7 @@ func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 	}
 	h := &Handle{c: c, id: id, write: write}
 	if write {
-		if err := c.reserve(id); err != nil {
+		if err := c.reserve(id, c.reopenReservation(id)); err != nil {
 			h.unpin()
 			return nil, err
 		}

@@ -151,7 +151,7 @@ func (c *Core) AdoptHandle(st HandleState, f *os.File) (*Handle, error) {
 	if !st.Write {
 		return h, nil
 	}
-	if err := c.reserve(st.ID); err != nil {
+	if err := c.reserve(st.ID, c.Reservation()); err != nil {
 		c.log.Debug("no reservation for a handed-over writer", zap.Uint64("id", uint64(st.ID)), zap.Error(err))
 	}
 	if st.Writing {

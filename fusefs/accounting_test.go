@@ -631,3 +631,72 @@ func TestDoomedStoreKeepsCache(t *testing.T) {
 		})
 	}
 }
+
+// TestRewriteInFullCache: an object opened again for writing in a full
+// cache, to be cut, overwritten or rewritten in place, is opened (an
+// outside tester: a 13 MiB object in a 16 MiB cache answered ENOSPC to
+// `truncate`, `: >` and `open("r+b")`, the writer's own bytes counted as
+// another writer's), and the open evicts nothing (`truncate -s 0` of a
+// 1 MiB object, reserved a quarter of the capacity, evicted three).
+func TestRewriteInFullCache(t *testing.T) {
+	for _, m := range allModes {
+		t.Run(m.name, func(t *testing.T) {
+			k := mountSmall(t, m.opts...)
+			// A store of a quarter of the capacity sizes the next
+			// writers' reservations; the cold objects then evict it.
+			mustWrite(t, k.path("quarter"), pattern(1, smallCap/4))
+			k.fillCold(mib)
+			before := k.M.Stats()
+			cut := k.path("o03")
+			f, err := os.OpenFile(cut, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatalf("opening a stored 1 MiB object for writing in a full cache: %v", err)
+			}
+			if err := f.Truncate(0); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			k.released(0)
+			if st := k.M.Stats(); st.Evictions != before.Evictions || st.Objects != before.Objects {
+				t.Errorf("cutting one of %d objects in a full cache evicted %d: %+v", before.Objects, st.Evictions-before.Evictions, st)
+			}
+			mustRead(t, cut, nil)
+
+			// One object of nearly the capacity: cut, overwritten and
+			// rewritten in place. (A strict capacity stores at most
+			// twice the reservation, a quarter of the capacity, into a
+			// full cache.)
+			size := smallCap - mib
+			if m.name == "strict" {
+				size = smallCap / 2
+			}
+			big := k.path("big")
+			mustWrite(t, big, pattern(2, size))
+			k.pastGrace(0)
+			f, err = os.OpenFile(big, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatalf("opening a %d MiB object of a %d MiB cache for writing: %v", size/mib, smallCap/mib, err)
+			}
+			if _, err := f.WriteAt(pattern(3, mib), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatalf("closing the rewrite in place: %v", err)
+			}
+			want := pattern(2, size)
+			copy(want, pattern(3, mib))
+			k.released(0)
+			mustRead(t, big, want)
+			if err := os.WriteFile(big, []byte("hi\n"), 0o644); err != nil { // O_TRUNC
+				t.Fatalf("overwriting it: %v", err)
+			}
+			k.released(0)
+			mustRead(t, big, []byte("hi\n"))
+			if st := k.M.Stats(); st.UsedBytes > st.CapacityBytes {
+				t.Errorf("over the capacity: %+v", st)
+			}
+		})
+	}
+}

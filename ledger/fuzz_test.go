@@ -402,7 +402,7 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 	case 19:
 		r.endGrace(id, o)
 	case 20:
-		r.overloaded(fzSize(arg))
+		r.overloaded(id, fzSize(arg))
 	}
 }
 
@@ -416,15 +416,18 @@ func (r *fuzzRun) endGrace(id ID, o *mObj) {
 	}
 }
 
-func (r *fuzzRun) overloaded(n int64) {
-	r.desc = fmt.Sprintf("Overloaded(%d)", n)
-	var written int64
-	for _, o := range r.m.objs {
-		if o.writers > 0 {
+func (r *fuzzRun) overloaded(id ID, n int64) {
+	r.desc = fmt.Sprintf("Overloaded(%d, %d)", id, n)
+	var written, own int64
+	for oid, o := range r.m.objs {
+		switch {
+		case o.writers > 0 && oid == id:
+			own = mCharge(o.size)
+		case o.writers > 0:
 			written += mCharge(o.size)
 		}
 	}
-	if got, want := r.l.Overloaded(n), written+mCharge(n) > fzCap; got != want {
+	if got, want := r.l.Overloaded(id, n), written+max(own, mCharge(n)) > fzCap; got != want {
 		r.failf("Overloaded = %v, model %v (written %d)", got, want, written)
 	}
 }

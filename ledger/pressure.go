@@ -77,16 +77,23 @@ func (l *Ledger[K]) reclaim(need int64, self *entry[K]) int64 {
 	return got
 }
 
-// Overloaded says whether a writer expecting to store n bytes cannot fit
-// beside what the open writers have already written: the cache is full
-// of objects in flight, so the only way for it to fit is to wait for
-// them to finish and publish. Admission refuses such a writer at once,
-// rather than have it write its object and fail at close.
-func (l *Ledger[K]) Overloaded(n int64) bool {
+// Overloaded says whether id's writer, expecting to store n bytes,
+// cannot fit beside what the other open writers have already written:
+// the cache is full of objects in flight, so the only way for it to fit
+// is to wait for them to finish and publish. Admission refuses such a
+// writer at once, rather than have it write its object and fail at
+// close. What id holds already is its own, not another writer's: an
+// object opened to be rewritten, cut or grown needs room for the larger
+// of its size and n (an outside tester: a 13 MiB object in a 16 MiB cache
+// could not be opened for writing at all, not even to truncate it).
+func (l *Ledger[K]) Overloaded(id K, n int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	written := l.writeBytes - l.reserved
-	return written+Charge(n) > l.capacity
+	written, own := l.writeBytes-l.reserved, int64(0)
+	if e, ok := l.get(id); ok && e.w != 0 {
+		own = Charge(e.size)
+	}
+	return written-own+max(own, Charge(n)) > l.capacity
 }
 
 // Changed returns a channel closed the next time space may be freed (a

@@ -83,12 +83,16 @@ func TestOverloaded(t *testing.T) {
 	l, _ := newTest(t, 8*blk)
 	l.Create(1, true)
 	l.Reserve(1, 8*blk)
-	if l.Overloaded(4 * blk) {
+	if l.Overloaded(2, 4*blk) {
 		t.Fatal("a reservation alone overloads the cache")
 	}
 	l.Observe(1, 6*blk)
-	if !l.Overloaded(4*blk) || l.Overloaded(2*blk) {
+	if !l.Overloaded(2, 4*blk) || l.Overloaded(2, 2*blk) {
 		t.Fatal("written bytes not counted")
+	}
+	// Its own bytes do not overload an object's writer.
+	if l.Overloaded(1, 4*blk) || l.Overloaded(1, 8*blk) || !l.Overloaded(1, 9*blk) {
+		t.Fatal("a writer's own bytes counted as another's")
 	}
 }
 
