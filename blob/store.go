@@ -258,8 +258,8 @@ func openDir(path string, mode os.FileMode) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 }
 
-// private takes every permission from group and others on d: writing/
-// and its shards, which a store made before 2026-12-04 has 0755 (a
+// private takes every permission from group and others on d: the store
+// of a mount for its mounter alone (Confine); writing/ and its shards, which a store made before 2026-12-04 has 0755 (a
 // marker is a hard link to an object being written, and through it
 // anyone could read, and as its mode allowed write, an object in a
 // directory they may not search), and the lock (see lockStore).
@@ -275,6 +275,22 @@ func private(d *os.File) error {
 		return &os.PathError{Op: "chmod", Path: d.Name(), Err: err}
 	}
 	return nil
+}
+
+// Confine takes every permission from group and others on the store
+// directory itself: for a mount that lets only its mounter in (no
+// --allow-other). data/ carries the mount's modes, which such a mount
+// does not enforce for others because it refuses them outright, so a
+// store others could enter gave them directly what the mount refuses
+// (an outside tester: any user read every object the modes let them, and
+// wrote past the capacity into a directory of mode 0777).
+func (s *Store) Confine() error {
+	d, err := os.OpenFile(s.dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return private(d)
 }
 
 // Close releases the store and its lock.

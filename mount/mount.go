@@ -169,6 +169,15 @@ func start(o Options, again bool) (*Mount, error) {
 		return nil, usagef("%s is served at %s by a kvfs daemon that no longer holds its lock (was %s removed?): unmount it first",
 			o.Store, mp, blob.LockName)
 	}
+	if !o.AllowOther {
+		// Only the mounter may enter the mount, so only the mounter
+		// may enter the store (a store made before 2026-12-05 was
+		// 0755 whatever the mount).
+		if err := store.Confine(); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("making the store its mounter's alone: %w", err)
+		}
+	}
 	gate("KVFS_MOUNT_GATE") // tests: the store locked, nothing mounted yet
 	warnVolatile(o.Store, log)
 	watchDirs(store, o.Store, log)
