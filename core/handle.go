@@ -358,7 +358,7 @@ func (h *Handle) Flush() error {
 	if !h.write {
 		return nil
 	}
-	return h.c.settle(h)
+	return h.c.settle(h, false)
 }
 
 // size is what a writer's stored file holds now.
@@ -368,8 +368,10 @@ func (h *Handle) size() (int64, error) {
 	return st.Size, err
 }
 
-// settle admits a writer's object at the size its stored file has now.
-func (c *Core) settle(h *Handle) error {
+// settle admits a writer's object at the size its stored file has now;
+// last: its last writer's release, which admits it whole (see
+// ledger.SettleLast).
+func (c *Core) settle(h *Handle, last bool) error {
 	if h.refused.Load() {
 		c.ledger.Refused()
 		c.refuse(h)
@@ -389,8 +391,12 @@ func (c *Core) settle(h *Handle) error {
 		// the ledger sees it first (and the overshoot, if it is one).
 		c.observed(h.id, size)
 		known, _, _ := c.ledger.Size(h.id)
-		err = c.admitFirstFree(h.id, func() error { return c.ledger.SettleFree(h.id, size) },
-			ledger.Charge(size)-ledger.Charge(known), func() (victims, error) { return c.ledger.Settle(h.id, size) })
+		free, settle := c.ledger.SettleFree, c.ledger.Settle
+		if last {
+			free, settle = c.ledger.SettleLastFree, c.ledger.SettleLast
+		}
+		err = c.admitFirstFree(h.id, func() error { return free(h.id, size) },
+			ledger.Charge(size)-ledger.Charge(known), func() (victims, error) { return settle(h.id, size) })
 		if err != nil || c.sizeStable(h.id, epoch) {
 			break
 		}
@@ -520,7 +526,7 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 	if h.refused.Load() {
 		// Its client was told at a close; what was written since goes too.
 		c.refuse(h)
-	} else if err = c.settle(h); err != nil {
+	} else if err = c.settle(h, true); err != nil {
 		c.log.Warn("a writer's object could not be admitted at its release", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
 	// The names to publish are taken as the last writer ends, under the

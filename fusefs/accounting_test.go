@@ -700,3 +700,76 @@ func TestRewriteInFullCache(t *testing.T) {
 		})
 	}
 }
+
+// TestFlushedStoreWhereReadersHoldTheCache: a writer whose descriptor was
+// closed once past twice its reservation (a FLUSH, as a forked child's
+// exec makes) grows on where readers hold everything else. Its close
+// answers ENOSPC, as any writer's would, and nothing past the capacity is
+// published (an outside tester, after a handover to a smaller capacity:
+// the close answered success, the object stayed over the capacity, and a
+// reconciliation was counted for it).
+func TestFlushedStoreWhereReadersHoldTheCache(t *testing.T) {
+	for _, m := range allModes {
+		if m.name == "strict" {
+			// A strict writer is refused past twice its reservation
+			// when free space cannot cover it: never unadmitted.
+			continue
+		}
+		t.Run(m.name, func(t *testing.T) {
+			k := mountSmall(t, m.opts...)
+			n := k.fillCold(mib)
+			var readers []*os.File
+			defer func() {
+				for _, r := range readers {
+					r.Close()
+				}
+			}()
+			hold := func(i int) {
+				r, err := os.Open(k.path(fmt.Sprintf("o%02d", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				readers = append(readers, r)
+			}
+			for i := range n / 2 {
+				hold(i)
+			}
+			f, err := os.OpenFile(k.path("w"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.Write(pattern(5, 3*mib)); err != nil {
+				t.Fatal(err)
+			}
+			dup, err := unix.Dup(int(f.Fd()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Close(dup); err != nil {
+				t.Fatalf("a FLUSH of 3 MiB, twice past a reservation of 1 MiB, with 4 MiB evictable: %v", err)
+			}
+			// Every object left is held now: the 2 MiB more cannot fit.
+			for i := n / 2; i < n; i++ {
+				if exists(t, k.path(fmt.Sprintf("o%02d", i))) {
+					hold(i)
+				}
+			}
+			_, werr := f.Write(pattern(6, 2*mib))
+			cerr := f.Close()
+			if werr == nil && cerr == nil {
+				t.Errorf("5 MiB stored where readers hold %d MiB of %d: the close answered success", len(readers), smallCap/mib)
+			}
+			if werr != nil {
+				wantErrno(t, "the write", werr, syscall.ENOSPC)
+			} else {
+				wantErrno(t, "the close", cerr, syscall.ENOSPC)
+			}
+			k.released(int64(len(readers)))
+			wantGone(t, k.path("w"))
+			if st := k.M.Stats(); st.UsedBytes > st.CapacityBytes || st.Reconciliations != 0 {
+				t.Errorf("after the refusal: %+v", st)
+			}
+		})
+	}
+}

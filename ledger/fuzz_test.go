@@ -228,6 +228,23 @@ func (m *model) room(need, total int64, self ID, freeOnly bool) ([]Victim[ID], e
 	return v, nil
 }
 
+// couldMake predicts the ledger's couldMake: whether need more bytes
+// could be made for self from free space, unused reservations and cold
+// objects.
+func (m *model) couldMake(need int64, self ID) bool {
+	free := fzCap - m.admitted()
+	for _, id := range m.writing {
+		if o := m.objs[id]; id != self && o.res > mCharge(o.size) {
+			free += o.res - mCharge(o.size)
+		}
+	}
+	if free >= need {
+		return true
+	}
+	_, ok := m.coldest(need-free, self)
+	return ok
+}
+
 // admitAll predicts admitting all of o's charge at charge.
 func (m *model) admitAll(o *mObj, charge int64, freeOnly bool) ([]Victim[ID], error) {
 	return m.room(charge-o.admitted(), charge, o.id, freeOnly)
@@ -375,7 +392,10 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 		r.observe(id, o, fzSize(arg))
 	case 9, 23:
 		r.m.freeOnly = op == 23
-		r.settle(id, o, fzSize(arg))
+		r.settle(id, o, fzSize(arg), false)
+	case 24, 25:
+		r.m.freeOnly = op == 25
+		r.settle(id, o, fzSize(arg), true)
 	case 10:
 		r.link(id, o)
 	case 11:
@@ -406,7 +426,7 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 	}
 }
 
-const fzOps = 24
+const fzOps = 26
 
 func (r *fuzzRun) endGrace(id ID, o *mObj) {
 	r.desc = fmt.Sprintf("EndGrace(%d)", id)
@@ -501,15 +521,17 @@ func (r *fuzzRun) close(id ID, o *mObj, write bool) {
 }
 
 // endWriting predicts the last writer's close: the reservation goes, and
-// what was not admitted is, evicting others if it must.
+// what was not admitted is, evicting others if it must: a reconciliation
+// when they cannot make the room for what o left unadmitted.
 func (m *model) endWriting(o *mObj) []Victim[ID] {
+	unadmitted := o.over > 0
 	o.over, o.res, o.budget, o.settledPast = 0, 0, 0, false
 	over := m.admitted() - fzCap
 	if over <= 0 {
 		return nil
 	}
 	v, ok := m.coldest(over, o.id)
-	if !ok {
+	if !ok && unadmitted {
 		m.reconciled++
 	}
 	return v
@@ -630,13 +652,18 @@ func (r *fuzzRun) observed(o *mObj, v []Victim[ID], err error, size int64) {
 	o.size = size
 }
 
-func (r *fuzzRun) settle(id ID, o *mObj, size int64) {
-	r.desc = fmt.Sprintf("Settle(%d, %d, free %v)", id, size, r.m.freeOnly)
+func (r *fuzzRun) settle(id ID, o *mObj, size int64, last bool) {
+	r.desc = fmt.Sprintf("Settle(%d, %d, free %v, last %v)", id, size, r.m.freeOnly, last)
 	var v []Victim[ID]
 	var err error
-	if r.m.freeOnly {
+	switch {
+	case r.m.freeOnly && last:
+		err = r.l.SettleLastFree(id, size)
+	case r.m.freeOnly:
 		err = r.l.SettleFree(id, size)
-	} else {
+	case last:
+		v, err = r.l.SettleLast(id, size)
+	default:
 		v, err = r.l.Settle(id, size)
 	}
 	if werr := r.writer(o); werr != nil {
@@ -649,29 +676,59 @@ func (r *fuzzRun) settle(id ID, o *mObj, size int64) {
 		res = 0
 	}
 	past := o.budget > 0 && max(mCharge(size), res) > 2*o.budget
-	if past && o.settledPast {
-		// As Observe, unless it can never fit; grown already, from
-		// free space only.
-		if mCharge(size) > int64(fzCap) {
-			r.errIs(err, ErrTooLarge)
-			r.victims(v, nil)
-			return
-		}
-		if size > o.size {
-			r.observed(o, v, err, size)
-			return
-		}
-		if _, werr := r.m.admitAll(o, max(mCharge(size), res), true); errors.Is(werr, ErrPastBudget) {
-			r.errIs(err, nil)
-			r.victims(v, nil)
-			return
-		}
-		r.admit(o, v, err, size, res, true)
+	if past && o.settledPast && !last {
+		r.settledPast(o, v, err, size, res)
 		return
 	}
 	r.admit(o, v, err, size, res, false)
 	if err == nil && past {
 		o.settledPast = true
+	}
+}
+
+// settledPast predicts a settle of a writer settled past its budget
+// before: its growth observed, then admitted from free space, else left
+// unadmitted while eviction could make the room, else ErrNoSpace.
+func (r *fuzzRun) settledPast(o *mObj, v []Victim[ID], err error, size, res int64) {
+	r.t.Helper()
+	if mCharge(size) > int64(fzCap) {
+		r.errIs(err, ErrTooLarge)
+		r.victims(v, nil)
+		return
+	}
+	var grown []Victim[ID]
+	if charge := max(mCharge(size), o.res); size > o.size && charge > o.charge() {
+		grow := charge - o.charge()
+		w, werr := r.m.room(grow, o.admitted()+grow, o.id, o.budget > 0 && charge > 2*o.budget)
+		if errors.Is(werr, ErrBusy) {
+			r.errIs(err, ErrBusy)
+			r.victims(v, nil)
+			return
+		}
+		r.m.commit(w)
+		grown = w
+		if werr != nil {
+			o.over += grow
+		}
+	}
+	o.size = max(o.size, size)
+	charge := max(mCharge(size), res)
+	w, werr := r.m.admitAll(o, charge, true)
+	switch {
+	case errors.Is(werr, ErrPastBudget) && r.m.couldMake(charge-o.admitted(), o.id):
+		r.errIs(err, nil)
+		r.victims(v, grown)
+	case errors.Is(werr, ErrPastBudget):
+		r.errIs(err, ErrNoSpace)
+		r.victims(v, grown)
+	default:
+		r.errIs(err, werr)
+		r.victims(v, append(grown, w...))
+		if werr == nil {
+			r.m.commit(w)
+			o.size, o.res, o.over = size, res, 0
+			o.budget = max(o.budget, res)
+		}
 	}
 }
 

@@ -132,7 +132,8 @@ type Ledger[K comparable] struct {
 	refusals   int64
 	reconciled int64
 	// followed: the ledger has followed the store (a reconciliation,
-	// counted or kvfs's own: see Own).
+	// counted or kvfs's own: see Own), or a smaller capacity found more
+	// held than it (SetCapacity).
 	followed bool
 	// own: what the ledger follows now is kvfs's own change (Own), not
 	// counted as a reconciliation.
@@ -367,13 +368,17 @@ func (l *Ledger[K]) EndGrace(id K) {
 // endWriting returns the last writer's reservation and admits whatever it
 // left unadmitted; mu held.
 func (l *Ledger[K]) endWriting(e *entry[K]) []Victim[K] {
+	unadmitted := l.wr(e).over > 0
 	l.setOver(e, 0)
 	l.resize(e, e.size, 0)
 	victims, err := l.trim(e)
-	if err != nil {
+	if err != nil && unadmitted {
 		// The bytes are in the store and nothing can make room now: the
 		// ledger follows the store, as when it changed behind kvfs's
-		// back, until a Trim can evict.
+		// back, until a Trim can evict. A cache over its capacity for
+		// others' bytes (a handover to a smaller one, its objects held
+		// open) is no such change (an outside tester saw a
+		// reconciliation counted for every writer refused there).
 		l.follow()
 	}
 	return victims
@@ -519,15 +524,26 @@ func (l *Ledger[K]) observe(id K, size int64) ([]Victim[K], error) {
 // to fit, all or nothing; on error nothing changed, and the caller may
 // retry, or must remove the object: nothing over the capacity is ever
 // published. Once a settle has admitted the object past twice its
-// budget, later ones take free space only and leave the rest unadmitted
-// for the last writer's Close, which admits it all or nothing.
+// budget, later ones that free space cannot cover evict nothing while
+// eviction could make the room: the rest stays unadmitted for the last
+// writer's SettleLast. When even eviction could not make it now, they
+// fail as any settle does.
 func (l *Ledger[K]) Settle(id K, size int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.settle(id, size)
+	return l.settle(id, size, false)
 }
 
-func (l *Ledger[K]) settle(id K, size int64) ([]Victim[K], error) {
+// SettleLast is Settle as the last writer's handle is released: writing
+// has ended, so the object is admitted whole, evicting, all or nothing,
+// however its earlier settles went.
+func (l *Ledger[K]) SettleLast(id K, size int64) ([]Victim[K], error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.settle(id, size, true)
+}
+
+func (l *Ledger[K]) settle(id K, size int64, last bool) ([]Victim[K], error) {
 	e, err := l.writer(id)
 	if err != nil {
 		return nil, err
@@ -537,7 +553,7 @@ func (l *Ledger[K]) settle(id K, size int64) ([]Victim[K], error) {
 		res = 0
 	}
 	past := l.pastBudget(e, max(Charge(size), res))
-	if past && l.wr(e).settledPast {
+	if past && l.wr(e).settledPast && !last {
 		// Settled past its budget again, grown since: a writer whose
 		// descriptors are closed while it writes on (a process that
 		// forks: each child's exec closes its copy, a FLUSH). Each
@@ -545,26 +561,54 @@ func (l *Ledger[K]) settle(id K, size int64) ([]Victim[K], error) {
 		// store that turned out never to fit emptied the cache (an
 		// outside tester: a writer that ran `kvfs stats` every 4 MiB).
 		// Its growth past the budget now waits, unadmitted, for the
-		// last release (Close), all or nothing.
+		// last release (SettleLast), all or nothing.
 		if Charge(size) > l.capacity {
 			return nil, ErrTooLarge
 		}
+		var grown []Victim[K]
 		if size > e.size {
-			return l.observe(id, size)
+			if grown, err = l.observe(id, size); err != nil {
+				return grown, err
+			}
 		}
-		// Grown already (the poller's Observe, the daemon's Grow): what
-		// free space admits is admitted, the rest stays unadmitted.
+		// What free space admits is admitted; the rest stays
+		// unadmitted while eviction could make room for it, and is
+		// refused when even that could not (a writer that ran a child
+		// while the readers of a shrunk cache held the rest: its close
+		// answered success for an object over the capacity).
+		charge := max(Charge(size), res)
 		v, err := l.admit(e, size, res, true)
 		if errors.Is(err, ErrPastBudget) {
-			return nil, nil
+			if l.couldMake(e, charge-(e.charge-l.wr(e).over)) {
+				return grown, nil
+			}
+			return grown, ErrNoSpace
 		}
-		return v, err
+		return append(grown, v...), err
 	}
 	v, err := l.admit(e, size, res, false)
 	if err == nil && past {
 		l.wr(e).settledPast = true
 	}
 	return v, err
+}
+
+// couldMake says whether room could make need more bytes for e now,
+// without making them: from free space, other writers' unused
+// reservations and cold objects; mu held.
+func (l *Ledger[K]) couldMake(e *entry[K], need int64) bool {
+	free := l.capacity - (l.used - l.over)
+	for i := l.open.first(); i != 0 && free < need; i = l.open.next(i) {
+		o := l.slab.at(l.writing.recs[i].e)
+		if res := l.wr(o).res; o != e && res > Charge(o.size) {
+			free += res - Charge(o.size)
+		}
+	}
+	if free >= need {
+		return true
+	}
+	_, freed := l.coldest(need-free, e)
+	return free+freed >= need
 }
 
 // writer finds id and checks that it has a writer open; mu held.
@@ -834,7 +878,12 @@ func (l *Ledger[K]) SetCapacity(capacity int64) []Victim[K] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.capacity = capacity
-	victims, _ := l.trim(nil)
+	victims, err := l.trim(nil)
+	if err != nil {
+		// Held over the new capacity: no reconciliation, but the
+		// admitted bytes may pass it until enough are let go.
+		l.followed = true
+	}
 	return victims
 }
 

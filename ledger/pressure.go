@@ -27,7 +27,11 @@ func (l *Ledger[K]) ObserveFree(id K, size int64) error {
 }
 
 func (l *Ledger[K]) SettleFree(id K, size int64) error {
-	return l.free(func() ([]Victim[K], error) { return l.settle(id, size) })
+	return l.free(func() ([]Victim[K], error) { return l.settle(id, size, false) })
+}
+
+func (l *Ledger[K]) SettleLastFree(id K, size int64) error {
+	return l.free(func() ([]Victim[K], error) { return l.settle(id, size, true) })
 }
 
 func (l *Ledger[K]) GrowFree(id K, end int64) error {

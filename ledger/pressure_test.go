@@ -134,3 +134,26 @@ func TestOvershootWindow(t *testing.T) {
 	}
 	mustOK(t, l)
 }
+
+// A writer that ends in a cache over its capacity for others' bytes (a
+// smaller capacity, its objects held open) is no reconciliation: it left
+// nothing unadmitted (an outside tester saw one counted for every writer
+// refused after a handover to a smaller capacity).
+func TestEndWritingOverCapacityIsNoReconciliation(t *testing.T) {
+	l, _ := newTest(t, 8*blk)
+	for i := ID(1); i <= 6; i++ {
+		l.Create(i, false)
+		l.SetSize(i, blk)
+	}
+	l.SetCapacity(4 * blk)
+	l.Create(9, true)
+	if _, err := l.Settle(9, blk); err == nil {
+		t.Fatal("a block admitted where 6 of 4 are held")
+	}
+	l.Settle(9, 0)
+	l.Close(9, true)
+	if st := l.Stats(); st.Reconciliations != 0 || st.UsedBytes != 6*blk {
+		t.Fatalf("after the writer: %+v", st)
+	}
+	mustOK(t, l)
+}
