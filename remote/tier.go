@@ -156,6 +156,17 @@ func (t *Tier) checkBucket() {
 	ctx, cancel := context.WithTimeout(t.baseCtx, t.cfg.Timeout)
 	defer cancel()
 	ok, err := t.client.BucketExists(ctx, t.cfg.Bucket)
+	if err == nil && !ok {
+		// A HEAD's 404 has no body, so it names no cause: a listing's
+		// says whether the bucket is missing or the key unknown
+		// (versitygw answers an unknown access key 404).
+		for o := range t.client.ListObjects(ctx, t.cfg.Bucket, minio.ListObjectsOptions{MaxKeys: 1}) {
+			if o.Err != nil && minio.ToErrorResponse(o.Err).Code != "NoSuchBucket" {
+				ok, err = true, o.Err
+			}
+			break
+		}
+	}
 	switch err = t.classify(ctx, err); {
 	case err == nil && !ok:
 		t.log.Warn("the remote tier's bucket does not exist: nothing is found there and uploads fail until it is made", zap.String("bucket", t.cfg.Bucket))
@@ -168,8 +179,11 @@ func (t *Tier) checkBucket() {
 
 // misconfigured are the S3 error codes that say the tier's bucket or
 // credentials are wrong, whatever their status.
+// (XAdminUserNotFound: versitygw's answer, with 404, to an access key it
+// does not know.)
 var misconfigured = map[string]bool{"NoSuchBucket": true, "InvalidAccessKeyId": true, "SignatureDoesNotMatch": true,
-	"AuthorizationHeaderMalformed": true, "InvalidBucketName": true, "AccessDenied": true, "InvalidToken": true, "ExpiredToken": true}
+	"AuthorizationHeaderMalformed": true, "InvalidBucketName": true, "AccessDenied": true, "InvalidToken": true, "ExpiredToken": true,
+	"XAdminUserNotFound": true}
 
 // refusalWarnEvery spaces the warnings for one kind of refusal.
 const refusalWarnEvery = 10 * time.Minute
@@ -306,7 +320,7 @@ func (t *Tier) classify(parent context.Context, err error) error {
 	var resp minio.ErrorResponse
 	errors.As(err, &resp)
 	switch {
-	case resp.StatusCode == http.StatusNotFound && resp.Code != "NoSuchBucket":
+	case resp.StatusCode == http.StatusNotFound && !misconfigured[resp.Code]:
 		t.breaker.success()
 		return ErrNotFound
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
