@@ -157,7 +157,11 @@ func (c *Core) Reservation() int64 {
 		biggest = max(biggest, s)
 	}
 	c.sizesMu.Unlock()
-	return ledger.Charge(min(max(c.cfg.WriteReserve, biggest), c.ledger.Capacity()/4))
+	capacity := c.ledger.Capacity()
+	if c.fitting.Load() && c.cfg.Capacity > 0 {
+		capacity = c.cfg.Capacity // a handover's adopted writers
+	}
+	return ledger.Charge(min(max(c.cfg.WriteReserve, biggest), capacity/4))
 }
 
 // reopenReservation is the reservation of a writer opening object id,

@@ -70,6 +70,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -149,7 +150,8 @@ type Config struct {
 	Rewritten func(path string)
 	// Held are the objects a predecessor's open handles hold (a
 	// handover): each is pinned as soon as the start restores it, until
-	// EndHandover.
+	// EndHandover. Non-nil, even empty, marks a handover's start, which
+	// evicts to the capacity only when it starts (Open); so does Graced.
 	Held map[blob.ID]bool
 	// Graced are the objects a predecessor closed within its grace
 	// period, with when (ledger.Closed): each keeps the rest of it.
@@ -282,9 +284,11 @@ type Core struct {
 	// graceSeen: objects a round before the last saw in their grace
 	// period; the last asks for them again (GUARDED_BY(mu)).
 	graceSeen []blob.ID
-	// fitting: a preloaded Core (Preload) fits its capacity when it
-	// starts, once its predecessor is gone.
-	fitting bool
+	// fitting: a handover's Core (Preload, or Open with Config.Held)
+	// restored everything under an unbounded capacity and fits
+	// Config.Capacity when it starts; until then reservations are sized
+	// from that.
+	fitting atomic.Bool
 	// earlyTaken: closed once TakeEarly has settled the stores a
 	// Preview took while the index loaded (nil: none to wait for); see
 	// AwaitEarly.
@@ -332,11 +336,26 @@ func Open(store *blob.Store, cfg Config) (*Core, LoadReport, error) {
 			return nil, rep, fmt.Errorf("sizing capacity: %w", err)
 		}
 	}
+	// A handover's start (Held set) restores every object, held or
+	// not, and evicts to its capacity only once it starts, when the old
+	// daemon is gone: evicting as it restored unlinked stored files while
+	// a handover could still fail and the old daemon serve on without
+	// them, and it failed when what the old daemon's clients held was
+	// more than the capacity (an outside tester, with a remote tier,
+	// whose handovers take this one phase: an object neither uploaded
+	// nor kept).
+	handover := cfg.Held != nil || cfg.Graced != nil
+	target := cfg.Capacity
+	if handover {
+		cfg.Capacity = math.MaxInt64
+	}
 	c := newCore(store, cfg, len(objects))
+	c.cfg.Capacity = target
 	c.auditAtStart = brep.FromSnapshot
 	if err := c.restore(objects, &rep); err != nil {
 		return nil, rep, err
 	}
+	c.fitting.Store(handover)
 	c.startCheckpoints(rep)
 	rep.Took = time.Since(start)
 	return c, rep, nil
@@ -460,9 +479,9 @@ func (c *Core) Start(dropped func(Drop)) {
 	c.dropped = dropped
 	c.deliver(c.startDrops)
 	c.startDrops = nil
-	if c.fitting {
-		c.fitting = false
+	if c.fitting.Load() {
 		c.fitCapacity()
+		c.fitting.Store(false)
 	}
 	if c.cfg.Passthrough {
 		c.wg.Add(1)

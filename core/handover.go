@@ -389,7 +389,7 @@ func Preload(store *blob.Store, data []byte, cfg Config) (*Core, LoadReport, err
 	if err := c.restore(objects, &rep); err != nil {
 		return nil, rep, err
 	}
-	c.fitting = true
+	c.fitting.Store(true)
 	// The checkpoint on disk is whatever the predecessor last wrote:
 	// write one soon.
 	c.ckpt.saved, c.ckpt.stale = store.Changes(), true

@@ -197,6 +197,68 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	}
 }
 
+// TestHandoverHeldPastTheCapacity: a one-phase handover (what a remote
+// tier takes) to a capacity smaller than what the old daemon's clients
+// hold starts, and evicts only once it starts: until then every stored
+// file is there, for the old daemon to serve on should the handover
+// fail (an outside tester: the successor failed with "no space" after
+// unlinking an object neither uploaded nor kept).
+func TestHandoverHeldPastTheCapacity(t *testing.T) {
+	dir := t.TempDir()
+	old, _ := openCore(t, dir, Config{Capacity: 8 * mib, Grace: time.Millisecond})
+	old.Start(func(Drop) {})
+	old.put("cold", mib)
+	old.clock.Skip(time.Second)
+	var handles []*Handle
+	held := map[blob.ID]bool{}
+	for _, n := range []string{"a", "b", "c"} {
+		id := old.put(n, mib)
+		h, err := old.Open(id, os.O_RDONLY, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, h)
+		held[id] = true
+	}
+	old.clock.Skip(time.Second)
+	fr, err := old.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := blob.OpenLocked(dir, old.store.Lock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &testCore{t: t, clock: old.clock}
+	c, _, err := Open(store, Config{Capacity: 2 * mib, Grace: time.Millisecond, Now: tc.clock.Now, Held: held})
+	if err != nil {
+		t.Fatalf("a handover to 2 MiB with 3 MiB held: %v", err)
+	}
+	tc.Core = c
+	defer tc.Close()
+	if _, err := os.Stat(filepath.Join(dir, blob.DataName, "cold")); err != nil {
+		t.Fatalf("cold, unheld, unlinked before the successor started: %v", err)
+	}
+	for _, h := range handles {
+		if _, err := c.AdoptHandle(h.State(), h.File()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.EndHandover(fr)
+	c.Start(func(Drop) {})
+	if tc.exists("cold") {
+		t.Error("cold, unheld, kept past the capacity")
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if !tc.exists(n) {
+			t.Errorf("%s, held open, is gone after the handover", n)
+		}
+	}
+	if st := c.Stats(); st.Reconciliations != 0 || st.UsedBytes != 3*mib {
+		t.Errorf("after the handover: %+v", st)
+	}
+}
+
 // TestHandoverKeepsGrace: an object closed just before a handover has
 // its publish step (link, rename) still to come; the successor keeps it
 // from eviction for the rest of its grace period, as the old daemon
