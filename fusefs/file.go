@@ -179,6 +179,19 @@ func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	f.objects.drop(h.ob)
 }
 
+// ReleaseLeft releases every file handle still open, as their RELEASEs
+// would, and says how many: for the mount's end, once no process holds
+// a file of it (the kernel drops the RELEASEs still queued as a mount
+// goes). No request may be served meanwhile.
+func (f *FS) ReleaseLeft() int {
+	var fhs []uint64
+	f.files.each(func(fh uint64, _ *handle) { fhs = append(fhs, fh) })
+	for _, fh := range fhs {
+		f.Release(nil, &fuse.ReleaseIn{Fh: fh})
+	}
+	return len(fhs)
+}
+
 // Fallocate supports what the core can charge (see core.Handle.Allocate).
 func (f *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 	h, put, ok := f.handle(in.NodeId, in.Fh)

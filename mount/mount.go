@@ -47,8 +47,10 @@ type Mount struct {
 	// while files were open (detached.go); nil while it is attached.
 	detachedConn atomic.Pointer[string]
 	// conn is the mount's FUSE connection as it began serving: what a
-	// stop ends when someone else detached the mount (detached.go).
-	conn string
+	// stop ends when someone else detached the mount (detached.go);
+	// mountID, its ID in the mount table, which the descriptors of its
+	// files name (fdinfo's mnt_id) even once it is detached.
+	conn, mountID string
 	// ended: EndDetached ended that mount with its files still open;
 	// served: the mount's server is done (Wait).
 	ended, served atomic.Bool
@@ -357,6 +359,7 @@ func (m *Mount) serving(how string) {
 	}
 	if e, ok := m.ownEntry(); ok {
 		m.conn, _ = connectionOf(e)
+		m.mountID = strconv.Itoa(e.ID)
 	}
 }
 
@@ -489,6 +492,7 @@ func (m *Mount) Wait() {
 		m.guard.Stop()
 		return
 	}
+	m.releaseLeft()
 	m.fs.Close()
 	m.ram.Close()
 	m.closeRemote()
@@ -501,6 +505,28 @@ func (m *Mount) Wait() {
 		return
 	}
 	m.guard.Stop()
+}
+
+// releaseLeft releases the handles the kernel never sent a RELEASE for,
+// once the mount is gone and no process holds a file of it. The kernel
+// sends RELEASE in the background and drops those it has not handed the
+// daemon yet when the mount goes: a detached mount goes as its last file
+// closes, so that file's RELEASE, a writer's too, was lost nearly every
+// time (an outside tester: the writer's close answered success, and the
+// next start reclaimed its object, still marked as being written). Not
+// after an abort with files open (EndDetached, or someone else's): a
+// passthrough writer writes on with no daemon, and its marker must stay.
+func (m *Mount) releaseLeft() {
+	if m.ended.Load() || m.mountID == "" {
+		return
+	}
+	if pid, held := heldOnMounts(map[string]bool{m.mountID: true}); held {
+		m.log.Info("a process still holds a file of the mount, whose connection ended: its handles stay unreleased", zap.Int("pid", pid))
+		return
+	}
+	if n := m.fs.ReleaseLeft(); n > 0 {
+		m.log.Info("released handles whose RELEASE the kernel dropped as the mount went", zap.Int("handles", n))
+	}
 }
 
 // Reservation is what a writer opening now is admitted.
