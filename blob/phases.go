@@ -229,18 +229,23 @@ func (s *Store) AddLink(id, parent ID, name string) error {
 }
 
 // RemoveName takes a file's name out of the index and returns the file
-// and the name's path; the stored name stays for UnlinkAt.
-func (s *Store) RemoveName(parent ID, name string) (ID, string, error) {
+// and the name's path; the stored name stays for UnlinkAt. first says
+// whether it was the file's oldest name (names keep the order they were
+// made in: a new object's first is the one it was created under).
+func (s *Store) RemoveName(parent ID, name string) (id ID, rel string, first bool, err error) {
 	d, id, err := s.child(parent, name)
 	if err != nil {
-		return 0, "", err
+		return 0, "", false, err
 	}
 	if _, isDir := s.dirs[id]; isDir {
-		return 0, "", unix.EISDIR
+		return 0, "", false, unix.EISDIR
 	}
-	rel := s.childPath(parent, name)
+	if ls := s.files[id].links(); len(ls) > 0 {
+		first = ls[0] == Name{parent, name}
+	}
+	rel = s.childPath(parent, name)
 	s.dropName(id, d, name)
-	return id, rel, nil
+	return id, rel, first, nil
 }
 
 // UnlinkAt removes the stored name rel; one already gone is not an

@@ -319,7 +319,7 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 	c.tree.RLock()
 	defer c.tree.RUnlock()
 	c.mu.Lock()
-	id, rel, err := c.store.RemoveName(parent, name)
+	id, rel, first, err := c.store.RemoveName(parent, name)
 	named := false
 	if err == nil {
 		c.ledger.Unlink(id)
@@ -328,11 +328,15 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 		rel, _ = c.store.NamePath(parent, name)
 	}
 	c.mu.Unlock()
-	if named {
+	if named && first {
 		// A link's publish step ends here: the object keeps only the
-		// name it was linked to (fs_native's unlink of its temp name).
+		// names it was linked to (fs_native's unlink of its temp name).
+		// Not at the unlink of a name it was linked to (another
+		// client's delete of the key a moment after the link): the
+		// grace then ended before the unlink of the temp name, which an
+		// eviction in between failed with ENOENT (an outside tester).
 		c.ledger.EndGrace(id)
-	} else if err == nil {
+	} else if err == nil && !named {
 		c.deliver([]Drop{{ID: id, Why: Removed}})
 	}
 	if errors.Is(err, ErrNotFound) {

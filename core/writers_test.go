@@ -190,6 +190,28 @@ func TestGraceEndsAtPublish(t *testing.T) {
 	if !tc.exists("final") || !tc.exists("tmp") {
 		t.Fatal("the linked object went before its temp name was unlinked")
 	}
+	// Another client deletes the key a moment after the link: the
+	// grace stays with the temp name, which the writer unlinks next (an
+	// outside tester: the grace ended at this unlink, an eviction took
+	// the object, and fs_native's unlink of the temp failed ENOENT).
+	if _, err := tc.Link(tmp, blob.RootID, "key"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.Unlink(blob.RootID, "key"); err != nil {
+		t.Fatal(err)
+	}
+	h, err = tc.Create(blob.RootID, "between2", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.File().WriteAt(make([]byte, 2*mib), 0)
+	if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a store needing the room of an object whose key another client deleted, temp name still there: %v, want ErrNoSpace", err)
+	}
+	h.Release()
+	if !tc.exists("tmp") {
+		t.Fatal("the object went before its temp name was unlinked, after a delete of another of its names")
+	}
 	if err := tc.Unlink(blob.RootID, "tmp"); err != nil {
 		t.Fatal(err)
 	}
