@@ -50,13 +50,16 @@ func (c *Core) admit(id blob.ID, need int64, op func() (victims, error)) error {
 			return ErrNoSpace
 		}
 		wait = min(wait, left)
+		c.counters.waiting.Add(1)
 		select {
 		case <-changed:
 		case <-c.cfg.After(wait):
 		case <-c.done:
+			c.counters.waiting.Add(-1)
 			c.ledger.Refused()
 			return ErrNoSpace
 		}
+		c.counters.waiting.Add(-1)
 	}
 }
 

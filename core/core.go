@@ -307,6 +307,8 @@ type counters struct {
 	// readsRedone counts reads of the store made again under the lock
 	// (readStored).
 	readsRedone atomic.Int64
+	// waiting counts admissions waiting for room now (admit).
+	waiting atomic.Int64
 }
 
 // LoadReport is what start-up found, with the bytes it charged.
@@ -512,6 +514,10 @@ func (c *Core) Close() error {
 	c.store.Close()
 	return err
 }
+
+// WaitingForRoom says whether an admission waits for room now: a
+// handover's pause waits for none (see fusefs.FS.Quiesce).
+func (c *Core) WaitingForRoom() bool { return c.counters.waiting.Load() > 0 }
 
 // Capacity is the ledger's limit in bytes.
 func (c *Core) Capacity() int64 { return c.ledger.Capacity() }

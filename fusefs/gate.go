@@ -50,16 +50,26 @@ func (g *gate) leave() { g.inside.Add(-1) }
 // errBusy: requests did not finish in time for a handover.
 var errBusy = errors.New("requests still running")
 
+// ErrWaitingForRoom: a request let in waits for room in a full cache,
+// which the requests the gate holds (a link that ends a temp file's
+// grace, an unlink) may be what makes: the gate is no place to wait for
+// it (see FS.Quiesce).
+var ErrWaitingForRoom = errors.New("a request waits for room in the full cache")
+
 // close closes the gate and waits, up to limit, until no request is
 // past it and every request the server has read (outstanding) is one
-// it holds: those it let in are answered, replies written. On errBusy
-// the gate stays closed for the caller to open.
-func (g *gate) close(outstanding func() int, limit time.Duration) error {
+// it holds: those it let in are answered, replies written. On errBusy,
+// or ErrWaitingForRoom as soon as waiting says a request let in waits
+// for room, the gate stays closed for the caller to open.
+func (g *gate) close(outstanding func() int, limit time.Duration, waiting func() bool) error {
 	g.closed.Store(true)
 	deadline := time.Now().Add(limit)
 	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
 		if g.inside.Load() == 0 && int64(outstanding()) == g.held.Load() {
 			return nil
+		}
+		if waiting != nil && waiting() {
+			return ErrWaitingForRoom
 		}
 		if time.Now().After(deadline) {
 			return errBusy

@@ -28,7 +28,7 @@ func TestGateHoldsNewRequests(t *testing.T) {
 		go request(time.Second) // in before the gate closes
 		synctest.Wait()
 		closed := make(chan error)
-		go func() { closed <- g.close(func() int { return int(read.Load()) }, time.Minute) }()
+		go func() { closed <- g.close(func() int { return int(read.Load()) }, time.Minute, nil) }()
 		synctest.Wait()
 		go request(0) // after: held
 		synctest.Wait()
@@ -59,8 +59,27 @@ func TestGateGivesUp(t *testing.T) {
 		release := make(chan struct{})
 		go func() { g.enter(); <-release; g.leave() }()
 		synctest.Wait()
-		if err := g.close(func() int { return 1 }, time.Second); !errors.Is(err, errBusy) {
+		if err := g.close(func() int { return 1 }, time.Second, nil); !errors.Is(err, errBusy) {
 			t.Fatalf("close: %v, want errBusy", err)
+		}
+		g.open()
+		close(release)
+	})
+}
+
+// TestGateWaitingForRoom: a request let in that waits for room fails the
+// close at once (the room may be what a held request makes), long before
+// the limit.
+func TestGateWaitingForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var g gate
+		var waiting atomic.Bool
+		release := make(chan struct{})
+		go func() { g.enter(); waiting.Store(true); <-release; g.leave() }()
+		synctest.Wait()
+		start := time.Now()
+		if err := g.close(func() int { return 1 }, time.Minute, waiting.Load); !errors.Is(err, ErrWaitingForRoom) || time.Since(start) > time.Millisecond {
+			t.Fatalf("close: %v after %v, want ErrWaitingForRoom at once", err, time.Since(start))
 		}
 		g.open()
 		close(release)

@@ -80,12 +80,17 @@ type State struct {
 // the gate: the successor has the kernel send them again. Notices queued
 // from now on wait for the successor (Export), which sends them once it
 // serves: one sent now could wait forever for a directory that a held
-// request keeps locked (see notify.go). On an error the caller Resumes.
-func (f *FS) Quiesce(outstanding func() int, limit time.Duration) error {
+// request keeps locked (see notify.go). waiting says whether a request
+// let in waits for room in a full cache: then Quiesce fails at once with
+// ErrWaitingForRoom, since what would make the room may be a request the
+// gate holds, and the grace of the temp files waiting to be linked runs
+// on meanwhile (an outside tester: pauses of 2 s, and temp files
+// evicted before their links). On an error the caller Resumes.
+func (f *FS) Quiesce(outstanding func() int, limit time.Duration, waiting func() bool) error {
 	if err := f.notices.pause(limit); err != nil {
 		return err
 	}
-	return f.reqs.gate.close(outstanding, limit)
+	return f.reqs.gate.close(outstanding, limit, waiting)
 }
 
 // Resume lets requests in again after a Quiesce whose handover failed,

@@ -65,7 +65,7 @@ func TestQuiesceHoldsNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := f.Quiesce(server.Outstanding, 5*time.Second); err != nil {
+	if err := f.Quiesce(server.Outstanding, 5*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	linked := make(chan error, 1)

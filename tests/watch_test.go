@@ -111,3 +111,32 @@ func TestStatsWatch(t *testing.T) {
 			num(f, "evictions") == float64(st.Evictions) && num(f, "enospc") == float64(st.AdmissionFailures)
 	})
 }
+
+// TestStatsWatchOfAMountThatGoes: a mount unmounted under `kvfs stats
+// --watch` ends the watch with exit 1 and says the mount went away, not
+// exit 2 as for a path that was never a mount (an outside tester).
+func TestStatsWatchOfAMountThatGoes(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	cmd := exec.Command(kvfsBin, "stats", "--watch", "--interval", "50ms", d.mp)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() {
+		t.Fatalf("no first line: %s", stderr.String())
+	}
+	d.stop()
+	for sc.Scan() {
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "went away while watched") {
+		t.Errorf("the watch of a mount unmounted under it: %v, %q; want exit 1 saying it went away", err, stderr.String())
+	}
+}

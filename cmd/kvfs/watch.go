@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/kvfs/kvfs/internal/progress"
 	"github.com/kvfs/kvfs/internal/stats"
+	"github.com/kvfs/kvfs/internal/usageerr"
 )
 
 // sample is one reading of a mount's stats: what `kvfs stats --json`
@@ -52,6 +54,12 @@ func watchStats(mp string, interval time.Duration, count int, stdout io.Writer) 
 			<-tick.C
 		}
 		cur, err := readSample(mp)
+		if err != nil && i > 0 && errors.Is(err, usageerr.ErrUsage) {
+			// It answered a moment ago: not a bad argument (exit 2)
+			// but a mount that went away while watched (an outside
+			// tester: `kvfs unmount` under a --watch).
+			return fmt.Errorf("%s: the kvfs mount went away while watched (unmounted, or its daemon stopped): %s", mp, err)
+		}
 		if err != nil {
 			return err
 		}
