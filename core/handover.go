@@ -151,13 +151,29 @@ func (c *Core) AdoptHandle(st HandleState, f *os.File) (*Handle, error) {
 	if !st.Write {
 		return h, nil
 	}
-	if err := c.reserve(st.ID, c.Reservation()); err != nil {
+	if err := c.ledger.ReserveFree(st.ID, c.adoptedReservation(st.ID)); err != nil {
 		c.log.Debug("no reservation for a handed-over writer", zap.Uint64("id", uint64(st.ID)), zap.Error(err))
 	}
 	if st.Writing {
 		c.adoptWriting(h)
 	}
 	return h, nil
+}
+
+// adoptedReservation is what a handed-over writer of id is reserved: a
+// fresh reservation, within the room the capacity leaves now, so that
+// adopting it evicts nothing. The old daemon may have taken back part of
+// what it reserved for later stores, and a fresh one each evicted what
+// it kept (an outside tester: a handover at the same capacity evicted
+// the only complete object, nothing else having happened).
+func (c *Core) adoptedReservation(id blob.ID) int64 {
+	capacity := c.ledger.Capacity()
+	if c.fitting.Load() && c.cfg.Capacity > 0 {
+		capacity = c.cfg.Capacity
+	}
+	st := c.ledger.Stats()
+	_, charge, _ := c.ledger.Size(id)
+	return min(c.Reservation(), charge+max(capacity-(st.UsedBytes-st.UnadmittedBytes), 0))
 }
 
 // ExpectWriters gives the Core what its predecessor kept of the objects

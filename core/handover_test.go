@@ -259,6 +259,66 @@ func TestHandoverHeldPastTheCapacity(t *testing.T) {
 	}
 }
 
+// TestHandoverKeepsReservationsWithinRoom: a successor adopts the old
+// daemon's writers without evicting for their reservations: it cannot
+// know how much of each the old daemon had taken back for later stores,
+// and a full one each evicted the object the old daemon kept (an outside
+// tester: a handover at the same capacity evicted the only complete
+// object, nothing else having happened).
+func TestHandoverKeepsReservationsWithinRoom(t *testing.T) {
+	dir := t.TempDir()
+	old, _ := openCore(t, dir, Config{Capacity: 16 * mib, Grace: time.Millisecond, WriteReserve: 4 * mib})
+	old.Start(func(Drop) {})
+	var writers []*Handle
+	held := map[blob.ID]bool{}
+	for i := range 4 {
+		h, err := old.Create(blob.RootID, fmt.Sprint("w", i), 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Write(make([]byte, 512*kib), 0); err != nil {
+			t.Fatal(err)
+		}
+		writers = append(writers, h)
+		held[h.ID()] = true
+	}
+	old.put("big", 4*mib) // takes back what the writers reserved and did not write
+	if !old.exists("big") {
+		t.Fatal("big not stored")
+	}
+	fr, err := old.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := blob.OpenLocked(dir, old.store.Lock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writing []blob.ID
+	for _, h := range writers {
+		writing = append(writing, h.ID())
+	}
+	store.KeepMarkers(writing)
+	tc := &testCore{t: t, clock: old.clock}
+	c, _, err := Open(store, Config{Capacity: 16 * mib, Grace: time.Millisecond, Now: tc.clock.Now, Held: held, WriteReserve: 4 * mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Core = c
+	defer tc.Close()
+	c.ExpectWriters(fr.Writers)
+	for _, h := range writers {
+		if _, err := c.AdoptHandle(h.State(), h.File()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.EndHandover(fr)
+	c.Start(func(Drop) {})
+	if st := c.Stats(); !tc.exists("big") || st.Evictions != 0 || st.UsedBytes > st.CapacityBytes {
+		t.Errorf("after a handover at the same capacity: big kept %v; %+v", tc.exists("big"), st)
+	}
+}
+
 // TestHandoverKeepsGrace: an object closed just before a handover has
 // its publish step (link, rename) still to come; the successor keeps it
 // from eviction for the rest of its grace period, as the old daemon
