@@ -197,6 +197,21 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	}
 }
 
+// freezeForSuccessor freezes old and opens its store in dir for a
+// successor, with the lock old passes.
+func freezeForSuccessor(t *testing.T, old *testCore, dir string) (Frozen, *blob.Store) {
+	t.Helper()
+	fr, err := old.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := blob.OpenLocked(dir, old.store.Lock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fr, store
+}
+
 // TestHandoverHeldPastTheCapacity: a one-phase handover (what a remote
 // tier takes) to a capacity smaller than what the old daemon's clients
 // hold starts, and evicts only once it starts: until then every stored
@@ -221,14 +236,7 @@ func TestHandoverHeldPastTheCapacity(t *testing.T) {
 		held[id] = true
 	}
 	old.clock.Skip(time.Second)
-	fr, err := old.Freeze()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := blob.OpenLocked(dir, old.store.Lock())
-	if err != nil {
-		t.Fatal(err)
-	}
+	fr, store := freezeForSuccessor(t, old, dir)
 	tc := &testCore{t: t, clock: old.clock}
 	c, _, err := Open(store, Config{Capacity: 2 * mib, Grace: time.Millisecond, Now: tc.clock.Now, Held: held})
 	if err != nil {
@@ -286,14 +294,7 @@ func TestHandoverKeepsReservationsWithinRoom(t *testing.T) {
 	if !old.exists("big") {
 		t.Fatal("big not stored")
 	}
-	fr, err := old.Freeze()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := blob.OpenLocked(dir, old.store.Lock())
-	if err != nil {
-		t.Fatal(err)
-	}
+	fr, store := freezeForSuccessor(t, old, dir)
 	var writing []blob.ID
 	for _, h := range writers {
 		writing = append(writing, h.ID())
