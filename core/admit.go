@@ -160,11 +160,17 @@ func (c *Core) Reservation() int64 {
 		biggest = max(biggest, s)
 	}
 	c.sizesMu.Unlock()
-	capacity := c.ledger.Capacity()
+	return ledger.Charge(min(max(c.cfg.WriteReserve, biggest), c.targetCapacity()/4))
+}
+
+// targetCapacity is the capacity reservations are sized from: the
+// ledger's, or, while a handover's Core has yet to fit its own (fitting),
+// the configured one.
+func (c *Core) targetCapacity() int64 {
 	if c.fitting.Load() && c.cfg.Capacity > 0 {
-		capacity = c.cfg.Capacity // a handover's adopted writers
+		return c.cfg.Capacity
 	}
-	return ledger.Charge(min(max(c.cfg.WriteReserve, biggest), capacity/4))
+	return c.ledger.Capacity()
 }
 
 // reopenReservation is the reservation of a writer opening object id,

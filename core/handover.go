@@ -167,13 +167,9 @@ func (c *Core) AdoptHandle(st HandleState, f *os.File) (*Handle, error) {
 // it kept (an outside tester: a handover at the same capacity evicted
 // the only complete object, nothing else having happened).
 func (c *Core) adoptedReservation(id blob.ID) int64 {
-	capacity := c.ledger.Capacity()
-	if c.fitting.Load() && c.cfg.Capacity > 0 {
-		capacity = c.cfg.Capacity
-	}
 	st := c.ledger.Stats()
 	_, charge, _ := c.ledger.Size(id)
-	return min(c.Reservation(), charge+max(capacity-(st.UsedBytes-st.UnadmittedBytes), 0))
+	return min(c.Reservation(), charge+max(c.targetCapacity()-(st.UsedBytes-st.UnadmittedBytes), 0))
 }
 
 // ExpectWriters gives the Core what its predecessor kept of the objects

@@ -599,10 +599,7 @@ func (l *Ledger[K]) settle(id K, size int64, last bool) ([]Victim[K], error) {
 func (l *Ledger[K]) couldMake(e *entry[K], need int64) bool {
 	free := l.capacity - (l.used - l.over)
 	for i := l.open.first(); i != 0 && free < need; i = l.open.next(i) {
-		o := l.slab.at(l.writing.recs[i].e)
-		if res := l.wr(o).res; o != e && res > Charge(o.size) {
-			free += res - Charge(o.size)
-		}
+		free += l.spare(l.slab.at(l.writing.recs[i].e), e)
 	}
 	if free >= need {
 		return true

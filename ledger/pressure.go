@@ -70,15 +70,22 @@ func (l *Ledger[K]) reclaim(need int64, self *entry[K]) int64 {
 	var got int64
 	for i := l.open.first(); i != 0 && got < need; i = l.open.next(i) {
 		e := l.slab.at(l.writing.recs[i].e)
-		res := l.wr(e).res
-		if e == self || res <= Charge(e.size) {
-			continue
+		if spare := l.spare(e, self); spare > 0 {
+			take := min(spare, Charge(need-got))
+			l.resize(e, e.size, l.wr(e).res-take)
+			got += take
 		}
-		take := min(res-Charge(e.size), Charge(need-got))
-		l.resize(e, e.size, res-take)
-		got += take
 	}
 	return got
+}
+
+// spare is what writer e reserved and has not written, none for self:
+// what reclaim may take back from it.
+func (l *Ledger[K]) spare(e, self *entry[K]) int64 {
+	if e == self {
+		return 0
+	}
+	return max(l.wr(e).res-Charge(e.size), 0)
 }
 
 // Overloaded says whether id's writer, expecting to store n bytes,
