@@ -176,17 +176,23 @@ func TestGraceEndsAtPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	store("unpublished")
+	// refused stores an object that needs the linked one's room, which
+	// must be refused.
+	refused := func(name, when string) {
+		t.Helper()
+		h, err := tc.Create(blob.RootID, name, 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.File().WriteAt(make([]byte, 2*mib), 0)
+		if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
+			t.Fatalf("a store needing the room of an object %s: %v, want ErrNoSpace", when, err)
+		}
+		h.Release()
+	}
 	// Between the link and the unlink of the temp name nothing may go:
 	// a store that needs the room is refused.
-	h, err := tc.Create(blob.RootID, "between", 0o644, nobody, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.File().WriteAt(make([]byte, 2*mib), 0)
-	if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("a store needing the linked object's room before its temp name went: %v, want ErrNoSpace", err)
-	}
-	h.Release()
+	refused("between", "linked, before its temp name went")
 	if !tc.exists("final") || !tc.exists("tmp") {
 		t.Fatal("the linked object went before its temp name was unlinked")
 	}
@@ -200,15 +206,7 @@ func TestGraceEndsAtPublish(t *testing.T) {
 	if err := tc.Unlink(blob.RootID, "key"); err != nil {
 		t.Fatal(err)
 	}
-	h, err = tc.Create(blob.RootID, "between2", 0o644, nobody, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.File().WriteAt(make([]byte, 2*mib), 0)
-	if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("a store needing the room of an object whose key another client deleted, temp name still there: %v, want ErrNoSpace", err)
-	}
-	h.Release()
+	refused("between2", "whose key another client deleted, its temp name still there")
 	if !tc.exists("tmp") {
 		t.Fatal("the object went before its temp name was unlinked, after a delete of another of its names")
 	}
