@@ -259,10 +259,11 @@ func openDir(path string, mode os.FileMode) (*os.File, error) {
 }
 
 // private takes every permission from group and others on d: the store
-// of a mount for its mounter alone (Confine); writing/ and its shards, which a store made before 2026-12-04 has 0755 (a
-// marker is a hard link to an object being written, and through it
-// anyone could read, and as its mode allowed write, an object in a
-// directory they may not search), and the lock (see lockStore).
+// of a mount for its mounter alone (Confine); writing/ and its shards,
+// which a store made before 2026-12-04 has 0755 (a marker is a hard
+// link to an object being written, and through it anyone could read,
+// and as its mode allowed write, an object in a directory they may not
+// search); and the lock (see lockStore).
 func private(d *os.File) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
