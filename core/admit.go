@@ -205,23 +205,29 @@ func (c *Core) published(size int64) {
 // directory. When what open writers have already written leaves no room
 // for one more object, the cache is overloaded and the writer is refused
 // at once, cheaply, rather than write an object that would fail at its
-// close. Otherwise it gets its reservation if the room can be had now,
-// and none if not: its bytes are then admitted as they come and at its
-// close, where waiting is harmless.
-func (c *Core) reserve(id blob.ID, n int64) error {
+// close. Otherwise it gets its reservation if the room can be had now
+// (got), and none if not: its bytes are then admitted as they come
+// (Unreserved), and at its close, where waiting is harmless. A writer
+// with no size to reserve (no --write-reserve, and nothing published
+// since the start) has none either: how much room it needs is known
+// only as its bytes come.
+func (c *Core) reserve(id blob.ID, n int64) (got bool, err error) {
 	if n == 0 {
-		return nil
+		return false, nil
 	}
 	if c.ledger.Overloaded(id, n) {
 		c.ledger.Refused()
-		return ErrNoSpace
+		return false, ErrNoSpace
 	}
-	err := c.ledger.ReserveFree(id, n)
+	err = c.ledger.ReserveFree(id, n)
 	if errors.Is(err, ledger.ErrBusy) {
 		err = c.locked(func() (victims, error) { return c.ledger.Reserve(id, n) })
 	}
-	if err != nil && !errors.Is(err, ledger.ErrNoSpace) {
-		return ledgerErr(err)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ledger.ErrNoSpace):
+		return false, nil
 	}
-	return nil
+	return false, ledgerErr(err)
 }

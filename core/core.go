@@ -382,7 +382,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		store:      store,
 		dropped:    func(Drop) {},
 		began:      cfg.Now(),
-		ledger:     ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint}),
+		ledger:     ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint, FirmReservations: cfg.Passthrough}),
 		marked:     map[blob.ID]int{},
 		base:       map[blob.ID]int64{},
 		intact:     map[blob.ID]int64{},

@@ -241,6 +241,42 @@ func TestPassthroughWriterPolled(t *testing.T) {
 	}
 }
 
+// TestUnreservedWriter: a writer admitted no reservation as it opens
+// says so (Unreserved), so that the adapter serves its writes through the
+// core, where each is admitted before it lands: before any object was
+// published (no size to reserve), and in a cache full of objects in their
+// grace. One that gets its reservation may write straight to the store.
+func TestUnreservedWriter(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib, Grace: time.Hour, Passthrough: true, PollInterval: time.Hour})
+	create := func(name string) *Handle {
+		t.Helper()
+		h, err := tc.Create(blob.RootID, name, 0o644, blob.Owner{UID: -1, GID: -1}, true)
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		return h
+	}
+	h := create("first")
+	if !h.Unreserved() || tc.Stats().ReservedBytes != 0 {
+		t.Fatalf("the first writer, no size known: Unreserved %v, %+v", h.Unreserved(), tc.Stats())
+	}
+	h.Release()
+	for i := range 4 {
+		tc.put(fmt.Sprintf("o%d", i), mib)
+	}
+	h = create("in-grace")
+	if !h.Unreserved() {
+		t.Fatalf("a writer in a cache full of objects in their grace got a reservation: %+v", tc.Stats())
+	}
+	h.Release()
+	tc.clock.Skip(2 * time.Hour)
+	h = create("evicting")
+	defer h.Release()
+	if h.Unreserved() || tc.Stats().ReservedBytes != mib {
+		t.Fatalf("a writer that could evict for its reservation: Unreserved %v, %+v", h.Unreserved(), tc.Stats())
+	}
+}
+
 // fullWriter is a passthrough writer of a new object name in a 4 MiB
 // cache that holds a (1 MiB, in its grace), polled only when a test asks.
 func fullWriter(t *testing.T, name string) (*testCore, *Handle) {

@@ -106,14 +106,29 @@ func (ob *object) attr() (a core.Attr, err error, ok bool) {
 // before this runs, and attachRAM makes no copy while it does.
 func (f *FS) adopt(ch *core.Handle, existing bool) *handle {
 	ob := f.objects.hold(f, ch.ID())
-	h := &handle{Handle: ch, ob: ob, passthrough: f.cfg.Passthrough, existing: existing}
+	h := &handle{Handle: ch, ob: ob, existing: existing}
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
+	h.passthrough = ob.passthroughLocked(ch)
 	ob.handles = append(ob.handles, h)
 	if ch.Writable() {
 		ob.dropRAMLocked()
 	}
 	return h
+}
+
+// passthroughLocked says whether the kernel is to serve handle ch
+// through the object's backing file. A writer the core admitted no
+// reservation writes through the daemon, which admits each write before
+// it lands. But the kernel holds one I/O mode per inode: a passthrough
+// open beside a cached one (a plain writer's shared mmap makes one) fails
+// with EIO. So the first handle decides for the object, and the others
+// open while it has any follow it; ob.mu held.
+func (ob *object) passthroughLocked(ch *core.Handle) bool {
+	if len(ob.handles) > 0 {
+		return ob.handles[0].passthrough
+	}
+	return ob.fs.cfg.Passthrough && !ch.Unreserved()
 }
 
 // opened makes the FUSE handle of a core handle that opened an existing

@@ -82,6 +82,13 @@ type Config struct {
 	Now      func() time.Time
 	// SizeHint is how many inodes to make room for up front.
 	SizeHint int
+	// FirmReservations: writers' bytes may reach the store before the
+	// ledger sees them (FUSE passthrough), so a writer's reservation is
+	// the only admission they get before they land. None is then taken
+	// back to make room for another (reclaim): the room waits for the
+	// writer to settle instead (an outside tester: reservations taken
+	// back from writers of 8 MiB held a 48 MiB cache at 56 MiB).
+	FirmReservations bool
 }
 
 // Ledger is safe for concurrent use; every method takes mu once and does
@@ -93,7 +100,9 @@ type Ledger[K comparable] struct {
 	// GUARDED_BY(mu), all fields below.
 	capacity int64
 	grace    int64
-	now      func() time.Time
+	// firm: see Config.FirmReservations.
+	firm bool
+	now  func() time.Time
 	// entries maps IDs to their slots in slab.
 	entries map[K]uint32
 	slab    slab[K]
@@ -192,6 +201,7 @@ func New[K comparable](cfg Config) *Ledger[K] {
 	l := &Ledger[K]{
 		capacity: cfg.Capacity,
 		grace:    int64(cfg.Grace),
+		firm:     cfg.FirmReservations,
 		now:      now,
 		entries:  make(map[K]uint32, cfg.SizeHint),
 	}

@@ -79,10 +79,11 @@ func (l *Ledger[K]) reclaim(need int64, self *entry[K]) int64 {
 	return got
 }
 
-// spare is what writer e reserved and has not written, none for self:
-// what reclaim may take back from it.
+// spare is what writer e reserved and has not written, none for self
+// and none where reservations are firm: what reclaim may take back from
+// it.
 func (l *Ledger[K]) spare(e, self *entry[K]) int64 {
-	if e == self {
+	if e == self || l.firm {
 		return 0
 	}
 	return max(l.wr(e).res-Charge(e.size), 0)

@@ -58,6 +58,38 @@ func TestReclaimSparesWrittenBytes(t *testing.T) {
 	mustOK(t, l)
 }
 
+// With firm reservations (a passthrough mount, whose writers' bytes land
+// before the ledger sees them) nothing reserved is taken back: a writer
+// that finds the rest of the cache reserved waits (WaitHint) for the
+// others to settle, and then gets the room they gave back.
+func TestFirmReservationsNotTakenBack(t *testing.T) {
+	c := newClock()
+	l := New[ID](Config{Capacity: 8 * blk, Grace: testGrace, Now: c.Now, FirmReservations: true})
+	l.Create(1, true)
+	l.Reserve(1, 8*blk)
+	l.Observe(1, 2*blk)
+	l.Create(2, true)
+	if _, err := l.Reserve(2, 4*blk); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("reserve where another writer holds a firm reservation: %v, want ErrNoSpace", err)
+	}
+	if _, err := l.Grow(2, 4*blk); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("growth where another writer holds a firm reservation: %v, want ErrNoSpace", err)
+	}
+	if w := l.WaitHint(4 * blk); w == 0 {
+		t.Fatal("WaitHint 0 where a writer's unwritten reservation will be given back")
+	}
+	if size, c, _ := l.Size(1); size != 2*blk || c != 8*blk {
+		t.Fatalf("writer 1: size %d charge %d, want its whole reservation kept", size, c)
+	}
+	if _, err := l.Settle(1, 2*blk); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grow(2, 4*blk); err != nil {
+		t.Fatalf("growth once the other writer settled: %v", err)
+	}
+	mustOK(t, l)
+}
+
 // A publish step ends the grace period: the object is plain LRU at once,
 // and a writer's close after it starts no new one.
 func TestEndGrace(t *testing.T) {

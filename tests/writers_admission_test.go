@@ -606,3 +606,44 @@ func TestFinalNameWritersTurnOver(t *testing.T) {
 		t.Errorf("the last chunk: %v", err)
 	}
 }
+
+// TestFinalNameWritersInAFullCache: 4 threads store 8 MiB objects under
+// their final names (LMCache's local_disk) into a 48 MiB cache with the
+// default grace, so the cache is soon full of objects no one may evict
+// yet. Each writer then opens without a reservation and waits for room;
+// with passthrough its bytes reached the store anyway, unadmitted, and
+// used reached 80 MiB (an outside tester, 3 of 3 runs). A writer without
+// its reservation now writes through the daemon, and no reservation is
+// taken back from a passthrough writer: nothing is ever over the
+// capacity.
+func TestFinalNameWritersInAFullCache(t *testing.T) {
+	d := mountCache(t, "--capacity", "48MiB")
+	const writers, stores = 4, 4
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range stores {
+				name := fmt.Sprintf("w%d-%d.data", w, i)
+				if err := os.WriteFile(filepath.Join(d.mp, name), objectBytes(name, 8*MiB), 0o644); err != nil {
+					errs <- fmt.Errorf("store %s: %w", name, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	waitReleased(t, d)
+	st := ledgerExact(t, d)
+	if st.OvershootMaxBytes != 0 || st.UnadmittedBytes != 0 {
+		t.Errorf("after %d stores of 8 MiB into 48 MiB by %d threads: overshoot_max %d, unadmitted %d; want nothing ever over the capacity",
+			writers*stores, writers, st.OvershootMaxBytes, st.UnadmittedBytes)
+	}
+	if st.Evictions < writers*stores-6 {
+		t.Errorf("%d evictions after %d stores of 8 MiB into 48 MiB, want at least %d", st.Evictions, writers*stores, writers*stores-6)
+	}
+}
