@@ -109,6 +109,18 @@ func awaitReleased(store string, until time.Time) (int, bool) {
 	return awaitHolder(store, until, func(int) bool { return false })
 }
 
+// awaitStopped is awaitReleased after an unmount of a mount of store:
+// it also stops at a holder that mounts the store still, which is not
+// the daemon of the mount unmounted but another that took the store
+// after that one died (an outside tester: an unmount of a crashed
+// daemon's mount waited its whole timeout on the live daemon serving
+// the store elsewhere, and named it as the unmounted mount's).
+func awaitStopped(store string, until time.Time) (int, bool) {
+	var serving bool
+	pid, held := awaitHolder(store, until, func(pid int) bool { serving = mounting(pid, store); return serving })
+	return pid, held && !serving
+}
+
 // awaitReleasedOrMounted is awaitReleased that also stops once the
 // holder mounts the store (a daemon that was starting), which mounted
 // then says.

@@ -81,7 +81,7 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 	if err == nil {
 		// The daemon writes its checkpoint after the kernel unmounted:
 		// the store is free once it exits (see holder.go).
-		if pid, held := awaitReleased(e.Source, deadline); held {
+		if pid, held := awaitStopped(e.Source, deadline); held {
 			o.Report(fmt.Sprintf("unmounted %s; its daemon (pid %d) still holds the store %s until it has written its checkpoint", mp, pid, e.Source))
 		}
 	}

@@ -963,3 +963,40 @@ func TestMountWhileAnotherStarts(t *testing.T) {
 	putFile(t, filepath.Join(mp, "o"), objectBytes("o", 4096))
 	second.stop()
 }
+
+// TestUnmountDeadMountOfAStoreServedElsewhere: after a daemon's kill -9,
+// its store is served by a new daemon at another mount point; `kvfs
+// unmount` of the dead mount detaches it without waiting on the live
+// daemon, which it neither names nor stops (an outside tester: the
+// unmount waited its whole timeout and said the live daemon "still holds
+// the store until it has written its checkpoint").
+func TestUnmountDeadMountOfAStoreServedElsewhere(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	// Published by a rename, which waits for the writer's release: a
+	// final-name store is complete only at its release, after close.
+	putFile(t, filepath.Join(d.mp, "kept.tmp"), objectBytes("kept", 1000))
+	if err := os.Rename(filepath.Join(d.mp, "kept.tmp"), filepath.Join(d.mp, "kept")); err != nil {
+		t.Fatal(err)
+	}
+	d.kill9()
+	mp2 := filepath.Join(filepath.Dir(d.mp), "elsewhere")
+	if err := os.Mkdir(mp2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d2 := startDaemon(t, mp2, "--store", d.store, "--capacity", "16MiB")
+
+	res := runKvfs(t, "unmount", "--timeout", "3s", d.mp)
+	if res.code != 0 {
+		t.Fatalf("kvfs unmount of the dead mount: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	if out := res.stdout + res.stderr; strings.Contains(out, "still holds") || strings.Contains(out, fmt.Sprint(d2.cmd.Process.Pid)) {
+		t.Errorf("kvfs unmount of the dead mount named the live daemon of %s: %q", mp2, out)
+	}
+	if _, ok := mountAt(d.mp); ok {
+		t.Errorf("a mount is left at %s after kvfs unmount", d.mp)
+	}
+	if !d2.alive() {
+		t.Fatalf("the daemon serving %s exited:\n%s", mp2, d2.out)
+	}
+	readBackPlain(t, filepath.Join(mp2, "kept"), objectBytes("kept", 1000))
+}
