@@ -174,7 +174,8 @@ func TestBadInputFlags(t *testing.T) {
 		{"--capacity", "8E", []string{"bad size", "8E"}},
 		{"--grace", "abc", []string{"grace", "abc"}},
 		{"--grace", "-1s", []string{"--grace -1s", "negative"}},
-		{"--wait-limit", "5", []string{"wait-limit", `"5"`}},
+		{"--wait-limit", "5", []string{"wait-limit", `"5"`, "missing unit", "like 2s"}}, // was: "parse error" alone
+		{"--grace", "2", []string{"grace", "missing unit", "like 2s"}},
 		{"--cache-timeout", "-1m", []string{"--cache-timeout -1m0s", "negative"}},
 		{"--audit-interval", "-1s", []string{"--audit-interval -1s", "negative"}},
 		{"--stop-linger", "-1s", []string{"--stop-linger -1s", "negative"}},
@@ -184,7 +185,7 @@ func TestBadInputFlags(t *testing.T) {
 		// Was: gigabytes asked for its counters, then the OOM killer.
 		{"--ram-cache", "1P", []string{"--ram-cache 1125899906842624", "more than this machine's memory"}},
 		{"--serve-while-loading", "-2", []string{"--serve-while-loading -2", "-1 (never)"}},
-		{"--serve-while-loading", "many", []string{"invalid value", "many"}},
+		{"--serve-while-loading", "many", []string{"invalid value", "many", "not a whole number"}},
 	}
 	dir := t.TempDir()
 	mp := filepath.Join(dir, "mp")

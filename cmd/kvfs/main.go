@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/kvfs/kvfs/internal/gctune"
 	"github.com/kvfs/kvfs/internal/usageerr"
@@ -105,7 +107,7 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 				fs.PrintDefaults()
 				return nil, err
 			}
-			return nil, usageerr.Errorf("%v", err)
+			return nil, usageerr.Errorf("%v", explainValue(fs, err))
 		}
 		left := fs.Args()
 		if len(left) == 0 {
@@ -121,6 +123,37 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 		return nil, usageerr.Errorf("want %s, got %d arguments", what, len(rest))
 	}
 	return rest, nil
+}
+
+// explainValue replaces the flag package's bare "parse error" for a
+// duration or a number flag with the form it wants (an outside tester:
+// `--grace 2` said only "parse error").
+func explainValue(fs *flag.FlagSet, err error) error {
+	var value, name string
+	if !strings.HasSuffix(err.Error(), ": parse error") {
+		return err
+	}
+	if _, serr := fmt.Sscanf(err.Error(), "invalid value %q for flag -%s", &value, &name); serr != nil {
+		return err
+	}
+	name = strings.TrimSuffix(name, ":")
+	f := fs.Lookup(name)
+	if f == nil {
+		return err
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return err
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		if _, perr := time.ParseDuration(value); perr != nil {
+			return fmt.Errorf("invalid value %q for flag -%s: %v; a duration has a unit, like 2s, 500ms or 10m", value, name, perr)
+		}
+	case int, int64, uint, uint64:
+		return fmt.Errorf("invalid value %q for flag -%s: not a whole number", value, name)
+	}
+	return err
 }
 
 // sizeFlag is a flag.Value for sizes like 64MiB.
