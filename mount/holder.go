@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/internal/mountinfo"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -149,10 +150,30 @@ func awaitHolder(store string, until time.Time, enough func(pid int) bool) (int,
 // not count; one that does not answer within a second counts as live.
 func LiveMount(store string) (string, bool) {
 	for _, e := range mountsOfStore(mountinfo.Read(), store) {
-		err := InTime(time.Second, func() error { return unix.Statfs(e.Point, new(unix.Statfs_t)) })
-		if !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) && !errors.Is(err, unix.ENOENT) {
+		if !daemonGone(e.Point) {
 			return e.Point, true
 		}
 	}
 	return "", false
+}
+
+// daemonGone says whether the kvfs mount at point has no daemon: its
+// connection is gone (a crashed daemon's mount answers ENOTCONN), or the
+// mount itself. One that does not answer within a second is not dead.
+func daemonGone(point string) bool {
+	err := InTime(time.Second, func() error { return unix.Statfs(point, new(unix.Statfs_t)) })
+	return errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED) || errors.Is(err, unix.ENOENT)
+}
+
+// warnDeadMounts warns of the dead mounts of store left at mount points
+// other than this start's, whose clients get ENOTCONN until someone
+// unmounts them (an outside tester: a start at a new mount point after a
+// kill -9 said nothing of the old one).
+func warnDeadMounts(store, mountpoint string, log *zap.Logger) {
+	for _, e := range mountsOfStore(mountinfo.Read(), store) {
+		if e.Point != mountpoint && daemonGone(e.Point) {
+			log.Warn("a dead mount of this store is left elsewhere, its daemon gone: clients there get ENOTCONN until `kvfs unmount` detaches it",
+				zap.String("mountpoint", e.Point))
+		}
+	}
 }

@@ -171,6 +171,7 @@ func start(o Options, again bool) (*Mount, error) {
 		return nil, usagef("%s is served at %s by a kvfs daemon that no longer holds its lock (was %s removed?): unmount it first",
 			o.Store, mp, blob.LockName)
 	}
+	warnDeadMounts(o.Store, o.Mountpoint, log)
 	if !o.AllowOther {
 		// Only the mounter may enter the mount, so only the mounter
 		// may enter the store (a store made before 2026-12-05 was

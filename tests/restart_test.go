@@ -965,7 +965,8 @@ func TestMountWhileAnotherStarts(t *testing.T) {
 }
 
 // TestUnmountDeadMountOfAStoreServedElsewhere: after a daemon's kill -9,
-// its store is served by a new daemon at another mount point; `kvfs
+// its store is served by a new daemon at another mount point, which
+// warns of the dead mount left (it said nothing, an outside tester); `kvfs
 // unmount` of the dead mount detaches it without waiting on the live
 // daemon, which it neither names nor stops (an outside tester: the
 // unmount waited its whole timeout and said the live daemon "still holds
@@ -984,6 +985,9 @@ func TestUnmountDeadMountOfAStoreServedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	d2 := startDaemon(t, mp2, "--store", d.store, "--capacity", "16MiB")
+	if out := d2.out.String(); !strings.Contains(out, "a dead mount of this store is left elsewhere") || !strings.Contains(out, d.mp) {
+		t.Errorf("the start at %s did not warn of the dead mount at %s:\n%s", mp2, d.mp, out)
+	}
 
 	res := runKvfs(t, "unmount", "--timeout", "3s", d.mp)
 	if res.code != 0 {
