@@ -209,6 +209,9 @@ type Core struct {
 	// startDrops are the objects the start evicted to fit the capacity,
 	// reported at Start (without names: the kernel never saw them).
 	startDrops []Drop
+	// fitted is how many objects a handover's Core evicted at Start to
+	// fit its capacity (fitCapacity); written by Start only.
+	fitted int
 
 	// Locks: see the lock order above and order.go.
 	dirs    dirLocks

@@ -449,12 +449,17 @@ func (c *Core) fitCapacity() {
 		}
 	}
 	victims := c.ledger.SetCapacity(capacity)
+	c.fitted = len(victims)
 	c.mu.Lock()
 	drops := c.dropLocked(victims, Evicted)
 	c.mu.Unlock()
 	c.reap(drops)
 	c.deliver(drops)
 }
+
+// Fitted is how many objects Start evicted to fit the capacity of a
+// Core that took a handover; call it after Start.
+func (c *Core) Fitted() int { return c.fitted }
 
 // TakeStore makes a preloaded Core's store (blob.OpenBorrowed) its own,
 // with the store's lock its predecessor passed.

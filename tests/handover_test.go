@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -668,6 +669,17 @@ func TestHandoverToSmallerCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = handOver(t, kvfsBin, d, "--store", d.store, "--capacity", "5MiB", "--grace", "1s")
+	// The start's message counts what it evicted to fit (it said "15
+	// objects restored", none evicted, an outside tester): at least the
+	// 10 old objects, cold and unheld.
+	var restored, fitted int
+	if m := regexp.MustCompile(`(\d+) objects restored \((\d+) more evicted to fit the capacity\)`).FindStringSubmatch(d.out.String()); m != nil {
+		restored, _ = strconv.Atoi(m[1])
+		fitted, _ = strconv.Atoi(m[2])
+	}
+	if fitted < 10 || restored+fitted != 15 {
+		t.Errorf("the successor's message after a handover to 5 MiB: %d restored, %d evicted to fit; want 15 in all, at least 10 evicted:\n%s", restored, fitted, d.out)
+	}
 	if !waitFor(func() bool {
 		for i := range 10 {
 			if _, err := os.Stat(filepath.Join(d.mp, fmt.Sprintf("old%d", i))); err == nil {
