@@ -157,7 +157,7 @@ func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64,
 		case typ.IsRegular():
 			files.add()
 			if incomplete[st.Ino] {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("incomplete object %s (%d bytes, marked at a crash: being written, or being evicted)", rel, st.Size))
+				rep.Problems = append(rep.Problems, fmt.Sprintf("incomplete object %s (%d bytes, marked when its daemon last stopped: being written, or being evicted, at a crash or a stop that ended its writer)", rel, st.Size))
 			} else if !seen[st.Ino] {
 				seen[st.Ino] = true
 				rep.Objects++
