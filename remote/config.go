@@ -133,6 +133,10 @@ func (c *Config) fromEnv(getenv func(string) string) {
 		first(&c.SecretKey, "AWS_SECRET_ACCESS_KEY")
 		first(&c.SessionToken, "AWS_SESSION_TOKEN")
 	}
+	// An access key given as a flag takes its secret from the
+	// environment, as --remote-secret-key's help asks (flags show in ps):
+	// it was refused as "given without a secret key" (an outside tester).
+	first(&c.SecretKey, "AWS_SECRET_ACCESS_KEY")
 }
 
 func (c *Config) defaults() {

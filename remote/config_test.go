@@ -60,6 +60,12 @@ func TestConfigFinish(t *testing.T) {
 	if !c.Enabled() || (&Config{}).Enabled() {
 		t.Fatal("Enabled")
 	}
+	// An access key as a flag, its secret from the environment (flags
+	// show in ps), as --remote-secret-key's help says to do.
+	withKey := Config{URL: "s3://bucket", AccessKey: "FLAGKEY"}
+	if err := withKey.Finish(func(k string) string { return env[k] }); err != nil || withKey.AccessKey != "FLAGKEY" || withKey.SecretKey != "SK" || withKey.SessionToken != "" {
+		t.Fatalf("--remote-access-key with AWS_SECRET_ACCESS_KEY set: %v, %+v", err, withKey)
+	}
 	bad := [][]string{
 		{"--remote", "s3://b"},
 		{"--remote", "s3://bucket", "--remote-endpoint", "ftp://x"},
