@@ -208,12 +208,14 @@ func (c *Core) published(size int64) {
 // close. Otherwise it gets its reservation if the room can be had now
 // (got), and none if not: its bytes are then admitted as they come
 // (Unreserved), and at its close, where waiting is harmless. A writer
-// with no size to reserve (no --write-reserve, and nothing published
-// since the start) has none either: how much room it needs is known
-// only as its bytes come.
+// with no size to go by (no --write-reserve, and nothing published since
+// the start) is reserved the most any writer is, a quarter of the
+// capacity, from free space only: a guess evicts nothing, and one that
+// finds no free room for it gets none.
 func (c *Core) reserve(id blob.ID, n int64) (got bool, err error) {
 	if n == 0 {
-		return false, nil
+		guess := ledger.Charge(c.targetCapacity() / 4)
+		return guess > 0 && c.ledger.ReserveFree(id, guess) == nil, nil
 	}
 	if c.ledger.Overloaded(id, n) {
 		c.ledger.Refused()

@@ -244,8 +244,10 @@ func TestPassthroughWriterPolled(t *testing.T) {
 // TestUnreservedWriter: a writer admitted no reservation as it opens
 // says so (Unreserved), so that the adapter serves its writes through the
 // core, where each is admitted before it lands: before any object was
-// published (no size to reserve), and in a cache full of objects in their
-// grace. One that gets its reservation may write straight to the store.
+// published (no size to reserve) once the first writers' guesses took the
+// free space, in a cache full of objects in their grace, and for an
+// existing object with no room to grow. One that gets its reservation
+// may write straight to the store.
 func TestUnreservedWriter(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 4 * mib, Grace: time.Hour, Passthrough: true, PollInterval: time.Hour})
 	create := func(name string) *Handle {
@@ -256,24 +258,56 @@ func TestUnreservedWriter(t *testing.T) {
 		}
 		return h
 	}
-	h := create("first")
-	if !h.Unreserved() || tc.Stats().ReservedBytes != 0 {
-		t.Fatalf("the first writer, no size known: Unreserved %v, %+v", h.Unreserved(), tc.Stats())
+	// No size known yet: the first writers are reserved a quarter of the
+	// capacity each from free space, and the next finds none.
+	var first []*Handle
+	for i := range 5 {
+		h := create(fmt.Sprintf("first%d", i))
+		first = append(first, h)
+		if h.Unreserved() != (i == 4) {
+			t.Fatalf("writer %d of 5, no size known: Unreserved %v, %+v", i, h.Unreserved(), tc.Stats())
+		}
 	}
-	h.Release()
+	if st := tc.Stats(); st.ReservedBytes != 4*mib || st.Evictions != 0 {
+		t.Fatalf("5 writers with no size known: %+v; want 4 reserved a quarter each, nothing evicted", st)
+	}
+	for _, h := range first {
+		h.Release()
+	}
 	for i := range 4 {
 		tc.put(fmt.Sprintf("o%d", i), mib)
 	}
-	h = create("in-grace")
+	h := create("in-grace")
 	if !h.Unreserved() {
 		t.Fatalf("a writer in a cache full of objects in their grace got a reservation: %+v", tc.Stats())
 	}
 	h.Release()
+	// An existing object's writer: its reservation (at most what it
+	// holds) admits no growth, and no free room is left for any.
+	h, err := tc.Open(tc.lookupID("o0"), os.O_RDWR, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Unreserved() {
+		t.Fatalf("a writer of an existing object with no room to grow counts as reserved: %+v", tc.Stats())
+	}
+	h.Release()
 	tc.clock.Skip(2 * time.Hour)
 	h = create("evicting")
-	defer h.Release()
 	if h.Unreserved() || tc.Stats().ReservedBytes != mib {
 		t.Fatalf("a writer that could evict for its reservation: Unreserved %v, %+v", h.Unreserved(), tc.Stats())
+	}
+	h.Release()
+	if err := tc.Unlink(blob.RootID, "o1"); err != nil {
+		t.Fatal(err)
+	}
+	h, err = tc.Open(tc.lookupID("o2"), os.O_RDWR, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if h.Unreserved() || tc.Stats().ReservedBytes != mib {
+		t.Fatalf("a writer of an existing object with free room to grow by one object: Unreserved %v, %+v", h.Unreserved(), tc.Stats())
 	}
 }
 
