@@ -100,6 +100,9 @@ type handoverRequest struct {
 	// LetGo (with letGoVersion): not a handover but a new mount asking a
 	// daemon whose mount a stop detached to end it (detached.go).
 	LetGo bool `json:"let_go,omitempty"`
+	// RequestTimeout is the successor's --request-timeout, which the
+	// connection fixed at its INIT: one that differs is refused.
+	RequestTimeout time.Duration `json:"request_timeout,omitempty"`
 }
 
 // handoverOffer is the old daemon's answer; the descriptors follow it:
@@ -217,6 +220,10 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 		// message unread resets, and the refusal would be lost.
 		refuseHandover(conn, log.With(zap.Uint32("uid", uid)), "handover refused: asked by another user",
 			fmt.Errorf("handover asked by uid %d: %w (only root and the daemon's user, uid %d, may take the mount)", uid, unix.EPERM, os.Geteuid()))
+		return
+	}
+	if err := m.keepsRequestTimeout(req.RequestTimeout); err != nil {
+		refuseHandover(conn, log, "handover refused; serving on", err)
 		return
 	}
 	log.Info("handing the mount over")
@@ -442,7 +449,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	// Two phases, unless a remote tier is configured: its journal of
 	// pending uploads is the old daemon's until the pause.
 	prepare := o.Remote == nil
-	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid(), Prepare: prepare}, nil); err != nil {
+	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid(), Prepare: prepare, RequestTimeout: o.RequestTimeout}, nil); err != nil {
 		return nil, fmt.Errorf("asking for the mount: %w (%w)", err, errPredecessorGone)
 	}
 	var offer handoverOffer
@@ -872,8 +879,30 @@ func (m *Mount) closeParts() {
 
 // refuseHandover tells the successor why the mount stays with this
 // daemon, and logs it.
+// keepsRequestTimeout refuses a successor whose --request-timeout is
+// not this mount's: the kernel took it from the INIT reply, once per
+// connection, so a handover cannot change it (an outside tester's
+// successor asked for one, was taken, and the mount hung on as before).
+func (m *Mount) keepsRequestTimeout(want time.Duration) error {
+	switch have := m.RequestTimeout; {
+	case want == have:
+		return nil
+	case have == 0:
+		return fmt.Errorf("the mount at %s has no request timeout, and a handover cannot give it one (the kernel fixed it when the mount was made): "+
+			"leave out --request-timeout, or unmount and mount again with it", m.Mountpoint)
+	default:
+		return fmt.Errorf("the mount at %s aborts a request unanswered for %v (its --request-timeout), and a handover cannot change that (the kernel fixed it when the mount was made): "+
+			"give --request-timeout %v, or unmount and mount again", m.Mountpoint, have, have)
+	}
+}
+
 func refuseHandover(conn *net.UnixConn, log *zap.Logger, msg string, err error) {
 	log.Warn(msg, zap.Error(err))
+	// The request's deadline may have passed: a quiesce retries for up
+	// to quiesceLimit. A refusal that could not be written read as the
+	// old daemon's death, and the successor mounted afresh, failed 10 s
+	// later and said the old daemon died (an outside tester).
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
 }
 

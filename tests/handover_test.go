@@ -755,6 +755,45 @@ func TestHandoverKeepsAllowOther(t *testing.T) {
 	}
 }
 
+// TestHandoverKeepsRequestTimeout: the kernel takes a connection's
+// request timeout from its INIT reply, once, so a handover that would
+// change --request-timeout, either way, is refused with a message that
+// says so, and the old daemon serves on; one that keeps it takes the
+// mount over. Before, the successor took the mount over, exit 0, and
+// the timeout it asked for never applied (an outside tester).
+func TestHandoverKeepsRequestTimeout(t *testing.T) {
+	requireRoot(t)
+	if _, err := os.Stat("/proc/sys/fs/fuse/default_request_timeout"); err != nil {
+		t.Skipf("needs a kernel with FUSE request timeouts (6.14+): %v", err)
+	}
+	for _, c := range []struct{ have, ask []string }{
+		{nil, []string{"--request-timeout", "30s"}},
+		{[]string{"--request-timeout", "30s"}, nil},
+		{[]string{"--request-timeout", "30s"}, []string{"--request-timeout", "60s"}},
+	} {
+		t.Run(fmt.Sprintf("%v to %v", c.have, c.ask), func(t *testing.T) {
+			d := mountCache(t, c.have...)
+			data := objectBytes("kept", 64*KiB)
+			putFile(t, filepath.Join(d.mp, "kept"), data)
+			refused := startSuccessor(t, kvfsBin, nil, d, append([]string{"--store", d.store}, c.ask...)...)
+			if !refused.waitExited() || refused.waitErr == nil {
+				t.Fatalf("a handover that changes --request-timeout was not refused (%v):\n%s", refused.waitErr, refused.out)
+			}
+			if out := refused.out.String(); !strings.Contains(out, "a handover cannot") || !strings.Contains(out, "request timeout") && !strings.Contains(out, "request-timeout") {
+				t.Errorf("the refusal does not say why:\n%s", out)
+			}
+			if !d.alive() {
+				t.Fatalf("the serving daemon exited:\n%s", d.out)
+			}
+			d = handOver(t, kvfsBin, d, append([]string{"--store", d.store}, c.have...)...)
+			if got, err := os.ReadFile(filepath.Join(d.mp, "kept")); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("the object after the handover: %d bytes, %v", len(got), err)
+			}
+			d.stop()
+		})
+	}
+}
+
 // A foreground `kvfs mount` that takes a mount over from a shell holding
 // one of its files (`exec 7<MP/obj`) does not keep that descriptor: held
 // by the new daemon for its whole life, it kept the daemon's own mount
