@@ -27,9 +27,8 @@ type Handle struct {
 	// refused: a write through h was refused for space, so what it
 	// stored is not the object its writer meant: its close removes it.
 	refused atomic.Bool
-	// unreserved: a writer that opened without the reservation it was
-	// to get (what the cache holds may not be evicted yet): each of its
-	// writes is to be admitted before it lands (see Unreserved).
+	// unreserved: a writer that opened without room to write into (see
+	// Unreserved): each of its writes is to be admitted before it lands.
 	unreserved bool
 	// direct: the process that created the object stores under final
 	// names; its grace ends at h's release (see clients.go).
@@ -51,9 +50,10 @@ func (h *Handle) File() *os.File { return h.file }
 // Writable says whether h was opened for writing.
 func (h *Handle) Writable() bool { return h.write }
 
-// Unreserved says that h is a writer admitted no reservation as it
-// opened: the cache was full of objects it may not evict yet (their
-// grace, readers' pins). Its bytes are admitted as they come, waiting for
+// Unreserved says that h is a writer admitted no room to write into as
+// it opened: the cache was full of objects it may not evict yet (their
+// grace, readers' pins), or, for an existing object, no free room to
+// grow (headroom). Its bytes are admitted as they come, waiting for
 // room, so they must come through the core's Write, never straight to
 // the stored file (FUSE passthrough): unadmitted there, four such writers
 // of 8 MiB held a 48 MiB cache at 80 MiB (an outside tester).
