@@ -101,6 +101,7 @@ func Start(o Options) (*Mount, error) {
 	}
 	// Modes come from the kernel with the caller's umask applied already.
 	unix.Umask(0)
+	raiseFileLimit(o.Logger)
 	return start(o, false)
 }
 
