@@ -277,18 +277,23 @@ func (c *Core) poll(all bool) (n int, grew bool) {
 	return n, grew
 }
 
+// statOpen reads a watched writer's stored file, if it is still open:
+// Release marks it closed under its lock before closing its file.
+func (c *Core) statOpen(h *Handle, st *unix.Stat_t) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return syscall.EBADF
+	}
+	return unix.Fstat(int(h.file.Fd()), st)
+}
+
 // observeWatched observes a watched writer, if it is still open: Release
 // marks it closed under its lock before closing its file, so the file is
 // read only while it is open. It says whether the writer grew.
 func (c *Core) observeWatched(h *Handle) bool {
-	h.mu.Lock()
 	var st unix.Stat_t
-	var err error = syscall.EBADF
-	if !h.closed {
-		err = unix.Fstat(int(h.file.Fd()), &st)
-	}
-	h.mu.Unlock()
-	if err != nil {
+	if c.statOpen(h, &st) != nil {
 		return false
 	}
 	size := st.Size
@@ -310,8 +315,12 @@ func (c *Core) observeWatched(h *Handle) bool {
 		// the store holds is its blocks: cut, the file keeps the size
 		// its writer reached, with holes where its bytes were (an
 		// outside tester: dd of 512 MiB into 32 MiB showed 478 MiB over
-		// where the store held 8 MiB).
-		c.ledger.NoteUncounted(min(ledger.Charge(size), st.Blocks*512) - charge)
+		// where the store held 8 MiB). Read again after the ledger: a
+		// refusal elsewhere cuts the file before it settles the ledger,
+		// and the first read may predate the cut.
+		if c.statOpen(h, &st) == nil {
+			c.ledger.NoteUncounted(min(ledger.Charge(st.Size), st.Blocks*512) - charge)
+		}
 		c.refuse(h)
 		return true
 	}
