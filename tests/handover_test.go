@@ -922,6 +922,11 @@ func TestBackgroundWithPipedOutput(t *testing.T) {
 		if !strings.Contains(out.String(), "its log is discarded") {
 			t.Errorf("%s: the command did not say the daemon's log is discarded:\n%s", what, out.String())
 		}
+		// No terminal sends a daemon in its own session Ctrl-C (an
+		// outside tester read the hint as a way to stop it).
+		if !strings.Contains(out.String(), "kvfs: serving") || strings.Contains(out.String(), "Ctrl-C") {
+			t.Errorf("%s: want the serving line without Ctrl-C for a background daemon:\n%s", what, out.String())
+		}
 		p := filepath.Join(mp, "o")
 		if err := os.WriteFile(p, []byte(what), 0o644); err != nil {
 			t.Fatalf("%s: the mount after the command returned: %v", what, err)

@@ -292,8 +292,12 @@ func cmdMount(args []string, stdout io.Writer) error {
 	if m.Loaded.Evicted > 0 {
 		restored += fmt.Sprintf(" (%d more evicted to fit the capacity)", m.Loaded.Evicted)
 	}
-	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %s; Ctrl-C or `kvfs unmount %s` to stop\n",
-		m.Store, m.Mountpoint, m.Capacity, restored, m.Mountpoint)
+	stop := "Ctrl-C or "
+	if os.Getenv(backgroundChildEnv) != "" || os.Getenv(helperChildEnv) != "" {
+		stop = "" // a daemon in a session of its own: no terminal sends it Ctrl-C
+	}
+	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %s; %s`kvfs unmount %s` to stop\n",
+		m.Store, m.Mountpoint, m.Capacity, restored, stop, m.Mountpoint)
 	x.serve(m, stdout, log)
 	tuning, stopTuning := context.WithCancel(context.Background())
 	defer stopTuning()
