@@ -101,9 +101,13 @@ func Start(o Options) (*Mount, error) {
 	}
 	// Modes come from the kernel with the caller's umask applied already.
 	unix.Umask(0)
-	raiseFileLimit(o.Logger)
+	fileLimit = raiseFileLimit()
 	return start(o, false)
 }
+
+// fileLimit is the daemon's descriptor limit once Start raised it: at
+// most as many files are open on the mount at once, by all users.
+var fileLimit uint64
 
 // start is Start for validated options; again: a second try, after the
 // store's daemon, starting, came to serve it (see below).
@@ -348,7 +352,7 @@ func (m *Mount) serve(fs fuse.RawFileSystem) error {
 func (m *Mount) serving(how string) {
 	m.log.Info(how, zap.String("mountpoint", m.Mountpoint), zap.Int64("capacity", m.Capacity),
 		zap.Bool("passthrough", m.PassthroughActive()), zap.Bool("strict_capacity", m.StrictCapacity),
-		zap.Int64("ram_cache", m.RAMCache))
+		zap.Int64("ram_cache", m.RAMCache), zap.Uint64("open_files_at_most", fileLimit))
 	if m.passthrough() && !m.PassthroughActive() {
 		m.log.Warn("the kernel refused FUSE passthrough; every byte goes through the daemon")
 	}

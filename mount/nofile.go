@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 
-	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -13,29 +12,29 @@ import (
 const nrOpen = "/proc/sys/fs/nr_open"
 
 // raiseFileLimit raises the daemon's descriptor limit, soft and hard, to
-// the kernel's ceiling where it may (root): the daemon holds a descriptor
-// for every open handle on the mount, whoever opened it, so the limit it
-// inherited from a shell (20,000 for an outside tester) let one user's
-// process holding that many files open fail every other open and create
-// on the mount with EMFILE, root's and the checkpoint's included. The Go
-// runtime raises only the soft limit, to the hard one. An unprivileged
-// daemon keeps what it has, and says how much that is.
-func raiseFileLimit(log *zap.Logger) {
+// the kernel's ceiling where it may (root with CAP_SYS_RESOURCE), and
+// returns the limit it has: the daemon holds a descriptor for every open
+// handle on the mount, whoever opened it, so the limit it inherited from
+// a shell (20,000 for an outside tester) let one user's process holding
+// that many files open fail every other open and create on the mount
+// with EMFILE, root's and the checkpoint's included. The Go runtime
+// raises only the soft limit, to the hard one. It says nothing: a start
+// that fails prints one line, its reason (the mount logs the limit).
+func raiseFileLimit() uint64 {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		return
+		return 0
 	}
 	b, err := os.ReadFile(nrOpen)
 	if err != nil {
-		return
+		return lim.Cur
 	}
 	ceiling, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || ceiling <= lim.Max {
-		unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: lim.Max, Max: lim.Max})
-		return
+	if err == nil && ceiling > lim.Max && unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: ceiling, Max: ceiling}) == nil {
+		return ceiling
 	}
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: ceiling, Max: ceiling}); err != nil {
-		log.Info("the daemon's descriptor limit stays where it was: every open file on the mount holds one, so as many files as this are open at most, by all users together",
-			zap.Uint64("limit", lim.Max), zap.Error(err))
+	if unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: lim.Max, Max: lim.Max}) == nil {
+		return lim.Max
 	}
+	return lim.Cur
 }
