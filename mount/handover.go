@@ -877,8 +877,6 @@ func (m *Mount) closeParts() {
 	m.ram.Close()
 }
 
-// refuseHandover tells the successor why the mount stays with this
-// daemon, and logs it.
 // keepsRequestTimeout refuses a successor whose --request-timeout is
 // not this mount's: the kernel took it from the INIT reply, once per
 // connection, so a handover cannot change it (an outside tester's
@@ -896,6 +894,8 @@ func (m *Mount) keepsRequestTimeout(want time.Duration) error {
 	}
 }
 
+// refuseHandover tells the successor why the mount stays with this
+// daemon, and logs it.
 func refuseHandover(conn *net.UnixConn, log *zap.Logger, msg string, err error) {
 	log.Warn(msg, zap.Error(err))
 	// The request's deadline may have passed: a quiesce retries for up
