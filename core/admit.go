@@ -173,19 +173,20 @@ func (c *Core) targetCapacity() int64 {
 	return c.ledger.Capacity()
 }
 
-// reopenReservation is the reservation of a writer opening object id,
-// which exists: an object that holds bytes is reserved no more than it
-// holds, so the open evicts nothing. A rewrite ends about where it began,
-// and a truncate or an overwrite frees room rather than needing it (an
-// outside tester: `truncate -s 0` of a 1 MiB object in a full cache, whose
-// reservation was a quarter of the capacity, evicted three others). Its
-// growth is admitted as it comes, evicting up to twice that.
-func (c *Core) reopenReservation(id blob.ID) int64 {
-	n := c.Reservation()
-	if size, _, ok := c.ledger.Size(id); ok && size > 0 {
-		n = min(n, ledger.Charge(size))
+// reopenReservation is the reservation of a writer opening an object
+// that exists and holds size bytes (held: the ledger knows it), r being
+// the usual one (Reservation): an object that holds bytes is reserved no
+// more than it holds, so the open evicts nothing. A rewrite ends about
+// where it began, and a truncate or an overwrite frees room rather than
+// needing it (an outside tester: `truncate -s 0` of a 1 MiB object in a
+// full cache, whose reservation was a quarter of the capacity, evicted
+// three others). Its growth is admitted as it comes, evicting up to
+// twice that.
+func reopenReservation(r, size int64, held bool) int64 {
+	if held && size > 0 {
+		return min(r, ledger.Charge(size))
 	}
-	return n
+	return r
 }
 
 // published remembers the size a writer's close admitted an object at.

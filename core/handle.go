@@ -122,20 +122,18 @@ func (c *Core) createStored(parent blob.ID, name string, id blob.ID, mode uint32
 }
 
 // headroom reserves, for a writer of an existing object on a passthrough
-// mount, room to grow past what the object holds by one object of the
-// usual size (Reservation), from free space only, so the open evicts
+// mount, room to grow past what the object holds (size; held: the ledger
+// knows it) by one object of the usual size r, from free space only, so the open evicts
 // nothing; it reports whether it could. Its reservation alone (at most
 // what the object holds) admits no growth, and a passthrough writer's
 // growth lands before it is admitted: one that found no room writes
 // through the core instead (an outside tester: `cat x >> y` into a cache
 // full of objects in their grace held it 2 MiB over the capacity).
-func (c *Core) headroom(id blob.ID) bool {
+func (c *Core) headroom(id blob.ID, r, size int64, held bool) bool {
 	if !c.cfg.Passthrough {
 		return true // every write is admitted before it lands
 	}
-	r := c.Reservation()
-	size, _, ok := c.ledger.Size(id)
-	return ok && r > 0 && c.ledger.ReserveFree(id, size+r) == nil
+	return held && r > 0 && c.ledger.ReserveFree(id, size+r) == nil
 }
 
 // taken says whether a name exists, so a create that must fail does not
@@ -180,12 +178,14 @@ func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 	}
 	h := &Handle{c: c, id: id, write: write}
 	if write {
-		got, err := c.reserve(id, c.reopenReservation(id))
+		r := c.Reservation()
+		size, _, held := c.ledger.Size(id)
+		got, err := c.reserve(id, reopenReservation(r, size, held))
 		if err != nil {
 			h.unpin()
 			return nil, err
 		}
-		h.unreserved = !got || !c.headroom(id)
+		h.unreserved = !got || !c.headroom(id, r, size, held)
 	}
 	f, err := c.openStored(id, flags, via)
 	if errors.Is(err, syscall.EROFS) && !write && flags&unix.O_ACCMODE == unix.O_RDWR {
