@@ -81,7 +81,7 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 	if err != nil {
 		return f.status("open", err)
 	}
-	f.serve(f.opened(ch), out)
+	f.serve(f.opened(ch, in.Flags), out)
 	return fuse.OK
 }
 

@@ -156,7 +156,7 @@ func (f *FS) Import(st State, files []*os.File) error {
 		if err != nil {
 			return fmt.Errorf("import of handle %d (object %d): %w", r.Fh, r.ID, err)
 		}
-		h := f.adopt(ch, r.Existing)
+		h := f.adopt(ch, r.Existing, 0) // its mode is the record's
 		h.passthrough, h.backed = r.Passthrough, r.Backed
 		f.files.putAt(r.Fh, h)
 	}

@@ -192,7 +192,7 @@ func (l *Loading) takeEarly(fs *FS) {
 			f.Handle().Release() // cannot be: no release of it is under way
 			continue
 		}
-		h := fs.adopt(f.Handle(), false)
+		h := fs.adopt(f.Handle(), false, 0)
 		h.passthrough = false // the kernel writes through the daemon
 		e.id, e.fh = h.ID(), fs.files.add(h)
 	}

@@ -105,12 +105,12 @@ func (ob *object) attr() (a core.Attr, err error, ok bool) {
 // object was there before the open. A writer's object may change from
 // now on, so the RAM tier's copies of it go: the core counts the writer
 // before this runs, and attachRAM makes no copy while it does.
-func (f *FS) adopt(ch *core.Handle, existing bool) *handle {
+func (f *FS) adopt(ch *core.Handle, existing bool, flags uint32) *handle {
 	ob := f.objects.hold(f, ch.ID())
 	h := &handle{Handle: ch, ob: ob, existing: existing}
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
-	h.passthrough = ob.passthroughLocked(ch)
+	h.passthrough = ob.passthroughLocked(ch, flags)
 	ob.handles = append(ob.handles, h)
 	if ch.Writable() {
 		ob.dropRAMLocked()
@@ -125,18 +125,26 @@ func (f *FS) adopt(ch *core.Handle, existing bool) *handle {
 // open beside a cached one (a plain writer's shared mmap makes one) fails
 // with EIO. So the first handle decides for the object, and the others
 // open while it has any follow it; ob.mu held.
-func (ob *object) passthroughLocked(ch *core.Handle) bool {
+//
+// An appending writer (O_APPEND in flags, the open's) writes through the
+// daemon too: the kernel opens its backing file with the open's flags
+// and passes no later fcntl(F_SETFL) on, so a passthrough handle whose
+// O_APPEND was cleared, or a pwritev2 with RWF_NOAPPEND, still appended
+// (an outside tester: `XY23NA6789` on ext4, `0123456789XYNA` here).
+// Without passthrough the kernel places every write itself.
+func (ob *object) passthroughLocked(ch *core.Handle, flags uint32) bool {
 	if len(ob.handles) > 0 {
 		return ob.handles[0].passthrough
 	}
-	return ob.fs.cfg.Passthrough && !ch.Unreserved()
+	appending := ch.Writable() && flags&syscall.O_APPEND != 0
+	return ob.fs.cfg.Passthrough && !ch.Unreserved() && !appending
 }
 
 // opened makes the FUSE handle of a core handle that opened an existing
 // object: a plain reader may have the kernel cache its pages, and may be
 // served from the RAM tier.
-func (f *FS) opened(ch *core.Handle) *handle {
-	h := f.adopt(ch, true)
+func (f *FS) opened(ch *core.Handle, flags uint32) *handle {
+	h := f.adopt(ch, true, flags)
 	if !ch.Writable() && !h.passthrough {
 		h.ob.cached.Store(true)
 		h.ob.attachRAM(h)

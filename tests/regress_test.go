@@ -209,3 +209,73 @@ func TestReadOnlyStoreServesReads(t *testing.T) {
 	runKvfs(t, "unmount", mp)
 	d.waitExited()
 }
+
+// TestAppendToggled: a writer that clears O_APPEND with fcntl(F_SETFL)
+// after the open, or writes with pwritev2's RWF_NOAPPEND, writes where it
+// says, as on ext4. With passthrough the kernel opened its backing file
+// with the open's flags and passes no later change on, so both appended
+// (an outside tester: `0123456789XYNA` where ext4 has `XY23NA6789`): an
+// appending writer writes through the daemon. The same for a new object
+// created with O_APPEND (`>>`), and the ledger agrees with du.
+func TestAppendToggled(t *testing.T) {
+	for _, mode := range []struct {
+		name  string
+		flags []string
+	}{{"no-passthrough", []string{"--no-passthrough"}}, {"passthrough", nil}} {
+		t.Run(mode.name, func(t *testing.T) {
+			d := mountCache(t, mode.flags...)
+			clearAppend := func(fd int) {
+				t.Helper()
+				fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+				if err == nil {
+					_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_APPEND)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := filepath.Join(d.mp, "existing")
+			if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fd, err := unix.Open(p, unix.O_WRONLY|unix.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clearAppend(fd)
+			_, werr := unix.Pwrite(fd, []byte("XY"), 0)
+			if err := unix.Close(fd); werr != nil || err != nil {
+				t.Fatalf("pwrite after clearing O_APPEND: %v; close: %v", werr, err)
+			}
+			if fd, err = unix.Open(p, unix.O_WRONLY|unix.O_APPEND, 0); err != nil {
+				t.Fatal(err)
+			}
+			_, werr = unix.Pwritev2(fd, [][]byte{[]byte("NA")}, 4, unix.RWF_NOAPPEND)
+			if err := unix.Close(fd); werr != nil || err != nil {
+				t.Fatalf("pwritev2 RWF_NOAPPEND: %v; close: %v", werr, err)
+			}
+			if got, err := os.ReadFile(p); err != nil || string(got) != "XY23NA6789" {
+				t.Fatalf("read back %q (%v), want XY23NA6789 as on ext4", got, err)
+			}
+
+			q := filepath.Join(d.mp, "created")
+			if fd, err = unix.Open(q, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, werr = unix.Write(fd, []byte("abc"))
+			if werr == nil {
+				clearAppend(fd)
+				_, werr = unix.Pwrite(fd, []byte("Z"), 0)
+			}
+			if err := unix.Close(fd); werr != nil || err != nil {
+				t.Fatalf("writes of a created appending writer: %v; close: %v", werr, err)
+			}
+			if got, err := os.ReadFile(q); err != nil || string(got) != "Zbc" {
+				t.Fatalf("read back %q (%v), want Zbc as on ext4", got, err)
+			}
+			if du, err := duCommand(d.mp); err != nil || du != stats(t, d.mp).UsedBytes {
+				t.Fatalf("du %d (%v), used_bytes %d", du, err, stats(t, d.mp).UsedBytes)
+			}
+		})
+	}
+}
