@@ -165,7 +165,7 @@ func (s *Store) WriteCheckpoint(shared func(func()), order Order, busy func(ID) 
 	var cp *Checkpoint
 	// Only the daemon reads it: it names every object, those below
 	// directories other users may not list too.
-	err := writeDurablyFrom(s.dir, CheckpointName, 0o600, func(f io.Writer) error {
+	err := writeDurablyIn(s.root, CheckpointName, 0o600, func(f io.Writer) error {
 		w := &cpWriter{b: make([]byte, 0, int64(s.step)*perObject*5/4+64<<10), out: f}
 		cp = s.capture(w, shared, order, busy, clean, s.verifyDirs)
 		return w.err

@@ -1091,3 +1091,24 @@ func TestStoreFilesNeverFollowSymlinks(t *testing.T) {
 	}
 	unchanged(lock)
 }
+
+// TestCheckpointFollowsAMovedStore: a store moved while it is open (an
+// operator's mv of a mounted store) has its checkpoint written where it
+// is now, and the store then made at its old path is never written (an
+// outside tester: the stop's checkpoint went to the old path, over
+// another store's).
+func TestCheckpointFollowsAMovedStore(t *testing.T) {
+	dir, s := openUnracy(t)
+	id := mustCreate(t, s, RootID, "x", []byte("kept"))
+	moved := filepath.Join(t.TempDir(), "moved")
+	must(t, "Rename", os.Rename(dir, moved))
+	must(t, "Mkdir", os.Mkdir(dir, 0o700)) // another store's place now
+	saveCheckpoint(t, s, []ID{id})
+	if _, err := os.Stat(filepath.Join(dir, CheckpointName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the old path got a checkpoint: %v", err)
+	}
+	s, objs, rep := reload(t, moved, s)
+	if !rep.FromSnapshot || len(objs) != 1 || !slices.Equal(namesOf(s, objs[0].ID), []string{"x"}) {
+		t.Fatalf("the moved store's start: %+v, %d objects", rep, len(objs))
+	}
+}

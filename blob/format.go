@@ -186,19 +186,41 @@ func writeDurably(dir, name string, mode os.FileMode, data []byte) error {
 // many pieces as it likes; dir/name is left as it was if fill fails.
 // The file gets mode, whatever an earlier one left behind had.
 func writeDurablyFrom(dir, name string, mode os.FileMode, fill func(io.Writer) error) error {
-	tmp := filepath.Join(dir, name+".tmp")
+	d, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return writeDurablyIn(d, name, mode, fill)
+}
+
+// writeDurablyIn is writeDurablyFrom in the directory d holds open,
+// wherever it is now: a store moved while it is mounted (an operator's
+// mv) keeps its checkpoint, and the store since made at its old path is
+// never written (an outside tester: the stop's checkpoint went there).
+func writeDurablyIn(d *os.File, name string, mode os.FileMode, fill func(io.Writer) error) error {
+	dfd, tmp := int(d.Fd()), name+".tmp"
+	pathErr := func(op, n string, err error) error {
+		return &os.PathError{Op: op, Path: filepath.Join(d.Name(), n), Err: err}
+	}
 	// Whatever a crash (or anyone) left at tmp goes first, so the file
 	// is made afresh with mode, and never through a symlink planted
 	// there, which would have kvfs write the store's names wherever it
 	// points.
-	if err := unix.Unlink(tmp); err != nil && !errors.Is(err, unix.ENOENT) {
-		return &os.PathError{Op: "unlink", Path: tmp, Err: err}
+	if err := unix.Unlinkat(dfd, tmp, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return pathErr("unlink", tmp, err)
 	}
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
 	if err != nil {
-		return err
+		return pathErr("open", tmp, err)
 	}
-	defer os.Remove(tmp) // a no-op once renamed
+	f := os.NewFile(uintptr(fd), filepath.Join(d.Name(), tmp))
+	renamed := false
+	defer func() {
+		if !renamed {
+			unix.Unlinkat(dfd, tmp, 0)
+		}
+	}()
 	err = fill(f)
 	if err == nil {
 		err = f.Sync()
@@ -206,17 +228,9 @@ func writeDurablyFrom(dir, name string, mode os.FileMode, fill func(io.Writer) e
 	if err := errors.Join(err, f.Close()); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return err
+	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
+		return pathErr("rename", tmp, err)
 	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
+	renamed = true
 	return d.Sync()
 }

@@ -407,7 +407,7 @@ func (s *Store) readHint() int {
 // writeHint replaces the hint, never writing through a symlink planted
 // in its place.
 func (s *Store) writeHint(n int) {
-	writeDurablyFrom(s.dir, HintName, 0o644, func(w io.Writer) error {
+	writeDurablyIn(s.root, HintName, 0o644, func(w io.Writer) error {
 		_, err := io.WriteString(w, strconv.Itoa(n)+"\n")
 		return err
 	})

@@ -73,8 +73,11 @@ type Store struct {
 	// symlink on the way to a stored file (see gpudirect).
 	resolved string
 	lock     *os.File
-	data     *os.File
-	writing  *os.File
+	// root is the store directory, where its checkpoint and hint go:
+	// held open, so they follow the store if it is moved.
+	root    *os.File
+	data    *os.File
+	writing *os.File
 	// shards are writing/'s subdirectories (see writing.go).
 	shards [writingShards]*os.File
 	nextID atomic.Uint64
@@ -236,6 +239,9 @@ func lockStore(dir string) (*os.File, error) {
 
 func (s *Store) openLayout() error {
 	var err error
+	if s.root, err = os.OpenFile(s.dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		return err
+	}
 	if s.data, err = openDir(filepath.Join(s.dir, DataName), 0o755); err != nil {
 		return err
 	}
@@ -296,7 +302,7 @@ func (s *Store) Confine() error {
 
 // Close releases the store and its lock.
 func (s *Store) Close() error {
-	for _, f := range append([]*os.File{s.data, s.writing, s.lock}, s.shards[:]...) {
+	for _, f := range append([]*os.File{s.root, s.data, s.writing, s.lock}, s.shards[:]...) {
 		if f != nil {
 			f.Close()
 		}
