@@ -41,6 +41,9 @@ func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress
 		return rep, err // another format's: neither checked by these rules nor written to
 	}
 	lock, err := lockStore(dir)
+	if errors.Is(err, unix.EROFS) && !repair {
+		lock, err = lockToRead(dir)
+	}
 	if err != nil {
 		if errors.Is(err, ErrLocked) {
 			return rep, inUse{dir}

@@ -237,6 +237,29 @@ func lockStore(dir string) (*os.File, error) {
 	return f, nil
 }
 
+// lockToRead is lockStore for a check that writes nothing, of a store
+// on a read-only file system (a damaged disk mounted ro to be looked at;
+// an outside tester's fsck failed there on opening the lock to write):
+// flock needs only a descriptor open for reading, and a store with no
+// lock file has had no daemon since its file system went read-only.
+func lockToRead(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
 func (s *Store) openLayout() error {
 	var err error
 	if s.root, err = os.OpenFile(s.dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {

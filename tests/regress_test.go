@@ -160,8 +160,9 @@ func TestODirectToggledByFcntl(t *testing.T) {
 
 // TestReadOnlyStoreServesReads: a store whose file system went read-only
 // (ext4's errors=remount-ro after an I/O error) still serves every
-// object byte for byte. Passthrough opens each stored file read-write,
-// and every read answered EROFS (an outside tester's finding).
+// object byte for byte (passthrough opens each stored file read-write,
+// and every read answered EROFS: an outside tester's finding), and once
+// unmounted, fsck checks it there.
 func TestReadOnlyStoreServesReads(t *testing.T) {
 	requireRoot(t)
 	root := loopfs.Mount(t, loopfs.Spec{Mkfs: []string{"mkfs.ext4", "-q", "-F"}, Opts: "errors=remount-ro", Size: 32 << 20,
@@ -208,6 +209,13 @@ func TestReadOnlyStoreServesReads(t *testing.T) {
 	}
 	runKvfs(t, "unmount", mp)
 	d.waitExited()
+	// A check without --repair only reads: it checks the store where it
+	// is, read-only (an outside tester's fsck failed at once, opening
+	// kvfs.lock to write).
+	if rep, res := fsck(t, filepath.Join(root, "store")); res.code != 0 || rep.Objects != 4 {
+		t.Errorf("fsck of the store on its read-only file system: exit %d, %d objects, problems %q, stderr %q",
+			res.code, rep.Objects, rep.Problems, res.stderr)
+	}
 }
 
 // TestAppendToggled: a writer that clears O_APPEND with fcntl(F_SETFL)
