@@ -101,9 +101,13 @@ func plainUnmount(mp string, until time.Time) error {
 		time.Sleep(50 * time.Millisecond)
 		err = unix.Unmount(mp, 0)
 	}
-	if err == nil {
+	switch {
+	case err == nil:
 		return nil
-	} else if !errors.Is(err, unix.EPERM) {
+	case errors.Is(err, unix.EBUSY):
+		return fmt.Errorf("unmounting %s: %w: a process has a file open in it or its working directory there "+
+			"(fuser -vm %s names them); close them, or `kvfs unmount --force` aborts the mount's connection and detaches it", mp, err, mp)
+	case !errors.Is(err, unix.EPERM):
 		return fmt.Errorf("unmounting %s: %w", mp, err)
 	}
 	out, err := exec.Command("fusermount3", "-u", mp).CombinedOutput()

@@ -172,8 +172,8 @@ func TestUnmountHungDaemon(t *testing.T) {
 }
 
 // TestUnmountBusyHealthy: a daemon that answers but whose mount is busy
-// is not aborted: kvfs unmount fails with EBUSY and the open file keeps
-// working; --force aborts it.
+// is not aborted: kvfs unmount fails with EBUSY, saying why and naming
+// --force, and the open file keeps working; --force aborts it.
 func TestUnmountBusyHealthy(t *testing.T) {
 	d := mountCache(t, "--capacity", "16MiB")
 	path := filepath.Join(d.mp, "obj")
@@ -186,6 +186,11 @@ func TestUnmountBusyHealthy(t *testing.T) {
 	res := runKvfsTimeout(t, 60*time.Second, "unmount", "--timeout", "2s", d.mp)
 	if res.code != 1 || !strings.Contains(res.stderr, "busy") || strings.Contains(res.stdout, "aborted") {
 		t.Fatalf("kvfs unmount of a busy, healthy mount: exit %d, stdout %q, stderr %q; want exit 1, busy, no abort", res.code, res.stdout, res.stderr)
+	}
+	// It says why and what to do (an outside tester: "device or
+	// resource busy" alone).
+	if !strings.Contains(res.stderr, "a file open in it") || !strings.Contains(res.stderr, "--force") {
+		t.Errorf("kvfs unmount of a busy mount says %q; want the cause and --force named", res.stderr)
 	}
 	if _, err := f.ReadAt(make([]byte, 10), 0); err != nil {
 		t.Fatalf("open file after a refused unmount: %v", err)
