@@ -270,7 +270,7 @@ func TestEarlyStoresSettled(t *testing.T) {
 // names at the model's sizes, the ledger charge exactly what the store
 // holds, and no marker be left.
 func TestEarlyStoresRandom(t *testing.T) {
-	for seed := range int64(60) {
+	for seed := range int64(40) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { earlyRandom(t, seed) })
 	}
 }

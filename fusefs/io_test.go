@@ -470,7 +470,7 @@ func TestOpenRacingReplace(t *testing.T) {
 		t.Run(fmt.Sprintf("passthrough=%v", pt), func(t *testing.T) {
 			k := mountKVFS(t, func(o *mount.Options) { o.Passthrough = pt })
 			name, tmp := k.path("obj"), k.path(".tmp")
-			const publishes = 500
+			const publishes = 300
 			var done atomic.Bool
 			errs := make(chan error, 2)
 			go func() {
@@ -526,7 +526,7 @@ func TestOpenRacingDirectoryExchange(t *testing.T) {
 					mustWrite(t, k.path(d, fmt.Sprintf("f%d", f)), b)
 				}
 			}
-			const swaps = 3000
+			const swaps = 1500
 			var done atomic.Bool
 			errs := make(chan error, 1)
 			go func() {

@@ -21,8 +21,8 @@ import (
 )
 
 var (
-	soakFor     = flag.Duration("soak", 20*time.Second, "how long TestSoak runs its workload (-soak=10m for a long local run)")
-	soakRaceFor = flag.Duration("soak-race", 15*time.Second, "how long TestSoakRace runs against a -race build of the daemon")
+	soakFor     = flag.Duration("soak", 12*time.Second, "how long TestSoak runs its workload (-soak=10m for a long local run)")
+	soakRaceFor = flag.Duration("soak-race", 10*time.Second, "how long TestSoakRace runs against a -race build of the daemon")
 )
 
 // soakConfig sizes one soak run.
@@ -49,7 +49,7 @@ var soakDirs = [2]string{"moved-a", "moved-b"}
 
 // TestSoak runs many concurrent fs_native writers, readers, deleters and
 // renamers of multi-MiB objects over a capacity far below the data for
-// -soak (45s by default), sampling all along that df used stays within
+// -soak (12s by default), sampling all along that df used stays within
 // the capacity and that every read is exact or ENOENT; quiesced, df ==
 // du == used_bytes == the store's bytes, and fsck finds the store clean.
 func TestSoak(t *testing.T) {
