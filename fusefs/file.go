@@ -77,9 +77,18 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 	// The kernel marks an exec's open with FMODE_EXEC, a bit no open of
 	// the stored file may carry (openat2 refuses it with EINVAL).
 	flags := int(in.Flags &^ fuse.FMODE_EXEC)
-	ch, err := f.core.Open(id, f.core.StoredFlags(flags), writable(in.Flags), f.reopener(id))
+	open, truncating := f.core.Open, flags&syscall.O_TRUNC != 0
+	if truncating {
+		// The kernel sends open(2)'s O_TRUNC (ATOMIC_O_TRUNC, see
+		// mount) and no SETATTR after.
+		open = f.core.OpenTruncated
+	}
+	ch, err := open(id, f.core.StoredFlags(flags), writable(in.Flags), f.reopener(id))
 	if err != nil {
 		return f.status("open", err)
+	}
+	if truncating {
+		f.truncated(id)
 	}
 	f.serve(f.opened(ch, in.Flags), out)
 	return fuse.OK

@@ -103,6 +103,11 @@ type handoverRequest struct {
 	// RequestTimeout is the successor's --request-timeout, which the
 	// connection fixed at its INIT: one that differs is refused.
 	RequestTimeout time.Duration `json:"request_timeout,omitempty"`
+	// OpenTruncates: the successor cuts an object whose OPEN carries
+	// O_TRUNC. One that does not say so (a kvfs from before
+	// 2026-12-05) would open it whole, so it is refused a connection
+	// whose INIT gave ATOMIC_O_TRUNC (see keepsOpenTruncation).
+	OpenTruncates bool `json:"open_truncates,omitempty"`
 }
 
 // handoverOffer is the old daemon's answer; the descriptors follow it:
@@ -222,7 +227,7 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 			fmt.Errorf("handover asked by uid %d: %w (only root and the daemon's user, uid %d, may take the mount)", uid, unix.EPERM, os.Geteuid()))
 		return
 	}
-	if err := m.keepsRequestTimeout(req.RequestTimeout); err != nil {
+	if err := errors.Join(m.keepsRequestTimeout(req.RequestTimeout), keepsOpenTruncation(m.server.InitState().Flags, req.OpenTruncates)); err != nil {
 		refuseHandover(conn, log, "handover refused; serving on", err)
 		return
 	}
@@ -449,7 +454,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	// Two phases, unless a remote tier is configured: its journal of
 	// pending uploads is the old daemon's until the pause.
 	prepare := o.Remote == nil
-	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid(), Prepare: prepare, RequestTimeout: o.RequestTimeout}, nil); err != nil {
+	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid(), Prepare: prepare, RequestTimeout: o.RequestTimeout, OpenTruncates: true}, nil); err != nil {
 		return nil, fmt.Errorf("asking for the mount: %w (%w)", err, errPredecessorGone)
 	}
 	var offer handoverOffer
@@ -892,6 +897,18 @@ func (m *Mount) keepsRequestTimeout(want time.Duration) error {
 		return fmt.Errorf("the mount at %s aborts a request unanswered for %v (its --request-timeout), and a handover cannot change that (the kernel fixed it when the mount was made): "+
 			"give --request-timeout %v, or unmount and mount again", m.Mountpoint, have, have)
 	}
+}
+
+// keepsOpenTruncation refuses a successor that would not cut an object
+// whose OPEN carries O_TRUNC, on a connection whose INIT reply (flags)
+// had the kernel send it there: it would open the object whole, and the
+// rewrite would leave the old bytes past its end.
+func keepsOpenTruncation(flags uint64, truncates bool) error {
+	if flags&fuse.CAP_ATOMIC_O_TRUNC == 0 || truncates {
+		return nil
+	}
+	return errors.New("the successor is a kvfs that would not truncate at open(O_TRUNC), which this mount's kernel connection asks of it: " +
+		"upgrade it, or unmount and mount again")
 }
 
 // refuseHandover tells the successor why the mount stays with this

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -48,5 +49,27 @@ func TestRefusalAfterTheRequestsDeadline(t *testing.T) {
 		t.Fatalf("the successor read %v, want the old daemon's refusal", err)
 	} else if offer.Error != "a request waits for room in the full cache" {
 		t.Fatalf("the successor read %v (offer error %q), want the old daemon's reason", err, offer.Error)
+	}
+}
+
+// A successor that does not say it cuts an object at an OPEN with
+// O_TRUNC (a kvfs from before) is refused a connection whose INIT reply
+// had the kernel send O_TRUNC there: it would open the object whole,
+// and a rewrite would keep the old bytes past its end. Where the kernel
+// sends a SETATTR instead, any successor will do.
+func TestKeepsOpenTruncation(t *testing.T) {
+	for _, c := range []struct {
+		flags     uint64
+		truncates bool
+		refused   bool
+	}{
+		{fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_PASSTHROUGH, false, true},
+		{fuse.CAP_ATOMIC_O_TRUNC, true, false},
+		{fuse.CAP_PASSTHROUGH, false, false},
+		{0, true, false},
+	} {
+		if err := keepsOpenTruncation(c.flags, c.truncates); (err != nil) != c.refused {
+			t.Errorf("flags %#x, successor truncates %v: %v, want refused %v", c.flags, c.truncates, err, c.refused)
+		}
 	}
 }

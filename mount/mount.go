@@ -390,7 +390,10 @@ func (m *Mount) mountOptions() *fuse.MountOptions {
 		// HANDLE_KILLPRIV_V2: the kernel stops asking for
 		// security.capability before every passthrough write (it
 		// sets SB_NOSEC); kvfs keeps no set-user-ID bits to kill.
-		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_HANDLE_KILLPRIV_V2,
+		// ATOMIC_O_TRUNC: open(2)'s O_TRUNC comes in the OPEN, not as a
+		// SETATTR after it, so a rewrite is reserved as a new store
+		// is (core.OpenTruncated), one request fewer.
+		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_ATOMIC_O_TRUNC,
 		PanicHandler:      m.panicked,
 		// Sent in the INIT reply: this connection's, no one else's.
 		RequestTimeout: m.RequestTimeout,

@@ -287,3 +287,55 @@ func TestAppendToggled(t *testing.T) {
 		})
 	}
 }
+
+// TestRewriteGrowsWithinCapacity: a rewrite of an object under its own
+// name (open with O_TRUNC, Python's 'wb', a shell's >) into a cache full
+// of objects in their grace is reserved as a new store is, so its
+// growth past the room there is refused (ENOSPC), never held over the
+// capacity. The open was reserved for the object it replaced, and with
+// the cut in a SETATTR after it, the growth past twice that was charged
+// unadmitted: an outside tester's rewrites of 1 MiB objects at 4 MiB
+// held a full cache 1-2 MiB over, 6 of 6. The kernel now sends the
+// O_TRUNC in the OPEN (ATOMIC_O_TRUNC).
+func TestRewriteGrowsWithinCapacity(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--grace", "1h", "--wait-limit", "0")
+	put := func(name string, size int) {
+		t.Helper()
+		putFile(t, filepath.Join(d.mp, name), objectBytes(name, size))
+	}
+	put("big", 4*MiB) // the usual object: reservations are 4 MiB from now on
+	put("w", MiB)
+	for i := range 3 {
+		put(fmt.Sprintf("f%d", i), 3*MiB)
+	}
+	w := filepath.Join(d.mp, "w")
+	if _, err := os.Stat(w); err != nil { // the kernel's dentry: the open is an OPEN
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(w, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var werr error
+	chunk := objectBytes("chunk", MiB)
+	written := 0
+	for ; written < 4*MiB-4096 && werr == nil; written += MiB {
+		_, werr = f.Write(chunk[:min(MiB, 4*MiB-4096-written)])
+	}
+	cerr := f.Close()
+	if werr == nil && cerr == nil {
+		t.Fatalf("a rewrite to 4 MiB into 3 MiB of room was stored")
+	}
+	if !errors.Is(werr, unix.ENOSPC) && !errors.Is(cerr, unix.ENOSPC) {
+		t.Fatalf("the rewrite past the room: write %v, close %v; want ENOSPC", werr, cerr)
+	}
+	if st := stats(t, d.mp); st.OvershootMaxBytes != 0 || st.UsedBytes > st.CapacityBytes {
+		t.Fatalf("the rewrite held the cache over its capacity: overshoot_max_bytes %d, used %d of %d",
+			st.OvershootMaxBytes, st.UsedBytes, st.CapacityBytes)
+	}
+	for _, name := range []string{"big", "f0", "f1", "f2"} {
+		if got, err := os.ReadFile(filepath.Join(d.mp, name)); err != nil || len(got) == 0 {
+			t.Fatalf("%s after the refused rewrite: %d bytes, %v", name, len(got), err)
+		}
+	}
+}
