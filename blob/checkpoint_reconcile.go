@@ -273,13 +273,18 @@ func (c *cpLoad) statNamed(id ID) (unix.Stat_t, error) {
 }
 
 // objects lists the indexed objects: the checkpoint's in its order,
-// timed just before it was taken, then those stat'ed, timed by the
-// store.
+// timed just before it was taken (or, read since, when the journal of
+// uses says), then those stat'ed, timed by the store.
 func (c *cpLoad) objects() []Object {
 	out := make([]Object, 0, len(c.objs)+len(c.l.objects))
+	uses := c.s.readUses()
 	for i, o := range c.objs {
 		if f, ok := c.s.files[o.id]; ok {
-			out = append(out, Object{ID: o.id, Size: o.size, Atime: c.when - int64(len(c.objs)-i), Links: len(f.links())})
+			at := c.when - int64(len(c.objs)-i)
+			if u := uses[o.id]; u > c.when {
+				at = u // read after the checkpoint began (UsesName)
+			}
+			out = append(out, Object{ID: o.id, Size: o.size, Atime: at, Links: len(f.links())})
 		}
 	}
 	for _, o := range c.l.objects {

@@ -17,6 +17,7 @@
 //	             (see RemoteName)
 //	kvfs.index   the checkpoint of the index (see CheckpointName)
 //	kvfs.hint    how many objects the last start found (see HintName)
+//	kvfs.uses    the reads recorded since the checkpoint (see UsesName)
 //
 // A Store does no locking of its own. Its owner (package core) guards the
 // index with its lock, and orders the changes of each name (see the
@@ -76,6 +77,7 @@ type Store struct {
 	// root is the store directory, where its checkpoint and hint go:
 	// held open, so they follow the store if it is moved.
 	root    *os.File
+	uses    usesJournal
 	data    *os.File
 	writing *os.File
 	// shards are writing/'s subdirectories (see writing.go).
@@ -325,7 +327,7 @@ func (s *Store) Confine() error {
 
 // Close releases the store and its lock.
 func (s *Store) Close() error {
-	for _, f := range append([]*os.File{s.root, s.data, s.writing, s.lock}, s.shards[:]...) {
+	for _, f := range append([]*os.File{s.uses.f, s.root, s.data, s.writing, s.lock}, s.shards[:]...) {
 		if f != nil {
 			f.Close()
 		}

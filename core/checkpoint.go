@@ -79,11 +79,16 @@ func (c *Core) checkpointTaken(clean bool) (int64, error) {
 		step()
 		held = max(held, time.Since(t))
 	}
+	// Every use journaled by now is in the order the walk reads.
+	mark := c.store.UsesMark()
 	walk := c.ledger.Walk()
 	defer walk.Close()
 	cp, err := c.store.WriteCheckpoint(shared, walk.Next, func(id blob.ID) bool { return writing[id] }, clean)
 	if err != nil {
 		return 0, err
+	}
+	if err := c.store.TrimUses(mark); err != nil {
+		c.log.Debug("trimming the journal of uses", zap.Error(err))
 	}
 	c.ckpt.saved, c.ckpt.stale, c.ckpt.uses = changes, false, uses
 	c.log.Info("checkpoint saved", zap.Int("objects", cp.Objects), zap.Int64("bytes", cp.Size), zap.Int("unsure", cp.Unsure),

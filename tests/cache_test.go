@@ -362,6 +362,44 @@ func TestLRUOrderAfterCrash(t *testing.T) {
 	d.stop()
 }
 
+// TestLRUOrderAfterCrashFromCheckpoint: a start from the running
+// checkpoint after kill -9 puts the objects loaded since the checkpoint
+// after its order (the journal of uses, STORE/kvfs.uses), so the first
+// eviction takes the coldest, not the one loaded last (an outside
+// tester: the order was the checkpoint's, and the objects read in the
+// seconds before the crash were evicted first, 3 of 3).
+func TestLRUOrderAfterCrashFromCheckpoint(t *testing.T) {
+	const size = 4 * MiB
+	flags := []string{"--capacity", "16MiB", "--grace", "0s", "--checkpoint-interval", "1h"}
+	d := mountCache(t, flags...)
+	flags = append([]string{"--store", d.store}, flags...)
+	for _, n := range []string{"a", "b", "c", "d"} {
+		putFile(t, filepath.Join(d.mp, n), objectBytes(n, size))
+	}
+	d.stop() // its checkpoint's order: a, b, c, d
+	d = startDaemon(t, d.mp, flags...)
+	requireLoadedFrom(t, d, true)
+	if data, err := os.ReadFile(filepath.Join(d.mp, "a")); err != nil || checkObject(data, "a", size) != nil {
+		t.Fatalf("reading a: %v", err)
+	}
+	journaled := func() bool {
+		st, err := os.Stat(filepath.Join(d.store, "kvfs.uses"))
+		return err == nil && st.Size() >= 16
+	}
+	if !waitFor(journaled) {
+		t.Fatalf("the load of a was not journaled within %v", hangGuard)
+	}
+	d.kill9()
+	d = startDaemon(t, d.mp, flags...)
+	requireLoadedFrom(t, d, true)
+	putFile(t, filepath.Join(d.mp, "e"), objectBytes("e", size)) // evicts b, the coldest
+	if got, want := dirNames(t, d.mp), "[a c d e]"; fmt.Sprint(got) != want {
+		t.Errorf("after a crash and one more store: %v, want %s (the coldest, b, evicted; a was loaded last)", got, want)
+	}
+	assertQuietEqual(t, d)
+	d.stop()
+}
+
 // dirNames lists a directory's names, sorted.
 func dirNames(t *testing.T, dir string) []string {
 	t.Helper()
