@@ -115,7 +115,7 @@ var ErrUsage = usageerr.ErrUsage
 func usagef(format string, args ...any) error { return usageerr.Errorf(format, args...) }
 
 // DefaultStore is the store directory used when none is given: beside
-// the mount point, named after it.
+// the mount point (its symlinks resolved), named after it.
 func DefaultStore(mountpoint string) string {
 	clean := filepath.Clean(mountpoint)
 	return filepath.Join(filepath.Dir(clean), filepath.Base(clean)+".kvfs-store")
@@ -161,17 +161,18 @@ func (o *Options) validate() error {
 	if err != nil {
 		return usagef("mount point %q: %v", o.Mountpoint, err)
 	}
-	if o.Store == "" {
-		o.Store = DefaultStore(mp)
-	}
-	if o.Store, err = filepath.Abs(o.Store); err != nil {
-		return usagef("store %q: %v", o.Store, err)
+	paths := []string{mp}
+	if o.Store != "" {
+		if o.Store, err = filepath.Abs(o.Store); err != nil {
+			return usagef("store %q: %v", o.Store, err)
+		}
+		paths = append(paths, o.Store)
 	}
 	// Before anything looks at them: a path on a FUSE mount whose daemon
 	// is hung or stopped waits for it, where no signal ends the wait.
 	// Each is probed as given, then with its symlinks read (never
 	// through a mount point: quietResolve), as a link may lead onto one.
-	for _, p := range []string{mp, o.Store} {
+	for _, p := range paths {
 		if err := answers(p); err != nil {
 			return err
 		}
@@ -183,7 +184,15 @@ func (o *Options) validate() error {
 	}
 	// The kernel mounts on, and mountinfo names, the real path; a store
 	// reached through a symlink into the mount point is inside it.
-	mp, o.Store = resolved(mp), resolved(o.Store)
+	mp = resolved(mp)
+	if o.Store == "" {
+		// Beside the directory the kernel mounts on: a mount point
+		// reached through a symlink names the same store (an outside
+		// tester's mount through one came up empty, on a new store
+		// named after the link).
+		o.Store = DefaultStore(mp)
+	}
+	o.Store = resolved(o.Store)
 	o.Mountpoint = mp
 	if within(o.Store, mp) || within(mp, o.Store) {
 		return usagef("store %s and mount point %s must not contain each other", o.Store, mp)
@@ -230,6 +239,11 @@ func (o *Options) validate() error {
 	// the mount point the user gave (an outside tester's finding).
 	if outer, ok := blob.StoreAbove(mp); ok {
 		return usagef("mount point %s is inside the kvfs store %s", mp, outer)
+	}
+	if target, err := os.Readlink(o.Store); err == nil {
+		// resolved reads every link that leads somewhere: this one does
+		// not (was: "mkdir ...: file exists", exit 1).
+		return usagef("store %s is a symbolic link to %s, which does not exist: make that directory, or give another --store", o.Store, target)
 	}
 	if st, err := os.Stat(o.Store); err == nil && !st.IsDir() {
 		return usagef("store %s is not a directory", o.Store)

@@ -211,6 +211,15 @@ func TestBadInputFlags(t *testing.T) {
 		// line, then "the daemon refused its arguments (see its output)").
 		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--background", "--store", file, mp), "store "+file+" is not a directory")
 	})
+	t.Run("store_is_a_dangling_symlink", func(t *testing.T) {
+		dir := t.TempDir()
+		link := filepath.Join(dir, "link")
+		os.Symlink("nowhere", link)
+		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", link, mp), link, "symbolic link to nowhere", "does not exist")
+		if _, err := os.Lstat(filepath.Join(dir, "nowhere")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the link's target was made: %v", err)
+		}
+	})
 	t.Run("fsck_of_a_plain_directory", func(t *testing.T) {
 		plain := t.TempDir()
 		os.WriteFile(filepath.Join(plain, "f"), []byte("x"), 0o644)

@@ -286,6 +286,24 @@ func TestMountDefaults(t *testing.T) {
 		t.Errorf("default capacity %d (disk %d)", st.CapacityBytes, disk)
 	}
 	d.stop()
+
+	// Through a symlink to the mount point, with a trailing slash too,
+	// the store is the same (an outside tester's came up empty, on a
+	// new store named after the link).
+	link := filepath.Join(parent, "link")
+	if err := os.Symlink("cache", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, via := range []string{link, link + "/"} {
+		d = startDaemon(t, via)
+		if data, err := os.ReadFile(filepath.Join(mp, "obj")); err != nil || checkObject(data, "obj", 12345) != nil {
+			t.Errorf("mounted through %s, the object is not there: %v", via, err)
+		}
+		d.stop()
+		if _, err := os.Lstat(filepath.Join(parent, "link.kvfs-store")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("mounted through %s, a store was made after the link: %v", via, err)
+		}
+	}
 }
 
 // TestSignalsUnmount: SIGTERM and SIGINT unmount cleanly and exit 0.

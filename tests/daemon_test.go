@@ -145,7 +145,11 @@ func startDaemonBin(t testing.TB, bin, mp string, flags ...string) *daemon {
 func startDaemonEnv(t testing.TB, bin string, env []string, mp string, flags ...string) *daemon {
 	t.Helper()
 	requireRoot(t)
-	mp = absPath(t, mp)
+	arg := absPath(t, mp)
+	mp = arg
+	if real, err := filepath.EvalSymlinks(arg); err == nil {
+		mp = real // what the kernel mounts on, and the store goes beside
+	}
 	store := mp + ".kvfs-store"
 	for i, f := range flags {
 		if f == "--store" && i+1 < len(flags) {
@@ -156,7 +160,8 @@ func startDaemonEnv(t testing.TB, bin string, env []string, mp string, flags ...
 	// mount may reuse its ID: it counts once statfs, done before reading
 	// mountinfo, stops failing with ENOTCONN.
 	old, hadOld := mountAt(mp)
-	d := spawnDaemon(t, bin, env, mp, store, flags...)
+	d := spawnDaemon(t, bin, env, arg, store, flags...)
+	d.mp = mp
 	mounted := false
 	waitFor(func() bool {
 		sfErr := unix.Statfs(mp, new(unix.Statfs_t))
