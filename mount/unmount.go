@@ -105,6 +105,10 @@ func plainUnmount(mp string, until time.Time) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.EBUSY):
+		if inner := mountedInside(mp); inner != "" {
+			// No process to look for (an outside tester's nested mount).
+			return fmt.Errorf("unmounting %s: %w: %s is mounted inside it; unmount that first", mp, err, inner)
+		}
 		return fmt.Errorf("unmounting %s: %w: a process has a file open in it or its working directory there "+
 			"(fuser -vm %s names them); close them, or `kvfs unmount --force` aborts the mount's connection and detaches it", mp, err, mp)
 	case !errors.Is(err, unix.EPERM):
@@ -267,4 +271,14 @@ func InTime(d time.Duration, f func() error) error {
 	case <-t.C:
 		return ErrTimedOut
 	}
+}
+
+// mountedInside names a mount below mp, if there is one.
+func mountedInside(mp string) string {
+	for _, e := range mountinfo.Read() {
+		if e.Point != mp && within(e.Point, mp) {
+			return e.Point
+		}
+	}
+	return ""
 }

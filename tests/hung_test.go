@@ -203,6 +203,24 @@ func TestUnmountBusyHealthy(t *testing.T) {
 	d.waitExit()
 }
 
+// TestUnmountWithAMountInside: kvfs unmount of a mount with another
+// mounted inside it names that mount, not a process to look for (an
+// outside tester was sent to fuser, which named none).
+func TestUnmountWithAMountInside(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	inner := filepath.Join(d.mp, "inner")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in := startDaemon(t, inner, "--store", filepath.Join(t.TempDir(), "store"), "--capacity", "16MiB")
+	res := runKvfsTimeout(t, 60*time.Second, "unmount", "--timeout", "2s", d.mp)
+	if res.code != 1 || !strings.Contains(res.stderr, inner+" is mounted inside it") {
+		t.Fatalf("kvfs unmount of a mount with one inside: exit %d, stderr %q; want exit 1 naming %s", res.code, res.stderr, inner)
+	}
+	in.stop()
+	d.stop()
+}
+
 // TestRequestTimeout: with --request-timeout the kernel itself aborts
 // the connection of a stopped daemon: a blocked client gets an error
 // without anyone unmounting. The timeout is this connection's, set in
