@@ -227,11 +227,7 @@ func lockStore(dir string) (*os.File, error) {
 		f.Close()
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
-		}
+	if err := flockStore(f, dir); err != nil {
 		return nil, err
 	}
 	f.Truncate(0)
@@ -252,14 +248,24 @@ func lockToRead(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
-		}
+	if err := flockStore(f, dir); err != nil {
 		return nil, err
 	}
 	return f, nil
+}
+
+// flockStore takes the store's lock through f, its lock file, without
+// waiting: ErrLocked while a daemon holds it. f is closed on an error.
+func flockStore(f *os.File, dir string) error {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if err == nil {
+		return nil
+	}
+	f.Close()
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return fmt.Errorf("%s: %w", dir, ErrLocked)
+	}
+	return err
 }
 
 func (s *Store) openLayout() error {

@@ -53,6 +53,13 @@ func TestEvictionInvalidatesListedDirs(t *testing.T) {
 	d.stop()
 }
 
+// ioModes are the two ways a mount serves I/O, for a test to run under
+// each: passthrough (the default as root) and through the daemon.
+var ioModes = []struct {
+	name  string
+	flags []string // kvfs mount's
+}{{"passthrough", nil}, {"no-passthrough", []string{"--no-passthrough"}}}
+
 // TestExecFromTheMount: a program or script copied onto the mount runs,
 // as on any file system not mounted noexec, and a running program's
 // file refuses writers (ETXTBSY) as ext4's does. The kernel marks an
@@ -60,10 +67,7 @@ func TestEvictionInvalidatesListedDirs(t *testing.T) {
 // stored file's openat2, which refused it: every exec failed EINVAL
 // (found by an outside tester: `cp /bin/true mnt/; mnt/true`).
 func TestExecFromTheMount(t *testing.T) {
-	for _, mode := range []struct {
-		name  string
-		flags []string
-	}{{"passthrough", nil}, {"no-passthrough", []string{"--no-passthrough"}}} {
+	for _, mode := range ioModes {
 		t.Run(mode.name, func(t *testing.T) {
 			d := mountCache(t, mode.flags...)
 			prog, err := os.ReadFile("/bin/sleep")
@@ -107,10 +111,7 @@ func TestExecFromTheMount(t *testing.T) {
 // EINVAL (README, Known limits; an outside tester found it). Nothing
 // stored is lost either way, and the ledger agrees with du.
 func TestODirectToggledByFcntl(t *testing.T) {
-	for _, mode := range []struct {
-		name  string
-		flags []string
-	}{{"no-passthrough", []string{"--no-passthrough"}}, {"passthrough", nil}} {
+	for _, mode := range ioModes {
 		t.Run(mode.name, func(t *testing.T) {
 			d := mountCache(t, mode.flags...)
 			p := filepath.Join(d.mp, "dd")
@@ -226,10 +227,7 @@ func TestReadOnlyStoreServesReads(t *testing.T) {
 // appending writer writes through the daemon. The same for a new object
 // created with O_APPEND (`>>`), and the ledger agrees with du.
 func TestAppendToggled(t *testing.T) {
-	for _, mode := range []struct {
-		name  string
-		flags []string
-	}{{"no-passthrough", []string{"--no-passthrough"}}, {"passthrough", nil}} {
+	for _, mode := range ioModes {
 		t.Run(mode.name, func(t *testing.T) {
 			d := mountCache(t, mode.flags...)
 			clearAppend := func(fd int) {
