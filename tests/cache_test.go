@@ -351,12 +351,20 @@ func TestLRUOrderAfterCrash(t *testing.T) {
 	if !waitFor(recorded) {
 		t.Fatalf("the load of a was not recorded in its stored atime within %v: %v", hangGuard, storeFiles(t, d.store))
 	}
+	crashThenEvict(t, d, false, flags...)
+}
+
+// crashThenEvict kills d, mounts its store again (from the checkpoint or
+// not: fromCheckpoint) and stores one more object of a, b, c, d's size
+// into the full cache: b, the coldest, goes; a, loaded last, stays.
+func crashThenEvict(t *testing.T, d *daemon, fromCheckpoint bool, flags ...string) {
+	t.Helper()
 	d.kill9()
 	d = startDaemon(t, d.mp, flags...)
-	requireLoadedFrom(t, d, false)
-	putFile(t, filepath.Join(d.mp, "e"), objectBytes("e", size)) // evicts b, the coldest
+	requireLoadedFrom(t, d, fromCheckpoint)
+	putFile(t, filepath.Join(d.mp, "e"), objectBytes("e", 4*MiB))
 	if got, want := dirNames(t, d.mp), "[a c d e]"; fmt.Sprint(got) != want {
-		t.Errorf("after a crash and one more store: %v, want %s (the coldest, b, evicted)", got, want)
+		t.Errorf("after a crash and one more store: %v, want %s (the coldest, b, evicted; a was loaded last)", got, want)
 	}
 	assertQuietEqual(t, d)
 	d.stop()
@@ -389,15 +397,7 @@ func TestLRUOrderAfterCrashFromCheckpoint(t *testing.T) {
 	if !waitFor(journaled) {
 		t.Fatalf("the load of a was not journaled within %v", hangGuard)
 	}
-	d.kill9()
-	d = startDaemon(t, d.mp, flags...)
-	requireLoadedFrom(t, d, true)
-	putFile(t, filepath.Join(d.mp, "e"), objectBytes("e", size)) // evicts b, the coldest
-	if got, want := dirNames(t, d.mp), "[a c d e]"; fmt.Sprint(got) != want {
-		t.Errorf("after a crash and one more store: %v, want %s (the coldest, b, evicted; a was loaded last)", got, want)
-	}
-	assertQuietEqual(t, d)
-	d.stop()
+	crashThenEvict(t, d, true, flags...)
 }
 
 // dirNames lists a directory's names, sorted.
