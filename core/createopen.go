@@ -87,6 +87,9 @@ func (c *Core) openTaken(parent ID, name string, flags int, write bool) (*Handle
 	if err != nil {
 		return nil, 0, gone(err)
 	}
+	if how == Truncated && write {
+		c.cutAtOpen(e.ID)
+	}
 	return h, how, nil
 }
 

@@ -179,7 +179,11 @@ func (c *Core) OpenTruncated(id blob.ID, flags int, write bool, via func(flags i
 	if err != nil {
 		return nil, err
 	}
-	return c.openWhole(id, flags, write, via, false)
+	h, err := c.openWhole(id, flags, write, via, false)
+	if err == nil && write {
+		c.cutAtOpen(id)
+	}
+	return h, err
 }
 
 // openWhole is Open; whole says that a writer finds the object as it

@@ -156,6 +156,20 @@ func (c *Core) baseSize(id blob.ID) int64 {
 	return -1
 }
 
+// cutAtOpen records that object id's writing began with an open that
+// cut it to 0 bytes (O_TRUNC): nothing of it is complete, and a refusal
+// removes it, as it removes a new store, instead of leaving it empty
+// under its name (an outside tester's rewrites refused ENOSPC; a cut in
+// a SETATTR after the open was already so, see truncated). An object
+// empty before (base 0) is as well gone.
+func (c *Core) cutAtOpen(id blob.ID) {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if b, ok := c.base[id]; ok && b == 0 {
+		c.base[id] = -1
+	}
+}
+
 // truncated records a truncate of an object being written: below the
 // size it was admitted at, its old bytes are gone, and a refusal removes
 // it instead of restoring them.

@@ -302,6 +302,42 @@ func TestRefusedRewriteKeepsPublished(t *testing.T) {
 	}
 }
 
+// A rewrite whose open cut the object (O_TRUNC, by CreateOrOpen or by
+// the OPEN itself) and that is then refused leaves no object under the
+// name, as a refused new store does: its old bytes went at the open, and
+// an empty object left there reads as a store that worked (an outside
+// tester found it so).
+func TestRefusedTruncatingRewriteRemoved(t *testing.T) {
+	for _, how := range []string{"CreateOrOpen", "OpenTruncated"} {
+		t.Run(how, func(t *testing.T) {
+			tc := passthroughCore(t, 8*mib, nil)
+			id := tc.put("obj", mib)
+			var h *Handle
+			var err error
+			if how == "CreateOrOpen" {
+				h, _, err = tc.CreateOrOpen(blob.RootID, "obj", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644, nobody)
+			} else {
+				h, err = tc.OpenTruncated(id, os.O_RDWR, true, nil)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.File().WriteAt(make([]byte, 12*mib), 0)
+			tc.Poll()
+			if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
+				t.Fatalf("rewrite past the capacity: %v", err)
+			}
+			h.Release()
+			if _, _, err := tc.Lookup(blob.RootID, "obj"); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("after the refused rewrite: %v, want the name gone", err)
+			}
+			if st := tc.Stats(); st.UsedBytes != 0 || st.Objects != 0 {
+				t.Fatalf("after the refused rewrite: %+v", st)
+			}
+		})
+	}
+}
+
 // Writing ends at the last release, a publish's too. A link after the
 // writer's close, before the kernel's RELEASE reaches kvfs, waits for
 // it a moment and returns with the object unmarked: a crash after the

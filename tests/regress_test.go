@@ -290,7 +290,7 @@ func TestAppendToggled(t *testing.T) {
 // name (open with O_TRUNC, Python's 'wb', a shell's >) into a cache full
 // of objects in their grace is reserved as a new store is, so its
 // growth past the room there is refused (ENOSPC), never held over the
-// capacity. The open was reserved for the object it replaced, and with
+// capacity, and the object is removed, as a refused new store is. The open was reserved for the object it replaced, and with
 // the cut in a SETATTR after it, the growth past twice that was charged
 // unadmitted: an outside tester's rewrites of 1 MiB objects at 4 MiB
 // held a full cache 1-2 MiB over, 6 of 6. The kernel now sends the
@@ -330,6 +330,11 @@ func TestRewriteGrowsWithinCapacity(t *testing.T) {
 	if st := stats(t, d.mp); st.OvershootMaxBytes != 0 || st.UsedBytes > st.CapacityBytes {
 		t.Fatalf("the rewrite held the cache over its capacity: overshoot_max_bytes %d, used %d of %d",
 			st.OvershootMaxBytes, st.UsedBytes, st.CapacityBytes)
+	}
+	// Refused, it is gone, as a refused new store is: its old bytes went
+	// at the open (an outside tester found it left empty under its name).
+	if _, err := os.Stat(w); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused rewrite's name: %v, want it gone", err)
 	}
 	for _, name := range []string{"big", "f0", "f1", "f2"} {
 		if got, err := os.ReadFile(filepath.Join(d.mp, name)); err != nil || len(got) == 0 {
