@@ -278,12 +278,10 @@ func TestOverloadRefusedAtCreate(t *testing.T) {
 	}
 }
 
-// A second writer whose close fails gives the object back at the size it
-// had: it does not take down the object a first writer published.
-func TestRefusedRewriteKeepsPublished(t *testing.T) {
-	tc := passthroughCore(t, 8*mib, nil)
-	id := tc.put("obj", mib)
-	h, err := tc.Open(id, os.O_RDWR, true, nil)
+// writePastCapacity has writer h (opened with err) write 12 MiB through
+// passthrough into an 8 MiB cache: its close fails ENOSPC.
+func writePastCapacity(t *testing.T, tc *testCore, h *Handle, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,6 +291,15 @@ func TestRefusedRewriteKeepsPublished(t *testing.T) {
 		t.Fatalf("rewrite past the capacity: %v", err)
 	}
 	h.Release()
+}
+
+// A second writer whose close fails gives the object back at the size it
+// had: it does not take down the object a first writer published.
+func TestRefusedRewriteKeepsPublished(t *testing.T) {
+	tc := passthroughCore(t, 8*mib, nil)
+	id := tc.put("obj", mib)
+	h, err := tc.Open(id, os.O_RDWR, true, nil)
+	writePastCapacity(t, tc, h, err)
 	e, a, err := tc.Lookup(blob.RootID, "obj")
 	if err != nil || e.ID != id || a.Size != mib {
 		t.Fatalf("after the refused rewrite: %v, size %d", err, a.Size)
@@ -319,15 +326,7 @@ func TestRefusedTruncatingRewriteRemoved(t *testing.T) {
 			} else {
 				h, err = tc.OpenTruncated(id, os.O_RDWR, true, nil)
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			h.File().WriteAt(make([]byte, 12*mib), 0)
-			tc.Poll()
-			if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
-				t.Fatalf("rewrite past the capacity: %v", err)
-			}
-			h.Release()
+			writePastCapacity(t, tc, h, err)
 			if _, _, err := tc.Lookup(blob.RootID, "obj"); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("after the refused rewrite: %v, want the name gone", err)
 			}
