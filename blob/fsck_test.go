@@ -311,3 +311,23 @@ func TestFsckDamagedCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// A directory in place of the store's lock is named, with what to do,
+// by fsck and by a start alike.
+func TestLockIsADirectory(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	lock := filepath.Join(dir, LockName)
+	must(t, "Remove", os.Remove(lock))
+	must(t, "Mkdir", os.Mkdir(lock, 0o700))
+	if _, err := Fsck(dir, false, func(n int64) int64 { return n }); err == nil || !strings.Contains(err.Error(), "is a directory, not the store's lock: move it away") {
+		t.Errorf("fsck: %v", err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "move it away") {
+		t.Errorf("open: %v", err)
+	}
+}

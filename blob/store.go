@@ -217,8 +217,13 @@ func lockStore(dir string) (*os.File, error) {
 	// could hold the lock and keep every start of the store waiting (an
 	// outside tester's finding); an older store's lock is mended here.
 	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if errors.Is(err, unix.ELOOP) {
+	switch {
+	case errors.Is(err, unix.ELOOP):
 		return nil, fmt.Errorf("%s is a symbolic link, not the store's lock: remove it", filepath.Join(dir, LockName))
+	case errors.Is(err, unix.EISDIR):
+		// (an outside tester got "is a directory" with no word of what
+		// to do, and fsck --repair left it)
+		return nil, fmt.Errorf("%s is a directory, not the store's lock: move it away (kvfs makes the lock again)", filepath.Join(dir, LockName))
 	}
 	if err != nil {
 		return nil, err
