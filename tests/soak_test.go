@@ -57,15 +57,19 @@ func TestSoak(t *testing.T) {
 		writers: 4, readers: 3, deleters: 1, renamers: 2})
 }
 
-// TestSoakRace is a shorter soak against a daemon built with -race: it
-// fails on any data race the daemon reports. It reads without
+// TestSoakRace is a shorter soak against a daemon built with -race and
+// the lock-order checker: it fails on any data race the daemon reports,
+// and on a lock taken out of order (the request fails). It reads without
 // passthrough and through a RAM tier small enough to keep evicting, so
 // the daemon's own read path and the tier's fills and drops race the
 // writers, deleters and evictions (TestSoak covers passthrough).
 func TestSoakRace(t *testing.T) {
 	requireRoot(t)
 	bin := filepath.Join(t.TempDir(), "kvfs-race")
-	build := exec.Command("go", "build", "-race", "-o", bin, "github.com/kvfs/kvfs/cmd/kvfs")
+	// With the lock-order checker too: the unit tests build every
+	// package so (make unit), which the build reuses, and a lock taken
+	// out of order in the daemon fails its request.
+	build := exec.Command("go", "build", "-race", "-tags", "lockcheck", "-o", bin, "github.com/kvfs/kvfs/cmd/kvfs")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -race: %v\n%s", err, out)
 	}
