@@ -80,7 +80,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PositiveTTL, "remote-positive-ttl", DefaultPositiveTTL, "how long a present remote name is remembered")
 	fs.IntVar(&c.QueueMax, "remote-queue", DefaultQueueMax, "uploads that may wait; past it new ones are dropped")
 	fs.IntVar(&c.Uploaders, "remote-uploaders", DefaultUploaders, "uploads running at once")
-	fs.IntVar(&c.BreakerFailures, "remote-breaker-failures", DefaultBreakerFailures, "consecutive failures that open the circuit breaker")
+	fs.IntVar(&c.BreakerFailures, "remote-breaker-failures", DefaultBreakerFailures, "consecutive failures that open the circuit breaker (one request that times out opens it)")
 	fs.DurationVar(&c.BreakerCoolDown, "remote-breaker-cooldown", DefaultBreakerCoolDown, "how long an open breaker sends nothing")
 	// Each use adds its patterns to the earlier ones' (the first replaces
 	// the default): fstab's options are split at every comma, so a list

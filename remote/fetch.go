@@ -141,6 +141,10 @@ func (t *Tier) download(ctx context.Context, name, key string, create CreateFunc
 	wd := startWatchdog(t.cfg.Timeout, cancel)
 	defer wd.stop()
 	body, oi, _, err := minio.Core{Client: t.client}.GetObject(rctx, t.cfg.Bucket, key, checksumMode())
+	if err != nil && wd.fired.Load() {
+		// Cut by the watchdog: no answer for the whole timeout.
+		err = fmt.Errorf("%w: no answer within %v (%v)", context.DeadlineExceeded, t.cfg.Timeout, err)
+	}
 	if err = t.classify(ctx, err); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			t.rememberAbsent(name) // replaces a present entry
@@ -184,7 +188,13 @@ func (t *Tier) receive(ctx context.Context, name, key string, f *os.File, body i
 	case err != nil && ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil:
-		t.breaker.failure() // the response came, the body did not
+		// The response came, the body did not: stalled for the timeout
+		// (the watchdog's cut), or the connection broke.
+		if wd.fired.Load() {
+			t.breaker.timedOut()
+		} else {
+			t.breaker.failure()
+		}
 		return fmt.Errorf("%w: %s: after %d of %d bytes: %v", ErrUnavailable, key, n, info.Size, err)
 	case n != info.Size:
 		return t.corrupt(name, key, fmt.Errorf("got %d bytes, %d recorded at upload", n, info.Size))
@@ -259,12 +269,15 @@ func readFull(body io.Reader, buf []byte, wd *watchdog) (int, error) {
 // watchdog calls stop when kick has not been called for d: a transfer
 // that stalls is cut, one that progresses is never.
 type watchdog struct {
-	d time.Duration
-	t *time.Timer
+	d     time.Duration
+	t     *time.Timer
+	fired atomic.Bool // it cut the transfer
 }
 
 func startWatchdog(d time.Duration, stop func()) *watchdog {
-	return &watchdog{d: d, t: time.AfterFunc(d, stop)}
+	w := &watchdog{d: d}
+	w.t = time.AfterFunc(d, func() { w.fired.Store(true); stop() })
+	return w
 }
 
 func (w *watchdog) kick() { w.t.Reset(w.d) }

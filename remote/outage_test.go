@@ -76,12 +76,14 @@ func TestServerDown(t *testing.T) {
 }
 
 // TestServerHung: a server that accepts and never answers costs a fetch
-// or a lookup one request and the timeout, not more, and the breaker then
-// answers at once; a good probe after the cool-down closes it. The bound
-// is read, not timed: each lookup's one request carries a deadline of
-// Timeout from when the call began (between the call's start and end,
-// (after the call began, before the request went out, plus Timeout), so no
-// retry and no longer wait can hide behind it.
+// or a lookup one request and the timeout, not more, and the first such
+// timeout opens the breaker, which then answers at once (callers queue
+// behind a lookup: waiting for several timeouts cost a store several);
+// after the cool-down one probe goes, with the same bound, and a good
+// probe closes it. The bound is read, not timed: the probe's one request
+// carries a deadline of Timeout from when the call began (after the call
+// began, before the request went out, plus Timeout), so no retry and no
+// longer wait can hide behind it.
 func TestServerHung(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	srv := s3test.New(t)
@@ -113,7 +115,15 @@ func TestServerHung(t *testing.T) {
 	if got := n.reqs.total() - before; got != 1 {
 		t.Fatalf("a fetch from a hung server sent %d requests, want 1", got)
 	}
-	for i := range 2 {
+	if st := n.Stats(); st.BreakerState != BreakerOpen {
+		t.Fatalf("breaker %s after one timeout (of %d failures that open it otherwise); want open", st.BreakerState, 3)
+	}
+	before = n.reqs.total()
+	if _, _, err := n.Lookup(context.Background(), "h0.data"); !errors.Is(err, ErrUnavailable) || n.reqs.total() != before {
+		t.Fatalf("a lookup after the timeout: %v, %d new requests; want the open breaker's answer", err, n.reqs.total()-before)
+	}
+	n.clock.Advance(DefaultBreakerCoolDown)
+	for i := range 1 { // the probe, still hung
 		mu.Lock()
 		first := len(sent)
 		mu.Unlock()

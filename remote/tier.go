@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -328,8 +329,19 @@ func (t *Tier) classify(parent context.Context, err error) error {
 		t.refused(resp)
 		return fmt.Errorf("remote: %s (HTTP %d): %w", resp.Code, resp.StatusCode, err)
 	}
-	t.breaker.failure()
+	if timedOut(err) {
+		t.breaker.timedOut()
+	} else {
+		t.breaker.failure()
+	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// timedOut says whether a request's error is its deadline passing, or
+// the network's timeout: no answer for the whole timeout.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // statusOf is the HTTP status of a request's error, 0 if it has none.
