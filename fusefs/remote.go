@@ -253,8 +253,8 @@ func (f *FS) localize(from, to nameKey, exchange bool) (release func(), err erro
 
 // renamingRemote looks, before a rename of from to to, at what it does to
 // the bucket, and returns what to tell the tier once it is made: the old
-// name is gone, as after an rm; a local file the new name held is
-// replaced (see Tier.Replace); after an exchange each name holds the
+// name is gone, as after an rm; a file the new name held, local or only
+// in the bucket, is replaced (see Tier.Replace); after an exchange each name holds the
 // other's object. A file made at the new name between this look and the
 // rename is not seen.
 func (f *FS) renamingRemote(from, to nameKey, exchange bool) func() {
@@ -263,6 +263,14 @@ func (f *FS) renamingRemote(from, to nameKey, exchange bool) func() {
 	}
 	path, moves := f.remoteFile(from.parent, from.name)
 	newPath, replacing := f.localFile(to.parent, to.name)
+	if !replacing && f.placeholderAt(to.parent, to.name) != nil {
+		// A name this node knows only from the bucket (the kernel looked
+		// it up for the rename, if no one had): replaced as a local
+		// file is, unfetched. Before, the upload found the key present
+		// and left the fleet's copy, to which this node's own object
+		// reverted once evicted (an outside tester).
+		newPath, replacing = f.remoteFile(to.parent, to.name)
+	}
 	return func() {
 		switch {
 		case exchange && moves && replacing:

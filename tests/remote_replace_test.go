@@ -82,3 +82,51 @@ func TestRemoteRewriteSupersedes(t *testing.T) {
 	b.stop()
 	a.stop()
 }
+
+// TestRemoteRenameOverRemoteOnly: on a node that holds a name only in
+// the bucket (looked up with stat, or never: the rename looks it up
+// itself), `mv tmp name` replaces the fleet's object, as a rename over
+// a local file does: the bucket ends with this node's bytes, and this
+// node loads them again once it evicts its copy. Before, the upload
+// found the key present and skipped it, so the node's own object
+// reverted to the bucket's after an eviction (an outside tester, 4 of
+// 4).
+func TestRemoteRenameOverRemoteOnly(t *testing.T) {
+	srv := s3test.New(t)
+	dir := t.TempDir()
+	a := startRemoteNode(t, srv, dir, "a")
+	b := startRemoteNode(t, srv, dir, "b", "--capacity", "8MiB")
+	for _, key := range []string{"seen", "unseen"} {
+		putFile(t, finalPath(a.mp, key), objectBytes(key+" from a", 64<<10))
+		a.uploaded()
+	}
+	if _, err := os.Stat(finalPath(b.mp, "seen")); err != nil {
+		t.Fatalf("b does not find a's upload: %v", err)
+	}
+	want := map[string][]byte{}
+	for _, key := range []string{"seen", "unseen"} {
+		want[key] = objectBytes(key+" from b", 48<<10)
+		tmp := finalPath(b.mp, key) + ".tmp"
+		putFile(t, tmp, want[key])
+		if err := os.Rename(tmp, finalPath(b.mp, key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.uploaded()
+	for key, w := range want {
+		if got, _ := remoteObject(t, srv, key); !bytes.Equal(got, w) {
+			t.Errorf("%s: the bucket holds %d bytes after b renamed its own over the name, want b's %d", key, len(got), len(w))
+		}
+	}
+	for i := range 4 {
+		putFile(t, filepath.Join(b.mp, fmt.Sprintf("fill-%d.tmp", i)), objectBytes("fill", 2*MiB))
+	}
+	for key, w := range want {
+		if _, err := os.Stat(filepath.Join(b.store, "data", key+".data")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s is still in b's store (%v); the test needs it evicted", key, err)
+		}
+		b.mustLoad(key, w)
+	}
+	b.stop()
+	a.stop()
+}
