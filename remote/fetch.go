@@ -154,7 +154,11 @@ func (t *Tier) download(ctx context.Context, name, key string, create CreateFunc
 	defer body.Close()
 	info, sum, err := infoOf(oi)
 	if err == nil && oi.Size != info.Size {
-		err = fmt.Errorf("truncated: %d bytes stored, %d recorded at upload", oi.Size, info.Size)
+		what := "truncated"
+		if oi.Size > info.Size {
+			what = "longer than uploaded" // an outside tester read "truncated" for it
+		}
+		err = fmt.Errorf("%s: %d bytes stored, %d recorded at upload", what, oi.Size, info.Size)
 	}
 	if err != nil {
 		return nil, Info{}, t.corrupt(name, key, err)
