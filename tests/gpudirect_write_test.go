@@ -350,7 +350,48 @@ func TestGPUDirectWritePermissions(t *testing.T) {
 			t.Fatalf("%s's stored file: uid %d, %v; want %d", c.name, st.Uid, err, nobody)
 		}
 	}
+	putWithoutRead(t, d, bin, src, want)
 	assertQuietEqual(t, d)
+}
+
+// putWithoutRead: the direct path reads an object's user.kvfs.backing,
+// which the kernel allows only a user who may read the object. An object
+// the user may write but not read is refused untouched (an outside
+// tester: the open's O_TRUNC emptied it, then the put failed, 4 of 4),
+// while a new object made under a umask that takes the owner's read bit
+// is stored, with SRC's mode less the umask as cp gives it (the put
+// failed and left its temporary file).
+func putWithoutRead(t *testing.T, d *daemon, bin, src string, want []byte) {
+	t.Helper()
+	wo := filepath.Join(d.mp, "shared", "write-only.data")
+	putFile(t, wo, []byte("old bytes"))
+	os.Chmod(wo, 0o622)
+	if r := runAs(t, nobody, nil, bin, "put", "--direct", src, wo); r.code != 1 || !strings.Contains(r.stderr, "needs permission to read it") {
+		t.Fatalf("kvfs put --direct over an object uid %d may write but not read: exit %d, %q; want exit 1 saying so", nobody, r.code, r.stderr)
+	}
+	if got, err := os.ReadFile(wo); err != nil || string(got) != "old bytes" {
+		t.Fatalf("the refused put left the object holding %q (%v); want it untouched", got, err)
+	}
+	for _, c := range []struct {
+		umask string
+		mode  os.FileMode
+	}{{"0477", 0o200}, {"0022", 0o644}, {"0000", 0o644}} {
+		dst := filepath.Join(d.mp, "shared", "umask-"+c.umask+".data")
+		r := runAs(t, nobody, nil, "sh", "-c", "umask "+c.umask+" && exec \"$0\" put --direct \"$1\" \"$2\"", bin, src, dst)
+		if r.code != 0 {
+			t.Fatalf("kvfs put --direct of a new object under umask %s: exit %d, %q", c.umask, r.code, r.stderr)
+		}
+		readBackPlain(t, dst, want)
+		if fi, err := os.Stat(dst); err != nil || fi.Mode().Perm() != c.mode {
+			t.Fatalf("a new object put under umask %s has mode %v (%v); want %v, cp's", c.umask, fi.Mode().Perm(), err, c.mode)
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(d.mp, "shared"))
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".kvfs-put.") {
+			t.Fatalf("a put left its temporary file %s", e.Name())
+		}
+	}
 }
 
 // `kvfs put --direct --gpu 0` writes from device memory: with cuFile

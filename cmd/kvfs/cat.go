@@ -52,7 +52,11 @@ func cmdCat(args []string, stdout io.Writer) error {
 	}
 	defer r.Close()
 	for _, p := range paths {
-		if err := gpudirect.Check(p); err != nil {
+		if err := gpudirect.Check(p); errors.Is(err, os.ErrPermission) {
+			// Refused as the open of a readable path is (exit 1), not
+			// as a path that is no object on kvfs (an outside tester).
+			return err
+		} else if err != nil {
 			return usageerr.Errorf("%v", err)
 		}
 	}

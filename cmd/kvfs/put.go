@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,7 +47,7 @@ func cmdPut(args []string, stdout io.Writer) error {
 	if st, err := os.Stat(args[1]); err == nil && st.IsDir() || strings.HasSuffix(args[1], "/") {
 		return usageerr.Errorf("DST %s is a directory: name the object to write", args[1])
 	}
-	data, err := readSource(args[0])
+	data, mode, err := readSource(args[0])
 	if err != nil {
 		return err
 	}
@@ -68,20 +69,33 @@ func cmdPut(args []string, stdout io.Writer) error {
 			defer job.gpu.Close()
 		}
 	}
-	return job.run(data, args[1])
+	return job.run(data, mode, args[1])
 }
 
 // readSource reads SRC ("-": standard input) whole: the transfer timed
-// is the write, not the read of its source.
-func readSource(src string) ([]byte, error) {
+// is the write, not the read of its source. mode is what cp(1) gives a
+// new copy of it: SRC's permission bits (0644 for standard input) less
+// the umask.
+func readSource(src string) (data []byte, mode os.FileMode, err error) {
+	umask := os.FileMode(unix.Umask(0))
+	unix.Umask(int(umask))
 	if src == "-" {
-		return io.ReadAll(os.Stdin)
+		data, err = io.ReadAll(os.Stdin)
+		return data, 0o644 &^ umask, err
 	}
-	data, err := os.ReadFile(src)
+	f, err := os.Open(src)
+	if err == nil {
+		defer f.Close()
+		var fi os.FileInfo
+		if fi, err = f.Stat(); err == nil {
+			mode = fi.Mode().Perm() &^ umask
+			data, err = io.ReadAll(f)
+		}
+	}
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.EISDIR) || errors.Is(err, os.ErrPermission) {
-		return nil, usageerr.Errorf("SRC %v", err)
+		return nil, 0, usageerr.Errorf("SRC %v", err)
 	}
-	return data, err
+	return data, mode, err
 }
 
 // run writes data to dst over the direct path; the time is from the open
@@ -98,7 +112,14 @@ func readSource(src string) ([]byte, error) {
 // of them, and needs the directory's); killed midway it holds the new
 // bytes written so far and zeros after, at the new size. So is a name
 // too long for the temporary name's additions.
-func (j *putJob) run(data []byte, dst string) error {
+//
+// The direct path reads the object's user.kvfs.backing, which the kernel
+// lets only a user who may read the object do: an object the caller may
+// write but not read is refused before it is opened (an outside tester:
+// the open's O_TRUNC had emptied it, then the put failed). A new object
+// is made readable by its owner (0600) until it is renamed to dst with
+// mode, so a umask without the owner's read bit does not stop it.
+func (j *putJob) run(data []byte, mode os.FileMode, dst string) error {
 	var dev uintptr
 	if j.gpu != nil {
 		var err error
@@ -108,23 +129,7 @@ func (j *putJob) run(data []byte, dst string) error {
 		defer j.gpu.Free(dev)
 	}
 	start := time.Now()
-	tmp := dst
-	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
-		if name := fmt.Sprintf(".%s.kvfs-put.%d", filepath.Base(dst), os.Getpid()); len(name) <= unix.NAME_MAX {
-			tmp = filepath.Join(filepath.Dir(dst), name)
-		}
-	}
-	var f *gpudirect.File
-	var err error
-	if tmp != dst {
-		f, err = gpudirect.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	} else {
-		f, err = gpudirect.Create(dst)
-	}
-	var pe *os.PathError
-	if errors.As(err, &pe) && pe.Path == tmp {
-		pe.Path = dst
-	}
+	f, tmp, err := openDestination(dst)
 	if errors.Is(err, gpudirect.ErrNotKVFS) || errors.Is(err, os.ErrNotExist) {
 		return usageerr.Errorf("DST %v", err)
 	}
@@ -134,6 +139,9 @@ func (j *putJob) run(data []byte, dst string) error {
 	n, how, err := j.write(f, data, dev)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && tmp != dst && mode != 0o600 {
+		err = os.Chmod(tmp, mode)
 	}
 	if err == nil && tmp != dst {
 		err = os.Rename(tmp, dst)
@@ -165,6 +173,46 @@ func (j *putJob) run(data []byte, dst string) error {
 	}
 	fmt.Fprintln(j.out, line)
 	return nil
+}
+
+// openDestination opens dst for a put over the direct path: an object
+// that exists, in place (refused untouched where the caller may not read
+// it), a new one under a temporary name beside it, returned as tmp (dst
+// itself where the name is too long for the additions).
+func openDestination(dst string) (f *gpudirect.File, tmp string, err error) {
+	_, err = os.Lstat(dst)
+	if err == nil {
+		if _, err := unix.Getxattr(dst, gpudirect.BackingXattr, nil); errors.Is(err, unix.EACCES) {
+			return nil, dst, fmt.Errorf("%s: the direct path reads the object's %s, which needs permission to read it: "+
+				"left as it was (cp(1) writes it through the mount)", dst, gpudirect.BackingXattr)
+		}
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		f, err = gpudirect.Create(dst)
+		return f, dst, err
+	}
+	for try := 0; ; try++ {
+		// A name no one can take ahead of this put: the directory may be
+		// shared (a sticky /tmp-like one).
+		tmp = fmt.Sprintf(".%s.kvfs-put.%d.%08x", filepath.Base(dst), os.Getpid(), rand.Uint32())
+		if len(tmp) > unix.NAME_MAX {
+			f, err = gpudirect.Create(dst)
+			return f, dst, err
+		}
+		tmp = filepath.Join(filepath.Dir(dst), tmp)
+		// 0600 whatever the umask (the command's one thread makes files).
+		umask := unix.Umask(0o077)
+		f, err = gpudirect.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		unix.Umask(umask)
+		if !errors.Is(err, os.ErrExist) || try == 8 {
+			break
+		}
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) && pe.Path == tmp {
+		pe.Path = dst
+	}
+	return f, tmp, err
 }
 
 // write writes data (or its copy on the GPU, at dev) to f.
