@@ -16,6 +16,7 @@ import (
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/mountinfo"
+	"github.com/kvfs/kvfs/internal/usageerr"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -114,8 +115,11 @@ type handoverRequest struct {
 // /dev/fuse, the store's lock, then each handle's stored file in the
 // order of FS.Handles.
 type handoverOffer struct {
-	Version    int             `json:"version"`
-	Error      string          `json:"error,omitempty"`
+	Version int    `json:"version"`
+	Error   string `json:"error,omitempty"`
+	// Usage: Error refuses the successor's own flags (exit 2), as its
+	// own checks before the handover do.
+	Usage      bool            `json:"usage,omitempty"`
 	PID        int             `json:"pid"`
 	Mountpoint string          `json:"mountpoint"`
 	Init       fuse.InitState  `json:"init"`
@@ -808,6 +812,9 @@ func readOffer(conn *net.UnixConn, offer *handoverOffer) ([]int, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("reading the old daemon's offer: %w (%w)", err, errPredecessorGone)
 	}
+	if offer.Error != "" && offer.Usage {
+		return nil, usagef("the old daemon keeps the mount: %s", offer.Error)
+	}
 	if offer.Error != "" {
 		return nil, fmt.Errorf("the old daemon keeps the mount: %s", offer.Error)
 	}
@@ -891,10 +898,10 @@ func (m *Mount) keepsRequestTimeout(want time.Duration) error {
 	case want == have:
 		return nil
 	case have == 0:
-		return fmt.Errorf("the mount at %s has no request timeout, and a handover cannot give it one (the kernel fixed it when the mount was made): "+
+		return usagef("the mount at %s has no request timeout, and a handover cannot give it one (the kernel fixed it when the mount was made): "+
 			"leave out --request-timeout, or unmount and mount again with it", m.Mountpoint)
 	default:
-		return fmt.Errorf("the mount at %s aborts a request unanswered for %v (its --request-timeout), and a handover cannot change that (the kernel fixed it when the mount was made): "+
+		return usagef("the mount at %s aborts a request unanswered for %v (its --request-timeout), and a handover cannot change that (the kernel fixed it when the mount was made): "+
 			"give --request-timeout %v, or unmount and mount again", m.Mountpoint, have, have)
 	}
 }
@@ -920,7 +927,7 @@ func refuseHandover(conn *net.UnixConn, log *zap.Logger, msg string, err error) 
 	// old daemon's death, and the successor mounted afresh, failed 10 s
 	// later and said the old daemon died (an outside tester).
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error()}, nil)
+	writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error(), Usage: errors.Is(err, usageerr.ErrUsage)}, nil)
 }
 
 // failpointName is the step of a handover, or of the replacing of a

@@ -186,6 +186,9 @@ func TestBadInputFlags(t *testing.T) {
 		{"--ram-cache", "1P", []string{"--ram-cache 1125899906842624", "more than this machine's memory"}},
 		{"--serve-while-loading", "-2", []string{"--serve-while-loading -2", "-1 (never)"}},
 		{"--serve-while-loading", "many", []string{"invalid value", "many", "not a whole number"}},
+		// Was: exit 1 (an outside tester).
+		{"--cpuprofile", "/nonexistent/p", []string{"--cpuprofile /nonexistent/p", "no such file"}},
+		{"--mutexprofile", "/nonexistent/p", []string{"--mutexprofile /nonexistent/p", "no such file"}},
 	}
 	dir := t.TempDir()
 	mp := filepath.Join(dir, "mp")

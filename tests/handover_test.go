@@ -725,8 +725,8 @@ func TestHandoverKeepsAllowOther(t *testing.T) {
 				other = []string{"--allow-other"}
 			}
 			refused := startSuccessor(t, kvfsBin, nil, d, append([]string{"--store", d.store}, other...)...)
-			if !refused.waitExited() || refused.waitErr == nil {
-				t.Fatalf("a handover that changes --allow-other was not refused (%v):\n%s", refused.waitErr, refused.out)
+			if !refused.waitExited() || !exitedWith(refused.waitErr, 2) {
+				t.Fatalf("a handover that changes --allow-other was not refused as a bad flag, exit 2 (%v):\n%s", refused.waitErr, refused.out)
 			}
 			if !strings.Contains(refused.out.String(), "a handover cannot change that") {
 				t.Errorf("the refusal does not say why:\n%s", refused.out)
@@ -776,8 +776,9 @@ func TestHandoverKeepsRequestTimeout(t *testing.T) {
 			data := objectBytes("kept", 64*KiB)
 			putFile(t, filepath.Join(d.mp, "kept"), data)
 			refused := startSuccessor(t, kvfsBin, nil, d, append([]string{"--store", d.store}, c.ask...)...)
-			if !refused.waitExited() || refused.waitErr == nil {
-				t.Fatalf("a handover that changes --request-timeout was not refused (%v):\n%s", refused.waitErr, refused.out)
+			// Exit 2, as --allow-other's (an outside tester: exit 1).
+			if !refused.waitExited() || !exitedWith(refused.waitErr, 2) {
+				t.Fatalf("a handover that changes --request-timeout was not refused as a bad flag, exit 2 (%v):\n%s", refused.waitErr, refused.out)
 			}
 			if out := refused.out.String(); !strings.Contains(out, "a handover cannot") || !strings.Contains(out, "request timeout") && !strings.Contains(out, "request-timeout") {
 				t.Errorf("the refusal does not say why:\n%s", out)
@@ -935,4 +936,10 @@ func TestBackgroundWithPipedOutput(t *testing.T) {
 			t.Fatalf("%s: read back %q, %v", what, got, err)
 		}
 	}
+}
+
+// exitedWith says whether a command's error is its exit with code.
+func exitedWith(err error, code int) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == code
 }
