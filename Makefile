@@ -2,8 +2,8 @@
 GO      ?= go
 BIN     := bin/kvfs
 MNT     ?= /tmp/kvfs
-FUZZTIME ?= 150000x
-CORE_FUZZTIME ?= 1500x
+FUZZTIME ?= 50000x
+CORE_FUZZTIME ?= 400x
 export KVFS_BIN := $(abspath $(BIN))
 # Every suite runs with -json through testsummary, which prints each
 # package's result and the output of what failed, then "N passed, N
@@ -69,7 +69,7 @@ fuse: testsummary
 	$(GO) test -json -race -tags lockcheck -count=1 -timeout 15m ./fusefs/ | $(TESTSUM) -save $(RESULTS)/fuse.json
 
 integration: build testsummary
-	$(GO) test -json -count=1 -timeout 30m ./tests/ | $(TESTSUM) -save $(RESULTS)/integration.json
+	$(GO) test -json -count=1 -parallel 8 -timeout 30m ./tests/ | $(TESTSUM) -save $(RESULTS)/integration.json
 
 bench: build
 	$(GO) run ./cmd/kvfs-bench $(ARGS)

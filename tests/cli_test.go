@@ -341,6 +341,7 @@ func TestSignalsUnmount(t *testing.T) {
 // A passthrough handle reads its stored file with no daemon, so only
 // without passthrough does the held file fail.
 func TestStopWithFilesOpen(t *testing.T) {
+	waitsOnTimers(t)
 	for _, how := range []string{"new mount", "second signal", "new mount after a handover"} {
 		t.Run(how, func(t *testing.T) {
 			flags := []string{"--capacity", "16MiB"}
@@ -486,6 +487,7 @@ func stopHolding(t *testing.T, d *daemon, obj string, data []byte) *os.File {
 // tester: in 3 of 7 tries the object stayed marked as being written, and
 // the next start reclaimed it; closed last, every time).
 func TestStopWithAWriterOpen(t *testing.T) {
+	waitsOnTimers(t)
 	for _, flags := range [][]string{nil, {"--no-passthrough"}} {
 		t.Run(fmt.Sprintf("flags=%v", flags), func(t *testing.T) {
 			d := mountCache(t, append([]string{"--capacity", "16MiB"}, flags...)...)
@@ -526,6 +528,7 @@ func TestStopWithAWriterOpen(t *testing.T) {
 // until the file closed (an outside tester's finding; the cleanup loops
 // of scripts do exactly this).
 func TestStopAfterSomeoneElsesDetach(t *testing.T) {
+	waitsOnTimers(t)
 	d := mountCache(t, "--capacity", "16MiB", "--no-passthrough")
 	obj := filepath.Join(d.mp, "obj")
 	want := objectBytes("obj", 5000)
@@ -566,6 +569,7 @@ func TestStopAfterSomeoneElsesDetach(t *testing.T) {
 // signal (systemd sends one, then kills the whole service at its
 // TimeoutStopSec, a crash).
 func TestStopLinger(t *testing.T) {
+	waitsOnTimers(t)
 	d := mountCache(t, "--capacity", "16MiB", "--stop-linger", "1s")
 	stopHolding(t, d, filepath.Join(d.mp, "obj"), objectBytes("obj", 5000))
 	if !d.waitExited() || d.waitErr != nil {

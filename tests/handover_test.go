@@ -64,7 +64,7 @@ type stormKey struct {
 	size int // 0: absent
 }
 
-// TestHandoverUnderLoad (issue 19): the daemon is replaced 20 times,
+// TestHandoverUnderLoad (issue 19): the daemon is replaced 12 times,
 // alternating two builds and two capacities, while four workers store
 // (LMCache fs_native: temp file, link, unlink), load, stat and unlink
 // objects, a descriptor and a read-only mapping of an object are held
@@ -186,7 +186,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 		}
 	}
 
-	for round := 1; round <= 20; round++ {
+	for round := 1; round <= 12; round++ {
 		wantOps(40)
 		bin, build := kvfsBin, "dev"
 		if round%2 == 1 {
@@ -249,7 +249,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 	unix.Munmap(mapped)
 	mapped = nil
 	held.Close()
-	t.Logf("20 handovers under a storm of %d calls, 0 failed", ops.Load())
+	t.Logf("12 handovers under a storm of %d calls, 0 failed", ops.Load())
 	final := stats(t, mp)
 	d.stop()
 	requireCleanFsck(t, store, final)

@@ -231,6 +231,7 @@ func TestUnmountWithAMountInside(t *testing.T) {
 // the kernel's timer (it checks about every 15 s), the one wait in the
 // suite no clock can replace.
 func TestRequestTimeout(t *testing.T) {
+	waitsOnTimers(t)
 	requireRoot(t)
 	const sysctl = "/proc/sys/fs/fuse/default_request_timeout"
 	readSysctl := func() string {
@@ -310,6 +311,7 @@ func TestUnmountAndTimeoutFlags(t *testing.T) {
 // kernel for the daemon where SIGTERM does not end them (before: both
 // hung until kill -9). Continued, the daemon serves on.
 func TestStatsAndMountOfStoppedDaemon(t *testing.T) {
+	waitsOnTimers(t)
 	d := mountCache(t, "--capacity", "16MiB")
 	putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))
 	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -370,3 +372,10 @@ func TestStoreInsideKvfsMountRefused(t *testing.T) {
 	}
 	d.stop()
 }
+
+// waitsOnTimers marks a test that spends most of its time waiting on
+// timers it cannot replace (the kernel's request timer, a stop's
+// unmount retries, a daemon held stopped): such tests run together,
+// after the others (t.Parallel; make integration's -parallel), each on
+// its own mount and store.
+func waitsOnTimers(t *testing.T) { t.Parallel() }

@@ -30,6 +30,7 @@ type soakConfig struct {
 	duration                             time.Duration
 	capacity                             int64
 	keys                                 int
+	minSize, maxSize                     int // an object's bytes
 	writers, readers, deleters, renamers int
 	flags                                []string // more kvfs mount flags
 }
@@ -53,7 +54,7 @@ var soakDirs = [2]string{"moved-a", "moved-b"}
 // the capacity and that every read is exact or ENOENT; quiesced, df ==
 // du == used_bytes == the store's bytes, and fsck finds the store clean.
 func TestSoak(t *testing.T) {
-	runSoak(t, kvfsBin, soakConfig{duration: *soakFor, capacity: 40 * MiB, keys: 48,
+	runSoak(t, kvfsBin, soakConfig{duration: *soakFor, capacity: 40 * MiB, keys: 48, minSize: MiB, maxSize: 6 * MiB,
 		writers: 4, readers: 3, deleters: 1, renamers: 2})
 }
 
@@ -73,8 +74,8 @@ func TestSoakRace(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -race: %v\n%s", err, out)
 	}
-	d := runSoak(t, bin, soakConfig{duration: *soakRaceFor, capacity: 32 * MiB, keys: 32,
-		writers: 3, readers: 2, deleters: 1, renamers: 1, flags: []string{"--no-passthrough", "--ram-cache", "16MiB"}})
+	d := runSoak(t, bin, soakConfig{duration: *soakRaceFor, capacity: 8 * MiB, keys: 32, minSize: 64 << 10, maxSize: 1536 << 10,
+		writers: 3, readers: 2, deleters: 1, renamers: 1, flags: []string{"--no-passthrough", "--ram-cache", "4MiB"}})
 	if strings.Contains(d.out.String(), "WARNING: DATA RACE") {
 		t.Errorf("the -race daemon reported a data race")
 	}
@@ -87,7 +88,7 @@ func runSoak(t *testing.T, bin string, cfg soakConfig) *daemon {
 	if err := os.Mkdir(filepath.Join(mp, soakDirs[0]), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	keys := workloadKeys(cfg.keys, MiB, 6*MiB)
+	keys := workloadKeys(cfg.keys, cfg.minSize, cfg.maxSize)
 	var total int64
 	for _, k := range keys {
 		total += int64(k.size)
