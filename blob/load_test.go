@@ -105,6 +105,8 @@ func crashStore(t *testing.T) crashed {
 			Dirs:           2,
 			Incomplete:     3, // inodes, however many names each had
 			IncompleteByte: 100 + 3000 + 80,
+			Nameless:       1, // the marker whose file lost its name
+			NamelessByte:   7,
 			Foreign:        3,
 			SnapshotUnused: "none",
 			Stated:         3,
@@ -220,7 +222,7 @@ func TestLoadIsIdempotent(t *testing.T) {
 	must(t, "second Load", err)
 	checkIndex(t, s)
 	want := c.wantReport
-	want.Incomplete, want.IncompleteByte, want.Foreign = 0, 0, 0
+	want.Incomplete, want.IncompleteByte, want.Foreign, want.Nameless, want.NamelessByte = 0, 0, 0, 0, 0
 	want.SnapshotUnused = "none"
 	if rep != want {
 		t.Errorf("second LoadReport = %+v, want %+v", rep, want)

@@ -278,7 +278,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 	asked := m.Capacity // 0: the default, a share of the disk's room
 	m.core, m.Loaded, m.Capacity = c, rep, c.Capacity()
 	m.log.Info("store loaded", zap.String("store", m.Store), zap.Int64("objects", rep.Objects),
-		zap.Int64("bytes", rep.Bytes), zap.Int64("incomplete_reclaimed", rep.Incomplete),
+		zap.Int64("bytes", rep.Bytes), zap.Int64("incomplete_reclaimed", rep.Incomplete), zap.Int64("nameless_reclaimed", rep.Nameless),
 		zap.Int64("foreign_removed", rep.Foreign), zap.Int64("too_deep_removed", rep.TooDeep), zap.Int("evicted_to_fit", rep.Evicted),
 		zap.Bool("from_snapshot", rep.FromSnapshot), zap.String("snapshot_unused", rep.SnapshotUnused),
 		zap.Int64("dirs_listed", rep.DirsListed), zap.Int64("stated", rep.Stated),
