@@ -196,7 +196,7 @@ func TestConcurrent(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(w), 9))
-			for i := 0; i < 300; i++ {
+			for i := 0; i < 150; i++ {
 				id := uint64(r.IntN(ids))
 				// Mtime picks which of two versions.
 				ver := int64(r.IntN(2))

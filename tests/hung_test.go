@@ -375,7 +375,8 @@ func TestStoreInsideKvfsMountRefused(t *testing.T) {
 
 // waitsOnTimers marks a test that spends most of its time waiting on
 // timers it cannot replace (the kernel's request timer, a stop's
-// unmount retries, a daemon held stopped): such tests run together,
+// unmount retries, a daemon held stopped, the overshoot's window, a
+// remote server's timeouts): such tests run together,
 // after the others (t.Parallel; make integration's -parallel), each on
 // its own mount and store.
 func waitsOnTimers(t *testing.T) { t.Parallel() }

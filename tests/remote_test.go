@@ -117,6 +117,7 @@ func TestRemoteSameNameAtOnce(t *testing.T) {
 // open), uploads queue to the bound and then drop; when the server is
 // back, the queued ones upload.
 func TestRemoteServerDown(t *testing.T) {
+	waitsOnTimers(t)
 	srv := s3test.New(t)
 	a := startRemoteNode(t, srv, t.TempDir(), "a", "--remote-queue", "3", "--remote-breaker-failures", "2",
 		"--remote-breaker-cooldown", "5s", "--remote-timeout", "1s")

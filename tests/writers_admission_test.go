@@ -127,6 +127,7 @@ func TestSecondWriterCloseFails(t *testing.T) {
 // either way, once the writer has closed and unlinked, the reported
 // overshoot_max_bytes does not stay at 1 TiB for the mount's life.
 func TestOvershootSparseWrite(t *testing.T) {
+	waitsOnTimers(t)
 	d := mountCache(t, "--capacity", "16MiB")
 	p := filepath.Join(d.mp, "sparse")
 	fd, err := unix.Open(p, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
