@@ -133,6 +133,9 @@ func TestGPUDirectPutCommand(t *testing.T) {
 	if _, err := os.Stat(plain); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("kvfs put to a path outside kvfs created it: %v", err)
 	}
+	if res := runKvfs(t, "put", "--direct", src, plain); !strings.Contains(res.stderr, plain+": ") || strings.Contains(res.stderr, ".kvfs-put.") {
+		t.Errorf("kvfs put to a path outside kvfs: %q; want it named as given, not by the temporary name", res.stderr)
+	}
 	if _, err := os.Stat(filepath.Join(d.mp, "x")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a refused kvfs put left an object: %v", err)
 	}
@@ -372,18 +375,29 @@ func putWithoutRead(t *testing.T, d *daemon, bin, src string, want []byte) {
 	if got, err := os.ReadFile(wo); err != nil || string(got) != "old bytes" {
 		t.Fatalf("the refused put left the object holding %q (%v); want it untouched", got, err)
 	}
+	exe := filepath.Join(filepath.Dir(src), "src-exe")
+	if err := os.WriteFile(exe, want, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A name too long for the temporary name's additions is made in
+	// place: the same modes (an outside tester: 0644 where cp gave 0755,
+	// and under umask 0477 an empty object left, 9 of 9).
+	long := strings.Repeat("l", 240)
 	for _, c := range []struct {
-		umask string
-		mode  os.FileMode
-	}{{"0477", 0o200}, {"0022", 0o644}, {"0000", 0o644}} {
-		dst := filepath.Join(d.mp, "shared", "umask-"+c.umask+".data")
-		r := runAs(t, nobody, nil, "sh", "-c", "umask "+c.umask+" && exec \"$0\" put --direct \"$1\" \"$2\"", bin, src, dst)
+		umask, src, name string
+		mode             os.FileMode
+	}{
+		{"0477", src, "umask-0477", 0o200}, {"0022", src, "umask-0022", 0o644}, {"0000", src, "umask-0000", 0o644},
+		{"0022", exe, "exe-0022", 0o755}, {"0022", exe, long + "-0022", 0o755}, {"0477", exe, long + "-0477", 0o300},
+	} {
+		dst := filepath.Join(d.mp, "shared", c.name)
+		r := runAs(t, nobody, nil, "sh", "-c", "umask "+c.umask+" && exec \"$0\" put --direct \"$1\" \"$2\"", bin, c.src, dst)
 		if r.code != 0 {
-			t.Fatalf("kvfs put --direct of a new object under umask %s: exit %d, %q", c.umask, r.code, r.stderr)
+			t.Fatalf("kvfs put --direct of a new object %.20s... under umask %s: exit %d, %q", c.name, c.umask, r.code, r.stderr)
 		}
 		readBackPlain(t, dst, want)
 		if fi, err := os.Stat(dst); err != nil || fi.Mode().Perm() != c.mode {
-			t.Fatalf("a new object put under umask %s has mode %v (%v); want %v, cp's", c.umask, fi.Mode().Perm(), err, c.mode)
+			t.Fatalf("a new object %.20s... put under umask %s has mode %v (%v); want %v, cp's", c.name, c.umask, fi.Mode().Perm(), err, c.mode)
 		}
 	}
 	ents, _ := os.ReadDir(filepath.Join(d.mp, "shared"))

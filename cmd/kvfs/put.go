@@ -110,8 +110,9 @@ func readSource(src string) (data []byte, mode os.FileMode, err error) {
 // rewritten in place, as cp(1) does, keeping its inode, names, owner and
 // mode and the caller's right to write it (a rename would replace all
 // of them, and needs the directory's); killed midway it holds the new
-// bytes written so far and zeros after, at the new size. So is a name
-// too long for the temporary name's additions.
+// bytes written so far and zeros after, at the new size. A new name too
+// long for the temporary name's additions is made and written in place,
+// and removed if the put fails.
 //
 // The direct path reads the object's user.kvfs.backing, which the kernel
 // lets only a user who may read the object do: an object the caller may
@@ -129,7 +130,7 @@ func (j *putJob) run(data []byte, mode os.FileMode, dst string) error {
 		defer j.gpu.Free(dev)
 	}
 	start := time.Now()
-	f, tmp, err := openDestination(dst)
+	f, tmp, made, err := openDestination(dst)
 	if errors.Is(err, gpudirect.ErrNotKVFS) || errors.Is(err, os.ErrNotExist) {
 		return usageerr.Errorf("DST %v", err)
 	}
@@ -140,13 +141,13 @@ func (j *putJob) run(data []byte, mode os.FileMode, dst string) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && tmp != dst && mode != 0o600 {
+	if err == nil && (tmp != dst || made) && mode != 0o600 {
 		err = os.Chmod(tmp, mode)
 	}
 	if err == nil && tmp != dst {
 		err = os.Rename(tmp, dst)
 	}
-	if err != nil && tmp != dst {
+	if err != nil && (tmp != dst || made) {
 		os.Remove(tmp)
 	}
 	d := time.Since(start)
@@ -164,7 +165,7 @@ func (j *putJob) run(data []byte, mode os.FileMode, dst string) error {
 		want := crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))
 		got, err := plainSum(dst)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: stored, %d bytes, but --verify could not read it back: %w", dst, n, err)
 		}
 		if got != want {
 			return fmt.Errorf("%s: checksum %08x read back through the mount, %08x written", dst, got, want)
@@ -177,42 +178,50 @@ func (j *putJob) run(data []byte, mode os.FileMode, dst string) error {
 
 // openDestination opens dst for a put over the direct path: an object
 // that exists, in place (refused untouched where the caller may not read
-// it), a new one under a temporary name beside it, returned as tmp (dst
-// itself where the name is too long for the additions).
-func openDestination(dst string) (f *gpudirect.File, tmp string, err error) {
+// it); a new one under a temporary name beside it, returned as tmp, or,
+// where the name is too long for the additions, as dst itself (made:
+// the put made it, so it goes if the put fails). A new file is made
+// 0600 whatever the umask, so its owner can read its user.kvfs.backing
+// (the command's one thread makes files); run gives it its mode.
+func openDestination(dst string) (f *gpudirect.File, tmp string, made bool, err error) {
 	_, err = os.Lstat(dst)
 	if err == nil {
 		if _, err := unix.Getxattr(dst, gpudirect.BackingXattr, nil); errors.Is(err, unix.EACCES) {
-			return nil, dst, fmt.Errorf("%s: the direct path reads the object's %s, which needs permission to read it: "+
+			return nil, dst, false, fmt.Errorf("%s: the direct path reads the object's %s, which needs permission to read it: "+
 				"left as it was (cp(1) writes it through the mount)", dst, gpudirect.BackingXattr)
 		}
 	}
 	if !errors.Is(err, os.ErrNotExist) {
 		f, err = gpudirect.Create(dst)
-		return f, dst, err
+		return f, dst, false, err
 	}
 	for try := 0; ; try++ {
 		// A name no one can take ahead of this put: the directory may be
 		// shared (a sticky /tmp-like one).
 		tmp = fmt.Sprintf(".%s.kvfs-put.%d.%08x", filepath.Base(dst), os.Getpid(), rand.Uint32())
-		if len(tmp) > unix.NAME_MAX {
-			f, err = gpudirect.Create(dst)
-			return f, dst, err
+		if made = len(tmp) > unix.NAME_MAX; made {
+			tmp = dst
+		} else {
+			tmp = filepath.Join(filepath.Dir(dst), tmp)
 		}
-		tmp = filepath.Join(filepath.Dir(dst), tmp)
-		// 0600 whatever the umask (the command's one thread makes files).
 		umask := unix.Umask(0o077)
 		f, err = gpudirect.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		unix.Umask(umask)
-		if !errors.Is(err, os.ErrExist) || try == 8 {
+		if made || !errors.Is(err, os.ErrExist) || try == 8 {
 			break
 		}
 	}
-	var pe *os.PathError
-	if errors.As(err, &pe) && pe.Path == tmp {
-		pe.Path = dst
+	if err != nil && tmp != dst {
+		// Named as the user named it (an outside tester read the
+		// temporary name in "not a file on a kvfs mount").
+		var pe *os.PathError
+		if errors.As(err, &pe) && pe.Path == tmp {
+			pe.Path = dst
+		} else if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), tmp+": ") {
+			err = fmt.Errorf("%s: %w", dst, inner)
+		}
 	}
-	return f, tmp, err
+	return f, tmp, made, err
 }
 
 // write writes data (or its copy on the GPU, at dev) to f.
