@@ -141,13 +141,13 @@ func (j *putJob) run(data []byte, mode os.FileMode, dst string) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && (tmp != dst || made) && mode != 0o600 {
+	if err == nil && made && mode != 0o600 {
 		err = os.Chmod(tmp, mode)
 	}
 	if err == nil && tmp != dst {
 		err = os.Rename(tmp, dst)
 	}
-	if err != nil && (tmp != dst || made) {
+	if err != nil && made {
 		os.Remove(tmp)
 	}
 	d := time.Since(start)
@@ -178,11 +178,11 @@ func (j *putJob) run(data []byte, mode os.FileMode, dst string) error {
 
 // openDestination opens dst for a put over the direct path: an object
 // that exists, in place (refused untouched where the caller may not read
-// it); a new one under a temporary name beside it, returned as tmp, or,
-// where the name is too long for the additions, as dst itself (made:
-// the put made it, so it goes if the put fails). A new file is made
-// 0600 whatever the umask, so its owner can read its user.kvfs.backing
-// (the command's one thread makes files); run gives it its mode.
+// it); a new one (made: the put made it, so it goes if the put fails)
+// under a temporary name beside it, returned as tmp, or, where the name
+// is too long for the additions, as dst itself. A new file is made 0600
+// whatever the umask, so its owner can read its user.kvfs.backing (the
+// command's one thread makes files); run gives it its mode.
 func openDestination(dst string) (f *gpudirect.File, tmp string, made bool, err error) {
 	_, err = os.Lstat(dst)
 	if err == nil {
@@ -199,7 +199,8 @@ func openDestination(dst string) (f *gpudirect.File, tmp string, made bool, err 
 		// A name no one can take ahead of this put: the directory may be
 		// shared (a sticky /tmp-like one).
 		tmp = fmt.Sprintf(".%s.kvfs-put.%d.%08x", filepath.Base(dst), os.Getpid(), rand.Uint32())
-		if made = len(tmp) > unix.NAME_MAX; made {
+		inPlace := len(tmp) > unix.NAME_MAX
+		if inPlace {
 			tmp = dst
 		} else {
 			tmp = filepath.Join(filepath.Dir(dst), tmp)
@@ -207,7 +208,7 @@ func openDestination(dst string) (f *gpudirect.File, tmp string, made bool, err 
 		umask := unix.Umask(0o077)
 		f, err = gpudirect.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		unix.Umask(umask)
-		if made || !errors.Is(err, os.ErrExist) || try == 8 {
+		if inPlace || !errors.Is(err, os.ErrExist) || try == 8 {
 			break
 		}
 	}
@@ -221,7 +222,7 @@ func openDestination(dst string) (f *gpudirect.File, tmp string, made bool, err 
 			err = fmt.Errorf("%s: %w", dst, inner)
 		}
 	}
-	return f, tmp, made, err
+	return f, tmp, err == nil, err
 }
 
 // write writes data (or its copy on the GPU, at dev) to f.
