@@ -71,20 +71,18 @@ func (b *breaker) success() {
 // timeout: a refused connection, a 5xx.
 func (b *breaker) failure() { b.fail(false) }
 
-// timedOut records a request that got no answer (or no progress) for the
-// whole timeout: the breaker opens at once. Each such request cost its
-// caller the timeout, and callers queue behind it (the kernel holds a
-// directory's lock across a LOOKUP for a create or link there), so
-// waiting for `limit` of them cost a store several timeouts (an outside
-// tester: 5 stores into one directory took 2, 4, 6, 6 and 6 s with a
-// timeout of 2 s).
-func (b *breaker) timedOut() { b.fail(true) }
-
-func (b *breaker) fail(atOnce bool) {
+// fail records a failed request; timedOut: it got no answer (or no
+// progress) for the whole timeout, and the breaker opens at once. Each
+// such request cost its caller the timeout, and callers queue behind it
+// (the kernel holds a directory's lock across a LOOKUP for a create or
+// link there), so waiting for `limit` of them cost a store several
+// timeouts (an outside tester: 5 stores into one directory took 2, 4,
+// 6, 6 and 6 s with a timeout of 2 s).
+func (b *breaker) fail(timedOut bool) {
 	b.mu.Lock()
 	b.fails++
 	opened := false
-	if b.state == BreakerHalfOpen || b.fails >= b.limit || atOnce {
+	if b.state == BreakerHalfOpen || b.fails >= b.limit || timedOut {
 		opened = b.state == BreakerClosed
 		b.state, b.openedAt = BreakerOpen, b.clock.Now()
 	}

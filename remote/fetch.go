@@ -193,12 +193,9 @@ func (t *Tier) receive(ctx context.Context, name, key string, f *os.File, body i
 		return ctx.Err()
 	case err != nil:
 		// The response came, the body did not: stalled for the timeout
-		// (the watchdog's cut), or the connection broke.
-		if wd.fired.Load() {
-			t.breaker.timedOut()
-		} else {
-			t.breaker.failure()
-		}
+		// (the watchdog's cut: the breaker opens at once), or the
+		// connection broke.
+		t.breaker.fail(wd.fired.Load())
 		return fmt.Errorf("%w: %s: after %d of %d bytes: %v", ErrUnavailable, key, n, info.Size, err)
 	case n != info.Size:
 		return t.corrupt(name, key, fmt.Errorf("got %d bytes, %d recorded at upload", n, info.Size))

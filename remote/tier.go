@@ -329,11 +329,7 @@ func (t *Tier) classify(parent context.Context, err error) error {
 		t.refused(resp)
 		return fmt.Errorf("remote: %s (HTTP %d): %w", resp.Code, resp.StatusCode, err)
 	}
-	if timedOut(err) {
-		t.breaker.timedOut()
-	} else {
-		t.breaker.failure()
-	}
+	t.breaker.fail(timedOut(err))
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
