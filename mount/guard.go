@@ -148,9 +148,9 @@ func (g *Guard) Stop() {
 // RunGuard is the guard of daemon pid, which mounts its store at store
 // on mp; the daemon's messages come on quit. It returns when the daemon
 // says it stops cleanly. Once told the mount's FUSE connection, it
-// aborts that connection if the daemon's leader thread exits while
-// another of its threads cannot, which lets that thread, and so the
-// daemon, finish. When quit closes without a word after the mount the
+// aborts that connection if the daemon stays dying (killed, or in its
+// exit, and not through it) for stuckFor looks, which lets the thread
+// that cannot exit, and so the daemon, finish. When quit closes without a word after the mount the
 // daemon died (the kernel ended the connection itself as /dev/fuse
 // closed), and it caps the writers the daemon left (capWriters) before
 // it returns; a daemon that dies before it mounts left no writers.
@@ -181,7 +181,7 @@ func RunGuard(pid int, mp, store string, quit *os.File, log *zap.Logger) {
 				conn, mnt, _ = strings.Cut(strings.TrimPrefix(msg, guardMounted+" "), " ")
 			}
 		case <-tick.C:
-			if conn == "" || !zombie(pid) && !exiting(pid) {
+			if conn == "" || !dying(pid) {
 				stuck = 0
 				continue
 			}

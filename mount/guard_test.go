@@ -1,17 +1,25 @@
 package mount
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/mountinfo"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
 )
 
 // hangGuard bounds the waits of these tests: a wait that runs into it is
@@ -162,5 +170,112 @@ func TestGuardCapsOnlyAfterMount(t *testing.T) {
 		if st, err := os.Stat(marked); !told && (err != nil || st.Size() != 4096) {
 			t.Errorf("the guard of a daemon that died before it mounted touched the store: %v %v", st, err)
 		}
+	}
+}
+
+// blockingRoot is a file system whose lookup of "block" is read and
+// never answered until release closes: entered says a lookup began.
+type blockingRoot struct {
+	fs.Inode
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (r *blockingRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if name == "block" {
+		r.entered <- struct{}{}
+		<-r.release
+	}
+	return nil, syscall.ENOENT
+}
+
+// TestGuardAbortsKilledDaemon: a process SIGKILLed while its only
+// thread, its leader, waits for an answer its FUSE server has read
+// sleeps in the kernel before it ever begins to exit, neither a zombie
+// nor exiting: a daemon's leader thread waiting so (for a directory's
+// lock in an eviction notice) hung a CI run's crash loop for a minute.
+// The guard aborts the connection, which lets it exit.
+func TestGuardAbortsKilledDaemon(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts FUSE without fusermount")
+	}
+	statBin, err := exec.LookPath("stat")
+	if err != nil {
+		t.Skip("needs stat(1), a process of one thread that waits on the mount:", err)
+	}
+	mp := t.TempDir()
+	root := &blockingRoot{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	srv, err := fs.Mount(mp, root, &fs.Options{MountOptions: fuse.MountOptions{FsName: "blocking", Logger: log.New(io.Discard, "", 0)}})
+	if err != nil {
+		t.Skipf("mounting FUSE: %v", err)
+	}
+	t.Cleanup(func() {
+		close(root.release)
+		if srv.Unmount() != nil {
+			unix.Unmount(mp, unix.MNT_DETACH)
+		}
+	})
+	e, ok := mountinfo.At(mp)
+	conn, ok2 := connectionOf(e)
+	if !ok || !ok2 {
+		t.Fatalf("no FUSE connection at %s: %+v", mp, e)
+	}
+	cmd := exec.Command(statBin, filepath.Join(mp, "block"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	pid := cmd.Process.Pid
+	select {
+	case <-root.entered:
+	case err := <-exited:
+		t.Fatalf("stat exited before its lookup reached the server: %v", err)
+	}
+	cmd.Process.Kill()
+	if !waitUntil(func() bool { return killed(pid) }) {
+		t.Fatalf("pid %d, SIGKILLed in a FUSE wait, never read as killed", pid)
+	}
+	if zombie(pid) || exiting(pid) {
+		t.Fatalf("pid %d reads as a zombie or exiting: not the case this test is for", pid)
+	}
+
+	core, logs := observer.New(zap.WarnLevel)
+	r, w, _ := os.Pipe()
+	defer w.Close()
+	fmt.Fprintln(w, guardMounted, conn, e.ID)
+	done := make(chan struct{})
+	go func() {
+		RunGuard(pid, mp, t.TempDir(), r, zap.New(core))
+		close(done)
+	}()
+	select {
+	case <-exited:
+	case <-time.After(hangGuard):
+		t.Fatalf("the killed process still waits %v on: its guard did not abort the connection: %v", hangGuard, logs.All())
+	}
+	if n := logs.FilterMessageSnippet("stuck exiting").Len(); n != 1 {
+		t.Errorf("the guard said %d times that it aborts: %v", n, logs.All())
+	}
+	fmt.Fprintln(w, guardStop)
+	<-done
+}
+
+// TestStatusKilled: SIGKILL pending, for the thread or the process, and
+// a state other than Z.
+func TestStatusKilled(t *testing.T) {
+	for s, want := range map[string]bool{
+		"Name:\tstat\nState:\tD (disk sleep)\nSigPnd:\t0000000000000100\nShdPnd:\t0000000000000100\n": true,
+		"Name:\tkvfs\nState:\tD (disk sleep)\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000100\n": true,
+		"Name:\tkvfs\nState:\tS (sleeping)\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000004000\n":   false,
+		"Name:\tkvfs\nState:\tZ (zombie)\nSigPnd:\t0000000000000100\nShdPnd:\t0000000000000100\n":     false,
+		"garbage": false,
+	} {
+		if got := statusKilled(s); got != want {
+			t.Errorf("statusKilled(%q) = %v, want %v", s, got, want)
+		}
+	}
+	if killed(os.Getpid()) {
+		t.Error("this test's own process reads as killed")
 	}
 }

@@ -606,17 +606,24 @@ func mountedAt(mp string) (bool, string) {
 // kernel to drop a name waits for the directory's lock, which a client
 // holds while waiting for an answer that only the dead daemon could give:
 // the process stays a zombie holding the store's lock, and its mount
-// hangs every caller. If the pid in the store's lock file is such a
-// zombie, the FUSE connection of every kvfs mount of the store is
-// aborted, which lets both finish; then the lock is waited for.
+// hangs every caller. If the pid in the store's lock file stays dying
+// (see dying) as long as its guard waits before it acts, the FUSE
+// connection of every kvfs mount of the store is aborted, which lets
+// both finish; then the lock is waited for.
 func releaseStuckOwner(store string, log *zap.Logger) {
 	b, err := os.ReadFile(filepath.Join(store, blob.LockName))
 	if err != nil {
 		return
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 || pid == os.Getpid() || !zombie(pid) {
+	if err != nil || pid <= 0 || pid == os.Getpid() {
 		return
+	}
+	for range stuckFor {
+		if !dying(pid) {
+			return // alive, or through its exit
+		}
+		time.Sleep(guardPoll)
 	}
 	mounts := mountsOfStore(mountinfo.Read(), store)
 	for _, e := range mounts {
@@ -627,7 +634,7 @@ func releaseStuckOwner(store string, log *zap.Logger) {
 		// directory under it (umount2 with MNT_FORCE also unmounts).
 		abortConnection(e.Point, e)
 	}
-	for i := 0; i < 100 && len(mounts) > 0 && zombie(pid); i++ {
+	for i := 0; i < 100 && len(mounts) > 0 && dying(pid); i++ {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -679,6 +686,46 @@ func zombie(pid int) bool {
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	return err == nil && len(tasks) > 1
 }
+
+// killed: pid has a SIGKILL pending and has not exited: a thread of it
+// sleeps in the kernel, unable to take the signal, before it ever began
+// to exit (no PF_EXITING). A leader thread that waits so, for the
+// directory's lock in an eviction notice or for an answer from its own
+// mount, keeps the process neither a zombie nor exiting (measured: a
+// SIGKILLed stat(1) waiting for a request its FUSE daemon had read:
+// state D, flags 0x400000, SigPnd and ShdPnd 0x100).
+func killed(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return err == nil && statusKilled(string(b))
+}
+
+// statusKilled reads a /proc/PID/status: a state other than Z, and
+// SIGKILL among the signals pending for the thread (SigPnd) or for the
+// whole process (ShdPnd).
+func statusKilled(s string) bool {
+	const sigkill = 1 << (unix.SIGKILL - 1)
+	pending := false
+	for line := range strings.Lines(s) {
+		key, val, _ := strings.Cut(strings.TrimSpace(line), ":")
+		val = strings.TrimSpace(val)
+		switch key {
+		case "State":
+			if strings.HasPrefix(val, "Z") {
+				return false
+			}
+		case "SigPnd", "ShdPnd":
+			if set, err := strconv.ParseUint(val, 16, 64); err == nil && set&sigkill != 0 {
+				pending = true
+			}
+		}
+	}
+	return pending
+}
+
+// dying: pid was killed, or began to exit, and has not finished: one of
+// zombie, exiting and killed. Every killed daemon is so for a moment; one
+// that stays so is stuck.
+func dying(pid int) bool { return zombie(pid) || exiting(pid) || killed(pid) }
 
 // mountsOfStore lists the kvfs mounts among mounts whose source (the
 // store kvfs names as FsName) is store.

@@ -319,11 +319,39 @@ func (d *daemon) kill9() {
 	if d.waitExited() {
 		return
 	}
-	d.t.Errorf("daemon for %s still exiting %v after SIGKILL: its guard did not abort its FUSE connection", d.mp, hangGuard)
+	d.t.Errorf("daemon for %s still exiting %v after SIGKILL: its guard did not abort its FUSE connection; %s",
+		d.mp, hangGuard, processState(d.cmd.Process.Pid))
 	unix.Unmount(d.mp, unix.MNT_FORCE)
 	if !d.waitExited() {
 		d.t.Fatalf("daemon for %s did not exit after SIGKILL and a forced unmount", d.mp)
 	}
+}
+
+// processState says what /proc shows of pid's threads (state, flags,
+// pending signals, kernel stack) and of the guards that run, for a
+// failure that a daemon would not exit.
+func processState(pid int) string {
+	var b strings.Builder
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		fmt.Fprintf(&b, "pid %d: %v; ", pid, err)
+	}
+	for _, task := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, task.Name())
+		stat, _ := os.ReadFile(dir + "stat")
+		status, _ := os.ReadFile(dir + "status")
+		stack, _ := os.ReadFile(dir + "stack")
+		var pend []string
+		for line := range strings.Lines(string(status)) {
+			if strings.HasPrefix(line, "SigPnd:") || strings.HasPrefix(line, "ShdPnd:") {
+				pend = append(pend, strings.TrimSpace(line))
+			}
+		}
+		fmt.Fprintf(&b, "thread %s: %s %s\n%s", task.Name(), strings.TrimSpace(string(stat)), strings.Join(pend, " "), stack)
+	}
+	guards, _ := exec.Command("pgrep", "-af", "kvfs __guard").Output()
+	fmt.Fprintf(&b, "guards running: %q", guards)
+	return b.String()
 }
 
 // cleanup leaves no process and no mount of this daemon behind, whatever
