@@ -82,6 +82,7 @@ func startGuard(bin string, o Options) (*Guard, error) {
 	defer r.Close()
 	cmd := exec.Command(bin, GuardCommand, strconv.Itoa(os.Getpid()), o.Mountpoint, o.Store)
 	cmd.ExtraFiles = []*os.File{r}
+	cmd.Stderr = guardStderr(os.Stderr)
 	// Its own process group: a terminal's Ctrl-C is for the daemon.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -89,6 +90,20 @@ func startGuard(bin string, o Options) (*Guard, error) {
 		return nil, err
 	}
 	return &Guard{w: w, cmd: cmd}, nil
+}
+
+// guardStderr is where the guard's warnings go (it aborted a stuck
+// daemon's connection, it capped a dead daemon's writers): where the
+// daemon's go, a terminal, the journal or a file, but not into a pipe,
+// whose reader (a supervisor, a test collecting the daemon's output)
+// would wait for the guard to close it too, and the guard of a killed
+// daemon runs for as long as a client holds a file of the mount. Before,
+// they went nowhere.
+func guardStderr(daemon *os.File) *os.File {
+	if st, err := daemon.Stat(); err != nil || st.Mode()&os.ModeNamedPipe != 0 {
+		return nil // /dev/null
+	}
+	return daemon
 }
 
 // mounted tells the guard the FUSE connection of the mount at mp, which

@@ -1,6 +1,7 @@
 package mount
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -277,5 +278,45 @@ func TestStatusKilled(t *testing.T) {
 	}
 	if killed(os.Getpid()) {
 		t.Error("this test's own process reads as killed")
+	}
+}
+
+// TestGuardLogsWhereTheDaemonDoes: the guard writes its warnings to the
+// daemon's standard error when that is a file (or a terminal, or the
+// journal's socket), and not into a pipe, whose reader would wait for
+// the guard too. The guard here is sh given the guard's arguments, which
+// complains that it cannot open a script named __guard.
+func TestGuardLogsWhereTheDaemonDoes(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("needs sh:", err)
+	}
+	o := Options{Mountpoint: t.TempDir(), Store: t.TempDir()}
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "daemon.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, daemon := range []*os.File{logFile, w} {
+		saved := os.Stderr
+		os.Stderr = daemon
+		g, err := startGuard(sh, o)
+		os.Stderr = saved
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Stop()
+	}
+	w.Close()
+	if b, _ := os.ReadFile(logFile.Name()); !bytes.Contains(b, []byte(GuardCommand)) {
+		t.Errorf("the guard's complaint did not reach the daemon's log file: %q", b)
+	}
+	if b, _ := io.ReadAll(r); len(b) != 0 {
+		t.Errorf("the guard wrote into the daemon's pipe: %q", b)
 	}
 }
