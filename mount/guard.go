@@ -165,10 +165,11 @@ func (g *Guard) Stop() {
 // says it stops cleanly. Once told the mount's FUSE connection, it
 // aborts that connection if the daemon stays dying (killed, or in its
 // exit, and not through it) for stuckFor looks, which lets the thread
-// that cannot exit, and so the daemon, finish. When quit closes without a word after the mount the
-// daemon died (the kernel ended the connection itself as /dev/fuse
-// closed), and it caps the writers the daemon left (capWriters) before
-// it returns; a daemon that dies before it mounts left no writers.
+// that cannot exit, and so the daemon, finish. When quit closes without
+// a word after the mount the daemon died (the kernel ended the
+// connection itself as /dev/fuse closed), and it caps the writers the
+// daemon left (capWriters) before it returns; a daemon that dies before
+// it mounts left no writers.
 func RunGuard(pid int, mp, store string, quit *os.File, log *zap.Logger) {
 	said := make(chan string)
 	go func() {
