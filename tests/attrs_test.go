@@ -106,7 +106,7 @@ func TestAttrsOfNamelessOpenFile(t *testing.T) {
 			}
 			unix.Close(fd)
 		}
-		waitReleased(t, d)
+		waitReleased(t, d.mp)
 		ledgerExact(t, d)
 		d.stop()
 	}

@@ -62,9 +62,7 @@ func TestBadInputMountPaths(t *testing.T) {
 		putFile(t, filepath.Join(link, "obj"), objectBytes("obj", 5000))
 		// Stored at its RELEASE, after close(2) returns; the kill below
 		// must not come before it.
-		if !waitFor(func() bool { return stats(t, link).PinnedObjects == 0 }) {
-			t.Fatalf("obj still pinned %v after its close", hangGuard)
-		}
+		waitReleased(t, link)
 		if res := runKvfs(t, "stats", "--json", link); res.code != 0 {
 			t.Errorf("kvfs stats through the symlink: exit %d, %q", res.code, res.stderr)
 		}

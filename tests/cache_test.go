@@ -423,7 +423,7 @@ func TestRAMCache(t *testing.T) {
 	want := objectBytes("obj", 3<<20+5)
 	putFile(t, p, want)
 	// No copy is made of an object whose writer's RELEASE has not come.
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	load := func() {
 		t.Helper()
 		f, err := os.Open(p)

@@ -186,7 +186,7 @@ func TestMountPointIsAVolume(t *testing.T) {
 func TestSecondDaemonRefused(t *testing.T) {
 	d := mountCache(t, "--capacity", "16MiB")
 	putFile(t, filepath.Join(d.mp, "before"), objectBytes("before", 5000))
-	waitReleased(t, d) // its crash marker goes at its RELEASE, after close(2)
+	waitReleased(t, d.mp) // its crash marker goes at its RELEASE, after close(2)
 	mp2 := filepath.Join(filepath.Dir(d.mp), "mnt2")
 	if err := os.Mkdir(mp2, 0o755); err != nil {
 		t.Fatal(err)

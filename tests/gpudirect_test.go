@@ -41,7 +41,7 @@ func TestGPUDirectXattrName(t *testing.T) {
 		putFile(t, p, want)
 		// A strict mount names no stored file while a writer is open,
 		// which lasts until its RELEASE, a moment after close(2).
-		waitReleased(t, d)
+		waitReleased(t, d.mp)
 		buf := make([]byte, 4096)
 		n, err := unix.Getxattr(d.mp, gpudirect.WritesXattr, buf)
 		if err != nil || string(buf[:n]) != c.writes {
@@ -86,7 +86,7 @@ func TestGPUDirectSymlinkedStore(t *testing.T) {
 	p := filepath.Join(mp, "sub", "obj.data")
 	want := objectBytes(p, 3*4096+5)
 	putFile(t, p, want)
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	real, err := filepath.EvalSymlinks(store)
 	if err != nil {
 		t.Fatal(err)

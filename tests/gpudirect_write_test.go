@@ -475,7 +475,7 @@ func TestGPUDirectPutKilled(t *testing.T) {
 	if err := put.Wait(); err == nil {
 		t.Fatal("kvfs put finished before the kill: the test needs a slower write")
 	}
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	if info, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("after kvfs put was killed, DST is an object of %d bytes (%v); want none", info.Size(), err)
 	}

@@ -57,6 +57,16 @@ func markers(t *testing.T, store string) int {
 	return len(names)
 }
 
+// waitMarkersCleared waits for every writer's crash marker to go: each
+// goes at its writer's RELEASE, which the kernel sends after close(2)
+// returns.
+func waitMarkersCleared(t *testing.T, store string) {
+	t.Helper()
+	if !waitFor(func() bool { return markers(t, store) == 0 }) {
+		t.Fatalf("%d crash markers left %v after the writers' close", markers(t, store), hangGuard)
+	}
+}
+
 // TestStoresWhileLoading: a start that serves while its index loads
 // takes stores of new names too, the way connectors make them: LMCache's
 // fs_native (a temporary name, written and closed, linked to the final
@@ -290,10 +300,7 @@ func TestStoresWhileLoading(t *testing.T) {
 			t.Fatalf("loaded, %s: %v, want ENOENT", name, err)
 		}
 	}
-	// Each writer's marker goes at its RELEASE, after its close(2).
-	if !waitFor(func() bool { return markers(t, store) == 0 }) {
-		t.Fatalf("%d crash markers left %v after the last writer's close", markers(t, store), hangGuard)
-	}
+	waitMarkersCleared(t, store)
 	d.stop()
 	requireCleanFsck(t, store, s)
 }
@@ -318,12 +325,9 @@ func TestStoresWhileLoadingCrash(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mp, "done.data"), done, 0o644); err != nil {
 		t.Fatalf("a store while loading: %v", err)
 	}
-	// Finished at its RELEASE, which the kernel sends after close(2)
-	// returns: a kill before it would leave done.data marked. (While
-	// the index loads, the stats count no pins.)
-	if !waitFor(func() bool { return markers(t, store) == 0 }) {
-		t.Fatalf("done.data still marked %v after its close", hangGuard)
-	}
+	// Finished at its RELEASE: a kill before it would leave done.data
+	// marked. (While the index loads, the stats count no pins.)
+	waitMarkersCleared(t, store)
 	half, err := os.Create(filepath.Join(mp, "half.data"))
 	if err != nil {
 		t.Fatal(err)
@@ -478,10 +482,7 @@ func TestStoresAcrossTheSwitch(t *testing.T) {
 	if s.Objects != n || s.UsedBytes != sum || sum > capacity || n < 10 {
 		t.Fatalf("%d objects, %d bytes used of %d; want %d, %d (%d stores succeeded)", s.Objects, s.UsedBytes, capacity, n, sum, stored.Load())
 	}
-	// Each writer's marker goes at its RELEASE, after its close(2).
-	if !waitFor(func() bool { return markers(t, store) == 0 }) {
-		t.Fatalf("%d crash markers left %v after the last writer's close", markers(t, store), hangGuard)
-	}
+	waitMarkersCleared(t, store)
 	d.stop()
 	requireCleanFsck(t, store, s)
 }

@@ -188,7 +188,7 @@ func TestReadOnlyStoreServesReads(t *testing.T) {
 	// sends after close(2) returns: a store still being released when
 	// the file system turns read-only stays marked (a CI run's fsck found
 	// obj3 "incomplete").
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	if err := os.WriteFile(trigger, []byte("kvfs test"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestAppendToggled(t *testing.T) {
 			// writer's RELEASE comes after its close(2): an appending
 			// open before it was passthrough too, and appended (a CI
 			// run read back 0123NA6789XY).
-			waitReleased(t, d)
+			waitReleased(t, d.mp)
 			fd, err := unix.Open(p, unix.O_WRONLY|unix.O_APPEND, 0)
 			if err != nil {
 				t.Fatal(err)

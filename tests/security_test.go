@@ -274,7 +274,7 @@ func TestNoEscapeThroughMount(t *testing.T) {
 	}
 	// A store is complete at its RELEASE, which reaches kvfs after
 	// close(2) returns: a crash before it leaves the object incomplete.
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	d.kill9()
 	d = startDaemon(t, d.mp, flags...)
 	for _, name := range []string{"writing/1", "kvfs.lock", "data"} {

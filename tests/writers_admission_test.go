@@ -34,7 +34,7 @@ func TestSixWritersEmptyCache(t *testing.T) {
 	if err := os.Remove(first); err != nil {
 		t.Fatal(err)
 	}
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	const n = 6
 	var opened, wg sync.WaitGroup
 	opened.Add(n)
@@ -68,7 +68,7 @@ func TestSixWritersEmptyCache(t *testing.T) {
 		name := fmt.Sprintf("w-%d", i)
 		requireObject(t, filepath.Join(d.mp, name), name, 8*MiB)
 	}
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	ledgerExact(t, d)
 	if st := stats(t, d.mp); st.AdmissionFailures != 0 {
 		t.Errorf("admission_failures %d, want 0", st.AdmissionFailures)
@@ -87,7 +87,7 @@ func TestSecondWriterCloseFails(t *testing.T) {
 			obj := filepath.Join(d.mp, "obj.data")
 			want := objectBytes("obj", 4*MiB)
 			putFile(t, obj, want)
-			waitReleased(t, d)
+			waitReleased(t, d.mp)
 			flags := unix.O_WRONLY | unix.O_CLOEXEC
 			if how == "append" {
 				flags |= unix.O_APPEND
@@ -110,7 +110,7 @@ func TestSecondWriterCloseFails(t *testing.T) {
 			if errnoOf(werr) != unix.ENOSPC && errnoOf(cerr) != unix.ENOSPC {
 				t.Errorf("second writer grew the object past the 16 MiB capacity: write %v, close %v; want ENOSPC from one", werr, cerr)
 			}
-			waitReleased(t, d)
+			waitReleased(t, d.mp)
 			got, err := os.ReadFile(obj)
 			if err != nil {
 				t.Errorf("the first writer's object after the second writer's failure: %v", err)
@@ -142,7 +142,7 @@ func TestOvershootSparseWrite(t *testing.T) {
 	if err := unix.Unlink(p); err != nil && err != unix.ENOENT {
 		t.Errorf("unlink: %v", err)
 	}
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	var st kvfsStats
 	bounded := waitFor(func() bool {
 		st = stats(t, d.mp)
@@ -331,7 +331,7 @@ func TestOverloadPublish(t *testing.T) {
 		t.Errorf("%d of %d big stores whose close succeeded were lost before their link (%.1f%%, want <= 2%%)",
 			lost, closed, 100*float64(lost)/float64(max(closed, 1)))
 	}
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	wrong, read := checkOverloadNames(t, d.mp)
 	t.Logf("%d published names read back, %d wrong", read, wrong)
 	ledgerExact(t, d)
@@ -402,7 +402,7 @@ func TestLargeStoreBeatsFlood(t *testing.T) {
 	if got := o.counts["big published"]; got != rounds {
 		t.Errorf("%d of %d large stores published under the flood; want all", got, rounds)
 	}
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	checkStoredNames(t, d.mp, big)
 	ledgerExact(t, d)
 }
@@ -428,14 +428,14 @@ func TestDoomedRedirectKeepsCache(t *testing.T) {
 			for i := range 8 {
 				putFile(t, filepath.Join(d.mp, fmt.Sprintf("o%d", i)), objectBytes(fmt.Sprint(i), 2*MiB))
 			}
-			waitReleased(t, d)
+			waitReleased(t, d.mp)
 			cmd := exec.Command("/bin/sh", "-c", c.script)
 			cmd.Dir = d.mp
 			out, err := cmd.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), "No space left on device") {
 				t.Errorf("%s of 20 MiB into a 16 MiB cache: %v, %q; want ENOSPC", c.script, err, out)
 			}
-			waitReleased(t, d)
+			waitReleased(t, d.mp)
 			if st := stats(t, d.mp); st.Evictions > 2 {
 				t.Errorf("the doomed store evicted %d of the 8 objects; want at most 2", st.Evictions)
 			}
@@ -507,7 +507,7 @@ func TestTwoStoresThatCannotBothFit(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		waitReleased(t, d)
+		waitReleased(t, d.mp)
 		kept := 0
 		for i, err := range errs {
 			if _, serr := os.Stat(name(i)); serr == nil {
@@ -569,7 +569,7 @@ func TestWriterPastCapacityCut(t *testing.T) {
 	if st := stats(t, d.mp); st.OvershootMaxBytes > 2*capacity {
 		t.Errorf("overshoot_max_bytes %d after a writer cut at the capacity %d; the store held at most %d", st.OvershootMaxBytes, capacity, most)
 	}
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	if _, err := os.Lstat(filepath.Join(d.mp, "big")); err == nil {
 		t.Error("the refused store is published")
 	}
@@ -602,7 +602,7 @@ func TestFinalNameWritersTurnOver(t *testing.T) {
 			t.Fatalf("store %d of a final-name writer into a full cache: %v", i, err)
 		}
 	}
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	st := ledgerExact(t, d)
 	if st.OvershootMaxBytes != 0 || st.Evictions < 28 {
 		t.Errorf("after 40 stores of 4 MiB into 48 MiB: %+v; want nothing over the capacity and the oldest evicted", st)
@@ -643,7 +643,7 @@ func TestFinalNameWritersInAFullCache(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	waitReleased(t, d)
+	waitReleased(t, d.mp)
 	st := ledgerExact(t, d)
 	if st.OvershootMaxBytes != 0 || st.UnadmittedBytes != 0 {
 		t.Errorf("after %d stores of 8 MiB into 48 MiB by %d threads: overshoot_max %d, unadmitted %d; want nothing ever over the capacity",

@@ -238,10 +238,10 @@ func fileSum(t testing.TB, p string) ([32]byte, int64) {
 
 // waitReleased polls the ledger until nothing is pinned: the kernel's
 // RELEASE of the last descriptor comes after close(2) returns.
-func waitReleased(t testing.TB, d *daemon) kvfsStats {
+func waitReleased(t testing.TB, mp string) kvfsStats {
 	t.Helper()
 	var st kvfsStats
-	if !waitFor(func() bool { st = stats(t, d.mp); return st.PinnedObjects == 0 }) {
+	if !waitFor(func() bool { st = stats(t, mp); return st.PinnedObjects == 0 }) {
 		t.Fatalf("still %d objects pinned (%d bytes) %v after the writers exited", st.PinnedObjects, st.PinnedBytes, hangGuard)
 	}
 	return st
@@ -305,7 +305,7 @@ func TestDupWriters(t *testing.T) {
 				}
 				w := startWriter(t, kind, obj, "", src, c.mib, pause)
 				rc := w.wait(t)
-				waitReleased(t, d)
+				waitReleased(t, d.mp)
 				var st unix.Stat_t
 				statErr := unix.Lstat(obj, &st)
 				if c.name == "inside" {
