@@ -15,8 +15,8 @@ import (
 
 // Handle is an open object: its stored file and its pin in the ledger,
 // which lives exactly as long as the handle. A writer also holds a
-// reservation from open to its close, and the object's crash marker while
-// it may be writing.
+// reservation from open to its release (not its first close: see Flush),
+// and the object's crash marker while it may be writing.
 type Handle struct {
 	c     *Core
 	id    blob.ID
@@ -408,10 +408,11 @@ func (c *Core) settleShort(id blob.ID, f *os.File) {
 // Flush is a close(2) of a descriptor of the handle. Descriptors are
 // duplicated (dup, fork, a shell's redirect, a child's stdout), so a
 // close is not the end of writing: that is the handle's Release. Flush
-// admits what the object holds so far at its exact size (giving the rest
-// of the reservation back, evicting or waiting for room) and answers
-// ENOSPC, removing the object, when it cannot fit: nothing over the
-// capacity is ever published. The object stays marked and watched.
+// admits what the object holds so far (evicting or waiting for room) and
+// answers ENOSPC, removing the object, when it cannot fit: nothing over
+// the capacity is ever published. The object stays marked and watched,
+// and keeps its reservation, which its release gives back (see
+// ledger.Settle).
 func (h *Handle) Flush() error {
 	if !h.write {
 		return nil
@@ -512,7 +513,7 @@ func (c *Core) refuse(h *Handle) {
 			c.log.Warn("truncating a refused object", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 		}
 	}
-	c.ledger.Settle(h.id, base)
+	c.ledger.Cut(h.id, base)
 	if len(names) > 0 {
 		c.deliver(drops)
 	}

@@ -72,8 +72,10 @@ func TestWritingEndsAtRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.Poll()
-	if st := tc.Stats(); st.UsedBytes != 3*mib {
-		t.Fatalf("after the child's writes: used %d, want 3 MiB", st.UsedBytes)
+	// No size known yet: the writer was reserved a quarter of the
+	// capacity, and its parent's close did not give that back.
+	if st := tc.Stats(); st.UsedBytes != 16*mib || st.ReservedBytes != 13*mib {
+		t.Fatalf("after the child's writes: used %d, reserved %d; want the 16 MiB reservation kept", st.UsedBytes, st.ReservedBytes)
 	}
 	if err := h.Flush(); err != nil { // the child's close
 		t.Fatal(err)
@@ -84,6 +86,56 @@ func TestWritingEndsAtRelease(t *testing.T) {
 	}
 	if st := tc.Stats(); st.UsedBytes != 3*mib || st.Stores != 1 {
 		t.Fatalf("after the release: %+v", st)
+	}
+}
+
+// Writers whose first close comes before their first byte (Popen's
+// parent closes its copy as the child starts) keep their reservations
+// until their release: once the reservations fill the cache, the next
+// writers get none, and their bytes pass the ledger before they land
+// (Unreserved) instead of straight to the store. Before, each parent's
+// close gave its reservation back, every writer got one and wrote by
+// passthrough, and 16-20 such writers of 1-8 MiB wrote 20 MiB past a
+// 64 MiB cache (an outside tester).
+func TestForkedWritersKeepReservations(t *testing.T) {
+	tc := passthroughCore(t, 64*mib, nil)
+	tc.put("sized", 8*mib) // sizes the reservations: 8 MiB each
+	if err := tc.Unlink(blob.RootID, "sized"); err != nil {
+		t.Fatal(err)
+	}
+	var hs []*Handle
+	reserved := 0
+	for i := range 12 {
+		h, err := tc.Create(blob.RootID, fmt.Sprintf("popen%d", i), 0o644, nobody, true)
+		if err != nil {
+			t.Fatalf("writer %d: %v", i, err)
+		}
+		hs = append(hs, h)
+		if err := h.Flush(); err != nil { // the parent's copy, before the child writes
+			t.Fatal(err)
+		}
+		if !h.Unreserved() {
+			reserved++
+		}
+	}
+	if st := tc.Stats(); reserved != 8 || st.UsedBytes != 64*mib {
+		t.Fatalf("12 writers closed once each: %d reserved, %+v; want 8 of 8 MiB, the cache full of them", reserved, st)
+	}
+	for i, h := range hs {
+		if _, err := h.File().WriteAt(make([]byte, 3*mib), 0); err != nil {
+			t.Fatal(err)
+		}
+		tc.Poll()
+		if err := h.Flush(); err != nil { // the child's close
+			t.Fatalf("writer %d: %v", i, err)
+		}
+		h.Release()
+	}
+	if st := tc.Stats(); st.UsedBytes != 12*3*mib || st.ReservedBytes != 0 || st.OvershootMaxBytes != 0 {
+		t.Fatalf("after the releases: %+v", st)
+	}
+	if err := tc.CheckInvariants(); err != nil {
+		t.Fatal(err)
 	}
 }
 

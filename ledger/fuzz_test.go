@@ -677,8 +677,8 @@ func (r *fuzzRun) settle(id ID, o *mObj, size int64, last bool) {
 		return
 	}
 	res := o.res
-	if o.writers == 1 {
-		res = 0
+	if last && o.writers == 1 {
+		res = 0 // writing has ended: the reservation goes
 	}
 	past := o.budget > 0 && max(mCharge(size), res) > 2*o.budget
 	if past && o.settledPast && !last {

@@ -1062,13 +1062,22 @@ func TestReserveAndSettle(t *testing.T) {
 	if v, err := l.Reserve(100, blk); err != nil || len(v) != 0 {
 		t.Fatalf("smaller Reserve = %v, %v", v, err)
 	}
-	// The close settles exactly and gives the rest back.
+	// A close (a FLUSH) settles and keeps the reservation: a duplicate of
+	// the descriptor may write on.
 	if v, err := l.Settle(100, blk); err != nil || len(v) != 0 {
 		t.Fatalf("Settle = %v, %v", v, err)
 	}
 	mustOK(t, l)
+	if _, charge, _ := l.Size(100); charge != 2*blk {
+		t.Fatalf("charge after a close %d, want the reservation's two blocks", charge)
+	}
+	// The release settles exactly and gives the rest back.
+	if v, err := l.SettleLast(100, blk); err != nil || len(v) != 0 {
+		t.Fatalf("SettleLast = %v, %v", v, err)
+	}
+	mustOK(t, l)
 	if _, charge, _ := l.Size(100); charge != blk {
-		t.Fatalf("settled charge %d, want one block", charge)
+		t.Fatalf("charge after the release %d, want one block", charge)
 	}
 	if _, v := l.Close(100, true); len(v) != 0 {
 		t.Fatalf("Close evicted %v", v)

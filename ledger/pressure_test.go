@@ -8,8 +8,8 @@ import (
 
 // Six writers open into an empty cache that reserves a quarter of it
 // each: the fifth and sixth take back what the first ones reserved and
-// have not written, and every writer settles, because what they wrote
-// fits.
+// have not written, and every writer's release settles, because what
+// they wrote fits.
 func TestReservationsTakenBack(t *testing.T) {
 	l, _ := newTest(t, 16*blk)
 	for id := ID(1); id <= 6; id++ {
@@ -29,7 +29,7 @@ func TestReservationsTakenBack(t *testing.T) {
 		t.Fatalf("writer 1 keeps a charge of %d", c)
 	}
 	for id := ID(1); id <= 6; id++ {
-		if _, err := l.Settle(id, 2*blk); err != nil {
+		if _, err := l.SettleLast(id, 2*blk); err != nil {
 			t.Fatalf("writer %d: settle: %v", id, err)
 		}
 		mustOK(t, l)
@@ -61,7 +61,9 @@ func TestReclaimSparesWrittenBytes(t *testing.T) {
 // With firm reservations (a passthrough mount, whose writers' bytes land
 // before the ledger sees them) nothing reserved is taken back: a writer
 // that finds the rest of the cache reserved waits (WaitHint) for the
-// others to settle, and then gets the room they gave back.
+// others' writing to end, and then gets the room they gave back. A close
+// (Settle) is not that end: a duplicate of the descriptor may write on
+// into the reservation (a Popen child after its parent's close).
 func TestFirmReservationsNotTakenBack(t *testing.T) {
 	c := newClock()
 	l := New[ID](Config{Capacity: 8 * blk, Grace: testGrace, Now: c.Now, FirmReservations: true})
@@ -84,8 +86,45 @@ func TestFirmReservationsNotTakenBack(t *testing.T) {
 	if _, err := l.Settle(1, 2*blk); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := l.Grow(2, 4*blk); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("growth into the reservation of a writer closed once: %v, want ErrNoSpace", err)
+	}
+	if _, err := l.SettleLast(1, 2*blk); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := l.Grow(2, 4*blk); err != nil {
-		t.Fatalf("growth once the other writer settled: %v", err)
+		t.Fatalf("growth once the other writer's writing ended: %v", err)
+	}
+	mustOK(t, l)
+}
+
+// A refused writer's object is cut back, and its reservation goes with
+// it when no other writer holds the object: nothing more is admitted to
+// it, so it keeps no room from others while its descriptors close.
+func TestCutGivesReservationBack(t *testing.T) {
+	l := New[ID](Config{Capacity: 8 * blk, Grace: testGrace, Now: newClock().Now, FirmReservations: true})
+	l.Create(1, true)
+	l.Reserve(1, 4*blk)
+	l.Observe(1, 3*blk)
+	l.Cut(1, 0)
+	mustOK(t, l)
+	if size, c, _ := l.Size(1); size != 0 || c != 0 {
+		t.Fatalf("cut writer: size %d charge %d, want nothing", size, c)
+	}
+	// With a second writer open, the reservation is theirs too.
+	l.Create(2, true)
+	l.Reserve(2, 4*blk)
+	l.Open(2, true)
+	l.Cut(2, 0)
+	mustOK(t, l)
+	if _, c, _ := l.Size(2); c != 4*blk {
+		t.Fatalf("cut writer beside another: charge %d, want the reservation kept", c)
+	}
+	// Never grown back: a writer that truncated left nothing to go back to.
+	l.Observe(2, 5*blk)
+	l.Cut(2, 6*blk)
+	if size, _, _ := l.Size(2); size != 5*blk {
+		t.Fatalf("cut past the size: size %d, want it left at 5 blocks", size)
 	}
 	mustOK(t, l)
 }

@@ -6,12 +6,12 @@ package ledger
 // INVARIANT: a record exists exactly while its entry has writers > 0.
 type writing struct {
 	// res is the reservation admitted to the writers: the charge stays at
-	// least this until the last writer settles.
+	// least this until the last writer's release settles (SettleLast).
 	res int64
 	// budget is the most the writers were ever reserved: what their
 	// growth may evict for is twice that (pastBudget). Kept apart from
-	// res, which a settle gives back while a duplicate of the
-	// descriptor may write on.
+	// res, which other writers may take back (reclaim) where
+	// reservations are not firm.
 	budget int64
 	// over is the part of the charge not admitted against the capacity.
 	over    int64

@@ -337,6 +337,55 @@ func TestDupWriters(t *testing.T) {
 	}
 }
 
+// TestForkedWritersHoldReservations: Popen's way, a parent opens each
+// object, hands it to a child as its stdout and closes its own copy, and
+// the child holds it. The reservations stay with the children past the
+// parents' closes (a FLUSH is not the end of writing): 10 such writers in
+// a cache that holds 8 reservations are charged 8 of them and no more,
+// and the last two write through the ledger. Before, each parent's close
+// gave its reservation back (reserved_bytes 0 here), and such writers
+// wrote by passthrough into room they no longer held: 18-34 MiB past a
+// 64 MiB cache (README, Known limits).
+func TestForkedWritersHoldReservations(t *testing.T) {
+	d := mountCache(t, "--capacity", "32MiB")
+	sized := filepath.Join(d.mp, "sized")
+	putFile(t, sized, objectBytes("sized", 4*MiB)) // sizes the reservations
+	if err := os.Remove(sized); err != nil {
+		t.Fatal(err)
+	}
+	var children []*exec.Cmd
+	stop := func() {
+		for _, c := range children {
+			c.Process.Kill()
+			c.Wait()
+		}
+		children = nil
+	}
+	defer stop()
+	for i := range 10 {
+		f, err := os.Create(filepath.Join(d.mp, fmt.Sprint("popen-", i)))
+		if err != nil {
+			t.Fatalf("writer %d: %v", i, err)
+		}
+		c := exec.Command("sleep", "600")
+		c.Stdout = f
+		err = c.Start()
+		f.Close() // the parent's copy
+		if err != nil {
+			t.Fatal(err)
+		}
+		children = append(children, c)
+	}
+	if st := stats(t, d.mp); st.ReservedBytes != 32*MiB || st.UsedBytes != 32*MiB || st.PinnedObjects != 10 || st.Evictions != 0 {
+		t.Fatalf("10 writers held by children: %+v; want 8 reservations of 4 MiB charged, nothing more", st)
+	}
+	stop()
+	if st := waitReleased(t, d.mp); st.UsedBytes != 0 || st.ReservedBytes != 0 || st.Objects != 10 {
+		t.Fatalf("after the children exited: %+v; want 10 empty objects, nothing charged", st)
+	}
+	ledgerExact(t, d)
+}
+
 // killDaemonAndWriter is the crash: SIGKILL the daemon, then the writer
 // (so the daemon never sees its last release), and require the daemon
 // to exit by itself. A daemon stuck in a kernel notification after kill
