@@ -169,7 +169,8 @@ func (c *Core) AdoptHandle(st HandleState, f *os.File) (*Handle, error) {
 func (c *Core) adoptedReservation(id blob.ID) int64 {
 	st := c.ledger.Stats()
 	_, charge, _ := c.ledger.Size(id)
-	return min(c.Reservation(), charge+max(c.targetCapacity()-(st.UsedBytes-st.UnadmittedBytes), 0))
+	admitted := st.UsedBytes + st.KeptBytes - st.UnadmittedBytes
+	return min(c.Reservation(), charge+max(c.targetCapacity()-admitted, 0))
 }
 
 // ExpectWriters gives the Core what its predecessor kept of the objects

@@ -125,7 +125,7 @@ func (c *Core) fileAttr(id blob.ID, a Attr, err error) (Attr, bool, error) {
 	case err != nil:
 		return a, false, err
 	}
-	size, charge, ok := c.ledger.Size(id)
+	size, charge, ok := c.ledger.Shown(id)
 	if !ok {
 		return a, false, ErrStale
 	}
@@ -378,7 +378,7 @@ func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
 // linkedAttr are a just linked file's attributes, from what the link read
 // of it (st) when that agrees with the ledger, else read again.
 func (c *Core) linkedAttr(id blob.ID, st unix.Stat_t) (Attr, error) {
-	size, charge, ok := c.ledger.Size(id)
+	size, charge, ok := c.ledger.Shown(id)
 	if st.Ino == 0 || !ok || (size != st.Size && c.ledger.Writers(id) == 0) {
 		return c.Getattr(id, nil)
 	}

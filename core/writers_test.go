@@ -73,9 +73,9 @@ func TestWritingEndsAtRelease(t *testing.T) {
 	}
 	tc.Poll()
 	// No size known yet: the writer was reserved a quarter of the
-	// capacity, and its parent's close did not give that back.
-	if st := tc.Stats(); st.UsedBytes != 16*mib || st.ReservedBytes != 13*mib {
-		t.Fatalf("after the child's writes: used %d, reserved %d; want the 16 MiB reservation kept", st.UsedBytes, st.ReservedBytes)
+	// capacity, and its parent's close kept that, unshown.
+	if st := tc.Stats(); st.UsedBytes != 3*mib || st.ReservedBytes != 0 || st.KeptBytes != 13*mib {
+		t.Fatalf("after the child's writes: %+v; want 3 MiB used, the rest of the 16 MiB reservation kept", st)
 	}
 	if err := h.Flush(); err != nil { // the child's close
 		t.Fatal(err)
@@ -118,8 +118,8 @@ func TestForkedWritersKeepReservations(t *testing.T) {
 			reserved++
 		}
 	}
-	if st := tc.Stats(); reserved != 8 || st.UsedBytes != 64*mib {
-		t.Fatalf("12 writers closed once each: %d reserved, %+v; want 8 of 8 MiB, the cache full of them", reserved, st)
+	if st := tc.Stats(); reserved != 8 || st.KeptBytes != 64*mib || st.UsedBytes != 0 {
+		t.Fatalf("12 writers closed once each: %d reserved, %+v; want 8 of 8 MiB kept, the cache full of them, none shown", reserved, st)
 	}
 	for i, h := range hs {
 		if _, err := h.File().WriteAt(make([]byte, 3*mib), 0); err != nil {
@@ -131,7 +131,7 @@ func TestForkedWritersKeepReservations(t *testing.T) {
 		}
 		h.Release()
 	}
-	if st := tc.Stats(); st.UsedBytes != 12*3*mib || st.ReservedBytes != 0 || st.OvershootMaxBytes != 0 {
+	if st := tc.Stats(); st.UsedBytes != 12*3*mib || st.ReservedBytes != 0 || st.KeptBytes != 0 || st.OvershootMaxBytes != 0 {
 		t.Fatalf("after the releases: %+v", st)
 	}
 	if err := tc.CheckInvariants(); err != nil {

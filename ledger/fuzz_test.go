@@ -25,6 +25,7 @@ type mObj struct {
 	res, over            int64
 	budget               int64 // the most res was while writers held it
 	settledPast          bool  // a settle admitted it past twice budget
+	kept                 bool  // its only writer's close kept res, unshown
 	nlink, pins, writers int
 	lastClose, lastUse   int64
 	final                bool
@@ -34,6 +35,15 @@ type mObj struct {
 // writer holds one.
 func (o *mObj) charge() int64   { return max(mCharge(o.size), o.res) }
 func (o *mObj) admitted() int64 { return o.charge() - o.over }
+
+// keptPart is the part of the charge no figure shows: the reservation
+// past its size that a close of its only writer kept.
+func (o *mObj) keptPart() int64 {
+	if !o.kept || o.writers == 0 {
+		return 0
+	}
+	return o.charge() - mCharge(o.size)
+}
 
 type model struct {
 	now        int64
@@ -109,6 +119,14 @@ func mCharge(n int64) int64 {
 func (m *model) used() (used int64) {
 	for _, o := range m.objs {
 		used += o.charge()
+	}
+	return used
+}
+
+// shown is used less what closes kept unshown.
+func (m *model) shown() (used int64) {
+	for _, o := range m.objs {
+		used += o.charge() - o.keptPart()
 	}
 	return used
 }
@@ -320,20 +338,25 @@ func (r *fuzzRun) check() {
 	want := Stats{CapacityBytes: fzCap}
 	for _, o := range r.m.objs {
 		c := o.charge()
-		want.UsedBytes += c
+		shown := c - o.keptPart()
+		want.UsedBytes += shown
 		want.Objects++
-		want.ReservedBytes += c - mCharge(o.size)
+		want.ReservedBytes += shown - mCharge(o.size)
 		want.UnadmittedBytes += o.over
+		want.KeptBytes += o.keptPart()
 		if o.pins > 0 {
 			want.PinnedObjects++
-			want.PinnedBytes += c
+			want.PinnedBytes += shown
 		}
 		if o.nlink == 0 {
-			want.ShadowBytes += c
+			want.ShadowBytes += shown
 		}
 		size, charge, ok := r.l.Size(o.id)
 		if !ok || size != o.size || charge != c {
 			r.failf("Size(%d) = %d/%d/%v, model %d/%d", o.id, size, charge, ok, o.size, c)
+		}
+		if _, charge, _ := r.l.Shown(o.id); charge != shown {
+			r.failf("Shown(%d) charge %d, model %d", o.id, charge, shown)
 		}
 		if w := r.l.Writers(o.id); w != o.writers {
 			r.failf("Writers(%d) = %d, model %d", o.id, w, o.writers)
@@ -341,7 +364,7 @@ func (r *fuzzRun) check() {
 	}
 	want.Evictions, want.EvictedBytes = r.m.evictions, r.m.evicted
 	want.AdmissionFailures, want.Reconciliations = r.m.refusals, r.m.reconciled
-	want.OvershootMaxBytes = r.m.peak.max(r.m.now, max(r.m.used()-fzCap, 0))
+	want.OvershootMaxBytes = r.m.peak.max(r.m.now, max(r.m.shown()-fzCap, 0))
 	if st != want {
 		r.failf("stats\n got %+v\nwant %+v", st, want)
 	}
@@ -485,6 +508,7 @@ func (r *fuzzRun) open(id ID, o *mObj, write bool) {
 	if write {
 		r.m.startWriter(o)
 		o.writers++
+		o.kept = false // a writer that has not closed: shown again
 	}
 	r.m.touch(id)
 }
@@ -530,7 +554,7 @@ func (r *fuzzRun) close(id ID, o *mObj, write bool) {
 // when they cannot make the room for what o left unadmitted.
 func (m *model) endWriting(o *mObj) []Victim[ID] {
 	unadmitted := o.over > 0
-	o.over, o.res, o.budget, o.settledPast = 0, 0, 0, false
+	o.over, o.res, o.budget, o.settledPast, o.kept = 0, 0, 0, false, false
 	over := m.admitted() - fzCap
 	if over <= 0 {
 		return nil
@@ -679,6 +703,11 @@ func (r *fuzzRun) settle(id ID, o *mObj, size int64, last bool) {
 	res := o.res
 	if last && o.writers == 1 {
 		res = 0 // writing has ended: the reservation goes
+	}
+	// A close of its only writer's descriptor keeps the reservation,
+	// unshown from then on.
+	if err == nil && !last && o.writers == 1 {
+		defer func() { o.kept = true }()
 	}
 	past := o.budget > 0 && max(mCharge(size), res) > 2*o.budget
 	if past && o.settledPast && !last {

@@ -69,6 +69,9 @@ func (l *Ledger[K]) pin(e *entry[K], write bool) {
 			l.open.pushBack(e.w)
 		}
 		l.wr(e).writers++
+		// A writer opening now has not closed: what is reserved shows
+		// again.
+		l.keep(e, false)
 	}
 }
 
@@ -91,6 +94,7 @@ func (l *Ledger[K]) unpin(e *entry[K], write bool) {
 // dropWriting gives back e's writing record: it has no writers left, or
 // it goes.
 func (l *Ledger[K]) dropWriting(e *entry[K]) {
+	l.unkeep(e)
 	l.writeBytes -= e.charge
 	l.open.remove(e.w)
 	l.writing.free(e.w)
@@ -158,11 +162,55 @@ func (l *Ledger[K]) resize(e *entry[K], size, res int64) {
 	if size != e.size {
 		l.note(e)
 	}
+	l.unkeep(e)
 	l.reserved -= e.charge - Charge(e.size)
 	e.size = size
 	l.setRes(e, res)
 	l.recharge(e, max(Charge(size), res))
 	l.reserved += e.charge - Charge(size)
+	l.rekeep(e)
+	l.noteOver() // once kept is whole again: it is not over
+}
+
+// keptOf is the part of e's charge that a close kept and no figure
+// shows: the reservation past its size, once its only writer's
+// descriptor closed (writing.kept).
+func (l *Ledger[K]) keptOf(e *entry[K]) int64 {
+	if e.w == 0 || !l.wr(e).kept {
+		return 0
+	}
+	return e.charge - Charge(e.size)
+}
+
+// unkeep takes e's kept part out of the kept counters, before a change
+// to it; rekeep puts it back after.
+func (l *Ledger[K]) unkeep(e *entry[K]) {
+	k := l.keptOf(e)
+	l.kept -= k
+	if e.nlink == 0 {
+		l.keptShadow -= k
+	}
+}
+
+func (l *Ledger[K]) rekeep(e *entry[K]) {
+	k := l.keptOf(e)
+	l.kept += k
+	if e.nlink == 0 {
+		l.keptShadow += k
+	}
+}
+
+// keep marks whether e's reservation past its size is kept unshown: set
+// by a close of its only writer's descriptor, cleared by a reservation
+// admitted after (another writer's open).
+func (l *Ledger[K]) keep(e *entry[K], on bool) {
+	if e.w == 0 {
+		return
+	}
+	l.unkeep(e)
+	l.wr(e).kept = on
+	l.rekeep(e)
+	l.noteOver()
 }
 
 func (l *Ledger[K]) setOver(e *entry[K], over int64) {
@@ -186,7 +234,8 @@ func (l *Ledger[K]) setRes(e *entry[K], res int64) {
 	}
 }
 
-// recharge sets e's charge and moves every counter that includes it.
+// recharge sets e's charge and moves every counter that includes it;
+// its caller notes the overshoot.
 func (l *Ledger[K]) recharge(e *entry[K], charge int64) {
 	delta := charge - e.charge
 	e.charge = charge
@@ -194,7 +243,6 @@ func (l *Ledger[K]) recharge(e *entry[K], charge int64) {
 	if delta < 0 {
 		l.signal()
 	}
-	l.noteOver()
 	if e.pins > 0 {
 		l.pinnedBytes += delta
 	}

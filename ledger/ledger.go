@@ -122,6 +122,10 @@ type Ledger[K comparable] struct {
 	writeBytes int64
 	// INVARIANT: reserved == sum of charge - Charge(size) over entries.
 	reserved int64
+	// INVARIANT: kept == sum of keptOf over entries, keptShadow the
+	// same over entries with nlink == 0: reservations kept past a close
+	// that admission counts and no figure shows (Stats, Shown).
+	kept, keptShadow int64
 	// open lists the writing records (of the entries with writers
 	// open), in the order their first writer opened: whose reservation
 	// is taken back first.
@@ -536,9 +540,13 @@ func (l *Ledger[K]) observe(id K, size int64) ([]Victim[K], error) {
 // goes at the last writer's SettleLast. (Given back here, 16-20 Popen
 // writers of 1-8 MiB each took the room back for the next writer at its
 // parent's close, and wrote 20 MiB past a 64 MiB capacity: an outside
-// tester.) It evicts others to fit, all or nothing; on error nothing
-// changed, and the caller may retry, or must remove the object: nothing
-// over the capacity is ever published. Once a settle has admitted the object past twice its
+// tester.) Kept, it is no longer shown: past a close of its only
+// writer's descriptor the object's st_blocks, used and the other
+// figures are exactly what it holds, as a client that closed its file
+// expects, while admission still counts the room (kept). It evicts
+// others to fit, all or nothing; on error nothing changed, and the
+// caller may retry, or must remove the object: nothing over the
+// capacity is ever published. Once a settle has admitted the object past twice its
 // budget, later ones that free space cannot cover evict nothing while
 // eviction could make the room: the rest stays unadmitted for the last
 // writer's SettleLast. When even eviction could not make it now, they
@@ -560,6 +568,14 @@ func (l *Ledger[K]) SettleLast(id K, size int64) ([]Victim[K], error) {
 }
 
 func (l *Ledger[K]) settle(id K, size int64, last bool) ([]Victim[K], error) {
+	v, err := l.settleAdmit(id, size, last)
+	if e, ok := l.get(id); ok && err == nil && !last && l.writers(e) == 1 {
+		l.keep(e, true)
+	}
+	return v, err
+}
+
+func (l *Ledger[K]) settleAdmit(id K, size int64, last bool) ([]Victim[K], error) {
 	e, err := l.writer(id)
 	if err != nil {
 		return nil, err
@@ -700,6 +716,7 @@ func (l *Ledger[K]) Link(id K) error {
 	}
 	if e.nlink == 0 {
 		l.shadow -= e.charge
+		l.keptShadow -= l.keptOf(e)
 	}
 	e.nlink++
 	l.note(e)
@@ -723,6 +740,7 @@ func (l *Ledger[K]) Unlink(id K) (released bool) {
 	}
 	// Shadow even when released at once: remove takes it back out.
 	l.shadow += e.charge
+	l.keptShadow += l.keptOf(e)
 	if e.pins > 0 {
 		return false
 	}
@@ -753,6 +771,18 @@ func (l *Ledger[K]) Size(id K) (size, charge int64, ok bool) {
 		return 0, 0, false
 	}
 	return e.size, e.charge, true
+}
+
+// Shown is Size as stat(2) shows it (st_blocks): without a reservation
+// kept past a close (see Settle).
+func (l *Ledger[K]) Shown(id K) (size, charge int64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.get(id)
+	if !ok {
+		return 0, 0, false
+	}
+	return e.size, e.charge - l.keptOf(e), true
 }
 
 // Writers reports how many write handles an inode has open.

@@ -1071,6 +1071,22 @@ func TestReserveAndSettle(t *testing.T) {
 	if _, charge, _ := l.Size(100); charge != 2*blk {
 		t.Fatalf("charge after a close %d, want the reservation's two blocks", charge)
 	}
+	// Kept, and shown nowhere: st_blocks and the stats say what the
+	// object holds, as a client that closed its file expects.
+	if _, shown, _ := l.Shown(100); shown != blk {
+		t.Fatalf("charge shown after a close %d, want one block", shown)
+	}
+	if st := l.Stats(); st.UsedBytes != 7*blk || st.ReservedBytes != 0 || st.PinnedBytes != blk {
+		t.Fatalf("after a close: %+v; want the kept block unshown", st)
+	}
+	// Admission counts it: the cache is full.
+	if err := l.Create(101, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReserveFree(101, blk); !errors.Is(err, ErrBusy) {
+		t.Fatalf("ReserveFree into the kept block: %v, want ErrBusy", err)
+	}
+	release(l, 101, true)
 	// The release settles exactly and gives the rest back.
 	if v, err := l.SettleLast(100, blk); err != nil || len(v) != 0 {
 		t.Fatalf("SettleLast = %v, %v", v, err)
@@ -1083,7 +1099,7 @@ func TestReserveAndSettle(t *testing.T) {
 		t.Fatalf("Close evicted %v", v)
 	}
 	mustOK(t, l)
-	if st := l.Stats(); st.UsedBytes != 7*blk || st.ReservedBytes != 0 {
+	if st := l.Stats(); st.UsedBytes != 7*blk || st.ReservedBytes != 0 || st.Objects != 8 {
 		t.Fatalf("after close: %+v", st)
 	}
 }

@@ -142,7 +142,7 @@ func (l *Ledger[K]) NoteUncounted(extra int64) {
 
 // noteOver records used's excess over the capacity, if any.
 func (l *Ledger[K]) noteOver() {
-	if over := l.used - l.capacity; over > 0 {
+	if over := l.used - l.kept - l.capacity; over > 0 {
 		l.peak.note(l.now().UnixNano(), over)
 	}
 }

@@ -19,6 +19,12 @@ type writing struct {
 	// settledPast: a settle (a FLUSH) admitted the object past twice its
 	// budget; the next ones past it wait for the last release (settle).
 	settledPast bool
+	// kept: a close of its only writer's descriptor settled the object
+	// (a FLUSH) and kept the reservation, which no figure shows from
+	// then on: what a duplicate of the descriptor may still write has
+	// the room, and stat, df and the stats say what the object holds
+	// (see Ledger.kept).
+	kept bool
 	// e is the entry's slot in the slab.
 	e uint32
 	// links is the record's place in the open list (Ledger.open).

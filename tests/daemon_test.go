@@ -453,6 +453,7 @@ type kvfsStats struct {
 	ReservedBytes     int64 `json:"reserved_bytes"`
 	UnadmittedBytes   int64 `json:"unadmitted_bytes"`
 	OvershootMaxBytes int64 `json:"overshoot_max_bytes"`
+	KeptBytes         int64 `json:"kept_bytes"`
 	Stores            int64 `json:"stores"`
 	Loads             int64 `json:"loads"`
 	LookupHits        int64 `json:"lookups_hit"`

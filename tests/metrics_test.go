@@ -201,7 +201,7 @@ func checkLedgerAtRest(t *testing.T, d *daemon, s scrape, quiet kvfsStats) {
 	for name, want := range map[string]int64{
 		"kvfs_used_bytes": st.UsedBytes, "kvfs_capacity_bytes": st.CapacityBytes, "kvfs_objects": st.Objects,
 		"kvfs_pinned_objects": 0, "kvfs_pinned_bytes": 0, "kvfs_shadow_bytes": 0, "kvfs_reserved_bytes": st.ReservedBytes,
-		"kvfs_unadmitted_bytes": st.UnadmittedBytes, "kvfs_overshoot_max_bytes": st.OvershootMaxBytes,
+		"kvfs_kept_bytes": 0, "kvfs_unadmitted_bytes": st.UnadmittedBytes, "kvfs_overshoot_max_bytes": st.OvershootMaxBytes,
 		"kvfs_evictions_total": st.Evictions, "kvfs_evicted_bytes_total": st.EvictedBytes,
 		"kvfs_admission_failures_total": st.AdmissionFailures, "kvfs_reconciliations_total": st.Reconciliations,
 		"kvfs_stores_total": st.Stores, "kvfs_loads_total": st.Loads,
