@@ -75,6 +75,7 @@ func (c *Core) openTaken(parent ID, name string, flags int, write bool) (*Handle
 		return nil, 0, ErrIsDir
 	}
 	how := Opened
+	c.appending(e.ID, flags, write)
 	if flags&unix.O_TRUNC != 0 {
 		// By name, before the open: a writer opens the object at its
 		// new size.
@@ -83,7 +84,7 @@ func (c *Core) openTaken(parent ID, name string, flags int, write bool) (*Handle
 		}
 		how = Truncated
 	}
-	h, err := c.openWhole(e.ID, c.StoredFlags(flags), write, nil, how != Truncated)
+	h, err := c.openWhole(e.ID, c.storedFlags(flags), write, nil, how != Truncated)
 	if err != nil {
 		return nil, 0, gone(err)
 	}
@@ -102,14 +103,14 @@ func gone(err error) error {
 	return err
 }
 
-// StoredFlags are the flags a stored file is opened with for a handle
+// storedFlags are the flags a stored file is opened with for a handle
 // opened with open(2)'s flags. Creation and truncation are done already
 // (by the kernel, or CreateOrOpen), append positioning is the kernel's,
 // and O_DIRECT alignment is the client's business with the mount, not
 // the store's. With passthrough every stored file is opened read-write:
 // the kernel serves every handle of an inode through the first one's
 // stored file, whatever the later ones may do.
-func (c *Core) StoredFlags(flags int) int {
+func (c *Core) storedFlags(flags int) int {
 	fl := flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC | unix.O_APPEND | unix.O_DIRECT | unix.O_NOCTTY)
 	if c.cfg.Passthrough || fl&unix.O_ACCMODE == unix.O_WRONLY {
 		fl = fl&^unix.O_ACCMODE | unix.O_RDWR

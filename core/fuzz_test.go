@@ -229,7 +229,7 @@ func (m *fuzzCore) step(op, arg byte) string {
 	case 11:
 		n := m.name(arg)
 		id, ok := m.names[n]
-		h, err := m.c.Open(id, m.c.StoredFlags(os.O_WRONLY|os.O_APPEND), true, nil)
+		h, err := m.c.Open(id, os.O_WRONLY|os.O_APPEND, true, nil)
 		if m.allowed("open for writing", err, ok, ErrStale) {
 			if o := m.objs[id]; o.writers == 0 {
 				o.base, o.finished, o.touched = o.size, false, false
@@ -243,7 +243,7 @@ func (m *fuzzCore) step(op, arg byte) string {
 		// As the kernel does it: an open, then a truncate through it.
 		n := m.name(arg)
 		id, ok := m.names[n]
-		h, err := m.c.Open(id, m.c.StoredFlags(os.O_WRONLY|os.O_TRUNC), true, nil)
+		h, err := m.c.Open(id, os.O_WRONLY|os.O_TRUNC, true, nil)
 		if m.allowed("open for writing", err, ok, ErrStale) {
 			if err := m.c.Truncate(id, h.File(), 0); err != nil {
 				m.t.Fatalf("truncate %v through its writer: %v", n, err)
@@ -594,10 +594,10 @@ func (m *fuzzCore) readBack(n blob.Name, id blob.ID, o *fuzzObj) error {
 	return nil
 }
 
-// fuzzAfter is the fuzzed cores' clock for waits: a publish's wait for
-// its writer's release (releaseWait) is over at once, since no release
-// comes while an operation runs (the operations are sequential); every
-// other wait (background loops) is the wall clock's.
+// fuzzAfter is the fuzzed cores' clock for waits: a publish's or an
+// appender's wait for a writer's release (releaseWait) is over at once,
+// since no release comes while an operation runs (the operations are
+// sequential); every other wait (background loops) is the wall clock's.
 func fuzzAfter(d time.Duration) <-chan time.Time {
 	if d == releaseWait {
 		fired := make(chan time.Time, 1)

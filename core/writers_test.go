@@ -464,6 +464,93 @@ func TestPublishWaitsForRelease(t *testing.T) {
 	}
 }
 
+// An appending open of an object whose writer has closed, its RELEASE
+// not yet in, waits for that release (up to releaseWait) before it
+// opens: while any handle of the object is open by passthrough the
+// kernel serves the next ones the same way, and an appender must write
+// through the daemon (see appending). One whose earlier writer holds a
+// duplicate of its descriptor opens once releaseWait passes.
+func TestAppendWaitsForRelease(t *testing.T) {
+	waits := make(chan chan time.Time, 1)
+	tc := newTestCore(t, Config{Capacity: 64 * mib, Passthrough: true, PollInterval: time.Hour, Grace: time.Hour,
+		After: func(d time.Duration) <-chan time.Time {
+			if d != releaseWait {
+				return make(chan time.Time)
+			}
+			fire := make(chan time.Time, 1)
+			waits <- fire
+			return fire
+		}})
+	h, err := tc.Create(blob.RootID, "obj", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.File().WriteAt(make([]byte, mib), 0)
+	if err := h.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan *Handle, 1)
+	appendTo := func() {
+		go func() {
+			a, err := tc.Open(h.ID(), os.O_WRONLY|os.O_APPEND, true, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			opened <- a
+		}()
+	}
+	appendTo()
+	var fire chan time.Time
+	select {
+	case fire = <-waits: // the appender waits for the release
+	case <-opened:
+		t.Fatal("the appender opened without waiting for the earlier writer's release")
+	}
+	select {
+	case <-opened:
+		t.Fatal("the appender opened before the earlier writer's release")
+	default:
+	}
+	h.Release()
+	a := <-opened
+	if a == nil {
+		t.FailNow()
+	}
+	fire <- time.Time{}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Its own descriptor closed, a duplicate open: the next appender
+	// waits releaseWait, then opens beside it.
+	appendTo()
+	(<-waits) <- time.Time{}
+	b := <-opened
+	if b == nil {
+		t.FailNow()
+	}
+	b.Release()
+	a.Release()
+	// Plain writers and readers never wait.
+	for _, flags := range []int{os.O_WRONLY, os.O_RDONLY} {
+		w, err := tc.Open(h.ID(), flags, flags != os.O_RDONLY, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Flush()
+		r, err := tc.Open(h.ID(), flags, flags != os.O_RDONLY, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Release()
+		w.Release()
+	}
+	select {
+	case <-waits:
+		t.Fatal("a plain open waited for a release")
+	default:
+	}
+}
+
 // TestTruncateDuringSettle: a truncate by path that lands between a
 // writer's settle reading the size and committing it is not overwritten
 // by the older size (the ledger said 4 KiB for a 3 MiB file until the

@@ -83,7 +83,7 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 		// mount) and no SETATTR after.
 		open = f.core.OpenTruncated
 	}
-	ch, err := open(id, f.core.StoredFlags(flags), writable(in.Flags), f.reopener(id))
+	ch, err := open(id, flags, writable(in.Flags), f.reopener(id))
 	if err != nil {
 		return f.status("open", err)
 	}

@@ -131,7 +131,10 @@ func (f *FS) adopt(ch *core.Handle, existing bool, flags uint32) *handle {
 // and passes no later fcntl(F_SETFL) on, so a passthrough handle whose
 // O_APPEND was cleared, or a pwritev2 with RWF_NOAPPEND, still appended
 // (an outside tester: `XY23NA6789` on ext4, `0123456789XYNA` here).
-// Without passthrough the kernel places every write itself.
+// The open of an appender waited in the core for the RELEASE of a writer
+// that had just closed (core's appending), so only a handle really open
+// makes it passthrough. Without passthrough the kernel places every
+// write itself.
 func (ob *object) passthroughLocked(ch *core.Handle, flags uint32) bool {
 	if len(ob.handles) > 0 {
 		return ob.handles[0].passthrough

@@ -252,9 +252,9 @@ func TestAppendToggled(t *testing.T) {
 			// The handles of an object share the first one's I/O mode
 			// while any is open (README, Known limits), and the
 			// writer's RELEASE comes after its close(2): an appending
-			// open before it was passthrough too, and appended (a CI
-			// run read back 0123NA6789XY).
-			waitReleased(t, d.mp)
+			// open just after it was passthrough too, and appended (a
+			// CI run read back 0123NA6789XY). It waits for that
+			// RELEASE now (core's appending).
 			fd, err := unix.Open(p, unix.O_WRONLY|unix.O_APPEND, 0)
 			if err != nil {
 				t.Fatal(err)
