@@ -389,15 +389,10 @@ func TestRefusedTruncatingRewriteRemoved(t *testing.T) {
 	}
 }
 
-// Writing ends at the last release, a publish's too. A link after the
-// writer's close, before the kernel's RELEASE reaches kvfs, waits for
-// it a moment and returns with the object unmarked: a crash after the
-// publish keeps it. A link of an object whose writer still holds a
-// duplicate of its descriptor returns after releaseWait with the object
-// marked, and a crash then reclaims it: the duplicate may still be
-// writing (before, the publish cleared the marker, and a crash served
-// the prefix).
-func TestPublishWaitsForRelease(t *testing.T) {
+// releaseWaits is a passthrough core whose waits for a release
+// (releaseWait) are handed to the test, each as the channel that ends
+// it; its other timers never fire.
+func releaseWaits(t *testing.T) (*testCore, chan chan time.Time) {
 	waits := make(chan chan time.Time, 2)
 	tc := newTestCore(t, Config{Capacity: 64 * mib, Passthrough: true, PollInterval: time.Hour, Grace: time.Hour,
 		After: func(d time.Duration) <-chan time.Time {
@@ -408,6 +403,19 @@ func TestPublishWaitsForRelease(t *testing.T) {
 			waits <- fire
 			return fire
 		}})
+	return tc, waits
+}
+
+// Writing ends at the last release, a publish's too. A link after the
+// writer's close, before the kernel's RELEASE reaches kvfs, waits for
+// it a moment and returns with the object unmarked: a crash after the
+// publish keeps it. A link of an object whose writer still holds a
+// duplicate of its descriptor returns after releaseWait with the object
+// marked, and a crash then reclaims it: the duplicate may still be
+// writing (before, the publish cleared the marker, and a crash served
+// the prefix).
+func TestPublishWaitsForRelease(t *testing.T) {
+	tc, waits := releaseWaits(t)
 	closed := func(name string) *Handle {
 		h, err := tc.Create(blob.RootID, name, 0o644, nobody, true)
 		if err != nil {
@@ -471,16 +479,7 @@ func TestPublishWaitsForRelease(t *testing.T) {
 // through the daemon (see appending). One whose earlier writer holds a
 // duplicate of its descriptor opens once releaseWait passes.
 func TestAppendWaitsForRelease(t *testing.T) {
-	waits := make(chan chan time.Time, 1)
-	tc := newTestCore(t, Config{Capacity: 64 * mib, Passthrough: true, PollInterval: time.Hour, Grace: time.Hour,
-		After: func(d time.Duration) <-chan time.Time {
-			if d != releaseWait {
-				return make(chan time.Time)
-			}
-			fire := make(chan time.Time, 1)
-			waits <- fire
-			return fire
-		}})
+	tc, waits := releaseWaits(t)
 	h, err := tc.Create(blob.RootID, "obj", 0o644, nobody, true)
 	if err != nil {
 		t.Fatal(err)
