@@ -201,8 +201,8 @@ func (l *Ledger[K]) rekeep(e *entry[K]) {
 }
 
 // keep marks whether e's reservation past its size is kept unshown: set
-// by a close of its only writer's descriptor, cleared by a reservation
-// admitted after (another writer's open).
+// by a close of its only writer's descriptor, cleared by a writer's
+// open (pin), which has not closed.
 func (l *Ledger[K]) keep(e *entry[K], on bool) {
 	if e.w == 0 {
 		return

@@ -546,11 +546,11 @@ func (l *Ledger[K]) observe(id K, size int64) ([]Victim[K], error) {
 // expects, while admission still counts the room (kept). It evicts
 // others to fit, all or nothing; on error nothing changed, and the
 // caller may retry, or must remove the object: nothing over the
-// capacity is ever published. Once a settle has admitted the object past twice its
-// budget, later ones that free space cannot cover evict nothing while
-// eviction could make the room: the rest stays unadmitted for the last
-// writer's SettleLast. When even eviction could not make it now, they
-// fail as any settle does.
+// capacity is ever published. Once a settle has admitted the object
+// past twice its budget, later ones that free space cannot cover evict
+// nothing while eviction could make the room: the rest stays unadmitted
+// for the last writer's SettleLast. When even eviction could not make
+// it now, they fail as any settle does.
 func (l *Ledger[K]) Settle(id K, size int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
