@@ -33,6 +33,10 @@ type Handle struct {
 	// direct: the process that created the object stores under final
 	// names; its grace ends at h's release (see clients.go).
 	direct atomic.Bool
+	// closedAt: when a close (a FLUSH) of a descriptor of this writer
+	// last settled it, unix nanoseconds; 0: none since the poller
+	// showed what the close kept (see showKept).
+	closedAt atomic.Int64
 	// born: the attributes a created handle's file was made with, for
 	// its first Attr (nothing can have been written through it yet).
 	born atomic.Pointer[unix.Stat_t]
@@ -430,12 +434,17 @@ func (c *Core) settleShort(id blob.ID, f *os.File) {
 // answers ENOSPC, removing the object, when it cannot fit: nothing over
 // the capacity is ever published. The object stays marked and watched,
 // and keeps its reservation, which its release gives back (see
-// ledger.Settle).
+// ledger.Settle): unshown for the moment the release takes, shown again
+// by the poller once that passed (showKept).
 func (h *Handle) Flush() error {
 	if !h.write {
 		return nil
 	}
-	return h.c.settle(h, false)
+	err := h.c.settle(h, false)
+	if err == nil {
+		h.closedAt.Store(h.c.cfg.Now().UnixNano())
+	}
+	return err
 }
 
 // size is what a writer's stored file holds now.

@@ -283,12 +283,26 @@ func (c *Core) poll(all bool) (n int, grew bool) {
 	n = len(c.watched)
 	c.round++
 	c.writersMu.Unlock()
+	now := c.cfg.Now().UnixNano()
 	for _, h := range watched {
 		if c.observeWatched(h) {
 			grew = true
 		}
+		c.showKept(h, now)
 	}
 	return n, grew
+}
+
+// showKept shows again the reservation a close of writer h's descriptor
+// kept unshown, once the RELEASE that ends most writers just after their
+// close (releaseWait) has not come: a duplicate of the descriptor lives
+// on, and what it holds is an open writer's reservation (see
+// ledger.Show). So `du` right after a close says what the file holds,
+// and `df` says what room is left while a child holds a file.
+func (c *Core) showKept(h *Handle, now int64) {
+	if at := h.closedAt.Load(); at != 0 && time.Duration(now-at) >= releaseWait && h.closedAt.CompareAndSwap(at, 0) {
+		c.ledger.Show(h.id)
+	}
 }
 
 // statOpen reads a watched writer's stored file, if it is still open:

@@ -77,6 +77,13 @@ func TestWritingEndsAtRelease(t *testing.T) {
 	if st := tc.Stats(); st.UsedBytes != 3*mib || st.ReservedBytes != 0 || st.KeptBytes != 13*mib {
 		t.Fatalf("after the child's writes: %+v; want 3 MiB used, the rest of the 16 MiB reservation kept", st)
 	}
+	// No release came in the moment one takes: the child lives on, and
+	// its reservation is shown as an open writer's.
+	tc.clock.Skip(releaseWait)
+	tc.Poll()
+	if st := tc.Stats(); st.UsedBytes != 16*mib || st.ReservedBytes != 13*mib || st.KeptBytes != 0 {
+		t.Fatalf("a releaseWait after the close: %+v; want the 16 MiB reservation shown", st)
+	}
 	if err := h.Flush(); err != nil { // the child's close
 		t.Fatal(err)
 	}

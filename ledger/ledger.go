@@ -625,6 +625,22 @@ func (l *Ledger[K]) settleAdmit(id K, size int64, last bool) ([]Victim[K], error
 	return v, err
 }
 
+// Show ends the hiding of a reservation a close kept (see Settle): the
+// object's writer did not end within the moment a RELEASE takes after a
+// close, so a duplicate of its descriptor lives on (a Popen child, a
+// fork) and its reservation is an open writer's like any other, shown in
+// used, df and st_blocks. Without it, children that hold files and write
+// nothing had evicted a cache for their reservations while df showed it
+// empty (an outside tester: 12 `sleep`s holding files, 64 MiB kept,
+// every store refused after the wait limit).
+func (l *Ledger[K]) Show(id K) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.get(id); ok {
+		l.keep(e, false)
+	}
+}
+
 // Cut sets a refused writer's object back to size, what it held before
 // its writers (never more than it holds: a writer that truncated it
 // leaves nothing to go back to), and gives the reservation back when it

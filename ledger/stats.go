@@ -27,8 +27,9 @@ type Stats struct {
 	OvershootMaxBytes int64 `json:"overshoot_max_bytes"`
 	// KeptBytes is what writers reserved beyond what they have written
 	// and kept past a close of their descriptor, for a duplicate of it
-	// that may write on (a Popen child): admission counts it, and no
-	// other figure shows it (not used_bytes, df or st_blocks).
+	// that may write on (a Popen child), and do not show yet (see
+	// Settle, Show): admission counts it, no other figure shows it (not
+	// used_bytes, df or st_blocks).
 	KeptBytes int64 `json:"kept_bytes"`
 }
 

@@ -150,7 +150,7 @@ var Fields = []Field{
 	coreField("admission_failures", Counter, "enospc", "Writes, truncates, fallocates and closes refused with ENOSPC.", func(s *core.Stats) *int64 { return &s.AdmissionFailures }),
 	coreField("reconciliations", Counter, "", "Times the ledger followed an object changed behind kvfs's back.", func(s *core.Stats) *int64 { return &s.Reconciliations }),
 	coreField("reserved_bytes", Gauge, "", "Space admitted to open writers beyond what they have written.", func(s *core.Stats) *int64 { return &s.ReservedBytes }),
-	coreField("kept_bytes", Gauge, "", "Reservations of writers whose descriptor closed while a duplicate may write on (a Popen child's): admission counts them, no other figure shows them.", func(s *core.Stats) *int64 { return &s.KeptBytes }),
+	coreField("kept_bytes", Gauge, "", "Reservations not shown for the moment after a close of a copy of a writer's descriptor (until its release, or 100 ms): admission counts them.", func(s *core.Stats) *int64 { return &s.KeptBytes }),
 	coreField("unadmitted_bytes", Gauge, "", "Bytes passthrough writers wrote beyond what could be admitted (over the capacity until they close).", func(s *core.Stats) *int64 { return &s.UnadmittedBytes }),
 	coreField("overshoot_max_bytes", Gauge, "", "The most used bytes have been over the capacity in the last 10 to 20 s (0 in normal operation).", func(s *core.Stats) *int64 { return &s.OvershootMaxBytes }),
 	LookupHits,
