@@ -26,10 +26,21 @@ const (
 )
 
 // testClock is real time plus what a test skipped.
-type testClock struct{ skipped atomic.Int64 }
+// testClock is the wall clock plus what tests skipped, or, frozen, the
+// moment it froze plus that.
+type testClock struct{ skipped, frozen atomic.Int64 }
 
-func (c *testClock) Now() time.Time       { return time.Now().Add(time.Duration(c.skipped.Load())) }
+func (c *testClock) Now() time.Time {
+	if at := c.frozen.Load(); at != 0 {
+		return time.Unix(0, at+c.skipped.Load())
+	}
+	return time.Now().Add(time.Duration(c.skipped.Load()))
+}
+
 func (c *testClock) Skip(d time.Duration) { c.skipped.Add(int64(d)) }
+
+// Freeze stops the clock where it is: only Skip moves it then.
+func (c *testClock) Freeze() { c.frozen.Store(c.Now().UnixNano() - c.skipped.Load()) }
 
 // testCore is a Core over a fresh store, without FUSE.
 type testCore struct {
