@@ -263,6 +263,12 @@ func badInputSizes(t *testing.T, strict bool) {
 		}
 		werr := c.call(int(w.Fd()))
 		cerr := w.Close()
+		// Its reservation is kept until its RELEASE, which comes after
+		// the close: the next create before it would evict for it (f
+		// stays open).
+		if !waitFor(func() bool { return stats(t, d.mp).PinnedObjects == 1 }) {
+			t.Fatalf("%s: its writer never released %v", c.what, hangGuard)
+		}
 		switch {
 		case strict:
 			wantErrno(t, c.what, werr, unix.ENOSPC)
