@@ -27,7 +27,19 @@ import (
 // again. The streak is long enough that a publisher's threads, each
 // between its create and its link, never make one (64 stores under way
 // at once in one process). FUSE names a request's thread; its process
-// is read once from /proc.
+// and that process's parent are read once from /proc.
+//
+// A bash loop (`head -c N > key`: bash opens a redirect in the child it
+// forks; dash, in itself), or one of `cp` or `dd of=`, creates each
+// object from a process of its own, which never makes a streak: its full
+// cache turned over at capacity / grace all the same (1 MiB redirects
+// into 24 MiB: one store in 24 waited out the 2 s grace, 28 s for 300
+// stores where a large cache took 3). So the streak counts a parent's
+// children too: a process that has never published stores under final
+// names once its parent's children created directStreak objects since
+// one of them (or the parent) last linked or renamed. A loop that
+// publishes from another child (`cat > tmp; mv tmp key`) keeps its
+// grace: the `mv` ends the children's streak.
 
 // Client is a request's thread as FUSE names it (0: unknown).
 type Client uint32
@@ -43,13 +55,18 @@ const (
 // clients is what kvfs learnt of its clients' processes.
 type clients struct {
 	mu    sync.Mutex
-	procs map[Client]int32 // GUARDED_BY(mu): thread -> process
-	since map[int32]int    // GUARDED_BY(mu): process -> objects created since its last publish
+	procs map[Client]proc // GUARDED_BY(mu): thread -> its process
+	since map[int32]int   // GUARDED_BY(mu): process -> objects created since its last publish
+	kids  map[int32]int   // GUARDED_BY(mu): process -> objects its children created since one of them published
+	pub   map[int32]bool  // GUARDED_BY(mu): processes that linked or renamed
 }
 
-// process is the process (thread group) of thread t; 0 when /proc does
-// not say.
-func (cl *clients) process(t Client) int32 {
+// proc is a thread's process and that process's parent (0: unknown).
+type proc struct{ pid, parent int32 }
+
+// process is the process (thread group) of thread t and its parent;
+// zeros when /proc does not say.
+func (cl *clients) process(t Client) proc {
 	cl.mu.Lock()
 	p, ok := cl.procs[t]
 	cl.mu.Unlock()
@@ -57,46 +74,73 @@ func (cl *clients) process(t Client) int32 {
 		return p
 	}
 	b, _ := os.ReadFile("/proc/" + strconv.FormatUint(uint64(t), 10) + "/status")
-	if i := bytes.Index(b, []byte("\nTgid:")); i >= 0 {
-		line := b[i+len("\nTgid:"):]
-		if j := bytes.IndexByte(line, '\n'); j >= 0 {
-			line = line[:j]
-		}
-		n, _ := strconv.ParseInt(string(bytes.TrimSpace(line)), 10, 32)
-		p = int32(n)
-	}
+	p = proc{pid: statusField(b, "Tgid"), parent: statusField(b, "PPid")}
 	cl.mu.Lock()
 	if cl.procs == nil || len(cl.procs) >= maxClients {
-		cl.procs = map[Client]int32{}
+		cl.procs = map[Client]proc{}
 	}
 	cl.procs[t] = p
 	cl.mu.Unlock()
 	return p
 }
 
+// statusField is the number in the line "key:" of a /proc status file;
+// 0 when there is none.
+func statusField(status []byte, key string) int32 {
+	i := bytes.Index(status, []byte("\n"+key+":"))
+	if i < 0 {
+		return 0
+	}
+	line := status[i+len(key)+2:]
+	if j := bytes.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	n, _ := strconv.ParseInt(string(bytes.TrimSpace(line)), 10, 32)
+	return int32(n)
+}
+
 // created notes an object created by thread t, and says whether t's
 // process stores under final names.
 func (cl *clients) created(t Client) bool {
 	p := cl.process(t)
-	if p == 0 {
+	if p.pid == 0 {
 		return false
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if cl.since == nil || len(cl.since) >= maxClients {
-		cl.since = map[int32]int{}
+	cl.bound()
+	cl.since[p.pid]++
+	if cl.since[p.pid] > directStreak {
+		return true
 	}
-	n := cl.since[p] + 1
-	cl.since[p] = n
-	return n > directStreak
+	if p.parent == 0 {
+		return false
+	}
+	cl.kids[p.parent]++
+	return cl.kids[p.parent] > directStreak && !cl.pub[p.pid]
 }
 
 // published notes a link or rename by thread t.
 func (cl *clients) published(t Client) {
 	p := cl.process(t)
+	if p.pid == 0 {
+		return
+	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	delete(cl.since, p)
+	cl.bound()
+	delete(cl.since, p.pid)
+	delete(cl.kids, p.parent)
+	delete(cl.kids, p.pid)
+	cl.pub[p.pid] = true
+}
+
+// bound makes the counts, and starts them again once one of them holds
+// maxClients processes; mu held.
+func (cl *clients) bound() {
+	if cl.since == nil || len(cl.since) >= maxClients || len(cl.kids) >= maxClients || len(cl.pub) >= maxClients {
+		cl.since, cl.kids, cl.pub = map[int32]int{}, map[int32]int{}, map[int32]bool{}
+	}
 }
 
 // CreatedBy tells the core which client thread created h's object (see

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"os/exec"
 	"runtime"
 	"testing"
 	"time"
@@ -108,5 +109,40 @@ func TestClientsLearnByProcess(t *testing.T) {
 		if cl.created(Client(1 << 30)) { // no such thread
 			t.Fatal("a thread /proc does not know made a process direct")
 		}
+	}
+}
+
+// TestClientsLearnByParent: processes that each create one object (a
+// shell loop's redirects) make a streak of their parent's: once its
+// children created directStreak objects with no publish, its next child
+// stores under final names. A child that published stays a publisher,
+// and a publish by any child (a loop's `mv`) ends the streak.
+func TestClientsLearnByParent(t *testing.T) {
+	kids := make([]Client, directStreak+3)
+	for i := range kids {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		kids[i] = Client(cmd.Process.Pid)
+	}
+	var cl clients
+	publisher := kids[0]
+	cl.published(publisher)
+	for i, k := range kids[1 : directStreak+1] {
+		if cl.created(k) {
+			t.Fatalf("direct after %d children's creates", i+1)
+		}
+	}
+	if !cl.created(kids[directStreak+1]) {
+		t.Fatal("a child is not direct after its siblings' streak")
+	}
+	if cl.created(publisher) {
+		t.Fatal("a child that published is direct after its siblings' streak")
+	}
+	cl.published(kids[1])
+	if cl.created(kids[directStreak+2]) {
+		t.Fatal("direct after a sibling published")
 	}
 }
