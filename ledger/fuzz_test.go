@@ -24,7 +24,7 @@ type mObj struct {
 	size                 int64
 	res, over            int64
 	budget               int64 // the most res was while writers held it
-	settledPast          bool  // a settle admitted it past twice budget
+	settledPast          bool  // a settle admitted it past its limit
 	kept                 bool  // its only writer's close kept res, unshown
 	nlink, pins, writers int
 	lastClose, lastUse   int64
@@ -35,6 +35,10 @@ type mObj struct {
 // writer holds one.
 func (o *mObj) charge() int64   { return max(mCharge(o.size), o.res) }
 func (o *mObj) admitted() int64 { return o.charge() - o.over }
+
+// limit is what a writer's growth may evict for: twice its budget, at
+// least a quarter of the capacity.
+func (o *mObj) limit() int64 { return max(2*o.budget, fzCap/4) }
 
 // keptPart is the part of the charge no figure shows: the reservation
 // past its size that a close of its only writer kept.
@@ -577,7 +581,7 @@ func (r *fuzzRun) grow(id ID, o *mObj, end int64, b budgeting) {
 		return
 	}
 	charge := max(mCharge(end), o.res)
-	past := b != unbudgeted && o.writers > 0 && o.budget > 0 && charge > 2*o.budget
+	past := b != unbudgeted && o.writers > 0 && o.budget > 0 && charge > o.limit()
 	if past && b == pastBudgetOver {
 		// As Observe, unless it can never fit.
 		if mCharge(end) > int64(fzCap) {
@@ -666,7 +670,7 @@ func (r *fuzzRun) observed(o *mObj, v []Victim[ID], err error, size int64) {
 		return
 	}
 	grow := charge - o.charge()
-	pastBudget := o.budget > 0 && charge > 2*o.budget
+	pastBudget := o.budget > 0 && charge > o.limit()
 	want, werr := r.m.room(grow, o.admitted()+grow, o.id, pastBudget)
 	if errors.Is(werr, ErrBusy) {
 		r.errIs(err, ErrBusy)
@@ -709,7 +713,7 @@ func (r *fuzzRun) settle(id ID, o *mObj, size int64, last bool) {
 	if err == nil && !last && o.writers == 1 {
 		defer func() { o.kept = true }()
 	}
-	past := o.budget > 0 && max(mCharge(size), res) > 2*o.budget
+	past := o.budget > 0 && max(mCharge(size), res) > o.limit()
 	if past && o.settledPast && !last {
 		r.settledPast(o, v, err, size, res)
 		return

@@ -689,13 +689,19 @@ func (l *Ledger[K]) writer(id K) (*entry[K], error) {
 }
 
 // pastBudget says whether growth of a writer to charge goes past what it
-// may evict for: twice the most it was reserved (never reserved: no
+// may evict for: twice the most it was reserved, or a quarter of the
+// capacity (the largest reservation) if that is more (never reserved: no
 // bound). Not its reservation now: other writers may have taken that
 // back (reclaim), and a store that can never fit would then empty the
-// cache; mu held.
+// cache. The quarter: a store larger than the objects before it (an 8
+// MiB `cp` into a 32 MiB cache of 100 KB objects, reserved 100 KB) was
+// past its budget at 200 KB, and its bytes went unadmitted until its
+// close, 8 MiB over the capacity (an outside tester); one that can never
+// fit still evicts at most half the cache, as a writer reserved a
+// quarter always could; mu held.
 func (l *Ledger[K]) pastBudget(e *entry[K], charge int64) bool {
 	budget := l.wr(e).budget
-	return budget > 0 && charge > 2*budget
+	return budget > 0 && charge > max(2*budget, l.capacity/4)
 }
 
 // Reconcile sets an inode's size to what the store really holds, without
