@@ -94,19 +94,19 @@ func TestClientsLearnByProcess(t *testing.T) {
 		if i%2 == 1 {
 			who = them
 		}
-		if cl.created(who) {
+		if cl.created(who, 0, neverLeft) {
 			t.Fatalf("direct after %d creates", i+1)
 		}
 	}
-	if !cl.created(them) {
+	if !cl.created(them, 0, neverLeft) {
 		t.Fatal("not direct after the streak")
 	}
 	cl.published(me)
-	if cl.created(them) {
+	if cl.created(them, 0, neverLeft) {
 		t.Fatal("direct after another thread of the process published")
 	}
 	for range 2 * directStreak {
-		if cl.created(Client(1 << 30)) { // no such thread
+		if cl.created(Client(1<<30), 0, neverLeft) { // no such thread
 			t.Fatal("a thread /proc does not know made a process direct")
 		}
 	}
@@ -131,18 +131,92 @@ func TestClientsLearnByParent(t *testing.T) {
 	publisher := kids[0]
 	cl.published(publisher)
 	for i, k := range kids[1 : directStreak+1] {
-		if cl.created(k) {
+		if cl.created(k, 0, neverLeft) {
 			t.Fatalf("direct after %d children's creates", i+1)
 		}
 	}
-	if !cl.created(kids[directStreak+1]) {
+	if !cl.created(kids[directStreak+1], 0, neverLeft) {
 		t.Fatal("a child is not direct after its siblings' streak")
 	}
-	if cl.created(publisher) {
+	if cl.created(publisher, 0, neverLeft) {
 		t.Fatal("a child that published is direct after its siblings' streak")
 	}
 	cl.published(kids[1])
-	if cl.created(kids[directStreak+2]) {
+	if cl.created(kids[directStreak+2], 0, neverLeft) {
 		t.Fatal("direct after a sibling published")
+	}
+}
+
+// neverLeft is an unpublished check that finds every object published:
+// the streaks alone decide.
+func neverLeft(blob.ID) bool { return false }
+
+// TestClientsLearnFromWhatIsLeft: a thread that creates while the last
+// object it created is left unpublished, leftStreak times in a process
+// that never published, stores under final names; so do the children of
+// a parent that leave their objects so, in turn. A publish ends both,
+// and a process that published is never taken for one this way.
+func TestClientsLearnFromWhatIsLeft(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	me := Client(unix.Gettid())
+	left := map[blob.ID]bool{}
+	unpublished := func(id blob.ID) bool { return left[id] }
+	var cl clients
+	next := blob.ID(100)
+	create := func(who Client, leave bool) bool {
+		next++
+		left[next] = leave
+		return cl.created(who, next, unpublished)
+	}
+	// A publisher: each object published before the next create.
+	for i := range 2 * leftStreak {
+		if create(me, false) {
+			t.Fatalf("a publisher direct after %d creates", i+1)
+		}
+	}
+	// Objects left: the first create finds a published one.
+	for i := range leftStreak {
+		if create(me, true) {
+			t.Fatalf("direct after %d objects left", i)
+		}
+	}
+	if !create(me, true) {
+		t.Fatalf("not direct after %d objects left", leftStreak)
+	}
+	cl.published(me)
+	for i := range leftStreak + 2 {
+		if create(me, true) {
+			t.Fatalf("a process that published is direct after %d objects left", i)
+		}
+	}
+
+	// Children, each creating one object and leaving it.
+	var kids []Client
+	for range leftStreak + 2 {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		kids = append(kids, Client(cmd.Process.Pid))
+	}
+	var kl clients
+	create = func(who Client, leave bool) bool {
+		next++
+		left[next] = leave
+		return kl.created(who, next, unpublished)
+	}
+	for i, k := range kids[:leftStreak] {
+		if create(k, true) {
+			t.Fatalf("child %d direct", i)
+		}
+	}
+	if !create(kids[leftStreak], true) {
+		t.Fatalf("a child not direct after its siblings left %d objects", leftStreak)
+	}
+	kl.published(kids[0])
+	if create(kids[leftStreak+1], true) {
+		t.Fatal("a child direct after a sibling published")
 	}
 }

@@ -1045,3 +1045,15 @@ func (l *Ledger[K]) Changes(extra []K) []Change[K] {
 	clear(l.noted)
 	return out
 }
+
+// Unpublished says whether an object is there, held by no writer, and
+// was closed by one without a publish step since (its grace running or
+// run out): what a thread left behind when it creates its next object.
+// (An object whose last close came just before, its RELEASE still to
+// come, does not count: the evidence errs on the side of the grace.)
+func (l *Ledger[K]) Unpublished(id K) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.get(id)
+	return ok && e.w == 0 && e.lastClose > 0
+}

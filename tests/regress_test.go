@@ -312,6 +312,12 @@ func TestRewriteGrowsWithinCapacity(t *testing.T) {
 		t.Helper()
 		putFile(t, filepath.Join(d.mp, name), objectBytes(name, size))
 	}
+	// A rename makes this process a publisher, whose objects keep their
+	// grace however it stores the next ones (core/clients.go).
+	put("tmp", 1)
+	if err := os.Rename(filepath.Join(d.mp, "tmp"), filepath.Join(d.mp, "published")); err != nil {
+		t.Fatal(err)
+	}
 	put("big", 4*MiB) // the usual object: reservations are 4 MiB from now on
 	put("w", MiB)
 	for i := range 3 {
