@@ -73,18 +73,24 @@ const (
 // clients is what kvfs learnt of its clients' processes.
 type clients struct {
 	mu    sync.Mutex
-	procs map[Client]proc // GUARDED_BY(mu): thread -> its process
-	since map[int32]int   // GUARDED_BY(mu): process -> objects created since its last publish
-	kids  map[int32]int   // GUARDED_BY(mu): process -> objects its children created since one of them published
-	pub   map[int32]bool  // GUARDED_BY(mu): processes that linked or renamed
-	// What creates found left unpublished (see leftStreak).
-	last    map[Client]blob.ID // GUARDED_BY(mu): thread -> the object it created last
-	lastKid map[int32]kidObj   // GUARDED_BY(mu): process -> the object its children created last
-	left    map[int32]int      // GUARDED_BY(mu): process -> creates that found its thread's last object left
-	kidLeft map[int32]int      // GUARDED_BY(mu): process -> creates that found its other child's object left
+	procs map[Client]proc     // GUARDED_BY(mu): thread -> its process
+	last  map[Client]blob.ID  // GUARDED_BY(mu): thread -> the object it created last
+	learn map[int32]*learning // GUARDED_BY(mu): process -> what its creates, and its children's, showed
 }
 
-// kidObj is an object a child process created.
+// learning is what one process's creates, and its children's, showed.
+type learning struct {
+	since int // objects it created since its last publish
+	left  int // of those, creates that found its thread's last object left (see leftStreak)
+	kids  int // objects its children created since one of them published
+	// kidsLeft: of those, creates that found another child's last
+	// object left.
+	kidsLeft  int
+	lastKid   kidObj // the object one of its children created last
+	published bool   // it linked or renamed
+}
+
+// kidObj is an object a child process created (pid 0: none).
 type kidObj struct {
 	id  blob.ID
 	pid int32
@@ -140,37 +146,42 @@ func (cl *clients) created(t Client, id blob.ID, unpublished func(blob.ID) bool)
 	cl.mu.Lock()
 	cl.bound()
 	mine, ok := cl.last[t]
-	kid, kidOK := cl.lastKid[p.parent]
 	cl.last[t] = id
+	fresh, kidsFresh := !cl.of(p.pid).published, true
+	var kid kidObj
 	if p.parent != 0 {
-		cl.lastKid[p.parent] = kidObj{id: id, pid: p.pid}
+		parent := cl.of(p.parent)
+		kid, kidsFresh = parent.lastKid, !parent.published
+		parent.lastKid = kidObj{id: id, pid: p.pid}
 	}
-	fresh, kidsFresh := !cl.pub[p.pid], !cl.pub[p.parent]
 	cl.mu.Unlock()
 	mineLeft := fresh && ok && unpublished(mine)
-	kidLeft := fresh && kidsFresh && kidOK && kid.pid != p.pid && unpublished(kid.id)
+	kidLeft := fresh && kidsFresh && kid.pid != 0 && kid.pid != p.pid && unpublished(kid.id)
 
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.bound()
+	me := cl.of(p.pid)
 	if mineLeft {
-		cl.left[p.pid]++
+		me.left++
 	}
-	cl.since[p.pid]++
-	if cl.since[p.pid] > directStreak || cl.left[p.pid] >= leftStreak {
+	me.since++
+	if me.since > directStreak || me.left >= leftStreak {
 		return true
 	}
 	if p.parent == 0 {
 		return false
 	}
+	parent := cl.of(p.parent)
 	if kidLeft {
-		cl.kidLeft[p.parent]++
+		parent.kidsLeft++
 	}
-	cl.kids[p.parent]++
-	return (cl.kids[p.parent] > directStreak || cl.kidLeft[p.parent] >= leftStreak) && !cl.pub[p.pid]
+	parent.kids++
+	return (parent.kids > directStreak || parent.kidsLeft >= leftStreak) && !me.published
 }
 
-// published notes a link or rename by thread t.
+// published notes a link or rename by thread t: its process, and its
+// parent's children, start their streaks again.
 func (cl *clients) published(t Client) {
 	p := cl.process(t)
 	if p.pid == 0 {
@@ -179,23 +190,29 @@ func (cl *clients) published(t Client) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.bound()
-	delete(cl.since, p.pid)
-	delete(cl.kids, p.parent)
-	delete(cl.kids, p.pid)
-	delete(cl.left, p.pid)
-	delete(cl.kidLeft, p.parent)
-	delete(cl.kidLeft, p.pid)
-	cl.pub[p.pid] = true
+	me := cl.of(p.pid)
+	me.since, me.left, me.kids, me.kidsLeft, me.published = 0, 0, 0, 0, true
+	if p.parent != 0 {
+		parent := cl.of(p.parent)
+		parent.kids, parent.kidsLeft = 0, 0
+	}
 }
 
-// bound makes the counts, and starts them again once one of them holds
-// maxClients processes; mu held.
+// of is what was learnt of process pid, made if need be; mu held.
+func (cl *clients) of(pid int32) *learning {
+	l := cl.learn[pid]
+	if l == nil {
+		l = &learning{}
+		cl.learn[pid] = l
+	}
+	return l
+}
+
+// bound makes the tables, and starts them again once one of them holds
+// maxClients threads or processes; mu held.
 func (cl *clients) bound() {
-	if cl.since == nil || len(cl.since) >= maxClients || len(cl.kids) >= maxClients || len(cl.pub) >= maxClients ||
-		len(cl.last) >= maxClients || len(cl.lastKid) >= maxClients {
-		cl.since, cl.kids, cl.pub = map[int32]int{}, map[int32]int{}, map[int32]bool{}
-		cl.last, cl.lastKid = map[Client]blob.ID{}, map[int32]kidObj{}
-		cl.left, cl.kidLeft = map[int32]int{}, map[int32]int{}
+	if cl.learn == nil || len(cl.learn) >= maxClients || len(cl.last) >= maxClients {
+		cl.last, cl.learn = map[Client]blob.ID{}, map[int32]*learning{}
 	}
 }
 

@@ -118,15 +118,7 @@ func TestClientsLearnByProcess(t *testing.T) {
 // stores under final names. A child that published stays a publisher,
 // and a publish by any child (a loop's `mv`) ends the streak.
 func TestClientsLearnByParent(t *testing.T) {
-	kids := make([]Client, directStreak+3)
-	for i := range kids {
-		cmd := exec.Command("sleep", "60")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		kids[i] = Client(cmd.Process.Pid)
-	}
+	kids := children(t, directStreak+3)
 	var cl clients
 	publisher := kids[0]
 	cl.published(publisher)
@@ -145,6 +137,21 @@ func TestClientsLearnByParent(t *testing.T) {
 	if cl.created(kids[directStreak+2], 0, neverLeft) {
 		t.Fatal("direct after a sibling published")
 	}
+}
+
+// children starts n processes of the test's that live through it, and
+// names their (only) threads.
+func children(t *testing.T, n int) []Client {
+	kids := make([]Client, n)
+	for i := range kids {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		kids[i] = Client(cmd.Process.Pid)
+	}
+	return kids
 }
 
 // neverLeft is an unpublished check that finds every object published:
@@ -192,15 +199,7 @@ func TestClientsLearnFromWhatIsLeft(t *testing.T) {
 	}
 
 	// Children, each creating one object and leaving it.
-	var kids []Client
-	for range leftStreak + 2 {
-		cmd := exec.Command("sleep", "60")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		kids = append(kids, Client(cmd.Process.Pid))
-	}
+	kids := children(t, leftStreak+2)
 	var kl clients
 	create = func(who Client, leave bool) bool {
 		next++
