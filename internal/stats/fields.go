@@ -152,7 +152,7 @@ var Fields = []Field{
 	coreField("reserved_bytes", Gauge, "", "Space admitted to open writers beyond what they have written.", func(s *core.Stats) *int64 { return &s.ReservedBytes }),
 	coreField("kept_bytes", Gauge, "", "Reservations not shown for the moment after a close of a copy of a writer's descriptor (until its release, or 100 ms): admission counts them.", func(s *core.Stats) *int64 { return &s.KeptBytes }),
 	coreField("unadmitted_bytes", Gauge, "", "Bytes passthrough writers wrote beyond what could be admitted (over the capacity until they close).", func(s *core.Stats) *int64 { return &s.UnadmittedBytes }),
-	coreField("overshoot_max_bytes", Gauge, "", "The most used bytes have been over the capacity in the last 10 to 20 s (0 in normal operation).", func(s *core.Stats) *int64 { return &s.OvershootMaxBytes }),
+	coreField("overshoot_max_bytes", Gauge, "", "The most used bytes have been over the capacity in the last 10 to 20 s (0 in normal operation; a passthrough writer past its budget, twice its reservation or a quarter of the capacity, is over until its close).", func(s *core.Stats) *int64 { return &s.OvershootMaxBytes }),
 	LookupHits,
 	LookupMisses,
 	coreField("stores", Counter, "stores", "Writers that stored: each handle opened for writing and admitted, counted once at its release.", func(s *core.Stats) *int64 { return &s.Stores }),
