@@ -72,6 +72,9 @@ func readOut(t *testing.T, kernel int) (OutHeader, []byte) {
 	unix.SetsockoptTimeval(kernel, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 10})
 	buf := make([]byte, 4096)
 	n, err := unix.Read(kernel, buf)
+	for err == unix.EINTR { // a read with a timeout is not restarted after the runtime's preemption signal
+		n, err = unix.Read(kernel, buf)
+	}
 	if err != nil || n < int(sizeOfOutHeader) {
 		t.Fatalf("reading the reply: %d bytes, %v", n, err)
 	}
