@@ -234,3 +234,22 @@ func writeDurablyIn(d *os.File, name string, mode os.FileMode, fill func(io.Writ
 	renamed = true
 	return d.Sync()
 }
+
+// checkOwner refuses a store directory that anyone but its mounter and
+// root may change: whoever can rename its data/ can swap every object
+// under the mount (an outside tester made the default store,
+// MOUNTPOINT.kvfs-store, in a world-writable directory before root
+// mounted, then served root's clients objects of their own).
+func checkOwner(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return &os.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	if me := uint32(os.Geteuid()); st.Uid != me && st.Uid != 0 {
+		return notStoref("%s is owned by uid %d, not by the mounter (uid %d) or root: its owner could swap the objects under the mount; pick another --store, or chown %d %s", dir, st.Uid, me, me, dir)
+	}
+	if st.Mode&0o022 != 0 {
+		return notStoref("%s may be written by group or others (mode %04o): they could swap the objects under the mount; chmod go-w %s", dir, st.Mode&0o7777, dir)
+	}
+	return nil
+}

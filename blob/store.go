@@ -146,6 +146,9 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, err
 	}
+	if err := checkOwner(abs); err != nil {
+		return nil, err
+	}
 	lock, err := lockStore(abs)
 	if err != nil {
 		return nil, err

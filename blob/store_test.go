@@ -701,3 +701,53 @@ func shardPaths() []string {
 	}
 	return ps
 }
+
+// A store directory anyone but its mounter or root may change is
+// refused, before anything is written in it: its data/ could be swapped
+// under the mount.
+func TestOpenRefusesStoreOthersMayChange(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the store must belong to another user")
+	}
+	for _, c := range []struct {
+		name string
+		mode os.FileMode
+		uid  int
+	}{
+		{"another user's", 0o755, 65534},
+		{"another user's, symlinked", 0o755, 65534},
+		{"world-writable", 0o777, 0},
+		{"group-writable", 0o775, 0},
+		{"sticky world-writable", 0o1777, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			must(t, "mkdir", os.Mkdir(dir, 0o755))
+			must(t, "chmod", os.Chmod(dir, c.mode))
+			must(t, "chown", os.Chown(dir, c.uid, c.uid))
+			path := dir
+			if strings.Contains(c.name, "symlinked") {
+				path = dir + ".link"
+				must(t, "symlink", os.Symlink(dir, path))
+			}
+			s, err := Open(path)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open took a store directory of uid %d, mode %v", c.uid, c.mode)
+			}
+			if !errors.Is(err, ErrNotStore) || !strings.Contains(err.Error(), dir) {
+				t.Errorf("Open: %v; want ErrNotStore naming %s", err, dir)
+			}
+			if names, _ := os.ReadDir(dir); len(names) != 0 {
+				t.Errorf("the refused store holds %d names, want none written", len(names))
+			}
+		})
+	}
+	// Root's own, and root's symlinked, are taken.
+	dir := filepath.Join(t.TempDir(), "store")
+	must(t, "mkdir", os.Mkdir(dir, 0o700))
+	must(t, "symlink", os.Symlink(dir, dir+".link"))
+	s, err := Open(dir + ".link")
+	must(t, "Open of the mounter's store through a symlink", err)
+	s.Close()
+}

@@ -13,7 +13,8 @@ import (
 // and, for st_blocks, exactly the ledger's charge (directories cost 0).
 // Modes are the store's, all of them: nothing adds permission bits to a
 // mode that has none (chmod 000), which the kernel then enforces for
-// other users.
+// other users. But a file shows no set-ID bits (fileMode), even where
+// its owner set them on the stored copy directly.
 func fillAttr(out *fuse.Attr, id core.ID, a core.Attr) {
 	st := &a.Stat_t
 	out.Ino = uint64(id)
@@ -26,6 +27,7 @@ func fillAttr(out *fuse.Attr, id core.ID, a core.Attr) {
 	out.Nlink = uint32(st.Nlink)
 	if st.Mode&unix.S_IFMT == unix.S_IFREG {
 		out.Nlink = uint32(a.Links)
+		out.Mode = unix.S_IFREG | fileMode(st.Mode)
 	}
 	out.Uid, out.Gid = st.Uid, st.Gid
 	out.Blksize = core.BlockSize

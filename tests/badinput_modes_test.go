@@ -80,3 +80,30 @@ func TestBadInputModes(t *testing.T) {
 	assertQuietEqual(t, d)
 	d.stop()
 }
+
+// TestSetIDBitsNeverShown: a file's owner may chmod its stored copy
+// directly (docs/bad-input.md), set-ID bits included; the mount still
+// shows none, so a write by another user has none to clear, as the
+// mount's HANDLE_KILLPRIV_V2 promises (an outside tester: 06777 kept
+// through writes and truncates by others, where ext4 clears them).
+func TestSetIDBitsNeverShown(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--cache-timeout", "0s")
+	p := filepath.Join(d.mp, "f")
+	putFile(t, p, objectBytes("f", 4096))
+	waitReleased(t, d.mp) // its writer's attributes are no longer the ones shown
+	if err := unix.Chmod(filepath.Join(d.store, "data", "f"), 06777); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil || st.Mode&07777 != 0o777 {
+		t.Errorf("a stored copy of mode 06777 shows %#o through the mount (%v), want 0777", st.Mode&07777, err)
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Mode&07777 != 0o777 {
+		t.Errorf("fstat of an open file of stored mode 06777: %#o (%v), want 0777", st.Mode&07777, err)
+	}
+}
