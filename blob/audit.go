@@ -63,7 +63,6 @@ const walkBatch = 4096
 // beneath data/ without following symlinks. It gives up with
 // ErrAuditStopped as soon as stop closes.
 func (s *Store) WalkDirs(stop <-chan struct{}, batch func(rel string, names []WalkedName), done func(rel string)) error {
-	s.dirfds.forget("") // a directory may have moved behind kvfs's back
 	todo := []string{"."}
 	for len(todo) > 0 {
 		rel := todo[len(todo)-1]

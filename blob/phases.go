@@ -279,9 +279,6 @@ func (s *Store) MkdirAt(rel string, mode uint32, who Owner) error {
 		if err := unix.Mkdirat(dirfd, name, mode); err != nil {
 			return err
 		}
-		// One kept for a directory of this path removed behind kvfs's
-		// back is dead.
-		s.dirfds.forgetOne(rel, nil)
 		if who.UID >= 0 {
 			// A set-group-ID parent gave the new directory its group
 			// and its bit already (mkdir(2)); the chown keeps both.
@@ -331,7 +328,6 @@ func (s *Store) RmdirAt(rel string) error {
 	if err := s.unlinkAt(rel, unix.AT_REMOVEDIR); err != nil {
 		return &os.PathError{Op: "rmdir", Path: rel, Err: err}
 	}
-	s.dirfds.forget(rel)
 	return nil
 }
 

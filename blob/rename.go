@@ -68,12 +68,6 @@ func (s *Store) RenameAt(p RenamePlan) error {
 	err := s.at2(p.Old, p.New, func(da int, na string, db int, nb string) error {
 		return unix.Renameat2(da, na, db, nb, uint(p.Flags))
 	})
-	if p.SrcDir || p.Flags&unix.RENAME_EXCHANGE != 0 {
-		// The directories moved; changes of names in them wait for
-		// this one (the owner's lock on the tree), readers may not.
-		s.dirfds.forget(p.Old)
-		s.dirfds.forget(p.New)
-	}
 	if err != nil {
 		if underlying(err) == unix.ENOSPC {
 			return s.nameErr("rename", p.New, err)

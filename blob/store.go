@@ -82,8 +82,6 @@ type Store struct {
 	writing *os.File
 	// shards are writing/'s subdirectories (see writing.go).
 	shards [writingShards]*os.File
-	// dirfds: data/'s directories kept open for the changes in them.
-	dirfds dirFds
 	nextID atomic.Uint64
 	// changes counts the calls that may have changed data/ or writing/,
 	// so the checkpointer knows when its last checkpoint is behind.
@@ -343,7 +341,6 @@ func (s *Store) Confine() error {
 
 // Close releases the store and its lock.
 func (s *Store) Close() error {
-	s.dirfds.close()
 	for _, f := range append([]*os.File{s.uses.f, s.root, s.data, s.writing, s.lock}, s.shards[:]...) {
 		if f != nil {
 			f.Close()
@@ -412,33 +409,12 @@ func (s *Store) at(rel string, op func(dirfd int, name string) error) error {
 	if dir == "" {
 		return op(int(s.data.Fd()), name)
 	}
-	dir = strings.TrimSuffix(dir, "/")
-	d, gen := s.dirfds.get(dir)
-	if d != nil {
-		err := op(d.fd, name)
-		s.dirfds.put(d)
-		if underlying(err) != unix.ENOENT || !deadDir(d.fd) {
-			return err
-		}
-		s.dirfds.forgetOne(dir, d) // removed behind kvfs's back
-	}
-	fd, err := s.openBeneathFd(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	d, err := s.openBeneathFd(strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
-	if d = s.dirfds.keep(dir, fd, gen); d == nil {
-		defer unix.Close(fd)
-		return op(fd, name)
-	}
-	defer s.dirfds.put(d)
-	return op(d.fd, name)
-}
-
-// deadDir says whether the open directory fd was removed: every change
-// in it answers ENOENT.
-func deadDir(fd int) bool {
-	var st unix.Stat_t
-	return unix.Fstat(fd, &st) == nil && st.Nlink == 0
+	defer unix.Close(d)
+	return op(d, name)
 }
 
 // at2 is at for operations on two names; two in one directory resolve

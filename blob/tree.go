@@ -90,7 +90,6 @@ func (s *Store) resetIndex(hint int) {
 	s.dirs = map[ID]*dir{RootID: {id: RootID, kids: newKids(0)}}
 	s.files = make(map[ID]*file, hint)
 	s.dirsChanged()
-	s.dirfds.forget("")
 }
 
 // Lookup resolves a name in a directory.

@@ -56,8 +56,6 @@
 //	                      (clients.go); a leaf
 //	blob crowd.mu         the store's directories found full (blob,
 //	                      crowded.go); a leaf, its report made after
-//	blob dirFds.mu        the store's directories kept open (blob,
-//	                      dirfds.go); a leaf, descriptors closed after
 //
 // The race tests check this order (lockorder, -tags lockcheck).
 //
