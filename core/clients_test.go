@@ -219,3 +219,65 @@ func TestClientsLearnFromWhatIsLeft(t *testing.T) {
 		t.Fatal("a child direct after a sibling published")
 	}
 }
+
+// TestReservationByProcess: a writer is reserved the largest of its own
+// process's last objects, not of everyone's: a process storing small
+// objects fast neither shrinks another's reservations nor has its own
+// sized by another's large objects. A process with none yet goes by its
+// parent's children, and one with no history at all by everyone's.
+func TestReservationByProcess(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	me := Client(unix.Gettid())
+	kids := children(t, 2)
+	small, sibling := kids[0], kids[1]
+	tc := newTestCore(t, Config{Capacity: 64 * mib, WaitLimit: time.Second})
+	put := func(by Client, name string, size int) {
+		t.Helper()
+		h, _, err := tc.CreateOrOpenBy(by, blob.RootID, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		if _, err := h.Write(make([]byte, size), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		h.Release()
+	}
+	reserved := func(by Client) int64 {
+		t.Helper()
+		h, _, err := tc.CreateOrOpenBy(by, blob.RootID, "probe", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := tc.Stats().ReservedBytes
+		h.Release()
+		if err := tc.Unlink(blob.RootID, "probe"); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	put(me, "large", 8*mib)
+	for i := range 64 {
+		put(small, fmt.Sprintf("s%d", i), 4096)
+	}
+	if r := tc.Reservation(); r != 4096 {
+		t.Fatalf("everyone's reservation %d after 64 small stores, want 4096", r)
+	}
+	if r := reserved(me); r != 8*mib {
+		t.Errorf("a writer of the process that stored 8 MiB is reserved %d, want 8 MiB", r)
+	}
+	if r := reserved(small); r != 4096 {
+		t.Errorf("a writer of the process storing 4 KiB is reserved %d, want 4096", r)
+	}
+	// sibling stored nothing: its parent's children (the small process)
+	// size it; a client with no process known, everyone's last 64.
+	if r := reserved(sibling); r != 4096 {
+		t.Errorf("a writer of a process with no stores whose sibling stored 4 KiB is reserved %d, want 4096", r)
+	}
+	if r := reserved(0); r != 4096 {
+		t.Errorf("a writer of no known client is reserved %d, want 4096", r)
+	}
+}

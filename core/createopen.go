@@ -43,9 +43,15 @@ var testHookTaken func()
 // exists never answers ENOENT; past createRaces such tries it answers
 // ErrStale, which has the kernel look the name up again.
 func (c *Core) CreateOrOpen(parent ID, name string, flags int, mode uint32, who Owner) (*Handle, How, error) {
+	return c.CreateOrOpenBy(0, parent, name, flags, mode, who)
+}
+
+// CreateOrOpenBy is CreateOrOpen by client thread t (0: not known),
+// whose process's last objects size a new object's reservation.
+func (c *Core) CreateOrOpenBy(t Client, parent ID, name string, flags int, mode uint32, who Owner) (*Handle, How, error) {
 	write := flags&unix.O_ACCMODE != unix.O_RDONLY
 	for try := 0; ; try++ {
-		h, err := c.Create(parent, name, mode, who, write)
+		h, err := c.create(t, parent, name, mode, who, write)
 		if !errors.Is(err, ErrExists) || flags&unix.O_EXCL != 0 {
 			return h, Created, err
 		}

@@ -33,6 +33,8 @@ type Handle struct {
 	// direct: the process that created the object stores under final
 	// names; its grace ends at h's release (see clients.go).
 	direct atomic.Bool
+	// by: the process that created the object (nil: not known).
+	by *proc
 	// closedAt: when a close (a FLUSH) of a descriptor of this writer
 	// last settled it, unix nanoseconds; 0: none since the poller
 	// showed what the close kept (see showKept).
@@ -67,6 +69,12 @@ func (h *Handle) Unreserved() bool { return h.unreserved }
 // is admitted its reservation before the name exists, so an object that
 // cannot be admitted never appears.
 func (c *Core) Create(parent blob.ID, name string, mode uint32, who blob.Owner, write bool) (*Handle, error) {
+	return c.create(0, parent, name, mode, who, write)
+}
+
+// create is Create by client thread t (0: not known), whose process's
+// last objects size the reservation (reservationFor).
+func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who blob.Owner, write bool) (*Handle, error) {
 	if c.taken(parent, name) {
 		return nil, ErrExists
 	}
@@ -74,7 +82,9 @@ func (c *Core) Create(parent blob.ID, name string, mode uint32, who blob.Owner, 
 	c.ledger.Create(id, write)
 	h := &Handle{c: c, id: id, write: write}
 	if write {
-		got, err := c.reserve(id, c.Reservation())
+		var n int64
+		n, h.by = c.reservationFor(t)
+		got, err := c.reserve(id, n)
 		if err != nil {
 			c.abandon(id, write)
 			return nil, err
@@ -297,6 +307,7 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 			// size reached alone took a try for each doubling (an
 			// outside tester: 3 tries for 8 MiB, 4 for 16).
 			c.published(2 * end)
+			c.storedBy(h, 2*end)
 		}
 	}
 	if err == nil {
@@ -500,6 +511,7 @@ func (c *Core) settle(h *Handle, last bool) error {
 			// reserved a quarter of the capacity, evicting half the
 			// cache (an outside tester).
 			c.published(size)
+			c.storedBy(h, size)
 		}
 	case errors.Is(err, ErrNoSpace):
 		h.refused.Store(true)

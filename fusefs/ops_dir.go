@@ -55,7 +55,7 @@ func (f *FS) create(parent uint64, name string, flags, mode uint32, c *fuse.Call
 	if t := mode & syscall.S_IFMT; t != 0 && t != syscall.S_IFREG {
 		return nil, 0, errNotStored
 	}
-	return f.core.CreateOrOpen(core.ID(parent), name, int(flags), fileMode(mode), f.owner(c))
+	return f.core.CreateOrOpenBy(core.Client(c.Pid), core.ID(parent), name, int(flags), fileMode(mode), f.owner(c))
 }
 
 // Mknod makes empty regular files, as POSIX allows; kvfs stores nothing
