@@ -35,7 +35,8 @@ type Options struct {
 	// zero answers ENOSPC at once.
 	WaitLimit time.Duration
 	// WriteReserve is the least reservation a writer is admitted when it
-	// opens (the largest recently published object raises it).
+	// opens (the largest object its process published lately raises
+	// it).
 	WriteReserve int64
 	// StrictCapacity: every written byte passes through the daemon and
 	// the ledger first, so used never exceeds the capacity even for a

@@ -30,7 +30,7 @@ func newMountFlags() *mountFlags {
 	fs.Var(sizeFlag{&o.Capacity}, "capacity", "capacity, like 64GiB (default: 90% of the store disk's free space plus what the store already holds)")
 	fs.DurationVar(&o.Grace, "grace", mount.DefaultGrace, "how long a just-closed object is safe from eviction")
 	fs.DurationVar(&o.WaitLimit, "wait-limit", mount.DefaultWaitLimit, "how long a write waits for space before ENOSPC (0: not at all)")
-	fs.Var(sizeFlag{&o.WriteReserve}, "write-reserve", "the least space a writer is admitted when it opens, like 64MiB (default 0: the largest recently stored object)")
+	fs.Var(sizeFlag{&o.WriteReserve}, "write-reserve", "the least space a writer is admitted when it opens, like 64MiB (default 0: the largest object the writer's process stored lately)")
 	fs.BoolVar(&o.StrictCapacity, "strict-capacity", false, "pass every written byte through the daemon, so used never exceeds the capacity even for a moment (slower)")
 	fs.DurationVar(&o.CacheTimeout, "cache-timeout", mount.DefaultCacheTimeout, "kernel name and attribute cache timeout")
 	fs.DurationVar(&o.AuditInterval, "audit-interval", mount.DefaultAuditInterval, "how often to walk the store for changes made behind kvfs's back (0: never); a walk that took long waits 20 times its duration")
