@@ -91,7 +91,7 @@ type learning struct {
 	published bool   // it linked or renamed
 	// sizes: of the objects it stored last, and kidSizes its
 	// children's; its next writer is reserved for the largest (see
-	// Handle.CreatedBy).
+	// Core.reservationFor).
 	sizes, kidSizes lastSizes
 }
 
@@ -223,7 +223,7 @@ func (cl *clients) published(t Client) {
 }
 
 // stored notes an object of size stored by process p (see
-// Handle.CreatedBy).
+// Core.reservationFor).
 func (cl *clients) stored(p proc, size int64) {
 	if p.pid == 0 {
 		return
