@@ -375,6 +375,12 @@ func putWithoutRead(t *testing.T, d *daemon, bin, src string, want []byte) {
 	if got, err := os.ReadFile(wo); err != nil || string(got) != "old bytes" {
 		t.Fatalf("the refused put left the object holding %q (%v); want it untouched", got, err)
 	}
+	// One they may not write either: cp(1) is no way round (an outside
+	// tester: the message offered it for a 0600 object of another user).
+	os.Chmod(wo, 0o600)
+	if r := runAs(t, nobody, nil, bin, "put", "--direct", src, wo); r.code != 1 || !strings.Contains(r.stderr, "nor may you write it through the mount") {
+		t.Fatalf("kvfs put --direct over an object uid %d may neither read nor write: exit %d, %q; want exit 1 saying cp cannot either", nobody, r.code, r.stderr)
+	}
 	exe := filepath.Join(filepath.Dir(src), "src-exe")
 	if err := os.WriteFile(exe, want, 0o755); err != nil {
 		t.Fatal(err)

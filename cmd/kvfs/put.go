@@ -187,8 +187,14 @@ func openDestination(dst string) (f *gpudirect.File, tmp string, made bool, err 
 	_, err = os.Lstat(dst)
 	if err == nil {
 		if _, err := unix.Getxattr(dst, gpudirect.BackingXattr, nil); errors.Is(err, unix.EACCES) {
+			// cp(1) is the way round only for a user who may write it
+			// (an outside tester: a 0600 object of another user).
+			through := "cp(1) writes it through the mount"
+			if unix.Access(dst, unix.W_OK) != nil {
+				through = "nor may you write it through the mount"
+			}
 			return nil, dst, false, fmt.Errorf("%s: the direct path reads the object's %s, which needs permission to read it: "+
-				"left as it was (cp(1) writes it through the mount)", dst, gpudirect.BackingXattr)
+				"left as it was (%s)", dst, gpudirect.BackingXattr, through)
 		}
 	}
 	if !errors.Is(err, os.ErrNotExist) {
