@@ -57,7 +57,12 @@ import (
 // left leftStreak such objects, in the order they were created. (A
 // program that hands its temp files to another thread to publish would
 // be taken for one until its first publish; its objects are plain LRU
-// meanwhile, evicted only once every older object is.)
+// meanwhile, evicted only once every older object is.) A child's
+// create that finds its own thread's last object left counts for its
+// parent's children too: the workers of a pool store at once, so one
+// rarely finds another's object closed, and each was learnt on its own,
+// four graces apiece (an outside tester: 40 stores of 4 MiB from a pool
+// of 4 into a full 16 MiB cache took 9.1 s, into an empty one 1.3 s).
 
 // Client is a request's thread as FUSE names it (0: unknown).
 type Client uint32
@@ -85,7 +90,7 @@ type learning struct {
 	left  int // of those, creates that found its thread's last object left (see leftStreak)
 	kids  int // objects its children created since one of them published
 	// kidsLeft: of those, creates that found another child's last
-	// object left.
+	// object left, or their own thread's.
 	kidsLeft  int
 	lastKid   kidObj // the object one of its children created last
 	published bool   // it linked or renamed
@@ -197,7 +202,7 @@ func (cl *clients) created(t Client, id blob.ID, unpublished func(blob.ID) bool)
 		return false
 	}
 	parent := cl.of(p.parent)
-	if kidLeft {
+	if kidLeft || mineLeft && kidsFresh {
 		parent.kidsLeft++
 	}
 	parent.kids++

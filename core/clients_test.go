@@ -281,3 +281,39 @@ func TestReservationByProcess(t *testing.T) {
 		t.Errorf("a writer of no known client is reserved %d, want 4096", r)
 	}
 }
+
+// TestClientsLearnPoolWorkers: the workers of a pool, each storing
+// while the others write, count what their own threads left for their
+// parent's children: four such creates across the pool make a new
+// worker a writer under final names at its first create; a worker's
+// publish starts the count again.
+func TestClientsLearnPoolWorkers(t *testing.T) {
+	workers := children(t, leftStreak+2)
+	left := map[blob.ID]bool{}
+	unpublished := func(id blob.ID) bool { return left[id] }
+	var cl clients
+	next := blob.ID(100)
+	create := func(who Client, leave bool) bool {
+		next++
+		left[next] = leave
+		return cl.created(who, next, unpublished)
+	}
+	// Each worker's first object is closed and left when it makes its
+	// second, which is still being written when the next worker
+	// creates: no worker ever finds another's object left.
+	for i, w := range workers[:leftStreak-1] {
+		if create(w, true) || create(w, false) {
+			t.Fatalf("worker %d is direct after two creates of its own", i)
+		}
+	}
+	if w := workers[leftStreak-1]; create(w, true) || !create(w, false) {
+		t.Fatalf("the worker whose create found the pool's %dth object left is not direct", leftStreak)
+	}
+	if !create(workers[leftStreak], false) {
+		t.Fatalf("a new worker is not direct after %d workers each left an object", leftStreak)
+	}
+	cl.published(workers[0])
+	if create(workers[leftStreak+1], false) {
+		t.Fatal("a new worker is direct after a sibling published")
+	}
+}
