@@ -182,7 +182,14 @@ func TestBadInputFlags(t *testing.T) {
 		{"--cache-timeout", "-1m", []string{"--cache-timeout -1m0s", "negative"}},
 		{"--audit-interval", "-1s", []string{"--audit-interval -1s", "negative"}},
 		{"--stop-linger", "-1s", []string{"--stop-linger -1s", "negative"}},
-		{"--log-level", "loud", []string{"log-level", "loud"}},
+		{"--log-level", "loud", []string{"log-level", "loud", "debug, info, warn or error"}},
+		// Was: the default store, MOUNTPOINT.kvfs-store (an outside tester).
+		{"--store", "", []string{"--store is empty"}},
+		// Were: their defaults, unsaid (an outside tester).
+		{"--remote-uploaders", "0", []string{"--remote-uploaders 0", "more than 0"}},
+		{"--remote-queue", "0", []string{"--remote-queue 0", "more than 0"}},
+		{"--remote-breaker-failures", "0", []string{"--remote-breaker-failures 0", "more than 0"}},
+		{"--remote-timeout", "0s", []string{"--remote-timeout 0s", "more than 0"}},
 		{"--ram-cache", "12X", []string{"bad size", "12X"}},
 		{"--ram-cache", "100", []string{"--ram-cache 100", "below 1 MiB"}},
 		// Was: gigabytes asked for its counters, then the OOM killer.

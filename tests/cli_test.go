@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -306,9 +308,11 @@ func TestMountDefaults(t *testing.T) {
 	}
 }
 
-// TestSignalsUnmount: SIGTERM and SIGINT unmount cleanly and exit 0.
+// TestSignalsUnmount: SIGTERM, SIGINT and SIGHUP (a terminal that
+// closed: an outside tester's daemon died of it and left a dead mount)
+// unmount cleanly and exit 0.
 func TestSignalsUnmount(t *testing.T) {
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		d := mountCache(t, "--capacity", "16MiB")
 		putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))
 		if err := d.cmd.Process.Signal(sig); err != nil {
@@ -577,5 +581,81 @@ func TestStopLinger(t *testing.T) {
 	}
 	if !strings.Contains(d.out.String(), "--stop-linger passed") {
 		t.Errorf("the daemon did not say why it ended the detached mount:\n%s", d.out)
+	}
+}
+
+// TestDaemonOutlivesClosedOutput: a daemon whose output is a pipe whose
+// reader went (`kvfs mount ... 2>&1 | grep -m1 serving`) loses the lines
+// it writes there, not its life: Go's runtime killed it with SIGPIPE at
+// its next log line, after it had mounted, leaving a dead mount (an
+// outside tester).
+func TestDaemonOutlivesClosedOutput(t *testing.T) {
+	requireRoot(t)
+	_, mp, store := mountDirs(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(kvfsBin, "mount", "--store", store, "--capacity", "16MiB", "--checkpoint-interval", "50ms", mp)
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	exited, done := make(chan error, 1), make(chan struct{})
+	go func() { exited <- cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		default:
+			runKvfs(t, "unmount", mp)
+		}
+		select {
+		case <-done:
+		case <-time.After(hangGuard):
+			cmd.Process.Kill()
+		}
+	})
+	lines := bufio.NewScanner(r)
+	for lines.Scan() && !strings.Contains(lines.Text(), "kvfs: serving") {
+	}
+	r.Close() // the reader goes: every later line meets a broken pipe
+	index := filepath.Join(store, "kvfs.index")
+	checkpointed := func(since time.Time) bool {
+		st, err := os.Stat(index)
+		return err == nil && st.ModTime().After(since)
+	}
+	// Two checkpoints, each logged: the second comes after the first's
+	// line met the broken pipe.
+	for i := range 2 {
+		since := time.Now()
+		putFile(t, filepath.Join(mp, fmt.Sprintf("o%d", i)), objectBytes("o", 4096))
+		if !waitFor(func() bool {
+			select {
+			case err := <-exited:
+				t.Fatalf("the daemon exited (%v) once the reader of its output went", err)
+			default:
+			}
+			return checkpointed(since)
+		}) {
+			t.Fatalf("no checkpoint %d after a store", i+1)
+		}
+	}
+	for i := range 2 {
+		if got, err := os.ReadFile(filepath.Join(mp, fmt.Sprintf("o%d", i))); err != nil || checkObject(got, "o", 4096) != nil {
+			t.Fatalf("o%d through the mount: %v", i, err)
+		}
+	}
+	if res := runKvfs(t, "unmount", mp); res.code != 0 {
+		t.Fatalf("kvfs unmount: exit %d, %q", res.code, res.stderr)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the daemon exited with %v, want 0", err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("the daemon did not exit after the unmount")
 	}
 }

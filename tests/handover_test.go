@@ -936,6 +936,30 @@ func TestBackgroundWithPipedOutput(t *testing.T) {
 			t.Fatalf("%s: read back %q, %v", what, got, err)
 		}
 	}
+	// Stderr, the log, to a file and stdout to a pipe (`2>>FILE` from a
+	// terminal): the log goes on to the file, and the command does not
+	// say it is discarded (an outside tester was told it was).
+	logFile := filepath.Join(t.TempDir(), "kvfs.log")
+	lf, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	var out bytes.Buffer
+	cmd := exec.Command(kvfsBin, "mount", "--background", "--store", store, "--capacity", "16MiB", mp)
+	cmd.Stdout, cmd.Stderr = &out, lf
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("a handover, its stderr to a file: %v\n%s", err, out.String())
+	}
+	if i := strings.Index(out.String(), "the daemon (pid "); i >= 0 {
+		fmt.Sscanf(out.String()[i:], "the daemon (pid %d)", &pid)
+	}
+	if strings.Contains(out.String(), "its log is discarded") {
+		t.Errorf("the command says the log is discarded where its stderr was a file:\n%s", out.String())
+	}
+	if where, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/2", pid)); err != nil || where != logFile {
+		t.Errorf("the daemon's stderr is %q (%v), want the log file %s", where, err, logFile)
+	}
 }
 
 // exitedWith says whether a command's error is its exit with code.

@@ -62,7 +62,7 @@ func background(stdout io.Writer) error {
 	if w := strings.TrimSpace(string(word)); strings.HasPrefix(w, readyWord) {
 		fmt.Fprintf(stdout, "kvfs: the daemon (pid %d) serves; it runs on in the background\n", cmd.Process.Pid)
 		if w == readyWord+" "+discardedWord {
-			fmt.Fprintln(stdout, "kvfs: its log is discarded: this command's output was a pipe or a terminal, which the daemon would have kept open (send it to a file, `>>FILE 2>&1`, or run it under systemd)")
+			fmt.Fprintln(stdout, "kvfs: its log is discarded: this command's stderr was a pipe or a terminal, which the daemon would have kept open (send it to a file, `2>>FILE`, or run it under systemd)")
 		}
 		cmd.Process.Release()
 		return nil
@@ -120,7 +120,9 @@ func backgroundReady() {
 // pipeline, `$(...)`, ssh, a CI step), which a daemon that runs for days
 // would keep open (an outside tester's pipeline hung until the unmount),
 // and a terminal goes with its session. A file or a socket (systemd's
-// journal) is kept. It says whether it moved either.
+// journal) is kept. It says whether it moved stderr, the log (stdout
+// holds no more than the lines the parent prints: an outside tester's
+// `2>>FILE` from a terminal was told its log was discarded).
 func detachOutput() bool {
 	moved := false
 	for _, fd := range []int{1, 2} {
@@ -141,7 +143,7 @@ func detachOutput() bool {
 		if err != nil {
 			continue
 		}
-		if unix.Dup3(null, fd, 0) == nil {
+		if unix.Dup3(null, fd, 0) == nil && fd == 2 {
 			moved = true
 		}
 		unix.Close(null)

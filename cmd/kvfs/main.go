@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,10 +188,36 @@ func explicitZero(fs *flag.FlagSet, name string) error {
 	return err
 }
 
+// explicitEmpty refuses a path flag given as "": an unset variable in
+// `--store $DIR` is a mistake, not a request for the default (an outside
+// tester's `--store ""` served MOUNTPOINT.kvfs-store at 90% of the disk).
+func explicitEmpty(fs *flag.FlagSet, names ...string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if slices.Contains(names, f.Name) && f.Value.String() == "" && err == nil {
+			err = usageerr.Errorf("--%s is empty: leave it out for its default", f.Name)
+		}
+	})
+	return err
+}
+
+// explicitNone refuses 0 given for a count or a bound that must be at
+// least 1: the remote tier took it for its default, unsaid (an outside
+// tester's `--remote-uploaders 0` mounted with 2).
+func explicitNone(fs *flag.FlagSet, names ...string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if v := f.Value.String(); slices.Contains(names, f.Name) && (v == "0" || v == "0s") && err == nil {
+			err = usageerr.Errorf("--%s %s: want more than 0 (leave it out for its default)", f.Name, v)
+		}
+	})
+	return err
+}
+
 func newLogger(level string) (*zap.Logger, error) {
 	var lvl zapcore.Level
 	if err := lvl.Set(level); err != nil {
-		return nil, usageerr.Errorf("bad --log-level %q", level)
+		return nil, usageerr.Errorf("bad --log-level %q: want debug, info, warn or error", level)
 	}
 	cfg := zap.NewProductionConfig()
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
@@ -209,6 +236,18 @@ func cmdMount(args []string, stdout io.Writer) error {
 	if err := explicitZero(mf.fs, "capacity"); err != nil {
 		return err
 	}
+	if err := explicitEmpty(mf.fs, "store"); err != nil {
+		return err
+	}
+	if err := explicitNone(mf.fs, "remote-uploaders", "remote-queue", "remote-breaker-failures", "remote-timeout"); err != nil {
+		return err
+	}
+	// A log or status line to a pipe whose reader went (`| grep -m1`,
+	// `| head -1`) is lost, not the end of the cache: unignored, Go's
+	// runtime kills the process on a write to a broken pipe on
+	// descriptor 1 or 2, and the daemon died after it had mounted,
+	// leaving a dead mount (an outside tester).
+	signal.Ignore(syscall.SIGPIPE)
 	if mf.background && os.Getenv(backgroundChildEnv) == "" {
 		return background(stdout)
 	}
@@ -249,8 +288,11 @@ func cmdMount(args []string, stdout io.Writer) error {
 	// store loads or the kernel mounts waits in the channel and unmounts as
 	// soon as there is something to unmount, instead of killing the daemon
 	// and leaving a dead mount behind.
+	// SIGHUP too: a foreground daemon whose terminal closed (an ssh
+	// session that dropped) stops as for Ctrl-C, where it died and left
+	// a dead mount (an outside tester).
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	if bin, err := os.Executable(); err == nil {
 		o.Guard = bin
