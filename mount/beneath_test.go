@@ -54,7 +54,7 @@ func TestDeadMountpointIsReplacedLater(t *testing.T) {
 	deadMount(t, mp)
 	deadMount(t, mp)
 	log := zap.NewNop()
-	dead, err := checkMountpoint(mp, log)
+	dead, err := checkMountpoint(mp, "dead", log)
 	if err != nil || !dead {
 		t.Fatalf("checkMountpoint of a dead mount point: dead %v, %v", dead, err)
 	}
@@ -87,7 +87,7 @@ func TestDeadMountpointCoveringAFile(t *testing.T) {
 	if n, err := coveredEntries(mp); err != nil || n != 1 {
 		t.Fatalf("coveredEntries = %d, %v; want 1", n, err)
 	}
-	_, err := checkMountpoint(mp, zap.NewNop())
+	_, err := checkMountpoint(mp, "dead", zap.NewNop())
 	if !errors.Is(err, usageerr.ErrUsage) {
 		t.Fatalf("checkMountpoint over a covered file: %v, want a usage error", err)
 	}

@@ -136,7 +136,7 @@ func start(o Options, again bool) (*Mount, error) {
 		}
 	}
 	releaseStuckOwner(o.Store, log)
-	dead, err := checkMountpoint(o.Mountpoint, log)
+	dead, err := checkMountpoint(o.Mountpoint, o.Store, log)
 	if err != nil {
 		return nil, err
 	}

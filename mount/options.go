@@ -305,8 +305,15 @@ func within(path, dir string) bool {
 // ("transport endpoint is not connected") passes, and dead says so: it
 // is replaced when the new mount is made (newServer), not now, so that
 // the directory under it never shows while the store loads.
-func checkMountpoint(mp string, log *zap.Logger) (dead bool, err error) {
+func checkMountpoint(mp, store string, log *zap.Logger) (dead bool, err error) {
 	if isDeadMount(mp) {
+		// Of another store: a typo in --store on a restart after a
+		// crash swapped an empty cache in for the user's, with a
+		// warning that did not say which (an outside tester), where a
+		// live mount of another store is refused.
+		if e, ok := mountinfo.At(mp); ok && e.FSType == FSType && e.Source != store {
+			return true, usagef("%s is the dead mount of the store %s (its daemon is gone), not of %s: mount that store to take its place, or `kvfs unmount %s` first", mp, e.Source, store, mp)
+		}
 		// A directory that cannot be read here is read again, or the
 		// dead mount detached, when the new mount is made.
 		if err := coveredEmpty(mp); errors.Is(err, usageerr.ErrUsage) {

@@ -607,6 +607,34 @@ func TestRestartKeepsWhatTheDeadMountCovers(t *testing.T) {
 	}
 }
 
+// TestDeadMountOfAnotherStore: a mount of another store over the dead
+// mount a crash left is refused, exit 2, naming the dead mount's store,
+// which is left as it was; the crashed store's own mount replaces it (an
+// outside tester: a typo in --store swapped in an empty cache, warned
+// of without naming the store it hid).
+func TestDeadMountOfAnotherStore(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	putFile(t, filepath.Join(d.mp, "kept"), objectBytes("kept", 8192))
+	waitReleased(t, d.mp)
+	d.kill9()
+	other := filepath.Join(t.TempDir(), "other-store")
+	res := runKvfs(t, "mount", "--store", other, "--capacity", "64MiB", d.mp)
+	if res.code != 2 || !strings.Contains(res.stderr, "dead mount of the store "+d.store) {
+		t.Errorf("kvfs mount of another store over a dead mount: exit %d, stderr %q; want 2 naming %s", res.code, res.stderr, d.store)
+	}
+	if _, err := os.Stat(other); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused mount made its store: %v", err)
+	}
+	if m, ok := mountAt(d.mp); !ok || m.ID != d.mountID {
+		t.Errorf("the dead mount was not left as it was: %+v", m)
+	}
+	d = startDaemon(t, d.mp, "--store", d.store, "--capacity", "64MiB")
+	if got, err := os.ReadFile(filepath.Join(d.mp, "kept")); err != nil || checkObject(got, "kept", 8192) != nil {
+		t.Errorf("the crashed store's object after its own mount replaced the dead one: %v", err)
+	}
+	d.stop()
+}
+
 // TestFsckAfterKill9: fsck of a crashed store reports the incomplete
 // objects and fails until --repair reclaims them; then the mount serves
 // exactly the completed objects.
