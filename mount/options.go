@@ -241,6 +241,14 @@ func (o *Options) validate() error {
 	if outer, ok := blob.StoreAbove(mp); ok {
 		return usagef("mount point %s is inside the kvfs store %s", mp, outer)
 	}
+	// Inside another kvfs mount: its directory is an object directory of
+	// that cache, which may evict or remove it, and the inner mount dies
+	// with the outer daemon (an outside tester's ended at the outer's
+	// restart after a crash). The mount point itself is the kvfs mount
+	// a handover or a dead mount's replacement is for.
+	if e, ok := holding(filepath.Dir(mp)); ok && e.FSType == FSType {
+		return usagef("mount point %s is inside the kvfs mount %s: mount it elsewhere", mp, e.Point)
+	}
 	if target, err := os.Readlink(o.Store); err == nil {
 		// resolved reads every link that leads somewhere: this one does
 		// not (was: "mkdir ...: file exists", exit 1).

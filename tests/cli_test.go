@@ -659,3 +659,27 @@ func TestDaemonOutlivesClosedOutput(t *testing.T) {
 		t.Fatal("the daemon did not exit after the unmount")
 	}
 }
+
+// TestMountInsideKvfsMount: a mount point inside a live kvfs mount is
+// refused, exit 2, creating nothing: its directory is an object
+// directory of the outer cache, and the inner mount died with the outer
+// daemon (an outside tester's ended at the outer's restart after a crash).
+func TestMountInsideKvfsMount(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	inner := filepath.Join(d.mp, "sub")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(t.TempDir(), "inner-store")
+	res := runKvfs(t, "mount", "--store", store, "--capacity", "16MiB", inner)
+	if res.code != 2 || !strings.Contains(res.stderr, "inside the kvfs mount "+d.mp) {
+		t.Errorf("kvfs mount inside a kvfs mount: exit %d, stderr %q; want 2 naming %s", res.code, res.stderr, d.mp)
+	}
+	if _, err := os.Stat(store); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused mount made its store: %v", err)
+	}
+	if err := os.Remove(inner); err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+}
