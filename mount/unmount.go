@@ -220,6 +220,9 @@ func locate(mountpoint string) (string, mountinfo.Entry, error) {
 	mp := quietResolve(abs)
 	e, ok := mountinfo.At(mp)
 	if !ok {
+		if _, err := os.Lstat(mp); errors.Is(err, os.ErrNotExist) {
+			return "", e, usagef("%s does not exist", mp)
+		}
 		return "", e, usagef("%s is not mounted", mp)
 	}
 	if e.FSType != FSType {

@@ -228,6 +228,18 @@ func TestStatsNotKvfs(t *testing.T) {
 	requireUsageError(t, runKvfs(t, "stats"), "MOUNTPOINT")
 	requireUsageError(t, runKvfs(t, "unmount", dir), dir, "not mounted")
 	requireUsageError(t, runKvfs(t, "nosuchcmd", dir), "unknown command", "nosuchcmd", "kvfs -h")
+	// Were: "... is not mounted" for a path that does not exist, the
+	// current directory for "", "stat : no such file", and no hint of
+	// --store (an outside tester).
+	requireUsageError(t, runKvfs(t, "unmount", filepath.Join(dir, "nope")), "nope", "does not exist")
+	requireUsageError(t, runKvfs(t, "unmount", ""), "an empty argument")
+	requireUsageError(t, runKvfs(t, "stats", ""), "an empty argument")
+	requireUsageError(t, runKvfs(t, "fsck", dir), "--store STORE")
+	for _, v := range []string{"version", "--version"} {
+		if res := runKvfs(t, v); res.code != 0 || !strings.HasPrefix(res.stdout, "kvfs ") || !strings.Contains(res.stdout, "go1.") {
+			t.Errorf("kvfs %s: exit %d, %q; want the build and Go version", v, res.code, res.stdout)
+		}
+	}
 }
 
 // TestMountinfoType: the mount is type fuse.kvfs with the store as its

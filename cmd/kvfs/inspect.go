@@ -125,7 +125,7 @@ func cmdFsck(args []string, stdout io.Writer) error {
 	repair := fs.Bool("repair", false, "fix what can be fixed safely")
 	asJSON := fs.Bool("json", false, "print JSON")
 	every := progressFlag(fs)
-	if _, err := parse(fs, args, 0, "no arguments besides flags"); err != nil {
+	if _, err := parse(fs, args, 0, "no arguments besides flags (the store is --store STORE)"); err != nil {
 		return err
 	}
 	if err := checkProgressEvery(*every); err != nil {

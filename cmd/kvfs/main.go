@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,7 @@ const usage = `usage:
   kvfs fsck --store DIR [--repair] [--json] [--progress-interval D]
   kvfs cat --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] PATH...
   kvfs put --direct [--gpu N] [--chunk SIZE] [--depth N] [--verify] SRC DST
+  kvfs version
   kvfs STORE MOUNTPOINT -o OPTION[,OPTION...]
       (mount(8)'s form, for fstab's fuse.kvfs: the mount flags as options)
 Run "kvfs COMMAND -h" for a command's flags.`
@@ -61,6 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"fsck":    cmdFsck,
 		"cat":     cmdCat,
 		"put":     cmdPut,
+		"version": cmdVersion,
 	}
 	if args[0] == mount.GuardCommand {
 		return guard(args[1:], stderr)
@@ -74,7 +77,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, usage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "kvfs: unknown command %q (commands: mount, unmount, stats, fsck, cat, put; `kvfs -h` for usage)\n", args[0])
+		if args[0] == "--version" || args[0] == "-version" {
+			return run([]string{"version"}, stdout, stderr)
+		}
+		fmt.Fprintf(stderr, "kvfs: unknown command %q (commands: mount, unmount, stats, fsck, cat, put, version; `kvfs -h` for usage)\n", args[0])
 		return 2
 	}
 	err := cmd(args[1:], stdout)
@@ -122,6 +128,12 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 	}
 	if (n >= 0 && len(rest) != n) || (n < 0 && len(rest) == 0) {
 		return nil, usageerr.Errorf("want %s, got %d arguments", what, len(rest))
+	}
+	// Every argument is a path: "" is an unset variable, which the
+	// commands took for the current directory or printed as "stat :"
+	// (an outside tester).
+	if slices.Contains(rest, "") {
+		return nil, usageerr.Errorf("an empty argument: want %s", what)
 	}
 	return rest, nil
 }
@@ -427,4 +439,29 @@ func cmdUnmount(args []string, stdout io.Writer) error {
 		return usageerr.Errorf("--timeout %v: want a positive duration", o.Timeout)
 	}
 	return mount.UnmountWithin(rest[0], o)
+}
+
+// cmdVersion prints the build (make's -X main.build, or "dev") and the
+// module's version and commit where Go recorded them: the daemon's
+// kvfs_build_info metric says the same of a running one (an outside
+// tester found no way to ask the binary).
+func cmdVersion(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if _, err := parse(fs, args, 0, "no arguments"); err != nil {
+		return err
+	}
+	var parts []string
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v := info.Main.Version; v != "" && v != "(devel)" {
+			parts = append(parts, v)
+		}
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				parts = append(parts, "commit "+s.Value)
+			}
+		}
+		parts = append(parts, info.GoVersion)
+	}
+	fmt.Fprintf(stdout, "kvfs %s (%s)\n", build, strings.Join(parts, ", "))
+	return nil
 }
