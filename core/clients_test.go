@@ -154,6 +154,20 @@ func children(t *testing.T, n int) []Client {
 	return kids
 }
 
+// leaving returns a create by a client of cl of a new object that is
+// left closed and unpublished (leave) or not when the next create asks,
+// and whether cl takes the client's process to store under final names.
+func leaving(cl *clients) func(who Client, leave bool) bool {
+	left := map[blob.ID]bool{}
+	unpublished := func(id blob.ID) bool { return left[id] }
+	next := blob.ID(100)
+	return func(who Client, leave bool) bool {
+		next++
+		left[next] = leave
+		return cl.created(who, next, unpublished)
+	}
+}
+
 // neverLeft is an unpublished check that finds every object published:
 // the streaks alone decide.
 func neverLeft(blob.ID) bool { return false }
@@ -167,15 +181,8 @@ func TestClientsLearnFromWhatIsLeft(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	me := Client(unix.Gettid())
-	left := map[blob.ID]bool{}
-	unpublished := func(id blob.ID) bool { return left[id] }
 	var cl clients
-	next := blob.ID(100)
-	create := func(who Client, leave bool) bool {
-		next++
-		left[next] = leave
-		return cl.created(who, next, unpublished)
-	}
+	create := leaving(&cl)
 	// A publisher: each object published before the next create.
 	for i := range 2 * leftStreak {
 		if create(me, false) {
@@ -201,11 +208,7 @@ func TestClientsLearnFromWhatIsLeft(t *testing.T) {
 	// Children, each creating one object and leaving it.
 	kids := children(t, leftStreak+2)
 	var kl clients
-	create = func(who Client, leave bool) bool {
-		next++
-		left[next] = leave
-		return kl.created(who, next, unpublished)
-	}
+	create = leaving(&kl)
 	for i, k := range kids[:leftStreak] {
 		if create(k, true) {
 			t.Fatalf("child %d direct", i)
@@ -289,15 +292,8 @@ func TestReservationByProcess(t *testing.T) {
 // publish starts the count again.
 func TestClientsLearnPoolWorkers(t *testing.T) {
 	workers := children(t, leftStreak+2)
-	left := map[blob.ID]bool{}
-	unpublished := func(id blob.ID) bool { return left[id] }
 	var cl clients
-	next := blob.ID(100)
-	create := func(who Client, leave bool) bool {
-		next++
-		left[next] = leave
-		return cl.created(who, next, unpublished)
-	}
+	create := leaving(&cl)
 	// Each worker's first object is closed and left when it makes its
 	// second, which is still being written when the next worker
 	// creates: no worker ever finds another's object left.
