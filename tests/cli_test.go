@@ -235,6 +235,9 @@ func TestStatsNotKvfs(t *testing.T) {
 	requireUsageError(t, runKvfs(t, "unmount", ""), "an empty argument")
 	requireUsageError(t, runKvfs(t, "stats", ""), "an empty argument")
 	requireUsageError(t, runKvfs(t, "fsck", dir), "--store STORE")
+	requireUsageError(t, runKvfs(t, "stats", "--watch", "--count", "-1", dir), "--count -1")
+	requireUsageError(t, runKvfs(t, "stats", "--watch", "--interval", "0s", dir), "--interval 0s")
+	requireUsageError(t, runKvfs(t, "stats", "--watch", "--json", dir), "leave out --json")
 	for _, v := range []string{"version", "--version"} {
 		if res := runKvfs(t, v); res.code != 0 || !strings.HasPrefix(res.stdout, "kvfs ") || !strings.Contains(res.stdout, "go1.") {
 			t.Errorf("kvfs %s: exit %d, %q; want the build and Go version", v, res.code, res.stdout)

@@ -43,8 +43,14 @@ func cmdStats(args []string, stdout io.Writer) error {
 		return usageerr.Errorf("--%s is for --watch", watchOnly)
 	}
 	if *watch {
-		if *interval <= 0 || *count < 0 || *asJSON {
-			return usageerr.Errorf("--watch wants a positive --interval, a --count of 0 or more, and no --json")
+		// One at a time, naming it (an outside tester was left to guess).
+		switch {
+		case *interval <= 0:
+			return usageerr.Errorf("--watch --interval %v: want a positive duration", *interval)
+		case *count < 0:
+			return usageerr.Errorf("--watch --count %d: want 0 (no end) or more", *count)
+		case *asJSON:
+			return usageerr.Errorf("--watch prints a table: leave out --json (or run --json alone, once a sample)")
 		}
 		if _, err := readSample(rest[0]); err != nil {
 			return err
