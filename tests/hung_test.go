@@ -205,19 +205,31 @@ func TestUnmountBusyHealthy(t *testing.T) {
 
 // TestUnmountWithAMountInside: kvfs unmount of a mount with another
 // mounted inside it names that mount, not a process to look for (an
-// outside tester was sent to fuser, which named none).
+// outside tester was sent to fuser, which named none). The inner one
+// is a tmpfs: kvfs refuses to mount inside a kvfs mount.
 func TestUnmountWithAMountInside(t *testing.T) {
 	d := mountCache(t, "--capacity", "16MiB")
 	inner := filepath.Join(d.mp, "inner")
 	if err := os.Mkdir(inner, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	in := startDaemon(t, inner, "--store", filepath.Join(t.TempDir(), "store"), "--capacity", "16MiB")
+	if err := unix.Mount("tmpfs", inner, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m"); err != nil {
+		t.Fatalf("a tmpfs inside the mount: %v", err)
+	}
+	mounted := true
+	t.Cleanup(func() {
+		if mounted {
+			unix.Unmount(inner, unix.MNT_DETACH)
+		}
+	})
 	res := runKvfsTimeout(t, 60*time.Second, "unmount", "--timeout", "2s", d.mp)
 	if res.code != 1 || !strings.Contains(res.stderr, inner+" is mounted inside it") {
 		t.Fatalf("kvfs unmount of a mount with one inside: exit %d, stderr %q; want exit 1 naming %s", res.code, res.stderr, inner)
 	}
-	in.stop()
+	if err := unix.Unmount(inner, 0); err != nil {
+		t.Fatal(err)
+	}
+	mounted = false
 	d.stop()
 }
 
