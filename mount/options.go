@@ -293,12 +293,25 @@ func answers(p string) error {
 
 // resolved is an absolute path with its symlinks resolved as far as it
 // exists.
-func resolved(p string) string {
+func resolved(p string) string { return resolvedWithin(p, 40) }
+
+// resolvedWithin is resolved following at most links more symlinks of
+// its own (a loop ends there). A symlink to a dead mount, which no stat
+// reaches (ENOTCONN), is followed all the same: a restart after a crash
+// through a symlinked mount point took the link for the mount point,
+// found no mount at it, and refused the dead one (an outside tester).
+func resolvedWithin(p string, links int) string {
 	if r, err := filepath.EvalSymlinks(p); err == nil {
 		return r
 	}
+	if target, err := os.Readlink(p); err == nil && links > 0 {
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		return resolvedWithin(target, links-1)
+	}
 	if dir := filepath.Dir(p); dir != p {
-		return filepath.Join(resolved(dir), filepath.Base(p))
+		return filepath.Join(resolvedWithin(dir, links), filepath.Base(p))
 	}
 	return p
 }

@@ -1032,3 +1032,46 @@ func TestUnmountDeadMountOfAStoreServedElsewhere(t *testing.T) {
 	}
 	readBackPlain(t, filepath.Join(mp2, "kept"), objectBytes("kept", 1000))
 }
+
+// TestRestartThroughSymlinkAfterKill9: the dead mount a crash left at a
+// mount point reached through a symlink (relative, as `ln -s mnt link`
+// makes it) is replaced by a restart through the same symlink (an
+// outside tester: "is a dead mount that could not be detached", exit 2:
+// no stat reaches a dead mount, so the link was not resolved).
+func TestRestartThroughSymlinkAfterKill9(t *testing.T) {
+	dir := t.TempDir()
+	real, link := filepath.Join(dir, "real"), filepath.Join(dir, "link")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	// No attributes cached: the kernel asks the (dead) daemon for the
+	// mount point's, as it does once a cache timeout has passed.
+	flags := []string{"--store", filepath.Join(dir, "store"), "--capacity", "16MiB", "--cache-timeout", "0s"}
+	d := startDaemon(t, link, flags...)
+	putFile(t, filepath.Join(link, "obj"), objectBytes("obj", 5000))
+	waitReleased(t, link)
+	d.kill9()
+	if !waitFor(func() bool { return !guardRunning(d.store) }) {
+		t.Fatal("the guard outlived its daemon")
+	}
+	if err := unix.Statfs(real, new(unix.Statfs_t)); !errors.Is(err, unix.ENOTCONN) {
+		t.Fatalf("statfs of the crashed mount: %v, want ENOTCONN (a dead mount)", err)
+	}
+	// In the background: it returns once the mount serves.
+	res := runKvfs(t, append(append([]string{"mount", "--background"}, flags...), link)...)
+	if res.code != 0 {
+		t.Fatalf("a restart through the symlink: exit %d, %q", res.code, res.stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(link, "obj")); err != nil || checkObject(got, "obj", 5000) != nil {
+		t.Errorf("after the restart through the symlink: %v", err)
+	}
+	if res := runKvfs(t, "unmount", link); res.code != 0 {
+		t.Errorf("kvfs unmount through the symlink: exit %d, %q", res.code, res.stderr)
+	}
+	if !waitFor(func() bool { return !guardRunning(d.store) }) {
+		t.Error("the restarted daemon's guard outlived its unmount")
+	}
+}
