@@ -308,7 +308,10 @@ func resolvedWithin(p string, links int) string {
 		if !filepath.IsAbs(target) {
 			target = filepath.Join(filepath.Dir(p), target)
 		}
-		return resolvedWithin(target, links-1)
+		// Not a dangling one: Check refuses that by its own name.
+		if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+			return resolvedWithin(target, links-1)
+		}
 	}
 	if dir := filepath.Dir(p); dir != p {
 		return filepath.Join(resolvedWithin(dir, links), filepath.Base(p))
