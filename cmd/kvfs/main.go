@@ -188,42 +188,37 @@ func (s sizeFlag) Set(v string) error {
 	return nil
 }
 
-// explicitZero refuses a size flag given as 0: left out, it means
-// "derive one", but a capacity of 0 asked for is below one block.
-func explicitZero(fs *flag.FlagSet, name string) error {
+// explicitDefaults refuses a mount flag given a value that, had the flag
+// been left out, would have meant its default: the mount took it for that
+// default, unsaid. Visited once, one rule a flag (explicitDefault).
+func explicitDefaults(fs *flag.FlagSet) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == name && f.Value.String() == "0" {
-			err = usageerr.Errorf("%s 0 is below one block (4096 bytes)", name)
+		if err == nil {
+			err = explicitDefault(f.Name, f.Value.String())
 		}
 	})
 	return err
 }
 
-// explicitEmpty refuses a path flag given as "": an unset variable in
-// `--store $DIR` is a mistake, not a request for the default (an outside
-// tester's `--store ""` served MOUNTPOINT.kvfs-store at 90% of the disk).
-func explicitEmpty(fs *flag.FlagSet, names ...string) error {
-	var err error
-	fs.Visit(func(f *flag.Flag) {
-		if slices.Contains(names, f.Name) && f.Value.String() == "" && err == nil {
-			err = usageerr.Errorf("--%s is empty: leave it out for its default", f.Name)
-		}
-	})
-	return err
-}
-
-// explicitNone refuses 0 given for a count or a bound that must be at
-// least 1: the remote tier took it for its default, unsaid (an outside
-// tester's `--remote-uploaders 0` mounted with 2).
-func explicitNone(fs *flag.FlagSet, names ...string) error {
-	var err error
-	fs.Visit(func(f *flag.Flag) {
-		if v := f.Value.String(); slices.Contains(names, f.Name) && (v == "0" || v == "0s") && err == nil {
-			err = usageerr.Errorf("--%s %s: want more than 0 (leave it out for its default)", f.Name, v)
-		}
-	})
-	return err
+// explicitDefault is the rule for flag name given value v:
+//   - a capacity of 0 asked for is below one block (left out, one is
+//     derived);
+//   - a path given as "" is an unset variable in `--store $DIR`, not a
+//     request for the default (an outside tester's `--store ""` served
+//     MOUNTPOINT.kvfs-store at 90% of the disk);
+//   - 0 for a count or bound of the remote tier that must be at least 1
+//     (an outside tester's `--remote-uploaders 0` mounted with 2).
+func explicitDefault(name, v string) error {
+	switch {
+	case name == "capacity" && v == "0":
+		return usageerr.Errorf("capacity 0 is below one block (4096 bytes)")
+	case name == "store" && v == "":
+		return usageerr.Errorf("--store is empty: leave it out for its default")
+	case slices.Contains([]string{"remote-uploaders", "remote-queue", "remote-breaker-failures", "remote-timeout"}, name) && (v == "0" || v == "0s"):
+		return usageerr.Errorf("--%s %s: want more than 0 (leave it out for its default)", name, v)
+	}
+	return nil
 }
 
 func newLogger(level string) (*zap.Logger, error) {
@@ -245,13 +240,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := explicitZero(mf.fs, "capacity"); err != nil {
-		return err
-	}
-	if err := explicitEmpty(mf.fs, "store"); err != nil {
-		return err
-	}
-	if err := explicitNone(mf.fs, "remote-uploaders", "remote-queue", "remote-breaker-failures", "remote-timeout"); err != nil {
+	if err := explicitDefaults(mf.fs); err != nil {
 		return err
 	}
 	// A log or status line to a pipe whose reader went (`| grep -m1`,
