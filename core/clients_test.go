@@ -25,11 +25,10 @@ func TestDirectWritersEndTheirGrace(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 4 * mib, Grace: time.Hour, WaitLimit: 0})
 	owner := blob.Owner{UID: -1, GID: -1}
 	store := func(name string, size int) error {
-		h, err := tc.Create(blob.RootID, name, 0o644, owner, true)
+		h, _, err := tc.CreateOrOpenBy(me, blob.RootID, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, owner)
 		if err != nil {
 			return err
 		}
-		h.CreatedBy(me)
 		if _, err := h.Write(make([]byte, size), 0); err != nil {
 			h.Release()
 			return err
@@ -55,17 +54,18 @@ func TestDirectWritersEndTheirGrace(t *testing.T) {
 		t.Fatalf("after the direct stores: %+v", st)
 	}
 	// A publish makes it a publisher: its next objects keep their
-	// grace. Three replace the direct ones; a fourth finds nothing out
-	// of grace to evict (the learning's small objects are in grace too).
+	// grace. Four replace the direct ones; a fifth finds nothing out
+	// of grace to evict (the learning's small objects lost their graces
+	// when it was learnt, and were evicted first).
 	tc.PublishedBy(me)
-	for i := range 3 {
+	for i := range 4 {
 		if err := store(fmt.Sprintf("p%d", i), mib); err != nil {
 			t.Fatalf("the publisher's store %d: %v", i, err)
 		}
 	}
-	err := store("p3", mib)
-	if !errors.Is(err, ErrNoSpace) || !tc.exists("p0") || !tc.exists("p2") {
-		t.Fatalf("a store that needs the publisher's graced objects: %v, p0 present %v, p2 %v; want ENOSPC and both kept", err, tc.exists("p0"), tc.exists("p2"))
+	err := store("p4", mib)
+	if !errors.Is(err, ErrNoSpace) || !tc.exists("p0") || !tc.exists("p3") {
+		t.Fatalf("a store that needs the publisher's graced objects: %v, p0 present %v, p3 %v; want ENOSPC and both kept", err, tc.exists("p0"), tc.exists("p3"))
 	}
 	if err := tc.CheckInvariants(); err != nil {
 		t.Fatal(err)
@@ -94,19 +94,19 @@ func TestClientsLearnByProcess(t *testing.T) {
 		if i%2 == 1 {
 			who = them
 		}
-		if cl.created(who, 0, neverLeft) {
+		if cl.createdDirect(who, 0, neverLeft) {
 			t.Fatalf("direct after %d creates", i+1)
 		}
 	}
-	if !cl.created(them, 0, neverLeft) {
+	if !cl.createdDirect(them, 0, neverLeft) {
 		t.Fatal("not direct after the streak")
 	}
 	cl.published(me)
-	if cl.created(them, 0, neverLeft) {
+	if cl.createdDirect(them, 0, neverLeft) {
 		t.Fatal("direct after another thread of the process published")
 	}
 	for range 2 * directStreak {
-		if cl.created(Client(1<<30), 0, neverLeft) { // no such thread
+		if cl.createdDirect(Client(1<<30), 0, neverLeft) { // no such thread
 			t.Fatal("a thread /proc does not know made a process direct")
 		}
 	}
@@ -123,18 +123,18 @@ func TestClientsLearnByParent(t *testing.T) {
 	publisher := kids[0]
 	cl.published(publisher)
 	for i, k := range kids[1 : directStreak+1] {
-		if cl.created(k, 0, neverLeft) {
+		if cl.createdDirect(k, 0, neverLeft) {
 			t.Fatalf("direct after %d children's creates", i+1)
 		}
 	}
-	if !cl.created(kids[directStreak+1], 0, neverLeft) {
+	if !cl.createdDirect(kids[directStreak+1], 0, neverLeft) {
 		t.Fatal("a child is not direct after its siblings' streak")
 	}
-	if cl.created(publisher, 0, neverLeft) {
+	if cl.createdDirect(publisher, 0, neverLeft) {
 		t.Fatal("a child that published is direct after its siblings' streak")
 	}
 	cl.published(kids[1])
-	if cl.created(kids[directStreak+2], 0, neverLeft) {
+	if cl.createdDirect(kids[directStreak+2], 0, neverLeft) {
 		t.Fatal("direct after a sibling published")
 	}
 }
@@ -164,7 +164,7 @@ func leaving(cl *clients) func(who Client, leave bool) bool {
 	return func(who Client, leave bool) bool {
 		next++
 		left[next] = leave
-		return cl.created(who, next, unpublished)
+		return cl.createdDirect(who, next, unpublished)
 	}
 }
 
@@ -311,5 +311,70 @@ func TestClientsLearnPoolWorkers(t *testing.T) {
 	cl.published(workers[0])
 	if create(workers[leftStreak+1], false) {
 		t.Fatal("a new worker is direct after a sibling published")
+	}
+}
+
+func (cl *clients) createdDirect(t Client, id blob.ID, unpublished func(blob.ID) bool) bool {
+	direct, _ := cl.created(t, id, unpublished)
+	return direct
+}
+
+// TestPoolLearntEndsEarlierGraces: a pool's workers are learnt to store
+// under final names at their second creates; the objects of their first
+// round, closed and unpublished, then lose their graces at once, as do
+// the second round's, still being written, at their writers' release:
+// a full cache turns over at eviction's pace, not at the grace's.
+func TestPoolLearntEndsEarlierGraces(t *testing.T) {
+	workers := children(t, leftStreak+1)
+	pool, late := workers[:leftStreak], workers[leftStreak]
+	tc := newTestCore(t, Config{Capacity: 8 * mib, Grace: time.Hour, WriteReserve: mib})
+	n := 0
+	create := func(by Client) *Handle {
+		t.Helper()
+		n++
+		h, _, err := tc.CreateOrOpenBy(by, blob.RootID, fmt.Sprintf("o%d", n), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		if err != nil {
+			t.Fatalf("create o%d: %v", n, err)
+		}
+		return h
+	}
+	fill := func(h *Handle) {
+		t.Helper()
+		if _, err := h.Write(make([]byte, mib), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		h.Release()
+	}
+	// Two rounds, each worker's writer open while the others create, as
+	// a pool's are: 8 MiB, all of it closed and unpublished.
+	for range 2 {
+		var round []*Handle
+		for _, w := range pool {
+			round = append(round, create(w))
+		}
+		for _, h := range round {
+			fill(h)
+		}
+	}
+	if used := tc.Stats().UsedBytes; used != 8*mib {
+		t.Fatalf("used %d after two rounds, want 8 MiB", used)
+	}
+	// A new worker's stores fill the cache again only by evicting every
+	// one of them, which only objects out of their graces can be (its
+	// own, out of theirs, are evicted instead of any in grace).
+	for i := range 2 * leftStreak {
+		h, _, err := tc.CreateOrOpenBy(late, blob.RootID, fmt.Sprintf("late%d", i), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		if err != nil {
+			t.Fatalf("store %d into the full cache: %v (the pool's objects kept their graces)", i+1, err)
+		}
+		fill(h)
+	}
+	for i := range 2 * leftStreak {
+		if name := fmt.Sprintf("late%d", i); !tc.exists(name) {
+			t.Errorf("%s was evicted while the pool's objects were kept in their graces", name)
+		}
 	}
 }

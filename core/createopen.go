@@ -47,7 +47,8 @@ func (c *Core) CreateOrOpen(parent ID, name string, flags int, mode uint32, who 
 }
 
 // CreateOrOpenBy is CreateOrOpen by client thread t (0: not known),
-// whose process's last objects size a new object's reservation.
+// whose process's last objects size a new object's reservation, and
+// whose creates show whether it stores under final names (clients.go).
 func (c *Core) CreateOrOpenBy(t Client, parent ID, name string, flags int, mode uint32, who Owner) (*Handle, How, error) {
 	write := flags&unix.O_ACCMODE != unix.O_RDONLY
 	for try := 0; ; try++ {

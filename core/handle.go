@@ -73,7 +73,8 @@ func (c *Core) Create(parent blob.ID, name string, mode uint32, who blob.Owner, 
 }
 
 // create is Create by client thread t (0: not known), whose process's
-// last objects size the reservation (reservationFor).
+// last objects size the reservation (reservationFor), and whose creates
+// show whether it stores under final names (clients.go).
 func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who blob.Owner, write bool) (*Handle, error) {
 	if c.taken(parent, name) {
 		return nil, ErrExists
@@ -82,6 +83,9 @@ func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who bl
 	c.ledger.Create(id, write)
 	h := &Handle{c: c, id: id, write: write}
 	if write {
+		// Learnt before the admission, which may wait for the graces
+		// that learning ends (clients.created).
+		h.createdBy(t)
 		var n int64
 		n, h.by = c.reservationFor(t)
 		got, err := c.reserve(id, n)

@@ -39,7 +39,6 @@ func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out 
 	}
 	var h *handle
 	if how == core.Created {
-		ch.CreatedBy(core.Client(in.Caller.Pid))
 		h = f.adopt(ch, false, in.Flags)
 	} else {
 		h = f.opened(ch, in.Flags)
