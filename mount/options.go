@@ -206,8 +206,10 @@ func (o *Options) validate() error {
 	if o.Capacity < 0 || (o.Capacity > 0 && o.Capacity < ledger.BlockSize) {
 		return usagef("capacity %d is below one block (%d bytes)", o.Capacity, ledger.BlockSize)
 	}
-	if o.WriteReserve < 0 || o.WriteReserve > o.Capacity && o.Capacity > 0 {
-		return usagef("--write-reserve %d must be between 0 and the capacity", o.WriteReserve)
+	// A writer is reserved at most a quarter of the capacity (core's
+	// Reservation), so more asked for is refused, not cut unsaid.
+	if o.WriteReserve < 0 || o.WriteReserve > o.Capacity/4 && o.Capacity > 0 {
+		return usagef("--write-reserve %d must be between 0 and a quarter of the capacity (%d): a writer is reserved at most that", o.WriteReserve, o.Capacity/4)
 	}
 	if o.ServeWhileLoading == 0 {
 		o.ServeWhileLoading = DefaultServeWhileLoading

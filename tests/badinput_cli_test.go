@@ -183,6 +183,7 @@ func TestBadInputFlags(t *testing.T) {
 		{"--audit-interval", "-1s", []string{"--audit-interval -1s", "negative"}},
 		{"--stop-linger", "-1s", []string{"--stop-linger -1s", "negative"}},
 		{"--log-level", "loud", []string{"log-level", "loud", "debug, info, warn or error"}},
+		{"--log-level", "", []string{"--log-level is empty"}}, // was: info, unsaid
 		// Was: the default store, MOUNTPOINT.kvfs-store (an outside tester).
 		{"--store", "", []string{"--store is empty"}},
 		// Were: their defaults, unsaid (an outside tester).
@@ -223,6 +224,15 @@ func TestBadInputFlags(t *testing.T) {
 		// One line, the daemon's, as without --background (was: that
 		// line, then "the daemon refused its arguments (see its output)").
 		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--background", "--store", file, mp), "store "+file+" is not a directory")
+	})
+	// Was: mounted, each writer reserved a quarter of the capacity,
+	// unsaid.
+	t.Run("write_reserve_past_a_quarter", func(t *testing.T) {
+		store := filepath.Join(t.TempDir(), "store")
+		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", store, "--capacity", "64MiB", "--write-reserve", "24MiB", mp), "--write-reserve 25165824", "a quarter of the capacity (16777216)")
+		if _, err := os.Lstat(store); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a refused --write-reserve created the store")
+		}
 	})
 	t.Run("store_is_a_dangling_symlink", func(t *testing.T) {
 		dir := t.TempDir()
