@@ -74,6 +74,12 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 		o.Report(fmt.Sprintf("the daemon of %s did not answer statfs within %v", mp, probe))
 		return forceUnmount(mp, e, deadline, o.Report)
 	}
+	if who := callerInside(mp); who != "" {
+		// Busy for as long as the caller's shell stays there: retrying
+		// until the timeout only kept it waiting (an outside tester's
+		// `kvfs unmount .`).
+		return fmt.Errorf("unmounting %s: %w: the working directory of %s, which ran kvfs unmount, is inside it; cd out of it first", mp, unix.EBUSY, who)
+	}
 	// Keep a quarter of the time for aborting, should the unmount
 	// itself hang.
 	until := deadline.Add(-o.Timeout / 4)
@@ -97,6 +103,19 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 	}
 	o.Report(fmt.Sprintf("unmounting %s did not finish in time", mp))
 	return forceUnmount(mp, e, deadline, o.Report)
+}
+
+// callerInside names the process that ran this one ("bash (pid 12)")
+// when its working directory is mp or below it; "" otherwise. Reading
+// the link makes no request of the mount.
+func callerInside(mp string) string {
+	ppid := strconv.Itoa(os.Getppid())
+	cwd, err := os.Readlink("/proc/" + ppid + "/cwd")
+	if err != nil || cwd != mp && !strings.HasPrefix(cwd, strings.TrimSuffix(mp, "/")+"/") {
+		return ""
+	}
+	comm, _ := os.ReadFile("/proc/" + ppid + "/comm")
+	return fmt.Sprintf("%s (pid %s)", strings.TrimSpace(string(comm)), ppid)
 }
 
 // plainUnmount asks the kernel to unmount, retrying EBUSY until until:

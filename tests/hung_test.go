@@ -203,6 +203,28 @@ func TestUnmountBusyHealthy(t *testing.T) {
 	d.waitExit()
 }
 
+// TestUnmountFromInside: `kvfs unmount .` from a shell whose working
+// directory is the mount says so at once, and the mount serves on (an
+// outside tester: the generic "a process has a file open" after the
+// whole timeout's retries); run by exec from there, where kvfs itself
+// was all that was inside, it unmounts.
+func TestUnmountFromInside(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	path := filepath.Join(d.mp, "obj")
+	putFile(t, path, objectBytes("obj", 100))
+	out, err := exec.Command("bash", "-c", `cd "$1" && "$2" unmount --timeout 60s . ; echo "exit $?"`, "bash", d.mp, kvfsBin).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "working directory of bash") || !strings.Contains(string(out), "cd out of it first") || !strings.HasSuffix(string(out), "exit 1\n") {
+		t.Fatalf("kvfs unmount . from a shell in the mount: %v: %q; want exit 1 naming the shell's working directory", err, out)
+	}
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, objectBytes("obj", 100)) {
+		t.Fatalf("the object after a refused unmount: %v", err)
+	}
+	if out, err := exec.Command("bash", "-c", `cd "$1" && exec "$2" unmount .`, "bash", d.mp, kvfsBin).CombinedOutput(); err != nil {
+		t.Fatalf("exec kvfs unmount . from the mount: %v: %s", err, out)
+	}
+	d.waitExit()
+}
+
 // TestUnmountWithAMountInside: kvfs unmount of a mount with another
 // mounted inside it names that mount, not a process to look for (an
 // outside tester was sent to fuser, which named none). The inner one

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -427,7 +428,14 @@ func cmdUnmount(args []string, stdout io.Writer) error {
 	if o.Timeout <= 0 {
 		return usageerr.Errorf("--timeout %v: want a positive duration", o.Timeout)
 	}
-	return mount.UnmountWithin(rest[0], o)
+	// Out of the mount, so that this process is not what keeps it busy
+	// (`cd MNT; exec kvfs unmount .`).
+	mp, err := filepath.Abs(rest[0])
+	if err != nil {
+		return usageerr.Errorf("%v", err)
+	}
+	os.Chdir("/")
+	return mount.UnmountWithin(mp, o)
 }
 
 // cmdVersion prints the build (make's -X main.build, or "dev") and the
