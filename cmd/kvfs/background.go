@@ -59,6 +59,10 @@ func background(stdout io.Writer) error {
 		cmd.Wait()
 		return usageerr.Errorf("%s", strings.TrimSpace(msg)) // one line, as without --background
 	}
+	if msg, ok := strings.CutPrefix(string(word), failedWord); ok {
+		cmd.Wait()
+		return errors.New(strings.TrimSpace(msg)) // one line, as without --background
+	}
 	if w := strings.TrimSpace(string(word)); strings.HasPrefix(w, readyWord) {
 		fmt.Fprintf(stdout, "kvfs: the daemon (pid %d) serves; it runs on in the background\n", cmd.Process.Pid)
 		if w == readyWord+" "+discardedWord {
@@ -75,19 +79,30 @@ func background(stdout io.Writer) error {
 	return fmt.Errorf("the daemon exited before serving (%v; see its output)", err)
 }
 
-// refusedWord starts what a --background daemon tells its parent when it
-// refuses its arguments: the parent prints the one line.
-const refusedWord = "refused: "
+// refusedWord and failedWord start what a --background daemon tells its
+// parent when it refuses its arguments (exit 2) or fails before it
+// serves (exit 1): the parent prints the one line (an outside tester
+// read a metrics port taken, then "the daemon exited before serving
+// (exit status 1; see its output)").
+const (
+	refusedWord = "refused: "
+	failedWord  = "failed: "
+)
 
-// backgroundRefused hands a usage error to the --background parent, if
-// this is its daemon, instead of printing it.
-func backgroundRefused(err error) bool {
+// backgroundFailed hands the error a command ends with to the
+// --background parent, if this is its daemon and it has not yet
+// served, instead of printing it.
+func backgroundFailed(err error) bool {
 	if os.Getenv(backgroundChildEnv) == "" {
 		return false
 	}
+	word := failedWord
+	if errors.Is(err, usageerr.ErrUsage) {
+		word = refusedWord
+	}
 	f := os.NewFile(3, "background parent")
 	defer f.Close()
-	_, werr := fmt.Fprintf(f, "%s%v\n", refusedWord, err)
+	_, werr := fmt.Fprintf(f, "%s%v\n", word, err)
 	return werr == nil
 }
 

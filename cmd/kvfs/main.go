@@ -91,12 +91,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, usageerr.ErrUsage):
-		if !backgroundRefused(err) {
+		if !backgroundFailed(err) {
 			fmt.Fprintf(stderr, "kvfs %s: %v\n", args[0], err)
 		}
 		return 2
 	default:
-		fmt.Fprintf(stderr, "kvfs %s: %v\n", args[0], err)
+		if !backgroundFailed(err) {
+			fmt.Fprintf(stderr, "kvfs %s: %v\n", args[0], err)
+		}
 		return 1
 	}
 }
