@@ -62,6 +62,28 @@ func alive(pid int) bool {
 	return err == nil
 }
 
+// kvfsProcess says whether pid runs this program, or one named kvfs (an
+// older or newer build); a process that cannot be read counts as one.
+func kvfsProcess(pid int) bool {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return true
+	}
+	if self, err := os.Executable(); err == nil && strings.TrimSuffix(exe, " (deleted)") == self {
+		return true
+	}
+	return strings.HasPrefix(filepath.Base(strings.TrimSuffix(exe, " (deleted)")), "kvfs")
+}
+
+// describeProcess names pid by its command: "pid 12 (flock)".
+func describeProcess(pid int) string {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return fmt.Sprintf("pid %d", pid)
+	}
+	return fmt.Sprintf("pid %d (%s)", pid, strings.TrimSpace(string(comm)))
+}
+
 // lockedBy is the holder of store's lock when err says it is locked.
 func lockedBy(err error, store string) (int, bool) {
 	if !errors.Is(err, blob.ErrLocked) {

@@ -152,6 +152,11 @@ func start(o Options, again bool) (*Mount, error) {
 		// it: a daemon that ended its detached mount for this start, and
 		// exited before its answer reached it (CI met this once).
 		store, err = blob.Open(o.Store)
+	} else if held && !kvfsProcess(pid) {
+		// Not a daemon that is starting or stopping: waiting for it to
+		// let go only kept the start waiting 30 s before it was named
+		// as one (an outside tester's `flock STORE/kvfs.lock sleep`).
+		return nil, usagef("store %s is locked (%s) by %s, which is not a kvfs daemon; end it, or give kvfs another --store", o.Store, blob.LockName, describeProcess(pid))
 	} else if held && !mounting(pid, o.Store) {
 		// Its daemon mounts it nowhere: it unmounted it and is still
 		// writing its checkpoint (see holder.go), or it is starting (a

@@ -3,7 +3,9 @@ package tests
 // Bad input to the command line; rows of docs/bad-input.md.
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -273,6 +275,37 @@ func TestFsckOfALiveStore(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(mp, "kept")); err != nil || string(got) != "kept\n" {
 		t.Fatalf("after the refused fsck: %q, %v", got, err)
+	}
+	d.stop()
+}
+
+// TestStoreLockedByAnotherProgram: a store whose lock another program
+// holds (here this test, as `flock STORE/kvfs.lock CMD` would) is
+// refused at once, naming that program (was: a 30 s wait for a kvfs
+// daemon to finish starting or stopping, then named as one: an outside
+// tester); once it lets go, the store mounts with its object.
+func TestStoreLockedByAnotherProgram(t *testing.T) {
+	requireRoot(t)
+	store := filepath.Join(t.TempDir(), "store")
+	makeStore(t, store)
+	lock, err := os.Open(filepath.Join(store, "kvfs.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	mp := filepath.Join(t.TempDir(), "mp")
+	os.Mkdir(mp, 0o755)
+	requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", store, mp), store, fmt.Sprintf("pid %d", os.Getpid()), "not a kvfs daemon")
+	if _, ok := mountAt(mp); ok {
+		t.Fatal("mounted a store another program holds")
+	}
+	lock.Close()
+	d := startDaemon(t, mp, "--store", store, "--capacity", "16MiB")
+	if got, err := os.ReadFile(filepath.Join(mp, "obj")); err != nil || !bytes.Equal(got, objectBytes("obj", 10000)) {
+		t.Errorf("the object once the lock was let go: %v", err)
 	}
 	d.stop()
 }
