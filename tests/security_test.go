@@ -216,6 +216,15 @@ func TestNoAllowOtherByDefault(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(mp, "public")); err != nil || string(got) != "public\n" {
 		t.Errorf("root reading its own mount: %q, %v", got, err)
 	}
+	// kvfs stats says why, exit 1: a user refused, not a bad argument
+	// (was: exit 2, "permission denied" alone: an outside tester).
+	bin := filepath.Join(dir, "kvfs")
+	if b, err := os.ReadFile(kvfsBin); err != nil || os.WriteFile(bin, b, 0o755) != nil {
+		t.Fatalf("a copy of kvfs nobody may run: %v", err)
+	}
+	if code, out := asNobody(t, bin, "stats", mp); code != 1 || !strings.Contains(out, "permission denied") || !strings.Contains(out, "--allow-other") {
+		t.Errorf("nobody: kvfs stats: exit %d, %q; want exit 1 naming --allow-other", code, out)
+	}
 	// Nor the store: its data/ carries the mount's modes, which only
 	// the mount's refusal of every other user kept from them (an outside
 	// tester read every object through it and wrote past the capacity).

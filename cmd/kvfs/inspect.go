@@ -8,11 +8,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/stats"
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"github.com/kvfs/kvfs/mount"
@@ -104,6 +107,14 @@ func readStatsXattr(mp string) ([]byte, error) {
 	}
 	if _, err := os.Stat(mp); errors.Is(err, unix.ENOTCONN) {
 		return nil, gone()
+	} else if errors.Is(err, unix.EACCES) {
+		// Not a bad argument (exit 2): this user may not reach the
+		// mount, or enter it (without --allow-other, only its mounter
+		// may).
+		if e, ok := mountinfo.At(mp); ok && e.FSType == mount.FSType && !slices.Contains(strings.Split(e.SuperOptions, ","), "allow_other") {
+			return nil, fmt.Errorf("%v: a kvfs mount admits only the user who mounted it (and root) unless mounted with --allow-other", err)
+		}
+		return nil, err
 	} else if err != nil {
 		return nil, usageerr.Errorf("%v", err)
 	}
