@@ -22,7 +22,10 @@ type breaker struct {
 	limit    int
 	coolDown time.Duration
 	onClose  func() // called (outside mu) when an open breaker closes
-	onOpen   func() // called (outside mu) when a closed breaker opens
+	// onOpen is called (outside mu) when a closed breaker opens, with
+	// the consecutive failures and whether the last got no answer for
+	// the whole timeout (which opens it at once).
+	onOpen func(fails int, timedOut bool)
 
 	mu       sync.Mutex
 	state    string    // GUARDED_BY(mu)
@@ -31,7 +34,7 @@ type breaker struct {
 	probing  bool      // a half-open probe is out; GUARDED_BY(mu)
 }
 
-func newBreaker(clock Clock, limit int, coolDown time.Duration, onOpen, onClose func()) *breaker {
+func newBreaker(clock Clock, limit int, coolDown time.Duration, onOpen func(fails int, timedOut bool), onClose func()) *breaker {
 	return &breaker{clock: clock, limit: limit, coolDown: coolDown, onOpen: onOpen, onClose: onClose, state: BreakerClosed}
 }
 
@@ -87,9 +90,10 @@ func (b *breaker) fail(timedOut bool) {
 		b.state, b.openedAt = BreakerOpen, b.clock.Now()
 	}
 	b.probing = false
+	fails := b.fails
 	b.mu.Unlock()
 	if opened && b.onOpen != nil {
-		b.onOpen()
+		b.onOpen(fails, timedOut)
 	}
 }
 

@@ -126,7 +126,7 @@ func TestExclude(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	clk := newFakeClock()
 	opened, closed := 0, 0
-	b := newBreaker(clk, 2, time.Second, func() { opened++ }, func() { closed++ })
+	b := newBreaker(clk, 2, time.Second, func(int, bool) { opened++ }, func() { closed++ })
 	b.allow()
 	b.failure()
 	if b.State() != BreakerClosed || !b.allow() {

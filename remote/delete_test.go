@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvfs/kvfs/internal/s3test"
+	"github.com/minio/minio-go/v7"
 )
 
 // TestDeleteTombstone: a Delete makes the name absent on this node at
@@ -140,5 +142,61 @@ func TestReplaceSupersedes(t *testing.T) {
 	n.Replace("p.data")
 	if b, _ := os.ReadFile(filepath.Join(n.journal, journalName("p.data"))); !bytes.Equal(b, []byte("delete+upload\x00p.data")) {
 		t.Fatalf("journal entry %q after a replace of a pending upload", b)
+	}
+}
+
+// TestDeletesPastAFullQueue: with the queue full of uploads (the server
+// down), an rm and a rewrite of names already in the bucket are still
+// journaled, answered absent meanwhile, and done once the server is
+// back: the keys go, and the rewrite's new bytes replace the old (an
+// outside tester: both were dropped with the uploads, the rm's key was
+// found again by every node, and the rewrite's old bytes were served for
+// good). New uploads past the bound are still dropped.
+func TestDeletesPastAFullQueue(t *testing.T) {
+	srv := s3test.New(t)
+	n := newNode(t, srv, "p", nodeOpts{cfg: func(c *Config) { c.QueueMax = 2; c.Uploaders = 1 }})
+	ctx := context.Background()
+	for _, name := range []string{"gone.data", "rewritten.data"} {
+		if err := n.Put(ctx, name, strings.NewReader("old bytes of "+name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Stop()
+	for _, name := range []string{"u1.data", "u2.data", "u3.data"} {
+		n.write(t, name, randBytes(t, 4<<10))
+	}
+	if !n.Enqueue("u1.data") || !n.Enqueue("u2.data") {
+		t.Fatal("uploads within the bound refused")
+	}
+	if n.Enqueue("u3.data") {
+		t.Fatal("an upload past the bound was queued")
+	}
+	if !n.Delete("gone.data") {
+		t.Fatal("an rm past the bound was dropped")
+	}
+	fresh := randBytes(t, 64<<10)
+	n.write(t, "rewritten.data", fresh)
+	if !n.Replace("rewritten.data") {
+		t.Fatal("a rewrite past the bound was dropped")
+	}
+	for _, name := range []string{"gone.data", "rewritten.data"} {
+		if _, found, err := n.Lookup(ctx, name); found || err != nil {
+			t.Fatalf("%s looked up with its change pending: %v, %v; want absent", name, found, err)
+		}
+	}
+	if st := n.Stats(); st.UploadDropped != 1 || st.QueueDepth != 4 {
+		t.Fatalf("%+v: want one upload dropped, four pending", st)
+	}
+	srv.Start()
+	n.drain(t)
+	if _, err := srv.Client().StatObject(ctx, srv.Bucket, "p/gone.data", minio.StatObjectOptions{}); minio.ToErrorResponse(err).StatusCode != http.StatusNotFound {
+		t.Errorf("the rm's key after the server came back: %v; want it gone", err)
+	}
+	if got, _ := getRaw(t, srv.Client(), srv.Bucket, "p/rewritten.data"); !bytes.Equal(got, fresh) {
+		t.Errorf("the bucket holds %d bytes for the rewrite, want its %d new ones", len(got), len(fresh))
+	}
+	c := newNode(t, srv, "p", nodeOpts{})
+	if _, found, err := c.Lookup(ctx, "gone.data"); found || err != nil {
+		t.Errorf("another node finds the deleted key: %v, %v", found, err)
 	}
 }

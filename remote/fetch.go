@@ -268,16 +268,30 @@ func readFull(body io.Reader, buf []byte, wd *watchdog) (int, error) {
 }
 
 // watchdog calls stop when kick has not been called for d: a transfer
-// that stalls is cut, one that progresses is never.
+// that stalls is cut, one that progresses is never. progress, if set, is
+// asked when d has passed without a kick: true (the transfer moved in
+// ways kick does not see) arms it for another d.
 type watchdog struct {
-	d     time.Duration
-	t     *time.Timer
-	fired atomic.Bool // it cut the transfer
+	d        time.Duration
+	t        *time.Timer
+	fired    atomic.Bool // it cut the transfer
+	progress func() bool
 }
 
 func startWatchdog(d time.Duration, stop func()) *watchdog {
-	w := &watchdog{d: d}
-	w.t = time.AfterFunc(d, func() { w.fired.Store(true); stop() })
+	return startWatchdogWith(d, stop, nil)
+}
+
+func startWatchdogWith(d time.Duration, stop func(), progress func() bool) *watchdog {
+	w := &watchdog{d: d, progress: progress}
+	w.t = time.AfterFunc(d, func() {
+		if w.progress != nil && w.progress() {
+			w.t.Reset(w.d)
+			return
+		}
+		w.fired.Store(true)
+		stop()
+	})
 	return w
 }
 

@@ -66,7 +66,12 @@ type queue struct {
 
 	mu      sync.Mutex
 	pending map[string]*entry // journaled, not settled; GUARDED_BY(mu)
-	// INVARIANT: len(pending) <= max; len(ch) <= len(pending).
+	// unsent: pending names ch had no room for, taken by the workers
+	// after each name they settle; GUARDED_BY(mu).
+	unsent []string
+	// INVARIANT: uploads are admitted while len(pending) < max; deletes
+	// always (an rm dropped for a full queue left the key in the bucket,
+	// found again by every node: an outside tester).
 	idle chan struct{} // closed while pending is empty; GUARDED_BY(mu)
 }
 
@@ -113,7 +118,7 @@ func (q *queue) replay() error {
 		case !ok:
 			os.Remove(filepath.Join(q.dir, e.Name()))
 		case q.change(name, o) == admitNew:
-			q.ch <- name
+			q.schedule(name)
 			queued++
 		default:
 			os.Remove(filepath.Join(q.dir, e.Name()))
@@ -172,7 +177,7 @@ func (q *queue) change(name string, o op) admission {
 		}
 		return admitDup
 	}
-	if len(q.pending) >= q.max {
+	if len(q.pending) >= q.max && o == opUpload {
 		return admitFull
 	}
 	if len(q.pending) == 0 {
@@ -211,9 +216,35 @@ func (q *queue) add(name string, o op) bool {
 		return false
 	}
 	if a == admitNew {
-		q.ch <- name // never blocks: see INVARIANT
+		q.schedule(name)
 	}
 	return true
+}
+
+// schedule hands a newly pending name to the workers: through ch, or,
+// once ch is full (a worker is then busy with one of its names, and
+// takes the unsent after), through unsent. It never blocks.
+func (q *queue) schedule(name string) {
+	select {
+	case q.ch <- name:
+	default:
+		q.mu.Lock()
+		q.unsent = append(q.unsent, name)
+		q.mu.Unlock()
+	}
+}
+
+// nextUnsent takes the oldest name schedule found no room for in ch.
+func (q *queue) nextUnsent() (string, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.unsent) == 0 {
+		return "", false
+	}
+	name := q.unsent[0]
+	q.unsent[0] = ""
+	q.unsent = q.unsent[1:]
+	return name, true
 }
 
 // current is what is pending for name, and its generation.
@@ -312,7 +343,7 @@ func (q *queue) idleChan() <-chan struct{} {
 // tier knows the remote holds (it fetched it, saw it, or uploaded it),
 // and a name already pending are not queued again; a name that cannot
 // be a key is refused for good (counted, logged once). With QueueMax
-// names pending, new ones are dropped (counted); a pending name
+// names pending, new uploads are dropped (counted; deletes never are); a pending name
 // survives a crash of the daemon and is uploaded by the next New on the
 // journal. A store after an rm still pending (Delete) uploads once the
 // delete is done.

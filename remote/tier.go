@@ -131,9 +131,15 @@ func New(cfg Config, deps Deps) (*Tier, error) {
 		return nil, err
 	}
 	t.noTrailer = s3utils.IsGoogleEndpoint(*t.client.EndpointURL())
-	t.breaker = newBreaker(t.clock, cfg.BreakerFailures, cfg.BreakerCoolDown, func() {
+	t.breaker = newBreaker(t.clock, cfg.BreakerFailures, cfg.BreakerCoolDown, func(fails int, timedOut bool) {
+		// Which of the two opened it (the limit was logged as
+		// "failures" where one timeout had: an outside tester).
+		why := fmt.Sprintf("%d failures in a row", fails)
+		if timedOut {
+			why = fmt.Sprintf("a request had no answer (or no progress) for %v", cfg.Timeout)
+		}
 		t.log.Warn("the remote server does not answer: circuit breaker open; uploads wait, names not held here answer absent, one probe per cool-down",
-			zap.String("bucket", t.cfg.Bucket), zap.Int("failures", cfg.BreakerFailures), zap.Duration("cooldown", cfg.BreakerCoolDown))
+			zap.String("bucket", t.cfg.Bucket), zap.String("why", why), zap.Duration("cooldown", cfg.BreakerCoolDown))
 	}, func() {
 		t.log.Info("the remote server answers again: circuit breaker closed", zap.String("bucket", t.cfg.Bucket))
 		t.wakeUploaders()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"time"
 
@@ -36,6 +37,9 @@ func (t *Tier) uploader() {
 			return
 		case name := <-t.queue.ch:
 			t.runUntilSettled(name)
+			for next, ok := t.queue.nextUnsent(); ok && !t.closed.Load(); next, ok = t.queue.nextUnsent() {
+				t.runUntilSettled(next)
+			}
 		}
 	}
 }
@@ -204,14 +208,27 @@ func (t *Tier) put(key string, src Source) (Info, error) {
 	opts.SetMatchETagExcept("*")
 	ctx, cancel := context.WithCancel(t.baseCtx)
 	defer cancel()
-	wd := startWatchdog(t.cfg.Timeout, cancel)
+	// The body's reads show its progress until the last one; the bytes
+	// that last read handed over then sit in the socket's buffers (4
+	// MiB and more), and a slow link drains them for longer than the
+	// timeout: an outside tester's 8 MiB upload over 512 KiB/s was cut
+	// at every try, for good. The peer's acknowledgements show it too.
+	var sent ackWatch
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { sent.use(i.Conn) }})
+	wd := startWatchdogWith(t.cfg.Timeout, cancel, sent.moved)
 	defer wd.stop()
-	body := newSendReader(src, wd.kick)
+	body := newSendReader(src, func() { wd.kick(); sent.moved() })
 	body.want = want
 	ui, err := t.client.PutObject(ctx, t.cfg.Bucket, key, body, size, opts)
 	if errors.Is(err, errSourceChanged) {
 		t.breaker.neutral()
 		return Info{}, err
+	}
+	if err != nil && wd.fired.Load() {
+		// Cut by the watchdog: no progress, and no answer, for the
+		// whole timeout; the breaker opens at once (it counted one
+		// failure of several: an outside tester).
+		err = fmt.Errorf("%w: no progress within %v (%v)", context.DeadlineExceeded, t.cfg.Timeout, err)
 	}
 	if err = t.classify(t.baseCtx, err); err != nil {
 		return Info{}, err
