@@ -193,6 +193,7 @@ func TestBadInputFlags(t *testing.T) {
 		{"--remote-queue", "0", []string{"--remote-queue 0", "more than 0"}},
 		{"--remote-breaker-failures", "0", []string{"--remote-breaker-failures 0", "more than 0"}},
 		{"--remote-timeout", "0s", []string{"--remote-timeout 0s", "more than 0"}},
+		{"--remote-breaker-cooldown", "0s", []string{"--remote-breaker-cooldown 0s", "more than 0"}}, // was: 10s, unsaid
 		{"--ram-cache", "12X", []string{"bad size", "12X"}},
 		{"--ram-cache", "100", []string{"--ram-cache 100", "below 1 MiB"}},
 		// Was: gigabytes asked for its counters, then the OOM killer.

@@ -211,14 +211,15 @@ func explicitDefaults(fs *flag.FlagSet) error {
 //     $DIR`, not a request for the default (an outside tester's `--store
 //     ""` served MOUNTPOINT.kvfs-store at 90% of the disk);
 //   - 0 for a count or bound of the remote tier that must be at least 1
-//     (an outside tester's `--remote-uploaders 0` mounted with 2).
+//     (an outside tester's `--remote-uploaders 0` mounted with 2;
+//     `--remote-breaker-cooldown 0s`, 10s).
 func explicitDefault(name, v string) error {
 	switch {
 	case name == "capacity" && v == "0":
 		return usageerr.Errorf("capacity 0 is below one block (4096 bytes)")
 	case (name == "store" || name == "log-level") && v == "":
 		return usageerr.Errorf("--%s is empty: leave it out for its default", name)
-	case slices.Contains([]string{"remote-uploaders", "remote-queue", "remote-breaker-failures", "remote-timeout"}, name) && (v == "0" || v == "0s"):
+	case slices.Contains([]string{"remote-uploaders", "remote-queue", "remote-breaker-failures", "remote-timeout", "remote-breaker-cooldown"}, name) && (v == "0" || v == "0s"):
 		return usageerr.Errorf("--%s %s: want more than 0 (leave it out for its default)", name, v)
 	}
 	return nil
