@@ -77,6 +77,14 @@ func (s *fetchShare) release() {
 
 func (t *Tier) lead(ctx context.Context, name, key string, c *call[*fetchShare], create CreateFunc) (Fetched, error) {
 	f, info, err := t.download(ctx, name, key, create)
+	if errors.Is(err, ErrUnavailable) {
+		// The open answers ENOENT and the name leaves the kernel; the
+		// name's next lookup asks again (absent while the breaker is
+		// open), where the positive memory answered it present at once
+		// (an outside tester: stat showed the name, and its size, right
+		// after the failed open).
+		t.names.drop(name)
+	}
 	var share *fetchShare
 	if err == nil {
 		share = &fetchShare{info: info}

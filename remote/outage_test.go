@@ -76,8 +76,9 @@ func TestServerDown(t *testing.T) {
 }
 
 // TestServerHung: a server that accepts and never answers costs a fetch
-// or a lookup one request and the timeout, not more, and the first such
-// timeout opens the breaker, which then answers at once (callers queue
+// or a lookup one request and the timeout, not more, a fetch that fails
+// so forgets that its name is there, and the first such timeout opens
+// the breaker, which then answers at once (callers queue
 // behind a lookup: waiting for several timeouts cost a store several);
 // after the cool-down one probe goes, with the same bound, and a good
 // probe closes it. The bound is read, not timed: the probe's one request
@@ -117,6 +118,11 @@ func TestServerHung(t *testing.T) {
 	}
 	if st := n.Stats(); st.BreakerState != BreakerOpen {
 		t.Fatalf("breaker %s after one timeout (of %d failures that open it otherwise); want open", st.BreakerState, 3)
+	}
+	// The failed fetch forgot that k.data was there: the open breaker
+	// answers its lookup absent, not the memory present.
+	if _, found, err := n.Lookup(context.Background(), "k.data"); found || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("lookup of the name whose fetch failed = %v, %v; want the open breaker's answer", found, err)
 	}
 	before = n.reqs.total()
 	if _, _, err := n.Lookup(context.Background(), "h0.data"); !errors.Is(err, ErrUnavailable) || n.reqs.total() != before {
