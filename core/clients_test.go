@@ -176,7 +176,8 @@ func neverLeft(blob.ID) bool { return false }
 // object it created is left unpublished, leftStreak times in a process
 // that never published, stores under final names; so do the children of
 // a parent that leave their objects so, in turn. A publish ends both,
-// and a process that published is never taken for one this way.
+// and a process that published, or whose children did, is never taken
+// for one this way.
 func TestClientsLearnFromWhatIsLeft(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -206,7 +207,7 @@ func TestClientsLearnFromWhatIsLeft(t *testing.T) {
 	}
 
 	// Children, each creating one object and leaving it.
-	kids := children(t, leftStreak+2)
+	kids := children(t, 3*leftStreak+2)
 	var kl clients
 	create = leaving(&kl)
 	for i, k := range kids[:leftStreak] {
@@ -220,6 +221,14 @@ func TestClientsLearnFromWhatIsLeft(t *testing.T) {
 	kl.published(kids[0])
 	if create(kids[leftStreak+1], true) {
 		t.Fatal("a child direct after a sibling published")
+	}
+	// Nor later, however many they leave: a loop that publishes some of
+	// its stores by `cp tmp && mv tmp key` was learnt again after each
+	// `mv`, and its next temp file lost its grace (an outside tester).
+	for i, k := range kids[leftStreak+2:] {
+		if create(k, true) {
+			t.Fatalf("a child direct after %d siblings left objects since a sibling published", i+1)
+		}
 	}
 }
 
