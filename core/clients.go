@@ -3,7 +3,9 @@ package core
 import (
 	"bytes"
 	"os"
+	"path"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/kvfs/kvfs/blob"
@@ -358,12 +360,34 @@ func (h *Handle) createdBy(t Client) {
 		return
 	}
 	direct, before := h.c.clients.created(t, h.id, h.c.ledger.Unpublished)
-	h.direct.Store(direct)
+	h.direct.Store(direct && !h.temp)
 	for _, id := range before {
-		if id != h.id && h.c.ledger.Unpublished(id) {
+		if id != h.id && h.c.ledger.Unpublished(id) && !h.c.tempObject(id) {
 			h.c.ledger.EndGrace(id)
 		}
 	}
+}
+
+// tempName says whether a name looks like a temp file's, one a publish
+// step (link, rename) is to follow: a dot file (rsync's `.NAME.XXXXXX`,
+// LMCache's `.lmcache-write.tmp.*`, a script's `.tmp1`), `*.tmp` and
+// `*.tmp.*`, and Python's mkstemp's `tmpXXXXXXXX`. A process learnt to
+// store under final names keeps the grace of such an object until its
+// publish: a loop that publishes some stores by `cp SRC .t && mv .t KEY`
+// among its final-name ones lost the temp file to eviction before its
+// `mv` (an outside tester).
+func tempName(name string) bool {
+	return strings.HasPrefix(name, ".") || strings.HasPrefix(name, "tmp") ||
+		strings.HasSuffix(name, ".tmp") || strings.Contains(name, ".tmp.")
+}
+
+// tempObject says whether object id's first name looks like a temp
+// file's (tempName).
+func (c *Core) tempObject(id blob.ID) bool {
+	c.mu.RLock()
+	p, ok := c.store.Path(id)
+	c.mu.RUnlock()
+	return ok && tempName(path.Base(p))
 }
 
 // reservationFor is what a writer that thread t creates is reserved
@@ -410,7 +434,7 @@ func (c *Core) PublishedBy(t Client) {
 // endDirectGrace ends the grace of a direct writer's object once its
 // writing ended.
 func (c *Core) endDirectGrace(h *Handle) {
-	if h.refused.Load() {
+	if h.refused.Load() || h.temp {
 		return
 	}
 	if h.direct.Load() || h.by != nil && c.clients.direct(*h.by) {

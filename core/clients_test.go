@@ -387,3 +387,42 @@ func TestPoolLearntEndsEarlierGraces(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectWritersKeepTempGraces: a process learnt to store under final
+// names keeps the grace of an object it creates under a temp-looking
+// name until that object's publish: eviction takes a newer final-name
+// object of its instead (an outside tester's loop publishing some
+// stores by `cp SRC .t && mv .t KEY` lost the temp file before its mv).
+func TestDirectWritersKeepTempGraces(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	me := Client(unix.Gettid())
+	tc := newTestCore(t, Config{Capacity: 2 * mib, Grace: time.Hour, WaitLimit: 0})
+	store := func(name string, size int) error {
+		h, _, err := tc.CreateOrOpenBy(me, blob.RootID, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		if err != nil {
+			return err
+		}
+		defer h.Release()
+		if _, err := h.Write(make([]byte, size), 0); err != nil {
+			return err
+		}
+		return h.Flush()
+	}
+	for i := range directStreak + 1 {
+		if err := store(fmt.Sprintf("e%d", i), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{".t", "d1", "d2"} {
+		if err := store(name, mib); err != nil {
+			t.Fatalf("store %s: %v", name, err)
+		}
+	}
+	if !tc.exists(".t") || tc.exists("d1") || !tc.exists("d2") {
+		t.Fatalf(".t present %v, d1 %v, d2 %v: want the temp file kept in its grace, d1 evicted for d2", tc.exists(".t"), tc.exists("d1"), tc.exists("d2"))
+	}
+	if err := tc.Rename(blob.RootID, ".t", blob.RootID, "published", 0); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -33,6 +33,9 @@ type Handle struct {
 	// direct: the process that created the object stores under final
 	// names; its grace ends at h's release (see clients.go).
 	direct atomic.Bool
+	// temp: the object was created under a name that looks like a temp
+	// file's (tempName): it keeps its grace whoever made it.
+	temp bool
 	// by: the process that created the object (nil: not known).
 	by *proc
 	// closedAt: when a close (a FLUSH) of a descriptor of this writer
@@ -81,7 +84,7 @@ func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who bl
 	}
 	id := c.store.NewID()
 	c.ledger.Create(id, write)
-	h := &Handle{c: c, id: id, write: write}
+	h := &Handle{c: c, id: id, write: write, temp: tempName(name)}
 	if write {
 		// Learnt before the admission, which may wait for the graces
 		// that learning ends (clients.created).
