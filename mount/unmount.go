@@ -170,7 +170,10 @@ func forceUnmount(mp string, e mountinfo.Entry, deadline time.Time, report func(
 		if err := InTime(left(), func() error { return detach(mp) }); err != nil {
 			return fmt.Errorf("detaching %s: %w", mp, err)
 		}
-		report(fmt.Sprintf("detached %s (lazy unmount)", mp))
+		// Said, as what follows is the operator's to prevent (an
+		// outside tester's connector wrote 246 files into the bare
+		// mount point after a --force, and the next mount refused it).
+		report(fmt.Sprintf("detached %s (lazy unmount); a program still using it now sees the bare directory and writes onto its file system, and kvfs mounts no store there while it is not empty: stop such programs first", mp))
 	}
 	if stillMounted(e) {
 		return fmt.Errorf("%s is still mounted", mp)
