@@ -123,12 +123,26 @@ func (c *Core) behind() bool {
 	return c.ckpt.stale || c.store.Changes() != c.ckpt.saved || c.usesRecorded.Load() != c.ckpt.uses
 }
 
+// checkpointSoon is the first wait of a start that left the checkpoint
+// behind (after a crash: listed what changed since it, or had none): a
+// daemon that died again within CheckpointInterval left none, and every
+// start of a crash loop listed the whole store again (an outside tester,
+// crashing a mount every few seconds: every start "from_snapshot":
+// false).
+const checkpointSoon = 3 * time.Second
+
 // checkpointLoop writes a checkpoint every CheckpointInterval while the
 // store changes, spacing them out when they take long, until the Core
-// closes (which writes the last one).
+// closes (which writes the last one); the first comes checkpointSoon
+// after a start that left it behind.
 func (c *Core) checkpointLoop() {
 	defer c.wg.Done()
 	wait := c.cfg.CheckpointInterval
+	c.ckpt.mu.Lock()
+	if c.ckpt.stale {
+		wait = min(wait, checkpointSoon)
+	}
+	c.ckpt.mu.Unlock()
 	for {
 		select {
 		case <-c.done:

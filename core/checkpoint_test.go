@@ -169,7 +169,7 @@ func TestCheckpointLoop(t *testing.T) {
 	ticks := make(chan time.Time)
 	tc := newTestCore(t, Config{Capacity: 64 * mib, CheckpointInterval: interval,
 		After: func(d time.Duration) <-chan time.Time {
-			if d >= interval {
+			if d >= interval || d == checkpointSoon {
 				return ticks
 			}
 			return time.After(d)
@@ -321,5 +321,49 @@ func TestCheckpointUnderStoresIsReadable(t *testing.T) {
 		if err != nil {
 			t.Fatalf("checkpoint %d, taken while objects were created, cannot be read: %v", i, err)
 		}
+	}
+}
+
+// TestCheckpointSoonAfterCrash: a start after a crash, which had no
+// checkpoint to start from, writes its first one checkpointSoon after
+// it, not a whole interval later (a daemon crashing again within the
+// interval left none, and every start of a crash loop listed the whole
+// store again: an outside tester), which the next crash's start uses.
+func TestCheckpointSoonAfterCrash(t *testing.T) {
+	const interval = 7 * time.Hour
+	dir := t.TempDir()
+	first, _ := openCore(t, dir, Config{Capacity: 64 * mib})
+	first.Start(func(Drop) {})
+	first.put("x", 10*kib)
+	first.crash()
+	waits := make(chan time.Duration, 4)
+	ticks := make(chan time.Time)
+	after := func(d time.Duration) <-chan time.Time {
+		if d >= interval || d == checkpointSoon {
+			waits <- d
+			return ticks
+		}
+		return time.After(d)
+	}
+	tc, rep := openCore(t, dir, Config{Capacity: 64 * mib, CheckpointInterval: interval, After: after})
+	if rep.FromSnapshot {
+		t.Fatal("the crashed store started from a checkpoint: the test needs one that did not")
+	}
+	tc.Start(func(Drop) {})
+	if d := <-waits; d != checkpointSoon {
+		t.Fatalf("the first wait after a crash start is %v, want %v", d, checkpointSoon)
+	}
+	ticks <- time.Time{}
+	if d := <-waits; d != interval {
+		t.Fatalf("the wait after the first checkpoint is %v, want the interval", d)
+	}
+	if tc.behind() {
+		t.Fatal("the first checkpoint after the crash start was not written")
+	}
+	tc.crash()
+	again, rep := openCore(t, dir, Config{Capacity: 64 * mib})
+	defer again.Close()
+	if !rep.FromSnapshot {
+		t.Fatal("a second crash, after that checkpoint, did not start from it")
 	}
 }
