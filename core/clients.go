@@ -70,6 +70,12 @@ import (
 // rarely finds another's object closed, and each was learnt on its own,
 // four graces apiece (an outside tester: 40 stores of 4 MiB from a pool
 // of 4 into a full 16 MiB cache took 9.1 s, into an empty one 1.3 s).
+// A child's create that finds its parent's main thread's last object
+// left counts for the parent as the parent's own next create would, and
+// a parent that never published is learnt with its children: a program
+// that stores a few objects, then starts a pool for the rest, is one
+// program. A create finds an object left once its descriptor was closed
+// (leftBehind), before its RELEASE.
 // At the create that makes a process (or its parent's children) learnt,
 // the graces of the objects it (or they) created last, closed and
 // unpublished, end at once, and those still being written end theirs at
@@ -92,7 +98,7 @@ const (
 type clients struct {
 	mu    sync.Mutex
 	procs map[Client]proc     // GUARDED_BY(mu): thread -> its process
-	last  map[Client]blob.ID  // GUARDED_BY(mu): thread -> the object it created last
+	last  map[Client]obj      // GUARDED_BY(mu): thread -> the object it created last
 	learn map[int32]*learning // GUARDED_BY(mu): process -> what its creates, and its children's, showed
 }
 
@@ -116,6 +122,9 @@ type learning struct {
 	// that moment (see created).
 	learnt, kidsLearnt bool
 	recent, kidRecent  lastIDs
+	// counted: its last object a child's create counted as left (see
+	// created), so that its other children do not count it again.
+	counted blob.ID
 	// sizes: of the objects it stored last, and kidSizes its
 	// children's; its next writer is reserved for the largest (see
 	// Core.reservationFor).
@@ -154,9 +163,15 @@ func (l *lastIDs) add(id blob.ID) {
 
 func (l *lastIDs) all() []blob.ID { return append([]blob.ID(nil), l.s[:min(l.n, len(l.s))]...) }
 
+// obj is an object a thread created, with its writer (nil: none known).
+type obj struct {
+	id blob.ID
+	h  *Handle
+}
+
 // kidObj is an object a child process created (pid 0: none).
 type kidObj struct {
-	id  blob.ID
+	obj
 	pid int32
 }
 
@@ -208,29 +223,51 @@ func statusField(status []byte, key string) int32 {
 // graces; the next round's writers waited for them (an outside tester:
 // 40 stores of 4 MiB from a pool of 4 into a full 16 MiB cache took
 // 8.4-12.3 s, with waits of whole graces; into an empty one 0.3 s).
-func (cl *clients) created(t Client, id blob.ID, unpublished func(blob.ID) bool) (direct bool, before []blob.ID) {
+func (cl *clients) created(t Client, made obj, unpublished func(obj) bool) (direct bool, before []blob.ID) {
 	p := cl.process(t)
 	if p.pid == 0 {
 		return false, nil
 	}
+	id := made.id
 	cl.mu.Lock()
 	cl.bound()
 	mine, ok := cl.last[t]
-	cl.last[t] = id
+	cl.last[t] = made
 	fresh, kidsFresh := !cl.of(p.pid).published, true
 	var kid kidObj
+	var parentsLast obj // its parent's main thread's last object, not yet counted
 	if p.parent != 0 {
 		parent := cl.of(p.parent)
 		kid, kidsFresh = parent.lastKid, !parent.published && !parent.kidsPublished
-		parent.lastKid = kidObj{id: id, pid: p.pid}
+		parent.lastKid = kidObj{obj: made, pid: p.pid}
+		if o, ok := cl.last[Client(p.parent)]; ok && !parent.published && o.id != parent.counted {
+			parentsLast = o
+		}
 	}
 	cl.mu.Unlock()
 	mineLeft := fresh && ok && unpublished(mine)
-	kidLeft := fresh && kidsFresh && kid.pid != 0 && kid.pid != p.pid && unpublished(kid.id)
+	kidLeft := fresh && kidsFresh && kid.pid != 0 && kid.pid != p.pid && unpublished(kid.obj)
+	parentLeft := parentsLast.id != 0 && unpublished(parentsLast)
 
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.bound()
+	if parentLeft {
+		// A child's create, as the parent's own next create would,
+		// finds the parent's last object left: a program that stored
+		// a few objects under final names, then started a pool to store
+		// the rest, is learnt whole (an outside tester: a Pool(4)
+		// into a 16 MiB cache its parent had just filled with four
+		// open(key, "wb"), with --grace 1h, had every store refused).
+		parent := cl.of(p.parent)
+		if parent.counted != parentsLast.id && !parent.published {
+			parent.counted = parentsLast.id
+			if parent.left++; parent.left >= leftStreak && !parent.learnt {
+				parent.learnt = true
+				before = parent.recent.all()
+			}
+		}
+	}
 	me := cl.of(p.pid)
 	if mineLeft {
 		me.left++
@@ -239,14 +276,14 @@ func (cl *clients) created(t Client, id blob.ID, unpublished func(blob.ID) bool)
 	if me.since > directStreak || me.left >= leftStreak {
 		if !me.learnt {
 			me.learnt = true
-			before = me.recent.all()
+			before = append(before, me.recent.all()...)
 		}
 		me.recent.add(id)
 		return true, before
 	}
 	me.recent.add(id)
 	if p.parent == 0 {
-		return false, nil
+		return false, before
 	}
 	parent := cl.of(p.parent)
 	if kidLeft || mineLeft && kidsFresh {
@@ -257,11 +294,18 @@ func (cl *clients) created(t Client, id blob.ID, unpublished func(blob.ID) bool)
 	if (parent.kids > directStreak || parent.kidsLeft >= leftStreak) && !me.published {
 		if !parent.kidsLearnt {
 			parent.kidsLearnt = true
-			before = parent.kidRecent.all()
+			before = append(before, parent.kidRecent.all()...)
+			if !parent.published && !parent.learnt && parent.recent.n > 0 {
+				// A parent that stored too, and never published, is
+				// the same program: its objects go with its
+				// children's.
+				parent.learnt = true
+				before = append(before, parent.recent.all()...)
+			}
 		}
 		return true, before
 	}
-	return false, nil
+	return false, before
 }
 
 // direct says whether process p was learnt to store under final names
@@ -348,7 +392,7 @@ func (cl *clients) of(pid int32) *learning {
 // maxClients threads or processes; mu held.
 func (cl *clients) bound() {
 	if cl.learn == nil || len(cl.learn) >= maxClients || len(cl.last) >= maxClients {
-		cl.last, cl.learn = map[Client]blob.ID{}, map[int32]*learning{}
+		cl.last, cl.learn = map[Client]obj{}, map[int32]*learning{}
 	}
 }
 
@@ -359,13 +403,30 @@ func (h *Handle) createdBy(t Client) {
 	if !h.write || t == 0 {
 		return
 	}
-	direct, before := h.c.clients.created(t, h.id, h.c.ledger.Unpublished)
+	direct, before := h.c.clients.created(t, obj{id: h.id, h: h}, h.c.leftBehind)
 	h.direct.Store(direct && !h.temp)
 	for _, id := range before {
 		if id != h.id && h.c.ledger.Unpublished(id) && !h.c.tempObject(id) {
 			h.c.ledger.EndGrace(id)
 		}
 	}
+}
+
+// leftBehind says whether object o, which a thread created before its
+// next create, was left unpublished: closed by every writer (its
+// RELEASE came) without a publish step since, or closed by its writer's
+// descriptor (a FLUSH came after its writes) with its RELEASE still to
+// come. The RELEASE follows close(2) asynchronously, and a process
+// storing one object after another under final names creates the next
+// before it comes: only the first kind counted, and such a process was
+// learnt late or never (an outside tester: one process storing 4 MiB
+// objects with open(key, "wb") into a 16 MiB cache with --grace 1h had
+// its fifth and every later store refused).
+func (c *Core) leftBehind(o obj) bool {
+	if c.ledger.Unpublished(o.id) {
+		return true
+	}
+	return o.h != nil && o.h.closedAt.Load() != 0 && c.ledger.Unfinished(o.id)
 }
 
 // tempName says whether a name looks like a temp file's, one a publish

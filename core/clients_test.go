@@ -324,7 +324,7 @@ func TestClientsLearnPoolWorkers(t *testing.T) {
 }
 
 func (cl *clients) createdDirect(t Client, id blob.ID, unpublished func(blob.ID) bool) bool {
-	direct, _ := cl.created(t, id, unpublished)
+	direct, _ := cl.created(t, obj{id: id}, func(o obj) bool { return unpublished(o.id) })
 	return direct
 }
 
@@ -424,5 +424,42 @@ func TestDirectWritersKeepTempGraces(t *testing.T) {
 	}
 	if err := tc.Rename(blob.RootID, ".t", blob.RootID, "published", 0); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLearntBeforeRelease: a process storing one object after another
+// under final names creates the next before the last one's RELEASE
+// comes (it follows close(2) asynchronously); its closed descriptor
+// (the FLUSH) is evidence enough, and it is learnt at its fifth store
+// into a full cache, whose graces then end: here with a 1-hour grace
+// and no wait, where its fifth and every later store were refused (an
+// outside tester).
+func TestLearntBeforeRelease(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	me := Client(unix.Gettid())
+	tc := newTestCore(t, Config{Capacity: 16 * mib, Grace: time.Hour, WaitLimit: 0})
+	var last *Handle
+	for i := range 8 {
+		h, _, err := tc.CreateOrOpenBy(me, blob.RootID, fmt.Sprintf("k%d", i), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		if err != nil {
+			t.Fatalf("create k%d: %v", i, err)
+		}
+		if last != nil {
+			last.Release() // after the next create, as RELEASE often comes
+		}
+		if _, err := h.Write(make([]byte, 4*mib), 0); err != nil {
+			t.Fatalf("store k%d into the full cache: %v", i, err)
+		}
+		if err := h.Flush(); err != nil {
+			t.Fatalf("close of k%d: %v", i, err)
+		}
+		last = h
+	}
+	last.Release()
+	for i := range 8 {
+		if kept := i >= 4; tc.exists(fmt.Sprintf("k%d", i)) != kept {
+			t.Errorf("k%d present %v; want the last four kept, the first evicted", i, !kept)
+		}
 	}
 }

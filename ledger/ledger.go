@@ -1057,3 +1057,13 @@ func (l *Ledger[K]) Unpublished(id K) bool {
 	e, ok := l.get(id)
 	return ok && e.w == 0 && e.lastClose > 0
 }
+
+// Unfinished says whether an object is there and held by a writer,
+// without a publish step yet: the core asks it of a writer whose
+// descriptor was closed, its RELEASE still to come.
+func (l *Ledger[K]) Unfinished(id K) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.get(id)
+	return ok && e.w > 0 && !e.final()
+}

@@ -429,10 +429,11 @@ func TestShellLoopTurnsOver(t *testing.T) {
 
 // poolStores is a multiprocessing.Pool of 4 storing argv[2] rounds of
 // 4 objects of 4 MiB under their final names (open "wb", LMCache's
-// local_disk), one a worker each round (a barrier), in argv[1].
+// local_disk), one a worker each round (a barrier), in argv[1], after
+// the parent itself stored argv[3] of them.
 const poolStores = `
 import multiprocessing as mp, os, sys
-d, rounds = sys.argv[1], int(sys.argv[2])
+d, rounds, first = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 data = b"k" * (4 << 20)
 def init(b):
     global barrier
@@ -442,6 +443,9 @@ def store(i):
         f.write(data)
     barrier.wait()
 if __name__ == "__main__":
+    for i in range(first):
+        with open(os.path.join(d, "parent%d" % i), "wb") as f:
+            f.write(data)
     mp.set_start_method("fork")
     with mp.Pool(4, init, (mp.Barrier(4),)) as p:
         p.map(store, range(4 * rounds), chunksize=1)
@@ -456,7 +460,7 @@ if __name__ == "__main__":
 // of 4 into a full 16 MiB cache waited whole graces, 8.4-12.3 s).
 func TestPoolTurnsOver(t *testing.T) {
 	d := mountCache(t, "--capacity", "16MiB", "--grace", "1h", "--wait-limit", "2s")
-	if out, err := exec.Command("python3", "-c", poolStores, d.mp, "3").CombinedOutput(); err != nil {
+	if out, err := exec.Command("python3", "-c", poolStores, d.mp, "3", "0").CombinedOutput(); err != nil {
 		t.Fatalf("a pool of 4 storing 3 rounds of 4 MiB objects into 16 MiB: %v: %s", err, out)
 	}
 	st := waitReleased(t, d.mp)
@@ -464,6 +468,31 @@ func TestPoolTurnsOver(t *testing.T) {
 		t.Errorf("after 3 rounds of 16 MiB into 16 MiB: %+v; want the first two rounds evicted", st)
 	}
 	for i := 8; i < 12; i++ {
+		if _, err := os.Stat(filepath.Join(d.mp, fmt.Sprintf("k%d", i))); err != nil {
+			t.Errorf("k%d: %v; want the last round kept", i, err)
+		}
+	}
+	ledgerExact(t, d)
+}
+
+// TestPoolAfterItsParentFilledTheCache: a program that stores four
+// objects under their final names, filling the cache, then starts a
+// pool to store the rest, is learnt whole: a worker's create finds the
+// parent's last object left, as the parent's own next create would,
+// and the parent's objects lose their graces. Here with a 1-hour grace,
+// where every store of the pool was refused (an outside tester); and
+// each create comes before the last store's RELEASE (its close(2)
+// returned, the RELEASE follows), which counted as no evidence before.
+func TestPoolAfterItsParentFilledTheCache(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--grace", "1h", "--wait-limit", "2s")
+	if out, err := exec.Command("python3", "-c", poolStores, d.mp, "2", "4").CombinedOutput(); err != nil {
+		t.Fatalf("a pool of 4 storing 2 rounds of 4 MiB objects into the 16 MiB its parent filled: %v: %s", err, out)
+	}
+	st := waitReleased(t, d.mp)
+	if st.Evictions != 8 || st.Objects != 4 {
+		t.Errorf("after the parent's 16 MiB and the pool's 32 MiB into 16 MiB: %+v; want all but the last round evicted", st)
+	}
+	for i := 4; i < 8; i++ {
 		if _, err := os.Stat(filepath.Join(d.mp, fmt.Sprintf("k%d", i))); err != nil {
 			t.Errorf("k%d: %v; want the last round kept", i, err)
 		}
