@@ -458,22 +458,7 @@ if __name__ == "__main__":
 // with a 1-hour grace, where the second round waited the wait limit
 // and failed before (an outside tester: 40 stores of 4 MiB from a pool
 // of 4 into a full 16 MiB cache waited whole graces, 8.4-12.3 s).
-func TestPoolTurnsOver(t *testing.T) {
-	d := mountCache(t, "--capacity", "16MiB", "--grace", "1h", "--wait-limit", "2s")
-	if out, err := exec.Command("python3", "-c", poolStores, d.mp, "3", "0").CombinedOutput(); err != nil {
-		t.Fatalf("a pool of 4 storing 3 rounds of 4 MiB objects into 16 MiB: %v: %s", err, out)
-	}
-	st := waitReleased(t, d.mp)
-	if st.Evictions != 8 || st.Objects != 4 {
-		t.Errorf("after 3 rounds of 16 MiB into 16 MiB: %+v; want the first two rounds evicted", st)
-	}
-	for i := 8; i < 12; i++ {
-		if _, err := os.Stat(filepath.Join(d.mp, fmt.Sprintf("k%d", i))); err != nil {
-			t.Errorf("k%d: %v; want the last round kept", i, err)
-		}
-	}
-	ledgerExact(t, d)
-}
+func TestPoolTurnsOver(t *testing.T) { poolTurnsOver(t, 3, 0) }
 
 // TestPoolAfterItsParentFilledTheCache: a program that stores four
 // objects under their final names, filling the cache, then starts a
@@ -483,16 +468,21 @@ func TestPoolTurnsOver(t *testing.T) {
 // where every store of the pool was refused (an outside tester); and
 // each create comes before the last store's RELEASE (its close(2)
 // returned, the RELEASE follows), which counted as no evidence before.
-func TestPoolAfterItsParentFilledTheCache(t *testing.T) {
+func TestPoolAfterItsParentFilledTheCache(t *testing.T) { poolTurnsOver(t, 2, 4) }
+
+// poolTurnsOver runs poolStores (rounds, after the parent's first) into
+// a 16 MiB cache with a 1-hour grace, and requires every store to
+// succeed, the last round kept and everything before it evicted.
+func poolTurnsOver(t *testing.T, rounds, first int) {
 	d := mountCache(t, "--capacity", "16MiB", "--grace", "1h", "--wait-limit", "2s")
-	if out, err := exec.Command("python3", "-c", poolStores, d.mp, "2", "4").CombinedOutput(); err != nil {
-		t.Fatalf("a pool of 4 storing 2 rounds of 4 MiB objects into the 16 MiB its parent filled: %v: %s", err, out)
+	if out, err := exec.Command("python3", "-c", poolStores, d.mp, fmt.Sprint(rounds), fmt.Sprint(first)).CombinedOutput(); err != nil {
+		t.Fatalf("a pool of 4 storing %d rounds of 4 MiB objects into 16 MiB, after its parent stored %d: %v: %s", rounds, first, err, out)
 	}
 	st := waitReleased(t, d.mp)
-	if st.Evictions != 8 || st.Objects != 4 {
-		t.Errorf("after the parent's 16 MiB and the pool's 32 MiB into 16 MiB: %+v; want all but the last round evicted", st)
+	if want := int64(first + 4*(rounds-1)); st.Evictions != want || st.Objects != 4 {
+		t.Errorf("after %d objects of 4 MiB into 16 MiB: %+v; want all but the last round (%d) evicted", first+4*rounds, st, want)
 	}
-	for i := 4; i < 8; i++ {
+	for i := 4 * (rounds - 1); i < 4*rounds; i++ {
 		if _, err := os.Stat(filepath.Join(d.mp, fmt.Sprintf("k%d", i))); err != nil {
 			t.Errorf("k%d: %v; want the last round kept", i, err)
 		}
