@@ -213,8 +213,8 @@ func statusField(status []byte, key string) int32 {
 	return int32(n)
 }
 
-// created notes object id created by thread t, and says whether t's
-// process stores under final names. unpublished says whether an object
+// created notes object made created by thread t of process p, and says
+// whether p stores under final names. unpublished says whether an object
 // is closed, unpublished and still there; it is asked with no lock of
 // the clients' held. At the create that makes it so, its process's (or
 // its parent's children's) last objects are returned too (before): their
@@ -223,8 +223,7 @@ func statusField(status []byte, key string) int32 {
 // graces; the next round's writers waited for them (an outside tester:
 // 40 stores of 4 MiB from a pool of 4 into a full 16 MiB cache took
 // 8.4-12.3 s, with waits of whole graces; into an empty one 0.3 s).
-func (cl *clients) created(t Client, made obj, unpublished func(obj) bool) (direct bool, before []blob.ID) {
-	p := cl.process(t)
+func (cl *clients) created(t Client, p proc, made obj, unpublished func(obj) bool) (direct bool, before []blob.ID) {
 	if p.pid == 0 {
 		return false, nil
 	}
@@ -396,14 +395,14 @@ func (cl *clients) bound() {
 	}
 }
 
-// createdBy notes which client thread created h's object: an object of
-// a process that stores under final names gets no grace once its
-// writing ends.
+// createdBy notes which client thread created h's object (its process,
+// h.by, resolved by reservationFor): an object of a process that stores
+// under final names gets no grace once its writing ends.
 func (h *Handle) createdBy(t Client) {
-	if !h.write || t == 0 {
+	if !h.write || h.by == nil {
 		return
 	}
-	direct, before := h.c.clients.created(t, obj{id: h.id, h: h}, h.c.leftBehind)
+	direct, before := h.c.clients.created(t, *h.by, obj{id: h.id, h: h}, h.c.leftBehind)
 	h.direct.Store(direct && !h.temp)
 	for _, id := range before {
 		if id != h.id && h.c.ledger.Unpublished(id) && !h.c.tempObject(id) {

@@ -324,7 +324,7 @@ func TestClientsLearnPoolWorkers(t *testing.T) {
 }
 
 func (cl *clients) createdDirect(t Client, id blob.ID, unpublished func(blob.ID) bool) bool {
-	direct, _ := cl.created(t, obj{id: id}, func(o obj) bool { return unpublished(o.id) })
+	direct, _ := cl.created(t, cl.process(t), obj{id: id}, func(o obj) bool { return unpublished(o.id) })
 	return direct
 }
 

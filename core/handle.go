@@ -86,11 +86,11 @@ func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who bl
 	c.ledger.Create(id, write)
 	h := &Handle{c: c, id: id, write: write, temp: tempName(name)}
 	if write {
+		var n int64
+		n, h.by = c.reservationFor(t)
 		// Learnt before the admission, which may wait for the graces
 		// that learning ends (clients.created).
 		h.createdBy(t)
-		var n int64
-		n, h.by = c.reservationFor(t)
 		got, err := c.reserve(id, n)
 		if err != nil {
 			c.abandon(id, write)
