@@ -69,19 +69,26 @@ func kvfsProcess(pid int) bool {
 	if err != nil {
 		return true
 	}
-	if self, err := os.Executable(); err == nil && strings.TrimSuffix(exe, " (deleted)") == self {
+	exe = strings.TrimSuffix(exe, " (deleted)") // replaced since it started
+	if self, err := os.Executable(); err == nil && exe == self {
 		return true
 	}
-	return strings.HasPrefix(filepath.Base(strings.TrimSuffix(exe, " (deleted)")), "kvfs")
+	return strings.HasPrefix(filepath.Base(exe), "kvfs")
+}
+
+// command is pid's command name (/proc/PID/comm); "" if it cannot be
+// read.
+func command(pid int) string {
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(comm))
 }
 
 // describeProcess names pid by its command: "pid 12 (flock)".
 func describeProcess(pid int) string {
-	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil {
-		return fmt.Sprintf("pid %d", pid)
+	if comm := command(pid); comm != "" {
+		return fmt.Sprintf("pid %d (%s)", pid, comm)
 	}
-	return fmt.Sprintf("pid %d (%s)", pid, strings.TrimSpace(string(comm)))
+	return fmt.Sprintf("pid %d", pid)
 }
 
 // lockedBy is the holder of store's lock when err says it is locked.

@@ -109,13 +109,12 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 // when its working directory is mp or below it; "" otherwise. Reading
 // the link makes no request of the mount.
 func callerInside(mp string) string {
-	ppid := strconv.Itoa(os.Getppid())
-	cwd, err := os.Readlink("/proc/" + ppid + "/cwd")
-	if err != nil || cwd != mp && !strings.HasPrefix(cwd, strings.TrimSuffix(mp, "/")+"/") {
+	ppid := os.Getppid()
+	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", ppid))
+	if err != nil || !within(cwd, mp) {
 		return ""
 	}
-	comm, _ := os.ReadFile("/proc/" + ppid + "/comm")
-	return fmt.Sprintf("%s (pid %s)", strings.TrimSpace(string(comm)), ppid)
+	return fmt.Sprintf("%s (pid %d)", command(ppid), ppid)
 }
 
 // plainUnmount asks the kernel to unmount, retrying EBUSY until until:
