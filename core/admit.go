@@ -200,6 +200,10 @@ func (c *Core) published(size int64) {
 	c.next++
 }
 
+// reserveNothing is the reservation of a writer that is to be reserved
+// no room at all (see reservationFor); 0 is one with no size to go by.
+const reserveNothing = -1
+
 // reserve admits a writer's reservation of n bytes as it opens, without
 // waiting: open and create run while the kernel holds the directory's
 // lock, and a wait there would stall every link and create in that
@@ -212,8 +216,12 @@ func (c *Core) published(size int64) {
 // with no size to go by (no --write-reserve, and nothing published since
 // the start) is reserved the most any writer is, a quarter of the
 // capacity, from free space only: a guess evicts nothing, and one that
-// finds no free room for it gets none.
+// finds no free room for it gets none. A writer whose process stored
+// only empty objects lately (n reserveNothing) gets none.
 func (c *Core) reserve(id blob.ID, n int64) (got bool, err error) {
+	if n == reserveNothing {
+		return false, nil
+	}
 	if n == 0 {
 		guess := ledger.Charge(c.targetCapacity() / 4)
 		return guess > 0 && c.ledger.ReserveFree(id, guess) == nil, nil

@@ -363,18 +363,18 @@ func (cl *clients) stored(p proc, size int64) {
 }
 
 // largest is the largest of the last objects process p stored, or, if
-// it stored none yet, of those its parent's children stored; 0: none
-// known.
-func (cl *clients) largest(p proc) int64 {
+// it stored none yet, of those its parent's children stored; known
+// false: none stored.
+func (cl *clients) largest(p proc) (size int64, known bool) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if l := cl.learn[p.pid]; p.pid != 0 && l != nil && l.sizes.n > 0 {
-		return l.sizes.largest()
+		return l.sizes.largest(), true
 	}
 	if l := cl.learn[p.parent]; p.parent != 0 && l != nil && l.kidSizes.n > 0 {
-		return l.kidSizes.largest()
+		return l.kidSizes.largest(), true
 	}
-	return 0
+	return 0, false
 }
 
 // of is what was learnt of process pid, made if need be; mu held.
@@ -460,16 +460,24 @@ func (c *Core) tempObject(id blob.ID) bool {
 // over the capacity; its small writers were refused for the large
 // objects of others (an outside tester: a 4 KiB stream beside
 // connectors storing up to 24 MiB held a 64 MiB cache 37-51 MB over,
-// and refused 63% of the small stores).
+// and refused 63% of the small stores). A process whose last objects
+// were all empty (`touch`, lock and marker files) is reserved
+// --write-reserve alone: sized by everyone's, each of its writers held
+// a large object's room in a full cache, evicting others' objects for
+// bytes it never wrote.
 func (c *Core) reservationFor(t Client) (n int64, by *proc) {
 	if t != 0 {
 		p := c.clients.process(t)
 		if p.pid != 0 {
 			by = &p
 		}
-		if size := c.clients.largest(p); size > 0 {
+		if size, known := c.clients.largest(p); known {
 			capacity := c.targetCapacity()
-			return ledger.Charge(min(max(c.cfg.WriteReserve, size), capacity/4)), by
+			n := ledger.Charge(min(max(c.cfg.WriteReserve, size), capacity/4))
+			if n == 0 {
+				return reserveNothing, by
+			}
+			return n, by
 		}
 	}
 	return c.Reservation(), by

@@ -294,6 +294,59 @@ func TestReservationByProcess(t *testing.T) {
 	}
 }
 
+// TestEmptyWritersReserveNothing: a process whose last objects were all
+// empty (touch, lock and marker files) is reserved --write-reserve
+// alone, not the largest of everyone's: each of its writers held a large
+// object's room, evicting others' objects for bytes never written.
+func TestEmptyWritersReserveNothing(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	me := Client(unix.Gettid())
+	kids := children(t, 2)
+	toucher, sibling := kids[0], kids[1]
+	tc := newTestCore(t, Config{Capacity: 64 * mib, WaitLimit: time.Second})
+	open := func(by Client, name string) *Handle {
+		t.Helper()
+		h, _, err := tc.CreateOrOpenBy(by, blob.RootID, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		return h
+	}
+	h := open(me, "large")
+	if _, err := h.Write(make([]byte, 8*mib), 0); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	open(toucher, "marker0").Release()
+	if r := tc.Reservation(); r != 8*mib {
+		t.Fatalf("everyone's reservation %d, want 8 MiB", r)
+	}
+	// Ten markers held open at once by the process that stores empty
+	// files, and ten by its sibling (sized by its parent's children).
+	var held []*Handle
+	for i := range 10 {
+		held = append(held, open(toucher, fmt.Sprintf("marker%d", i+1)), open(sibling, fmt.Sprintf("lock%d", i)))
+	}
+	if r := tc.Stats().ReservedBytes; r != 0 {
+		t.Errorf("20 empty writers of processes that store empty files hold %d reserved, want 0", r)
+	}
+	for _, h := range held {
+		h.Release()
+	}
+	// One non-empty store sizes the process again.
+	h = open(toucher, "data")
+	if _, err := h.Write(make([]byte, mib), 0); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	h = open(toucher, "data2")
+	if r := tc.Stats().ReservedBytes; r != mib {
+		t.Errorf("a writer of the process that stored 1 MiB is reserved %d, want 1 MiB", r)
+	}
+	h.Release()
+}
+
 // TestClientsLearnPoolWorkers: the workers of a pool, each storing
 // while the others write, count what their own threads left for their
 // parent's children: four such creates across the pool make a new
