@@ -245,3 +245,25 @@ func (s *Store) fineTimes() bool {
 	})
 	return s.fine
 }
+
+// DropSetID clears the set-user-ID and set-group-ID bits of the stored
+// file f, opened to be written or cut. The mount never keeps them (its
+// creates and chmods drop them), but a file's owner may set them on the
+// stored copy directly; the daemon holds CAP_FSETID, so the kernel keeps
+// them through the writes it makes, or lets through, for other users,
+// where ext4 clears them on a write by anyone but their owner (an
+// outside tester: a 04777 stored copy kept its bit through another
+// user's write through the mount, and ran that user's program with the
+// owner's rights).
+func DropSetID(f *os.File) error {
+	var st unix.Stat_t
+	fd := int(f.Fd())
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	const setID = unix.S_ISUID | unix.S_ISGID
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&setID == 0 {
+		return nil
+	}
+	return unix.Fchmod(fd, st.Mode&07777&^setID)
+}

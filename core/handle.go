@@ -260,6 +260,11 @@ func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 	}
 	h.file = f
 	if err == nil && write {
+		// An existing object only: a create's stored file is made with
+		// none.
+		err = blob.DropSetID(f)
+	}
+	if err == nil && write {
 		err = c.startWriting(h, false, whole)
 	}
 	if err != nil {
@@ -353,6 +358,9 @@ func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
 			return err
 		}
 		defer f.Close()
+	}
+	if err := blob.DropSetID(f); err != nil {
+		return err
 	}
 	_, charge, _ := c.ledger.Size(id)
 	err := c.admitFirstFree(id, func() error { return c.ledger.SetSizeFree(id, size) },

@@ -106,4 +106,37 @@ func TestSetIDBitsNeverShown(t *testing.T) {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Mode&07777 != 0o777 {
 		t.Errorf("fstat of an open file of stored mode 06777: %#o (%v), want 0777", st.Mode&07777, err)
 	}
+	// A write or a cut through the mount clears them from the stored
+	// copy, as ext4 does on a write by another user: the daemon's
+	// CAP_FSETID kept them, and the stored copy then ran another user's
+	// program with its owner's rights (an outside tester).
+	stored := filepath.Join(d.store, "data", "f")
+	for _, c := range []struct {
+		how   string
+		write func() error
+	}{
+		{"a write", func() error {
+			w, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			if _, err := w.WriteAt([]byte("x"), 0); err != nil {
+				w.Close()
+				return err
+			}
+			return w.Close()
+		}},
+		{"a truncate", func() error { return os.Truncate(p, 100) }},
+		{"an O_TRUNC open", func() error { return os.WriteFile(p, []byte("y"), 0o644) }},
+	} {
+		if err := unix.Chmod(stored, 06777); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.write(); err != nil {
+			t.Fatalf("%s through the mount: %v", c.how, err)
+		}
+		if err := unix.Stat(stored, &st); err != nil || st.Mode&07777 != 0o777 {
+			t.Errorf("after %s through the mount the stored copy is %#o (%v), want 0777", c.how, st.Mode&07777, err)
+		}
+	}
 }
