@@ -138,6 +138,21 @@ func (s *Store) filePath(id ID) (string, bool) {
 	return s.childPath(first.Parent, first.Name), true
 }
 
+// Ancestors are the directories from the root down to directory id, both
+// included; nil for a directory it does not hold.
+func (s *Store) Ancestors(id ID) []ID {
+	d, ok := s.dirs[id]
+	if !ok {
+		return nil
+	}
+	var ids []ID
+	for ; d != nil; d = d.parent {
+		ids = append(ids, d.id)
+	}
+	slices.Reverse(ids)
+	return ids
+}
+
 func (s *Store) dirPath(d *dir) string {
 	if d.parent == nil {
 		return "."

@@ -305,7 +305,10 @@ func (f *FS) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string
 		}
 		// The core says whether the stored file may be named (see
 		// core.DirectPath).
-		path, err := f.core.DirectPath(id)
+		path, err := f.core.DirectPath(id, func(dir core.ID) bool {
+			a, err := f.attr(dir, nil)
+			return err == nil && hasAccess(&header.Caller, a.Uid, a.Gid, a.Mode, 1)
+		})
 		if err != nil {
 			return 0, f.status("getxattr", err)
 		}

@@ -6,10 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // runAs runs a command with the environment given (added to a minimal
@@ -176,4 +179,40 @@ func TestGPUDirectPermissions(t *testing.T) {
 			t.Fatalf("%s's stored file %s as uid %d: exit %d (%s); want success %v", o.name, rel, nobody, st.code, st.stderr, o.can)
 		}
 	}
+	// A hard link in a public directory to an object first named in a
+	// 0700 one: the direct path names the stored file by the link the
+	// user may reach, never the other (an outside tester: the first name
+	// was given, leaking a name from another user's private directory,
+	// and the user's direct load failed).
+	first, linked := filepath.Join(d.mp, "private", "first-secret-name.data"), filepath.Join(d.mp, "open", "linked.data")
+	putFile(t, first, objectBytes(first, 10000))
+	if err := os.Link(first, linked); err != nil {
+		t.Fatal(err)
+	}
+	direct := runAs(t, nobody, nil, bin, "cat", "--direct", "--verify", linked)
+	if direct.code != 0 {
+		t.Fatalf("direct load of %s (linked from a 0700 directory) as uid %d: exit %d (%s%s); want it read", linked, nobody, direct.code, direct.stdout, direct.stderr)
+	}
+	backing, err := xattrAs(nobody, linked, "user.kvfs.backing")
+	if want := filepath.Join(d.store, "data", "open", "linked.data"); err != nil || backing != want {
+		t.Fatalf("user.kvfs.backing of %s as uid %d: %q, %v; want %q", linked, nobody, backing, err, want)
+	}
+}
+
+// xattrAs reads extended attribute name of path as user uid: with its
+// file system IDs, on a thread of its own (setfsuid is a thread's), which
+// FUSE names as the caller.
+func xattrAs(uid int, path, name string) (string, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	unix.Setfsgid(uid)
+	unix.Setfsuid(uid)
+	defer unix.Setfsgid(0)
+	defer unix.Setfsuid(0)
+	buf := make([]byte, 4096)
+	n, err := unix.Getxattr(path, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }
