@@ -861,8 +861,23 @@ func closeAll(fds []int) {
 
 // HandoverPossible says whether Start with o would take a live mount
 // over (a kvfs daemon serves o's store at o's mount point and takes
-// handovers), without asking it.
+// handovers), without asking it. o may be as given (Check not run): its
+// paths are resolved here as Check resolves them, without a look at any
+// mount point. The default store went unresolved, so a successor with no
+// --store, whose --metrics-addr the daemon it takes over holds, took
+// the address in use for a failure and exited, and the reload never
+// happened (an outside tester).
 func HandoverPossible(o Options) bool {
+	mp, err := filepath.Abs(o.Mountpoint)
+	if err != nil {
+		return false
+	}
+	o.Mountpoint = quietResolve(mp)
+	if o.Store == "" {
+		o.Store = DefaultStore(o.Mountpoint)
+	} else if store, err := filepath.Abs(o.Store); err == nil {
+		o.Store = quietResolve(store)
+	}
 	conn := dialHandover(o)
 	if conn == nil {
 		return false

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -270,5 +271,41 @@ func TestMetricsAddrRefused(t *testing.T) {
 		if _, err := os.Stat(store); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("--metrics-addr %s: the store was made (%v)", c.addr, err)
 		}
+	}
+}
+
+// TestHandoverKeepsMetricsAddr: a successor given the same
+// --metrics-addr takes the mount over and then the address, as
+// `systemctl reload` does with the unit's own options, including with no
+// --store (the default store beside the mount point). It exited 1,
+// "address already in use", and the reload never happened: the address
+// check took the default store for no store (an outside tester).
+func TestHandoverKeepsMetricsAddr(t *testing.T) {
+	requireRoot(t)
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	mp := filepath.Join(t.TempDir(), "mnt")
+	os.Mkdir(mp, 0o755)
+	old := startDaemon(t, mp, "--capacity", "16MiB", "--metrics-addr", addr)
+	p := filepath.Join(mp, "k")
+	putFile(t, p, objectBytes(p, 8192))
+	url := "http://" + addr + "/metrics"
+	if m := scrapeMetrics(t, url); m["kvfs_objects"] != 1 {
+		t.Fatalf("the first daemon's kvfs_objects %v, want 1", m["kvfs_objects"])
+	}
+	d := handOver(t, kvfsBin, old, "--capacity", "16MiB", "--metrics-addr", addr)
+	if !d.waitOutput(func(out string) bool { return strings.Contains(out, "metrics at http://"+addr) }) {
+		t.Fatalf("the successor does not serve metrics at %s; its output:\n%s", addr, d.out)
+	}
+	putFile(t, filepath.Join(mp, "k2"), objectBytes("k2", 4096))
+	if m := scrapeMetrics(t, url); m["kvfs_objects"] != 2 {
+		t.Fatalf("the successor's kvfs_objects %v, want 2", m["kvfs_objects"])
+	}
+	if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, objectBytes(p, 8192)) {
+		t.Fatalf("the object stored before the handover: %d bytes, %v", len(b), err)
 	}
 }
