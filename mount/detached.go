@@ -89,7 +89,7 @@ func (m *Mount) EndDetached() error {
 		m.ended.Store(false)
 		return fmt.Errorf("ending the detached mount's FUSE connection %s: %w", *conn, err)
 	}
-	m.log.Info("ended the detached mount: the files still open on it fail from now on", zap.String("connection", *conn))
+	m.log.Info("ended the detached mount: requests on the files still open on it fail from now on (passthrough handles read and write their stored files on until they close)", zap.String("connection", *conn))
 	return nil
 }
 

@@ -172,7 +172,7 @@ func forceUnmount(mp string, e mountinfo.Entry, deadline time.Time, report func(
 		// Said, as what follows is the operator's to prevent (an
 		// outside tester's connector wrote 246 files into the bare
 		// mount point after a --force, and the next mount refused it).
-		report(fmt.Sprintf("detached %s (lazy unmount); a program still using it fails on what it holds open, and what it opens next by path is in the bare directory, on its file system; kvfs mounts no store there while it is not empty: stop such programs first", mp))
+		report(fmt.Sprintf("detached %s (lazy unmount); a program still using it fails on what it holds open (a passthrough handle reads and writes its stored file on until it closes), and what it opens next by path is in the bare directory, on its file system; kvfs mounts no store there while it is not empty: stop such programs first", mp))
 	}
 	if stillMounted(e) {
 		return fmt.Errorf("%s is still mounted", mp)
