@@ -61,12 +61,20 @@ func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress
 	if err != nil {
 		return rep, err
 	}
-	walk := reporter{p}
-	walk.expect((&Store{dir: dir}).readHint()) // it only reads dir/kvfs.hint
-	err = scanData(filepath.Join(dir, DataName), incomplete, charge, walk, &rep)
-	walk.done()
-	if err != nil {
-		return rep, err
+	data := filepath.Join(dir, DataName)
+	if _, err := os.Lstat(data); errors.Is(err, fs.ErrNotExist) {
+		// Removed behind kvfs's back: a problem to report, not a failure
+		// of the check (an outside tester got a bare "lstat …/data: no
+		// such file or directory", exit 1, and no repair).
+		rep.Problems = append(rep.Problems, DataName+"/ is missing: the store holds no objects; a start, or --repair, makes it again, empty")
+	} else {
+		walk := reporter{p}
+		walk.expect((&Store{dir: dir}).readHint()) // it only reads dir/kvfs.hint
+		err = scanData(data, incomplete, charge, walk, &rep)
+		walk.done()
+		if err != nil {
+			return rep, err
+		}
 	}
 	if ents, err := os.ReadDir(filepath.Join(dir, RemoteName)); err == nil {
 		rep.PendingUploads = len(ents)

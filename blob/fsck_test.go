@@ -211,6 +211,30 @@ func TestFsckWithoutWriting(t *testing.T) {
 	}
 }
 
+// TestFsckWithoutData: a store whose data/ was removed by hand holds no
+// objects: a problem fsck reports (it failed on the lstat, exit 1, with
+// no repair: an outside tester), and --repair makes data/ again, empty.
+func TestFsckWithoutData(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	mustCreate(t, s, RootID, "a", []byte("a"))
+	saveCheckpoint(t, s, ids(s))
+	s.Close()
+	must(t, "remove", os.RemoveAll(filepath.Join(dir, DataName)))
+	rep, err := Fsck(dir, false, ledger.Charge)
+	if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "data/ is missing") || rep.Objects != 0 {
+		t.Fatalf("Fsck without data/ = %+v, %v; want the one problem, no objects", rep, err)
+	}
+	rep, err = Fsck(dir, true, ledger.Charge)
+	must(t, "Fsck --repair", err)
+	again, err := Fsck(dir, false, ledger.Charge)
+	must(t, "Fsck", err)
+	if !rep.Repaired || len(again.Problems) != 0 || again.Objects != 0 {
+		t.Fatalf("--repair reported %+v; fsck after it %+v; want data/ made again, empty", rep, again)
+	}
+}
+
 // TestFsckRepairReportsTheStore: the figures --repair prints are the
 // store's after the repair, not the checkpoint's (before: a file cut
 // behind kvfs's back was reported at its checkpointed 1 MiB, and the
