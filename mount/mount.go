@@ -119,14 +119,25 @@ func start(o Options, again bool) (*Mount, error) {
 			conn.Close()
 			return nil, err
 		}
+		var old int
+		if cred, ok := peer(conn); ok {
+			old = int(cred.Pid)
+		}
 		m, err := takeOver(o, conn)
 		conn.Close()
 		if !errors.Is(err, errPredecessorGone) {
 			return m, err
 		}
+		// A daemon that died is still exiting for a moment; one that
+		// handed the mount to another successor started at the same
+		// time has that one hold the store (an outside tester: the
+		// second of two successors said the daemon died, then exited
+		// 2).
+		pid, held := awaitHolder(o.Store, time.Now().Add(goneLimit), func(pid int) bool { return old != 0 && pid != old })
+		if held && old != 0 && pid != old {
+			return nil, usagef("another kvfs daemon (pid %d) took the mount of %s at %s over first; run this one again to take the mount over from it", pid, o.Store, o.Mountpoint)
+		}
 		log.Warn("the daemon serving the mount died before it handed it over; mounting afresh, as after a crash", zap.Error(err))
-		// A daemon that died is still exiting for a moment.
-		awaitReleased(o.Store, time.Now().Add(goneLimit))
 	}
 	if _, held := StoreHolder(o.Store); !held {
 		// A held store's refusal says more (who holds it), and needs
