@@ -30,6 +30,10 @@ type Handle struct {
 	// unreserved: a writer that opened without room to write into (see
 	// Unreserved): each of its writes is to be admitted before it lands.
 	unreserved bool
+	// want: the reservation an unreserved writer was to have
+	// (wantGuess: none known at its create); its first write waits for it
+	// whole (see Write). Taken (0) by that write.
+	want atomic.Int64
 	// direct: the process that created the object stores under final
 	// names; its grace ends at h's release (see clients.go).
 	direct atomic.Bool
@@ -97,6 +101,9 @@ func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who bl
 			return nil, err
 		}
 		h.unreserved = !got
+		if !got && n >= 0 {
+			h.want.Store(max(n, wantGuess))
+		}
 	}
 	f, st, err := c.createStored(parent, name, id, mode, who)
 	if err != nil {
@@ -298,17 +305,39 @@ func (c *Core) openStored(id blob.ID, flags int, via func(int) (*os.File, error)
 	return f, err
 }
 
+// wantGuess is the want of a writer created with no size to go by.
+const wantGuess = 1
+
 // Write writes through the daemon (no passthrough, or strict capacity):
 // admitted before a byte reaches the store (see Config.StrictCapacity).
 func (h *Handle) Write(data []byte, off int64) (int, error) {
 	c, end := h.c, off+int64(len(data))
+	var err error
+	want := h.want.Swap(0)
+	if want == wantGuess {
+		// No size was known at its create; one may be by now.
+		if want = c.Reservation(); want == 0 {
+			want = guessReservation(c.targetCapacity())
+		}
+	}
+	if want > 0 {
+		// A writer created without its reservation (no room at its
+		// create, where it cannot wait) waits for it whole here, before
+		// its first byte: admitted piece by piece, writers that together
+		// wrote more than the cache holds each held part of it, none
+		// could finish, and all but the oldest were refused (an outside
+		// tester's burst of 64 threads storing 4 MiB into 32 MiB).
+		err = c.admit(h.id, want, func() (victims, error) { return c.ledger.Reserve(h.id, want) })
+	}
 	_, charge, _ := c.ledger.Size(h.id)
 	grow, growFree := c.ledger.Grow, c.ledger.GrowFree
 	if c.cfg.StrictCapacity {
 		grow, growFree = c.ledger.GrowWithin, c.ledger.GrowWithinFree
 	}
-	err := c.admitFirstFree(h.id, func() error { return growFree(h.id, end) },
-		ledger.Charge(end)-charge, func() (victims, error) { return grow(h.id, end) })
+	if err == nil {
+		err = c.admitFirstFree(h.id, func() error { return growFree(h.id, end) },
+			ledger.Charge(end)-charge, func() (victims, error) { return grow(h.id, end) })
+	}
 	if errors.Is(err, ErrNoSpace) {
 		h.refused.Store(true)
 		if c.cfg.StrictCapacity && ledger.Charge(end) <= c.ledger.Capacity() {

@@ -850,6 +850,44 @@ func (l *Ledger[K]) OldestWriter(id K) bool {
 	return ok && e.w != 0 && l.open.first() == e.w && l.open.next(e.w) != 0
 }
 
+// Waiting notes that a writer of id waits in an admission for room (on),
+// or no longer does.
+func (l *Ledger[K]) Waiting(id K, on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.get(id)
+	if !ok || e.w == 0 {
+		return
+	}
+	if on {
+		l.wr(e).waiting++
+	} else {
+		l.wr(e).waiting--
+	}
+}
+
+// OthersFinishing says whether another object than id is being written,
+// holds bytes, all of them admitted, and has no writer waiting for room:
+// its writing goes on, and its object will leave the writers' bytes at
+// its last release, to be evicted once it is published or its grace
+// ends. What such writers hold is room that comes free; what writers
+// that wait hold (bytes written past what could be admitted, or admitted
+// piece by piece with the next piece waiting) is not, until one of them
+// is refused (see core's admit).
+func (l *Ledger[K]) OthersFinishing(id K) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	self, _ := l.get(id)
+	for i := l.open.first(); i != 0; i = l.open.next(i) {
+		w := &l.writing.recs[i]
+		e := l.slab.at(w.e)
+		if e != self && w.over == 0 && w.waiting == 0 && e.size > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // follow notes that the ledger followed the store, counted as a
 // reconciliation unless it is kvfs's own change; mu held.
 func (l *Ledger[K]) follow() {

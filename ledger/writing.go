@@ -16,6 +16,8 @@ type writing struct {
 	// over is the part of the charge not admitted against the capacity.
 	over    int64
 	writers int32
+	// waiting: its writers waiting in an admission for room (Waiting).
+	waiting int32
 	// settledPast: a settle (a FLUSH) admitted the object past twice its
 	// budget; the next ones past it wait for the last release (settle).
 	settledPast bool

@@ -456,6 +456,67 @@ func TestDoomedRedirectKeepsCache(t *testing.T) {
 // no room and gave up at once, before either's refusal freed them (both
 // refused in 5 of 6 runs of an outsider's test); now the older writer
 // waits for the other's bytes to go.
+// TestBurstLargerThanTheCache: 32 threads store 96 objects of 4 MiB by
+// temp name and rename (SGLang HiCache's file backend, LMCache's
+// local_disk with os.replace) into 32 MiB, so four times what the cache
+// holds is written at once. The writers in flight finish and are
+// published, each making room for the next: every store succeeds, and
+// the cache ends full of the last ones. Before, a writer that found the
+// cache full of others' bytes was refused at its create or at once at
+// its writes, though those writers were about to finish (an outside
+// tester: 16 threads, up to 49 of 100 refused; 64 threads, 142-187 of
+// 200).
+func TestBurstLargerThanTheCache(t *testing.T) {
+	d := mountCache(t, "--capacity", "32MiB")
+	const threads, stores, size = 32, 96, 4 * MiB
+	var next atomic.Int64
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, stores)
+	for range threads {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < stores; i = int(next.Add(1)) - 1 {
+				key := fmt.Sprintf("key-%03d", i)
+				tmp := filepath.Join(d.mp, fmt.Sprintf("%s.tmp.%d", key, i))
+				err := os.WriteFile(tmp, objectBytes(key, size), 0o644)
+				if err == nil {
+					err = os.Rename(tmp, filepath.Join(d.mp, key))
+				}
+				if errnoOf(err) == unix.ENOSPC {
+					refused.Add(1)
+					os.Remove(tmp)
+				} else if err != nil {
+					errs <- fmt.Errorf("%s: %w", key, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := refused.Load(); n != 0 {
+		t.Errorf("%d of %d stores refused (ENOSPC); want none: the writers in flight finish and make room", n, stores)
+	}
+	st := waitReleased(t, d.mp)
+	ents, err := os.ReadDir(d.mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		key := e.Name()
+		b, err := os.ReadFile(filepath.Join(d.mp, key))
+		if err != nil || !bytes.Equal(b, objectBytes(key, size)) {
+			t.Errorf("%s: %d bytes (%v), not its object", key, len(b), err)
+		}
+	}
+	if int64(len(ents)) != st.Objects || st.Objects+st.Evictions != stores || st.UsedBytes != 32*MiB {
+		t.Errorf("%d names, stats %+v; want 8 objects filling the cache and the other %d evicted", len(ents), st, stores-8)
+	}
+	ledgerExact(t, d)
+}
+
 func TestTwoStoresThatCannotBothFit(t *testing.T) {
 	d := mountCache(t, "--capacity", "16MiB")
 	for round := range 4 {
