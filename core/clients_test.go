@@ -23,9 +23,8 @@ func TestDirectWritersEndTheirGrace(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	me := Client(unix.Gettid())
 	tc := newTestCore(t, Config{Capacity: 4 * mib, Grace: time.Hour, WaitLimit: 0})
-	owner := blob.Owner{UID: -1, GID: -1}
 	store := func(name string, size int) error {
-		h, _, err := tc.CreateOrOpenBy(me, blob.RootID, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, owner)
+		h, err := tc.createBy(me, name)
 		if err != nil {
 			return err
 		}
@@ -246,7 +245,7 @@ func TestReservationByProcess(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 64 * mib, WaitLimit: time.Second})
 	put := func(by Client, name string, size int) {
 		t.Helper()
-		h, _, err := tc.CreateOrOpenBy(by, blob.RootID, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		h, err := tc.createBy(by, name)
 		if err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}
@@ -260,7 +259,7 @@ func TestReservationByProcess(t *testing.T) {
 	}
 	reserved := func(by Client) int64 {
 		t.Helper()
-		h, _, err := tc.CreateOrOpenBy(by, blob.RootID, "probe", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		h, err := tc.createBy(by, "probe")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +306,7 @@ func TestEmptyWritersReserveNothing(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 64 * mib, WaitLimit: time.Second})
 	open := func(by Client, name string) *Handle {
 		t.Helper()
-		h, _, err := tc.CreateOrOpenBy(by, blob.RootID, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		h, err := tc.createBy(by, name)
 		if err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}
@@ -394,7 +393,7 @@ func TestPoolLearntEndsEarlierGraces(t *testing.T) {
 	create := func(by Client) *Handle {
 		t.Helper()
 		n++
-		h, _, err := tc.CreateOrOpenBy(by, blob.RootID, fmt.Sprintf("o%d", n), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		h, err := tc.createBy(by, fmt.Sprintf("o%d", n))
 		if err != nil {
 			t.Fatalf("create o%d: %v", n, err)
 		}
@@ -428,7 +427,7 @@ func TestPoolLearntEndsEarlierGraces(t *testing.T) {
 	// one of them, which only objects out of their graces can be (its
 	// own, out of theirs, are evicted instead of any in grace).
 	for i := range 2 * leftStreak {
-		h, _, err := tc.CreateOrOpenBy(late, blob.RootID, fmt.Sprintf("late%d", i), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		h, err := tc.createBy(late, fmt.Sprintf("late%d", i))
 		if err != nil {
 			t.Fatalf("store %d into the full cache: %v (the pool's objects kept their graces)", i+1, err)
 		}
@@ -452,7 +451,7 @@ func TestDirectWritersKeepTempGraces(t *testing.T) {
 	me := Client(unix.Gettid())
 	tc := newTestCore(t, Config{Capacity: 2 * mib, Grace: time.Hour, WaitLimit: 0})
 	store := func(name string, size int) error {
-		h, _, err := tc.CreateOrOpenBy(me, blob.RootID, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		h, err := tc.createBy(me, name)
 		if err != nil {
 			return err
 		}
@@ -494,7 +493,7 @@ func TestLearntBeforeRelease(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 16 * mib, Grace: time.Hour, WaitLimit: 0})
 	var last *Handle
 	for i := range 8 {
-		h, _, err := tc.CreateOrOpenBy(me, blob.RootID, fmt.Sprintf("k%d", i), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+		h, err := tc.createBy(me, fmt.Sprintf("k%d", i))
 		if err != nil {
 			t.Fatalf("create k%d: %v", i, err)
 		}
@@ -515,4 +514,10 @@ func TestLearntBeforeRelease(t *testing.T) {
 			t.Errorf("k%d present %v; want the last four kept, the first evicted", i, !kept)
 		}
 	}
+}
+
+// createBy creates name in the root for writing, as client by.
+func (tc *testCore) createBy(by Client, name string) (*Handle, error) {
+	h, _, err := tc.CreateOrOpenBy(by, blob.RootID, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
+	return h, err
 }
