@@ -859,10 +859,10 @@ func (l *Ledger[K]) Waiting(id K, on bool) {
 	if !ok || e.w == 0 {
 		return
 	}
-	if on {
-		l.wr(e).waiting++
-	} else {
-		l.wr(e).waiting--
+	if w := l.wr(e); on {
+		w.waiting++
+	} else if w.waiting > 0 {
+		w.waiting--
 	}
 }
 
