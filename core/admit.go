@@ -35,13 +35,17 @@ type victims = []ledger.Victim[blob.ID]
 // admitted too, one of them may yet be refused and give its bytes back:
 // the oldest writer waits for that, the others give up at once, so that
 // two stores that cannot both fit do not both fail (each saw the other's
-// bytes and gave up before either's refusal freed them).
+// bytes and gave up before either's refusal freed them). A writer past
+// its budget with a strict capacity (ErrPastBudget: free space only) is
+// such a store too, while other writers are in flight: two of 9 MiB
+// written at once into 16 MiB were both refused (an outside tester).
 func (c *Core) admit(id blob.ID, need int64, op func() (victims, error)) error {
 	deadline := c.cfg.Now().Add(c.cfg.WaitLimit)
 	for {
 		changed := c.ledger.Changed()
 		err := c.locked(op)
-		if !errors.Is(err, ledger.ErrNoSpace) {
+		stuck := errors.Is(err, ledger.ErrPastBudget) && c.ledger.OldestWriter(id)
+		if !errors.Is(err, ledger.ErrNoSpace) && !stuck {
 			if errors.Is(err, ledger.ErrTooLarge) || errors.Is(err, ledger.ErrPastBudget) {
 				c.ledger.Refused()
 			}
@@ -49,7 +53,7 @@ func (c *Core) admit(id blob.ID, need int64, op func() (victims, error)) error {
 		}
 		wait := c.ledger.WaitHint(need)
 		left := deadline.Sub(c.cfg.Now())
-		if wait == 0 && (c.ledger.OldestWriter(id) || c.ledger.OthersFinishing(id)) {
+		if stuck || wait == 0 && (c.ledger.OldestWriter(id) || c.ledger.OthersFinishing(id)) {
 			wait = left // until a writer's bytes go (changed), or the limit
 		}
 		if wait == 0 || left <= 0 {

@@ -192,26 +192,16 @@ func (m *Mount) listenHandover() {
 // this process's own user (a daemon run by a user through fusermount3
 // and its successor).
 func trustedPeer(conn *net.UnixConn) (uint32, bool) {
-	cred, ok := peer(conn)
-	if !ok {
-		return 0, false
-	}
-	return cred.Uid, cred.Uid == 0 || int(cred.Uid) == os.Geteuid()
-}
-
-// peer is the credentials of the process at the other end of conn (for
-// a successor: the daemon that listens).
-func peer(conn *net.UnixConn) (*unix.Ucred, bool) {
 	raw, err := conn.SyscallConn()
 	if err != nil {
-		return nil, false
+		return 0, false
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
-		return nil, false
+		return 0, false
 	}
-	return cred, true
+	return cred.Uid, cred.Uid == 0 || int(cred.Uid) == os.Geteuid()
 }
 
 // handOver serves one successor's request; it returns only if the

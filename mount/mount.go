@@ -119,10 +119,9 @@ func start(o Options, again bool) (*Mount, error) {
 			conn.Close()
 			return nil, err
 		}
-		var old int
-		if cred, ok := peer(conn); ok {
-			old = int(cred.Pid)
-		}
+		// The daemon asked: the store's holder now (a listening socket
+		// passed on by handovers names the daemon that made it).
+		old, _ := StoreHolder(o.Store)
 		m, err := takeOver(o, conn)
 		conn.Close()
 		if !errors.Is(err, errPredecessorGone) {

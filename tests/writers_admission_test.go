@@ -589,6 +589,61 @@ func TestTwoStoresThatCannotBothFit(t *testing.T) {
 	d.stop()
 }
 
+// TestTwoStrictStoresThatCannotBothFit: with --strict-capacity, two
+// writers of 9 MiB started at once into 16 MiB each pass their budget
+// (twice a first writer's guess of a quarter of the capacity), where
+// growth takes free space only: the older waits for the other's
+// refusal and is kept. Both were refused, nothing stored, in 4 to 6 of
+// 10 rounds (an outside tester).
+func TestTwoStrictStoresThatCannotBothFit(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--strict-capacity")
+	chunk := bytes.Repeat([]byte{'x'}, MiB)
+	for round := range 4 {
+		name := func(i int) string { return filepath.Join(d.mp, fmt.Sprintf("r%d-t%d", round, i)) }
+		var errs [2]error
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range errs {
+			wg.Go(func() {
+				<-start
+				fd, err := unix.Open(name(i), unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				for range 9 {
+					if err = writeFull(fd, chunk); err != nil {
+						break
+					}
+				}
+				if cerr := unix.Close(fd); err == nil {
+					err = cerr
+				}
+				errs[i] = err
+			})
+		}
+		close(start)
+		wg.Wait()
+		kept := 0
+		for i, err := range errs {
+			if _, serr := os.Stat(name(i)); serr == nil {
+				kept++
+			}
+			if err != nil && errnoOf(err) != unix.ENOSPC {
+				t.Errorf("round %d: writer %d: %v, want success or ENOSPC", round, i, err)
+			}
+		}
+		if kept != 1 {
+			t.Errorf("round %d: %d of the two stores kept (%v, %v); want one", round, kept, errs[0], errs[1])
+		}
+		waitReleased(t, d.mp)
+		for i := range errs {
+			os.Remove(name(i))
+		}
+	}
+	ledgerExact(t, d)
+}
+
 // TestWriterPastCapacityCut: a passthrough writer that holds its
 // descriptor while it writes 16 times the capacity (dd fed 512 MiB into
 // a 32 MiB cache) never holds more than the capacity in the store: once
