@@ -133,7 +133,7 @@ func start(o Options, again bool) (*Mount, error) {
 		// second of two successors said the daemon died, then exited
 		// 2).
 		pid, held := awaitHolder(o.Store, time.Now().Add(goneLimit), func(pid int) bool { return old != 0 && pid != old })
-		if held && old != 0 && pid != old {
+		if held && old != 0 && pid != old && alive(pid) && kvfsProcess(pid) {
 			return nil, usagef("another kvfs daemon (pid %d) took the mount of %s at %s over first; run this one again to take the mount over from it", pid, o.Store, o.Mountpoint)
 		}
 		log.Warn("the daemon serving the mount died before it handed it over; mounting afresh, as after a crash", zap.Error(err))
