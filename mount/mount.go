@@ -137,6 +137,9 @@ func start(o Options, again bool) (*Mount, error) {
 			return nil, usagef("another kvfs daemon (pid %d) took the mount of %s at %s over first; run this one again to take the mount over from it", pid, o.Store, o.Mountpoint)
 		}
 		log.Warn("the daemon serving the mount died before it handed it over; mounting afresh, as after a crash", zap.Error(err))
+		if held {
+			awaitReleased(o.Store, time.Now().Add(goneLimit))
+		}
 	}
 	if _, held := StoreHolder(o.Store); !held {
 		// A held store's refusal says more (who holds it), and needs
