@@ -569,18 +569,7 @@ func TestTwoStoresThatCannotBothFit(t *testing.T) {
 		close(start)
 		wg.Wait()
 		waitReleased(t, d.mp)
-		kept := 0
-		for i, err := range errs {
-			if _, serr := os.Stat(name(i)); serr == nil {
-				kept++
-			}
-			if err != nil && errnoOf(err) != unix.ENOSPC {
-				t.Errorf("round %d: close of writer %d: %v, want success or ENOSPC", round, i, err)
-			}
-		}
-		if kept != 1 {
-			t.Errorf("round %d: %d of the two stores kept (closes: %v, %v); want one", round, kept, errs[0], errs[1])
-		}
+		keptOne(t, round, name, errs)
 		assertQuietEqual(t, d)
 		for i := range fds {
 			os.Remove(name(i))
@@ -624,24 +613,32 @@ func TestTwoStrictStoresThatCannotBothFit(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		kept := 0
-		for i, err := range errs {
-			if _, serr := os.Stat(name(i)); serr == nil {
-				kept++
-			}
-			if err != nil && errnoOf(err) != unix.ENOSPC {
-				t.Errorf("round %d: writer %d: %v, want success or ENOSPC", round, i, err)
-			}
-		}
-		if kept != 1 {
-			t.Errorf("round %d: %d of the two stores kept (%v, %v); want one", round, kept, errs[0], errs[1])
-		}
+		keptOne(t, round, name, errs)
 		waitReleased(t, d.mp)
 		for i := range errs {
 			os.Remove(name(i))
 		}
 	}
 	ledgerExact(t, d)
+}
+
+// keptOne checks that of two stores that could not both fit, whose
+// writers ended with errs, exactly one is kept, and that the other was
+// refused for space and for nothing else.
+func keptOne(t *testing.T, round int, name func(int) string, errs [2]error) {
+	t.Helper()
+	kept := 0
+	for i, err := range errs {
+		if _, serr := os.Stat(name(i)); serr == nil {
+			kept++
+		}
+		if err != nil && errnoOf(err) != unix.ENOSPC {
+			t.Errorf("round %d: writer %d: %v, want success or ENOSPC", round, i, err)
+		}
+	}
+	if kept != 1 {
+		t.Errorf("round %d: %d of the two stores kept (%v, %v); want one", round, kept, errs[0], errs[1])
+	}
 }
 
 // TestWriterPastCapacityCut: a passthrough writer that holds its
