@@ -77,23 +77,20 @@ func (c *Core) admit(id blob.ID, need int64, op func() (victims, error)) error {
 		wait = min(wait, left)
 		c.counters.waiting.Add(1)
 		c.ledger.Waiting(id, true)
+		giveUp := false
 		select {
 		case <-changed:
 		case <-c.cfg.After(wait):
-			if finishing {
-				c.ledger.Waiting(id, false)
-				c.counters.waiting.Add(-1)
-				c.ledger.Refused()
-				return ErrNoSpace
-			}
+			giveUp = finishing
 		case <-c.done:
-			c.ledger.Waiting(id, false)
-			c.counters.waiting.Add(-1)
-			c.ledger.Refused()
-			return ErrNoSpace
+			giveUp = true
 		}
 		c.ledger.Waiting(id, false)
 		c.counters.waiting.Add(-1)
+		if giveUp {
+			c.ledger.Refused()
+			return ErrNoSpace
+		}
 	}
 }
 

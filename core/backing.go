@@ -40,10 +40,14 @@ func (c *Core) DirectPath(id ID, search func(dir ID) bool) (string, error) {
 	c.mu.RLock()
 	names := c.store.Names(id)
 	rel, ok := c.store.Path(id)
+	var rels []string
 	var dirs [][]ID
 	if len(names) > 1 {
 		for _, n := range names {
-			dirs = append(dirs, c.store.Ancestors(n.Parent))
+			if p, ok := c.store.NamePath(n.Parent, n.Name); ok {
+				rels = append(rels, p)
+				dirs = append(dirs, c.store.Ancestors(n.Parent))
+			}
 		}
 	}
 	c.mu.RUnlock()
@@ -53,15 +57,9 @@ func (c *Core) DirectPath(id ID, search func(dir ID) bool) (string, error) {
 	if len(names) <= 1 {
 		return c.store.BackingPath(rel), nil
 	}
-	for i, n := range names {
-		if !searchable(dirs[i], search) {
-			continue
-		}
-		c.mu.RLock()
-		rel, ok := c.store.NamePath(n.Parent, n.Name)
-		c.mu.RUnlock()
-		if ok {
-			return c.store.BackingPath(rel), nil
+	for i, p := range rels {
+		if searchable(dirs[i], search) {
+			return c.store.BackingPath(p), nil
 		}
 	}
 	return "", ErrNoSearch
