@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
@@ -9,10 +10,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// stallWait is how long an admission waits for writers in flight that
-// look as if they are finishing (OthersFinishing) with no change at all
-// before it gives up as though they were waiting too.
-const stallWait = 300 * time.Millisecond
+// stallWait is how long an admission that other writers keep from room
+// waits with nothing in flight moving at all (ledger.Progress) before
+// the youngest writer that waits gives way (ledger.Yields). A writer
+// that writes shows it within the poll interval (2 ms) or its next
+// write.
+const stallWait = 150 * time.Millisecond
 
 // victims is what a ledger admission evicted.
 type victims = []ledger.Victim[blob.ID]
@@ -22,35 +25,49 @@ type victims = []ledger.Victim[blob.ID]
 // while the space exists but recently closed or read-pinned objects hold
 // it, waits for the ledger to free some (or the grace periods to run
 // out) and tries again, up to the wait limit: backpressure, not failure.
-// It never runs where the kernel holds a directory's lock (reservations
-// at create and open do not wait: see reserve). An ENOSPC it gives up
-// with is counted as one answered to a client. It does not answer a FUSE
-// interrupt with EINTR: the Go runtime interrupts its own threads all
-// the time, and callers that do not retry close(2) would see EINTR for a
-// wait the limit bounds anyway.
+// The limit bounds a store's waits together, not each: spent, where a
+// writer's handle gives one, holds what its earlier admissions waited (an
+// outside tester saw a store wait 26 s under a 5 s limit, one wait per
+// write). It never runs where the kernel holds a directory's lock
+// (reservations at create and open do not wait: see reserve). An ENOSPC
+// it gives up with is counted as one answered to a client. It does not
+// answer a FUSE interrupt with EINTR: the Go runtime interrupts its own
+// threads all the time, and callers that do not retry close(2) would see
+// EINTR for a wait the limit bounds anyway.
 //
-// What other writers have written can leave no room for id (WaitHint 0).
-// Where some of them are admitted whole (OthersFinishing), their objects
-// will be done and evictable (published, or past their graces) before
-// long: it waits for that, up to the limit. A burst of writers that wrote
-// more at once than the cache holds had all but the oldest refused at
-// once, though the first to finish made room for the rest (an outside
-// tester: 16 threads storing 100 objects of 4 MiB by `os.replace` into
-// 32 MiB, 0 to 49 refused, within 0.15 s). Where all of them wait to be
-// admitted too, one of them may yet be refused and give its bytes back:
-// the oldest writer waits for that, the others give up at once, so that
-// two stores that cannot both fit do not both fail (each saw the other's
-// bytes and gave up before either's refusal freed them). A writer past
-// its budget with a strict capacity (ErrPastBudget: free space only) is
-// such a store too, while other writers are in flight: two of 9 MiB
-// written at once into 16 MiB were both refused (an outside tester).
-func (c *Core) admit(id blob.ID, need int64, op func() (victims, error)) error {
-	deadline := c.cfg.Now().Add(c.cfg.WaitLimit)
+// What other writers have written can leave no room for id (WaitHint 0),
+// and so can a strict capacity's budget (ErrPastBudget: free space only)
+// while other writers are in flight. Where some of them are admitted
+// whole (OthersFinishing), their objects will be done and evictable
+// (published, or past their graces) before long: it waits for that. A
+// burst of writers that wrote more at once than the cache holds had all
+// but the oldest refused at once, though the first to finish made room
+// for the rest (an outside tester: 16 threads storing 100 objects of
+// 4 MiB by `os.replace` into 32 MiB, 0 to 49 refused, within 0.15 s).
+// Where none is, every writer in the way waits to be admitted, and one
+// of them must be refused to give its bytes back: the youngest
+// (ledger.Yields) gives up at once and the others wait for what it frees,
+// so that two stores that cannot both fit do not both fail, and a burst
+// loses one store per refusal that frees room rather than all but the
+// oldest (64 threads storing 4 MiB through the daemon into 32 MiB: 56 to
+// 60 of 200 refused, now 22 to 34). A wait that sees nothing in flight
+// move for stallWait (ledger.Progress) hands the refusal to the youngest
+// writer that waits: writers that hold one file open while they write
+// another (data, then its metadata) look finishing while they wait
+// themselves, and stalled each other for the whole limit (an outside
+// tester: 12 threads, 10 of 120 stores in 65 s).
+func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, op func() (victims, error)) error {
+	began := c.cfg.Now()
+	deadline := began.Add(c.cfg.WaitLimit)
+	if spent != nil {
+		deadline = deadline.Add(-time.Duration(spent.Load()))
+		defer func() { spent.Add(int64(c.cfg.Now().Sub(began))) }()
+	}
 	for {
 		changed := c.ledger.Changed()
 		err := c.locked(op)
-		stuck := errors.Is(err, ledger.ErrPastBudget) && c.ledger.OldestWriter(id)
-		if !errors.Is(err, ledger.ErrNoSpace) && !stuck {
+		pastBudget := errors.Is(err, ledger.ErrPastBudget) && c.ledger.Writing() > 1
+		if !errors.Is(err, ledger.ErrNoSpace) && !pastBudget {
 			if errors.Is(err, ledger.ErrTooLarge) || errors.Is(err, ledger.ErrPastBudget) {
 				c.ledger.Refused()
 			}
@@ -58,50 +75,57 @@ func (c *Core) admit(id blob.ID, need int64, op func() (victims, error)) error {
 		}
 		wait := c.ledger.WaitHint(need)
 		left := deadline.Sub(c.cfg.Now())
-		finishing := false
-		if stuck || wait == 0 && c.ledger.OldestWriter(id) {
-			wait = left // until a writer's bytes go (changed), or the limit
-		} else if wait == 0 && c.ledger.OthersFinishing(id) {
-			// Until one of them is done, but not for long without any
-			// change: writers that hold one file open while they write
-			// another (data, then its metadata) look finishing while
-			// they wait themselves, and stalled each other for the whole
-			// limit (an outside tester: 12 threads, 10 of 120 stores in
-			// 65 s).
-			wait, finishing = min(left, stallWait), true
+		stalling := false
+		if pastBudget || wait == 0 {
+			if !c.ledger.OthersFinishing(id) && c.ledger.Yields(id, false) {
+				return c.giveWay(id)
+			}
+			wait, stalling = min(left, stallWait), true
 		}
-		if wait == 0 || left <= 0 {
+		if left <= 0 {
 			c.ledger.Refused()
 			return ErrNoSpace
 		}
 		wait = min(wait, left)
+		progress := c.ledger.Progress()
 		c.counters.waiting.Add(1)
 		c.ledger.Waiting(id, true)
-		giveUp := false
+		closing, gaveWay := false, false
 		select {
 		case <-changed:
 		case <-c.cfg.After(wait):
-			giveUp = finishing
+			gaveWay = stalling && c.ledger.Progress() == progress && c.ledger.Yields(id, true)
 		case <-c.done:
-			giveUp = true
+			closing = true
 		}
 		c.ledger.Waiting(id, false)
 		c.counters.waiting.Add(-1)
-		if giveUp {
+		switch {
+		case gaveWay:
+			return c.giveWay(id)
+		case closing:
 			c.ledger.Refused()
 			return ErrNoSpace
 		}
 	}
 }
 
+// giveWay refuses id's writer as the one of several stuck writers that
+// gives way (ledger.Yields).
+func (c *Core) giveWay(id blob.ID) error {
+	c.ledger.GaveWay(id)
+	c.ledger.Refused()
+	return ErrNoSpace
+}
+
 // admitFirstFree runs free, an admission that takes free space only and
 // so needs no namespace lock, and only if that would have to evict runs
 // admit with op, the same admission, under the lock.
-func (c *Core) admitFirstFree(id blob.ID, free func() error, need int64, op func() (victims, error)) error {
+func (c *Core) admitFirstFree(id blob.ID, free func() error, need int64, spent *atomic.Int64, op func() (victims, error)) error {
 	err := free()
 	switch {
 	case errors.Is(err, ledger.ErrBusy):
-		return c.admit(id, need, op)
+		return c.admit(id, need, spent, op)
 	case errors.Is(err, ledger.ErrTooLarge):
 		c.ledger.Refused()
 	}

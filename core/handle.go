@@ -34,6 +34,9 @@ type Handle struct {
 	// (wantGuess: none known at its create); its first write waits for it
 	// whole (see Write). Taken (0) by that write.
 	want atomic.Int64
+	// waited: how long its admissions have waited for room so far, in
+	// nanoseconds; the wait limit bounds them together (see admit).
+	waited atomic.Int64
 	// direct: the process that created the object stores under final
 	// names; its grace ends at h's release (see clients.go).
 	direct atomic.Bool
@@ -327,7 +330,7 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 		// wrote more than the cache holds each held part of it, none
 		// could finish, and all but the oldest were refused (an outside
 		// tester's burst of 64 threads storing 4 MiB into 32 MiB).
-		err = c.admit(h.id, want, func() (victims, error) { return c.ledger.Reserve(h.id, want) })
+		err = c.admit(h.id, want, &h.waited, func() (victims, error) { return c.ledger.Reserve(h.id, want) })
 	}
 	_, charge, _ := c.ledger.Size(h.id)
 	grow, growFree := c.ledger.Grow, c.ledger.GrowFree
@@ -336,7 +339,7 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 	}
 	if err == nil {
 		err = c.admitFirstFree(h.id, func() error { return growFree(h.id, end) },
-			ledger.Charge(end)-charge, func() (victims, error) { return grow(h.id, end) })
+			ledger.Charge(end)-charge, &h.waited, func() (victims, error) { return grow(h.id, end) })
 	}
 	if errors.Is(err, ErrNoSpace) {
 		h.refused.Store(true)
@@ -393,7 +396,7 @@ func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
 	}
 	_, charge, _ := c.ledger.Size(id)
 	err := c.admitFirstFree(id, func() error { return c.ledger.SetSizeFree(id, size) },
-		ledger.Charge(size)-charge, func() (victims, error) { return c.ledger.SetSize(id, size) })
+		ledger.Charge(size)-charge, nil, func() (victims, error) { return c.ledger.SetSize(id, size) })
 	if err != nil {
 		return err
 	}
@@ -433,7 +436,7 @@ func (h *Handle) Allocate(off, size int64, mode uint32) error {
 		}
 		_, charge, _ := c.ledger.Size(h.id)
 		err := c.admitFirstFree(h.id, func() error { return c.ledger.ExtendFree(h.id, off+size) },
-			ledger.Charge(off+size)-charge, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
+			ledger.Charge(off+size)-charge, &h.waited, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
 		if err != nil {
 			return err
 		}
@@ -537,7 +540,7 @@ func (c *Core) settle(h *Handle, last bool) error {
 			free, settle = c.ledger.SettleLastFree, c.ledger.SettleLast
 		}
 		err = c.admitFirstFree(h.id, func() error { return free(h.id, size) },
-			ledger.Charge(size)-ledger.Charge(known), func() (victims, error) { return settle(h.id, size) })
+			ledger.Charge(size)-ledger.Charge(known), &h.waited, func() (victims, error) { return settle(h.id, size) })
 		if err != nil || c.sizeStable(h.id, epoch) {
 			break
 		}

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"os"
+	"sync/atomic"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/internal/lockorder"
@@ -104,6 +105,8 @@ type install struct {
 	charged bool     // the ledger holds id, pinned by the install as a writer
 	file    *os.File // the stored file, under writing/ only until link
 	size    int64
+	// waited: how long its admissions waited for room (see admit).
+	waited atomic.Int64
 }
 
 // create is the FetchFunc's create: admission, then the nameless file.
@@ -116,7 +119,7 @@ func (in *install) create(size int64) (*os.File, error) {
 		return nil, ledgerErr(err)
 	}
 	in.charged = true
-	err := c.admit(in.id, ledger.Charge(size), func() (victims, error) { return c.ledger.Reserve(in.id, size) })
+	err := c.admit(in.id, ledger.Charge(size), &in.waited, func() (victims, error) { return c.ledger.Reserve(in.id, size) })
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +147,7 @@ func (in *install) link(parent blob.ID, name string) error {
 	if st.Size != in.size {
 		return errors.New("core: install: fetch left a size other than the one it stated")
 	}
-	err := c.admit(in.id, ledger.Charge(st.Size), func() (victims, error) { return c.ledger.Settle(in.id, st.Size) })
+	err := c.admit(in.id, ledger.Charge(st.Size), &in.waited, func() (victims, error) { return c.ledger.Settle(in.id, st.Size) })
 	if err != nil {
 		return err
 	}

@@ -776,3 +776,128 @@ func TestRewritten(t *testing.T) {
 		t.Fatalf("%d markers left after the releases", tc.markers())
 	}
 }
+
+// TestStuckWritersGiveWayOneAtATime: writers through the daemon that
+// together wrote the whole cache, each with more to write, wait for each
+// other; once nothing moves, the youngest gives way, and the others wait
+// for what it frees, which lets them finish. (Before, every writer but
+// the oldest gave up once its wait stalled: two refused here where one
+// frees room for both.)
+func TestStuckWritersGiveWayOneAtATime(t *testing.T) {
+	// The admissions' stalled waits end when the test says; other
+	// timers never do.
+	timers := make(chan chan time.Time, 16)
+	after := func(d time.Duration) <-chan time.Time {
+		ch := make(chan time.Time, 1)
+		if d == stallWait {
+			timers <- ch
+		}
+		return ch
+	}
+	tc := newTestCore(t, Config{Capacity: 32 * mib, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: time.Hour, After: after})
+	tc.clock.Freeze()
+	ends := []int64{12 * mib, 12 * mib, 8 * mib}
+	var hs []*Handle
+	for i, end := range ends {
+		h, err := tc.Create(blob.RootID, fmt.Sprintf(".tmp%d", i), 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Write(make([]byte, end), 0); err != nil {
+			t.Fatalf("writer %d's first %d bytes: %v", i, end, err)
+		}
+		hs = append(hs, h)
+	}
+	// The youngest first, then the others: each waits for room.
+	done := make([]chan error, len(hs))
+	for i := len(hs) - 1; i >= 0; i-- {
+		done[i] = make(chan error, 1)
+		go func() {
+			_, err := hs[i].Write(make([]byte, 2*mib), ends[i])
+			done[i] <- err
+		}()
+		for tc.counters.waiting.Load() != int64(len(hs)-i) {
+			runtime.Gosched()
+		}
+	}
+	fire := func() { (<-timers) <- time.Time{} }
+	fire() // the youngest's
+	if err := <-done[2]; !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("the youngest writer's write: %v, want it to give way (ENOSPC)", err)
+	}
+	// The next one's wait ends before the youngest's release frees its
+	// room: it waits on.
+	fire()
+	select {
+	case err := <-done[1]:
+		t.Fatalf("the second writer's write, stalled while the youngest still held its room: %v, want it to wait on", err)
+	case ch := <-timers:
+		ch <- time.Time{} // and again: nothing changed
+	}
+	if err := hs[2].Flush(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("the youngest writer's close: %v, want ENOSPC", err)
+	}
+	hs[2].Release()
+	for i := range 2 {
+		if err := <-done[i]; err != nil {
+			t.Fatalf("writer %d's last write: %v, want it admitted in the room the youngest freed", i, err)
+		}
+		if err := hs[i].Flush(); err != nil {
+			t.Fatal(err)
+		}
+		hs[i].Release()
+		if err := tc.Rename(blob.RootID, fmt.Sprintf(".tmp%d", i), blob.RootID, fmt.Sprintf("k%d", i), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := tc.Stats(); st.UsedBytes != 28*mib || st.Evictions != 0 {
+		t.Fatalf("after the stores: %+v, want the two older ones stored whole", st)
+	}
+}
+
+// TestWaitLimitBoundsAStore: --wait-limit bounds what one store waits for
+// room in all, not each of its writes (an outside tester saw a store
+// wait 26 s under a 5 s limit, one wait per write).
+func TestWaitLimitBoundsAStore(t *testing.T) {
+	const limit = 2 * time.Second
+	timers := make(chan chan time.Time, 16)
+	after := func(d time.Duration) <-chan time.Time {
+		ch := make(chan time.Time, 1)
+		if d == limit {
+			timers <- ch
+		}
+		return ch
+	}
+	tc := newTestCore(t, Config{Capacity: 8 * mib, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: limit, After: after})
+	tc.clock.Freeze()
+	tc.put("full", 8*mib) // in its grace: the room comes free, not now
+	h, err := tc.Create(blob.RootID, "next", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := h.Write(make([]byte, mib), 0)
+		wrote <- err
+	}()
+	ch := <-timers
+	tc.clock.Skip(limit)
+	ch <- time.Time{}
+	if err := <-wrote; !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a write that waited out the limit: %v, want ENOSPC", err)
+	}
+	go func() {
+		_, err := h.Write(make([]byte, mib), 0)
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if !errors.Is(err, ErrNoSpace) {
+			t.Fatalf("the same store's next write: %v, want ENOSPC", err)
+		}
+	case ch := <-timers:
+		ch <- time.Time{}
+		t.Fatal("the same store's next write waited again past the limit")
+	}
+}

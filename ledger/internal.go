@@ -94,6 +94,7 @@ func (l *Ledger[K]) unpin(e *entry[K], write bool) {
 // dropWriting gives back e's writing record: it has no writers left, or
 // it goes.
 func (l *Ledger[K]) dropWriting(e *entry[K]) {
+	l.moves++
 	l.unkeep(e)
 	l.writeBytes -= e.charge
 	l.open.remove(e.w)
@@ -161,6 +162,7 @@ func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victi
 func (l *Ledger[K]) resize(e *entry[K], size, res int64) {
 	if size != e.size {
 		l.note(e)
+		l.moves++
 	}
 	l.unkeep(e)
 	l.reserved -= e.charge - Charge(e.size)
@@ -238,6 +240,9 @@ func (l *Ledger[K]) setRes(e *entry[K], res int64) {
 // its caller notes the overshoot.
 func (l *Ledger[K]) recharge(e *entry[K], charge int64) {
 	delta := charge - e.charge
+	if delta != 0 {
+		l.moves++
+	}
 	e.charge = charge
 	l.used += delta
 	if delta < 0 {
@@ -380,6 +385,8 @@ func (q list) first() uint32 { return q.links(0)[after] }
 func (q list) last() uint32 { return q.links(0)[before] }
 
 func (q list) next(i uint32) uint32 { return q.links(i)[after] }
+
+func (q list) prev(i uint32) uint32 { return q.links(i)[before] }
 
 func (q list) pushBack(i uint32) { q.insertAfter(i, q.last()) }
 

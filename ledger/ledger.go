@@ -139,10 +139,14 @@ type Ledger[K comparable] struct {
 	// while someone waits for it (Changed).
 	changed chan struct{}
 	// freeOnly: the method running takes free space only (see free).
-	freeOnly   bool
-	evictions  int64
-	evicted    int64
-	refusals   int64
+	freeOnly  bool
+	evictions int64
+	evicted   int64
+	refusals  int64
+	// moves counts changes of writers' sizes and of charges, and ends of
+	// writing: while it stands still, nothing in flight progresses
+	// (Progress).
+	moves      uint64
 	reconciled int64
 	// followed: the ledger has followed the store (a reconciliation,
 	// counted or kvfs's own: see Own), or a smaller capacity found more
@@ -840,14 +844,67 @@ func (l *Ledger[K]) WaitHint(n int64) time.Duration {
 	return time.Duration(l.grace)/4 + time.Millisecond
 }
 
-// OldestWriter says whether id is the object being written whose
-// writing began first of several being written now: the one that waits
-// for what the others wrote (see core's admit).
-func (l *Ledger[K]) OldestWriter(id K) bool {
+// Yields says whether id's writer is the one that gives way where
+// writers in flight together wrote more than the cache holds and none of
+// them can be admitted until one is refused: the writer whose writing
+// began last of those that hold room (a charge), so that of two stores
+// that cannot both fit the older one is kept, and each refusal frees
+// room for the rest (see core's admit); a writer that holds none waits
+// for them. Where nothing has changed for a while (stalled), it is the
+// youngest of the writers that wait, itself included, whatever they
+// hold: a writer that holds room but neither writes nor waits (a data
+// file held open while its thread's metadata file waits) gives it back
+// only once that thread's waiting writer is refused. While a writer that
+// gave way (GaveWay) is still being written, none yields: what it holds
+// comes free at its release, and the next one's turn is after that.
+func (l *Ledger[K]) Yields(id K, stalled bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.get(id)
-	return ok && e.w != 0 && l.open.first() == e.w && l.open.next(e.w) != 0
+	self, ok := l.get(id)
+	if !ok || self.w == 0 {
+		return true
+	}
+	yields := false
+	for i := l.open.last(); i != 0; i = l.open.prev(i) {
+		w := &l.writing.recs[i]
+		e := l.slab.at(w.e)
+		if w.gaveWay && e != self {
+			return false
+		}
+		if !yields && (stalled && (e == self || w.waiting > 0) || !stalled && e.charge > 0) {
+			if e != self {
+				return false
+			}
+			yields = true
+		}
+	}
+	return yields || !stalled && l.writeBytes == 0
+}
+
+// GaveWay notes that id's writer was refused as the one that gives way
+// (Yields).
+func (l *Ledger[K]) GaveWay(id K) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.get(id); ok && e.w != 0 {
+		l.wr(e).gaveWay = true
+	}
+}
+
+// Progress is a count that moves whenever a size or a charge changes or
+// a writing ends: an admission that waits sees by it whether anything in
+// flight moves at all (see core's admit).
+func (l *Ledger[K]) Progress() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.moves
+}
+
+// Writing reports how many objects are being written now.
+func (l *Ledger[K]) Writing() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writing.inUse()
 }
 
 // Waiting notes that a writer of id waits in an admission for room (on),

@@ -1335,3 +1335,45 @@ func TestCloseFree(t *testing.T) {
 	}
 	mustOK(t, l)
 }
+
+// TestYields: of writers stuck on each other, the youngest that holds
+// room gives way; a writer holding none waits for it; once nothing moves
+// (stalled), the youngest that waits gives way, whatever it holds; and
+// while one that gave way is still being written, no other does.
+func TestYields(t *testing.T) {
+	l, _ := newTest(t, 64*blk)
+	for id := ID(1); id <= 3; id++ {
+		if err := l.Create(id, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, size := range map[ID]int64{1: 20 * blk, 2: 20 * blk} {
+		if _, err := l.Grow(id, size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 3, the youngest, holds nothing: 2 is the youngest holding room.
+	if l.Yields(1, false) || !l.Yields(2, false) || l.Yields(3, false) {
+		t.Fatalf("Yields before a stall: 1 %v, 2 %v, 3 %v; want only 2", l.Yields(1, false), l.Yields(2, false), l.Yields(3, false))
+	}
+	// Stalled, waiting counts, not holding: 3 waits, so it gives way
+	// (its process holds room elsewhere), and 2 no longer does.
+	l.Waiting(3, true)
+	if !l.Yields(3, true) || l.Yields(2, true) || l.Yields(1, true) {
+		t.Fatalf("Yields stalled with 3 waiting: 1 %v, 2 %v, 3 %v; want only 3", l.Yields(1, true), l.Yields(2, true), l.Yields(3, true))
+	}
+	l.Waiting(3, false)
+	if !l.Yields(2, true) {
+		t.Fatal("stalled with no one else waiting: 2 does not give way")
+	}
+	// 2 gave way: until its writing ends nobody else does, 1 included.
+	l.GaveWay(2)
+	if l.Yields(1, false) || l.Yields(1, true) || l.Yields(3, true) {
+		t.Fatal("a writer gave way while the one that gave way before still holds its room")
+	}
+	release(l, 2, true)
+	if !l.Yields(1, false) {
+		t.Fatal("after the one that gave way ended: 1, the only one holding room, does not give way")
+	}
+	mustOK(t, l)
+}

@@ -179,7 +179,7 @@ func (l *Ledger[K]) checkWriting(writers int) error {
 	switch {
 	case onList != writers || l.writing.inUse() != writers:
 		return fmt.Errorf("%d entries have writers; the open list has %d, the writing table %d records", writers, onList, l.writing.inUse())
-	case end.res != 0 || end.over != 0 || end.writers != 0 || end.waiting != 0 || end.e != 0:
+	case end.res != 0 || end.over != 0 || end.writers != 0 || end.waiting != 0 || end.gaveWay || end.e != 0:
 		return fmt.Errorf("writing table's end record is not zero: %+v", end)
 	}
 	return nil
