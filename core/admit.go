@@ -15,7 +15,7 @@ import (
 // the youngest writer that waits gives way (ledger.Yields). A writer
 // that writes shows it within the poll interval (2 ms) or its next
 // write.
-const stallWait = 150 * time.Millisecond
+const stallWait = 300 * time.Millisecond
 
 // victims is what a ledger admission evicted.
 type victims = []ledger.Victim[blob.ID]
@@ -255,9 +255,19 @@ func (c *Core) published(size int64) {
 	c.next++
 }
 
-// guessReservation is the reservation of a writer with no size to go by:
-// the most any writer is reserved, a quarter of the capacity.
-func guessReservation(capacity int64) int64 { return ledger.Charge(capacity / 4) }
+// guessReservation is the reservation of id's writer with no size to go
+// by: the most any writer is reserved, a quarter of the capacity, but no
+// more than the room the other writers' bytes leave, where they leave
+// some. A guess past that room could never be had while they are open:
+// a new mount's 16 threads storing 4 MiB beside a writer holding 28 MiB
+// open in 32 MiB waited for 8 MiB each, and every store was refused.
+func (c *Core) guessReservation(id blob.ID) int64 {
+	guess := ledger.Charge(c.targetCapacity() / 4)
+	if room := c.ledger.Room(id); room > 0 {
+		guess = min(guess, ledger.Charge(room))
+	}
+	return guess
+}
 
 // reserveNothing is the reservation of a writer that is to be reserved
 // no room at all (see reservationFor); 0 is one with no size to go by.
@@ -284,7 +294,7 @@ func (c *Core) reserve(id blob.ID, n int64) (got bool, err error) {
 		return false, nil
 	}
 	if n == 0 {
-		guess := guessReservation(c.targetCapacity())
+		guess := c.guessReservation(id)
 		return guess > 0 && c.ledger.ReserveFree(id, guess) == nil, nil
 	}
 	if c.ledger.Overloaded(id, n) {

@@ -316,11 +316,11 @@ const wantGuess = 1
 func (h *Handle) Write(data []byte, off int64) (int, error) {
 	c, end := h.c, off+int64(len(data))
 	var err error
-	want := h.want.Swap(0)
+	want, guess := h.want.Swap(0), false
 	if want == wantGuess {
 		// No size was known at its create; one may be by now.
 		if want = c.Reservation(); want == 0 {
-			want = guessReservation(c.targetCapacity())
+			want, guess = c.guessReservation(h.id), true
 		}
 	}
 	if want > 0 {
@@ -329,8 +329,15 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 		// its first byte: admitted piece by piece, writers that together
 		// wrote more than the cache holds each held part of it, none
 		// could finish, and all but the oldest were refused (an outside
-		// tester's burst of 64 threads storing 4 MiB into 32 MiB).
-		err = c.admit(h.id, want, &h.waited, func() (victims, error) { return c.ledger.Reserve(h.id, want) })
+		// tester's burst of 64 threads storing 4 MiB into 32 MiB). A
+		// guess is made again at each try: the room the other writers
+		// leave changes as they come and go.
+		err = c.admit(h.id, want, &h.waited, func() (victims, error) {
+			if guess {
+				want = c.guessReservation(h.id)
+			}
+			return c.ledger.Reserve(h.id, want)
+		})
 	}
 	_, charge, _ := c.ledger.Size(h.id)
 	grow, growFree := c.ledger.Grow, c.ledger.GrowFree

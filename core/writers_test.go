@@ -901,3 +901,34 @@ func TestWaitLimitBoundsAStore(t *testing.T) {
 		t.Fatal("the same store's next write waited again past the limit")
 	}
 }
+
+// TestGuessLeavesRoomOthersWrote: a writer with no size to go by is
+// reserved a quarter of the capacity, but no more than the room the
+// other writers' bytes leave: beside a writer holding 28 MiB of 32 MiB
+// open, it gets 4 MiB, not nothing (it waited for 8 MiB that never came
+// while the 28 MiB were held, and was refused: an outside tester).
+func TestGuessLeavesRoomOthersWrote(t *testing.T) {
+	tc := passthroughCore(t, 32*mib, nil)
+	held, err := tc.Create(blob.RootID, "held", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	held.File().WriteAt(make([]byte, 28*mib), 0)
+	tc.Poll()
+	h, err := tc.Create(blob.RootID, "next", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Unreserved() {
+		t.Fatal("the new writer got no reservation beside the held one; want the 4 MiB the held one leaves")
+	}
+	h.File().WriteAt(make([]byte, 4*mib), 0)
+	if err := h.Flush(); err != nil {
+		t.Fatalf("the 4 MiB store beside the held writer: %v", err)
+	}
+	h.Release()
+	if st := tc.Stats(); st.UsedBytes != 32*mib || st.AdmissionFailures != 0 {
+		t.Fatalf("after the store: %+v", st)
+	}
+}

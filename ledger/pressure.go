@@ -108,6 +108,18 @@ func (l *Ledger[K]) Overloaded(id K, n int64) bool {
 	return written-own+max(own, Charge(n)) > l.capacity
 }
 
+// Room is what the capacity leaves id's writer beside the bytes the
+// other open writers have written (see Overloaded).
+func (l *Ledger[K]) Room(id K) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	written := l.writeBytes - l.reserved
+	if e, ok := l.get(id); ok && e.w != 0 {
+		written -= Charge(e.size)
+	}
+	return l.capacity - written
+}
+
 // Changed returns a channel closed the next time space may be freed (a
 // handle closed, a name removed, a grace period ended, a charge shrunk):
 // take it before an admission, and wait on it if the admission fails.

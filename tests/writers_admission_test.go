@@ -766,3 +766,58 @@ func TestFinalNameWritersInAFullCache(t *testing.T) {
 		t.Errorf("%d evictions after %d stores of 8 MiB into 48 MiB, want at least %d", st.Evictions, writers*stores, writers*stores-6)
 	}
 }
+
+// TestStoresBesideAWriterHoldingMostOfTheCache: on a new mount (no size
+// known yet), a writer that holds 28 MiB of a 32 MiB cache open leaves
+// room for one 4 MiB store at a time, and a pool's stores take turns in
+// it. A writer with no size to go by was to wait for a quarter of the
+// capacity (8 MiB), which never came while the 28 MiB were held: every
+// store was refused (an outside tester: 60 of 60 with --wait-limit 1s,
+// 39 of 60 with 5s). The mount also warns that its --wait-limit is
+// shorter than its --grace.
+func TestStoresBesideAWriterHoldingMostOfTheCache(t *testing.T) {
+	d := mountCache(t, "--capacity", "32MiB", "--wait-limit", "3s", "--grace", "4s")
+	held, err := os.Create(filepath.Join(d.mp, "held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := held.Write(objectBytes("held", 28*MiB)); err != nil {
+		t.Fatal(err)
+	}
+	const threads, stores, size = 8, 24, 4 * MiB
+	var next, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range threads {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < stores; i = int(next.Add(1)) - 1 {
+				key := fmt.Sprintf("key-%03d", i)
+				tmp := filepath.Join(d.mp, key+".tmp")
+				err := os.WriteFile(tmp, objectBytes(key, size), 0o644)
+				if err == nil {
+					err = os.Rename(tmp, filepath.Join(d.mp, key))
+				}
+				if err != nil {
+					refused.Add(1)
+					t.Logf("%s: %v", key, err)
+					os.Remove(tmp)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := refused.Load(); n != 0 {
+		t.Errorf("%d of %d stores failed beside the held writer; want none: 4 MiB is free for each in turn", n, stores)
+	}
+	if err := held.Close(); err != nil {
+		t.Fatalf("the held writer's close: %v", err)
+	}
+	waitReleased(t, d.mp)
+	if b, err := os.ReadFile(filepath.Join(d.mp, "held")); err != nil || !bytes.Equal(b, objectBytes("held", 28*MiB)) {
+		t.Errorf("the held object: %d bytes (%v)", len(b), err)
+	}
+	ledgerExact(t, d)
+	if !strings.Contains(d.out.String(), "--wait-limit is shorter than --grace") {
+		t.Errorf("no warning of a --wait-limit shorter than --grace in the daemon's log:\n%s", d.out.String())
+	}
+}
