@@ -240,7 +240,15 @@ func (o *Options) validate() error {
 	// The mount point first: its default store (beside it) is inside the
 	// same store, and that store's refusal named the derived path, never
 	// the mount point the user gave (an outside tester's finding).
-	if outer, ok := blob.StoreAbove(mp); ok {
+	from := mp
+	if e, ok := mountinfo.At(mp); ok && e.FSType == FSType {
+		// A kvfs mount (a handover's, or a dead one's to replace): a
+		// kvfs.format in it is an object of that cache, not a store's
+		// mark (an outside tester's object of that name refused every
+		// takeover, and the restart after a kill -9).
+		from = filepath.Dir(mp)
+	}
+	if outer, ok := blob.StoreAbove(from); ok {
 		return usagef("mount point %s is inside the kvfs store %s", mp, outer)
 	}
 	// Inside another kvfs mount: its directory is an object directory of

@@ -278,7 +278,7 @@ func TestNoEscapeThroughMount(t *testing.T) {
 
 	// The store's own names, inside the mount, across a crash.
 	os.MkdirAll(p("writing"), 0o755)
-	for _, name := range []string{"writing/1", "kvfs.lock", "data"} {
+	for _, name := range []string{"writing/1", "kvfs.lock", "data", "kvfs.format"} {
 		putFile(t, p(name), objectBytes(name, 5000))
 	}
 	// A store is complete at its RELEASE, which reaches kvfs after
@@ -286,11 +286,15 @@ func TestNoEscapeThroughMount(t *testing.T) {
 	waitReleased(t, d.mp)
 	d.kill9()
 	d = startDaemon(t, d.mp, flags...)
-	for _, name := range []string{"writing/1", "kvfs.lock", "data"} {
+	for _, name := range []string{"writing/1", "kvfs.lock", "data", "kvfs.format"} {
 		if got, err := os.ReadFile(p(name)); err != nil || checkObject(got, name, 5000) != nil {
 			t.Errorf("%s made through the mount, after a kill -9: %v", name, err)
 		}
 	}
+	// An object named kvfs.format is not a store's mark: the mount is
+	// handed over (was: refused, "mount point ... is inside the kvfs
+	// store" naming the mount point twice).
+	d = handOver(t, kvfsBin, d, flags...)
 
 	outside := filepath.Join(filepath.Dir(d.store), "outside")
 	os.Mkdir(outside, 0o755)
