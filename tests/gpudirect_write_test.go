@@ -111,6 +111,12 @@ func TestGPUDirectPutCommand(t *testing.T) {
 		readBackPlain(t, dst, want)
 	}
 	plain := filepath.Join(t.TempDir(), "plain")
+	// Larger than the cache, sparse: refused before a byte is read (was:
+	// read whole into memory; /dev/zero grew past 1.5 GB, never ending).
+	huge := filepath.Join(t.TempDir(), "huge")
+	if err := os.WriteFile(huge, nil, 0o644); err != nil || os.Truncate(huge, 100<<20) != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		says string
@@ -124,6 +130,8 @@ func TestGPUDirectPutCommand(t *testing.T) {
 		{[]string{"put", "--direct", "--chunk", "0", src, filepath.Join(d.mp, "x")}, "a chunk from 4KiB to 1GiB"}, // was: the default
 		{[]string{"put", "--direct", "--depth", "0", src, filepath.Join(d.mp, "x")}, "depth"},
 		{[]string{"put", "--direct", "--bogus", src, filepath.Join(d.mp, "x")}, "bogus"},
+		{[]string{"put", "--direct", "/dev/zero", filepath.Join(d.mp, "x")}, "is a device"},
+		{[]string{"put", "--direct", huge, filepath.Join(d.mp, "x")}, "more than the cache's capacity"},
 	} {
 		res := runKvfs(t, c.args...)
 		if res.code != 2 || strings.Count(res.stderr, "\n") != 1 || !strings.Contains(res.stderr, c.says) {

@@ -47,7 +47,7 @@ func cmdPut(args []string, stdout io.Writer) error {
 	if st, err := os.Stat(args[1]); err == nil && st.IsDir() || strings.HasSuffix(args[1], "/") {
 		return usageerr.Errorf("DST %s is a directory: name the object to write", args[1])
 	}
-	data, mode, err := readSource(args[0])
+	data, mode, err := readSource(args[0], capacityAt(filepath.Dir(args[1])))
 	if err != nil {
 		return err
 	}
@@ -75,12 +75,15 @@ func cmdPut(args []string, stdout io.Writer) error {
 // readSource reads SRC ("-": standard input) whole: the transfer timed
 // is the write, not the read of its source. mode is what cp(1) gives a
 // new copy of it: SRC's permission bits (0644 for standard input) less
-// the umask.
-func readSource(src string) (data []byte, mode os.FileMode, err error) {
+// the umask. A source larger than limit (the cache's capacity; 0: none
+// known) is refused before it is read, or once limit bytes of a pipe
+// were: `kvfs put --direct /dev/zero` grew past 1.5 GB of memory and
+// never ended (an outside tester). A device is refused outright.
+func readSource(src string, limit int64) (data []byte, mode os.FileMode, err error) {
 	umask := os.FileMode(unix.Umask(0))
 	unix.Umask(int(umask))
 	if src == "-" {
-		data, err = io.ReadAll(os.Stdin)
+		data, err = readAtMost(os.Stdin, "standard input", limit)
 		return data, 0o644 &^ umask, err
 	}
 	f, err := os.Open(src)
@@ -89,13 +92,42 @@ func readSource(src string) (data []byte, mode os.FileMode, err error) {
 		var fi os.FileInfo
 		if fi, err = f.Stat(); err == nil {
 			mode = fi.Mode().Perm() &^ umask
-			data, err = io.ReadAll(f)
+			switch {
+			case fi.Mode()&(os.ModeDevice|os.ModeSocket) != 0:
+				return nil, 0, usageerr.Errorf("SRC %s is a device, not a file: put stores a file's bytes (or standard input's, -)", src)
+			case fi.Mode().IsRegular() && limit > 0 && fi.Size() > limit:
+				return nil, 0, usageerr.Errorf("SRC %s is %d bytes, more than the cache's capacity (%d): it can never be stored", src, fi.Size(), limit)
+			}
+			data, err = readAtMost(f, src, limit)
 		}
 	}
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.EISDIR) || errors.Is(err, os.ErrPermission) {
 		return nil, 0, usageerr.Errorf("SRC %v", err)
 	}
 	return data, mode, err
+}
+
+// readAtMost reads r whole, refusing it once it holds more than limit
+// bytes (0: no limit).
+func readAtMost(r io.Reader, name string, limit int64) ([]byte, error) {
+	if limit <= 0 {
+		return io.ReadAll(r)
+	}
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err == nil && int64(len(data)) > limit {
+		return nil, usageerr.Errorf("SRC %s holds more than the cache's capacity (%d bytes): it can never be stored", name, limit)
+	}
+	return data, err
+}
+
+// capacityAt is the capacity of the file system holding dir (a kvfs
+// mount reports its capacity as its size), 0 if it cannot be read.
+func capacityAt(dir string) int64 {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil {
+		return 0
+	}
+	return int64(st.Blocks) * int64(st.Bsize)
 }
 
 // run writes data to dst over the direct path; the time is from the open
