@@ -104,6 +104,8 @@ const (
 	// DefaultCheckpointInterval: a checkpoint of a million objects takes
 	// about a second of one core, written while the store changes.
 	DefaultCheckpointInterval = 30 * time.Second
+	// MinCheckpointInterval is the shortest --checkpoint-interval.
+	MinCheckpointInterval = 10 * time.Millisecond
 	// DefaultCapacityShare is the part of the store's free space (plus
 	// what it already holds) a capacity defaults to.
 	DefaultCapacityShare = 0.9
@@ -211,6 +213,12 @@ func (o *Options) validate() error {
 	if o.WriteReserve < 0 || o.WriteReserve > o.Capacity/4 && o.Capacity > 0 {
 		return usagef("--write-reserve %d must be between 0 and a quarter of the capacity (%d): a writer is reserved at most that", o.WriteReserve, o.Capacity/4)
 	}
+	if most := largestDefaultCapacity(o.Store); o.Capacity == 0 && most > 0 && o.WriteReserve > most/4 {
+		// The default capacity is known only once the store is read,
+		// but it is never more than this (an outside tester's
+		// --write-reserve 100T was taken, unsaid).
+		return usagef("--write-reserve %d is more than a quarter of any capacity the store's disk allows (%d): a writer is reserved at most that; give a smaller one, or --capacity", o.WriteReserve, most/4)
+	}
 	if o.ServeWhileLoading == 0 {
 		o.ServeWhileLoading = DefaultServeWhileLoading
 	}
@@ -233,6 +241,11 @@ func (o *Options) validate() error {
 		if d.v < 0 {
 			return usagef("--%s %v: durations must not be negative", d.flag, d.v)
 		}
+	}
+	if o.CheckpointInterval > 0 && o.CheckpointInterval < MinCheckpointInterval {
+		// Each wake of an idle daemon costs a look at the store: 1ns
+		// took a whole core, 1ms 5.6% of one (an outside tester).
+		return usagef("--checkpoint-interval %v: at least %v (0: only at a clean stop)", o.CheckpointInterval, MinCheckpointInterval)
 	}
 	if err := checkRequestTimeout(o.RequestTimeout); err != nil {
 		return err
@@ -433,6 +446,21 @@ func capacityFor(store string, held int64) (int64, error) {
 	}
 	c := int64(float64(room) * DefaultCapacityShare)
 	return c / ledger.BlockSize * ledger.BlockSize, nil
+}
+
+// largestDefaultCapacity bounds the capacity capacityFor can give store
+// (0: unknown): its share of the whole file system that holds store, or
+// will once it is made.
+func largestDefaultCapacity(store string) int64 {
+	var sf unix.Statfs_t
+	for p := store; ; p = filepath.Dir(p) {
+		if unix.Statfs(p, &sf) == nil {
+			return int64(float64(int64(sf.Blocks)*sf.Bsize) * DefaultCapacityShare)
+		}
+		if p == filepath.Dir(p) {
+			return 0
+		}
+	}
 }
 
 // diskRoom is what the file system holding store can give objects:

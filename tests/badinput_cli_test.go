@@ -203,6 +203,13 @@ func TestBadInputFlags(t *testing.T) {
 		// Was: exit 1 (an outside tester).
 		{"--cpuprofile", "/nonexistent/p", []string{"--cpuprofile /nonexistent/p", "no such file"}},
 		{"--mutexprofile", "/nonexistent/p", []string{"--mutexprofile /nonexistent/p", "no such file"}},
+		// Were (an outside tester): a whole core used by an idle daemon;
+		// taken with no --capacity, unsaid; a store named --background,
+		// served in the foreground.
+		{"--checkpoint-interval", "1ns", []string{"--checkpoint-interval 1ns", "at least 10ms"}},
+		{"--write-reserve", "100T", []string{"--write-reserve 109951162777600", "a quarter of any capacity the store's disk allows"}},
+		{"--remote-region", "--background", []string{`--remote-region took "--background", another flag, as its value`}},
+		{"--log-level", "--store", []string{`--log-level took "--store", another flag`}},
 	}
 	dir := t.TempDir()
 	mp := filepath.Join(dir, "mp")

@@ -129,6 +129,9 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 		}
 		rest, args = append(rest, left[0]), left[1:]
 	}
+	if err := flagAsValue(fs); err != nil {
+		return nil, err
+	}
 	if (n >= 0 && len(rest) != n) || (n < 0 && len(rest) == 0) {
 		return nil, usageerr.Errorf("want %s, got %d arguments", what, len(rest))
 	}
@@ -139,6 +142,26 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 		return nil, usageerr.Errorf("an empty argument: want %s", what)
 	}
 	return rest, nil
+}
+
+// flagAsValue refuses a flag whose value is another of the command's
+// flags: a value left out takes the next argument (an outside tester's
+// `--store --background` made a store named --background and served in
+// the foreground).
+func flagAsValue(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		v, ok := g.Get().(string)
+		name, _, _ := strings.Cut(strings.TrimLeft(v, "-"), "=")
+		if ok && err == nil && strings.HasPrefix(v, "-") && fs.Lookup(name) != nil {
+			err = usageerr.Errorf("--%s took %q, another flag, as its value: give --%s its value (a path beginning with - as ./%s)", f.Name, v, f.Name, v)
+		}
+	})
+	return err
 }
 
 // explainValue replaces the flag package's bare "parse error" for a
