@@ -102,6 +102,11 @@ func Start(o Options) (*Mount, error) {
 	// Modes come from the kernel with the caller's umask applied already.
 	unix.Umask(0)
 	fileLimit = raiseFileLimit()
+	unlock, err := lockMountpoint(o.Mountpoint, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	return start(o, false)
 }
 

@@ -964,11 +964,12 @@ func TestMountRightAfterUnmount(t *testing.T) {
 
 // TestMountWhileAnotherStarts: two `kvfs mount` of one store run a
 // moment apart. The first holds the store's lock and has not mounted
-// yet (held there by KVFS_MOUNT_GATE); the second waits for it, and
-// once the first serves, takes its mount over, as a mount run after the
-// first served does. Before, the second took the first for a daemon
-// stopping, waited 30 s and failed saying it mounted the store nowhere
-// (an outside tester: 2 of 6 runs at delays of 0 and 5 ms).
+// yet (held there by KVFS_MOUNT_GATE); the second waits for it (at the
+// mount point's lock), and once the first serves, takes its mount over,
+// as a mount run after the first served does. Before, the second took
+// the first for a daemon stopping, waited 30 s and failed saying it
+// mounted the store nowhere (an outside tester: 2 of 6 runs at delays
+// of 0 and 5 ms).
 func TestMountWhileAnotherStarts(t *testing.T) {
 	requireRoot(t)
 	dir, mp, store := mountDirs(t)
@@ -981,7 +982,7 @@ func TestMountWhileAnotherStarts(t *testing.T) {
 		t.Fatalf("the first daemon did not take the store's lock:\n%s", first.out)
 	}
 	second := spawnDaemon(t, kvfsBin, nil, mp, store, "--store", store)
-	if !second.printed("mounts it nowhere yet or any more") {
+	if !second.printed("waiting for another kvfs mount at this mount point") {
 		t.Fatalf("the second mount did not wait for the starting one:\n%s", second.out)
 	}
 	fd, err := unix.Open(gate, unix.O_WRONLY|unix.O_CLOEXEC, 0)
@@ -1000,6 +1001,54 @@ func TestMountWhileAnotherStarts(t *testing.T) {
 	}
 	putFile(t, filepath.Join(mp, "o"), objectBytes("o", 4096))
 	second.stop()
+}
+
+// TestTwoStoresMountedAtOnceAtOnePoint: two `kvfs mount` of different
+// stores at one mount point, run at once. The first has its store and
+// has not mounted yet (held by KVFS_MOUNT_GATE); the second waits for
+// it, then finds the mount point served and is refused, exit 2. Before,
+// both found the mount point free and both mounted, one over the other,
+// exit 0 each (an outside tester: 4 of 8 tries), the lower daemon
+// serving on, hidden.
+func TestTwoStoresMountedAtOnceAtOnePoint(t *testing.T) {
+	requireRoot(t)
+	dir, mp, store := mountDirs(t)
+	other := filepath.Join(dir, "other-store")
+	gate := filepath.Join(dir, "gate")
+	if err := unix.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first := spawnDaemon(t, kvfsBin, []string{"KVFS_MOUNT_GATE=" + gate}, mp, store, "--store", store)
+	if !waitFor(func() bool { _, held := mount.StoreHolder(store); return held }) {
+		t.Fatalf("the first daemon did not take the store's lock:\n%s", first.out)
+	}
+	second := spawnDaemon(t, kvfsBin, nil, mp, other, "--store", other)
+	if !second.printed("waiting for another kvfs mount at this mount point") {
+		t.Fatalf("the second mount did not wait for the starting one:\n%s", second.out)
+	}
+	fd, err := unix.Open(gate, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if !second.waitExited() {
+		t.Fatalf("the second mount did not end:\n%s", second.out)
+	}
+	var ee *exec.ExitError
+	if !errors.As(second.waitErr, &ee) || ee.ExitCode() != 2 || !strings.Contains(second.out.String(), "is already served by a kvfs daemon") {
+		t.Fatalf("the second mount: %v; want exit 2, the mount point already served:\n%s", second.waitErr, second.out)
+	}
+	if !first.printed("kvfs: serving ") {
+		t.Fatalf("the first daemon does not serve:\n%s", first.out)
+	}
+	if n := len(mountsAt(mp)); n != 1 {
+		t.Fatalf("%d mounts at %s, want one", n, mp)
+	}
+	putFile(t, filepath.Join(mp, "o"), objectBytes("o", 4096))
+	if _, err := os.Stat(filepath.Join(store, "data", "o")); err != nil {
+		t.Errorf("the object is not in the first daemon's store: %v", err)
+	}
+	first.stop()
 }
 
 // TestUnmountDeadMountOfAStoreServedElsewhere: after a daemon's kill -9,
