@@ -26,40 +26,60 @@ const pointLockLimit = stoppingLimit
 // run at once both found it free, and both mounted, one over the other
 // (an outside tester: 4 of 8 tries stacked, both exited 0, and the lower
 // daemon served on, hidden). The lock is a file named by mp's hash in
-// pointLockDir, flock(2)ed: the kernel lets it go with the process, so a
-// start killed midway holds nothing. Where no lock file can be had (no
-// such directory, a read-only one), the start goes on unlocked, as
-// before.
+// pointLockDirs, flock(2)ed: the kernel lets it go with the process, so
+// a start killed midway holds nothing. Its holder removes it as it lets
+// go, and a start that locked a file no longer under that name locks
+// the new one. Where no lock file can be had (no such directory, a
+// read-only one), the start goes on unlocked, as before.
 func lockMountpoint(mp string, log *zap.Logger) (unlock func(), err error) {
 	sum := sha256.Sum256([]byte(mp))
-	var name string
-	fd, err := -1, error(unix.ENOENT)
-	for _, dir := range pointLockDirs {
-		name = filepath.Join(dir, "kvfs-mountpoint-"+hex.EncodeToString(sum[:12])+".lock")
-		if fd, err = unix.Open(name, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644); !errors.Is(err, unix.ENOENT) {
-			break
-		}
-	}
-	if err != nil {
-		log.Debug("mount point not locked", zap.String("lock", name), zap.Error(err))
-		return func() {}, nil
-	}
-	unlock = func() { unix.Close(fd) }
+	base := "kvfs-mountpoint-" + hex.EncodeToString(sum[:12]) + ".lock"
 	deadline := time.Now().Add(pointLockLimit)
-	for waited := false; ; waited = true {
-		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-		switch {
-		case err == nil:
-			return unlock, nil
-		case errors.Is(err, unix.EWOULDBLOCK) && !waited:
-			log.Info("waiting for another kvfs mount at this mount point, which is starting", zap.String("mountpoint", mp))
-		case !errors.Is(err, unix.EWOULDBLOCK):
+	for waited := false; ; {
+		fd, name, err := openPointLock(base)
+		if err != nil {
 			log.Debug("mount point not locked", zap.String("lock", name), zap.Error(err))
-			return unlock, nil
-		case time.Now().After(deadline):
-			unlock()
+			return func() {}, nil
+		}
+		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case err == nil && sameFile(fd, name):
+			return func() { unix.Unlink(name); unix.Close(fd) }, nil
+		case err == nil:
+			unix.Close(fd) // removed by the start before: lock the new one
+			continue
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			unix.Close(fd)
+			log.Debug("mount point not locked", zap.String("lock", name), zap.Error(err))
+			return func() {}, nil
+		}
+		unix.Close(fd)
+		if !waited {
+			log.Info("waiting for another kvfs mount at this mount point, which is starting", zap.String("mountpoint", mp))
+			waited = true
+		}
+		if time.Now().After(deadline) {
 			return nil, usagef("another kvfs mount at %s is starting and did not mount (or fail) in %v; try again once it has", mp, pointLockLimit)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// openPointLock opens (making it) the lock file base in the first of
+// pointLockDirs that exists.
+func openPointLock(base string) (fd int, name string, err error) {
+	err = unix.ENOENT
+	for _, dir := range pointLockDirs {
+		name = filepath.Join(dir, base)
+		if fd, err = unix.Open(name, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644); !errors.Is(err, unix.ENOENT) {
+			break
+		}
+	}
+	return fd, name, err
+}
+
+// sameFile says whether fd is the file at name.
+func sameFile(fd int, name string) bool {
+	var a, b unix.Stat_t
+	return unix.Fstat(fd, &a) == nil && unix.Stat(name, &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino
 }
