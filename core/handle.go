@@ -373,8 +373,11 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 	}
 	if errors.Is(err, unix.ENOSPC) {
 		// The store's disk, fuller than the ledger: the same answer
-		// to the client, and admission_failures counts it alike.
+		// to the client, admission_failures counts it alike, and the
+		// object goes at its close as a refused one does (it stayed,
+		// a prefix under its final name, charged: an outside tester).
 		c.ledger.Refused()
+		h.refused.Store(true)
 	}
 	return n, err
 }

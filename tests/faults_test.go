@@ -99,6 +99,47 @@ func TestStoreDiskFull(t *testing.T) {
 	requireCleanFsck(t, d.store, st)
 }
 
+// TestStoreDiskFullUnderFinalNames: writers through the daemon that
+// store under final names (`open(key, "wb")`, a shell's `>`) onto a
+// store whose disk fills first: the store the disk refuses leaves no
+// object, as one the capacity refuses does (it stayed, the prefix that
+// fitted under its final name, charged, through a restart; fsck saw
+// nothing: an outside tester).
+func TestStoreDiskFullUnderFinalNames(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	disk := mountTmpfs(t, dir, "8m")
+	mp := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", filepath.Join(disk, "store"), "--capacity", "64MiB", "--no-passthrough")
+	var stored []string
+	var full error
+	for i := 0; i < 10 && full == nil; i++ {
+		key := "o" + string(rune('a'+i))
+		if full = os.WriteFile(filepath.Join(mp, key), objectBytes(key, 2000000), 0o644); full == nil {
+			stored = append(stored, key)
+		} else if _, err := os.Lstat(filepath.Join(mp, key)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the store the disk refused (%v) left %s: %v", full, key, err)
+		}
+	}
+	if !errors.Is(full, unix.ENOSPC) {
+		t.Fatalf("filling an 8 MiB disk with 2 MB objects: %v after %d objects, want ENOSPC", full, len(stored))
+	}
+	for _, k := range stored {
+		if got, err := os.ReadFile(filepath.Join(mp, k)); err != nil || checkObject(got, k, 2000000) != nil {
+			t.Errorf("%s: %d bytes (%v)", k, len(got), err)
+		}
+	}
+	st := assertQuietEqual(t, d)
+	if st.Objects != int64(len(stored)) {
+		t.Errorf("%+v, want the %d whole objects alone", st, len(stored))
+	}
+	d.stop()
+	requireCleanFsck(t, d.store, st)
+}
+
 // changeBehind rewrites the store under data/ the ways an operator or a
 // broken tool might (a directory removed with its files, too), and returns what each path must then hold (a nil
 // value: absent).
