@@ -191,6 +191,14 @@ func start(o Options, again bool) (*Mount, error) {
 	switch {
 	case errors.Is(err, blob.ErrLocked), errors.Is(err, blob.ErrNotStore):
 		return nil, usagef("%v", err)
+	case errors.Is(err, unix.EROFS):
+		// What the store is on, not a failure of kvfs: bad paths are
+		// exit 2 (were exit 1, an outside tester).
+		return nil, usagef("store %s is on a read-only file system: kvfs keeps its objects there (%v)", o.Store, err)
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+		return nil, usagef("store %s: no room on its file system to open it (%v); free some, or give another --store", o.Store, err)
+	case errors.Is(err, unix.ENOTDIR):
+		return nil, usagef("store %s: %v: `kvfs fsck --store %s` says what to move away", o.Store, err, o.Store)
 	case err != nil:
 		return nil, fmt.Errorf("opening store: %w", err)
 	}

@@ -253,6 +253,28 @@ func TestBadInputFlags(t *testing.T) {
 			t.Errorf("the link's target was made: %v", err)
 		}
 	})
+	// Were exit 1, "opening store: ..." (an outside tester).
+	t.Run("store_data_is_a_file", func(t *testing.T) {
+		store := filepath.Join(t.TempDir(), "store")
+		os.MkdirAll(filepath.Join(store, "writing"), 0o755)
+		os.WriteFile(filepath.Join(store, "kvfs.format"), []byte("kvfs store v1\n"), 0o644)
+		os.WriteFile(filepath.Join(store, "data"), []byte("x"), 0o644)
+		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", store, mp), "data: not a directory", "kvfs fsck --store "+store)
+	})
+	t.Run("store_on_a_read_only_file_system", func(t *testing.T) {
+		disk := mountTmpfs(t, t.TempDir(), "1m")
+		os.Mkdir(filepath.Join(disk, "store"), 0o755)
+		if err := unix.Mount("", disk, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			t.Fatal(err)
+		}
+		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", filepath.Join(disk, "store"), mp), "is on a read-only file system")
+	})
+	t.Run("store_on_a_full_file_system", func(t *testing.T) {
+		disk := mountTmpfs(t, t.TempDir(), "64k")
+		os.WriteFile(filepath.Join(disk, "fill"), make([]byte, 256<<10), 0o644) // fails once full
+		os.Mkdir(filepath.Join(disk, "store"), 0o755)
+		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", filepath.Join(disk, "store"), mp), "no room on its file system")
+	})
 	t.Run("fsck_of_a_plain_directory", func(t *testing.T) {
 		plain := t.TempDir()
 		os.WriteFile(filepath.Join(plain, "f"), []byte("x"), 0o644)
