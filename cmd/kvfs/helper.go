@@ -146,6 +146,14 @@ func (h *helperMountOpts) option(o string) error {
 	case isFlag && !takesValue && !hasVal:
 		h.flags = append(h.flags, "--"+name)
 	case key == "log" && hasVal && filepath.IsAbs(val):
+		// Opened here, before anything is mounted: a log file that
+		// cannot be had failed the mount after it was made, exit 1,
+		// without naming log= (an outside tester).
+		f, err := os.OpenFile(val, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return fmt.Errorf("mount option %q: %w", o, err)
+		}
+		f.Close()
 		h.log = val
 	case !hasVal && isVFSOpt(key):
 		h.msFlags |= vfsOpts[key]

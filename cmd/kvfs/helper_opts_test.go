@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -89,5 +90,23 @@ func TestHelperRemoteExcludeList(t *testing.T) {
 	}
 	if got := strings.Join(m.remote.Exclude, "|"); got != "*.tmp|scratch/" {
 		t.Fatalf("exclude %q, want both patterns", got)
+	}
+}
+
+// TestHelperLogFileOpenedFirst: a log= file that cannot be opened is
+// refused while the options are read, naming the option, before
+// anything is mounted (it failed the mount after it was made, exit 1,
+// naming only the path: an outside tester); one that can is made.
+func TestHelperLogFileOpenedFirst(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "nodir", "x.log")
+	if _, err := parseHelper([]string{"/s", "/m", "-o", "log=" + bad}); err == nil || !strings.Contains(err.Error(), `mount option "log=`+bad+`"`) {
+		t.Errorf("log= in a missing directory: %v; want it refused naming the option", err)
+	}
+	good := filepath.Join(t.TempDir(), "x.log")
+	if h, err := parseHelper([]string{"/s", "/m", "-o", "log=" + good}); err != nil || h.log != good {
+		t.Fatalf("log=%s: %v", good, err)
+	}
+	if _, err := os.Stat(good); err != nil {
+		t.Errorf("the log file was not made: %v", err)
 	}
 }
