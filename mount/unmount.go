@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"golang.org/x/sys/unix"
 )
@@ -243,6 +244,11 @@ func locate(mountpoint string) (string, mountinfo.Entry, error) {
 	if !ok {
 		if _, err := os.Lstat(mp); errors.Is(err, os.ErrNotExist) {
 			return "", e, usagef("%s does not exist", mp)
+		}
+		if at, live := LiveMount(mp); live && blob.IsStore(mp) {
+			// The store, not its mount point (it said only "is not
+			// mounted": an outside tester).
+			return "", e, usagef("%s is not mounted: it is the store of the kvfs mount at %s; unmount that", mp, at)
 		}
 		return "", e, usagef("%s is not mounted", mp)
 	}

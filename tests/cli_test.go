@@ -698,3 +698,20 @@ func TestMountInsideKvfsMount(t *testing.T) {
 	}
 	d.stop()
 }
+
+// TestHelpOfACommandAndUnmountOfAStore: `kvfs help mount` prints mount's
+// flags (it printed the general usage), and `kvfs unmount STORE` of a
+// served store names its mount point (it said only "is not mounted"):
+// an outside tester.
+func TestHelpOfACommandAndUnmountOfAStore(t *testing.T) {
+	res := runKvfs(t, "help", "mount")
+	if res.code != 0 || !strings.Contains(res.stdout, "-wait-limit") || !strings.Contains(res.stdout, "-capacity") {
+		t.Errorf("kvfs help mount: exit %d, stdout %q; want mount's flags", res.code, res.stdout)
+	}
+	d := mountCache(t, "--capacity", "16MiB")
+	requireUsageError(t, runKvfs(t, "unmount", d.store), d.store, "is the store of the kvfs mount at "+d.mp)
+	if _, ok := mountAt(d.mp); !ok {
+		t.Fatal("kvfs unmount of the store unmounted the mount")
+	}
+	d.stop()
+}

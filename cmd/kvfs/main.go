@@ -75,6 +75,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if !ok {
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			if len(args) > 1 && cmds[args[1]] != nil {
+				// `kvfs help mount` is `kvfs mount --help` (it printed
+				// the general usage: an outside tester).
+				return run([]string{args[1], "--help"}, stdout, stderr)
+			}
 			fmt.Fprintln(stdout, usage)
 			return 0
 		}
