@@ -131,10 +131,29 @@ func Check(path string) error {
 // kvfsFile requires st, of path, to be a regular file on a kvfs mount.
 func kvfsFile(path string, st *unix.Stat_t) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s: not a regular file: %w", path, ErrNotKVFS)
+		return notRegular{path, st.Mode & unix.S_IFMT}
 	}
 	return kvfsMount(path, st)
 }
+
+// notRegular is ErrNotKVFS for a path that is no regular file, saying
+// what it is (a directory said "not a regular file: not a file on a
+// kvfs mount", though it was on one: an outside tester).
+type notRegular struct {
+	path string
+	kind uint32
+}
+
+func (e notRegular) Error() string {
+	what := map[uint32]string{unix.S_IFDIR: "a directory", unix.S_IFLNK: "a symbolic link", unix.S_IFIFO: "a fifo",
+		unix.S_IFSOCK: "a socket", unix.S_IFCHR: "a device", unix.S_IFBLK: "a device"}[e.kind]
+	if what == "" {
+		what = "something else"
+	}
+	return e.path + " is " + what + ", not a regular file"
+}
+
+func (e notRegular) Is(target error) bool { return target == ErrNotKVFS }
 
 // kvfsMount requires st, of path, to be on a kvfs mount: its device
 // must be a fuse.kvfs mount's.

@@ -22,7 +22,10 @@ func (m *Mount) startRemote() error {
 	cfg := *m.Remote
 	if cfg.NegativeTTL > m.CacheTimeout {
 		// Never remember an absent name longer than the user lets the
-		// kernel remember names.
+		// kernel remember names; said (it was taken unsaid: an outside
+		// tester).
+		m.log.Warn("--remote-negative-ttl is longer than --cache-timeout: absent remote names are remembered for --cache-timeout",
+			zap.Duration("remote_negative_ttl", cfg.NegativeTTL), zap.Duration("cache_timeout", m.CacheTimeout))
 		cfg.NegativeTTL = m.CacheTimeout
 	}
 	t, err := remote.New(cfg, remote.Deps{

@@ -293,7 +293,7 @@ func TestGPUDirectBadPaths(t *testing.T) {
 	for _, c := range []struct{ path, says string }{
 		{filepath.Join(d.mp, "absent.data"), "no such file"},
 		{plain, "not a file on a kvfs mount"},
-		{d.mp, "not a regular file"},
+		{d.mp, "is a directory, not a regular file"},
 	} {
 		res := runKvfs(t, "cat", "--direct", c.path)
 		if res.code != 2 || strings.Count(res.stderr, "\n") != 1 || !strings.Contains(res.stderr, c.says) {
