@@ -228,6 +228,10 @@ func TestStatsNotKvfs(t *testing.T) {
 	requireUsageError(t, runKvfs(t, "stats"), "MOUNTPOINT")
 	requireUsageError(t, runKvfs(t, "unmount", dir), dir, "not mounted")
 	requireUsageError(t, runKvfs(t, "nosuchcmd", dir), "unknown command", "nosuchcmd", "kvfs -h")
+	// Near the mount helper's form (was: "unknown command", an outside
+	// tester).
+	requireUsageError(t, runKvfs(t, dir, dir, "-o"), "the mount helper's form", "kvfs STORE MOUNTPOINT -o OPT")
+	requireUsageError(t, runKvfs(t, dir, dir, "-o", "a", "-o", "b"), "the mount helper's form")
 	// Were: "... is not mounted" for a path that does not exist, the
 	// current directory for "", "stat : no such file", and no hint of
 	// --store (an outside tester).

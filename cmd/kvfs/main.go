@@ -86,6 +86,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if args[0] == "--version" || args[0] == "-version" {
 			return run([]string{"version"}, stdout, stderr)
 		}
+		if slices.Contains(args, "-o") {
+			// Near the helper's form, not in it (an outside tester's
+			// `kvfs S M -o`, `-o a -o b`: "unknown command S").
+			fmt.Fprintf(stderr, "kvfs: %q is no command, and the mount helper's form (mount(8), fstab) is exactly `kvfs STORE MOUNTPOINT -o OPT[,OPT...]`; or `kvfs mount --store STORE MOUNTPOINT`\n", args[0])
+			return 2
+		}
 		fmt.Fprintf(stderr, "kvfs: unknown command %q (commands: mount, unmount, stats, fsck, cat, put, version; `kvfs -h` for usage)\n", args[0])
 		return 2
 	}
