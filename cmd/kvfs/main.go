@@ -120,6 +120,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 // arguments (n < 0: at least one).
 func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error) {
 	fs.SetOutput(io.Discard)
+	if err := givenTwice(fs, args); err != nil {
+		return nil, err
+	}
 	var rest []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -153,6 +156,36 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 		return nil, usageerr.Errorf("an empty argument: want %s", what)
 	}
 	return rest, nil
+}
+
+// repeatable are the flags that may be given more than once: each adds
+// to the last.
+var repeatable = map[string]bool{"remote-exclude": true}
+
+// givenTwice refuses a flag given more than once (but a repeatable one):
+// the flag package keeps the last, so `--store a --store b` served b, and
+// `-o capacity=16MiB,capacity=8MiB` 8 MiB, unsaid (an outside tester).
+func givenTwice(fs *flag.FlagSet, args []string) error {
+	seen := map[string]string{}
+	for i := 0; i < len(args) && args[i] != "--"; i++ {
+		a := args[i]
+		name, value, inline := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := fs.Lookup(name)
+		if !strings.HasPrefix(a, "-") || f == nil {
+			continue
+		}
+		text := a
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !inline && !(ok && b.IsBoolFlag()) && i+1 < len(args) {
+			i++ // its value, whatever it looks like
+			value = args[i]
+			text = a + " " + value
+		}
+		if before, ok := seen[name]; ok && !repeatable[name] {
+			return usageerr.Errorf("--%s is given twice (%s, then %s): give it once", name, before, text)
+		}
+		seen[name] = text
+	}
+	return nil
 }
 
 // flagAsValue refuses a flag whose value is another of the command's
