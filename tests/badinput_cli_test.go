@@ -258,15 +258,6 @@ func TestBadInputFlags(t *testing.T) {
 		}
 	})
 	// Were exit 1, "opening store: ..." (an outside tester).
-	// Was: the last one taken, unsaid (an outside tester).
-	t.Run("flag_given_twice", func(t *testing.T) {
-		store := filepath.Join(t.TempDir(), "store")
-		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", store, "--capacity", "16MiB", "--capacity=8MiB", mp),
-			"--capacity is given twice (--capacity 16MiB, then --capacity=8MiB): give it once")
-		if _, err := os.Lstat(store); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("a refused flag given twice created the store")
-		}
-	})
 	t.Run("store_data_is_a_file", func(t *testing.T) {
 		store := filepath.Join(t.TempDir(), "store")
 		os.MkdirAll(filepath.Join(store, "writing"), 0o755)

@@ -719,3 +719,18 @@ func TestHelpOfACommandAndUnmountOfAStore(t *testing.T) {
 	}
 	d.stop()
 }
+
+// TestFlagGivenTwiceWarned: a mount flag given twice takes the last, as
+// a wrapper's defaults rely on (the systemd unit's --stop-linger before
+// the user's $KVFS_OPTS), and the daemon warns of it, naming both (it
+// was taken unsaid: an outside tester's --store a --store b served b).
+func TestFlagGivenTwiceWarned(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--capacity=32MiB")
+	if !d.printed("a flag given twice: the last is taken") || !strings.Contains(d.out.String(), "--capacity (--capacity 16MiB, then --capacity=32MiB)") {
+		t.Errorf("no warning naming both --capacity flags:\n%s", d.out)
+	}
+	if st := stats(t, d.mp); st.CapacityBytes != 32*MiB {
+		t.Errorf("capacity %d, want the last flag's 32 MiB", st.CapacityBytes)
+	}
+	d.stop()
+}

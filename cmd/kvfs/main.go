@@ -120,9 +120,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 // arguments (n < 0: at least one).
 func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error) {
 	fs.SetOutput(io.Discard)
-	if err := givenTwice(fs, args); err != nil {
-		return nil, err
-	}
 	var rest []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -162,14 +159,18 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 // to the last.
 var repeatable = map[string]bool{"remote-exclude": true}
 
-// givenTwice refuses a flag given more than once (but a repeatable one):
-// the flag package keeps the last, so `--store a --store b` served b, and
-// `-o capacity=16MiB,capacity=8MiB` 8 MiB, unsaid (an outside tester).
-func givenTwice(fs *flag.FlagSet, args []string) error {
-	seen := map[string]string{}
+// givenTwice lists the flags of args given more than once (but the
+// repeatable ones), each as "--NAME (FIRST, then LAST)": the flag package
+// takes the last, which a wrapper's defaults rely on (the systemd unit's
+// --stop-linger before the user's $KVFS_OPTS), so the mount warns of
+// them rather than refuse: `--store a --store b` served b unsaid (an
+// outside tester).
+func givenTwice(fs *flag.FlagSet, args []string) []string {
+	var twice []string
+	first := map[string]string{}
 	for i := 0; i < len(args) && args[i] != "--"; i++ {
 		a := args[i]
-		name, value, inline := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		name, _, inline := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		f := fs.Lookup(name)
 		if !strings.HasPrefix(a, "-") || f == nil {
 			continue
@@ -177,15 +178,15 @@ func givenTwice(fs *flag.FlagSet, args []string) error {
 		text := a
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !inline && !(ok && b.IsBoolFlag()) && i+1 < len(args) {
 			i++ // its value, whatever it looks like
-			value = args[i]
-			text = a + " " + value
+			text = a + " " + args[i]
 		}
-		if before, ok := seen[name]; ok && !repeatable[name] {
-			return usageerr.Errorf("--%s is given twice (%s, then %s): give it once", name, before, text)
+		if before, ok := first[name]; ok && !repeatable[name] {
+			twice = append(twice, fmt.Sprintf("--%s (%s, then %s)", name, before, text))
+		} else if !ok {
+			first[name] = text
 		}
-		seen[name] = text
 	}
-	return nil
+	return twice
 }
 
 // flagAsValue refuses a flag whose value is another of the command's
@@ -336,6 +337,9 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	defer log.Sync()
 	o.Logger = log.Named("mount")
+	for _, twice := range givenTwice(mf.fs, args) {
+		o.Logger.Warn("a flag given twice: the last is taken", zap.String("flag", twice))
+	}
 	mount.ShedQuotaExemption(o, o.Logger)
 	x, err := mf.extra.start(&o, log)
 	if err != nil {
