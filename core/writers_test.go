@@ -777,6 +777,19 @@ func TestRewritten(t *testing.T) {
 	}
 }
 
+// timersOf is a Config.After whose timers of duration d are sent on
+// timers for the test to fire; other timers never fire.
+func timersOf(d time.Duration) (timers chan chan time.Time, after func(time.Duration) <-chan time.Time) {
+	timers = make(chan chan time.Time, 16)
+	return timers, func(wait time.Duration) <-chan time.Time {
+		ch := make(chan time.Time, 1)
+		if wait == d {
+			timers <- ch
+		}
+		return ch
+	}
+}
+
 // TestStuckWritersGiveWayOneAtATime: writers through the daemon that
 // together wrote the whole cache, each with more to write, wait for each
 // other; once nothing moves, the youngest gives way, and the others wait
@@ -784,16 +797,8 @@ func TestRewritten(t *testing.T) {
 // the oldest gave up once its wait stalled: two refused here where one
 // frees room for both.)
 func TestStuckWritersGiveWayOneAtATime(t *testing.T) {
-	// The admissions' stalled waits end when the test says; other
-	// timers never do.
-	timers := make(chan chan time.Time, 16)
-	after := func(d time.Duration) <-chan time.Time {
-		ch := make(chan time.Time, 1)
-		if d == stallWait {
-			timers <- ch
-		}
-		return ch
-	}
+	// The admissions' stalled waits end when the test says.
+	timers, after := timersOf(stallWait)
 	tc := newTestCore(t, Config{Capacity: 32 * mib, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: time.Hour, After: after})
 	tc.clock.Freeze()
 	ends := []int64{12 * mib, 12 * mib, 8 * mib}
@@ -860,14 +865,7 @@ func TestStuckWritersGiveWayOneAtATime(t *testing.T) {
 // wait 26 s under a 5 s limit, one wait per write).
 func TestWaitLimitBoundsAStore(t *testing.T) {
 	const limit = 2 * time.Second
-	timers := make(chan chan time.Time, 16)
-	after := func(d time.Duration) <-chan time.Time {
-		ch := make(chan time.Time, 1)
-		if d == limit {
-			timers <- ch
-		}
-		return ch
-	}
+	timers, after := timersOf(limit)
 	tc := newTestCore(t, Config{Capacity: 8 * mib, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: limit, After: after})
 	tc.clock.Freeze()
 	tc.put("full", 8*mib) // in its grace: the room comes free, not now

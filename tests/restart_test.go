@@ -962,6 +962,32 @@ func TestMountRightAfterUnmount(t *testing.T) {
 	}
 }
 
+// mountWhileAnotherStarts runs `kvfs mount` of store at mp, held by
+// KVFS_MOUNT_GATE once it has the store and before it mounts, then one of
+// secondStore at mp, which must wait for the first (at the mount
+// point's lock); then it lets the first go on.
+func mountWhileAnotherStarts(t *testing.T, mp, store, secondStore string) (first, second *daemon) {
+	t.Helper()
+	gate := filepath.Join(t.TempDir(), "gate")
+	if err := unix.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first = spawnDaemon(t, kvfsBin, []string{"KVFS_MOUNT_GATE=" + gate}, mp, store, "--store", store)
+	if !waitFor(func() bool { _, held := mount.StoreHolder(store); return held }) {
+		t.Fatalf("the first daemon did not take the store's lock:\n%s", first.out)
+	}
+	second = spawnDaemon(t, kvfsBin, nil, mp, secondStore, "--store", secondStore)
+	if !second.printed("waiting for another kvfs mount at this mount point") {
+		t.Fatalf("the second mount did not wait for the starting one:\n%s", second.out)
+	}
+	fd, err := unix.Open(gate, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	return first, second
+}
+
 // TestMountWhileAnotherStarts: two `kvfs mount` of one store run a
 // moment apart. The first holds the store's lock and has not mounted
 // yet (held there by KVFS_MOUNT_GATE); the second waits for it (at the
@@ -972,24 +998,8 @@ func TestMountRightAfterUnmount(t *testing.T) {
 // of 0 and 5 ms).
 func TestMountWhileAnotherStarts(t *testing.T) {
 	requireRoot(t)
-	dir, mp, store := mountDirs(t)
-	gate := filepath.Join(dir, "gate")
-	if err := unix.Mkfifo(gate, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	first := spawnDaemon(t, kvfsBin, []string{"KVFS_MOUNT_GATE=" + gate}, mp, store, "--store", store)
-	if !waitFor(func() bool { _, held := mount.StoreHolder(store); return held }) {
-		t.Fatalf("the first daemon did not take the store's lock:\n%s", first.out)
-	}
-	second := spawnDaemon(t, kvfsBin, nil, mp, store, "--store", store)
-	if !second.printed("waiting for another kvfs mount at this mount point") {
-		t.Fatalf("the second mount did not wait for the starting one:\n%s", second.out)
-	}
-	fd, err := unix.Open(gate, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(fd)
+	_, mp, store := mountDirs(t)
+	first, second := mountWhileAnotherStarts(t, mp, store, store)
 	if !second.printed("kvfs: serving ") {
 		t.Fatalf("the second mount did not serve once the first did; its output:\n%s\nthe first's:\n%s", second.out, first.out)
 	}
@@ -1013,24 +1023,7 @@ func TestMountWhileAnotherStarts(t *testing.T) {
 func TestTwoStoresMountedAtOnceAtOnePoint(t *testing.T) {
 	requireRoot(t)
 	dir, mp, store := mountDirs(t)
-	other := filepath.Join(dir, "other-store")
-	gate := filepath.Join(dir, "gate")
-	if err := unix.Mkfifo(gate, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	first := spawnDaemon(t, kvfsBin, []string{"KVFS_MOUNT_GATE=" + gate}, mp, store, "--store", store)
-	if !waitFor(func() bool { _, held := mount.StoreHolder(store); return held }) {
-		t.Fatalf("the first daemon did not take the store's lock:\n%s", first.out)
-	}
-	second := spawnDaemon(t, kvfsBin, nil, mp, other, "--store", other)
-	if !second.printed("waiting for another kvfs mount at this mount point") {
-		t.Fatalf("the second mount did not wait for the starting one:\n%s", second.out)
-	}
-	fd, err := unix.Open(gate, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(fd)
+	first, second := mountWhileAnotherStarts(t, mp, store, filepath.Join(dir, "other-store"))
 	if !second.waitExited() {
 		t.Fatalf("the second mount did not end:\n%s", second.out)
 	}
