@@ -491,6 +491,16 @@ func (c *Core) storedBy(h *Handle, size int64) {
 	}
 }
 
+// byCreator says whether client thread t is of the process that created
+// h's object, or either is not known.
+func (c *Core) byCreator(h *Handle, t Client) bool {
+	if t == 0 || h.by == nil {
+		return true
+	}
+	p := c.clients.process(t)
+	return p.pid == 0 || p.pid == h.by.pid
+}
+
 // PublishedBy tells the core a client thread linked or renamed an
 // object (whether it succeeded or not).
 func (c *Core) PublishedBy(t Client) {

@@ -504,11 +504,21 @@ func (c *Core) settleShort(id blob.ID, f *os.File) {
 // and keeps its reservation, which its release gives back (see
 // ledger.Settle): unshown for the moment the release takes, shown again
 // by the poller once that passed (showKept).
-func (h *Handle) Flush() error {
+func (h *Handle) Flush() error { return h.FlushBy(0) }
+
+// FlushBy is Flush for a close(2) by client thread t (0: not known). A
+// close by another process than the one that created the object (a
+// child closing the descriptor it inherited, as Python's subprocess
+// does at every fork) admits the object as any close does, but its
+// size is no store's: it sized no reservations. A 28 MiB object held
+// open, whose size a forked `echo` thus published, had every later
+// store wait for a quarter of the capacity, which the held object
+// never left, and all were refused (an outside tester).
+func (h *Handle) FlushBy(t Client) error {
 	if !h.write {
 		return nil
 	}
-	err := h.c.settle(h, false)
+	err := h.c.settle(h, false, h.c.byCreator(h, t))
 	if err == nil {
 		h.closedAt.Store(h.c.cfg.Now().UnixNano())
 	}
@@ -525,7 +535,7 @@ func (h *Handle) size() (int64, error) {
 // settle admits a writer's object at the size its stored file has now;
 // last: its last writer's release, which admits it whole (see
 // ledger.SettleLast).
-func (c *Core) settle(h *Handle, last bool) error {
+func (c *Core) settle(h *Handle, last, sizes bool) error {
 	if h.refused.Load() {
 		c.ledger.Refused()
 		c.refuse(h)
@@ -560,8 +570,9 @@ func (c *Core) settle(h *Handle, last bool) error {
 	switch {
 	case err == nil:
 		c.settledAt(h.id, size)
-		if c.ledger.Unadmitted(h.id) == 0 {
-			// Sizes the next writers' reservations; not a size whose
+		if sizes && c.ledger.Unadmitted(h.id) == 0 {
+			// Sizes the next writers' reservations (not at a close by
+			// another process than the creator: see FlushBy); not a size whose
 			// growth waits, unadmitted, for the last release (see
 			// ledger.Settle): a doomed store written through
 			// descriptors closed as it grew left each next writer
@@ -681,7 +692,7 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 	if h.refused.Load() {
 		// Its client was told at a close; what was written since goes too.
 		c.refuse(h)
-	} else if err = c.settle(h, true); err != nil {
+	} else if err = c.settle(h, true, true); err != nil {
 		c.log.Warn("a writer's object could not be admitted at its release", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
 	// The names to publish are taken as the last writer ends, under the

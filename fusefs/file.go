@@ -152,7 +152,7 @@ func (f *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	if !h.Writable() {
 		return fuse.OK
 	}
-	err := h.Handle.Flush()
+	err := h.Handle.FlushBy(core.Client(in.Caller.Pid))
 	// The charge st_blocks reports has just settled (an open writer's is
 	// at least its reservation): the kernel's cached attributes go before
 	// close(2) returns. Dropping attributes alone (offset -1) takes no

@@ -785,6 +785,15 @@ func TestStoresBesideAWriterHoldingMostOfTheCache(t *testing.T) {
 	if _, err := held.Write(objectBytes("held", 28*MiB)); err != nil {
 		t.Fatal(err)
 	}
+	// A child that inherits the held descriptor closes it as it exits, as
+	// Python's subprocess does at every fork: that close's size is no
+	// store's (it sized every later reservation at a quarter of the
+	// capacity, and all the stores were refused: an outside tester).
+	child := exec.Command("true")
+	child.ExtraFiles = []*os.File{held}
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
 	const threads, stores, size = 8, 24, 4 * MiB
 	var next, refused atomic.Int64
 	var wg sync.WaitGroup
