@@ -704,12 +704,12 @@ func TestMountInsideKvfsMount(t *testing.T) {
 }
 
 // TestHelpOfACommandAndUnmountOfAStore: `kvfs help mount` prints mount's
-// flags (it printed the general usage), and `kvfs unmount STORE` of a
+// usage line and flags (it printed the general usage), and `kvfs unmount STORE` of a
 // served store names its mount point (it said only "is not mounted"):
 // an outside tester.
 func TestHelpOfACommandAndUnmountOfAStore(t *testing.T) {
 	res := runKvfs(t, "help", "mount")
-	if res.code != 0 || !strings.Contains(res.stdout, "-wait-limit") || !strings.Contains(res.stdout, "-capacity") {
+	if res.code != 0 || !strings.HasPrefix(res.stdout, "usage: kvfs mount [--store DIR]") || !strings.Contains(res.stdout, "-wait-limit") {
 		t.Errorf("kvfs help mount: exit %d, stdout %q; want mount's flags", res.code, res.stdout)
 	}
 	d := mountCache(t, "--capacity", "16MiB")

@@ -125,6 +125,14 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				fs.SetOutput(os.Stdout)
+				// The command's lines of the usage, then its flags
+				// (`kvfs help mount` printed the flags alone: an
+				// outside tester).
+				for _, line := range strings.Split(usage, "\n") {
+					if strings.HasPrefix(strings.TrimSpace(line), "kvfs "+fs.Name()+" ") {
+						fmt.Fprintln(os.Stdout, "usage: "+strings.TrimSpace(line))
+					}
+				}
 				fs.PrintDefaults()
 				return nil, err
 			}
@@ -203,7 +211,7 @@ func flagAsValue(fs *flag.FlagSet) error {
 		v, ok := g.Get().(string)
 		name, _, _ := strings.Cut(strings.TrimLeft(v, "-"), "=")
 		if ok && err == nil && strings.HasPrefix(v, "-") && fs.Lookup(name) != nil {
-			err = usageerr.Errorf("--%s took %q, another flag, as its value: give --%s its value (a path beginning with - as ./%s)", f.Name, v, f.Name, v)
+			err = usageerr.Errorf("--%s took %q, another flag, as its value: give --%s its value", f.Name, v, f.Name)
 		}
 	})
 	return err
