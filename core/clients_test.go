@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"testing"
@@ -520,4 +521,30 @@ func TestLearntBeforeRelease(t *testing.T) {
 func (tc *testCore) createBy(by Client, name string) (*Handle, error) {
 	h, _, err := tc.CreateOrOpenBy(by, blob.RootID, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644, blob.Owner{UID: -1, GID: -1})
 	return h, err
+}
+
+// TestCloseByAnotherProcessSizesNothing: a close of a writer's
+// descriptor by another process than the object's creator (a forked
+// child closing what it inherited) admits the object but sizes no
+// reservations; the creator's own close does.
+func TestCloseByAnotherProcessSizesNothing(t *testing.T) {
+	tc := passthroughCore(t, 64*mib, nil)
+	h, err := tc.createBy(Client(os.Getpid()), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	h.File().WriteAt(make([]byte, 12*mib), 0)
+	if err := h.FlushBy(Client(1)); err != nil { // init: another process
+		t.Fatal(err)
+	}
+	if r := tc.Reservation(); r != 0 {
+		t.Fatalf("after another process's close: reservations are %d; want none sized by it", r)
+	}
+	if err := h.FlushBy(Client(os.Getpid())); err != nil {
+		t.Fatal(err)
+	}
+	if r := tc.Reservation(); r != 12*mib {
+		t.Fatalf("after the creator's close: reservations are %d, want the object's 12 MiB", r)
+	}
 }
