@@ -900,6 +900,24 @@ func (l *Ledger[K]) Progress() uint64 {
 	return l.moves
 }
 
+// Behind says whether id's writer, which holds no room yet, comes after
+// an older writer that holds room and waits for more: the room that
+// frees goes to that one first (see core's admit).
+func (l *Ledger[K]) Behind(id K) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	self, ok := l.get(id)
+	if !ok || self.w == 0 || self.charge > 0 {
+		return false
+	}
+	for i := l.open.first(); i != 0 && i != self.w; i = l.open.next(i) {
+		if w := &l.writing.recs[i]; w.waiting > 0 && l.slab.at(w.e).charge > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Writing reports how many objects are being written now.
 func (l *Ledger[K]) Writing() int {
 	l.mu.Lock()

@@ -1377,3 +1377,33 @@ func TestYields(t *testing.T) {
 	}
 	mustOK(t, l)
 }
+
+// TestBehind: a writer that holds no room comes after an older writer
+// that holds room and waits for more; not after one that waits holding
+// nothing, nor after a younger one; a writer that holds room is behind
+// no one.
+func TestBehind(t *testing.T) {
+	l, _ := newTest(t, 64*blk)
+	for id := ID(1); id <= 3; id++ {
+		if err := l.Create(id, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Grow(1, 8*blk); err != nil {
+		t.Fatal(err)
+	}
+	if l.Behind(2) || l.Behind(3) {
+		t.Fatal("behind a writer that does not wait")
+	}
+	l.Waiting(1, true)
+	if !l.Behind(2) || !l.Behind(3) || l.Behind(1) {
+		t.Fatalf("with 1 holding room and waiting: Behind 1 %v, 2 %v, 3 %v; want 2 and 3", l.Behind(1), l.Behind(2), l.Behind(3))
+	}
+	l.Waiting(1, false)
+	l.Waiting(3, true) // younger, and holds nothing
+	if l.Behind(2) {
+		t.Fatal("2 is behind a younger writer that holds nothing")
+	}
+	l.Waiting(3, false)
+	mustOK(t, l)
+}
