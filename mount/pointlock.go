@@ -32,8 +32,7 @@ const pointLockLimit = stoppingLimit
 // the new one. Where no lock file can be had (no such directory, a
 // read-only one), the start goes on unlocked, as before.
 func lockMountpoint(mp string, log *zap.Logger) (unlock func(), err error) {
-	sum := sha256.Sum256([]byte(mp))
-	base := "kvfs-mountpoint-" + hex.EncodeToString(sum[:12]) + ".lock"
+	base := pointLockName(mp)
 	deadline := time.Now().Add(pointLockLimit)
 	for waited := false; ; {
 		fd, name, err := openPointLock(base)
@@ -63,6 +62,23 @@ func lockMountpoint(mp string, log *zap.Logger) (unlock func(), err error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// pointLockName is the name of mp's lock file.
+func pointLockName(mp string) string {
+	sum := sha256.Sum256([]byte(mp))
+	return "kvfs-mountpoint-" + hex.EncodeToString(sum[:12]) + ".lock"
+}
+
+// PointLockFiles are the paths mp's lock file may have: a start killed
+// while it held the lock leaves it (the next start at mp removes it),
+// and tests, whose mount points are new each time, remove theirs.
+func PointLockFiles(mp string) []string {
+	var paths []string
+	for _, dir := range pointLockDirs {
+		paths = append(paths, filepath.Join(dir, pointLockName(mp)))
+	}
+	return paths
 }
 
 // openPointLock opens (making it) the lock file base in the first of

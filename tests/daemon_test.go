@@ -9,6 +9,7 @@ import (
 	"github.com/kvfs/kvfs/internal/disktmp"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/usage"
+	"github.com/kvfs/kvfs/mount"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -357,6 +358,13 @@ func processState(pid int) string {
 // cleanup leaves no process and no mount of this daemon behind, whatever
 // state the test left it in.
 func (d *daemon) cleanup() {
+	// A start killed while it held the mount point's lock leaves its
+	// file; this test's mount point is never used again.
+	defer func() {
+		for _, p := range mount.PointLockFiles(d.mp) {
+			os.Remove(p)
+		}
+	}()
 	if d.alive() {
 		runKvfs(nil, "unmount", d.mp)
 		select {
