@@ -49,8 +49,7 @@ type victims = []ledger.Victim[blob.ID]
 // (ledger.Yields) gives up at once and the others wait for what it frees,
 // so that two stores that cannot both fit do not both fail, and a burst
 // loses one store per refusal that frees room rather than all but the
-// oldest (64 threads storing 4 MiB through the daemon into 32 MiB: 56 to
-// 60 of 200 refused, now 22 to 34). A wait that sees nothing in flight
+// oldest. A wait that sees nothing in flight
 // move for stallWait (ledger.Progress) hands the refusal to the youngest
 // writer that waits: writers that hold one file open while they write
 // another (data, then its metadata) look finishing while they wait
@@ -59,9 +58,9 @@ type victims = []ledger.Victim[blob.ID]
 // room yet (its first write's reservation) does not try while an older
 // writer that holds room waits for more (ledger.Behind): the room a
 // publish or a refusal frees went to the newcomers first, and the older
-// writers, starved, waited out the limit (64 threads storing 4 MiB
-// through the daemon: 31 to 72 of 200 refused, 13 of them at the limit;
-// now 0 to 6).
+// writers, starved, waited out the limit. Together: 64 threads storing
+// 4 MiB through the daemon into 32 MiB had 49 to 67 of 200 refused, now
+// 0 to 6.
 func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, op func() (victims, error)) error {
 	began := c.cfg.Now()
 	deadline := began.Add(c.cfg.WaitLimit)

@@ -1342,11 +1342,7 @@ func TestCloseFree(t *testing.T) {
 // while one that gave way is still being written, no other does.
 func TestYields(t *testing.T) {
 	l, _ := newTest(t, 64*blk)
-	for id := ID(1); id <= 3; id++ {
-		if err := l.Create(id, true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createWriters(t, l, 1, 2, 3)
 	for id, size := range map[ID]int64{1: 20 * blk, 2: 20 * blk} {
 		if _, err := l.Grow(id, size); err != nil {
 			t.Fatal(err)
@@ -1384,11 +1380,7 @@ func TestYields(t *testing.T) {
 // no one.
 func TestBehind(t *testing.T) {
 	l, _ := newTest(t, 64*blk)
-	for id := ID(1); id <= 3; id++ {
-		if err := l.Create(id, true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createWriters(t, l, 1, 2, 3)
 	if _, err := l.Grow(1, 8*blk); err != nil {
 		t.Fatal(err)
 	}
@@ -1406,4 +1398,14 @@ func TestBehind(t *testing.T) {
 	}
 	l.Waiting(3, false)
 	mustOK(t, l)
+}
+
+// createWriters creates ids as objects being written, oldest first.
+func createWriters(t *testing.T, l *Ledger[ID], ids ...ID) {
+	t.Helper()
+	for _, id := range ids {
+		if err := l.Create(id, true); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

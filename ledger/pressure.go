@@ -101,11 +101,8 @@ func (l *Ledger[K]) spare(e, self *entry[K]) int64 {
 func (l *Ledger[K]) Overloaded(id K, n int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	written, own := l.writeBytes-l.reserved, int64(0)
-	if e, ok := l.get(id); ok && e.w != 0 {
-		own = Charge(e.size)
-	}
-	return written-own+max(own, Charge(n)) > l.capacity
+	room, own := l.roomBeside(id)
+	return max(own, Charge(n)) > room
 }
 
 // Room is what the capacity leaves id's writer beside the bytes the
@@ -113,11 +110,16 @@ func (l *Ledger[K]) Overloaded(id K, n int64) bool {
 func (l *Ledger[K]) Room(id K) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	written := l.writeBytes - l.reserved
+	room, _ := l.roomBeside(id)
+	return room
+}
+
+// roomBeside is Room, and what id's writer has written itself; mu held.
+func (l *Ledger[K]) roomBeside(id K) (room, own int64) {
 	if e, ok := l.get(id); ok && e.w != 0 {
-		written -= Charge(e.size)
+		own = Charge(e.size)
 	}
-	return l.capacity - written
+	return l.capacity - (l.writeBytes - l.reserved - own), own
 }
 
 // Changed returns a channel closed the next time space may be freed (a

@@ -32,10 +32,10 @@ const pointLockLimit = stoppingLimit
 // the new one. Where no lock file can be had (no such directory, a
 // read-only one), the start goes on unlocked, as before.
 func lockMountpoint(mp string, log *zap.Logger) (unlock func(), err error) {
-	base := pointLockName(mp)
+	paths := PointLockFiles(mp)
 	deadline := time.Now().Add(pointLockLimit)
 	for waited := false; ; {
-		fd, name, err := openPointLock(base)
+		fd, name, err := openPointLock(paths)
 		if err != nil {
 			log.Debug("mount point not locked", zap.String("lock", name), zap.Error(err))
 			return func() {}, nil
@@ -64,29 +64,25 @@ func lockMountpoint(mp string, log *zap.Logger) (unlock func(), err error) {
 	}
 }
 
-// pointLockName is the name of mp's lock file.
-func pointLockName(mp string) string {
-	sum := sha256.Sum256([]byte(mp))
-	return "kvfs-mountpoint-" + hex.EncodeToString(sum[:12]) + ".lock"
-}
-
-// PointLockFiles are the paths mp's lock file may have: a start killed
-// while it held the lock leaves it (the next start at mp removes it),
-// and tests, whose mount points are new each time, remove theirs.
+// PointLockFiles are the paths mp's lock file may have, one in each of
+// pointLockDirs: a start killed while it held the lock leaves it (the
+// next start at mp removes it), and tests, whose mount points are new
+// each time, remove theirs.
 func PointLockFiles(mp string) []string {
+	sum := sha256.Sum256([]byte(mp))
+	base := "kvfs-mountpoint-" + hex.EncodeToString(sum[:12]) + ".lock"
 	var paths []string
 	for _, dir := range pointLockDirs {
-		paths = append(paths, filepath.Join(dir, pointLockName(mp)))
+		paths = append(paths, filepath.Join(dir, base))
 	}
 	return paths
 }
 
-// openPointLock opens (making it) the lock file base in the first of
-// pointLockDirs that exists.
-func openPointLock(base string) (fd int, name string, err error) {
+// openPointLock opens (making it) the first of paths whose directory
+// exists.
+func openPointLock(paths []string) (fd int, name string, err error) {
 	err = unix.ENOENT
-	for _, dir := range pointLockDirs {
-		name = filepath.Join(dir, base)
+	for _, name = range paths {
 		if fd, err = unix.Open(name, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644); !errors.Is(err, unix.ENOENT) {
 			break
 		}

@@ -184,7 +184,7 @@ func givenTwice(fs *flag.FlagSet, args []string) []string {
 			continue
 		}
 		text := a
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !inline && !(ok && b.IsBoolFlag()) && i+1 < len(args) {
+		if !inline && !isBoolFlag(f) && i+1 < len(args) {
 			i++ // its value, whatever it looks like
 			text = a + " " + args[i]
 		}
