@@ -20,13 +20,7 @@ import (
 // daemon keeps serving, the accounting stays exact, and once objects are
 // deleted stores succeed again.
 func TestStoreDiskFull(t *testing.T) {
-	requireRoot(t)
-	dir := t.TempDir()
-	disk := mountTmpfs(t, dir, "48m")
-	mp := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	disk, mp := storeDiskOf(t, "48m")
 	d := startDaemon(t, mp, "--store", filepath.Join(disk, "store"), "--capacity", "96MiB", "--grace", "100ms")
 	if !d.printed("store is on tmpfs") {
 		t.Errorf("no warning that the store is on tmpfs:\n%s", d.out)
@@ -106,13 +100,7 @@ func TestStoreDiskFull(t *testing.T) {
 // fitted under its final name, charged, through a restart; fsck saw
 // nothing: an outside tester).
 func TestStoreDiskFullUnderFinalNames(t *testing.T) {
-	requireRoot(t)
-	dir := t.TempDir()
-	disk := mountTmpfs(t, dir, "8m")
-	mp := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	disk, mp := storeDiskOf(t, "8m")
 	d := startDaemon(t, mp, "--store", filepath.Join(disk, "store"), "--capacity", "64MiB", "--no-passthrough")
 	var stored []string
 	var full error
@@ -138,6 +126,19 @@ func TestStoreDiskFullUnderFinalNames(t *testing.T) {
 	}
 	d.stop()
 	requireCleanFsck(t, d.store, st)
+}
+
+// storeDiskOf is a tmpfs of size for a store (root only), and an empty
+// mount point beside it.
+func storeDiskOf(t *testing.T, size string) (disk, mp string) {
+	t.Helper()
+	dir := t.TempDir()
+	disk = mountTmpfs(t, dir, size)
+	mp = filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return disk, mp
 }
 
 // changeBehind rewrites the store under data/ the ways an operator or a
