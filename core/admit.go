@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
@@ -61,7 +62,7 @@ type victims = []ledger.Victim[blob.ID]
 // writers, starved, waited out the limit. Together: 64 threads storing
 // 4 MiB through the daemon into 32 MiB had 49 to 67 of 200 refused, now
 // 0 to 6.
-func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, op func() (victims, error)) error {
+func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, cancel <-chan struct{}, op func() (victims, error)) error {
 	began := c.cfg.Now()
 	deadline := began.Add(c.cfg.WaitLimit)
 	if spent != nil {
@@ -101,13 +102,15 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, op func() (vic
 		progress := c.ledger.Progress()
 		c.counters.waiting.Add(1)
 		c.ledger.Waiting(id, true)
-		closing, gaveWay := false, false
+		closing, gaveWay, interrupted := false, false, false
 		select {
 		case <-changed:
 		case <-c.cfg.After(wait):
 			gaveWay = stalling && c.ledger.Progress() == progress && c.ledger.Yields(id, true)
 		case <-c.done:
 			closing = true
+		case <-cancel:
+			interrupted = true
 		}
 		c.ledger.Waiting(id, false)
 		c.counters.waiting.Add(-1)
@@ -117,6 +120,11 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, op func() (vic
 		case closing:
 			c.ledger.Refused()
 			return ErrNoSpace
+		case interrupted:
+			// The client was signalled (the kernel's INTERRUPT): its
+			// call returns EINTR now, and a killed one's wait no longer
+			// holds its place among the waiting writers.
+			return syscall.EINTR
 		}
 	}
 }
@@ -132,11 +140,11 @@ func (c *Core) giveWay(id blob.ID) error {
 // admitFirstFree runs free, an admission that takes free space only and
 // so needs no namespace lock, and only if that would have to evict runs
 // admit with op, the same admission, under the lock.
-func (c *Core) admitFirstFree(id blob.ID, free func() error, need int64, spent *atomic.Int64, op func() (victims, error)) error {
+func (c *Core) admitFirstFree(id blob.ID, free func() error, need int64, spent *atomic.Int64, cancel <-chan struct{}, op func() (victims, error)) error {
 	err := free()
 	switch {
 	case errors.Is(err, ledger.ErrBusy):
-		return c.admit(id, need, spent, op)
+		return c.admit(id, need, spent, cancel, op)
 	case errors.Is(err, ledger.ErrTooLarge):
 		c.ledger.Refused()
 	}

@@ -538,16 +538,19 @@ type Stats struct {
 	// Loads are opens for reading.
 	Stores int64 `json:"stores"`
 	Loads  int64 `json:"loads"`
+	// WaitingForRoom counts the admissions waiting for room now.
+	WaitingForRoom int64 `json:"waiting_for_room"`
 }
 
 // Stats is a snapshot of the ledger and the core's counters.
 func (c *Core) Stats() Stats {
 	return Stats{
-		Stats:        c.ledger.Stats(),
-		LookupHits:   c.counters.lookupHits.Load(),
-		LookupMisses: c.counters.lookupMisses.Load(),
-		Stores:       c.counters.stores.Load(),
-		Loads:        c.counters.loads.Load(),
+		Stats:          c.ledger.Stats(),
+		LookupHits:     c.counters.lookupHits.Load(),
+		LookupMisses:   c.counters.lookupMisses.Load(),
+		Stores:         c.counters.stores.Load(),
+		Loads:          c.counters.loads.Load(),
+		WaitingForRoom: c.counters.waiting.Load(),
 	}
 }
 

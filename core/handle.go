@@ -223,7 +223,7 @@ func (c *Core) OpenTruncated(id blob.ID, flags int, write bool, via func(flags i
 	if err != nil {
 		return nil, err
 	}
-	err = c.Truncate(id, f, 0)
+	err = c.Truncate(nil, id, f, 0)
 	f.Close()
 	if err != nil {
 		return nil, err
@@ -313,7 +313,7 @@ const wantGuess = 1
 
 // Write writes through the daemon (no passthrough, or strict capacity):
 // admitted before a byte reaches the store (see Config.StrictCapacity).
-func (h *Handle) Write(data []byte, off int64) (int, error) {
+func (h *Handle) Write(cancel <-chan struct{}, data []byte, off int64) (int, error) {
 	c, end := h.c, off+int64(len(data))
 	var err error
 	want, guess := h.want.Swap(0), false
@@ -332,7 +332,7 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 		// tester's burst of 64 threads storing 4 MiB into 32 MiB). A
 		// guess is made again at each try: the room the other writers
 		// leave changes as they come and go.
-		err = c.admit(h.id, want, &h.waited, func() (victims, error) {
+		err = c.admit(h.id, want, &h.waited, cancel, func() (victims, error) {
 			if guess {
 				want = c.guessReservation(h.id)
 			}
@@ -346,7 +346,7 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 	}
 	if err == nil {
 		err = c.admitFirstFree(h.id, func() error { return growFree(h.id, end) },
-			ledger.Charge(end)-charge, &h.waited, func() (victims, error) { return grow(h.id, end) })
+			ledger.Charge(end)-charge, &h.waited, cancel, func() (victims, error) { return grow(h.id, end) })
 	}
 	if errors.Is(err, ErrNoSpace) {
 		h.refused.Store(true)
@@ -385,7 +385,7 @@ func (h *Handle) Write(data []byte, off int64) (int, error) {
 // Truncate sets an object's size, admitted first; f is a writer's stored
 // file, or nil to open one. The object is pinned as written meanwhile, so
 // it is neither evicted nor reconciled half-way.
-func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
+func (c *Core) Truncate(cancel <-chan struct{}, id blob.ID, f *os.File, size int64) error {
 	if err := c.fits(size); err != nil {
 		return err
 	}
@@ -406,7 +406,7 @@ func (c *Core) Truncate(id blob.ID, f *os.File, size int64) error {
 	}
 	_, charge, _ := c.ledger.Size(id)
 	err := c.admitFirstFree(id, func() error { return c.ledger.SetSizeFree(id, size) },
-		ledger.Charge(size)-charge, nil, func() (victims, error) { return c.ledger.SetSize(id, size) })
+		ledger.Charge(size)-charge, nil, cancel, func() (victims, error) { return c.ledger.SetSize(id, size) })
 	if err != nil {
 		return err
 	}
@@ -435,7 +435,7 @@ func (c *Core) fits(size int64) error {
 // Allocate supports plain preallocation, charged like a write, hole
 // punching, and preallocation that keeps the size within the blocks
 // already charged.
-func (h *Handle) Allocate(off, size int64, mode uint32) error {
+func (h *Handle) Allocate(cancel <-chan struct{}, off, size int64, mode uint32) error {
 	c := h.c
 	// A passthrough writer's bytes may not have been seen yet.
 	c.observe(h)
@@ -446,7 +446,7 @@ func (h *Handle) Allocate(off, size int64, mode uint32) error {
 		}
 		_, charge, _ := c.ledger.Size(h.id)
 		err := c.admitFirstFree(h.id, func() error { return c.ledger.ExtendFree(h.id, off+size) },
-			ledger.Charge(off+size)-charge, &h.waited, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
+			ledger.Charge(off+size)-charge, &h.waited, cancel, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
 		if err != nil {
 			return err
 		}
@@ -504,7 +504,7 @@ func (c *Core) settleShort(id blob.ID, f *os.File) {
 // and keeps its reservation, which its release gives back (see
 // ledger.Settle): unshown for the moment the release takes, shown again
 // by the poller once that passed (showKept).
-func (h *Handle) Flush() error { return h.FlushBy(0) }
+func (h *Handle) Flush() error { return h.FlushBy(nil, 0) }
 
 // FlushBy is Flush for a close(2) by client thread t (0: not known). A
 // close by another process than the one that created the object (a
@@ -514,11 +514,11 @@ func (h *Handle) Flush() error { return h.FlushBy(0) }
 // open, whose size a forked `echo` thus published, had every later
 // store wait for a quarter of the capacity, which the held object
 // never left, and all were refused (an outside tester).
-func (h *Handle) FlushBy(t Client) error {
+func (h *Handle) FlushBy(cancel <-chan struct{}, t Client) error {
 	if !h.write {
 		return nil
 	}
-	err := h.c.settle(h, false, h.c.byCreator(h, t))
+	err := h.c.settle(h, false, h.c.byCreator(h, t), cancel)
 	if err == nil {
 		h.closedAt.Store(h.c.cfg.Now().UnixNano())
 	}
@@ -535,7 +535,7 @@ func (h *Handle) size() (int64, error) {
 // settle admits a writer's object at the size its stored file has now;
 // last: its last writer's release, which admits it whole (see
 // ledger.SettleLast).
-func (c *Core) settle(h *Handle, last, sizes bool) error {
+func (c *Core) settle(h *Handle, last, sizes bool, cancel <-chan struct{}) error {
 	if h.refused.Load() {
 		c.ledger.Refused()
 		c.refuse(h)
@@ -560,7 +560,7 @@ func (c *Core) settle(h *Handle, last, sizes bool) error {
 			free, settle = c.ledger.SettleLastFree, c.ledger.SettleLast
 		}
 		err = c.admitFirstFree(h.id, func() error { return free(h.id, size) },
-			ledger.Charge(size)-ledger.Charge(known), &h.waited, func() (victims, error) { return settle(h.id, size) })
+			ledger.Charge(size)-ledger.Charge(known), &h.waited, cancel, func() (victims, error) { return settle(h.id, size) })
 		if err != nil || c.sizeStable(h.id, epoch) {
 			break
 		}
@@ -692,7 +692,7 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 	if h.refused.Load() {
 		// Its client was told at a close; what was written since goes too.
 		c.refuse(h)
-	} else if err = c.settle(h, true, true); err != nil {
+	} else if err = c.settle(h, true, true, nil); err != nil {
 		c.log.Warn("a writer's object could not be admitted at its release", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
 	// The names to publish are taken as the last writer ends, under the

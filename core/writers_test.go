@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -377,7 +378,7 @@ func TestOverloadWaitsForWritersThatFinish(t *testing.T) {
 	}
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := late.Write(make([]byte, 4*mib), 0)
+		_, err := late.Write(nil, make([]byte, 4*mib), 0)
 		wrote <- err
 	}()
 	// Until one of them is published, the late writer waits: nothing is
@@ -642,7 +643,7 @@ func TestTruncateDuringSettle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.Write(make([]byte, 4096), 0); err != nil {
+			if _, err := h.Write(nil, make([]byte, 4096), 0); err != nil {
 				t.Fatal(err)
 			}
 			if err := h.Flush(); err != nil {
@@ -653,7 +654,7 @@ func TestTruncateDuringSettle(t *testing.T) {
 			var once sync.Once
 			testHookSettling = func() {
 				once.Do(func() {
-					if err := tc.Truncate(h.ID(), nil, size); err != nil {
+					if err := tc.Truncate(nil, h.ID(), nil, size); err != nil {
 						t.Error(err)
 					}
 				})
@@ -747,7 +748,7 @@ func TestRewritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := open("written")
-	if _, err := w.Write([]byte("x"), 0); err != nil {
+	if _, err := w.Write(nil, []byte("x"), 0); err != nil {
 		t.Fatal(err)
 	}
 	// A client sets the mtime (it could put it back after a write): the
@@ -808,7 +809,7 @@ func TestStuckWritersGiveWayOneAtATime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.Write(make([]byte, end), 0); err != nil {
+		if _, err := h.Write(nil, make([]byte, end), 0); err != nil {
 			t.Fatalf("writer %d's first %d bytes: %v", i, end, err)
 		}
 		hs = append(hs, h)
@@ -818,7 +819,7 @@ func TestStuckWritersGiveWayOneAtATime(t *testing.T) {
 	for i := len(hs) - 1; i >= 0; i-- {
 		done[i] = make(chan error, 1)
 		go func() {
-			_, err := hs[i].Write(make([]byte, 2*mib), ends[i])
+			_, err := hs[i].Write(nil, make([]byte, 2*mib), ends[i])
 			done[i] <- err
 		}()
 		for tc.counters.waiting.Load() != int64(len(hs)-i) {
@@ -876,7 +877,7 @@ func TestWaitLimitBoundsAStore(t *testing.T) {
 	defer h.Release()
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := h.Write(make([]byte, mib), 0)
+		_, err := h.Write(nil, make([]byte, mib), 0)
 		wrote <- err
 	}()
 	ch := <-timers
@@ -886,7 +887,7 @@ func TestWaitLimitBoundsAStore(t *testing.T) {
 		t.Fatalf("a write that waited out the limit: %v, want ENOSPC", err)
 	}
 	go func() {
-		_, err := h.Write(make([]byte, mib), 0)
+		_, err := h.Write(nil, make([]byte, mib), 0)
 		wrote <- err
 	}()
 	select {
@@ -928,5 +929,61 @@ func TestGuessLeavesRoomOthersWrote(t *testing.T) {
 	h.Release()
 	if st := tc.Stats(); st.UsedBytes != 32*mib || st.AdmissionFailures != 0 {
 		t.Fatalf("after the store: %+v", st)
+	}
+}
+
+// TestInterruptedWaitEndsAtOnce: a write or a close waiting for room
+// that its client's signal interrupts (the kernel's INTERRUPT, which
+// closes cancel) returns EINTR at once, refusing nothing: before, it
+// waited out the whole --wait-limit, so a Ctrl-C of a writer stuck in a
+// full cache took up to 5 s, and a killed one's wait kept its place
+// among the waiting writers as long.
+func TestInterruptedWaitEndsAtOnce(t *testing.T) {
+	const limit = 2 * time.Second // less than the grace: the wait is for the limit
+	timers, after := timersOf(limit)
+	tc := newTestCore(t, Config{Capacity: 8 * mib, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: limit, After: after})
+	tc.clock.Freeze()
+	tc.put("full", 8*mib) // in its grace: the room comes free, not now
+	h, err := tc.Create(blob.RootID, "next", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	cancel := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := h.Write(cancel, make([]byte, mib), 0)
+		wrote <- err
+	}()
+	<-timers // waiting, for the limit
+	close(cancel)
+	if err := <-wrote; !errors.Is(err, syscall.EINTR) {
+		t.Fatalf("an interrupted write waiting for room: %v, want EINTR", err)
+	}
+	if st := tc.Stats(); st.AdmissionFailures != 0 {
+		t.Errorf("an interrupted wait counted as %d refusals; want none", st.AdmissionFailures)
+	}
+
+	// A passthrough writer's close waiting to admit what it wrote: its
+	// release settles it once there is room.
+	p := newTestCore(t, Config{Capacity: 8 * mib, Passthrough: true, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: limit, After: after})
+	p.clock.Freeze()
+	p.put("full", 6*mib)
+	w, err := p.Create(blob.RootID, "w", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.File().WriteAt(make([]byte, 4*mib), 0)
+	cancel = make(chan struct{})
+	close(cancel)
+	if err := w.FlushBy(cancel, 0); !errors.Is(err, syscall.EINTR) {
+		t.Fatalf("an interrupted close waiting for room: %v, want EINTR", err)
+	}
+	if err := p.Unlink(blob.RootID, "full"); err != nil {
+		t.Fatal(err)
+	}
+	w.Release()
+	if !p.exists("w") || p.Stats().UsedBytes != 4*mib {
+		t.Errorf("after the interrupted close and a release with room: w stored %v, %+v; want w stored whole", p.exists("w"), p.Stats())
 	}
 }

@@ -125,7 +125,7 @@ func (f *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint3
 		return 0, fuse.EBADF
 	}
 	defer put()
-	n, err := h.Handle.Write(data, int64(in.Offset))
+	n, err := h.Handle.Write(cancel, data, int64(in.Offset))
 	return uint32(n), f.status("write", err)
 }
 
@@ -152,7 +152,7 @@ func (f *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	if !h.Writable() {
 		return fuse.OK
 	}
-	err := h.Handle.FlushBy(core.Client(in.Caller.Pid))
+	err := h.Handle.FlushBy(cancel, core.Client(in.Caller.Pid))
 	// The charge st_blocks reports has just settled (an open writer's is
 	// at least its reservation): the kernel's cached attributes go before
 	// close(2) returns. Dropping attributes alone (offset -1) takes no
@@ -209,7 +209,7 @@ func (f *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status
 	}
 	defer put()
 	f.dropRAM(h.ID())
-	return f.status("fallocate", h.Handle.Allocate(int64(in.Offset), int64(in.Length), in.Mode))
+	return f.status("fallocate", h.Handle.Allocate(cancel, int64(in.Offset), int64(in.Length), in.Mode))
 }
 
 func (f *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {

@@ -467,6 +467,7 @@ type kvfsStats struct {
 	LookupHits        int64 `json:"lookups_hit"`
 	LookupMisses      int64 `json:"lookups_miss"`
 	Passthrough       int64 `json:"passthrough"`
+	WaitingForRoom    int64 `json:"waiting_for_room"`
 	// FuseRequests: the requests the daemon answered, by type.
 	FuseRequests map[string]int64 `json:"fuse_requests"`
 }
