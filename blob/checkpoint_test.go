@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvfs/kvfs/ledger"
 	"golang.org/x/sys/unix"
@@ -1110,5 +1111,40 @@ func TestCheckpointFollowsAMovedStore(t *testing.T) {
 	s, objs, rep := reload(t, moved, s)
 	if !rep.FromSnapshot || len(objs) != 1 || !slices.Equal(namesOf(s, objs[0].ID), []string{"x"}) {
 		t.Fatalf("the moved store's start: %+v, %d objects", rep, len(objs))
+	}
+}
+
+// TestCheckpointRanksNamesMadeSince: an object stored by temp name whose
+// temp name a checkpoint captured, linked to its final name and the temp
+// name unlinked after (LMCache's fs_native store), comes back from a
+// crash no older than the objects the checkpoint ranked, though its
+// bytes were written before it: it came back ranked by its mtime, the
+// oldest of all, and was the first evicted (an outside tester).
+func TestCheckpointRanksNamesMadeSince(t *testing.T) {
+	dir, s := openUnracy(t)
+	d := mustMkdir(t, s, RootID, "d")
+	mustCreate(t, s, d, "old1", []byte("one"))
+	mustCreate(t, s, d, "old2", []byte("two"))
+	x := mustCreate(t, s, d, "x.tmp", []byte("written before the checkpoint"))
+	hourAgo := time.Now().Add(-time.Hour)
+	must(t, "Chtimes", os.Chtimes(filepath.Join(dir, DataName, "d", "x.tmp"), hourAgo, hourAgo))
+	saveCheckpoint(t, s, ids(s))
+	must(t, "Link", s.Link(x, d, "x"))
+	_, err := s.Unlink(d, "x.tmp")
+	must(t, "Unlink", err)
+
+	s, objs, rep := reload(t, dir, s)
+	if !rep.FromSnapshot {
+		t.Fatal("not started from the checkpoint")
+	}
+	atime := map[ID]int64{}
+	for _, o := range objs {
+		atime[o.ID] = o.Atime
+	}
+	got := atime[lookupPath(t, s, "d/x")]
+	for _, name := range []string{"d/old1", "d/old2"} {
+		if other := atime[lookupPath(t, s, name)]; got < other {
+			t.Errorf("d/x, linked since the checkpoint, ranks %v before %s, which the checkpoint listed", time.Duration(other-got), name)
+		}
 	}
 }
