@@ -273,8 +273,24 @@ func (c *Core) reconcile(id blob.ID) bool {
 		// Its name holds another file: a rename over it under way (the
 		// commit follows), or a replacement behind kvfs's back, which
 		// the audit finds by inode. Its size says nothing of id's.
+	case c.ledger.Writers(id) != 0:
+	case ledger.Charge(st.Size) > c.ledger.Capacity():
+		// Grown past the whole capacity: it alone goes, as a file put
+		// in the store that large does (Adopt). Evicting toward its
+		// size took every other object first, then it (an outside
+		// tester: a 40 MB append to one object's stored file emptied a
+		// 32 MiB cache, 5 of 5; any user with --allow-other may write
+		// the stored file of an object of theirs).
+		if c.ledger.Forget(id) {
+			resized = true
+			c.log.Warn("an object grown behind kvfs's back past the capacity; removed",
+				zap.Uint64("id", uint64(id)), zap.Int64("size", st.Size), zap.Int64("capacity", c.ledger.Capacity()))
+			names := c.store.Forget(id)
+			c.doomLocked(id, names)
+			drops = []Drop{{ID: id, Names: names, Why: Vanished}}
+		}
 	default:
-		if c.ledger.Writers(id) == 0 && c.ledger.Reconcile(id, st.Size) {
+		if c.ledger.Reconcile(id, st.Size) {
 			resized = true
 			c.behindBack("object size changed behind kvfs; ledger reconciled",
 				zap.Uint64("id", uint64(id)), zap.Int64("ledger", before), zap.Int64("store", st.Size))

@@ -163,7 +163,7 @@ type Why int
 
 const (
 	Evicted  Why = iota // the ledger chose it to make room
-	Vanished            // its bytes disappeared from the store behind kvfs's back
+	Vanished            // its bytes disappeared from the store, or grew past the capacity, behind kvfs's back
 	Refused             // its writer's close could not be admitted: removed, never published
 	Removed             // a client removed its last name (unlink, or a rename over it); no Names
 )

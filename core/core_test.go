@@ -1013,3 +1013,40 @@ func TestAuditHardLinkInPlaceOfAName(t *testing.T) {
 		t.Errorf("the store holds %d bytes, the ledger %d", got, tc.Stats().UsedBytes)
 	}
 }
+
+// TestGrownPastTheCapacityGoesAlone: an object whose stored file grew
+// behind kvfs's back past the whole capacity goes alone, as a file put
+// in the store that large does; the others stay. Evicting toward its
+// size took every other object first, then it (an outside tester: a
+// 40 MB append to one object's stored file emptied a 32 MiB cache).
+func TestGrownPastTheCapacityGoesAlone(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 8 * mib, Grace: time.Hour})
+	for i := range 6 {
+		tc.put(fmt.Sprintf("o%d", i), mib)
+	}
+	victim := tc.put("victim", 4096)
+	path, _ := tc.BackingPath(victim)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 10*mib)) // behind kvfs's back
+	f.Close()
+	if _, err := tc.Getattr(victim, nil); !errors.Is(err, ErrStale) && !errors.Is(err, ErrNotFound) {
+		t.Errorf("getattr of the object grown past the capacity: %v, want it gone", err)
+	}
+	if tc.exists("victim") {
+		t.Error("the object grown past the capacity is still served")
+	}
+	for i := range 6 {
+		if !tc.exists(fmt.Sprintf("o%d", i)) {
+			t.Errorf("o%d was evicted for an object that could never fit", i)
+		}
+	}
+	if st := tc.Stats(); st.UsedBytes != 6*mib || st.Objects != 6 || st.Evictions != 0 {
+		t.Errorf("after: %+v; want the six others, nothing evicted", st)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stored file of the removed object: %v, want it deleted", err)
+	}
+}
