@@ -741,6 +741,38 @@ func dialHandover(o Options) *net.UnixConn {
 	}
 }
 
+// handoverUnreachable refuses a start at a mount point that a live
+// daemon of the same store serves whose handover socket is gone or not
+// a socket: no handover can be had, and the refusal that followed said
+// only that the mount is served, and that a mount of its store (the
+// very command run) takes it over (an outside tester).
+func handoverUnreachable(o Options) error {
+	e, ok := mountinfo.At(o.Mountpoint)
+	store, err := filepath.Abs(o.Store)
+	if !ok || err != nil || !ofStore(e, store) {
+		return nil
+	}
+	pid, live := StoreHolder(store)
+	if !live || !alive(pid) {
+		return nil // a dead daemon's mount: a start as after a crash
+	}
+	path := socketPath(store)
+	var st unix.Stat_t
+	what := ""
+	switch err := unix.Lstat(path, &st); {
+	case errors.Is(err, unix.ENOENT):
+		what = "is missing"
+	case err != nil:
+		what = fmt.Sprintf("cannot be reached (%v)", err)
+	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
+		what = "is not a socket"
+	default:
+		return nil // refused or another user's: said where it was asked
+	}
+	return usagef("%s is served by the kvfs daemon (pid %d) of the store %s, whose handover socket %s %s: the daemon makes it only as it starts, so it cannot hand the mount over; unmount it (`kvfs unmount %s`), then mount again",
+		o.Mountpoint, pid, store, path, what, o.Mountpoint)
+}
+
 // socketWait bounds a successor's wait for the socket of a daemon whose
 // mount is there: the time from its mount to its listen, on a loaded
 // machine.

@@ -146,6 +146,9 @@ func start(o Options, again bool) (*Mount, error) {
 			awaitReleased(o.Store, time.Now().Add(goneLimit))
 		}
 	}
+	if err := handoverUnreachable(o); err != nil {
+		return nil, err
+	}
 	if _, held := StoreHolder(o.Store); !held {
 		// A held store's refusal says more (who holds it), and needs
 		// no mount.

@@ -967,3 +967,35 @@ func exitedWith(err error, code int) bool {
 	var ee *exec.ExitError
 	return errors.As(err, &ee) && ee.ExitCode() == code
 }
+
+// TestHandoverSocketGone: a mount whose daemon's handover socket was
+// moved away or replaced by a regular file cannot be handed over; a
+// mount of its store says so, naming the socket and the way out, and
+// the daemon serves on. It said the mount is served, and that only a
+// mount of that store, by root, takes it over: the very command run (an
+// outside tester, 3 of 3).
+func TestHandoverSocketGone(t *testing.T) {
+	requireRoot(t)
+	d := mountCache(t, "--capacity", "16MiB")
+	putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 5000))
+	sock := filepath.Join(d.store, "kvfs.handover")
+	aside := filepath.Join(t.TempDir(), "sock")
+	if err := os.Rename(sock, aside); err != nil {
+		t.Fatal(err)
+	}
+	res := runKvfs(t, "mount", "--store", d.store, "--capacity", "32MiB", d.mp)
+	requireUsageError(t, res, sock+" is missing", "kvfs unmount "+d.mp)
+	if err := os.WriteFile(sock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res = runKvfs(t, "mount", "--store", d.store, "--capacity", "32MiB", d.mp)
+	requireUsageError(t, res, sock+" is not a socket")
+	if got, err := os.ReadFile(filepath.Join(d.mp, "obj")); err != nil || checkObject(got, "obj", 5000) != nil {
+		t.Errorf("the daemon after the refusals: %v", err)
+	}
+	os.Remove(sock)
+	if err := os.Rename(aside, sock); err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+}
