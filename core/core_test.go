@@ -1050,33 +1050,3 @@ func TestGrownPastTheCapacityGoesAlone(t *testing.T) {
 		t.Errorf("the stored file of the removed object: %v, want it deleted", err)
 	}
 }
-
-// TestCreateOverAFilePutBehindTheBack: a file put in the store behind
-// kvfs's back, not adopted yet (the audit's), gives way to a create of
-// its name: the create answered ESTALE until the next audit (an outside
-// tester: with --allow-other one user's planted file kept another's
-// name).
-func TestCreateOverAFilePutBehindTheBack(t *testing.T) {
-	tc := newTestCore(t, Config{Capacity: 8 * mib, Grace: time.Hour})
-	planted := filepath.Join(tc.store.Dir(), blob.DataName, "race")
-	if err := os.WriteFile(planted, []byte("planted"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h, how, err := tc.CreateOrOpen(blob.RootID, "race", os.O_WRONLY|os.O_CREATE, 0o644, nobody)
-	if err != nil || how != Created {
-		t.Fatalf("create over a file put in the store behind kvfs's back: %v (%v), want a new object", err, how)
-	}
-	if _, err := h.Write(nil, []byte("mine"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	h.Release()
-	if got := string(tc.readName("race")); got != "mine" {
-		t.Errorf("race holds %q, want the create's bytes", got)
-	}
-	if st := tc.Stats(); st.Objects != 1 || st.UsedBytes != 4096 {
-		t.Errorf("after: %+v; want one object of one block", st)
-	}
-}
