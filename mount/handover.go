@@ -530,6 +530,13 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	failpoint("takeover-resent")
 	go m.server.Serve()
 	m.fs.Serving()
+	// paused: from the old daemon's gate closing to this one serving
+	// (both read the same clock), the most any request waited. Not the
+	// start's fitting of a smaller capacity after, which requests do
+	// not wait for: counted in, a handover from 1 GiB to 4 MiB that
+	// evicted 19,000 objects said 0.69 s where no client call took
+	// over 44 ms (an outside tester).
+	paused := time.Since(time.Unix(0, offer.GateClosed))
 	m.core.Start(m.dropped)
 	m.Capacity = m.core.Capacity() // a preloaded core fits it as it starts
 	// The start's message counts them (an outside tester: a handover to
@@ -538,9 +545,6 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	m.startOwnGuard()
 	m.widenReadahead(maxRead)
 	m.TookOver = time.Since(start)
-	// paused: from the old daemon's gate closing to this one serving
-	// (both read the same clock), the most any request waited.
-	paused := time.Since(time.Unix(0, offer.GateClosed))
 	log.Info("took the mount over", zap.Int("from", offer.PID), zap.Int("handles", len(offer.FS.Handles)),
 		zap.Bool("two_phases", pre != nil), zap.Duration("old_stall_before_offer", offer.Stalled),
 		zap.Duration("offer_received", offered.Sub(time.Unix(0, offer.GateClosed))),
