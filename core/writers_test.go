@@ -888,20 +888,29 @@ func TestStuckWritersGiveWayOneAtATime(t *testing.T) {
 	}
 }
 
+// writerInAFullCache is a writer created in an 8 MiB cache full of an
+// object in its grace (the room comes free, not now), so that its writes
+// wait for limit, which is less than the grace; timers receives each
+// wait's timer of limit, which after (the core's timers) made.
+func writerInAFullCache(t *testing.T, limit time.Duration) (tc *testCore, h *Handle, timers chan chan time.Time, after func(time.Duration) <-chan time.Time) {
+	timers, after = timersOf(limit)
+	tc = newTestCore(t, Config{Capacity: 8 * mib, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: limit, After: after})
+	tc.clock.Freeze()
+	tc.put("full", 8*mib)
+	h, err := tc.Create(blob.RootID, "next", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Release)
+	return tc, h, timers, after
+}
+
 // TestWaitLimitBoundsAStore: --wait-limit bounds what one store waits for
 // room in all, not each of its writes (an outside tester saw a store
 // wait 26 s under a 5 s limit, one wait per write).
 func TestWaitLimitBoundsAStore(t *testing.T) {
 	const limit = 2 * time.Second
-	timers, after := timersOf(limit)
-	tc := newTestCore(t, Config{Capacity: 8 * mib, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: limit, After: after})
-	tc.clock.Freeze()
-	tc.put("full", 8*mib) // in its grace: the room comes free, not now
-	h, err := tc.Create(blob.RootID, "next", 0o644, nobody, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Release()
+	tc, h, timers, _ := writerInAFullCache(t, limit)
 	wrote := make(chan error, 1)
 	go func() {
 		_, err := h.Write(nil, make([]byte, mib), 0)
@@ -966,16 +975,8 @@ func TestGuessLeavesRoomOthersWrote(t *testing.T) {
 // full cache took up to 5 s, and a killed one's wait kept its place
 // among the waiting writers as long.
 func TestInterruptedWaitEndsAtOnce(t *testing.T) {
-	const limit = 2 * time.Second // less than the grace: the wait is for the limit
-	timers, after := timersOf(limit)
-	tc := newTestCore(t, Config{Capacity: 8 * mib, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: limit, After: after})
-	tc.clock.Freeze()
-	tc.put("full", 8*mib) // in its grace: the room comes free, not now
-	h, err := tc.Create(blob.RootID, "next", 0o644, nobody, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Release()
+	const limit = 2 * time.Second
+	tc, h, timers, after := writerInAFullCache(t, limit)
 	cancel := make(chan struct{})
 	wrote := make(chan error, 1)
 	go func() {
