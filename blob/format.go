@@ -76,7 +76,10 @@ func formatHead(format []byte) string {
 func checkContents(dir string) (mark bool, err error) {
 	format, err := os.ReadFile(filepath.Join(dir, FormatName))
 	if err == nil {
-		if string(format) != formatV1 {
+		// Its line as an editor or `echo -n` left it: without its
+		// newline, or with a CR or blanks after (was refused as "an
+		// unknown format", quoting the known one).
+		if strings.TrimRight(string(format), " \t\r\n") != strings.TrimSuffix(formatV1, "\n") {
 			return false, notStoref("%s holds a kvfs store of an unknown format (%s begins %q)", dir, FormatName, formatHead(format))
 		}
 		return false, nil

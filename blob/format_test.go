@@ -2,6 +2,7 @@ package blob
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,6 +83,14 @@ func TestOpenMarksAndRecognises(t *testing.T) {
 	s, err = Open(half)
 	must(t, "Open half-made", err)
 	s.Close()
+
+	for i, edited := range []string{"kvfs store v1", "kvfs store v1\r\n", "kvfs store v1\n\n"} {
+		dir := mkdirIn(t, base, fmt.Sprintf("edited%d", i))
+		must(t, "format", os.WriteFile(filepath.Join(dir, FormatName), []byte(edited), 0o644))
+		s, err := Open(dir)
+		must(t, fmt.Sprintf("Open of a store whose format file holds %q", edited), err)
+		s.Close()
+	}
 
 	future := mkdirIn(t, base, "future")
 	must(t, "format", os.WriteFile(filepath.Join(future, FormatName), []byte("kvfs store v9\n"), 0o644))
