@@ -2,6 +2,9 @@ package core
 
 import (
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -9,6 +12,7 @@ import (
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // stallWait is how long an admission that other writers keep from room
@@ -62,7 +66,7 @@ type victims = []ledger.Victim[blob.ID]
 // writers, starved, waited out the limit. Together: 64 threads storing
 // 4 MiB through the daemon into 32 MiB had 49 to 67 of 200 refused, now
 // 0 to 6.
-func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, cancel <-chan struct{}, op func() (victims, error)) error {
+func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt, op func() (victims, error)) error {
 	began := c.cfg.Now()
 	deadline := began.Add(c.cfg.WaitLimit)
 	if spent != nil {
@@ -102,15 +106,31 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, cancel <-chan 
 		progress := c.ledger.Progress()
 		c.counters.waiting.Add(1)
 		c.ledger.Waiting(id, true)
-		closing, gaveWay, interrupted := false, false, false
-		select {
-		case <-changed:
-		case <-c.cfg.After(wait):
-			gaveWay = stalling && c.ledger.Progress() == progress && c.ledger.Yields(id, true)
-		case <-c.done:
-			closing = true
-		case <-cancel:
-			interrupted = true
+		closing, gaveWay, gone := false, false, false
+		timer := c.cfg.After(wait)
+	waiting:
+		for {
+			select {
+			case <-changed:
+			case <-timer:
+				gaveWay = stalling && c.ledger.Progress() == progress && c.ledger.Yields(id, true)
+			case <-c.done:
+				closing = true
+			case <-intr.Done:
+				// Looked at once, and from then on every goneEvery
+				// while the store waits.
+				intr.Done = nil
+				if gone = intr.gone(); !gone {
+					intr.check = c.cfg.After(goneEvery)
+					continue
+				}
+			case <-intr.check:
+				if gone = intr.gone(); !gone {
+					intr.check = c.cfg.After(goneEvery)
+					continue
+				}
+			}
+			break waiting
 		}
 		c.ledger.Waiting(id, false)
 		c.counters.waiting.Add(-1)
@@ -120,13 +140,60 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, cancel <-chan 
 		case closing:
 			c.ledger.Refused()
 			return ErrNoSpace
-		case interrupted:
-			// The client was signalled (the kernel's INTERRUPT): its
-			// call returns EINTR now, and a killed one's wait no longer
-			// holds its place among the waiting writers.
+		case gone:
+			// Its caller was killed while its request waited: no one
+			// waits for the answer, and its wait no longer holds its
+			// place among the waiting writers.
 			return syscall.EINTR
 		}
 	}
+}
+
+// Interrupt is what a request's wait for room hears of its caller: Done
+// is closed when the kernel interrupts the request (the caller got a
+// signal), and By is the caller's thread. The wait ends early only once
+// the caller is gone (a fatal signal; a stopped or traced one is not):
+// the kernel hands the caller whatever kvfs answers, EINTR included,
+// even under a handler set with SA_RESTART, so an answer to every
+// interrupt failed the writes of programs that handle a signal, and of
+// any program stopped and continued or attached by strace, where a
+// write to a regular file never fails so (an outside tester: a C
+// program's 4 MiB write, Ctrl-Z then fg). A killed caller's wait
+// waited out --wait-limit before, holding its place among the waiting
+// writers. The zero Interrupt never ends a wait.
+type Interrupt struct {
+	Done  <-chan struct{}
+	By    Client
+	check <-chan time.Time
+}
+
+// goneEvery is how often a wait whose request was interrupted looks
+// whether its caller is gone.
+const goneEvery = 20 * time.Millisecond
+
+// gone says whether the caller is gone or going: its thread has
+// exited (not in /proc, a zombie, dead), or has SIGKILL pending, which
+// the kernel sets for every fatal signal. A killed caller whose request
+// kvfs holds cannot exit until it is answered: the kernel waits for the
+// answer once the daemon read the request, killed or not.
+func (i Interrupt) gone() bool {
+	if i.By == 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(i.By), 10) + "/status")
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	const sigkill = 1 << (unix.SIGKILL - 1)
+	state := statusLine(b, "State")
+	return strings.HasPrefix(state, "Z") || strings.HasPrefix(state, "X") ||
+		pending(statusLine(b, "SigPnd"))&sigkill != 0 || pending(statusLine(b, "ShdPnd"))&sigkill != 0
+}
+
+// pending is a /proc status signal mask.
+func pending(mask string) uint64 {
+	n, _ := strconv.ParseUint(mask, 16, 64)
+	return n
 }
 
 // giveWay refuses id's writer as the one of several stuck writers that
@@ -140,11 +207,11 @@ func (c *Core) giveWay(id blob.ID) error {
 // admitFirstFree runs free, an admission that takes free space only and
 // so needs no namespace lock, and only if that would have to evict runs
 // admit with op, the same admission, under the lock.
-func (c *Core) admitFirstFree(id blob.ID, free func() error, need int64, spent *atomic.Int64, cancel <-chan struct{}, op func() (victims, error)) error {
+func (c *Core) admitFirstFree(id blob.ID, free func() error, need int64, spent *atomic.Int64, intr Interrupt, op func() (victims, error)) error {
 	err := free()
 	switch {
 	case errors.Is(err, ledger.ErrBusy):
-		return c.admit(id, need, spent, cancel, op)
+		return c.admit(id, need, spent, intr, op)
 	case errors.Is(err, ledger.ErrTooLarge):
 		c.ledger.Refused()
 	}

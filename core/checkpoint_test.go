@@ -70,7 +70,7 @@ func TestCheckpointThenCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Write(nil, make([]byte, 3*mib), 0); err != nil {
+	if _, err := h.Write(Interrupt{}, make([]byte, 3*mib), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Flush(); err != nil {
@@ -81,7 +81,7 @@ func TestCheckpointThenCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := open.Write(nil, make([]byte, mib), 0); err != nil {
+	if _, err := open.Write(Interrupt{}, make([]byte, mib), 0); err != nil {
 		t.Fatal(err)
 	}
 	tc.crash()

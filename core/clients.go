@@ -201,16 +201,22 @@ func (cl *clients) process(t Client) proc {
 // statusField is the number in the line "key:" of a /proc status file;
 // 0 when there is none.
 func statusField(status []byte, key string) int32 {
+	n, _ := strconv.ParseInt(statusLine(status, key), 10, 32)
+	return int32(n)
+}
+
+// statusLine is what the line "key:" of a /proc status file says, its
+// blanks trimmed ("" when there is none).
+func statusLine(status []byte, key string) string {
 	i := bytes.Index(status, []byte("\n"+key+":"))
 	if i < 0 {
-		return 0
+		return ""
 	}
 	line := status[i+len(key)+2:]
 	if j := bytes.IndexByte(line, '\n'); j >= 0 {
 		line = line[:j]
 	}
-	n, _ := strconv.ParseInt(string(bytes.TrimSpace(line)), 10, 32)
-	return int32(n)
+	return string(bytes.TrimSpace(line))
 }
 
 // created notes object made created by thread t of process p, and says

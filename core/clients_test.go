@@ -29,7 +29,7 @@ func TestDirectWritersEndTheirGrace(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := h.Write(nil, make([]byte, size), 0); err != nil {
+		if _, err := h.Write(Interrupt{}, make([]byte, size), 0); err != nil {
 			h.Release()
 			return err
 		}
@@ -250,7 +250,7 @@ func TestReservationByProcess(t *testing.T) {
 		if err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}
-		if _, err := h.Write(nil, make([]byte, size), 0); err != nil {
+		if _, err := h.Write(Interrupt{}, make([]byte, size), 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := h.Flush(); err != nil {
@@ -314,7 +314,7 @@ func TestEmptyWritersReserveNothing(t *testing.T) {
 		return h
 	}
 	h := open(me, "large")
-	if _, err := h.Write(nil, make([]byte, 8*mib), 0); err != nil {
+	if _, err := h.Write(Interrupt{}, make([]byte, 8*mib), 0); err != nil {
 		t.Fatal(err)
 	}
 	h.Release()
@@ -336,7 +336,7 @@ func TestEmptyWritersReserveNothing(t *testing.T) {
 	}
 	// One non-empty store sizes the process again.
 	h = open(toucher, "data")
-	if _, err := h.Write(nil, make([]byte, mib), 0); err != nil {
+	if _, err := h.Write(Interrupt{}, make([]byte, mib), 0); err != nil {
 		t.Fatal(err)
 	}
 	h.Release()
@@ -402,7 +402,7 @@ func TestPoolLearntEndsEarlierGraces(t *testing.T) {
 	}
 	fill := func(h *Handle) {
 		t.Helper()
-		if _, err := h.Write(nil, make([]byte, mib), 0); err != nil {
+		if _, err := h.Write(Interrupt{}, make([]byte, mib), 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := h.Flush(); err != nil {
@@ -457,7 +457,7 @@ func TestDirectWritersKeepTempGraces(t *testing.T) {
 			return err
 		}
 		defer h.Release()
-		if _, err := h.Write(nil, make([]byte, size), 0); err != nil {
+		if _, err := h.Write(Interrupt{}, make([]byte, size), 0); err != nil {
 			return err
 		}
 		return h.Flush()
@@ -501,7 +501,7 @@ func TestLearntBeforeRelease(t *testing.T) {
 		if last != nil {
 			last.Release() // after the next create, as RELEASE often comes
 		}
-		if _, err := h.Write(nil, make([]byte, 4*mib), 0); err != nil {
+		if _, err := h.Write(Interrupt{}, make([]byte, 4*mib), 0); err != nil {
 			t.Fatalf("store k%d into the full cache: %v", i, err)
 		}
 		if err := h.Flush(); err != nil {
@@ -535,13 +535,13 @@ func TestCloseByAnotherProcessSizesNothing(t *testing.T) {
 	}
 	defer h.Release()
 	h.File().WriteAt(make([]byte, 12*mib), 0)
-	if err := h.FlushBy(nil, Client(1)); err != nil { // init: another process
+	if err := h.FlushBy(Interrupt{}, Client(1)); err != nil { // init: another process
 		t.Fatal(err)
 	}
 	if r := tc.Reservation(); r != 0 {
 		t.Fatalf("after another process's close: reservations are %d; want none sized by it", r)
 	}
-	if err := h.FlushBy(nil, Client(os.Getpid())); err != nil {
+	if err := h.FlushBy(Interrupt{}, Client(os.Getpid())); err != nil {
 		t.Fatal(err)
 	}
 	if r := tc.Reservation(); r != 12*mib {

@@ -89,7 +89,7 @@ func (tc *testCore) put(name string, size int) blob.ID {
 		tc.t.Fatalf("create %s: %v", name, err)
 	}
 	if size > 0 {
-		if _, err := h.Write(nil, make([]byte, size), 0); err != nil {
+		if _, err := h.Write(Interrupt{}, make([]byte, size), 0); err != nil {
 			tc.t.Fatalf("write %s: %v", name, err)
 		}
 	}
@@ -558,7 +558,7 @@ func randomCoreOp(tc *testCore, r *rand.Rand, names []string, dirs ...blob.ID) (
 		}
 		size := 1 + r.IntN(700*kib)
 		if r.IntN(2) == 0 {
-			_, err = h.Write(nil, make([]byte, size), 0)
+			_, err = h.Write(Interrupt{}, make([]byte, size), 0)
 		} else {
 			_, err = h.File().WriteAt(make([]byte, size), 0)
 		}
@@ -708,7 +708,7 @@ func TestAuditWalksInBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Write(nil, []byte("inner"), 0); err != nil {
+	if _, err := h.Write(Interrupt{}, []byte("inner"), 0); err != nil {
 		t.Fatal(err)
 	}
 	h.Flush()
@@ -914,7 +914,7 @@ func TestLinkFromMovingName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Write(nil, make([]byte, kib), 0); err != nil {
+	if _, err := h.Write(Interrupt{}, make([]byte, kib), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Flush(); err != nil {

@@ -86,7 +86,7 @@ func (c *Core) openTaken(parent ID, name string, flags int, write bool) (*Handle
 	if flags&unix.O_TRUNC != 0 {
 		// By name, before the open: a writer opens the object at its
 		// new size.
-		if err := c.Truncate(nil, e.ID, nil, 0); err != nil {
+		if err := c.Truncate(Interrupt{}, e.ID, nil, 0); err != nil {
 			return nil, 0, gone(err)
 		}
 		how = Truncated

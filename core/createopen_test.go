@@ -109,7 +109,7 @@ func TestCreateOverAFilePutBehindTheBack(t *testing.T) {
 	if err != nil || how != Created {
 		t.Fatalf("create over a file put in the store behind kvfs's back: %v (%v), want a new object", err, how)
 	}
-	if _, err := h.Write(nil, []byte("mine"), 0); err != nil {
+	if _, err := h.Write(Interrupt{}, []byte("mine"), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Flush(); err != nil {

@@ -218,7 +218,7 @@ func TestEarlyStoresSettled(t *testing.T) {
 		if _, err := f.Write([]byte{1}, 0); !errors.Is(err, ErrWait) || h == nil {
 			t.Fatalf("a write after the switch: %v (handle %v), want ErrWait", err, h)
 		}
-		if _, err := h.Write(nil, make([]byte, size), 0); err != nil {
+		if _, err := h.Write(Interrupt{}, make([]byte, size), 0); err != nil {
 			t.Fatalf("a write through the core's handle: %v", err)
 		}
 		if err := h.Flush(); err != nil {
@@ -415,7 +415,7 @@ func earlyRandom(t *testing.T, seed int64) {
 			f.size = -1 // no name left: gone with its release
 			continue
 		}
-		if _, err := h.Write(nil, []byte{7}, f.size); err != nil {
+		if _, err := h.Write(Interrupt{}, []byte{7}, f.size); err != nil {
 			t.Fatal(err)
 		}
 		f.size++

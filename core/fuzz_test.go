@@ -245,7 +245,7 @@ func (m *fuzzCore) step(op, arg byte) string {
 		id, ok := m.names[n]
 		h, err := m.c.Open(id, os.O_WRONLY|os.O_TRUNC, true, nil)
 		if m.allowed("open for writing", err, ok, ErrStale) {
-			if err := m.c.Truncate(nil, id, h.File(), 0); err != nil {
+			if err := m.c.Truncate(Interrupt{}, id, h.File(), 0); err != nil {
 				m.t.Fatalf("truncate %v through its writer: %v", n, err)
 			}
 			o := m.objs[id]
@@ -395,7 +395,7 @@ func (m *fuzzCore) write(h *Handle, units int) {
 		buf[i] = o.fill
 	}
 	for range units {
-		n, err := h.Write(nil, buf, int64(o.size))
+		n, err := h.Write(Interrupt{}, buf, int64(o.size))
 		o.size += n
 		o.touched = o.touched || n > 0
 		if !m.allowed("write", err, true) {

@@ -233,7 +233,7 @@ func (c *Core) OpenTruncated(id blob.ID, flags int, write bool, via func(flags i
 	if err != nil {
 		return nil, err
 	}
-	err = c.Truncate(nil, id, f, 0)
+	err = c.Truncate(Interrupt{}, id, f, 0)
 	f.Close()
 	if err != nil {
 		return nil, err
@@ -323,7 +323,7 @@ const wantGuess = 1
 
 // Write writes through the daemon (no passthrough, or strict capacity):
 // admitted before a byte reaches the store (see Config.StrictCapacity).
-func (h *Handle) Write(cancel <-chan struct{}, data []byte, off int64) (int, error) {
+func (h *Handle) Write(intr Interrupt, data []byte, off int64) (int, error) {
 	c, end := h.c, off+int64(len(data))
 	var err error
 	want, guess := h.want.Swap(0), false
@@ -342,7 +342,7 @@ func (h *Handle) Write(cancel <-chan struct{}, data []byte, off int64) (int, err
 		// tester's burst of 64 threads storing 4 MiB into 32 MiB). A
 		// guess is made again at each try: the room the other writers
 		// leave changes as they come and go.
-		err = c.admit(h.id, want, &h.waited, cancel, func() (victims, error) {
+		err = c.admit(h.id, want, &h.waited, intr, func() (victims, error) {
 			if guess {
 				want = c.guessReservation(h.id)
 			}
@@ -356,7 +356,7 @@ func (h *Handle) Write(cancel <-chan struct{}, data []byte, off int64) (int, err
 	}
 	if err == nil {
 		err = c.admitFirstFree(h.id, func() error { return growFree(h.id, end) },
-			ledger.Charge(end)-charge, &h.waited, cancel, func() (victims, error) { return grow(h.id, end) })
+			ledger.Charge(end)-charge, &h.waited, intr, func() (victims, error) { return grow(h.id, end) })
 	}
 	if errors.Is(err, ErrNoSpace) {
 		h.refused.Store(true)
@@ -395,7 +395,7 @@ func (h *Handle) Write(cancel <-chan struct{}, data []byte, off int64) (int, err
 // Truncate sets an object's size, admitted first; f is a writer's stored
 // file, or nil to open one. The object is pinned as written meanwhile, so
 // it is neither evicted nor reconciled half-way.
-func (c *Core) Truncate(cancel <-chan struct{}, id blob.ID, f *os.File, size int64) error {
+func (c *Core) Truncate(intr Interrupt, id blob.ID, f *os.File, size int64) error {
 	if err := c.fits(size); err != nil {
 		return err
 	}
@@ -416,7 +416,7 @@ func (c *Core) Truncate(cancel <-chan struct{}, id blob.ID, f *os.File, size int
 	}
 	_, charge, _ := c.ledger.Size(id)
 	err := c.admitFirstFree(id, func() error { return c.ledger.SetSizeFree(id, size) },
-		ledger.Charge(size)-charge, nil, cancel, func() (victims, error) { return c.ledger.SetSize(id, size) })
+		ledger.Charge(size)-charge, nil, intr, func() (victims, error) { return c.ledger.SetSize(id, size) })
 	if err != nil {
 		return err
 	}
@@ -445,7 +445,7 @@ func (c *Core) fits(size int64) error {
 // Allocate supports plain preallocation, charged like a write, hole
 // punching, and preallocation that keeps the size within the blocks
 // already charged.
-func (h *Handle) Allocate(cancel <-chan struct{}, off, size int64, mode uint32) error {
+func (h *Handle) Allocate(intr Interrupt, off, size int64, mode uint32) error {
 	c := h.c
 	// A passthrough writer's bytes may not have been seen yet.
 	c.observe(h)
@@ -456,7 +456,7 @@ func (h *Handle) Allocate(cancel <-chan struct{}, off, size int64, mode uint32) 
 		}
 		_, charge, _ := c.ledger.Size(h.id)
 		err := c.admitFirstFree(h.id, func() error { return c.ledger.ExtendFree(h.id, off+size) },
-			ledger.Charge(off+size)-charge, &h.waited, cancel, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
+			ledger.Charge(off+size)-charge, &h.waited, intr, func() (victims, error) { return c.ledger.Extend(h.id, off+size) })
 		if err != nil {
 			return err
 		}
@@ -514,7 +514,7 @@ func (c *Core) settleShort(id blob.ID, f *os.File) {
 // and keeps its reservation, which its release gives back (see
 // ledger.Settle): unshown for the moment the release takes, shown again
 // by the poller once that passed (showKept).
-func (h *Handle) Flush() error { return h.FlushBy(nil, 0) }
+func (h *Handle) Flush() error { return h.FlushBy(Interrupt{}, 0) }
 
 // FlushBy is Flush for a close(2) by client thread t (0: not known). A
 // close by another process than the one that created the object (a
@@ -524,11 +524,11 @@ func (h *Handle) Flush() error { return h.FlushBy(nil, 0) }
 // open, whose size a forked `echo` thus published, had every later
 // store wait for a quarter of the capacity, which the held object
 // never left, and all were refused (an outside tester).
-func (h *Handle) FlushBy(cancel <-chan struct{}, t Client) error {
+func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 	if !h.write {
 		return nil
 	}
-	err := h.c.settle(h, false, h.c.byCreator(h, t), cancel)
+	err := h.c.settle(h, false, h.c.byCreator(h, t), intr)
 	if err == nil {
 		h.closedAt.Store(h.c.cfg.Now().UnixNano())
 	}
@@ -545,7 +545,7 @@ func (h *Handle) size() (int64, error) {
 // settle admits a writer's object at the size its stored file has now;
 // last: its last writer's release, which admits it whole (see
 // ledger.SettleLast).
-func (c *Core) settle(h *Handle, last, sizes bool, cancel <-chan struct{}) error {
+func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) error {
 	if h.refused.Load() {
 		c.ledger.Refused()
 		c.refuse(h)
@@ -570,7 +570,7 @@ func (c *Core) settle(h *Handle, last, sizes bool, cancel <-chan struct{}) error
 			free, settle = c.ledger.SettleLastFree, c.ledger.SettleLast
 		}
 		err = c.admitFirstFree(h.id, func() error { return free(h.id, size) },
-			ledger.Charge(size)-ledger.Charge(known), &h.waited, cancel, func() (victims, error) { return settle(h.id, size) })
+			ledger.Charge(size)-ledger.Charge(known), &h.waited, intr, func() (victims, error) { return settle(h.id, size) })
 		if err != nil || c.sizeStable(h.id, epoch) {
 			break
 		}
@@ -702,7 +702,7 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 	if h.refused.Load() {
 		// Its client was told at a close; what was written since goes too.
 		c.refuse(h)
-	} else if err = c.settle(h, true, true, nil); err != nil {
+	} else if err = c.settle(h, true, true, Interrupt{}); err != nil {
 		c.log.Warn("a writer's object could not be admitted at its release", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
 	// The names to publish are taken as the last writer ends, under the

@@ -55,7 +55,7 @@ func TestHandoverKeepsHandles(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := bytes.Repeat([]byte{7}, 512*kib)
-	if _, err := writer.Write(nil, first, 0); err != nil {
+	if _, err := writer.Write(Interrupt{}, first, 0); err != nil {
 		t.Fatal(err)
 	}
 	// A writer whose object was published while it is open (a close
@@ -68,7 +68,7 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := early.Write(nil, first, 0); err != nil {
+	if _, err := early.Write(Interrupt{}, first, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := early.Flush(); err != nil {
@@ -168,7 +168,7 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	if n, err := adopted[0].File().ReadAt(buf, 0); n != mib || err != nil {
 		t.Errorf("held reader: %d bytes, %v", n, err)
 	}
-	if _, err := adopted[2].Write(nil, first, int64(len(first))); err != nil {
+	if _, err := adopted[2].Write(Interrupt{}, first, int64(len(first))); err != nil {
 		t.Fatalf("writer after the handover: %v", err)
 	}
 	if err := adopted[2].Flush(); err != nil {
@@ -284,7 +284,7 @@ func TestHandoverKeepsReservationsWithinRoom(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.Write(nil, make([]byte, 512*kib), 0); err != nil {
+		if _, err := h.Write(Interrupt{}, make([]byte, 512*kib), 0); err != nil {
 			t.Fatal(err)
 		}
 		writers = append(writers, h)
@@ -358,7 +358,7 @@ func TestHandoverKeepsGrace(t *testing.T) {
 	c.Start(func(Drop) {})
 	h, err := c.Create(blob.RootID, "next", 0o644, nobody, true)
 	if err == nil {
-		_, err = h.Write(nil, make([]byte, mib), 0)
+		_, err = h.Write(Interrupt{}, make([]byte, mib), 0)
 		if err == nil {
 			err = h.Flush()
 		}
@@ -413,7 +413,7 @@ func twoPhaseHandover(t *testing.T, seed uint64) {
 			if err != nil {
 				return
 			}
-			h.Write(nil, make([]byte, 1+r.IntN(64*kib)), 0)
+			h.Write(Interrupt{}, make([]byte, 1+r.IntN(64*kib)), 0)
 			h.Flush()
 			h.Release()
 		case op < 4:
@@ -433,7 +433,7 @@ func twoPhaseHandover(t *testing.T, seed uint64) {
 		case op < 9:
 			if e, _, err := c.Lookup(d, name); err == nil && !e.Dir {
 				if h, err := c.Open(e.ID, os.O_RDWR, true, nil); err == nil {
-					h.Write(nil, make([]byte, 1+r.IntN(32*kib)), int64(r.IntN(64*kib)))
+					h.Write(Interrupt{}, make([]byte, 1+r.IntN(32*kib)), int64(r.IntN(64*kib)))
 					h.Flush()
 					h.Release()
 				}
@@ -451,7 +451,7 @@ func twoPhaseHandover(t *testing.T, seed uint64) {
 		if err != nil {
 			continue
 		}
-		h.Write(nil, make([]byte, 1+r.IntN(64*kib)), 0)
+		h.Write(Interrupt{}, make([]byte, 1+r.IntN(64*kib)), 0)
 		h.Flush()
 		h.Release()
 	}

@@ -119,7 +119,7 @@ func (in *install) create(size int64) (*os.File, error) {
 		return nil, ledgerErr(err)
 	}
 	in.charged = true
-	err := c.admit(in.id, ledger.Charge(size), &in.waited, nil, func() (victims, error) { return c.ledger.Reserve(in.id, size) })
+	err := c.admit(in.id, ledger.Charge(size), &in.waited, Interrupt{}, func() (victims, error) { return c.ledger.Reserve(in.id, size) })
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func (in *install) link(parent blob.ID, name string) error {
 	if st.Size != in.size {
 		return errors.New("core: install: fetch left a size other than the one it stated")
 	}
-	err := c.admit(in.id, ledger.Charge(st.Size), &in.waited, nil, func() (victims, error) { return c.ledger.Settle(in.id, st.Size) })
+	err := c.admit(in.id, ledger.Charge(st.Size), &in.waited, Interrupt{}, func() (victims, error) { return c.ledger.Settle(in.id, st.Size) })
 	if err != nil {
 		return err
 	}

@@ -305,7 +305,7 @@ func TestOpenPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Write(nil, []byte("payload"), 0)
+	h.Write(Interrupt{}, []byte("payload"), 0)
 	h.Flush()
 	h.Release()
 	r, err := tc.OpenPath("d/o")

@@ -250,7 +250,7 @@ func TestMountGoneBringsBackWhatItCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Write(nil, []byte("covered by the mount"), 0); err != nil {
+	if _, err := h.Write(Interrupt{}, []byte("covered by the mount"), 0); err != nil {
 		t.Fatal(err)
 	}
 	h.Release()

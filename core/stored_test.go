@@ -19,7 +19,7 @@ func (tc *testCore) putBytes(name, data string) blob.ID {
 	if err != nil {
 		tc.t.Fatalf("create %s: %v", name, err)
 	}
-	if _, err := h.Write(nil, []byte(data), 0); err != nil {
+	if _, err := h.Write(Interrupt{}, []byte(data), 0); err != nil {
 		tc.t.Fatalf("write %s: %v", name, err)
 	}
 	if err := h.Flush(); err != nil {
@@ -210,7 +210,7 @@ func TestLinkedOutsideAtRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Write(nil, []byte("bytes"), 0); err != nil {
+	if _, err := h.Write(Interrupt{}, []byte("bytes"), 0); err != nil {
 		t.Fatal(err)
 	}
 	f, err := tc.OpenStored(h.ID(), unix.O_RDONLY)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -347,7 +348,7 @@ func TestOverloadedCreateWaitsAtItsWrite(t *testing.T) {
 	defer late.Release()
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := late.Write(nil, make([]byte, mib), 0)
+		_, err := late.Write(Interrupt{}, make([]byte, mib), 0)
 		wrote <- err
 	}()
 	for tc.Stats().WaitingForRoom == 0 {
@@ -405,7 +406,7 @@ func TestOverloadWaitsForWritersThatFinish(t *testing.T) {
 	}
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := late.Write(nil, make([]byte, 4*mib), 0)
+		_, err := late.Write(Interrupt{}, make([]byte, 4*mib), 0)
 		wrote <- err
 	}()
 	// Until one of them is published, the late writer waits: nothing is
@@ -670,7 +671,7 @@ func TestTruncateDuringSettle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.Write(nil, make([]byte, 4096), 0); err != nil {
+			if _, err := h.Write(Interrupt{}, make([]byte, 4096), 0); err != nil {
 				t.Fatal(err)
 			}
 			if err := h.Flush(); err != nil {
@@ -681,7 +682,7 @@ func TestTruncateDuringSettle(t *testing.T) {
 			var once sync.Once
 			testHookSettling = func() {
 				once.Do(func() {
-					if err := tc.Truncate(nil, h.ID(), nil, size); err != nil {
+					if err := tc.Truncate(Interrupt{}, h.ID(), nil, size); err != nil {
 						t.Error(err)
 					}
 				})
@@ -775,7 +776,7 @@ func TestRewritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := open("written")
-	if _, err := w.Write(nil, []byte("x"), 0); err != nil {
+	if _, err := w.Write(Interrupt{}, []byte("x"), 0); err != nil {
 		t.Fatal(err)
 	}
 	// A client sets the mtime (it could put it back after a write): the
@@ -836,7 +837,7 @@ func TestStuckWritersGiveWayOneAtATime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.Write(nil, make([]byte, end), 0); err != nil {
+		if _, err := h.Write(Interrupt{}, make([]byte, end), 0); err != nil {
 			t.Fatalf("writer %d's first %d bytes: %v", i, end, err)
 		}
 		hs = append(hs, h)
@@ -846,7 +847,7 @@ func TestStuckWritersGiveWayOneAtATime(t *testing.T) {
 	for i := len(hs) - 1; i >= 0; i-- {
 		done[i] = make(chan error, 1)
 		go func() {
-			_, err := hs[i].Write(nil, make([]byte, 2*mib), ends[i])
+			_, err := hs[i].Write(Interrupt{}, make([]byte, 2*mib), ends[i])
 			done[i] <- err
 		}()
 		for tc.counters.waiting.Load() != int64(len(hs)-i) {
@@ -913,7 +914,7 @@ func TestWaitLimitBoundsAStore(t *testing.T) {
 	tc, h, timers, _ := writerInAFullCache(t, limit)
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := h.Write(nil, make([]byte, mib), 0)
+		_, err := h.Write(Interrupt{}, make([]byte, mib), 0)
 		wrote <- err
 	}()
 	ch := <-timers
@@ -923,7 +924,7 @@ func TestWaitLimitBoundsAStore(t *testing.T) {
 		t.Fatalf("a write that waited out the limit: %v, want ENOSPC", err)
 	}
 	go func() {
-		_, err := h.Write(nil, make([]byte, mib), 0)
+		_, err := h.Write(Interrupt{}, make([]byte, mib), 0)
 		wrote <- err
 	}()
 	select {
@@ -968,27 +969,56 @@ func TestGuessLeavesRoomOthersWrote(t *testing.T) {
 	}
 }
 
-// TestInterruptedWaitEndsAtOnce: a write or a close waiting for room
-// that its client's signal interrupts (the kernel's INTERRUPT, which
-// closes cancel) returns EINTR at once, refusing nothing: before, it
-// waited out the whole --wait-limit, so a Ctrl-C of a writer stuck in a
-// full cache took up to 5 s, and a killed one's wait kept its place
-// among the waiting writers as long.
-func TestInterruptedWaitEndsAtOnce(t *testing.T) {
+// TestInterruptedWaitEndsOnceTheCallerIsGone: a write or a close
+// waiting for room whose request the kernel interrupts (Done closes)
+// returns EINTR once its caller is gone (killed), refusing nothing:
+// before, it waited out the whole --wait-limit, its place among the
+// waiting writers held for a dead process. A caller that is still there
+// (a signal it handles, a stop, a tracer) keeps waiting: the kernel
+// would hand it the EINTR even under SA_RESTART, and a write to a
+// regular file does not fail so.
+func TestInterruptedWaitEndsOnceTheCallerIsGone(t *testing.T) {
 	const limit = 2 * time.Second
 	tc, h, timers, after := writerInAFullCache(t, limit)
-	cancel := make(chan struct{})
-	wrote := make(chan error, 1)
+	write := func(intr Interrupt) chan error {
+		wrote := make(chan error, 1)
+		go func() {
+			_, err := h.Write(intr, make([]byte, mib), 0)
+			wrote <- err
+		}()
+		return wrote
+	}
+	// A caller still there: the wait goes on to the limit.
+	done := make(chan struct{})
+	wrote := write(Interrupt{Done: done, By: Client(os.Getpid())})
+	ch := <-timers
+	close(done)
+	select {
+	case err := <-wrote:
+		t.Fatalf("a write whose live caller was interrupted: %v; want it waiting on", err)
+	default:
+	}
+	tc.clock.Skip(limit)
+	ch <- time.Time{}
+	if err := <-wrote; !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("the interrupted write of a live caller at the limit: %v, want ENOSPC", err)
+	}
+	// A caller gone.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan struct{})
+	close(done)
+	_, h2, _, _ := writerInAFullCache(t, limit)
 	go func() {
-		_, err := h.Write(cancel, make([]byte, mib), 0)
+		_, err := h2.Write(Interrupt{Done: done, By: Client(dead.Process.Pid)}, make([]byte, mib), 0)
 		wrote <- err
 	}()
-	<-timers // waiting, for the limit
-	close(cancel)
 	if err := <-wrote; !errors.Is(err, syscall.EINTR) {
-		t.Fatalf("an interrupted write waiting for room: %v, want EINTR", err)
+		t.Fatalf("an interrupted write waiting for room, its caller gone: %v, want EINTR", err)
 	}
-	if st := tc.Stats(); st.AdmissionFailures != 0 {
+	if st := h2.c.Stats(); st.AdmissionFailures != 0 {
 		t.Errorf("an interrupted wait counted as %d refusals; want none", st.AdmissionFailures)
 	}
 
@@ -1002,10 +1032,8 @@ func TestInterruptedWaitEndsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.File().WriteAt(make([]byte, 4*mib), 0)
-	cancel = make(chan struct{})
-	close(cancel)
-	if err := w.FlushBy(cancel, 0); !errors.Is(err, syscall.EINTR) {
-		t.Fatalf("an interrupted close waiting for room: %v, want EINTR", err)
+	if err := w.FlushBy(Interrupt{Done: done, By: Client(dead.Process.Pid)}, 0); !errors.Is(err, syscall.EINTR) {
+		t.Fatalf("an interrupted close waiting for room, its caller gone: %v, want EINTR", err)
 	}
 	if err := p.Unlink(blob.RootID, "full"); err != nil {
 		t.Fatal(err)

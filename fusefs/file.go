@@ -119,13 +119,19 @@ func (f *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Rea
 	return fuse.ReadResultData(buf[:n]), fuse.OK
 }
 
+// interruptOf is what a wait for room of a request hears of its caller:
+// cancel closes when the kernel interrupts the request.
+func interruptOf(cancel <-chan struct{}, caller *fuse.Caller) core.Interrupt {
+	return core.Interrupt{Done: cancel, By: core.Client(caller.Pid)}
+}
+
 func (f *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	h, put, ok := f.handle(in.NodeId, in.Fh)
 	if !ok {
 		return 0, fuse.EBADF
 	}
 	defer put()
-	n, err := h.Handle.Write(cancel, data, int64(in.Offset))
+	n, err := h.Handle.Write(interruptOf(cancel, &in.Caller), data, int64(in.Offset))
 	return uint32(n), f.status("write", err)
 }
 
@@ -152,7 +158,7 @@ func (f *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	if !h.Writable() {
 		return fuse.OK
 	}
-	err := h.Handle.FlushBy(cancel, core.Client(in.Caller.Pid))
+	err := h.Handle.FlushBy(interruptOf(cancel, &in.Caller), core.Client(in.Caller.Pid))
 	// The charge st_blocks reports has just settled (an open writer's is
 	// at least its reservation): the kernel's cached attributes go before
 	// close(2) returns. Dropping attributes alone (offset -1) takes no
@@ -209,7 +215,7 @@ func (f *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status
 	}
 	defer put()
 	f.dropRAM(h.ID())
-	return f.status("fallocate", h.Handle.Allocate(cancel, int64(in.Offset), int64(in.Length), in.Mode))
+	return f.status("fallocate", h.Handle.Allocate(interruptOf(cancel, &in.Caller), int64(in.Offset), int64(in.Length), in.Mode))
 }
 
 func (f *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {

@@ -154,7 +154,7 @@ func (f *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrO
 	} else if gone, gerr := f.gone.set(id, in); h == nil && gone {
 		err = gerr
 	} else {
-		err = f.setFileAttr(cancel, id, h, in)
+		err = f.setFileAttr(interruptOf(cancel, &in.Caller), id, h, in)
 	}
 	if err != nil {
 		return f.status("setattr", err)
@@ -184,14 +184,14 @@ const attrsNotSize = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FA
 
 // setFileAttr sets the size through a writer's handle, or by name, and
 // the rest through the handle's stored file or one opened for it.
-func (f *FS) setFileAttr(cancel <-chan struct{}, id core.ID, h *handle, in *fuse.SetAttrIn) error {
+func (f *FS) setFileAttr(intr core.Interrupt, id core.ID, h *handle, in *fuse.SetAttrIn) error {
 	if size, ok := in.GetSize(); ok {
 		var w *os.File
 		if h != nil && h.Writable() {
 			w = h.File()
 		}
 		f.dropRAM(id)
-		if err := f.core.Truncate(cancel, id, w, int64(size)); err != nil {
+		if err := f.core.Truncate(intr, id, w, int64(size)); err != nil {
 			return err
 		}
 		f.changed(id)

@@ -148,7 +148,7 @@ var Fields = []Field{
 	coreField("evictions", Counter, "evictions", "Objects evicted to make room (also at start-up, to fit the capacity).", func(s *core.Stats) *int64 { return &s.Evictions }),
 	coreField("evicted_bytes", Counter, "", "Bytes freed by evictions.", func(s *core.Stats) *int64 { return &s.EvictedBytes }),
 	coreField("admission_failures", Counter, "enospc", "Creates, opens, writes, truncates, fallocates and closes refused with ENOSPC.", func(s *core.Stats) *int64 { return &s.AdmissionFailures }),
-	coreField("waiting_for_room", Gauge, "waiting", "Writes, closes, truncates and fallocates waiting for room now (up to --wait-limit, or until their client is interrupted).", func(s *core.Stats) *int64 { return &s.WaitingForRoom }),
+	coreField("waiting_for_room", Gauge, "waiting", "Writes, closes, truncates and fallocates waiting for room now (up to --wait-limit, or until their client is killed).", func(s *core.Stats) *int64 { return &s.WaitingForRoom }),
 	coreField("reconciliations", Counter, "", "Times the ledger followed an object changed behind kvfs's back.", func(s *core.Stats) *int64 { return &s.Reconciliations }),
 	coreField("reserved_bytes", Gauge, "", "Space admitted to open writers beyond what they have written.", func(s *core.Stats) *int64 { return &s.ReservedBytes }),
 	coreField("kept_bytes", Gauge, "", "Reservations not shown for the moment after a close of a copy of a writer's descriptor (until its release, or 100 ms): admission counts them.", func(s *core.Stats) *int64 { return &s.KeptBytes }),
