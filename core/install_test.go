@@ -456,3 +456,23 @@ func TestStatDuringRenameOver(t *testing.T) {
 		t.Errorf("after the rename: %d reconciliations, used %d; want none and %d", st.Reconciliations, st.UsedBytes, before-300*kib)
 	}
 }
+
+// TestInstalledObjectsHaveNoGrace: an object fetched from the remote
+// tier is named complete, with no publish step to protect, so a fetch
+// into a full cache evicts the last one at once: each kept --grace from
+// its download, and a small cache's cold hits waited for it or failed
+// with ENOSPC (an outside tester).
+func TestInstalledObjectsHaveNoGrace(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 8 * mib, Grace: time.Hour})
+	tc.clock.Freeze()
+	for i, name := range []string{"a", "b", "c"} {
+		h, err := tc.Install(blob.RootID, name, tc.NewID(), fetchOf(make([]byte, 5*mib)))
+		if err != nil {
+			t.Fatalf("install %d of 5 MiB into 8 MiB: %v", i, err)
+		}
+		h.Release()
+	}
+	if tc.exists("a") || tc.exists("b") || !tc.exists("c") {
+		t.Errorf("after three installs of 5 MiB into 8 MiB: a %v, b %v, c %v; want c alone", tc.exists("a"), tc.exists("b"), tc.exists("c"))
+	}
+}
