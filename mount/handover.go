@@ -109,6 +109,11 @@ type handoverRequest struct {
 	// 2026-12-05) would open it whole, so it is refused a connection
 	// whose INIT gave ATOMIC_O_TRUNC (see keepsOpenTruncation).
 	OpenTruncates bool `json:"open_truncates,omitempty"`
+	// Store is the store the successor mounts, whose socket it asked: a
+	// daemon of another store refuses (its socket moved into this store:
+	// handing its mount over served that mount from this store, beside
+	// this store's own daemon; an outside tester).
+	Store string `json:"store,omitempty"`
 }
 
 // handoverOffer is the old daemon's answer; the descriptors follow it:
@@ -231,7 +236,7 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 			fmt.Errorf("handover asked by uid %d: %w (only root and the daemon's user, uid %d, may take the mount)", uid, unix.EPERM, os.Geteuid()))
 		return
 	}
-	if err := errors.Join(m.keepsRequestTimeout(req.RequestTimeout), keepsOpenTruncation(m.server.InitState().Flags, req.OpenTruncates)); err != nil {
+	if err := errors.Join(m.keepsStore(req.Store), m.keepsRequestTimeout(req.RequestTimeout), keepsOpenTruncation(m.server.InitState().Flags, req.OpenTruncates)); err != nil {
 		refuseHandover(conn, log, "handover refused; serving on", err)
 		return
 	}
@@ -458,7 +463,8 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	// Two phases, unless a remote tier is configured: its journal of
 	// pending uploads is the old daemon's until the pause.
 	prepare := o.Remote == nil
-	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid(), Prepare: prepare, RequestTimeout: o.RequestTimeout, OpenTruncates: true}, nil); err != nil {
+	store, _ := filepath.Abs(o.Store) // the old daemon's working directory is its own
+	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid(), Prepare: prepare, RequestTimeout: o.RequestTimeout, OpenTruncates: true, Store: store}, nil); err != nil {
 		return nil, fmt.Errorf("asking for the mount: %w (%w)", err, errPredecessorGone)
 	}
 	var offer handoverOffer
@@ -938,6 +944,21 @@ func (m *Mount) closeParts() {
 	m.fs.Close()
 	m.closeRemote()
 	m.ram.Close()
+}
+
+// keepsStore refuses a successor of another store than this daemon's
+// (an older one says none): it reached this daemon's socket in its own
+// store, where someone moved it.
+func (m *Mount) keepsStore(store string) error {
+	if store == "" {
+		return nil
+	}
+	mine, err1 := os.Stat(m.Store)
+	theirs, err2 := os.Stat(store)
+	if err1 == nil && err2 == nil && os.SameFile(mine, theirs) {
+		return nil
+	}
+	return usagef("the handover socket in %s is the one of the kvfs daemon of the store %s (moved there?): it hands over only its own mount; unmount the mount of %s, then mount it", store, m.Store, store)
 }
 
 // keepsRequestTimeout refuses a successor whose --request-timeout is

@@ -999,3 +999,34 @@ func TestHandoverSocketGone(t *testing.T) {
 	}
 	d.stop()
 }
+
+// TestHandoverSocketOfAnotherStore: a daemon whose handover socket was
+// moved into another store's place refuses a successor of that store:
+// it handed its own mount over, which the successor then served from
+// the other store beside that store's own daemon (an outside tester).
+func TestHandoverSocketOfAnotherStore(t *testing.T) {
+	requireRoot(t)
+	h := mountCache(t, "--capacity", "16MiB")
+	i := mountCache(t, "--capacity", "16MiB")
+	putFile(t, filepath.Join(h.mp, "h"), objectBytes("h", 5000))
+	putFile(t, filepath.Join(i.mp, "i"), objectBytes("i", 5000))
+	hSock, iSock := filepath.Join(h.store, "kvfs.handover"), filepath.Join(i.store, "kvfs.handover")
+	aside := filepath.Join(t.TempDir(), "sock")
+	if err := os.Rename(hSock, aside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(iSock, hSock); err != nil {
+		t.Fatal(err)
+	}
+	res := runKvfs(t, "mount", "--store", h.store, "--capacity", "32MiB", h.mp)
+	os.Rename(hSock, iSock)
+	os.Rename(aside, hSock)
+	requireUsageError(t, res, "the handover socket in "+h.store+" is the one of the kvfs daemon of the store "+i.store)
+	for _, c := range []struct{ mp, name string }{{h.mp, "h"}, {i.mp, "i"}} {
+		if got, err := os.ReadFile(filepath.Join(c.mp, c.name)); err != nil || checkObject(got, c.name, 5000) != nil {
+			t.Errorf("%s after the refusal: %v", c.mp, err)
+		}
+	}
+	i.stop()
+	h.stop()
+}
