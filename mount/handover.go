@@ -777,7 +777,12 @@ func handoverUnreachable(o Options) error {
 	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
 		what = "is not a socket"
 	default:
-		return nil // refused or another user's: said where it was asked
+		conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+		if err == nil {
+			conn.Close()
+			return nil // another user's: said where it was asked
+		}
+		what = fmt.Sprintf("takes no connection (%v: another one made in its place?)", errors.Unwrap(errors.Unwrap(err)))
 	}
 	return usagef("%s is served by the kvfs daemon (pid %d) of the store %s, whose handover socket %s %s: the daemon makes it only as it starts, so it cannot hand the mount over; unmount it (`kvfs unmount %s`), then mount again",
 		o.Mountpoint, pid, store, path, what, o.Mountpoint)

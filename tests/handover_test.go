@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -969,7 +970,8 @@ func exitedWith(err error, code int) bool {
 }
 
 // TestHandoverSocketGone: a mount whose daemon's handover socket was
-// moved away or replaced by a regular file cannot be handed over; a
+// moved away or replaced by a regular file or a socket no one listens
+// on cannot be handed over; a
 // mount of its store says so, naming the socket and the way out, and
 // the daemon serves on. It said the mount is served, and that only a
 // mount of that store, by root, takes it over: the very command run (an
@@ -990,6 +992,15 @@ func TestHandoverSocketGone(t *testing.T) {
 	}
 	res = runKvfs(t, "mount", "--store", d.store, "--capacity", "32MiB", d.mp)
 	requireUsageError(t, res, sock+" is not a socket")
+	os.Remove(sock)
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close() // a socket no one listens on
+	res = runKvfs(t, "mount", "--store", d.store, "--capacity", "32MiB", d.mp)
+	requireUsageError(t, res, sock+" takes no connection")
 	if got, err := os.ReadFile(filepath.Join(d.mp, "obj")); err != nil || checkObject(got, "obj", 5000) != nil {
 		t.Errorf("the daemon after the refusals: %v", err)
 	}
