@@ -123,6 +123,7 @@ func (s *Store) parseCheckpoint(data []byte, m *marks, rep *LoadReport) ([]Objec
 		return nil, err
 	}
 	c := &cpLoad{s: s, l: s.newLoader(m, rep, 0), marks: m, when: when, unsure: map[ID]bool{}, taken: map[int][]string{}}
+	c.l.since = when
 	rep.SnapshotTaken = c.when
 	if err := c.parseDirs(r); err != nil {
 		return nil, err

@@ -161,26 +161,29 @@ func (c *cpLoad) addChanged(dirfd int, cd *cpLoadDir, name string, typ uint8) er
 		l.countIncomplete(e.st.Ino, e.st.Size)
 		return nil
 	}
-	c.madeSince(&e.st)
 	l.addFile(cd.d, &e)
 	return nil
 }
 
-// madeSince ranks a name made since the checkpoint began (a create, link
-// or rename sets its inode's change time) no older than the checkpoint's
-// objects, which rank just before its time (objects): its bytes' times
-// may be older. A store's temp name that a checkpoint step captured and
-// that its link replaced after lost its place with the temp name, and
-// the object came back ranked by its mtime, older than every object the
-// checkpoint listed: the first evicted after a crash (an outside tester,
-// 6 of 7 runs, objects published up to 90 ms before a checkpoint was
-// saved). The change time is the file system's coarse clock, up to a
-// tick behind: a second's slack.
-func (c *cpLoad) madeSince(st *unix.Stat_t) {
+// madeSince is the last use a start ranks a stat'ed file by: the later
+// of its atime and mtime, but for a start from a checkpoint, a name
+// made since the checkpoint began (a create, link or rename sets its
+// inode's change time) no older than the checkpoint's objects, which
+// rank just before its time (objects): its bytes' times may be older. A
+// store's temp name that a checkpoint step captured and that its link
+// replaced after lost its place with the temp name, and the object came
+// back ranked by its mtime, older than every object the checkpoint
+// listed: the first evicted after a crash (an outside tester, 6 of 7
+// runs, objects published up to 90 ms before a checkpoint was saved;
+// then, linked into a directory made since, 3 of 3). The change time is
+// the file system's coarse clock, up to a tick behind: a second's slack.
+func (l *loader) madeSince(st *unix.Stat_t) int64 {
 	const slack = int64(time.Second)
-	if ts(st.Ctim) >= c.when-slack && max(ts(st.Atim), ts(st.Mtim)) < c.when {
-		st.Atim = unix.NsecToTimespec(c.when)
+	used := max(ts(st.Atim), ts(st.Mtim))
+	if l.since != 0 && ts(st.Ctim) >= l.since-slack {
+		used = max(used, l.since)
 	}
+	return used
 }
 
 // forgetName removes a name from the index only (the store no longer

@@ -1115,8 +1115,9 @@ func TestCheckpointFollowsAMovedStore(t *testing.T) {
 }
 
 // TestCheckpointRanksNamesMadeSince: an object stored by temp name whose
-// temp name a checkpoint captured, linked to its final name and the temp
-// name unlinked after (LMCache's fs_native store), comes back from a
+// temp name a checkpoint captured, linked to its final name (in its
+// directory, or in one made since) and the temp name unlinked after
+// (LMCache's fs_native store), comes back from a
 // crash no older than the objects the checkpoint ranked, though its
 // bytes were written before it: it came back ranked by its mtime, the
 // oldest of all, and was the first evicted (an outside tester).
@@ -1126,11 +1127,18 @@ func TestCheckpointRanksNamesMadeSince(t *testing.T) {
 	mustCreate(t, s, d, "old1", []byte("one"))
 	mustCreate(t, s, d, "old2", []byte("two"))
 	x := mustCreate(t, s, d, "x.tmp", []byte("written before the checkpoint"))
+	y := mustCreate(t, s, d, "y.tmp", []byte("this one too"))
 	hourAgo := time.Now().Add(-time.Hour)
-	must(t, "Chtimes", os.Chtimes(filepath.Join(dir, DataName, "d", "x.tmp"), hourAgo, hourAgo))
+	for _, n := range []string{"x.tmp", "y.tmp"} {
+		must(t, "Chtimes", os.Chtimes(filepath.Join(dir, DataName, "d", n), hourAgo, hourAgo))
+	}
 	saveCheckpoint(t, s, ids(s))
 	must(t, "Link", s.Link(x, d, "x"))
 	_, err := s.Unlink(d, "x.tmp")
+	must(t, "Unlink", err)
+	// Into a directory made since, which the start walks whole.
+	must(t, "Link", s.Link(y, mustMkdir(t, s, RootID, "new"), "y"))
+	_, err = s.Unlink(d, "y.tmp")
 	must(t, "Unlink", err)
 
 	s, objs, rep := reload(t, dir, s)
@@ -1141,10 +1149,12 @@ func TestCheckpointRanksNamesMadeSince(t *testing.T) {
 	for _, o := range objs {
 		atime[o.ID] = o.Atime
 	}
-	got := atime[lookupPath(t, s, "d/x")]
-	for _, name := range []string{"d/old1", "d/old2"} {
-		if other := atime[lookupPath(t, s, name)]; got < other {
-			t.Errorf("d/x, linked since the checkpoint, ranks %v before %s, which the checkpoint listed", time.Duration(other-got), name)
+	for _, since := range []string{"d/x", "new/y"} {
+		got := atime[lookupPath(t, s, since)]
+		for _, name := range []string{"d/old1", "d/old2"} {
+			if other := atime[lookupPath(t, s, name)]; got < other {
+				t.Errorf("%s, linked since the checkpoint, ranks %v before %s, which the checkpoint listed", since, time.Duration(other-got), name)
+			}
 		}
 	}
 }

@@ -227,6 +227,10 @@ type loader struct {
 	objects []Object
 	rep     *LoadReport
 	err     error
+	// since: a start from a checkpoint taken then (unix ns; 0: a walk
+	// of the whole store), which ranks what it stats made since no
+	// older than the checkpoint's objects (madeSince).
+	since int64
 }
 
 // newLoader is a loader that reclaims what m marked and reports to rep;
@@ -393,7 +397,7 @@ func (l *loader) addFile(d *dir, e *entry) {
 	}
 	d.kids.set(e.name, id)
 	l.s.files[id] = newFile(st.Ino, Name{d.id, e.name})
-	l.objects = append(l.objects, Object{ID: id, Size: st.Size, Atime: max(ts(st.Atim), ts(st.Mtim))})
+	l.objects = append(l.objects, Object{ID: id, Size: st.Size, Atime: l.madeSince(st)})
 	l.rep.Objects++
 	l.rep.Stated++
 }
