@@ -123,3 +123,29 @@ func TestCreateOverAFilePutBehindTheBack(t *testing.T) {
 		t.Errorf("after: %+v; want one object of one block", st)
 	}
 }
+
+// TestMkdirOverAnEntryPutBehindTheBack: an empty directory or a file put
+// in the store behind kvfs's back, not adopted yet, gives way to a mkdir
+// of its name, as to a create: mkdir answered EEXIST where stat said
+// ENOENT, until the audit (an outside tester). A directory that holds
+// something stays, for the audit to adopt.
+func TestMkdirOverAnEntryPutBehindTheBack(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 8 * mib})
+	data := filepath.Join(tc.store.Dir(), blob.DataName)
+	if err := errors.Join(os.Mkdir(filepath.Join(data, "empty"), 0o700), os.WriteFile(filepath.Join(data, "file"), []byte("x"), 0o644),
+		os.MkdirAll(filepath.Join(data, "full", "inner"), 0o755)); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"empty", "file"} {
+		id, _, err := tc.Mkdir(RootID, name, 0o755, nobody)
+		if err != nil {
+			t.Fatalf("mkdir over %s put in the store: %v", name, err)
+		}
+		if e, _, err := tc.Lookup(RootID, name); err != nil || !e.Dir || e.ID != id {
+			t.Errorf("%s after the mkdir: %+v, %v; want the new directory", name, e, err)
+		}
+	}
+	if _, _, err := tc.Mkdir(RootID, "full", 0o755, nobody); !errors.Is(err, ErrExists) {
+		t.Errorf("mkdir over a directory holding something put in the store: %v, want EEXIST", err)
+	}
+}
