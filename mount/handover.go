@@ -780,9 +780,13 @@ func handoverUnreachable(o Options) error {
 		conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
 		if err == nil {
 			conn.Close()
-			return nil // another user's: said where it was asked
 		}
-		what = fmt.Sprintf("takes no connection (%v: another one made in its place?)", errors.Unwrap(errors.Unwrap(err)))
+		if !errors.Is(err, unix.ECONNREFUSED) {
+			// Taken, or not this user's to ask (0600): said where it
+			// was asked, or by the refusal that follows.
+			return nil
+		}
+		what = "takes no connection (another one made in its place?)"
 	}
 	return usagef("%s is served by the kvfs daemon (pid %d) of the store %s, whose handover socket %s %s: the daemon makes it only as it starts, so it cannot hand the mount over; unmount it (`kvfs unmount %s`), then mount again",
 		o.Mountpoint, pid, store, path, what, o.Mountpoint)
