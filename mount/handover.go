@@ -707,12 +707,14 @@ func exited(pid int, limit time.Duration, late func(pfd int)) bool {
 }
 
 // dialHandover connects to the daemon that serves o's store at o's
-// mount point, if one does and takes handovers.
-func dialHandover(o Options) *net.UnixConn {
+// mount point, if one does and takes handovers. A live daemon whose
+// socket did not come or takes no connection cannot hand the mount
+// over: that is the error (see unreachable).
+func dialHandover(o Options) (*net.UnixConn, error) {
 	e, ok := mountinfo.At(o.Mountpoint)
 	store, err := filepath.Abs(o.Store)
 	if !ok || err != nil || !ofStore(e, store) {
-		return nil
+		return nil, nil
 	}
 	// A daemon makes its socket just after its mount appears
 	// (listenHandover): a successor that comes in between waits for the
@@ -730,45 +732,41 @@ func dialHandover(o Options) *net.UnixConn {
 					o.Logger.Warn("the handover socket is served by another user; not asking it for the mount", zap.String("path", path), zap.Uint32("uid", uid))
 				}
 				conn.Close()
-				return nil
+				return nil, nil
 			}
-			return conn
+			return conn, nil
 		}
 		// Refused: a dead daemon's socket, or a live one's between its
 		// bind and its listen (the socket is there a moment before it
-		// takes connections), which holds the store's lock.
+		// takes connections), which holds the store's lock. Any other
+		// error (another user's 0600 socket) is said by the refusal
+		// that follows.
 		if errors.Is(err, unix.ECONNREFUSED) {
 			if _, live := StoreHolder(store); !live {
-				return nil
+				return nil, nil
 			}
 		} else if !errors.Is(err, unix.ENOENT) {
-			return nil
+			return nil, nil
 		}
 		if time.Now().After(deadline) {
-			return nil
+			return nil, unreachable(o.Mountpoint, store, path)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// handoverUnreachable refuses a start at a mount point that a live
-// daemon of the same store serves whose handover socket is gone or not
-// a socket: no handover can be had, and the refusal that followed said
-// only that the mount is served, and that a mount of its store (the
-// very command run) takes it over (an outside tester).
-func handoverUnreachable(o Options) error {
-	e, ok := mountinfo.At(o.Mountpoint)
-	store, err := filepath.Abs(o.Store)
-	if !ok || err != nil || !ofStore(e, store) {
-		return nil
-	}
+// unreachable refuses a start at a mount point whose live daemon's
+// handover socket never came, or takes no connection: no handover can
+// be had, and the refusal that followed said only that the mount is
+// served, and that a mount of its store (the very command run) takes it
+// over (an outside tester).
+func unreachable(mp, store, path string) error {
 	pid, live := StoreHolder(store)
 	if !live || !alive(pid) {
 		return nil // a dead daemon's mount: a start as after a crash
 	}
-	path := socketPath(store)
 	var st unix.Stat_t
-	what := ""
+	what := "takes no connection (another one made in its place?)"
 	switch err := unix.Lstat(path, &st); {
 	case errors.Is(err, unix.ENOENT):
 		what = "is missing"
@@ -776,20 +774,9 @@ func handoverUnreachable(o Options) error {
 		what = fmt.Sprintf("cannot be reached (%v)", err)
 	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
 		what = "is not a socket"
-	default:
-		conn, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
-		if err == nil {
-			conn.Close()
-		}
-		if !errors.Is(err, unix.ECONNREFUSED) {
-			// Taken, or not this user's to ask (0600): said where it
-			// was asked, or by the refusal that follows.
-			return nil
-		}
-		what = "takes no connection (another one made in its place?)"
 	}
 	return usagef("%s is served by the kvfs daemon (pid %d) of the store %s, whose handover socket %s %s: the daemon makes it only as it starts, so it cannot hand the mount over; unmount it (`kvfs unmount %s`), then mount again",
-		o.Mountpoint, pid, store, path, what, o.Mountpoint)
+		mp, pid, store, path, what, mp)
 }
 
 // socketWait bounds a successor's wait for the socket of a daemon whose
@@ -929,7 +916,7 @@ func HandoverPossible(o Options) bool {
 	} else if store, err := filepath.Abs(o.Store); err == nil {
 		o.Store = quietResolve(store)
 	}
-	conn := dialHandover(o)
+	conn, _ := dialHandover(o)
 	if conn == nil {
 		return false
 	}

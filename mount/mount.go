@@ -118,7 +118,11 @@ var fileLimit uint64
 // store's daemon, starting, came to serve it (see below).
 func start(o Options, again bool) (*Mount, error) {
 	log := o.Logger
-	if conn := dialHandover(o); conn != nil {
+	conn, err := dialHandover(o)
+	if err != nil {
+		return nil, err
+	}
+	if conn != nil {
 		// A live kvfs serves this store here: take its mount over.
 		if err := keepsKernelOptions(o); err != nil {
 			conn.Close()
@@ -145,9 +149,6 @@ func start(o Options, again bool) (*Mount, error) {
 		if held {
 			awaitReleased(o.Store, time.Now().Add(goneLimit))
 		}
-	}
-	if err := handoverUnreachable(o); err != nil {
-		return nil, err
 	}
 	if _, held := StoreHolder(o.Store); !held {
 		// A held store's refusal says more (who holds it), and needs
