@@ -281,14 +281,9 @@ func (c *Core) reconcile(id blob.ID) bool {
 		// tester: a 40 MB append to one object's stored file emptied a
 		// 32 MiB cache, 5 of 5; any user with --allow-other may write
 		// the stored file of an object of theirs).
-		if c.ledger.Forget(id) {
-			resized = true
-			c.log.Warn("an object grown behind kvfs's back past the capacity; removed",
-				zap.Uint64("id", uint64(id)), zap.Int64("size", st.Size), zap.Int64("capacity", c.ledger.Capacity()))
-			names := c.store.Forget(id)
-			c.doomLocked(id, names)
-			drops = []Drop{{ID: id, Names: names, Why: Vanished}}
-		}
+		resized = true
+		drops = c.forgetLocked(id, "an object grown behind kvfs's back past the capacity; removed",
+			zap.Int64("size", st.Size), zap.Int64("capacity", c.ledger.Capacity()))
 	default:
 		if c.ledger.Reconcile(id, st.Size) {
 			resized = true
@@ -324,9 +319,15 @@ func (c *Core) vanished(id blob.ID, why error) {
 }
 
 func (c *Core) vanishedLocked(id blob.ID, why error) []Drop {
+	return c.forgetLocked(id, "object vanished from the store; dropped from the ledger", zap.Error(why))
+}
+
+// forgetLocked drops object id, changed behind kvfs's back, from the
+// ledger and the index, and dooms its stored names; msg says why (see
+// behindBack), if the ledger held it. mu held.
+func (c *Core) forgetLocked(id blob.ID, msg string, fields ...zap.Field) []Drop {
 	if c.ledger.Forget(id) {
-		c.behindBack("object vanished from the store; dropped from the ledger",
-			zap.Uint64("id", uint64(id)), zap.Error(why))
+		c.behindBack(msg, append([]zap.Field{zap.Uint64("id", uint64(id))}, fields...)...)
 	}
 	names := c.store.Forget(id)
 	c.doomLocked(id, names)
