@@ -135,14 +135,10 @@ func (c *Core) createStored(parent blob.ID, name string, id blob.ID, mode uint32
 	}
 	defer unlock()
 	f, st, err := c.store.CreateAt(rel, id, mode, who)
-	if errors.Is(err, ErrExists) && c.store.UnlinkAt(rel) == nil {
-		// The index has no such name, and no change of it is under way
-		// (its directory's lock is held): a file put in the store
-		// behind kvfs's back, never served, that the audit had not
-		// adopted yet. It gives way to the create, which it answered
-		// with ESTALE until then (an outside tester: with
-		// --allow-other, one user's file kept another's name).
-		c.log.Warn("a file put in the store behind kvfs's back was in the way of a create; removed", zap.String("path", rel))
+	if errors.Is(err, ErrExists) && c.foreignGaveWay(rel, "create", false) {
+		// It answered the create ESTALE until the audit (an outside
+		// tester: with --allow-other, one user's file kept another's
+		// name).
 		f, st, err = c.store.CreateAt(rel, id, mode, who)
 	}
 	if err != nil {
@@ -160,6 +156,19 @@ func (c *Core) createStored(parent blob.ID, name string, id blob.ID, mode uint32
 		return nil, st, err
 	}
 	return f, st, nil
+}
+
+// foreignGaveWay removes what the store holds at rel, a name the index
+// lacks while its directory's lock is held, so that no change of it is
+// under way: an entry put there behind kvfs's back, never served, that
+// the audit has not adopted yet. A file gives way to op, and with dirs
+// an empty directory too; it says whether one did.
+func (c *Core) foreignGaveWay(rel, op string, dirs bool) bool {
+	if !(dirs && c.store.RmdirAt(rel) == nil || c.store.UnlinkAt(rel) == nil) {
+		return false
+	}
+	c.log.Warn("an entry put in the store behind kvfs's back was in the way of a "+op+"; removed", zap.String("path", rel))
+	return true
 }
 
 // headroom reserves, for a writer of an existing object on a passthrough

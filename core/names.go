@@ -235,12 +235,9 @@ func (c *Core) Mkdir(parent blob.ID, name string, mode uint32, who blob.Owner) (
 	}
 	defer unlock()
 	err = c.store.MkdirAt(rel, mode, who)
-	if errors.Is(err, ErrExists) && (c.store.RmdirAt(rel) == nil || c.store.UnlinkAt(rel) == nil) {
-		// An empty directory or a file put in the store behind kvfs's
-		// back, not adopted yet: it gives way, as to a create (an
-		// outside tester's `os.makedirs(exist_ok=True)` failed until
-		// the audit, stat said ENOENT and mkdir EEXIST).
-		c.log.Warn("an entry put in the store behind kvfs's back was in the way of a mkdir; removed", zap.String("path", rel))
+	if errors.Is(err, ErrExists) && c.foreignGaveWay(rel, "mkdir", true) {
+		// Until the audit, stat said ENOENT and mkdir EEXIST (an
+		// outside tester's `os.makedirs(exist_ok=True)` then failed).
 		err = c.store.MkdirAt(rel, mode, who)
 	}
 	if err != nil {
