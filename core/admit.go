@@ -117,16 +117,11 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 			case <-c.done:
 				closing = true
 			case <-intr.Done:
-				// Looked at once, and from then on every goneEvery
-				// while the store waits.
-				intr.Done = nil
-				if gone = intr.gone(); !gone {
-					intr.check = c.cfg.After(goneEvery)
+				if gone = intr.look(c.cfg.After); !gone {
 					continue
 				}
 			case <-intr.check:
-				if gone = intr.gone(); !gone {
-					intr.check = c.cfg.After(goneEvery)
+				if gone = intr.look(c.cfg.After); !gone {
 					continue
 				}
 			}
@@ -170,6 +165,18 @@ type Interrupt struct {
 // goneEvery is how often a wait whose request was interrupted looks
 // whether its caller is gone.
 const goneEvery = 20 * time.Millisecond
+
+// look is a wait's look at its interrupted caller, at the interrupt and
+// then every goneEvery while the store waits (after: the core's
+// timers): whether it is gone.
+func (i *Interrupt) look(after func(time.Duration) <-chan time.Time) bool {
+	i.Done = nil
+	if i.gone() {
+		return true
+	}
+	i.check = after(goneEvery)
+	return false
+}
 
 // gone says whether the caller is gone or going: its thread has
 // exited (not in /proc, a zombie, dead), or has SIGKILL pending, which
