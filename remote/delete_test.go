@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvfs/kvfs/internal/s3test"
@@ -142,6 +143,55 @@ func TestReplaceSupersedes(t *testing.T) {
 	n.Replace("p.data")
 	if b, _ := os.ReadFile(filepath.Join(n.journal, journalName("p.data"))); !bytes.Equal(b, []byte("delete+upload\x00p.data")) {
 		t.Fatalf("journal entry %q after a replace of a pending upload", b)
+	}
+}
+
+// TestReplaceWithTheBytesTheBucketHolds: a replacement whose local
+// object has the bytes the key holds already (a temp name renamed over
+// a name the fleet stored, with the same content) leaves the key alone:
+// no DELETE, no PUT, so no other node ever misses it. It waits for the
+// local object's writer first. Bytes that differ, even at the same
+// size, still replace the key's.
+func TestReplaceWithTheBytesTheBucketHolds(t *testing.T) {
+	srv := s3test.New(t)
+	a := newNode(t, srv, "p", nodeOpts{})
+	same := randBytes(t, 256<<10)
+	a.write(t, "k.data", same)
+	a.Enqueue("k.data")
+	a.drain(t)
+	var writing atomic.Bool
+	writing.Store(true)
+	b := newNode(t, srv, "p", nodeOpts{})
+	b.busy = func(string) bool { return writing.Load() }
+	b.write(t, "k.data", same)
+	if !b.Replace("k.data") {
+		t.Fatal("Replace refused")
+	}
+	b.advanceUntil(t, "the look at the key", func() bool { return b.reqs.count("HEAD") >= 1 })
+	for range 3 {
+		b.clock.Advance(maxBackoff)
+	}
+	if n := b.reqs.count("DELETE") + b.reqs.count("PUT"); n != 0 || b.Stats().QueueDepth != 1 {
+		t.Fatalf("with the writer open: %d DELETE or PUT sent, %+v; want none, the replacement pending", n, b.Stats())
+	}
+	writing.Store(false)
+	b.drain(t)
+	if st := b.Stats(); b.reqs.count("DELETE") != 0 || b.reqs.count("PUT") != 0 || st.Deletes != 0 || st.Uploads != 0 || st.AlreadyPresent != 1 {
+		t.Fatalf("%d DELETE, %d PUT, %+v: want the key left alone, counted already present", b.reqs.count("DELETE"), b.reqs.count("PUT"), st)
+	}
+	if info, found, err := b.Lookup(context.Background(), "k.data"); !found || err != nil || info.Size != int64(len(same)) {
+		t.Fatalf("B's lookup after the replacement: %+v, %v, %v", info, found, err)
+	}
+	other := bytes.Clone(same)
+	other[len(other)/2] ^= 1
+	b.write(t, "k.data", other)
+	b.Replace("k.data")
+	b.drain(t)
+	if got, _ := getRaw(t, srv.Client(), srv.Bucket, "p/k.data"); !bytes.Equal(got, other) {
+		t.Fatalf("after a replacement with other bytes of the same size the bucket holds %d bytes, not them", len(got))
+	}
+	if st := b.Stats(); st.Deletes != 1 || st.Uploads != 1 {
+		t.Fatalf("%+v: want one delete and one upload for the bytes that differ", st)
 	}
 }
 

@@ -83,12 +83,83 @@ func (t *Tier) runOnce(name string, o op, gen *uint64) (settled bool) {
 	case opDelete:
 		return t.deleteOnce(name)
 	case opDeleteUpload:
-		if !t.deleteOnce(name) {
-			return false
-		}
-		*gen = t.queue.deleted(name, *gen)
+		return t.replaceOnce(name, gen)
 	}
 	return t.uploadOnce(name)
+}
+
+// replaceOnce makes one attempt at a replacement: the key's copy goes
+// and the local object is uploaded in its place, unless the key holds
+// the local object's bytes already (the same size and CRC32C), which is
+// then left alone. A temp name renamed over a name the fleet holds, with
+// the same bytes (LMCache's os.replace of a content-keyed object, on a
+// node that knew the key only from the bucket), cost a delete, a window
+// in which every other node missed the key, and the whole upload again
+// (an outside tester). The look waits for the local object's writer, as
+// an upload does.
+func (t *Tier) replaceOnce(name string, gen *uint64) (settled bool) {
+	key, err := t.key(name)
+	if err != nil {
+		t.reject(name, err)
+		return true
+	}
+	if !t.breaker.allow() {
+		return false
+	}
+	oi, err := t.stat(key)
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		t.st.failures.Add(1)
+		return false
+	case err == nil:
+		info, same, lerr := t.holdsLocal(name, oi)
+		if errors.Is(lerr, ErrBusy) {
+			t.log.Debug("replacement waits for the writer", zap.String("name", strconv.Quote(name)))
+			return false
+		}
+		if same {
+			t.rememberPresent(name, info)
+			t.st.present.Add(1)
+			return true
+		}
+	}
+	if !errors.Is(err, ErrNotFound) && !t.deleteOnce(name) {
+		return false
+	}
+	*gen = t.queue.deleted(name, *gen)
+	return t.sendLocal(name, key)
+}
+
+// holdsLocal says whether oi, the bucket's object under name's key, has
+// the local object's size and CRC32C: the local object is read once.
+// ErrBusy: a writer has it open, or it changed while read.
+func (t *Tier) holdsLocal(name string, oi minio.ObjectInfo) (Info, bool, error) {
+	info, want, err := infoOf(oi)
+	if err != nil {
+		return info, false, nil // not kvfs's: replaced
+	}
+	src, err := t.open(name)
+	switch {
+	case errors.Is(err, ErrBusy):
+		return info, false, err
+	case err != nil:
+		return info, false, nil // gone (evicted): the bucket's copy goes
+	}
+	defer src.Close()
+	if src.Size() != info.Size {
+		return info, false, nil
+	}
+	t.st.reads.Add(1)
+	n, sum, err := checksumOf(io.LimitReader(src, info.Size))
+	if err != nil || n != info.Size {
+		return info, false, nil
+	}
+	if err := src.Unchanged(); errors.Is(err, ErrBusy) || errors.Is(err, errSourceChanged) {
+		return info, false, ErrBusy // its publish wakes the look again
+	} else if err != nil {
+		return info, false, nil
+	}
+	return info, sum == want, nil
 }
 
 // uploadOnce makes one upload attempt.

@@ -112,11 +112,25 @@ func TestRemoteRenameOverRemoteOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b.uploaded()
+	// The same bytes renamed over a name the fleet holds (a content-
+	// keyed store, LMCache's temp name and os.replace) leave the key
+	// alone: no delete, no upload, so no other node misses it.
+	same := objectBytes("same from either", 64<<10)
+	putFile(t, finalPath(a.mp, "same"), same)
+	a.uploaded()
+	tmp := finalPath(b.mp, "same") + ".tmp"
+	putFile(t, tmp, same)
+	if err := os.Rename(tmp, finalPath(b.mp, "same")); err != nil {
+		t.Fatal(err)
+	}
+	f := b.uploaded()
 	for key, w := range want {
 		if got, _ := remoteObject(t, srv, key); !bytes.Equal(got, w) {
 			t.Errorf("%s: the bucket holds %d bytes after b renamed its own over the name, want b's %d", key, len(got), len(w))
 		}
+	}
+	if got, _ := remoteObject(t, srv, "same"); !bytes.Equal(got, same) || f.Deletes != 2 || f.Uploads != 2 || f.AlreadyPresent != 1 {
+		t.Errorf("b's figures %+v, the bucket's object the same bytes: %v; want the two keys replaced, the third left alone (already present)", f, bytes.Equal(got, same))
 	}
 	for i := range 4 {
 		putFile(t, filepath.Join(b.mp, fmt.Sprintf("fill-%d.tmp", i)), objectBytes("fill", 2*MiB))

@@ -179,7 +179,7 @@ var Fields = []Field{
 	remoteField("remote_corrupt", Counter, "Fetched objects whose size or checksum was wrong.", func(r *RemoteStats) *int64 { return &r.Corrupt }),
 	remoteField("remote_uploads", Counter, "Objects uploaded.", func(r *RemoteStats) *int64 { return &r.Uploads }),
 	remoteField("remote_uploaded_bytes", Counter, "Bytes uploaded.", func(r *RemoteStats) *int64 { return &r.UploadedBytes }),
-	remoteField("remote_upload_already_present", Counter, "Uploads not needed because the key was there (the first writer won).", func(r *RemoteStats) *int64 { return &r.AlreadyPresent }),
+	remoteField("remote_upload_already_present", Counter, "Uploads not needed because the key was there (the first writer won), or held the bytes a replacement would have sent.", func(r *RemoteStats) *int64 { return &r.AlreadyPresent }),
 	remoteField("remote_upload_failures", Counter, "Failed upload attempts (each retry counts).", func(r *RemoteStats) *int64 { return &r.UploadFailures }),
 	remoteField("remote_upload_dropped", Counter, "Uploads and deletes given up because the queue was full.", func(r *RemoteStats) *int64 { return &r.UploadDropped }),
 	remoteField("remote_rejected", Counter, "Uploads and deletes refused for good (a name no key can hold, or the server's refusal of the key); dropped, logged once.", func(r *RemoteStats) *int64 { return &r.Rejected }),
