@@ -64,12 +64,12 @@ func (g *goneDirs) set(id core.ID, in *fuse.SetAttrIn) (bool, error) {
 		st.Gid = gid
 	}
 	if t, ok := in.GetATime(); ok {
-		st.Atim = unix.NsecToTimespec(t.UnixNano())
+		st.Atim = timespec(t)
 	}
 	if t, ok := in.GetMTime(); ok {
-		st.Mtim = unix.NsecToTimespec(t.UnixNano())
+		st.Mtim = timespec(t)
 	}
-	st.Ctim = unix.NsecToTimespec(time.Now().UnixNano())
+	st.Ctim = timespec(time.Now())
 	g.m[id] = st
 	return true, nil
 }

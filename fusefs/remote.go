@@ -13,7 +13,6 @@ import (
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // remoteNode is a name the store does not have and the remote tier
@@ -108,7 +107,7 @@ func (n *remoteNode) attr() core.Attr {
 	if t.IsZero() {
 		t = time.Now()
 	}
-	ts := unix.NsecToTimespec(t.UnixNano())
+	ts := timespec(t)
 	a.Atim, a.Mtim, a.Ctim = ts, ts, ts
 	a.Uid, a.Gid = uint32(os.Geteuid()), uint32(os.Getegid())
 	return a
