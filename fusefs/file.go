@@ -24,6 +24,9 @@ type handle struct {
 	// passthrough: the kernel is to serve h's reads and writes from the
 	// stored file itself; backed: it does (see object.attachBacking).
 	passthrough, backed bool
+	// uncached: a plain reader opened while a writer the daemon serves
+	// had the object open reads with direct I/O (see object.adopt).
+	uncached bool
 	// existing: the open found the object there, so the kernel may hold
 	// pages of it from plain readers long closed, which h's writes make
 	// stale; a created object has none.
@@ -48,6 +51,8 @@ func (h *handle) fuseFlags() uint32 {
 		return 0
 	case h.passthrough:
 		return fuse.FOPEN_NOFLUSH
+	case h.uncached:
+		return fuse.FOPEN_DIRECT_IO | fuse.FOPEN_NOFLUSH
 	}
 	return fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
 }

@@ -76,8 +76,11 @@ type FS struct {
 	files   handleTable[*handle]
 	dirs    handleTable[*dirStream]
 	objects objects
-	remotes placeholders
-	gone    goneDirs
+	// rewritten are the objects whose bytes a writer changed in place
+	// (see object.adopt).
+	rewritten rewrites
+	remotes   placeholders
+	gone      goneDirs
 	// root: the daemon runs as root, so new inodes go to their callers.
 	root bool
 	// noBacking: the kernel refused a passthrough backing file; the

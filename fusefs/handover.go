@@ -68,6 +68,8 @@ type State struct {
 	Gone         []GoneRecord        `json:"gone,omitempty"`
 	Placeholders []PlaceholderRecord `json:"placeholders,omitempty"`
 	NoBacking    bool                `json:"no_backing,omitempty"`
+	// Rewritten are the objects changed in place (see rewrites).
+	Rewritten []core.ID `json:"rewritten,omitempty"`
 	// Notices are the kernel notices queued and not sent, in order.
 	Notices []NoticeRecord `json:"notices,omitempty"`
 }
@@ -116,6 +118,7 @@ func (f *FS) Export() (State, []*os.File) {
 		files = append(files, h.File())
 	})
 	f.dirs.each(func(fh uint64, d *dirStream) { st.Dirs = append(st.Dirs, DirRecord{Fh: fh, ID: d.id}) })
+	st.Rewritten = f.rewritten.all()
 	f.gone.mu.Lock()
 	for id, s := range f.gone.m {
 		st.Gone = append(st.Gone, GoneRecord{ID: id, St: s})
@@ -151,6 +154,9 @@ func (f *FS) Import(st State, files []*os.File) error {
 		return fmt.Errorf("import: %d stored files for %d handles", len(files), len(st.Handles))
 	}
 	f.noBacking.Store(st.NoBacking)
+	for _, id := range st.Rewritten {
+		f.rewritten.mark(id)
+	}
 	for i, r := range st.Handles {
 		ch, err := f.core.AdoptHandle(r.HandleState, files[i])
 		if err != nil {

@@ -111,11 +111,36 @@ func (f *FS) adopt(ch *core.Handle, existing bool, flags uint32) *handle {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	h.passthrough = ob.passthroughLocked(ch, flags)
+	if ch.Writable() && existing {
+		f.rewritten.mark(ch.ID())
+	}
+	// A plain reader the daemon serves beside a writer, or of an object
+	// changed in place before, reads with direct I/O: from the page
+	// cache it could read zeros the object never held. The kernel fills
+	// the part of a page past a read that a rewrite had just cut short
+	// with zeros, and keeps the file's old size over them when the
+	// rewrite changed its attributes meanwhile (an outside tester: with
+	// a writer that truncates a 1 MB file and appends it again, 22-45 of
+	// 2000 reads had a tail of NUL bytes on a default mount; an appender
+	// is served by the daemon, see passthroughLocked). Objects stored
+	// once and read many times, what connectors make, keep the page
+	// cache.
+	h.uncached = !ch.Writable() && !h.passthrough && (ob.writingLocked() || f.rewritten.has(ch.ID()))
 	ob.handles = append(ob.handles, h)
 	if ch.Writable() {
 		ob.dropRAMLocked()
 	}
 	return h
+}
+
+// writingLocked says whether a writer has the object open; ob.mu held.
+func (ob *object) writingLocked() bool {
+	for _, h := range ob.handles {
+		if h.Writable() {
+			return true
+		}
+	}
+	return false
 }
 
 // passthroughLocked says whether the kernel is to serve handle ch
@@ -148,7 +173,7 @@ func (ob *object) passthroughLocked(ch *core.Handle, flags uint32) bool {
 // served from the RAM tier.
 func (f *FS) opened(ch *core.Handle, flags uint32) *handle {
 	h := f.adopt(ch, true, flags)
-	if !ch.Writable() && !h.passthrough {
+	if !ch.Writable() && !h.passthrough && !h.uncached {
 		h.ob.cached.Store(true)
 		h.ob.attachRAM(h)
 	}

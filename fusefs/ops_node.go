@@ -191,6 +191,7 @@ func (f *FS) setFileAttr(intr core.Interrupt, id core.ID, h *handle, in *fuse.Se
 			w = h.File()
 		}
 		f.dropRAM(id)
+		f.rewritten.mark(id)
 		if err := f.core.Truncate(intr, id, w, int64(size)); err != nil {
 			return err
 		}

@@ -288,3 +288,43 @@ func (p *kernelNodes[N]) forget(id core.ID, n uint64) {
 	}
 	p.n.Add(-1)
 }
+
+// rewrites are the objects whose bytes were changed in place since the
+// mount: opened by a writer once they existed, or truncated by name. A
+// plain reader of one that the daemon serves reads with direct I/O (see
+// object.adopt). Object IDs are never used again, so a mark outlives
+// its object harmlessly; past rewritesMax marks the set starts again,
+// and those objects' readers use the page cache as before.
+type rewrites struct {
+	mu sync.Mutex
+	m  map[core.ID]struct{} // GUARDED_BY(mu)
+}
+
+const rewritesMax = 1 << 16
+
+func (r *rewrites) mark(id core.ID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil || len(r.m) >= rewritesMax {
+		r.m = map[core.ID]struct{}{}
+	}
+	r.m[id] = struct{}{}
+}
+
+func (r *rewrites) has(id core.ID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.m[id]
+	return ok
+}
+
+// all lists the marks, for a successor (a handover).
+func (r *rewrites) all() []core.ID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]core.ID, 0, len(r.m))
+	for id := range r.m {
+		ids = append(ids, id)
+	}
+	return ids
+}
