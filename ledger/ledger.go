@@ -891,6 +891,28 @@ func (l *Ledger[K]) GaveWay(id K) {
 	}
 }
 
+// GraceEnding says whether an object that nothing pins is kept from
+// eviction by its grace alone (closed, its publish step to come): room
+// that comes free by itself once the grace ends, so an admission that
+// waits for it is not stalled though nothing in flight moves (see
+// core's admit). It looks from the LRU's hot end at the objects used
+// within the grace, where every such object is (its close used it).
+func (l *Ledger[K]) GraceEnding() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cutoff := l.now().UnixNano() - l.grace
+	for i := l.lru.last(); i != 0; i = l.lru.prev(i) {
+		e := l.slab.at(i)
+		if e.lastUse <= cutoff {
+			return false
+		}
+		if e.pins == 0 && e.charge > 0 && e.inGrace(cutoff) {
+			return true
+		}
+	}
+	return false
+}
+
 // Progress is a count that moves whenever a size or a charge changes or
 // a writing ends: an admission that waits sees by it whether anything in
 // flight moves at all (see core's admit).
