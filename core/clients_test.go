@@ -18,14 +18,15 @@ import (
 // grace end at their release, so a full cache of them turns over at
 // eviction's pace: here a 1-hour grace and no wait, where each store
 // into the full cache failed with ENOSPC before. One link or rename by
-// the process gives its next objects their grace again.
+// the process gives its next objects their grace again, until its
+// thread leaves leftStreak of them in a row.
 func TestDirectWritersEndTheirGrace(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	me := Client(unix.Gettid())
 	tc := newTestCore(t, Config{Capacity: 4 * mib, Grace: time.Hour, WaitLimit: 0})
-	store := func(name string, size int) error {
-		h, err := tc.createBy(me, name)
+	store := func(by Client, name string, size int) error {
+		h, err := tc.createBy(by, name)
 		if err != nil {
 			return err
 		}
@@ -39,14 +40,14 @@ func TestDirectWritersEndTheirGrace(t *testing.T) {
 	}
 	// The learning: small objects, all within the capacity.
 	for i := range directStreak {
-		if err := store(fmt.Sprintf("s%d", i), 4096); err != nil {
+		if err := store(me, fmt.Sprintf("s%d", i), 4096); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// From now on its objects end their grace: 12 stores of 1 MiB
 	// through a 4 MiB cache, each evicting the oldest.
 	for i := range 12 {
-		if err := store(fmt.Sprintf("d%d", i), mib); err != nil {
+		if err := store(me, fmt.Sprintf("d%d", i), mib); err != nil {
 			t.Fatalf("direct store %d into the full cache: %v", i, err)
 		}
 	}
@@ -54,18 +55,37 @@ func TestDirectWritersEndTheirGrace(t *testing.T) {
 		t.Fatalf("after the direct stores: %+v", st)
 	}
 	// A publish makes it a publisher: its next objects keep their
-	// grace. Four replace the direct ones; a fifth finds nothing out
-	// of grace to evict (the learning's small objects lost their graces
-	// when it was learnt, and were evicted first).
+	// grace. Three replace direct ones, and another thread's store the
+	// last; that thread's next store finds nothing out of grace to
+	// evict (the learning's small objects lost their graces when it was
+	// learnt, and were evicted first).
 	tc.PublishedBy(me)
-	for i := range 4 {
-		if err := store(fmt.Sprintf("p%d", i), mib); err != nil {
+	for i := range leftStreak - 1 {
+		if err := store(me, fmt.Sprintf("p%d", i), mib); err != nil {
 			t.Fatalf("the publisher's store %d: %v", i, err)
 		}
 	}
-	err := store("p4", mib)
-	if !errors.Is(err, ErrNoSpace) || !tc.exists("p0") || !tc.exists("p3") {
-		t.Fatalf("a store that needs the publisher's graced objects: %v, p0 present %v, p3 %v; want ENOSPC and both kept", err, tc.exists("p0"), tc.exists("p3"))
+	other := make(chan Client)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		other <- Client(unix.Gettid())
+		<-other
+	}()
+	them := <-other
+	defer close(other)
+	if err := store(them, "q0", mib); err != nil {
+		t.Fatalf("another thread's store: %v", err)
+	}
+	err := store(them, "q1", mib)
+	if !errors.Is(err, ErrNoSpace) || !tc.exists("p0") || !tc.exists("p2") {
+		t.Fatalf("a store that needs the publisher's graced objects: %v, p0 present %v, p2 %v; want ENOSPC and both kept", err, tc.exists("p0"), tc.exists("p2"))
+	}
+	// Its thread, leaving leftStreak objects in a row again, is learnt
+	// again (clients.threadLearnt): their graces end, and its store
+	// evicts the oldest of them.
+	if err := store(me, "p3", mib); err != nil || tc.exists("p0") {
+		t.Fatalf("the thread's store after leaving %d objects: %v, p0 present %v; want it learnt again (in grace %v, %+v)", leftStreak, err, tc.exists("p0"), tc.ledger.InGrace(), tc.Stats())
 	}
 	if err := tc.CheckInvariants(); err != nil {
 		t.Fatal(err)
@@ -200,10 +220,26 @@ func TestClientsLearnFromWhatIsLeft(t *testing.T) {
 		t.Fatalf("not direct after %d objects left", leftStreak)
 	}
 	cl.published(me)
-	for i := range leftStreak + 2 {
+	// (The first create finds the object made before the publish left.)
+	for i := range leftStreak - 1 {
 		if create(me, true) {
-			t.Fatalf("a process that published is direct after %d objects left", i)
+			t.Fatalf("direct after a publish and %d objects left", i)
 		}
+	}
+	// Its thread is learnt again by what it leaves (threadLearnt), but
+	// a process that published is not learnt whole any more: another
+	// of its threads is not taken for one.
+	if !create(me, true) {
+		t.Fatalf("not direct after a publish and %d objects left", leftStreak)
+	}
+	other := make(chan Client)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		other <- Client(unix.Gettid())
+	}()
+	if create(<-other, true) {
+		t.Fatal("another thread of a process that published is direct")
 	}
 
 	// Children, each creating one object and leaving it.
@@ -546,5 +582,42 @@ func TestCloseByAnotherProcessSizesNothing(t *testing.T) {
 	}
 	if r := tc.Reservation(); r != 12*mib {
 		t.Fatalf("after the creator's close: reservations are %d, want the object's 12 MiB", r)
+	}
+}
+
+// TestClientsLearnThreadsOfAPublisher: in a process whose threads store
+// both ways (fs_native's link from some, open(key, "wb") from others),
+// a thread that leaves the objects it creates, leftStreak times in a
+// row, stores under final names though the others publish all the
+// while; the publishers' threads never are, and a thread's own publish
+// starts its count again.
+func TestClientsLearnThreadsOfAPublisher(t *testing.T) {
+	var cl clients
+	threads := make(chan Client)
+	hold := make(chan struct{})
+	defer close(hold)
+	for range 2 {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			threads <- Client(unix.Gettid())
+			<-hold
+		}()
+	}
+	publisher, final := <-threads, <-threads
+	create := leaving(&cl)
+	for i := range 3 * leftStreak {
+		if create(publisher, false) {
+			t.Fatalf("the publishing thread direct after %d creates", i+1)
+		}
+		cl.published(publisher)
+		direct := create(final, true)
+		if want := i >= leftStreak; direct != want {
+			t.Fatalf("the final-name thread's create %d: direct %v, want %v", i+1, direct, want)
+		}
+	}
+	cl.published(final)
+	if create(final, true) {
+		t.Fatal("the final-name thread direct right after its own publish")
 	}
 }
