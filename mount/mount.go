@@ -32,12 +32,15 @@ const FSType = "fuse.kvfs"
 type Mount struct {
 	Options
 	Loaded core.LoadReport
-	server *fuse.Server
-	fs     *fusefs.FS
-	core   *core.Core
-	ram    *ramcache.Cache // nil without --ram-cache
-	tier   *remote.Tier    // nil without --remote
-	log    *zap.Logger
+	// DiskRoom is what the store's file system can hold, where the
+	// capacity asked is more (warnSmallDisk); 0 otherwise.
+	DiskRoom int64
+	server   *fuse.Server
+	fs       *fusefs.FS
+	core     *core.Core
+	ram      *ramcache.Cache // nil without --ram-cache
+	tier     *remote.Tier    // nil without --remote
+	log      *zap.Logger
 	// quotaBytes is the store's project quota limit; 0: not capped.
 	quotaBytes int64
 	guard      *Guard // nil without Options.Guard
@@ -321,7 +324,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 	if asked > 0 {
 		// (A successor preloading a handover has no capacity yet:
 		// the one asked for is what it will have.)
-		warnSmallDisk(m.Store, asked, rep.Bytes, m.log)
+		m.DiskRoom = warnSmallDisk(m.Store, asked, rep.Bytes, m.log)
 	}
 	if rep.Mounted > 0 {
 		m.log.Warn("another file system is mounted on stored directories (a user's FUSE server?): kvfs does not enter them; they show empty and nothing can be made in them until it is unmounted (findmnt lists them)",
@@ -609,11 +612,14 @@ func (m *Mount) Unmount() error {
 // hold, with held bytes of objects on it: stores past its room fail
 // with ENOSPC from the disk while the cache has room to spare, before
 // anything is evicted. (df of the mount shows the disk's room then.)
-func warnSmallDisk(store string, capacity, held int64, log *zap.Logger) {
+// It returns that room, or 0 when the capacity fits.
+func warnSmallDisk(store string, capacity, held int64, log *zap.Logger) int64 {
 	if room, err := diskRoom(store, held); err == nil && capacity > room {
 		log.Warn("the capacity is more than the store's file system can hold: stores past its room fail with ENOSPC from the disk before the cache evicts; give a smaller --capacity",
 			zap.String("store", store), zap.Int64("capacity", capacity), zap.Int64("room", room))
+		return room
 	}
+	return 0
 }
 
 // warnVolatile says so when the store lives in memory: it works, but the

@@ -454,6 +454,11 @@ func capacityPastTheDisk(t *testing.T, passthrough bool) {
 	if !d.printed("the capacity is more than the store's file system can hold") {
 		t.Errorf("no warning of a capacity past the disk:\n%s", d.out)
 	}
+	// Said beside the serving line too, which a --background start
+	// shows where the daemon's log is discarded (an outside tester).
+	if !d.printed("kvfs: warning: the capacity is more than the store's file system can hold (") {
+		t.Errorf("no warning of a capacity past the disk beside the serving line:\n%s", d.out)
+	}
 	var disk, sf unix.Statfs_t
 	for i := 0; ; i++ {
 		err := os.WriteFile(filepath.Join(mp, fmt.Sprintf("o%03d", i)), make([]byte, MiB), 0o644)

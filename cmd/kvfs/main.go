@@ -424,6 +424,10 @@ func cmdMount(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "kvfs: serving %s on %s, capacity %d bytes, %s; %s`kvfs unmount %s` to stop\n",
 		m.Store, m.Mountpoint, m.Capacity, restored, stop, m.Mountpoint)
+	if m.DiskRoom > 0 {
+		// Said here too: a --background daemon's log may be discarded.
+		fmt.Fprintf(stdout, "kvfs: warning: the capacity is more than the store's file system can hold (%d bytes): stores past that fail with ENOSPC from the disk before the cache evicts; give a smaller --capacity\n", m.DiskRoom)
+	}
 	x.serve(m, stdout, log)
 	tuning, stopTuning := context.WithCancel(context.Background())
 	defer stopTuning()
