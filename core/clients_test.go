@@ -65,15 +65,7 @@ func TestDirectWritersEndTheirGrace(t *testing.T) {
 			t.Fatalf("the publisher's store %d: %v", i, err)
 		}
 	}
-	other := make(chan Client)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		other <- Client(unix.Gettid())
-		<-other
-	}()
-	them := <-other
-	defer close(other)
+	them := otherThread(t)
 	if err := store(them, "q0", mib); err != nil {
 		t.Fatalf("another thread's store: %v", err)
 	}
@@ -100,15 +92,7 @@ func TestClientsLearnByProcess(t *testing.T) {
 	runtime.LockOSThread()
 	me := Client(unix.Gettid())
 	runtime.UnlockOSThread()
-	other := make(chan Client)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		other <- Client(unix.Gettid())
-		<-other
-	}()
-	them := <-other
-	defer close(other)
+	them := otherThread(t)
 	for i := range directStreak {
 		who := me
 		if i%2 == 1 {
@@ -232,13 +216,7 @@ func TestClientsLearnFromWhatIsLeft(t *testing.T) {
 	if !create(me, true) {
 		t.Fatalf("not direct after a publish and %d objects left", leftStreak)
 	}
-	other := make(chan Client)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		other <- Client(unix.Gettid())
-	}()
-	if create(<-other, true) {
+	if create(otherThread(t), true) {
 		t.Fatal("another thread of a process that published is direct")
 	}
 
@@ -593,18 +571,7 @@ func TestCloseByAnotherProcessSizesNothing(t *testing.T) {
 // starts its count again.
 func TestClientsLearnThreadsOfAPublisher(t *testing.T) {
 	var cl clients
-	threads := make(chan Client)
-	hold := make(chan struct{})
-	defer close(hold)
-	for range 2 {
-		go func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			threads <- Client(unix.Gettid())
-			<-hold
-		}()
-	}
-	publisher, final := <-threads, <-threads
+	publisher, final := otherThread(t), otherThread(t)
 	create := leaving(&cl)
 	for i := range 3 * leftStreak {
 		if create(publisher, false) {
@@ -620,4 +587,18 @@ func TestClientsLearnThreadsOfAPublisher(t *testing.T) {
 	if create(final, true) {
 		t.Fatal("the final-name thread direct right after its own publish")
 	}
+}
+
+// otherThread is another OS thread of this process, alive until the
+// test ends (a thread that exited is no client /proc can place).
+func otherThread(t *testing.T) Client {
+	ids, hold := make(chan Client), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		ids <- Client(unix.Gettid())
+		<-hold
+	}()
+	t.Cleanup(func() { close(hold) })
+	return <-ids
 }

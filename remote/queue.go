@@ -405,18 +405,14 @@ func (t *Tier) Replace(name string) bool {
 // deleteOnce makes one attempt at deleting name's key: settled when the
 // key is gone (deleted now, or absent already) or refused for good.
 func (t *Tier) deleteOnce(name string) bool {
-	key, err := t.key(name)
-	if err != nil {
-		t.reject(name, err)
-		return true
-	}
-	if !t.breaker.allow() {
-		return false
+	key, done, settled := t.begin(name)
+	if done {
+		return settled
 	}
 	ctx, cancel := context.WithTimeout(t.baseCtx, t.cfg.Timeout)
 	defer cancel()
 	t.st.deleteRequests.Add(1)
-	err = t.classify(t.baseCtx, t.client.RemoveObject(ctx, t.cfg.Bucket, key, minio.RemoveObjectOptions{}))
+	err := t.classify(t.baseCtx, t.client.RemoveObject(ctx, t.cfg.Bucket, key, minio.RemoveObjectOptions{}))
 	switch {
 	case err == nil || errors.Is(err, ErrNotFound):
 		t.st.deletes.Add(1)
@@ -429,6 +425,21 @@ func (t *Tier) deleteOnce(name string) bool {
 	t.st.failures.Add(1)
 	t.log.Debug("remote delete failed; will retry", zap.String("name", name), zap.Error(err))
 	return false
+}
+
+// begin starts an attempt at name's work: its key, unless the attempt
+// is done before any request (done), settled for good where the name
+// cannot be a key (refused), not where the breaker is open (later).
+func (t *Tier) begin(name string) (key string, done, settled bool) {
+	key, err := t.key(name)
+	if err != nil {
+		t.reject(name, err)
+		return "", true, true
+	}
+	if !t.breaker.allow() {
+		return "", true, false
+	}
+	return key, false, false
 }
 
 // uploadable reports whether name may be queued: a valid key, not a

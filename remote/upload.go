@@ -98,13 +98,9 @@ func (t *Tier) runOnce(name string, o op, gen *uint64) (settled bool) {
 // (an outside tester). The look waits for the local object's writer, as
 // an upload does.
 func (t *Tier) replaceOnce(name string, gen *uint64) (settled bool) {
-	key, err := t.key(name)
-	if err != nil {
-		t.reject(name, err)
-		return true
-	}
-	if !t.breaker.allow() {
-		return false
+	key, done, settled := t.begin(name)
+	if done {
+		return settled
 	}
 	oi, err := t.stat(key)
 	switch {
