@@ -117,7 +117,9 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 			select {
 			case <-changed:
 			case <-timer:
-				gaveWay = stalling && c.ledger.Progress() == progress && !c.ledger.GraceEnding() && c.ledger.Yields(id, true)
+				// (The change is looked at after the grace: a publish
+				// between the two ends the grace and signals a change.)
+				gaveWay = stalling && c.ledger.Progress() == progress && !c.ledger.GraceEnding() && !closed(changed) && c.ledger.Yields(id, true)
 			case <-c.done:
 				closing = true
 			case <-intr.Done:
@@ -205,6 +207,18 @@ func (i Interrupt) gone() bool {
 func pending(mask string) uint64 {
 	n, _ := strconv.ParseUint(mask, 16, 64)
 	return n
+}
+
+// closed says whether ch is closed: the ledger changed since a wait
+// took it (a stalled wait's timer and the change can come at once; the
+// change, a publish say, may have made room).
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // giveWay refuses id's writer as the one of several stuck writers that
