@@ -250,3 +250,35 @@ func TestDeletesPastAFullQueue(t *testing.T) {
 		t.Errorf("another node finds the deleted key: %v, %v", found, err)
 	}
 }
+
+// TestReplaceComparesTheETagToo: where the server's ETag is the
+// object's MD5, a replacement whose local object has the key's size and
+// CRC32C but other bytes (a CRC can be made to collide: an outside
+// tester changed 6 bytes of 8 KiB and kept it) still replaces the key.
+// Here the key's recorded CRC32C is the local object's, its bytes not.
+func TestReplaceComparesTheETagToo(t *testing.T) {
+	srv := s3test.New(t)
+	b := newNode(t, srv, "p", nodeOpts{})
+	local := randBytes(t, 8<<10)
+	other := bytes.Clone(local)
+	other[100] ^= 1
+	_, sum, err := checksumOf(bytes.NewReader(local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	putRaw(t, srv.Client(), srv.Bucket, "p/k.data", other, userMeta(int64(len(local)), sum))
+	if oi, err := srv.Client().StatObject(context.Background(), srv.Bucket, "p/k.data", minio.StatObjectOptions{}); err != nil {
+		t.Fatal(err)
+	} else if _, ok := plainMD5(oi.ETag); !ok {
+		t.Fatalf("the test server's ETag %q is no MD5: the test needs one", oi.ETag)
+	}
+	b.write(t, "k.data", local)
+	b.Replace("k.data")
+	b.drain(t)
+	if got, _ := getRaw(t, srv.Client(), srv.Bucket, "p/k.data"); !bytes.Equal(got, local) {
+		t.Fatal("the key kept other bytes with the same size and CRC32C")
+	}
+	if st := b.Stats(); st.Deletes != 1 || st.Uploads != 1 || st.AlreadyPresent != 0 {
+		t.Fatalf("%+v: want the key replaced", st)
+	}
+}
