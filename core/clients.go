@@ -346,10 +346,9 @@ func (cl *clients) created(t Client, p proc, made obj, unpublished func(obj) boo
 // it (an outside tester: 295-358 stores of 4 MiB in 20 s into 64 MiB,
 // against 6,104-12,725 with the same threads in two processes). A
 // publisher's thread links before its next create, so it is never
-// learnt; its temp names keep their grace in any case (tempName). mu
-// held.
-// At the create that makes it so, the graces of the objects it left
-// end (before), as a process's do (created).
+// learnt; its temp names keep their grace in any case (tempName). At
+// the create that makes it so, the graces of the objects it left end
+// (before), as a process's do (created). mu held.
 func (cl *clients) threadLearnt(t Client, left bool, mine blob.ID) (learnt bool, before []blob.ID) {
 	if !left {
 		delete(cl.left, t)
