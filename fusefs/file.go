@@ -24,8 +24,9 @@ type handle struct {
 	// passthrough: the kernel is to serve h's reads and writes from the
 	// stored file itself; backed: it does (see object.attachBacking).
 	passthrough, backed bool
-	// uncached: a plain reader opened while a writer the daemon serves
-	// had the object open reads with direct I/O (see object.adopt).
+	// uncached: a plain reader the daemon serves, opened while a writer
+	// had the object open or once the object was changed in place,
+	// reads with direct I/O (see object.adopt).
 	uncached bool
 	// existing: the open found the object there, so the kernel may hold
 	// pages of it from plain readers long closed, which h's writes make

@@ -93,8 +93,8 @@ func (t *Tier) runOnce(name string, o op, gen *uint64) (settled bool) {
 
 // replaceOnce makes one attempt at a replacement: the key's copy goes
 // and the local object is uploaded in its place, unless the key holds
-// the local object's bytes already (the same size and CRC32C), which is
-// then left alone. A temp name renamed over a name the fleet holds, with
+// the local object's bytes already (see holdsLocal), which is then left
+// alone. A temp name renamed over a name the fleet holds, with
 // the same bytes (LMCache's os.replace of a content-keyed object, on a
 // node that knew the key only from the bucket), cost a delete, a window
 // in which every other node missed the key, and the whole upload again
@@ -130,8 +130,9 @@ func (t *Tier) replaceOnce(name string, gen *uint64) (settled bool) {
 }
 
 // holdsLocal says whether oi, the bucket's object under name's key, has
-// the local object's size and CRC32C: the local object is read once.
-// ErrBusy: a writer has it open, or it changed while read.
+// the local object's size and CRC32C, and its MD5 where the server's
+// ETag is one: the local object is read once. ErrBusy: a writer has it
+// open, or it changed while read.
 func (t *Tier) holdsLocal(name string, oi minio.ObjectInfo) (Info, bool, error) {
 	info, want, err := infoOf(oi)
 	if err != nil {
@@ -149,8 +150,17 @@ func (t *Tier) holdsLocal(name string, oi minio.ObjectInfo) (Info, bool, error) 
 		return info, false, nil
 	}
 	t.st.reads.Add(1)
+	// A CRC32C is 32 bits, and can be made to collide on purpose (an
+	// outside tester left the bucket's bytes under a key whose local
+	// object differed in 6 bytes): where the server's ETag is the
+	// object's MD5, it must match too.
+	etag, withMD5 := plainMD5(oi.ETag)
 	crc, md := newCRC(), md5.New()
-	n, err := io.CopyBuffer(io.MultiWriter(crc, md), io.LimitReader(src, info.Size), make([]byte, copyBuf))
+	sums := io.Writer(crc)
+	if withMD5 {
+		sums = io.MultiWriter(crc, md)
+	}
+	n, err := io.CopyBuffer(sums, io.LimitReader(src, info.Size), make([]byte, copyBuf))
 	if err != nil || n != info.Size {
 		return info, false, nil
 	}
@@ -159,14 +169,7 @@ func (t *Tier) holdsLocal(name string, oi minio.ObjectInfo) (Info, bool, error) 
 	} else if err != nil {
 		return info, false, nil
 	}
-	same := crc.Sum32() == want
-	if etag, ok := plainMD5(oi.ETag); ok {
-		// A CRC32C is 32 bits, and can be made to collide on purpose
-		// (an outside tester left the bucket's bytes under a key whose
-		// local object differed in 6 bytes): where the server's ETag is
-		// the object's MD5, it must match too.
-		same = same && etag == hex.EncodeToString(md.Sum(nil))
-	}
+	same := crc.Sum32() == want && (!withMD5 || etag == hex.EncodeToString(md.Sum(nil)))
 	return info, same, nil
 }
 
