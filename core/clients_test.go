@@ -454,36 +454,56 @@ func TestPoolLearntEndsEarlierGraces(t *testing.T) {
 // object of its instead (an outside tester's loop publishing some
 // stores by `cp SRC .t && mv .t KEY` lost the temp file before its mv).
 func TestDirectWritersKeepTempGraces(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	me := Client(unix.Gettid())
-	tc := newTestCore(t, Config{Capacity: 2 * mib, Grace: time.Hour, WaitLimit: 0})
-	store := func(name string, size int) error {
-		h, err := tc.createBy(me, name)
-		if err != nil {
-			return err
-		}
-		defer h.Release()
-		if _, err := h.Write(Interrupt{}, make([]byte, size), 0); err != nil {
-			return err
-		}
-		return h.Flush()
+	for _, temp := range []string{".t", "key.partial", "key.part", "key.tmp.7"} {
+		t.Run(temp, func(t *testing.T) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			me := Client(unix.Gettid())
+			tc := newTestCore(t, Config{Capacity: 2 * mib, Grace: time.Hour, WaitLimit: 0})
+			store := func(name string, size int) error {
+				h, err := tc.createBy(me, name)
+				if err != nil {
+					return err
+				}
+				defer h.Release()
+				if _, err := h.Write(Interrupt{}, make([]byte, size), 0); err != nil {
+					return err
+				}
+				return h.Flush()
+			}
+			for i := range directStreak + 1 {
+				if err := store(fmt.Sprintf("e%d", i), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, name := range []string{temp, "d1", "d2"} {
+				if err := store(name, mib); err != nil {
+					t.Fatalf("store %s: %v", name, err)
+				}
+			}
+			if !tc.exists(temp) || tc.exists("d1") || !tc.exists("d2") {
+				t.Fatalf("%s present %v, d1 %v, d2 %v: want the temp file kept in its grace, d1 evicted for d2", temp, tc.exists(temp), tc.exists("d1"), tc.exists("d2"))
+			}
+			if err := tc.Rename(blob.RootID, temp, blob.RootID, "published", 0); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
-	for i := range directStreak + 1 {
-		if err := store(fmt.Sprintf("e%d", i), 0); err != nil {
-			t.Fatal(err)
+}
+
+// TestTempNames: the names a publish step is to follow, and final names
+// that only look near them.
+func TestTempNames(t *testing.T) {
+	for name, want := range map[string]bool{
+		".lmcache-write.tmp.12.3": true, ".x.AbC123": true, "tmpab12cd": true,
+		"k.tmp": true, "k.tmp.1.2.uuid": true, "k.temp": true, "k.partial": true,
+		"k.part": true, "k.incomplete": true, "k.inprogress": true,
+		"llama@0x00000001@0@0000000000000001.data": false, "k.bin": false,
+		"partial": false, "k.parts": false, "k.particle": false, "attempt": false,
+	} {
+		if got := tempName(name); got != want {
+			t.Errorf("tempName(%q) = %v, want %v", name, got, want)
 		}
-	}
-	for _, name := range []string{".t", "d1", "d2"} {
-		if err := store(name, mib); err != nil {
-			t.Fatalf("store %s: %v", name, err)
-		}
-	}
-	if !tc.exists(".t") || tc.exists("d1") || !tc.exists("d2") {
-		t.Fatalf(".t present %v, d1 %v, d2 %v: want the temp file kept in its grace, d1 evicted for d2", tc.exists(".t"), tc.exists("d1"), tc.exists("d2"))
-	}
-	if err := tc.Rename(blob.RootID, ".t", blob.RootID, "published", 0); err != nil {
-		t.Fatal(err)
 	}
 }
 
