@@ -208,6 +208,11 @@ func (o *Options) validate() error {
 	if o.Capacity < 0 || (o.Capacity > 0 && o.Capacity < ledger.BlockSize) {
 		return usagef("capacity %d is below one block (%d bytes)", o.Capacity, ledger.BlockSize)
 	}
+	// Objects are charged in whole blocks, so the rest of a capacity
+	// that is not a multiple of one could never be used: df showed the
+	// blocks and kvfs stats the bytes asked for. The serving line says
+	// the capacity taken.
+	o.Capacity -= o.Capacity % ledger.BlockSize
 	// A writer is reserved at most a quarter of the capacity (core's
 	// Reservation), so more asked for is refused, not cut unsaid.
 	if o.WriteReserve < 0 || o.WriteReserve > o.Capacity/4 && o.Capacity > 0 {

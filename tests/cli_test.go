@@ -739,3 +739,25 @@ func TestFlagGivenTwiceWarned(t *testing.T) {
 	}
 	d.stop()
 }
+
+// TestCapacityInWholeBlocks: objects are charged in 4 KiB blocks, so a
+// capacity that is not a multiple of one is taken rounded down, and the
+// serving line, kvfs stats and df all say the same capacity (df showed
+// 8192 bytes where kvfs stats said the 10000 asked for).
+func TestCapacityInWholeBlocks(t *testing.T) {
+	mp := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--capacity", "10000")
+	if !d.printed("capacity 8192 bytes") {
+		t.Errorf("the serving line does not say the capacity taken, 8192 bytes:\n%s", d.out)
+	}
+	var sf unix.Statfs_t
+	if err := unix.Statfs(mp, &sf); err != nil {
+		t.Fatal(err)
+	}
+	if st := stats(t, mp); st.CapacityBytes != 8192 || int64(sf.Blocks)*sf.Frsize != 8192 {
+		t.Errorf("kvfs stats says a capacity of %d bytes, df %d; want 8192 in both", st.CapacityBytes, int64(sf.Blocks)*sf.Frsize)
+	}
+}
