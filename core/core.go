@@ -54,6 +54,8 @@
 //	moves.mu              the renames under way (moves.go); a leaf
 //	clients.mu            what kvfs learnt of its clients' processes
 //	                      (clients.go); a leaf
+//	mappings.mu           the objects kept pinned for a mapping
+//	                      (mapped.go); a leaf
 //	blob crowd.mu         the store's directories found full (blob,
 //	                      crowded.go); a leaf, its report made after
 //
@@ -225,6 +227,9 @@ type Core struct {
 	doomed map[blob.Name]blob.ID
 
 	clients clients
+	// mapped: objects kept pinned for a mapping that outlived its handle
+	// (mapped.go).
+	mapped mappings
 
 	writersMu lockorder.Mutex
 	// GUARDED_BY(writersMu). INVARIANT: marked[id] counts id's handles
@@ -510,6 +515,7 @@ func (c *Core) Start(dropped func(Drop)) {
 func (c *Core) Close() error {
 	close(c.done)
 	c.wg.Wait()
+	c.dropMapped()
 	err := c.checkpoint(true)
 	if err != nil {
 		c.log.Warn("no checkpoint saved at the stop", zap.Error(err))

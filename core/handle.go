@@ -40,6 +40,10 @@ type Handle struct {
 	// direct: the process that created the object stores under final
 	// names; its grace ends at h's release (see clients.go).
 	direct atomic.Bool
+	// mayBeMapped: the kernel served h from its stored file, and h is
+	// the last such handle of the object (see mappings); set before its
+	// release.
+	mayBeMapped bool
 	// temp: the object was created under a name that looks like a temp
 	// file's (tempName): it keeps its grace whoever made it.
 	temp bool
@@ -686,7 +690,9 @@ func (h *Handle) Release() {
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()
-	h.file.Close()
+	if !c.keepMapped(h) {
+		h.file.Close()
+	}
 	h.unpin()
 	c.endDirectGrace(h)
 	// Published once its write pin is gone, so an upload that reads it

@@ -88,8 +88,9 @@ func (u *lastUse) take(sec int64) []*useSecond {
 	return out
 }
 
-// recordLoop records the ended seconds' notes once a second, and trims
-// a cache left over its capacity.
+// recordLoop records the ended seconds' notes once a second, unpins
+// the objects kept for mappings now gone, and trims a cache left over
+// its capacity.
 func (c *Core) recordLoop() {
 	defer c.wg.Done()
 	for {
@@ -99,6 +100,7 @@ func (c *Core) recordLoop() {
 		case <-c.cfg.After(time.Second):
 		}
 		c.recordUses()
+		c.unmapped()
 		c.trimIfOver()
 	}
 }

@@ -187,7 +187,10 @@ func (f *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 
 // Release drops the handle; the kernel ignores its result, so nothing
 // here can fail. The object forgets the handle first, so no one reaches
-// its file after the core closes it.
+// its file after the core closes it. The kernel's backing file goes
+// before the core's release: the last passthrough handle's release asks
+// whether a mapping still holds the stored file (core's mappings), which
+// the kernel's own registration of it would answer.
 func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	h, ok := f.files.take(in.Fh)
 	if !ok {
@@ -195,8 +198,10 @@ func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	}
 	h.ob.forget(h)
 	h.fill.Swap(nil).Abandon()
+	if h.ob.releaseBacking(h) {
+		h.Handle.MayBeMapped()
+	}
 	h.Handle.Release()
-	h.ob.releaseBacking(h)
 	f.objects.drop(h.ob)
 }
 

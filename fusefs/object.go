@@ -246,17 +246,20 @@ func unregisterBacking(server *fuse.Server, id int32, log *zap.Logger) {
 }
 
 // releaseBacking ends h's use of the backing file; the last one
-// unregisters it (the kernel keeps the file while a handle uses it).
-func (ob *object) releaseBacking(h *handle) {
+// unregisters it (the kernel keeps the file while a handle uses it) and
+// says so.
+func (ob *object) releaseBacking(h *handle) (last bool) {
 	if !h.backed {
-		return
+		return false
 	}
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	if ob.backingRefs--; ob.backingRefs == 0 {
 		unregisterBacking(ob.fs.server, ob.backing, ob.fs.log)
 		ob.backing = 0
+		return true
 	}
+	return false
 }
 
 // forget removes a released handle.
