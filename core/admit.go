@@ -384,6 +384,10 @@ func (c *Core) guessReservation(id blob.ID) int64 {
 // no room at all (see reservationFor); 0 is one with no size to go by.
 const reserveNothing = -1
 
+// borrowedLeast is the least free space a writer reserved by others'
+// sizes takes instead of evicting (see reserve).
+const borrowedLeast = 1 << 20
+
 // reserve admits a writer's reservation of n bytes as it opens, without
 // waiting: open and create run while the kernel holds the directory's
 // lock, and a wait there would stall every link and create in that
@@ -398,8 +402,15 @@ const reserveNothing = -1
 // the most any writer is, a quarter of the capacity, from free space
 // only: a guess evicts nothing, and one that finds no free room for it
 // gets none. A writer whose process stored only empty objects lately (n
-// reserveNothing) gets none.
-func (c *Core) reserve(id blob.ID, n int64) (got bool, err error) {
+// reserveNothing) gets none. A writer whose n is borrowed, sized by
+// what other processes stored, not its own, takes the free space there
+// is instead of evicting for n, where that is at least 1 MiB (or n):
+// its size is a guess too, and a shell's `echo hi > f` in a cache with
+// 4-12 MiB free evicted the 60 MiB object another process had stored
+// last, or, that object held open, waited the wait limit and failed
+// with ENOSPC (an outside tester). Its bytes past that are admitted as
+// they come, as any writer's past its reservation are.
+func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, err error) {
 	if n == reserveNothing {
 		return false, nil
 	}
@@ -420,6 +431,9 @@ func (c *Core) reserve(id blob.ID, n int64) (got bool, err error) {
 		return false, nil
 	}
 	err = c.ledger.ReserveFree(id, n)
+	if errors.Is(err, ledger.ErrBusy) && borrowed {
+		err = c.ledger.ReserveFreeUpTo(id, n, min(n, max(c.cfg.WriteReserve, borrowedLeast)))
+	}
 	if errors.Is(err, ledger.ErrBusy) {
 		err = c.locked(func() (victims, error) { return c.ledger.Reserve(id, n) })
 	}

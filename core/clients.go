@@ -435,16 +435,16 @@ func (cl *clients) stored(p proc, size int64) {
 // largest is the largest of the last objects process p stored, or, if
 // it stored none yet, of those its parent's children stored; known
 // false: none stored.
-func (cl *clients) largest(p proc) (size int64, known bool) {
+func (cl *clients) largest(p proc) (size int64, own, known bool) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if l := cl.learn[p.pid]; p.pid != 0 && l != nil && l.sizes.n > 0 {
-		return l.sizes.largest(), true
+		return l.sizes.largest(), true, true
 	}
 	if l := cl.learn[p.parent]; p.parent != 0 && l != nil && l.kidSizes.n > 0 {
-		return l.kidSizes.largest(), true
+		return l.kidSizes.largest(), false, true
 	}
-	return 0, false
+	return 0, false, false
 }
 
 // of is what was learnt of process pid, made if need be; mu held.
@@ -541,23 +541,24 @@ func (c *Core) tempObject(id blob.ID) bool {
 // were all empty (`touch`, lock and marker files) is reserved
 // --write-reserve alone: sized by everyone's, each of its writers held
 // a large object's room in a full cache, evicting others' objects for
-// bytes it never wrote.
-func (c *Core) reservationFor(t Client) (n int64, by *proc) {
+// bytes it never wrote. borrowed says n is sized by others' objects (its
+// siblings' too), not its process's own (see reserve).
+func (c *Core) reservationFor(t Client) (n int64, borrowed bool, by *proc) {
 	if t != 0 {
 		p := c.clients.process(t)
 		if p.pid != 0 {
 			by = &p
 		}
-		if size, known := c.clients.largest(p); known {
+		if size, own, known := c.clients.largest(p); known {
 			capacity := c.targetCapacity()
 			n := ledger.Charge(min(max(c.cfg.WriteReserve, size), capacity/4))
 			if n == 0 {
-				return reserveNothing, by
+				return reserveNothing, false, by
 			}
-			return n, by
+			return n, !own, by
 		}
 	}
-	return c.Reservation(), by
+	return c.Reservation(), true, by
 }
 
 // storedBy notes the size h's writer stored, for its process's next

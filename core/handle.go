@@ -97,12 +97,12 @@ func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who bl
 	c.ledger.Create(id, write)
 	h := &Handle{c: c, id: id, write: write, temp: tempName(name)}
 	if write {
-		var n int64
-		n, h.by = c.reservationFor(t)
+		n, borrowed, by := c.reservationFor(t)
+		h.by = by
 		// Learnt before the admission, which may wait for the graces
 		// that learning ends (clients.created).
 		h.createdBy(t)
-		got, err := c.reserve(id, n)
+		got, err := c.reserve(id, n, borrowed)
 		if err != nil {
 			c.abandon(id, write)
 			return nil, err
@@ -277,7 +277,7 @@ func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 	if write {
 		r := c.Reservation()
 		size, _, held := c.ledger.Size(id)
-		got, err := c.reserve(id, reopenReservation(r, size, held))
+		got, err := c.reserve(id, reopenReservation(r, size, held), true)
 		if err != nil {
 			h.unpin()
 			return nil, err

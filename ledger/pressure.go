@@ -22,6 +22,19 @@ func (l *Ledger[K]) ReserveFree(id K, n int64) error {
 	return l.free(func() ([]Victim[K], error) { return l.reserve(id, n) })
 }
 
+// ReserveFreeUpTo is ReserveFree of the free space there is, up to n,
+// where that is at least least: whole blocks of it, or ErrBusy with
+// nothing changed.
+func (l *Ledger[K]) ReserveFreeUpTo(id K, n, least int64) error {
+	return l.free(func() ([]Victim[K], error) {
+		r := min(Charge(n), (l.capacity-(l.used-l.over))/BlockSize*BlockSize)
+		if r <= 0 || r < Charge(least) {
+			return nil, ErrBusy
+		}
+		return l.reserve(id, r)
+	})
+}
+
 func (l *Ledger[K]) ObserveFree(id K, size int64) error {
 	return l.free(func() ([]Victim[K], error) { return l.observe(id, size) })
 }
