@@ -131,6 +131,9 @@ func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, name, newName str
 	}
 	from, to := nameKey{core.ID(in.NodeId), name}, nameKey{core.ID(in.Newdir), newName}
 	exchange := in.Flags&unix.RENAME_EXCHANGE != 0
+	if f.movesRemoteDir(from, to, exchange) {
+		return f.status("rename", syscall.EXDEV)
+	}
 	release, err := f.localize(from, to, exchange)
 	if err != nil {
 		return f.status("rename", err)

@@ -283,6 +283,25 @@ func (f *FS) renamingRemote(from, to nameKey, exchange bool) func() {
 	}
 }
 
+// movesRemoteDir says whether a rename would move a directory while a
+// shared tier holds its objects under their paths: it is refused with
+// EXDEV, which mv and shutil.move answer by copying the tree and
+// removing it, object by object, each a store and a delete the tier
+// follows. Renamed, the bucket kept every key under the old path and
+// got none under the new one: other nodes read the old names, found
+// none of the new, and an rm after the move left the old keys for
+// good (an outside tester).
+func (f *FS) movesRemoteDir(from, to nameKey, exchange bool) bool {
+	if f.remote == nil {
+		return false
+	}
+	dir := func(k nameKey) bool {
+		e, _, err := f.core.Lookup(k.parent, k.name)
+		return err == nil && e.Dir
+	}
+	return dir(from) || exchange && dir(to)
+}
+
 // localFile is the tier's name for name in parent when it holds a local
 // file now: what a rename over it replaces.
 func (f *FS) localFile(parent core.ID, name string) (string, bool) {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/kvfs/kvfs/internal/s3test"
@@ -142,5 +144,45 @@ func TestRemoteRenameOverRemoteOnly(t *testing.T) {
 		b.mustLoad(key, w)
 	}
 	b.stop()
+	a.stop()
+}
+
+// TestRemoteDirectoryRenameCopies: with a shared tier, a directory's
+// rename is refused with EXDEV, and mv copies the tree and removes it,
+// object by object, which the bucket follows: the keys move with the
+// names. Renamed in place, the bucket kept every key under the old path
+// and got none under the new one; other nodes read the old names, and
+// an rm after the move left the old keys for good (an outside tester).
+func TestRemoteDirectoryRenameCopies(t *testing.T) {
+	srv := s3test.New(t)
+	a := startRemoteNode(t, srv, t.TempDir(), "a")
+	if err := os.MkdirAll(filepath.Join(a.mp, "d", "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	for _, key := range []string{"f1", "f2"} {
+		want[key] = objectBytes(key, 64<<10)
+		putFile(t, finalPath(filepath.Join(a.mp, "d", "x"), key), want[key])
+	}
+	a.uploaded()
+	err := os.Rename(filepath.Join(a.mp, "d", "x"), filepath.Join(a.mp, "d", "y"))
+	if !errors.Is(err, syscall.EXDEV) {
+		t.Fatalf("rename(2) of a directory with a shared tier: %v, want EXDEV", err)
+	}
+	if out, err := exec.Command("mv", filepath.Join(a.mp, "d", "x"), filepath.Join(a.mp, "d", "y")).CombinedOutput(); err != nil {
+		t.Fatalf("mv: %v\n%s", err, out)
+	}
+	a.uploaded()
+	for key, w := range want {
+		if got, err := os.ReadFile(finalPath(filepath.Join(a.mp, "d", "y"), key)); err != nil || !bytes.Equal(got, w) {
+			t.Errorf("d/y/%s after mv: %d bytes (%v)", key, len(got), err)
+		}
+		if got, _ := remoteObject(t, srv, "d/y/"+key); !bytes.Equal(got, w) {
+			t.Errorf("the bucket holds %d bytes under d/y/%s, want the %d moved there", len(got), key, len(w))
+		}
+		if got, _ := remoteObject(t, srv, "d/x/"+key); got != nil {
+			t.Errorf("the bucket still holds d/x/%s after the mv", key)
+		}
+	}
 	a.stop()
 }
