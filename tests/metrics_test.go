@@ -309,3 +309,40 @@ func TestHandoverKeepsMetricsAddr(t *testing.T) {
 		t.Fatalf("the object stored before the handover: %d bytes, %v", len(b), err)
 	}
 }
+
+// TestHandoverMetricsAddrTakenMeanwhile: a successor whose
+// --metrics-addr another process holds once the old daemon is gone
+// serves the mount, says so, and takes the address when it comes free.
+// It gave up after 5 s, for good: a reload (exit 0) left the mount with
+// no /metrics (an outside tester).
+func TestHandoverMetricsAddrTakenMeanwhile(t *testing.T) {
+	requireRoot(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	mp := filepath.Join(t.TempDir(), "mnt")
+	os.Mkdir(mp, 0o755)
+	old := startDaemon(t, mp, "--capacity", "16MiB")
+	d := handOver(t, kvfsBin, old, "--capacity", "16MiB", "--metrics-addr", addr)
+	if !d.waitOutput(func(out string) bool { return strings.Contains(out, "no metrics endpoint: "+addr+" is in use") }) {
+		t.Fatalf("the successor does not say its metrics address is taken; its output:\n%s", d.out)
+	}
+	putFile(t, filepath.Join(mp, "k"), objectBytes("k", 4096))
+	taken.Close()
+	url := "http://" + addr + "/metrics"
+	if !waitFor(func() bool {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("no metrics at %s once the address came free", url)
+	}
+	if m := scrapeMetrics(t, url); m["kvfs_objects"] != 1 {
+		t.Fatalf("the successor's kvfs_objects %v, want 1", m["kvfs_objects"])
+	}
+}

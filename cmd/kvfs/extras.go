@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/kvfs/kvfs/internal/metrics"
@@ -47,12 +48,18 @@ func checkProgressEvery(d time.Duration) error {
 // extras are those parts, once started.
 type extras struct {
 	metrics *metrics.Metrics // nil: no endpoint
-	server  *metrics.Server
+	mu      sync.Mutex
+	server  *metrics.Server // GUARDED_BY(mu) once serve has run
+	closed  bool            // GUARDED_BY(mu)
 	// late: the address to listen on once a handover is done (the old
 	// daemon holds it till then).
 	late     string
 	progress *progress.Reporter
 }
+
+// lateRetry is how often an address still in use after a handover is
+// tried again.
+const lateRetry = 5 * time.Second
 
 // start checks the flags, takes the metrics address (so a port in use
 // fails before the store is loaded) and hooks both parts into o.
@@ -102,7 +109,14 @@ func (e *extras) serve(m *mount.Mount, stdout io.Writer, log *zap.Logger) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		if err != nil {
-			log.Error("no metrics endpoint after the handover", zap.String("addr", e.late), zap.Error(err))
+			// Another process took it meanwhile: tried again until it
+			// is free, so the mount is not left unwatched for good (an
+			// outside tester: a reload whose address was taken exited 0
+			// and the mount had no /metrics from then on).
+			log.Error("no metrics endpoint after the handover: tried again every 5 s", zap.String("addr", e.late), zap.Error(err))
+			fmt.Fprintf(stdout, "kvfs: warning: no metrics endpoint: %s is in use; tried again every %v\n", e.late, lateRetry)
+			e.metrics.Watch(metrics.Source{Stats: m.Stats, Loaded: m.Loaded, StoreQuotaBytes: m.QuotaBytes()})
+			go e.retry(log)
 			return
 		}
 	}
@@ -112,9 +126,36 @@ func (e *extras) serve(m *mount.Mount, stdout io.Writer, log *zap.Logger) {
 	log.Info("serving metrics", zap.String("addr", e.server.Addr()))
 }
 
+// retry listens on the late address once it is free, until close.
+func (e *extras) retry(log *zap.Logger) {
+	for {
+		time.Sleep(lateRetry)
+		srv, err := metrics.Listen(e.late)
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			if err == nil {
+				srv.Close()
+			}
+			return
+		}
+		if err == nil {
+			e.server = srv
+			srv.Serve(e.metrics, log.Named("metrics"))
+			e.mu.Unlock()
+			log.Info("serving metrics", zap.String("addr", srv.Addr()))
+			return
+		}
+		e.mu.Unlock()
+	}
+}
+
 // close stops the endpoint; the mount has stopped, or never started.
 func (e *extras) close() {
 	e.progress.Done()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closed = true
 	if e.server != nil {
 		e.server.Close()
 	}
