@@ -11,7 +11,7 @@ import (
 	"github.com/kvfs/kvfs/internal/usageerr"
 )
 
-// Config is what `--remote s3://BUCKET/PREFIX` and its companion flags
+// Config is what `--remote s3://BUCKET[/PREFIX]` and its companion flags
 // and environment variables ask for. Fill it with RegisterFlags and
 // Finish, or by hand and then Finish.
 type Config struct {
@@ -70,7 +70,7 @@ func usagef(format string, args ...any) error { return usageerr.Errorf(format, a
 // RegisterFlags adds --remote and its companions to fs, with defaults.
 // Call Finish after fs.Parse.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.URL, "remote", "", "shared remote tier, s3://BUCKET/PREFIX (default: none)")
+	fs.StringVar(&c.URL, "remote", "", "shared remote tier, s3://BUCKET[/PREFIX] (default: none)")
 	fs.StringVar(&c.Endpoint, "remote-endpoint", "", "S3 endpoint URL (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)")
 	fs.StringVar(&c.Region, "remote-region", "", "S3 region (default: $AWS_REGION, $AWS_DEFAULT_REGION, else "+DefaultRegion+")")
 	fs.StringVar(&c.AccessKey, "remote-access-key", "", "S3 access key (default: $AWS_ACCESS_KEY_ID, then ~/.aws/credentials, then the instance role)")
@@ -232,7 +232,7 @@ func (c *Config) checkNumbers() error {
 	}{{"--remote-queue", c.QueueMax}, {"--remote-uploaders", c.Uploaders},
 		{"--remote-breaker-failures", c.BreakerFailures}} {
 		if n.v < 1 {
-			return usagef("%s %d: want at least 1", n.name, n.v)
+			return usagef("%s %d: want at least 1 (leave it out for its default)", n.name, n.v)
 		}
 	}
 	_, err := newExcluder(c.Exclude)
@@ -245,7 +245,7 @@ func ParseURL(s string) (bucket, prefix string, err error) {
 	shown := Redact(s)
 	rest, ok := strings.CutPrefix(s, "s3://")
 	if !ok {
-		return "", "", usagef("bad --remote %q: want s3://BUCKET/PREFIX", shown)
+		return "", "", usagef("bad --remote %q: want s3://BUCKET[/PREFIX]", shown)
 	}
 	bucket, prefix, _ = strings.Cut(rest, "/")
 	if strings.Contains(bucket, "@") {

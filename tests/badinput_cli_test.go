@@ -189,9 +189,9 @@ func TestBadInputFlags(t *testing.T) {
 		// Was: the default store, MOUNTPOINT.kvfs-store (an outside tester).
 		{"--store", "", []string{"--store is empty"}},
 		// Were: their defaults, unsaid (an outside tester).
-		{"--remote-uploaders", "0", []string{"--remote-uploaders 0", "more than 0"}},
-		{"--remote-queue", "0", []string{"--remote-queue 0", "more than 0"}},
-		{"--remote-breaker-failures", "0", []string{"--remote-breaker-failures 0", "more than 0"}},
+		{"--remote-uploaders", "0", []string{"--remote-uploaders 0", "at least 1"}},
+		{"--remote-queue", "0", []string{"--remote-queue 0", "at least 1"}},
+		{"--remote-breaker-failures", "0", []string{"--remote-breaker-failures 0", "at least 1"}},
 		{"--remote-timeout", "0s", []string{"--remote-timeout 0s", "more than 0"}},
 		{"--remote-breaker-cooldown", "0s", []string{"--remote-breaker-cooldown 0s", "more than 0"}}, // was: 10s, unsaid
 		{"--ram-cache", "12X", []string{"bad size", "12X"}},

@@ -358,7 +358,7 @@ func TestRemoteBadFlags(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--remote", "http://bucket/p"}, []string{"bad --remote", "s3://BUCKET/PREFIX"}},
+		{[]string{"--remote", "http://bucket/p"}, []string{"bad --remote", "s3://BUCKET[/PREFIX]"}},
 		{[]string{"--remote", "s3://B_ad/p"}, []string{"bad --remote", "bucket name"}},
 		{[]string{"--remote", "s3://bucket/a/../b"}, []string{"bad --remote", "'..'"}},
 		{[]string{"--remote", "s3://bucket/p", "--remote-endpoint", "ftp://host"}, []string{"bad remote endpoint", "ftp://host"}},

@@ -296,7 +296,10 @@ func explicitDefault(name, v string) error {
 	case (name == "store" || name == "log-level") && v == "":
 		return usageerr.Errorf("--%s is empty: leave it out for its default", name)
 	case slices.Contains([]string{"remote-uploaders", "remote-queue", "remote-breaker-failures", "remote-timeout", "remote-breaker-cooldown"}, name) && (v == "0" || v == "0s"):
-		return usageerr.Errorf("--%s %s: want more than 0 (leave it out for its default)", name, v)
+		if v == "0s" {
+			return usageerr.Errorf("--%s %s: want more than 0 (leave it out for its default)", name, v)
+		}
+		return usageerr.Errorf("--%s %s: want at least 1 (leave it out for its default)", name, v)
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ func remoteConfig(fs *flag.FlagSet, rc *remote.Config) (*remote.Config, error) {
 			}
 		})
 		if stray != "" {
-			return nil, usageerr.Errorf("--%s needs --remote s3://BUCKET/PREFIX", stray)
+			return nil, usageerr.Errorf("--%s needs --remote s3://BUCKET[/PREFIX]", stray)
 		}
 		return nil, nil
 	}
