@@ -78,6 +78,12 @@ func (h *Handle) State() HandleState {
 func (c *Core) Freeze() (Frozen, error) {
 	close(c.done)
 	c.wg.Wait()
+	// The objects kept for mappings are no handles a successor makes
+	// again: their pins go now, as at a stop (see mappings), so the
+	// ledger handed on is the handles' alone. Kept past the freeze, an
+	// unlinked one stayed charged in the successor for good, with no
+	// pin and no name (the ledger no longer the store).
+	c.dropMapped()
 	var fr Frozen
 	c.mu.Lock()
 	if b := c.basis; b != nil {

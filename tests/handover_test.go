@@ -166,7 +166,13 @@ func TestHandoverUnderLoad(t *testing.T) {
 			}
 		})
 	}
+	paused := false // the test holds pause (a round's checks)
 	defer func() {
+		if paused {
+			// A round's check failed with pause held: the workers
+			// wait for it, and the wait below would never end.
+			pause.Unlock()
+		}
 		close(stop)
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()
@@ -213,6 +219,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 			t.Fatalf("round %d: the mount changed: ID %d (was %d), device %d (was %d), %v", round, m.ID, mountID, st.Dev, st0.Dev, err)
 		}
 		pause.Lock()
+		paused = true
 		checkStorm(t, mp, keys)
 		if !bytes.Equal(mapped, heldData) {
 			t.Fatalf("round %d: the held mapping changed", round)
@@ -228,6 +235,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 			t.Fatalf("round %d: capacity %s after a handover with --capacity %s", round, want, capacity)
 		}
 		pause.Unlock()
+		paused = false
 	}
 	close(stop)
 	wg.Wait()
@@ -331,7 +339,7 @@ func requireLedgerIsStore(t *testing.T, d *daemon) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg = fmt.Sprintf("used %d, reserved %d, the store holds %d", st.UsedBytes, st.ReservedBytes, held)
+		msg = fmt.Sprintf("used %d, reserved %d, the store holds %d (pinned %d objects, shadow %d bytes)", st.UsedBytes, st.ReservedBytes, held, st.PinnedObjects, st.ShadowBytes)
 		return st.UsedBytes-st.ReservedBytes == held
 	}) {
 		t.Fatalf("the ledger is not the store after a handover: %s", msg)
