@@ -690,7 +690,8 @@ func (h *Handle) Release() {
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()
-	if !c.keepMapped(h) {
+	mapped := c.mayBeMapped(h)
+	if !mapped {
 		h.file.Close()
 	}
 	h.unpin()
@@ -704,6 +705,9 @@ func (h *Handle) Release() {
 		}
 	}
 	c.publish(pub)
+	if mapped {
+		c.keepMapped(h)
+	}
 }
 
 // endWrite ends a writer's writing: a last settle, then, for the last
