@@ -228,3 +228,27 @@ func TestEndWritingOverCapacityIsNoReconciliation(t *testing.T) {
 	}
 	mustOK(t, l)
 }
+
+// TestReserveFreeUpTo: a guessed reservation takes the free room there
+// is, up to what it asks, where that is at least its least, and evicts
+// nothing; with less free, it changes nothing.
+func TestReserveFreeUpTo(t *testing.T) {
+	l, _ := newTest(t, 8*blk)
+	l.Create(1, false)
+	l.SetSize(1, 5*blk)
+	l.Close(1, false)
+	l.Create(2, true)
+	if err := l.ReserveFreeUpTo(2, 6*blk, 2*blk); err != nil {
+		t.Fatalf("3 blocks free, 6 asked, 2 at least: %v", err)
+	}
+	if st := l.Stats(); st.UsedBytes != 8*blk || st.Objects != 2 || st.Evictions != 0 {
+		t.Fatalf("after it: %+v; want the 3 free blocks reserved, nothing evicted", st)
+	}
+	l.Create(3, true)
+	if err := l.ReserveFreeUpTo(3, 2*blk, blk); !errors.Is(err, ErrBusy) {
+		t.Fatalf("nothing free: %v, want ErrBusy", err)
+	}
+	if st := l.Stats(); st.UsedBytes != 8*blk || st.Evictions != 0 {
+		t.Fatalf("a refused one changed the ledger: %+v", st)
+	}
+}
