@@ -91,7 +91,7 @@ func (c *Core) mayBeMapped(h *Handle) bool {
 		}
 		return false
 	}
-	return elsewhere && c.ledger.Open(h.id, false) == nil
+	return elsewhere && c.ledger.Hold(h.id) == nil
 }
 
 // keepMapped keeps the object mayBeMapped pinned while another file has
@@ -111,7 +111,7 @@ func (c *Core) keepMapped(h *Handle) {
 	}
 	if !elsewhere || !ok {
 		h.file.Close()
-		c.unpin(h.id, false)
+		c.ledger.Unhold(h.id)
 		return
 	}
 	m := &c.mapped
@@ -127,7 +127,7 @@ func (c *Core) keepMapped(h *Handle) {
 		// enough, and h's file, the newer, is asked from now on (an
 		// earlier mapping still there holds the inode for it too).
 		old.Close()
-		c.unpin(h.id, false)
+		c.ledger.Unhold(h.id)
 	}
 }
 
@@ -153,7 +153,7 @@ func (c *Core) unmapped() {
 		m.mu.Unlock()
 		if mine {
 			f.Close()
-			c.unpin(id, false)
+			c.ledger.Unhold(id)
 		}
 	}
 }
@@ -167,7 +167,7 @@ func (c *Core) dropMapped() {
 	m.mu.Unlock()
 	for id, f := range held {
 		f.Close()
-		c.unpin(id, false)
+		c.ledger.Unhold(id)
 	}
 }
 

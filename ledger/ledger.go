@@ -316,6 +316,40 @@ func (l *Ledger[K]) Open(id K, write bool) error {
 	return nil
 }
 
+// Hold pins an inode as a reader's Open does, without marking it used:
+// a pin that is no one's new use of it (the core's for a mapping that
+// outlived its handle, whose open marked it already). A release that
+// pinned each object it closed with Open made it the most recent:
+// stored a, b, c, then b came after c in the LRU.
+func (l *Ledger[K]) Hold(id K) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.get(id)
+	if !ok {
+		return ErrGone
+	}
+	l.pin(e, false)
+	return nil
+}
+
+// Unhold drops a pin Hold made, again without marking the inode used,
+// and reports whether it had no names left and is now released.
+func (l *Ledger[K]) Unhold(id K) (released bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.get(id)
+	if !ok || e.pins == 0 {
+		return false
+	}
+	l.unpin(e, false)
+	l.signal()
+	if e.pins == 0 && e.nlink == 0 {
+		l.remove(e)
+		return true
+	}
+	return false
+}
+
 // Close drops a handle's pin. It reports whether the inode had no names
 // left and is now released, so its stored bytes can go. The close of a
 // writer starts the grace period, which covers the publish step after a

@@ -252,3 +252,28 @@ func TestReserveFreeUpTo(t *testing.T) {
 		t.Fatalf("a refused one changed the ledger: %+v", st)
 	}
 }
+
+// TestHoldIsNoUse: Hold pins an object without moving it in the LRU, so
+// the coldest unpinned object is still the victim, and Unhold drops the
+// pin, again without moving it.
+func TestHoldIsNoUse(t *testing.T) {
+	l, _ := newTest(t, 3*blk)
+	for _, id := range []ID{1, 2, 3} {
+		l.Create(id, false)
+		l.SetSize(id, blk)
+		l.Close(id, false)
+	}
+	if err := l.Hold(2); err != nil {
+		t.Fatal(err)
+	}
+	l.Unhold(2)
+	l.Create(4, true)
+	victims, err := l.Reserve(4, blk)
+	if err != nil || len(victims) != 1 || victims[0].ID != 1 {
+		t.Fatalf("victims %v (%v): want 1, the coldest; a hold is no use", victims, err)
+	}
+	l.Create(5, true)
+	if victims, err = l.Reserve(5, blk); err != nil || len(victims) != 1 || victims[0].ID != 2 {
+		t.Fatalf("victims %v (%v): want 2, next in the LRU", victims, err)
+	}
+}
