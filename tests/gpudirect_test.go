@@ -161,8 +161,11 @@ func TestGPUDirectOddSizes(t *testing.T) {
 	if !strings.HasPrefix(f.Backing(), filepath.Join(d.store, "data")+"/") {
 		t.Fatalf("backing file %s is not in the store %s", f.Backing(), d.store)
 	}
-	if st := stats(t, d.mp); st.PinnedObjects != 1 {
-		t.Fatalf("%d objects pinned while one is open over the direct path", st.PinnedObjects)
+	// An object read just before may stay pinned a moment: its release
+	// asks whether a file the kernel opened for it is still open (a
+	// mapping's), and on a loaded machine the kernel closes its own late.
+	if !waitFor(func() bool { return stats(t, d.mp).PinnedObjects == 1 }) {
+		t.Fatalf("%d objects pinned while one is open over the direct path", stats(t, d.mp).PinnedObjects)
 	}
 	f.Close()
 	res := runKvfsTimeout(t, 2*time.Minute, append([]string{"cat", "--direct", "--verify", "--chunk", "1MiB", "--depth", "3"}, paths...)...)
@@ -250,7 +253,10 @@ func TestGPUDirectPinnedDuringFlood(t *testing.T) {
 		p := filepath.Join(d.mp, fmt.Sprintf("flood-%d.data", i))
 		putFile(t, p, objectBytes(p, objSize))
 	}
-	st := stats(t, d.mp)
+	// The flood's last objects may stay pinned a moment (see
+	// TestGPUDirectOddSizes).
+	var st kvfsStats
+	waitFor(func() bool { st = stats(t, d.mp); return st.PinnedObjects == 1 })
 	if st.Evictions-evicted0 < 12 || st.PinnedObjects != 1 {
 		t.Fatalf("the flood evicted %d objects with %d pinned; want at least 12 evictions and our pin", st.Evictions-evicted0, st.PinnedObjects)
 	}

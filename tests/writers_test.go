@@ -380,7 +380,7 @@ func TestForkedWritersHoldReservations(t *testing.T) {
 		children = append(children, c)
 	}
 	var st kvfsStats
-	if !waitFor(func() bool { st = stats(t, d.mp); return st.KeptBytes == 0 }) {
+	if !waitFor(func() bool { st = stats(t, d.mp); return st.KeptBytes == 0 && st.PinnedObjects == 10 }) {
 		t.Fatalf("10 writers held by children: %+v; the kept reservations never shown %v", st, hangGuard)
 	}
 	df, err := dfUsed(d.mp)
