@@ -174,11 +174,3 @@ func (c *Core) dropMapped() {
 		c.ledger.Unhold(id)
 	}
 }
-
-// Mapped is how many objects are kept pinned for a mapping that outlived
-// its handle.
-func (c *Core) Mapped() int {
-	c.mapped.mu.Lock()
-	defer c.mapped.mu.Unlock()
-	return len(c.mapped.held)
-}

@@ -304,7 +304,17 @@ func (l *Ledger[K]) Create(id K, write bool) error {
 }
 
 // Open pins an inode for a new handle and marks it most recently used.
-func (l *Ledger[K]) Open(id K, write bool) error {
+func (l *Ledger[K]) Open(id K, write bool) error { return l.pinID(id, write, true) }
+
+// Hold pins an inode as a reader's Open does, without marking it used:
+// a pin that is no one's new use of it (the core's for a mapping that
+// outlived its handle, whose open marked it already). A release that
+// pinned each object it closed with Open made it the most recent:
+// stored a, b, c, then b came after c in the LRU.
+func (l *Ledger[K]) Hold(id K) error { return l.pinID(id, false, false) }
+
+// pinID pins an inode, and marks it most recently used if use.
+func (l *Ledger[K]) pinID(id K, write, use bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.get(id)
@@ -312,23 +322,9 @@ func (l *Ledger[K]) Open(id K, write bool) error {
 		return ErrGone
 	}
 	l.pin(e, write)
-	l.use(e)
-	return nil
-}
-
-// Hold pins an inode as a reader's Open does, without marking it used:
-// a pin that is no one's new use of it (the core's for a mapping that
-// outlived its handle, whose open marked it already). A release that
-// pinned each object it closed with Open made it the most recent:
-// stored a, b, c, then b came after c in the LRU.
-func (l *Ledger[K]) Hold(id K) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.get(id)
-	if !ok {
-		return ErrGone
+	if use {
+		l.use(e)
 	}
-	l.pin(e, false)
 	return nil
 }
 
@@ -337,17 +333,8 @@ func (l *Ledger[K]) Hold(id K) error {
 func (l *Ledger[K]) Unhold(id K) (released bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.get(id)
-	if !ok || e.pins == 0 {
-		return false
-	}
-	l.unpin(e, false)
-	l.signal()
-	if e.pins == 0 && e.nlink == 0 {
-		l.remove(e)
-		return true
-	}
-	return false
+	released, _ = l.close(id, false, false)
+	return released
 }
 
 // Close drops a handle's pin. It reports whether the inode had no names
@@ -360,10 +347,11 @@ func (l *Ledger[K]) Unhold(id K) (released bool) {
 func (l *Ledger[K]) Close(id K, write bool) (released bool, victims []Victim[K]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.close(id, write)
+	return l.close(id, write, true)
 }
 
-func (l *Ledger[K]) close(id K, write bool) (released bool, victims []Victim[K]) {
+// close drops a pin, and marks the inode most recently used if use.
+func (l *Ledger[K]) close(id K, write, use bool) (released bool, victims []Victim[K]) {
 	e, ok := l.get(id)
 	if !ok || e.pins == 0 || (write && l.writers(e) == 0) {
 		return false, nil
@@ -375,7 +363,9 @@ func (l *Ledger[K]) close(id K, write bool) (released bool, victims []Victim[K])
 	if write && !e.final() {
 		e.lastClose = l.now().UnixNano()
 	}
-	l.use(e) // notes it
+	if use {
+		l.use(e) // notes it
+	}
 	l.signal()
 	if e.pins == 0 && e.nlink == 0 {
 		l.remove(e)
@@ -398,7 +388,7 @@ func (l *Ledger[K]) CloseFree(id K, write bool) (released bool, err error) {
 			return false, ErrBusy
 		}
 	}
-	released, _ = l.close(id, write) // no victims: it fits
+	released, _ = l.close(id, write, true) // no victims: it fits
 	return released, nil
 }
 
