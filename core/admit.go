@@ -396,27 +396,33 @@ const borrowedLeast = 1 << 20
 // at its writes, behind the older ones (ledger.Behind), where a stalled
 // wait refuses the youngest (see admit). Otherwise it gets its
 // reservation if the room can be had now (got), and none if not: its
-// bytes are then admitted as they come (Unreserved), and at its close,
-// where waiting is harmless. A writer with no size to go by (no
+// bytes are then admitted as they come (Unreserved), its first write
+// waiting for want whole (see Write), and at its close, where waiting
+// is harmless. A writer with no size to go by (no
 // --write-reserve, and nothing published since the start) is reserved
 // the most any writer is, a quarter of the capacity, from free space
 // only: a guess evicts nothing, and one that finds no free room for it
 // gets none. A writer whose process stored only empty objects lately (n
 // reserveNothing) gets none. A writer whose n is borrowed, sized by
 // what other processes stored, not its own, takes the free space there
-// is instead of evicting for n, where that is at least 1 MiB (or n):
-// its size is a guess too, and a shell's `echo hi > f` in a cache with
-// 4-12 MiB free evicted the 60 MiB object another process had stored
-// last, or, that object held open, waited the wait limit and failed
-// with ENOSPC (an outside tester). Its bytes past that are admitted as
-// they come, as any writer's past its reservation are.
-func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, err error) {
+// is instead of evicting for n, half of it where that is at least 1 MiB
+// (or n), and none where it is not (ledger.ReserveFreeShare): its size
+// is a guess too, and a shell's `echo hi > f` in a cache with 4-12 MiB
+// free evicted the 60 MiB object another process had stored last, or,
+// that object held open, waited the wait limit and failed with ENOSPC
+// (an outside tester). Its bytes past that are admitted as they come,
+// as any writer's past its reservation are, with no want: waiting for
+// a guess whole evicted for it all the same.
+func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, want int64, err error) {
 	if n == reserveNothing {
-		return false, nil
+		return false, 0, nil
 	}
 	if n == 0 {
 		guess := c.guessReservation(id)
-		return guess > 0 && c.ledger.ReserveFree(id, guess) == nil, nil
+		if guess > 0 && c.ledger.ReserveFree(id, guess) == nil {
+			return true, 0, nil
+		}
+		return false, wantGuess, nil
 	}
 	if c.ledger.Overloaded(id, n) {
 		// Writers in flight fill the cache: this one goes without a
@@ -428,20 +434,23 @@ func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, err error)
 		// os.replace into 32 MiB through the daemon had 26 to 36 of 100
 		// refused, now 12 to 19; 64 threads storing 200 of 4 MiB, 5 to
 		// 133, now 1 to 9.
-		return false, nil
+		return false, n, nil
 	}
 	err = c.ledger.ReserveFree(id, n)
 	if errors.Is(err, ledger.ErrBusy) && borrowed {
-		err = c.ledger.ReserveFreeUpTo(id, n, min(n, max(c.cfg.WriteReserve, borrowedLeast)))
+		// A guess waits for nothing either: its bytes are admitted
+		// as they come, evicting only for what it writes.
+		got = c.ledger.ReserveFreeShare(id, n, min(n, max(c.cfg.WriteReserve, borrowedLeast))) == nil
+		return got, 0, nil
 	}
 	if errors.Is(err, ledger.ErrBusy) {
 		err = c.locked(func() (victims, error) { return c.ledger.Reserve(id, n) })
 	}
 	switch {
 	case err == nil:
-		return true, nil
+		return true, 0, nil
 	case errors.Is(err, ledger.ErrNoSpace):
-		return false, nil
+		return false, n, nil
 	}
-	return false, ledgerErr(err)
+	return false, 0, ledgerErr(err)
 }

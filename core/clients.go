@@ -558,7 +558,10 @@ func (c *Core) reservationFor(t Client) (n int64, borrowed bool, by *proc) {
 			return n, !own, by
 		}
 	}
-	return c.Reservation(), true, by
+	// A process that stored nothing yet is sized by everyone's last
+	// objects, a guess; a writer of no known client (the core's own
+	// callers) by the same, as before sizes were per process.
+	return c.Reservation(), t != 0, by
 }
 
 // storedBy notes the size h's writer stored, for its process's next

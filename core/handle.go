@@ -102,15 +102,13 @@ func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who bl
 		// Learnt before the admission, which may wait for the graces
 		// that learning ends (clients.created).
 		h.createdBy(t)
-		got, err := c.reserve(id, n, borrowed)
+		got, want, err := c.reserve(id, n, borrowed)
 		if err != nil {
 			c.abandon(id, write)
 			return nil, err
 		}
 		h.unreserved = !got
-		if !got && n >= 0 {
-			h.want.Store(max(n, wantGuess))
-		}
+		h.want.Store(want)
 	}
 	f, st, err := c.createStored(parent, name, id, mode, who)
 	if err != nil {
@@ -277,7 +275,7 @@ func (c *Core) open(id blob.ID, flags int, write bool, via func(flags int) (*os.
 	if write {
 		r := c.Reservation()
 		size, _, held := c.ledger.Size(id)
-		got, err := c.reserve(id, reopenReservation(r, size, held), true)
+		got, _, err := c.reserve(id, reopenReservation(r, size, held), true)
 		if err != nil {
 			h.unpin()
 			return nil, err

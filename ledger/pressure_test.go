@@ -229,26 +229,33 @@ func TestEndWritingOverCapacityIsNoReconciliation(t *testing.T) {
 	mustOK(t, l)
 }
 
-// TestReserveFreeUpTo: a guessed reservation takes the free room there
-// is, up to what it asks, where that is at least its least, and evicts
-// nothing; with less free, it changes nothing.
-func TestReserveFreeUpTo(t *testing.T) {
-	l, _ := newTest(t, 8*blk)
+// TestReserveFreeShare: a guessed reservation takes half the free room
+// there is, in whole blocks, where that is at least the least asked,
+// and evicts nothing; with less, it changes nothing.
+func TestReserveFreeShare(t *testing.T) {
+	l, _ := newTest(t, 16*blk)
 	l.Create(1, false)
-	l.SetSize(1, 5*blk)
+	l.SetSize(1, 10*blk)
 	l.Close(1, false)
 	l.Create(2, true)
-	if err := l.ReserveFreeUpTo(2, 6*blk, 2*blk); err != nil {
-		t.Fatalf("3 blocks free, 6 asked, 2 at least: %v", err)
+	if err := l.ReserveFreeShare(2, 8*blk, 2*blk); err != nil {
+		t.Fatalf("6 blocks free, 8 asked, 2 at least: %v", err)
 	}
-	if st := l.Stats(); st.UsedBytes != 8*blk || st.Objects != 2 || st.Evictions != 0 {
-		t.Fatalf("after it: %+v; want the 3 free blocks reserved, nothing evicted", st)
+	if st := l.Stats(); st.UsedBytes != 13*blk || st.Objects != 2 || st.Evictions != 0 {
+		t.Fatalf("after it: %+v; want 3 of the 6 free blocks reserved, nothing evicted", st)
 	}
 	l.Create(3, true)
-	if err := l.ReserveFreeUpTo(3, 2*blk, blk); !errors.Is(err, ErrBusy) {
-		t.Fatalf("nothing free: %v, want ErrBusy", err)
+	if err := l.ReserveFreeShare(3, blk, blk); err != nil {
+		t.Fatalf("3 blocks free, 1 asked: %v", err)
 	}
-	if st := l.Stats(); st.UsedBytes != 8*blk || st.Evictions != 0 {
+	if st := l.Stats(); st.UsedBytes != 14*blk || st.Evictions != 0 {
+		t.Fatalf("after the second: %+v; want the 1 block asked reserved", st)
+	}
+	l.Create(4, true)
+	if err := l.ReserveFreeShare(4, 2*blk, 2*blk); !errors.Is(err, ErrBusy) {
+		t.Fatalf("2 blocks free, 2 at least: %v, want ErrBusy (half is 1)", err)
+	}
+	if st := l.Stats(); st.UsedBytes != 14*blk || st.Evictions != 0 {
 		t.Fatalf("a refused one changed the ledger: %+v", st)
 	}
 }
