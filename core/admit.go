@@ -439,8 +439,10 @@ func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, want int64
 	err = c.ledger.ReserveFree(id, n)
 	if errors.Is(err, ledger.ErrBusy) && borrowed {
 		// A guess waits for nothing either: its bytes are admitted
-		// as they come, evicting only for what it writes.
+		// as they come, evicting only for what it writes, and, as a
+		// writer reserved n, for at most twice n (ledger.Budget).
 		got = c.ledger.ReserveFreeShare(id, n, min(n, max(c.cfg.WriteReserve, borrowedLeast))) == nil
+		c.ledger.Budget(id, n)
 		return got, 0, nil
 	}
 	if errors.Is(err, ledger.ErrBusy) {

@@ -435,6 +435,21 @@ func (l *Ledger[K]) Reserve(id K, n int64) ([]Victim[K], error) {
 	return l.reserve(id, n)
 }
 
+// Budget raises what an open writer's growth may evict for to that of
+// a writer reserved n (see pastBudget), reserving nothing: a writer
+// whose reservation was a guess it was given only in part, or not at
+// all. With no budget its growth evicted without bound: a shell's
+// `head -c 20M > big` into a full 16 MiB cache emptied it on its way
+// to ENOSPC.
+func (l *Ledger[K]) Budget(id K, n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, err := l.writer(id); err == nil {
+		w := l.wr(e)
+		w.budget = max(w.budget, Charge(n))
+	}
+}
+
 func (l *Ledger[K]) reserve(id K, n int64) ([]Victim[K], error) {
 	e, err := l.writer(id)
 	if err != nil {

@@ -284,3 +284,24 @@ func TestHoldIsNoUse(t *testing.T) {
 		t.Fatalf("victims %v (%v): want 2, next in the LRU", victims, err)
 	}
 }
+
+// TestBudgetWithoutReservation: a writer given a budget and no
+// reservation evicts for its growth only up to that budget's bound (a
+// quarter of the capacity here); past it its bytes are unadmitted. With
+// no budget, its growth evicted the whole cache.
+func TestBudgetWithoutReservation(t *testing.T) {
+	const n = 64
+	l, _ := newTest(t, n*blk)
+	fill(t, l, 1, n)
+	l.Create(1000, true)
+	l.Budget(1000, blk)
+	for size := int64(blk); size <= n*blk; size += blk {
+		if _, err := l.Grow(1000, size); err != nil {
+			t.Fatalf("Grow(%d): %v", size, err)
+		}
+	}
+	if st := l.Stats(); st.Evictions != n/4 || st.UnadmittedBytes != n*blk-n/4*blk {
+		t.Fatalf("after the growth: %d evicted, %d unadmitted bytes; want %d and the rest", st.Evictions, st.UnadmittedBytes, n/4)
+	}
+	mustOK(t, l)
+}
