@@ -66,6 +66,8 @@ type model struct {
 	writing []ID
 	// freeOnly: the op runs as a ...Free method.
 	freeOnly bool
+	// evictAtMost: the op runs as ReserveEvictingAtMost's (0: no bound).
+	evictAtMost int64
 	// firm: Config.FirmReservations, no reservation is taken back.
 	firm bool
 }
@@ -237,6 +239,16 @@ func (m *model) room(need, total int64, self ID, freeOnly bool) ([]Victim[ID], e
 	if m.freeOnly {
 		return nil, ErrBusy
 	}
+	if m.evictAtMost > 0 {
+		v, _ := m.coldest(need-free, self)
+		var freed int64
+		for _, x := range v {
+			freed += x.Charge
+		}
+		if freed > m.evictAtMost {
+			return nil, ErrBusy
+		}
+	}
 	if !freeOnly {
 		if v, ok := m.evict(need-free, self); ok {
 			return v, nil
@@ -402,7 +414,7 @@ func (r *fuzzRun) writer(o *mObj) error {
 }
 
 func (r *fuzzRun) do(op, slot int, arg byte) {
-	r.m.freeOnly = false
+	r.m.freeOnly, r.m.evictAtMost = false, 0
 	id, o := r.m.cur(slot)
 	write := arg&1 == 1
 	switch op {
@@ -455,10 +467,43 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 		r.endGrace(id, o)
 	case 20:
 		r.overloaded(id, fzSize(arg))
+	case 26:
+		r.budget(id, o, fzSize(arg))
+	case 27:
+		r.reserveShare(id, o, fzSize(arg), fzSize(arg>>1))
+	case 28:
+		r.m.evictAtMost = max(2*mCharge(fzSize(arg)), 1)
+		r.reserve(id, o, fzSize(arg))
 	}
 }
 
-const fzOps = 26
+const fzOps = 29
+
+func (r *fuzzRun) budget(id ID, o *mObj, n int64) {
+	r.desc = fmt.Sprintf("Budget(%d, %d)", id, n)
+	r.l.Budget(id, n)
+	if r.writer(o) == nil {
+		o.budget = max(o.budget, mCharge(n))
+	}
+}
+
+// reserveShare checks ReserveFreeShare: half the free space, up to n, in
+// whole blocks, where that is at least least.
+func (r *fuzzRun) reserveShare(id ID, o *mObj, n, least int64) {
+	r.desc = fmt.Sprintf("ReserveFreeShare(%d, %d, %d)", id, n, least)
+	err := r.l.ReserveFreeShare(id, n, least)
+	if werr := r.writer(o); werr != nil {
+		r.errIs(err, werr)
+		return
+	}
+	share := min(mCharge(n), (fzCap-r.m.admitted())/2/BlockSize*BlockSize)
+	if share <= 0 || share < mCharge(least) {
+		r.errIs(err, ErrBusy)
+		return
+	}
+	r.m.freeOnly = true
+	r.admit(o, nil, err, o.size, max(o.res, share), false)
+}
 
 func (r *fuzzRun) endGrace(id ID, o *mObj) {
 	r.desc = fmt.Sprintf("EndGrace(%d)", id)
@@ -624,12 +669,15 @@ func (r *fuzzRun) setSize(id ID, o *mObj, size int64) {
 }
 
 func (r *fuzzRun) reserve(id ID, o *mObj, n int64) {
-	r.desc = fmt.Sprintf("Reserve(%d, %d, free %v)", id, n, r.m.freeOnly)
+	r.desc = fmt.Sprintf("Reserve(%d, %d, free %v, evicting at most %d)", id, n, r.m.freeOnly, r.m.evictAtMost)
 	var v []Victim[ID]
 	var err error
-	if r.m.freeOnly {
+	switch {
+	case r.m.freeOnly:
 		err = r.l.ReserveFree(id, n)
-	} else {
+	case r.m.evictAtMost > 0:
+		v, err = r.l.ReserveEvictingAtMost(id, n, r.m.evictAtMost)
+	default:
 		v, err = r.l.Reserve(id, n)
 	}
 	if werr := r.writer(o); werr != nil {

@@ -142,6 +142,11 @@ func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victi
 	if l.freeOnly {
 		return nil, ErrBusy
 	}
+	if l.evictAtMost > 0 {
+		if _, freed := l.coldest(need-free, e); freed > l.evictAtMost {
+			return nil, ErrBusy
+		}
+	}
 	if !freeOnly {
 		if victims, err := l.evict(need-free, e); err == nil {
 			return victims, nil

@@ -139,10 +139,13 @@ type Ledger[K comparable] struct {
 	// while someone waits for it (Changed).
 	changed chan struct{}
 	// freeOnly: the method running takes free space only (see free).
-	freeOnly  bool
-	evictions int64
-	evicted   int64
-	refusals  int64
+	freeOnly bool
+	// evictAtMost: the method running evicts only where that frees at
+	// most this much (see ReserveEvictingAtMost); 0: no bound.
+	evictAtMost int64
+	evictions   int64
+	evicted     int64
+	refusals    int64
 	// moves counts changes of writers' sizes and of charges, and ends of
 	// writing: while it stands still, nothing in flight progresses
 	// (Progress).

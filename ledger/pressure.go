@@ -30,12 +30,28 @@ func (l *Ledger[K]) ReserveFree(id K, n int64) error {
 // MiB object in a 64 MiB cache evicted it, 6 of 6 runs).
 func (l *Ledger[K]) ReserveFreeShare(id K, n, least int64) error {
 	return l.free(func() ([]Victim[K], error) {
+		if _, err := l.writer(id); err != nil {
+			return nil, err
+		}
 		r := min(Charge(n), (l.capacity-(l.used-l.over))/2/BlockSize*BlockSize)
 		if r <= 0 || r < Charge(least) {
 			return nil, ErrBusy
 		}
 		return l.reserve(id, r)
 	})
+}
+
+// ReserveEvictingAtMost is Reserve where the objects it must evict
+// free at most most bytes, and ErrBusy with nothing changed where they
+// would free more: a reservation that is a guess makes room by evicting
+// objects of about its size, never one far larger for bytes that may
+// never come (a shell's 3-byte store beside a 60 MiB object).
+func (l *Ledger[K]) ReserveEvictingAtMost(id K, n, most int64) ([]Victim[K], error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.evictAtMost = max(most, 1)
+	defer func() { l.evictAtMost = 0 }()
+	return l.reserve(id, n)
 }
 
 func (l *Ledger[K]) ObserveFree(id K, size int64) error {

@@ -305,3 +305,36 @@ func TestBudgetWithoutReservation(t *testing.T) {
 	}
 	mustOK(t, l)
 }
+
+// TestReserveEvictingAtMost: a reservation that may evict only objects
+// freeing at most a bound takes cold objects of about its size, and
+// changes nothing where the coldest would free more.
+func TestReserveEvictingAtMost(t *testing.T) {
+	l, _ := newTest(t, 16*blk)
+	l.Create(1, false)
+	l.SetSize(1, 12*blk)
+	l.Close(1, false)
+	for _, id := range []ID{2, 3, 4} { // one block each, warmer than 1
+		l.Create(id, false)
+		l.SetSize(id, blk)
+		l.Close(id, false)
+	}
+	l.Create(100, true)
+	if _, err := l.ReserveEvictingAtMost(100, 2*blk, 4*blk); !errors.Is(err, ErrBusy) {
+		t.Fatalf("2 blocks where the coldest is 12: %v, want ErrBusy", err)
+	}
+	if st := l.Stats(); st.Evictions != 0 || st.UsedBytes != 15*blk {
+		t.Fatalf("a refused one changed the ledger: %+v", st)
+	}
+	l.Unlink(1)
+	v, err := l.ReserveEvictingAtMost(100, 2*blk, 4*blk)
+	if err != nil || len(v) != 0 {
+		t.Fatalf("2 blocks with 13 free: %v, %v", v, err)
+	}
+	l.Create(101, true)
+	v, err = l.ReserveEvictingAtMost(101, 12*blk, 12*blk)
+	if err != nil || !sameIDs(ids(v), []ID{2}) {
+		t.Fatalf("12 blocks with 11 free: victims %v, %v; want 2, the coldest", v, err)
+	}
+	mustOK(t, l)
+}
