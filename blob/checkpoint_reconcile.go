@@ -303,7 +303,7 @@ func (c *cpLoad) objects() []Object {
 	for i, o := range c.objs {
 		if f, ok := c.s.files[o.id]; ok {
 			at := c.when - int64(len(c.objs)-i)
-			if u := uses[o.id]; u > c.when {
+			if u := uses[f.ino]; u > c.when {
 				at = u // read after the checkpoint began (UsesName)
 			}
 			out = append(out, Object{ID: o.id, Size: o.size, Atime: at, Links: len(f.links())})

@@ -19,7 +19,7 @@ import (
 type Object struct {
 	ID    ID
 	Size  int64
-	Atime int64 // unix nanoseconds: the later of atime and mtime
+	Atime int64 // unix nanoseconds: its last use, the later of atime, mtime and the journal's (UsesName)
 	Links int   // names in data/
 }
 
@@ -123,6 +123,7 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 	// this leaves the markers for the next start.
 	m.remove(s)
 	s.writeHint(len(objects))
+	s.removeOldUses()
 	s.checkpointObjects.Store(int64(len(objects)))
 	if s.checkpointSize.Load() == 0 {
 		s.checkpointSize.Store(64 * int64(len(objects))) // a guess; names vary
@@ -139,8 +140,12 @@ func (s *Store) walkAll(m *marks, hint int, rep *LoadReport) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
+	uses := s.readUses()
 	for i := range l.objects {
-		l.objects[i].Links = len(s.files[l.objects[i].ID].links())
+		o := &l.objects[i]
+		f := s.files[o.ID]
+		o.Links = len(f.links())
+		o.Atime = max(o.Atime, uses[f.ino]) // the reads journaled (UsesName)
 	}
 	return l.objects, nil
 }

@@ -17,7 +17,7 @@
 //	             (see RemoteName)
 //	kvfs.index   the checkpoint of the index (see CheckpointName)
 //	kvfs.hint    how many objects the last start found (see HintName)
-//	kvfs.uses    the reads recorded since the checkpoint (see UsesName)
+//	kvfs.reads   the reads recorded since the checkpoint (see UsesName)
 //
 // A Store does no locking of its own. Its owner (package core) guards the
 // index with its lock, and orders the changes of each name (see the
@@ -439,20 +439,6 @@ func (s *Store) stat(rel string) (unix.Stat_t, error) {
 		return st, &os.PathError{Op: "stat", Path: rel, Err: underlying(err)}
 	}
 	return st, nil
-}
-
-// SetAtime sets the atime of the file at rel, relative to data/, to ns
-// nanoseconds after the epoch, leaving its mtime: a record of its last
-// use (see Object).
-func (s *Store) SetAtime(rel string, ns int64) error {
-	ts := []unix.Timespec{unix.NsecToTimespec(ns), {Nsec: unix.UTIME_OMIT}}
-	err := s.at(rel, func(dirfd int, name string) error {
-		return unix.UtimesNanoAt(dirfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
-	})
-	if err != nil {
-		return &os.PathError{Op: "set atime", Path: rel, Err: underlying(err)}
-	}
-	return nil
 }
 
 // underlying unwraps a PathError so callers can wrap with their own op.

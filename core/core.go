@@ -189,8 +189,8 @@ type Drop struct {
 	Why   Why
 	// Idle is how long it had not been used, for evictions. For an
 	// object not used since the start restored it, the stored file's
-	// times say (the later of atime and mtime, which kvfs keeps as the
-	// last use: see lastuse.go), read as it is reaped.
+	// times say (the later of atime and mtime: see lastuse.go), read as
+	// it is reaped.
 	Idle time.Duration
 }
 

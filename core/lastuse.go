@@ -11,19 +11,23 @@ import (
 
 // Last use. The ledger keeps the LRU order in memory, and a clean stop's
 // checkpoint keeps it exactly; after a crash, a start from the running
-// checkpoint puts the objects read since it after its order (the journal
-// of uses, blob.UsesName), and a start that walks the store recovers the
-// order from the stored files' times (the later of atime and mtime, see
-// blob.Object). A writer's bytes set mtime; a reader's open is noted
-// here, once a second an object, with the core's clock, and recordLoop
-// writes the notes of each second that has ended into the stored files'
-// atimes and appends them to the journal. Each record
-// costs the store's file system a journalled inode update (on ext4, with
-// the inode tables cached, open, read and close of a small file ran
-// 130,000 a second and 72,000 with the update; with them cold, a read
-// of the inode table block besides), so it is kept off the load's path.
-// A crash loses at most the last second or two of notes: the order it
-// leaves is that much older.
+// checkpoint puts the objects read since it after its order, and a start
+// that walks the store orders the objects by their stored files' times
+// (the later of atime and mtime, see blob.Object), both with the reads
+// the journal of uses holds (blob.UsesName). A writer's bytes set mtime;
+// a reader's open is noted here, once a second an object, with the
+// core's clock, and recordLoop appends the notes of each second that has
+// ended to the journal, off the load's path. A crash loses at most the
+// last second or two of notes: the order it leaves is that much older.
+// The notes are never written into the stored files' atimes: that moved
+// each read file's ctime a second later, which a local file system's
+// reads never do (git called read files changed, `tar
+// --listed-incremental` saved them again: an outside tester), and cost
+// the store's file system a journalled inode update a read (on ext4,
+// open, read and close of a small file ran 130,000 a second without,
+// 72,000 with). The atime a client sees is the store's file system's
+// own, by its mount's atime policy (relatime: the first read after a
+// write, and then one a day).
 
 // lastUse holds the notes of the current second and those of seconds
 // that ended and are not recorded yet. Noting takes no lock of the lock
@@ -116,20 +120,11 @@ func (c *Core) trimIfOver() {
 	}
 }
 
-// recordUses writes the notes of every second that has ended into the
-// stored files' atimes. An object renamed between finding its path and
-// the write may leave the record on whatever took the path: only the
-// order a crash leaves is the worse for it. A stop ends it at once: the
-// clean stop's checkpoint keeps the order exactly.
+// recordUses journals the notes of every second that has ended (see
+// blob.UsesName), by the stored inode each object has. A stop ends it at
+// once: the clean stop's checkpoint keeps the order exactly.
 func (c *Core) recordUses() {
 	var journal []blob.Use
-	defer func() {
-		// The same uses for a start from the checkpoint, which reads no
-		// stored file's times (blob.UsesName).
-		if err := c.store.NoteUses(journal); err != nil {
-			c.log.Debug("journaling uses", zap.Error(err))
-		}
-	}()
 	for _, s := range c.lastUse.take(c.cfg.Now().Unix()) {
 		s.seen.Range(func(k, v any) bool {
 			select {
@@ -139,18 +134,18 @@ func (c *Core) recordUses() {
 			}
 			id, ns := k.(ID), v.(int64)
 			c.mu.RLock()
-			rel, ok := c.store.Path(id)
+			ino := c.store.Ino(id)
 			c.mu.RUnlock()
-			if !ok {
+			if ino == 0 {
 				return true
 			}
-			if err := c.store.SetAtime(rel, ns); err != nil {
-				c.log.Debug("recording a use", zap.Uint64("id", uint64(id)), zap.Error(err))
-			}
-			journal = append(journal, blob.Use{ID: id, At: ns})
+			journal = append(journal, blob.Use{Ino: ino, At: ns})
 			c.usesRecorded.Add(1)
 			return true
 		})
+	}
+	if err := c.store.NoteUses(journal); err != nil {
+		c.log.Debug("journaling uses", zap.Error(err))
 	}
 }
 

@@ -1,9 +1,13 @@
 package core
 
 import (
+	"encoding/binary"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kvfs/kvfs/blob"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,49 +27,61 @@ func TestLastUseOncePerSecond(t *testing.T) {
 	}
 }
 
-// TestReaderOpenRecordsUse: a reader's open records the core's clock in
-// the stored file's atime (what a load after a crash orders by) once its
-// second has ended; a writer's open and the remote tier's reads
-// (OpenPath) do not.
+// TestReaderOpenRecordsUse: a reader's open journals the core's clock
+// for the stored inode (what a load after a crash orders by) once its
+// second has ended, and leaves the stored file's times alone (a record
+// in its atime moved its ctime: git and tar took read files for
+// changed); a writer's open and the remote tier's reads (OpenPath)
+// journal nothing.
 func TestReaderOpenRecordsUse(t *testing.T) {
 	tc := newTestCore(t, Config{Capacity: 4 * mib})
 	id := tc.put("a", 10)
 	path, _ := tc.BackingPath(id)
-	long := time.Unix(1_000_000, 0)
-	atime := func() time.Time {
-		var st unix.Stat_t
-		if err := unix.Stat(path, &st); err != nil {
+	journal := filepath.Join(tc.store.Dir(), blob.UsesName)
+	journaled := func() []byte {
+		b, err := os.ReadFile(journal)
+		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
-		return time.Unix(st.Atim.Unix())
+		return b
 	}
-	open := func(what string, open func() (*Handle, error)) time.Time {
+	var before unix.Stat_t
+	if err := unix.Stat(path, &before); err != nil {
+		t.Fatal(err)
+	}
+	open := func(what string, open func() (*Handle, error)) []byte {
 		t.Helper()
-		if err := os.Chtimes(path, long, time.Time{}); err != nil {
-			t.Fatal(err)
-		}
 		// A second later than any record so far, so this one is a first.
 		tc.clock.Skip(time.Second)
+		was := journaled()
 		h, err := open()
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 		h.Release()
-		if got := atime(); !got.Equal(long) {
-			t.Fatalf("%s: the atime is %v before its second ended; want the record off the open's path", what, got)
+		if got := journaled(); len(got) != len(was) {
+			t.Fatalf("%s: journaled before its second ended; want the record off the open's path", what)
 		}
 		tc.clock.Skip(time.Second)
 		tc.recordUses()
-		return atime()
+		return journaled()[len(was):]
 	}
-	before := tc.clock.Now().Add(time.Second)
-	if got := open("reader", func() (*Handle, error) { return tc.Open(id, os.O_RDONLY, false, nil) }); got.Before(before) {
-		t.Fatalf("after a reader's open the atime is %v; want the core's clock, at least %v", got, before)
+	at := tc.clock.Now().Add(time.Second)
+	got := open("reader", func() (*Handle, error) { return tc.Open(id, os.O_RDONLY, false, nil) })
+	if len(got) != 16 || binary.LittleEndian.Uint64(got) != before.Ino || int64(binary.LittleEndian.Uint64(got[8:])) < at.UnixNano() {
+		t.Fatalf("a reader's open journaled %x; want inode %d at the core's clock, at least %v", got, before.Ino, at)
 	}
-	if got := open("writer", func() (*Handle, error) { return tc.Open(id, os.O_RDWR, true, nil) }); !got.Equal(long) {
-		t.Fatalf("after a writer's open the atime is %v; want it untouched (%v)", got, long)
+	var after unix.Stat_t
+	if err := unix.Stat(path, &after); err != nil {
+		t.Fatal(err)
 	}
-	if got := open("upload", func() (*Handle, error) { return tc.OpenPath("a") }); !got.Equal(long) {
-		t.Fatalf("after OpenPath the atime is %v; want it untouched (%v)", got, long)
+	if after.Ctim != before.Ctim || after.Mtim != before.Mtim {
+		t.Fatalf("the read moved the stored file's times: ctime %v to %v, mtime %v to %v", before.Ctim, after.Ctim, before.Mtim, after.Mtim)
+	}
+	if got := open("writer", func() (*Handle, error) { return tc.Open(id, os.O_RDWR, true, nil) }); len(got) != 0 {
+		t.Fatalf("a writer's open journaled %x; want nothing", got)
+	}
+	if got := open("upload", func() (*Handle, error) { return tc.OpenPath("a") }); len(got) != 0 {
+		t.Fatalf("OpenPath journaled %x; want nothing", got)
 	}
 }

@@ -39,7 +39,7 @@ func userTree(t *testing.T, d string) {
 }
 
 // storeOwnNames are what kvfs writes into a directory it adopts.
-var storeOwnNames = []string{"kvfs.lock", "kvfs.hint", "kvfs.index", "kvfs.uses", "kvfs.format", "writing"}
+var storeOwnNames = []string{"kvfs.lock", "kvfs.hint", "kvfs.index", "kvfs.reads", "kvfs.format", "writing"}
 
 // refusal is one directory kvfs must not serve.
 type refusal struct {
