@@ -141,3 +141,35 @@ func TestSmallStoreBesideALargeObject(t *testing.T) {
 	}
 	assertQuietEqual(t, d)
 }
+
+// TestOwnGuessBesideALargeObject: a process's writer is reserved the
+// largest object it stored lately; where making that room would evict
+// an object far larger than it and the cache has free room, it takes the
+// free room instead. A process that stored 8 MiB, storing 4 KiB beside
+// 4 MiB of free room, evicted the 52 MiB object another had stored (an
+// outside tester, 7 of 7 runs).
+func TestOwnGuessBesideALargeObject(t *testing.T) {
+	for _, mode := range []string{"passthrough", "no-passthrough"} {
+		t.Run(mode, func(t *testing.T) {
+			flags := []string{"--capacity", "64MiB", "--grace", "0s"}
+			if mode == "no-passthrough" {
+				flags = append(flags, "--no-passthrough")
+			}
+			d := mountCache(t, flags...)
+			big := filepath.Join(d.mp, "big")
+			if out, err := exec.Command("sh", "-c", "head -c 54525952 /dev/zero > "+big).CombinedOutput(); err != nil {
+				t.Fatalf("the large object: %v\n%s", err, out)
+			}
+			putFile(t, filepath.Join(d.mp, "eight"), objectBytes("eight", 8*MiB))
+			putFile(t, filepath.Join(d.mp, "tiny"), objectBytes("tiny", 4096))
+			if st := stats(t, d.mp); st.Evictions != 0 || st.AdmissionFailures != 0 {
+				t.Errorf("a 4 KiB store beside 4 MiB of free room: evictions %d, admission failures %d; want 0 and 0", st.Evictions, st.AdmissionFailures)
+			}
+			if _, err := os.Stat(big); err != nil {
+				t.Errorf("the large object: %v", err)
+			}
+			assertQuietEqual(t, d)
+			d.stop()
+		})
+	}
+}
