@@ -89,7 +89,7 @@ type State struct {
 // on meanwhile (an outside tester: pauses of 2 s, and temp files
 // evicted before their links). On an error the caller Resumes.
 func (f *FS) Quiesce(outstanding func() int, limit time.Duration, waiting func() bool) error {
-	if err := f.notices.pause(limit); err != nil {
+	if err := f.notices.pause(limit, waiting); err != nil {
 		return err
 	}
 	return f.reqs.gate.close(outstanding, limit, waiting)
@@ -196,7 +196,7 @@ func (f *FS) Import(st State, files []*os.File) error {
 	}
 	// Sent once this FS serves (Serving): the kernel may hold a
 	// directory's lock for a request only the server can answer.
-	f.notices.pause(0)
+	f.notices.pause(0, nil)
 	pending := make([]notice, 0, len(st.Notices))
 	for _, n := range st.Notices {
 		pending = append(pending, notice{node: n.Node, name: n.Name, content: n.Content})
