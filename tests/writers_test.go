@@ -356,6 +356,11 @@ func TestForkedWritersHoldReservations(t *testing.T) {
 	if err := os.Remove(sized); err != nil {
 		t.Fatal(err)
 	}
+	// Its charge goes at its RELEASE, which the kernel sends after
+	// close returns: before it, the eighth writer found no room.
+	if !waitFor(func() bool { return stats(t, d.mp).UsedBytes == 0 }) {
+		t.Fatalf("the removed object is still charged after %v: %+v", hangGuard, stats(t, d.mp))
+	}
 	var children []*exec.Cmd
 	stop := func() {
 		for _, c := range children {
