@@ -234,9 +234,7 @@ func TestEndWritingOverCapacityIsNoReconciliation(t *testing.T) {
 // and evicts nothing; with less, it changes nothing.
 func TestReserveFreeShare(t *testing.T) {
 	l, _ := newTest(t, 16*blk)
-	l.Create(1, false)
-	l.SetSize(1, 10*blk)
-	l.Close(1, false)
+	stored(l, 1, 10*blk)
 	l.Create(2, true)
 	if err := l.ReserveFreeShare(2, 8*blk, 2*blk); err != nil {
 		t.Fatalf("6 blocks free, 8 asked, 2 at least: %v", err)
@@ -311,13 +309,9 @@ func TestBudgetWithoutReservation(t *testing.T) {
 // changes nothing where the coldest would free more.
 func TestReserveEvictingAtMost(t *testing.T) {
 	l, _ := newTest(t, 16*blk)
-	l.Create(1, false)
-	l.SetSize(1, 12*blk)
-	l.Close(1, false)
+	stored(l, 1, 12*blk)
 	for _, id := range []ID{2, 3, 4} { // one block each, warmer than 1
-		l.Create(id, false)
-		l.SetSize(id, blk)
-		l.Close(id, false)
+		stored(l, id, blk)
 	}
 	l.Create(100, true)
 	if _, err := l.ReserveEvictingAtMost(100, 2*blk, 4*blk); !errors.Is(err, ErrBusy) {
@@ -337,4 +331,11 @@ func TestReserveEvictingAtMost(t *testing.T) {
 		t.Fatalf("12 blocks with 11 free: victims %v, %v; want 2, the coldest", v, err)
 	}
 	mustOK(t, l)
+}
+
+// stored makes id a closed object of size bytes, the most recent.
+func stored(l *Ledger[ID], id ID, size int64) {
+	l.Create(id, false)
+	l.SetSize(id, size)
+	l.Close(id, false)
 }
