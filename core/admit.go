@@ -384,9 +384,10 @@ func (c *Core) guessReservation(id blob.ID) int64 {
 // no room at all (see reservationFor); 0 is one with no size to go by.
 const reserveNothing = -1
 
-// borrowedLeast is the least free space a writer reserved by others'
-// sizes takes instead of evicting (see reserve).
-const borrowedLeast = 1 << 20
+// shareLeast is the least free space a writer takes instead of evicting
+// for its guess n (see reserve): 1 MiB, or --write-reserve where that is
+// more, or n where that is less.
+func (c *Core) shareLeast(n int64) int64 { return min(n, max(c.cfg.WriteReserve, 1<<20)) }
 
 // reserve admits a writer's reservation of n bytes as it opens, without
 // waiting: open and create run while the kernel holds the directory's
@@ -443,28 +444,7 @@ func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, want int64
 	}
 	err = c.ledger.ReserveFree(id, n)
 	if errors.Is(err, ledger.ErrBusy) && borrowed {
-		// A guess evicts only for what it writes, and, as a writer
-		// reserved n, for at most twice n (ledger.Budget).
-		c.ledger.Budget(id, n)
-		if c.ledger.ReserveFreeShare(id, n, min(n, max(c.cfg.WriteReserve, borrowedLeast))) == nil {
-			return true, 0, nil
-		}
-		err = c.locked(func() (victims, error) { return c.ledger.ReserveEvictingAtMost(id, n, 2*ledger.Charge(n)) })
-		switch {
-		case err == nil:
-			return true, 0, nil
-		case errors.Is(err, ledger.ErrBusy):
-			return false, 0, nil
-		case errors.Is(err, ledger.ErrNoSpace):
-			// Nothing can go now (objects in their grace, held open):
-			// its first write waits for n whole, as any writer's, not
-			// piece by piece, where writers that each held part of
-			// the room stalled and were refused (an outside tester:
-			// `xargs -P 8 cp` of 1 MiB files beside a held 60 MiB
-			// object in 64 MiB, 22-38 of 40 refused, 4-7 before).
-			return false, n, nil
-		}
-		return false, 0, ledgerErr(err)
+		return c.reserveBorrowed(id, n)
 	}
 	if errors.Is(err, ledger.ErrBusy) {
 		err = c.locked(func() (victims, error) { return c.ledger.ReserveEvictingAtMost(id, n, 2*ledger.Charge(n)) })
@@ -476,7 +456,7 @@ func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, want int64
 		// stored 8 MiB, storing 4 KiB beside 4 MiB of free room,
 		// evicted a 52 MiB object, 7 of 7 runs).
 		c.ledger.Budget(id, n)
-		err = c.ledger.ReserveFreeShare(id, n, min(n, max(c.cfg.WriteReserve, borrowedLeast)))
+		err = c.ledger.ReserveFreeShare(id, n, c.shareLeast(n))
 	}
 	if errors.Is(err, ledger.ErrBusy) {
 		err = c.locked(func() (victims, error) { return c.ledger.Reserve(id, n) })
@@ -485,6 +465,35 @@ func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, want int64
 	case err == nil:
 		return true, 0, nil
 	case errors.Is(err, ledger.ErrNoSpace):
+		return false, n, nil
+	}
+	return false, 0, ledgerErr(err)
+}
+
+// reserveBorrowed is reserve for a borrowed n that free space alone
+// cannot cover. Where an own n evicts objects of about its size first,
+// and takes the free room only where a far larger object would go, a
+// borrowed one takes the free room first: it is the weaker guess.
+func (c *Core) reserveBorrowed(id blob.ID, n int64) (got bool, want int64, err error) {
+	// A guess evicts only for what it writes, and, as a writer reserved
+	// n, for at most twice n (ledger.Budget).
+	c.ledger.Budget(id, n)
+	if c.ledger.ReserveFreeShare(id, n, c.shareLeast(n)) == nil {
+		return true, 0, nil
+	}
+	err = c.locked(func() (victims, error) { return c.ledger.ReserveEvictingAtMost(id, n, 2*ledger.Charge(n)) })
+	switch {
+	case err == nil:
+		return true, 0, nil
+	case errors.Is(err, ledger.ErrBusy):
+		return false, 0, nil
+	case errors.Is(err, ledger.ErrNoSpace):
+		// Nothing can go now (objects in their grace, held open): its
+		// first write waits for n whole, as any writer's, not piece by
+		// piece, where writers that each held part of the room stalled
+		// and were refused (an outside tester: `xargs -P 8 cp` of 1 MiB
+		// files beside a held 60 MiB object in 64 MiB, 22-38 of 40
+		// refused, 4-7 before).
 		return false, n, nil
 	}
 	return false, 0, ledgerErr(err)
