@@ -454,12 +454,15 @@ func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, want int64
 		// there is does, where that is some, its growth past it
 		// admitted as it comes (an outside tester: a process that
 		// stored 8 MiB, storing 4 KiB beside 4 MiB of free room,
-		// evicted a 52 MiB object, 7 of 7 runs).
+		// evicted a 52 MiB object, 7 of 7 runs); with less, it goes
+		// without, its bytes admitted as they come, evicting that
+		// object only once they need it (the same with 1 MiB free: a
+		// re-check).
 		c.ledger.Budget(id, n)
-		err = c.ledger.ReserveFreeShare(id, n, c.shareLeast(n))
-	}
-	if errors.Is(err, ledger.ErrBusy) {
-		err = c.locked(func() (victims, error) { return c.ledger.Reserve(id, n) })
+		if c.ledger.ReserveFreeShare(id, n, c.shareLeast(n)) == nil {
+			return true, 0, nil
+		}
+		return false, 0, nil
 	}
 	switch {
 	case err == nil:
@@ -489,12 +492,15 @@ func (c *Core) reserveBorrowed(id blob.ID, n int64) (got bool, want int64, err e
 		return false, 0, nil
 	case errors.Is(err, ledger.ErrNoSpace):
 		// Nothing can go now (objects in their grace, held open): its
-		// first write waits for n whole, as any writer's, not piece by
-		// piece, where writers that each held part of the room stalled
-		// and were refused (an outside tester: `xargs -P 8 cp` of 1 MiB
-		// files beside a held 60 MiB object in 64 MiB, 22-38 of 40
-		// refused, 4-7 before).
-		return false, n, nil
+		// first write waits for a share whole (shareLeast: n, up to 1
+		// MiB), not piece by piece, where writers that each held part
+		// of the room stalled and were refused (an outside tester:
+		// `xargs -P 8 cp` of 1 MiB files beside a held 60 MiB object
+		// in 64 MiB, 22-38 of 40 refused, 4-7 before); not for n
+		// whole, a guess that may never fit: 4 KiB stores beside that
+		// object, guessing 16 MiB, waited out the wait limit and were
+		// refused, 3-6 of 8 at once (a re-check).
+		return false, c.shareLeast(n), nil
 	}
 	return false, 0, ledgerErr(err)
 }

@@ -120,9 +120,35 @@ func TestSmallStoreBesideALargeObject(t *testing.T) {
 	// of evicting for a guess; their bytes are admitted as they come,
 	// from the unused part of the first's. Before, the second evicted
 	// big (an outside tester: 6 of 6 runs, 3 stores of 4 KiB).
+	concurrentStores(t, d.mp, "many", 3)
+	if st := stats(t, d.mp); st.Evictions != 0 || st.AdmissionFailures != 0 {
+		t.Errorf("3 concurrent small stores beside a large object: evictions %d, admission failures %d; want 0 and 0", st.Evictions, st.AdmissionFailures)
+	}
+	if _, err := os.Stat(big); err != nil {
+		t.Errorf("the large object after the small stores: %v", err)
+	}
+	// Eight at once beside it held: those that find no free share wait
+	// for a share (1 MiB), evicting small objects for it if they must,
+	// not for their guess (16 MiB) whole, which cannot be had while big
+	// is held (a re-check: 3-6 of 8 refused after the wait limit).
+	if held, err = os.Open(big); err != nil {
+		t.Fatalf("the large object: %v", err)
+	}
+	concurrentStores(t, d.mp, "held", 8)
+	if st := stats(t, d.mp); st.AdmissionFailures != 0 {
+		t.Errorf("8 concurrent small stores beside a held large object: admission failures %d; want 0", st.AdmissionFailures)
+	}
+	held.Close()
+	assertQuietEqual(t, d)
+}
+
+// concurrentStores stores n objects of 4 KiB under prefix in dir, each
+// from a shell of its own, all at once.
+func concurrentStores(t *testing.T, dir, prefix string, n int) {
+	t.Helper()
 	var procs []*exec.Cmd
-	for i := range 3 {
-		cmd := exec.Command("sh", "-c", fmt.Sprintf("head -c 4096 /dev/zero > %s", filepath.Join(d.mp, fmt.Sprintf("many%d", i))))
+	for i := range n {
+		cmd := exec.Command("sh", "-c", fmt.Sprintf("head -c 4096 /dev/zero > %s", filepath.Join(dir, fmt.Sprint(prefix, i))))
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -133,13 +159,6 @@ func TestSmallStoreBesideALargeObject(t *testing.T) {
 			t.Errorf("a concurrent small store: %v", err)
 		}
 	}
-	if st := stats(t, d.mp); st.Evictions != 0 || st.AdmissionFailures != 0 {
-		t.Errorf("3 concurrent small stores beside a large object: evictions %d, admission failures %d; want 0 and 0", st.Evictions, st.AdmissionFailures)
-	}
-	if _, err := os.Stat(big); err != nil {
-		t.Errorf("the large object after the small stores: %v", err)
-	}
-	assertQuietEqual(t, d)
 }
 
 // TestOwnGuessBesideALargeObject: a process's writer is reserved the
@@ -149,21 +168,25 @@ func TestSmallStoreBesideALargeObject(t *testing.T) {
 // 4 MiB of free room, evicted the 52 MiB object another had stored (an
 // outside tester, 7 of 7 runs).
 func TestOwnGuessBesideALargeObject(t *testing.T) {
-	for _, mode := range []string{"passthrough", "no-passthrough"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, c := range []struct {
+		mode string
+		big  int
+	}{{"passthrough", 52 * MiB}, {"no-passthrough", 52 * MiB}, {"passthrough", 55 * MiB}} {
+		mode := c.mode
+		t.Run(fmt.Sprint(mode, "-", c.big/MiB, "MiB"), func(t *testing.T) {
 			flags := []string{"--capacity", "64MiB", "--grace", "0s"}
 			if mode == "no-passthrough" {
 				flags = append(flags, "--no-passthrough")
 			}
 			d := mountCache(t, flags...)
 			big := filepath.Join(d.mp, "big")
-			if out, err := exec.Command("sh", "-c", "head -c 54525952 /dev/zero > "+big).CombinedOutput(); err != nil {
+			if out, err := exec.Command("sh", "-c", fmt.Sprint("head -c ", c.big, " /dev/zero > ", big)).CombinedOutput(); err != nil {
 				t.Fatalf("the large object: %v\n%s", err, out)
 			}
 			putFile(t, filepath.Join(d.mp, "eight"), objectBytes("eight", 8*MiB))
 			putFile(t, filepath.Join(d.mp, "tiny"), objectBytes("tiny", 4096))
 			if st := stats(t, d.mp); st.Evictions != 0 || st.AdmissionFailures != 0 {
-				t.Errorf("a 4 KiB store beside 4 MiB of free room: evictions %d, admission failures %d; want 0 and 0", st.Evictions, st.AdmissionFailures)
+				t.Errorf("a 4 KiB store beside %d MiB of free room: evictions %d, admission failures %d; want 0 and 0", 56-c.big/MiB, st.Evictions, st.AdmissionFailures)
 			}
 			if _, err := os.Stat(big); err != nil {
 				t.Errorf("the large object: %v", err)
