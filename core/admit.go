@@ -415,7 +415,9 @@ func (c *Core) shareLeast(n int64) int64 { return min(n, max(c.cfg.WriteReserve,
 // ENOSPC (an outside tester). Its bytes past that are admitted as they
 // come, as any writer's past its reservation are, with no want where
 // only a far larger object could go (waiting for a guess whole evicted
-// it all the same), and want n where nothing can go now. A cache full of
+// it all the same), and a share's want where nothing can go now (see
+// reserveBorrowed). An own n whose room would evict a far larger object
+// takes a share of the free room, or goes without. A cache full of
 // objects of about the guess's size still turns over by passthrough: a
 // shell's `cp` loop into a full cache of 1 MiB objects ran 15-20%
 // slower through the daemon.
@@ -447,7 +449,7 @@ func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, want int64
 		return c.reserveBorrowed(id, n)
 	}
 	if errors.Is(err, ledger.ErrBusy) {
-		err = c.locked(func() (victims, error) { return c.ledger.ReserveEvictingAtMost(id, n, 2*ledger.Charge(n)) })
+		err = c.reserveNear(id, n)
 	}
 	if errors.Is(err, ledger.ErrBusy) {
 		// Only a far larger object could go for it: the free room
@@ -458,11 +460,7 @@ func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, want int64
 		// without, its bytes admitted as they come, evicting that
 		// object only once they need it (the same with 1 MiB free: a
 		// re-check).
-		c.ledger.Budget(id, n)
-		if c.ledger.ReserveFreeShare(id, n, c.shareLeast(n)) == nil {
-			return true, 0, nil
-		}
-		return false, 0, nil
+		return c.reserveShare(id, n), 0, nil
 	}
 	switch {
 	case err == nil:
@@ -473,18 +471,32 @@ func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, want int64
 	return false, 0, ledgerErr(err)
 }
 
+// reserveShare reserves for a guess n a share of the free room there is
+// (ledger.ReserveFreeShare, at least shareLeast), evicting nothing, and
+// says whether it got one. Either way the writer's growth may evict as
+// a writer reserved n's does, for at most twice n (ledger.Budget):
+// with no budget it evicted without bound.
+func (c *Core) reserveShare(id blob.ID, n int64) bool {
+	c.ledger.Budget(id, n)
+	return c.ledger.ReserveFreeShare(id, n, c.shareLeast(n)) == nil
+}
+
+// reserveNear reserves n by evicting only objects that free at most
+// twice n (ledger.ReserveEvictingAtMost): ErrBusy where a far larger
+// object would go.
+func (c *Core) reserveNear(id blob.ID, n int64) error {
+	return c.locked(func() (victims, error) { return c.ledger.ReserveEvictingAtMost(id, n, 2*ledger.Charge(n)) })
+}
+
 // reserveBorrowed is reserve for a borrowed n that free space alone
 // cannot cover. Where an own n evicts objects of about its size first,
 // and takes the free room only where a far larger object would go, a
 // borrowed one takes the free room first: it is the weaker guess.
 func (c *Core) reserveBorrowed(id blob.ID, n int64) (got bool, want int64, err error) {
-	// A guess evicts only for what it writes, and, as a writer reserved
-	// n, for at most twice n (ledger.Budget).
-	c.ledger.Budget(id, n)
-	if c.ledger.ReserveFreeShare(id, n, c.shareLeast(n)) == nil {
+	if c.reserveShare(id, n) {
 		return true, 0, nil
 	}
-	err = c.locked(func() (victims, error) { return c.ledger.ReserveEvictingAtMost(id, n, 2*ledger.Charge(n)) })
+	err = c.reserveNear(id, n)
 	switch {
 	case err == nil:
 		return true, 0, nil
