@@ -76,14 +76,19 @@ func (s *Store) NoteUses(uses []Use) error {
 			return err
 		}
 	}
+	n, err := j.f.Write(encodeUses(uses))
+	j.size += int64(n)
+	return err
+}
+
+// encodeUses is uses as the journal holds them.
+func encodeUses(uses []Use) []byte {
 	b := make([]byte, 0, len(uses)*useSize)
 	for _, u := range uses {
 		b = binary.LittleEndian.AppendUint64(b, u.Ino)
 		b = binary.LittleEndian.AppendUint64(b, uint64(u.At))
 	}
-	n, err := j.f.Write(b)
-	j.size += int64(n)
-	return err
+	return b
 }
 
 // openUses opens the journal for appending, once; j.mu held.
@@ -119,13 +124,8 @@ func (s *Store) compactUses() error {
 	if keep := usesMax / 2 / useSize; len(uses) > keep {
 		uses = uses[len(uses)-keep:]
 	}
-	b := make([]byte, 0, len(uses)*useSize)
-	for _, u := range uses {
-		b = binary.LittleEndian.AppendUint64(b, u.Ino)
-		b = binary.LittleEndian.AppendUint64(b, uint64(u.At))
-	}
 	j.gen++
-	return s.rewriteUses(b)
+	return s.rewriteUses(encodeUses(uses))
 }
 
 // rewriteUses makes b the whole journal; j.mu held.
