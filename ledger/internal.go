@@ -142,14 +142,13 @@ func (l *Ledger[K]) room(e *entry[K], need, total int64, freeOnly bool) ([]Victi
 	if l.freeOnly {
 		return nil, ErrBusy
 	}
-	if l.evictAtMost > 0 {
-		if _, freed := l.coldest(need-free, e); freed > l.evictAtMost {
+	if !freeOnly {
+		chosen, freed := l.coldest(need-free, e)
+		if l.evictAtMost > 0 && freed > l.evictAtMost {
 			return nil, ErrBusy
 		}
-	}
-	if !freeOnly {
-		if victims, err := l.evict(need-free, e); err == nil {
-			return victims, nil
+		if freed >= need-free {
+			return l.commitVictims(chosen), nil
 		}
 	}
 	// Cold objects alone cannot make the room: what open writers
