@@ -50,6 +50,36 @@ func startBlockedClient(t *testing.T, path string) *blockedClient {
 	}
 }
 
+// stopDaemon stops d with SIGSTOP and waits until each of its threads is
+// stopped. kill(2) returns once the signal is queued, and the threads
+// blocked reading /dev/fuse learn of the stop only when the one that
+// took the signal is scheduled and starts the group stop: on a loaded
+// CI machine one of them took the next LOOKUP meanwhile and answered it
+// (a stat "finished while the daemon was stopped", ENOENT).
+func stopDaemon(t *testing.T, d *daemon) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	pid := d.cmd.Process.Pid
+	stopped := func() bool {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil || len(tasks) == 0 {
+			return false
+		}
+		for _, task := range tasks {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if j := bytes.LastIndexByte(b, ')'); j < 0 || j+2 >= len(b) || (b[j+2] != 'T' && b[j+2] != 't') {
+				return false
+			}
+		}
+		return true
+	}
+	if !waitFor(stopped) {
+		t.Fatalf("the daemon's threads were not all stopped %v after SIGSTOP", hangGuard)
+	}
+}
+
 // requireAborted: the client's call failed with the error of an aborted
 // FUSE connection instead of hanging.
 func (c *blockedClient) requireAborted(t *testing.T) {
@@ -141,9 +171,7 @@ func TestUnmountHungDaemon(t *testing.T) {
 			d := mountCache(t, "--capacity", "16MiB")
 			t.Cleanup(func() { d.cmd.Process.Signal(syscall.SIGCONT) })
 			putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))
-			if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
+			stopDaemon(t, d)
 			client := startBlockedClient(t, filepath.Join(d.mp, "never-stored"))
 			res := runKvfsTimeout(t, 60*time.Second, "unmount", "--timeout", "5s", d.mp)
 			if res.code != 0 {
@@ -285,9 +313,7 @@ func TestRequestTimeout(t *testing.T) {
 		t.Fatalf("%s is %s while kvfs is mounted with --request-timeout 1s; want 0, untouched", sysctl, v)
 	}
 	putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))
-	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopDaemon(t, d)
 	start := time.Now()
 	client := startBlockedClient(t, filepath.Join(d.mp, "never-stored"))
 	select {
@@ -348,9 +374,7 @@ func TestStatsAndMountOfStoppedDaemon(t *testing.T) {
 	waitsOnTimers(t)
 	d := mountCache(t, "--capacity", "16MiB")
 	putFile(t, filepath.Join(d.mp, "obj"), objectBytes("obj", 100))
-	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopDaemon(t, d)
 	t.Cleanup(func() { d.cmd.Process.Signal(syscall.SIGCONT) })
 	res := runKvfsTimeout(t, 30*time.Second, "stats", "--timeout", "1s", d.mp)
 	if res.code != 1 || !strings.Contains(res.stderr, "the daemon did not answer within 1s") {
