@@ -193,7 +193,7 @@ func (i Interrupt) gone() bool {
 	if i.By == 0 {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(i.By), 10) + "/status")
+	b, err := procStatus(i.By)
 	if err != nil {
 		return errors.Is(err, os.ErrNotExist)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
+
+	"golang.org/x/sys/unix"
 )
 
 // Writers that store under final names.
@@ -191,7 +193,7 @@ func (cl *clients) process(t Client) proc {
 	if ok {
 		return p
 	}
-	b, _ := os.ReadFile("/proc/" + strconv.FormatUint(uint64(t), 10) + "/status")
+	b, _ := procStatus(t)
 	p = proc{pid: statusField(b, "Tgid"), parent: statusField(b, "PPid")}
 	cl.mu.Lock()
 	if cl.procs == nil || len(cl.procs) >= maxClients {
@@ -200,6 +202,35 @@ func (cl *clients) process(t Client) proc {
 	cl.procs[t] = p
 	cl.mu.Unlock()
 	return p
+}
+
+// procStatus reads /proc/TID/status of client thread t, with an open, reads
+// and a close: os.ReadFile adds an fstat and four fcntl calls (its
+// attempt to poll the file), each store of a new process paid them.
+func procStatus(t Client) ([]byte, error) {
+	path := "/proc/" + strconv.FormatUint(uint64(t), 10) + "/status"
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	b := make([]byte, 0, 2048) // a status file is about 1.5 KB
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return b, nil
+		}
+		b = b[:len(b)+n]
+	}
 }
 
 // statusField is the number in the line "key:" of a /proc status file;

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -653,5 +654,27 @@ func TestAlternatingThreadLeavesNoGrace(t *testing.T) {
 	}
 	if st := tc.Stats(); st.UsedBytes > st.CapacityBytes || st.AdmissionFailures != 0 {
 		t.Fatalf("after 24 stores: %+v", st)
+	}
+}
+
+// TestProcStatus: a thread's status gives its process and parent, as
+// clients.process reads them; a thread that is gone reads as not found
+// (Interrupt.gone's answer).
+func TestProcStatus(t *testing.T) {
+	b, err := procStatus(Client(unix.Gettid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := statusField(b, "Tgid"); got != int32(os.Getpid()) {
+		t.Errorf("Tgid %d, want %d", got, os.Getpid())
+	}
+	if got := statusField(b, "PPid"); got != int32(os.Getppid()) {
+		t.Errorf("PPid %d, want %d", got, os.Getppid())
+	}
+	if statusLine(b, "SigPnd") == "" {
+		t.Errorf("no SigPnd line in %q", b)
+	}
+	if _, err := procStatus(Client(1 << 30)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("status of no thread: %v, want not found", err)
 	}
 }
