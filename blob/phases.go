@@ -305,6 +305,18 @@ func (s *Store) AddDir(parent ID, name string) (ID, error) {
 	return id, nil
 }
 
+// UnlinkPath plans the removal of file name in parent: its ID and path.
+func (s *Store) UnlinkPath(parent ID, name string) (ID, string, error) {
+	_, id, err := s.child(parent, name)
+	if err != nil {
+		return 0, "", err
+	}
+	if _, isDir := s.dirs[id]; isDir {
+		return 0, "", unix.EISDIR
+	}
+	return id, s.childPath(parent, name), nil
+}
+
 // RmdirPath plans the removal of directory name in parent: its ID and
 // path, if it is an empty directory.
 func (s *Store) RmdirPath(parent ID, name string) (ID, string, error) {

@@ -317,13 +317,29 @@ func (c *Core) clearDoomedIn(id blob.ID) {
 // Unlink removes a file's name. Delete is idempotent: a name kvfs no
 // longer holds (evicted under a stale kernel entry, or deleted by another
 // client) is already what the caller wants, and can never leave a charge
-// behind. The name leaves the index (and its charge the ledger) first,
-// then the store.
+// behind. The name leaves the store first, then the index (and its
+// charge the ledger).
 func (c *Core) Unlink(parent blob.ID, name string) error {
 	unlock := c.lockDirs(parent, 0)
 	defer unlock()
 	c.tree.RLock()
 	defer c.tree.RUnlock()
+	// A store that refuses the unlink (read-only, failing: EROFS, EIO)
+	// keeps the name in both, and the client is told. Dropped from the
+	// index first, the name was gone from the mount and its charge from
+	// the ledger while the store kept the object, which the audit or the
+	// next start served again (an outside tester: rm exited 0 on a store
+	// remounted read-only). Only an eviction changes the name meanwhile:
+	// it finds it gone from the index below, as it does an evicted name
+	// not reaped yet.
+	c.mu.RLock()
+	_, rel, err := c.store.UnlinkPath(parent, name)
+	c.mu.RUnlock()
+	if err == nil {
+		if err := c.store.UnlinkAt(rel); err != nil {
+			return err
+		}
+	}
 	c.mu.Lock()
 	id, rel, first, err := c.store.RemoveName(parent, name)
 	named := false
@@ -354,11 +370,7 @@ func (c *Core) Unlink(parent blob.ID, name string) error {
 		}
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	c.unlinkStored(rel)
-	return nil
+	return err
 }
 
 // Link gives file id another name; EEXIST when the name is taken is how
