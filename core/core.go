@@ -22,6 +22,9 @@
 //	fusefs Loading        the names and reads of a mount serving while
 //	                      its index loads: leaves, and the core is called
 //	                      (Lookup, Used) with none of them held
+//	diskWatch.mu          the capacity the store's disk allows
+//	                      (disk.go), held while it evicts; taken with
+//	                      none of the locks below held
 //	early.ops             the stores a Preview takes while the index
 //	                      loads (early.go): shared by each, exclusive
 //	                      for TakeEarly, which settles them in the index
@@ -214,6 +217,8 @@ type Core struct {
 	// fitted is how many objects a handover's Core evicted at Start to
 	// fit its capacity (fitCapacity); written by Start only.
 	fitted int
+	// disk keeps room free on the store's file system (disk.go).
+	disk diskWatch
 
 	// Locks: see the lock order above and order.go.
 	dirs    dirLocks
@@ -414,6 +419,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 	c.sizesMu.SetRank(rankSizes)
 	c.installing.mu.SetRank(rankInstalls)
 	c.ckpt.mu.SetRank(rankCheckpoint)
+	c.disk.mu.SetRank(rankDisk)
 	return c
 }
 
@@ -493,6 +499,10 @@ func (c *Core) Start(dropped func(Drop)) {
 		c.fitCapacity()
 		c.fitting.Store(false)
 	}
+	c.disk.mu.Lock()
+	c.disk.asked = c.ledger.Capacity()
+	c.disk.mu.Unlock()
+	c.fitDisk()
 	if c.cfg.Passthrough {
 		c.wg.Add(1)
 		go c.pollLoop()

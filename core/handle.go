@@ -111,6 +111,12 @@ func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who bl
 		h.want.Store(want)
 	}
 	f, st, err := c.createStored(parent, name, id, mode, who)
+	if diskRefused(err) && c.fitDisk() {
+		// The store's disk or its inodes were full: evicted for them,
+		// outside the directory's lock (an eviction reaps names under
+		// their directories' locks).
+		f, st, err = c.createStored(parent, name, id, mode, who)
+	}
 	if err != nil {
 		c.abandon(id, write)
 		return nil, err

@@ -106,6 +106,7 @@ func (c *Core) recordLoop() {
 		c.recordUses()
 		c.unmapped()
 		c.trimIfOver()
+		c.fitDisk()
 	}
 }
 

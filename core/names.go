@@ -229,6 +229,14 @@ func (c *Core) ListPage(parent blob.ID, after uint64, max int) ([]blob.DirEntry,
 
 // Mkdir makes a directory.
 func (c *Core) Mkdir(parent blob.ID, name string, mode uint32, who blob.Owner) (blob.ID, unix.Stat_t, error) {
+	id, st, err := c.mkdir(parent, name, mode, who)
+	if diskRefused(err) && c.fitDisk() {
+		id, st, err = c.mkdir(parent, name, mode, who) // see create
+	}
+	return id, st, err
+}
+
+func (c *Core) mkdir(parent blob.ID, name string, mode uint32, who blob.Owner) (blob.ID, unix.Stat_t, error) {
 	rel, unlock, err := c.takeFreeName(parent, name)
 	if err != nil {
 		return 0, unix.Stat_t{}, err

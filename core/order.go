@@ -32,6 +32,9 @@ import (
 
 // Ranks of the core's locks, outermost first (see the lock order in
 // core.go); lockorder checks them in the race tests.
+// rankDisk: the disk's watch (disk.go), held while it evicts.
+const rankDisk lockorder.Rank = 6
+
 const (
 	// The stores taken while the index loads (early.go): their requests,
 	// their names, a file's size.

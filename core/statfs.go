@@ -17,7 +17,8 @@ type Statfs struct {
 	Blocks, Free, Avail uint64
 	// Files and FreeFiles: kvfs has no limit on inodes, so df -i shows
 	// the objects and directories held (its IUsed) plus a constant
-	// stock free (freeInodes).
+	// stock free (freeInodes), or the store's file system's free inodes
+	// where it has fewer.
 	Files, FreeFiles uint64
 	NameMax          uint32
 }
@@ -35,10 +36,14 @@ func (c *Core) Statfs() Statfs {
 	c.mu.RUnlock()
 	free := max(st.CapacityBytes-st.UsedBytes, 0)
 	blocks := max(st.CapacityBytes, st.UsedBytes)
+	ffree := uint64(freeInodes)
 	var sf unix.Statfs_t
 	if unix.Statfs(c.store.Dir(), &sf) == nil {
 		if disk := int64(sf.Bavail) * sf.Bsize; disk < free {
 			free, blocks = disk, st.UsedBytes+disk
+		}
+		if sf.Files > 0 {
+			ffree = min(ffree, sf.Ffree)
 		}
 	}
 	return Statfs{
@@ -46,8 +51,8 @@ func (c *Core) Statfs() Statfs {
 		Blocks:    uint64(blocks / BlockSize),
 		Free:      uint64(free / BlockSize),
 		Avail:     uint64(free / BlockSize),
-		Files:     uint64(st.Objects) + uint64(dirs) + freeInodes,
-		FreeFiles: freeInodes,
+		Files:     uint64(st.Objects) + uint64(dirs) + ffree,
+		FreeFiles: ffree,
 		NameMax:   NameMax,
 	}
 }

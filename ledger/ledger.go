@@ -774,6 +774,23 @@ func (l *Ledger[K]) Trim() []Victim[K] {
 	return victims
 }
 
+// Shed evicts count objects from the cold end, as an admission would
+// (sparing pinned objects and those in their grace period), or as many
+// as may go: for inodes the store's file system lacks, which the
+// capacity does not count.
+func (l *Ledger[K]) Shed(count int) []Victim[K] {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cutoff := l.now().UnixNano() - l.grace
+	var chosen []*entry[K]
+	for i := l.lru.first(); i != 0 && len(chosen) < count; i = l.lru.next(i) {
+		if e := l.slab.at(i); e.pins == 0 && !e.inGrace(cutoff) {
+			chosen = append(chosen, e)
+		}
+	}
+	return l.commitVictims(chosen)
+}
+
 // Link adds a name to an inode.
 func (l *Ledger[K]) Link(id K) error {
 	l.mu.Lock()

@@ -339,3 +339,31 @@ func stored(l *Ledger[ID], id ID, size int64) {
 	l.SetSize(id, size)
 	l.Close(id, false)
 }
+
+// TestShed: shedding for inodes evicts that many objects from the cold
+// end, sparing those held open and those in their grace period, and as
+// many as may go when fewer may.
+func TestShed(t *testing.T) {
+	l, clock := newTest(t, 16*blk)
+	for _, id := range []ID{1, 2, 3, 4} {
+		stored(l, id, blk)
+	}
+	clock.Advance(2 * testGrace)
+	l.Create(5, true) // written and closed now: in its grace period
+	l.SetSize(5, blk)
+	l.Close(5, true)
+	if err := l.Open(2, false); err != nil {
+		t.Fatal(err)
+	}
+	if v := l.Shed(2); !sameIDs(ids(v), []ID{1, 3}) {
+		t.Fatalf("shed 2: victims %v, want 1 and 3 (2 is held open)", ids(v))
+	}
+	mustOK(t, l)
+	if v := l.Shed(10); !sameIDs(ids(v), []ID{4}) {
+		t.Fatalf("shed 10: victims %v, want only 4 (2 held, 5 in its grace period)", ids(v))
+	}
+	if st := l.Stats(); st.Objects != 2 || st.UsedBytes != 2*blk || st.Evictions != 3 {
+		t.Fatalf("after shedding: %+v", st)
+	}
+	mustOK(t, l)
+}

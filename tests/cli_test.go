@@ -424,10 +424,13 @@ func TestStopWithFilesOpen(t *testing.T) {
 
 // TestCapacityPastTheDisk: a capacity larger than the store's file
 // system is warned of at the mount, and df of the mount shows the room
-// the disk has left, not the capacity's, with Used the ledger's: filled
-// until the disk refuses, df says it is full, and kvfs stats, df and du
-// agree. Before, df showed 957 MB free on a full 128 MB disk (an
-// outside tester's finding).
+// the disk has left, not the capacity's, with Used the ledger's. Filled
+// until the disk refuses a write, kvfs lowers the capacity to what the
+// disk holds (keeping a floor of it free), and the stores after go on,
+// evicting the coldest objects; kvfs stats, df and du agree. Before, df
+// showed 957 MB free on a full 128 MB disk (an outside tester's
+// finding), and later every store failed on the full disk with nothing
+// evicted (another's).
 //
 // Without passthrough every write passes the daemon, and one the disk
 // refuses counts in admission_failures as one the ledger refuses (the
@@ -446,7 +449,7 @@ func capacityPastTheDisk(t *testing.T, passthrough bool) {
 	if err := os.Mkdir(mp, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	flags := []string{"--store", filepath.Join(root, "store"), "--capacity", "1GiB"}
+	flags := []string{"--store", filepath.Join(root, "store"), "--capacity", "1GiB", "--grace", "0s"}
 	if !passthrough {
 		flags = append(flags, "--no-passthrough")
 	}
@@ -469,21 +472,31 @@ func capacityPastTheDisk(t *testing.T, passthrough bool) {
 			t.Fatalf("store %d: %v", i, err)
 		}
 	}
-	if err := unix.Statfs(root, &disk); err != nil {
-		t.Fatal(err)
-	}
+	// The mount first: an eviction in between only frees the disk.
 	if err := unix.Statfs(mp, &sf); err != nil {
 		t.Fatal(err)
 	}
-	st := stats(t, mp)
+	if err := unix.Statfs(root, &disk); err != nil {
+		t.Fatal(err)
+	}
 	if avail := int64(sf.Bavail) * sf.Frsize; avail > int64(disk.Bavail)*disk.Bsize+4096 {
 		t.Errorf("df of the mount shows %d bytes available; the store's disk has %d", avail, int64(disk.Bavail)*disk.Bsize)
 	}
-	if used := int64(sf.Blocks-sf.Bfree) * sf.Frsize; used != st.UsedBytes {
-		t.Errorf("df of the mount shows %d bytes used, kvfs stats %d", used, st.UsedBytes)
+	var st kvfsStats
+	if !waitFor(func() bool { st = stats(t, mp); return st.CapacityBytes < 64*MiB }) {
+		t.Fatalf("the capacity is %d %v after the disk refused a store", st.CapacityBytes, hangGuard)
 	}
 	if !passthrough && st.AdmissionFailures == 0 {
 		t.Error("a write the disk refused is not counted in admission_failures")
+	}
+	for i := range 40 {
+		if err := os.WriteFile(filepath.Join(mp, fmt.Sprintf("n%03d", i)), make([]byte, MiB), 0o644); err != nil {
+			t.Fatalf("store %d after the capacity was lowered to the disk's %d: %v", i, st.CapacityBytes, err)
+		}
+	}
+	st = assertQuietEqual(t, d) // df used == du == kvfs stats == the store's bytes
+	if st.Evictions == 0 {
+		t.Errorf("40 stores of 1 MiB into a full 64 MiB disk evicted nothing: %+v", st)
 	}
 	d.stop()
 }

@@ -5,9 +5,12 @@ package tests
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvfs/kvfs/internal/loopfs"
@@ -93,4 +96,158 @@ func TestUnlinkOnAReadOnlyStore(t *testing.T) {
 			st.Objects, st.UsedBytes, before.Objects, before.UsedBytes)
 	}
 	d.stop() // a daemon whose store turned read-only still stops, exit 0
+}
+
+// fillDisk writes a file of zeros at path until its file system is
+// full, as another program sharing the store's disk would.
+func fillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, MiB)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, unix.ENOSPC) {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+}
+
+// TestDiskFilledBehindKvfs: another program fills the store's disk. The
+// capacity drops to what the disk leaves, evicting the coldest objects,
+// and stores go on, evicting, instead of failing: before, every store
+// failed with ENOSPC from the disk and nothing was evicted (an outside
+// tester, 60 of 60). When the program's file goes, the capacity goes
+// back to the one asked for.
+func TestDiskFilledBehindKvfs(t *testing.T) {
+	root := storeDisk(t, 64<<20, "")
+	mp := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const asked = 32 * MiB
+	d := startDaemon(t, mp, "--store", filepath.Join(root, "store"), "--capacity", "32MiB", "--grace", "0s")
+	for i := range 24 {
+		putFile(t, filepath.Join(mp, fmt.Sprintf("old%02d", i)), objectBytes(fmt.Sprint("old", i), MiB))
+	}
+	junk := filepath.Join(root, "junk")
+	fillDisk(t, junk)
+	var st kvfsStats
+	if !waitFor(func() bool { st = stats(t, mp); return st.CapacityBytes < asked && st.Evictions > 0 }) {
+		t.Fatalf("the capacity stayed %d, %d evicted, %v after the disk filled", st.CapacityBytes, st.Evictions, hangGuard)
+	}
+	if !d.printed("the store's file system is nearly full") {
+		t.Errorf("no warning of the full disk:\n%s", d.outSoFar())
+	}
+	for i := range 24 {
+		name := fmt.Sprintf("new%02d", i)
+		if err := os.WriteFile(filepath.Join(mp, name), objectBytes(name, MiB), 0o644); err != nil {
+			t.Fatalf("store %d into the mount of a full disk: %v", i, err)
+		}
+	}
+	for i := 20; i < 24; i++ { // the last stored are kept, whole
+		name := fmt.Sprintf("new%02d", i)
+		got, err := os.ReadFile(filepath.Join(mp, name))
+		if err == nil {
+			err = checkObject(got, name, MiB)
+		}
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	st = assertQuietEqual(t, d)
+	if st.UsedBytes > st.CapacityBytes || st.CapacityBytes >= asked {
+		t.Errorf("used %d of a capacity %d on the full disk; want within it, below %d", st.UsedBytes, st.CapacityBytes, asked)
+	}
+	if err := os.Remove(junk); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { st = stats(t, mp); return st.CapacityBytes == asked }) {
+		t.Errorf("the capacity is %d %v after the disk had room again, want %d", st.CapacityBytes, hangGuard, asked)
+	}
+	d.stop()
+}
+
+// TestStoreDiskOutOfInodes: a store on a file system of few inodes
+// sheds its coldest objects for them, so creates go on: before, 1,050
+// of 3,000 failed with ENOSPC with a quarter of the capacity used and
+// nothing evicted (an outside tester), and df -i of the mount showed a
+// million free.
+func TestStoreDiskOutOfInodes(t *testing.T) {
+	root := storeDisk(t, 32<<20, "", "-N", "512")
+	mp := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, mp, "--store", filepath.Join(root, "store"), "--capacity", "16MiB", "--grace", "0s")
+	var disk unix.Statfs_t
+	if err := unix.Statfs(root, &disk); err != nil {
+		t.Fatal(err)
+	}
+	n := int(disk.Files) * 3 // three times the inodes the disk has
+	for i := range n {
+		name := fmt.Sprintf("o%04d", i)
+		if err := os.WriteFile(filepath.Join(mp, name), objectBytes(name, 4096), 0o644); err != nil {
+			t.Fatalf("store %d of %d on a disk of %d inodes: %v", i, n, disk.Files, err)
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(mp, fmt.Sprintf("o%04d", n-1)))
+	if err == nil {
+		err = checkObject(got, fmt.Sprintf("o%04d", n-1), 4096)
+	}
+	if err != nil {
+		t.Errorf("the last object: %v", err)
+	}
+	st := assertQuietEqual(t, d)
+	if st.Evictions == 0 || st.UsedBytes > 16*MiB/4 {
+		t.Errorf("%d evicted, %d bytes used: want objects evicted for inodes, not for bytes", st.Evictions, st.UsedBytes)
+	}
+	var sf unix.Statfs_t
+	if err := unix.Statfs(mp, &sf); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Statfs(root, &disk); err != nil {
+		t.Fatal(err)
+	}
+	if sf.Ffree > disk.Ffree {
+		t.Errorf("df -i of the mount shows %d inodes free; the store's disk has %d", sf.Ffree, disk.Ffree)
+	}
+	d.stop()
+}
+
+// TestStatsOfAFailedStore: with the store's file system shut down (XFS
+// answers EIO to everything), kvfs stats fails with exit 1 and says
+// why, as for any failure of the work: before, it exited 2, the code
+// of a bad argument (an outside tester). rm says EIO and drops nothing.
+func TestStatsOfAFailedStore(t *testing.T) {
+	requireRoot(t)
+	root := loopfs.Mount(t, loopfs.Spec{Mkfs: []string{"mkfs.xfs", "-q", "-f"}, Size: 320 << 20,
+		NoMkfs: "this mkfs.xfs cannot make the file system", NoMount: "this kernel cannot mount the XFS image"})
+	mp := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// No kernel cache: the stat of the root reaches the daemon.
+	d := startDaemon(t, mp, "--store", filepath.Join(root, "store"), "--capacity", "16MiB", "--cache-timeout", "0s")
+	putFile(t, filepath.Join(mp, "a"), objectBytes("a", 100_000))
+	waitReleased(t, mp)
+	if out, err := exec.Command("xfs_io", "-x", "-c", "shutdown", root).CombinedOutput(); err != nil {
+		t.Skipf("xfs_io cannot shut the file system down: %v: %s", err, out)
+	}
+	if err := os.Remove(filepath.Join(mp, "a")); !errors.Is(err, unix.EIO) {
+		t.Errorf("rm on a shut-down store: %v, want EIO", err)
+	}
+	res := runKvfs(t, "stats", mp)
+	if res.code != 1 || !strings.Contains(res.stderr, unix.EIO.Error()) {
+		t.Errorf("kvfs stats of a mount whose store fails: exit %d, %q; want exit 1 saying %v", res.code, res.stderr, unix.EIO)
+	}
+	if res := runKvfs(t, "unmount", mp); res.code != 0 {
+		t.Errorf("kvfs unmount of a mount whose store fails: exit %d, %q", res.code, res.stderr)
+	}
+	d.waitExited()
 }

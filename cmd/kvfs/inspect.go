@@ -115,8 +115,13 @@ func readStatsXattr(mp string) ([]byte, error) {
 			return nil, fmt.Errorf("%v: a kvfs mount admits only the user who mounted it (and root) unless mounted with --allow-other", err)
 		}
 		return nil, err
-	} else if err != nil {
+	} else if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 		return nil, usageerr.Errorf("%v", err)
+	} else if err != nil {
+		// Not a bad argument (exit 2) either: the mount answered, with
+		// an error (EIO from a store whose file system failed: an
+		// outside tester).
+		return nil, err
 	}
 	buf := make([]byte, 4096)
 	n, err := unix.Getxattr(mp, stats.Xattr, buf)
