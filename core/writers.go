@@ -62,6 +62,17 @@ func (c *Core) startWriting(h *Handle, born, whole bool) error {
 		if !born {
 			c.rewriting[h.id] = true
 		}
+	} else if s, ok := c.settled[h.id]; ok && whole && !born && c.base[h.id] < 0 {
+		// A writer that opens, whole, an object its earlier writer closed
+		// (told its client success) whose RELEASE has not come yet: the
+		// object is what that close settled, and a refusal of this
+		// writer goes back to it, as after the RELEASE, instead of
+		// removing it (an outside tester: a second writer growing a
+		// closed 31 MiB object past a 32 MiB capacity lost the object in
+		// 3 of 9 runs, whenever its open came before the first RELEASE).
+		if size, _, _ := c.ledger.Size(h.id); size == s {
+			c.base[h.id] = s
+		}
 	}
 	c.marked[h.id]++
 	h.writing = true
@@ -349,11 +360,28 @@ func (c *Core) observeWatched(h *Handle) bool {
 		if c.statOpen(h, &st) == nil {
 			c.ledger.NoteUncounted(min(ledger.Charge(st.Size), st.Blocks*512) - charge)
 		}
+		c.refuseWatched(h.id)
 		c.refuse(h)
 		return true
 	}
 	c.observed(h.id, size)
 	return size > known
+}
+
+// refuseWatched refuses every watched writer of object id: the poller
+// found it past the capacity through one of them, and which one it read
+// first is chance. Refusing that one alone, where another writer held
+// the object too (a closed writer whose RELEASE had not come yet), cut
+// the object under the other, whose close then answered success for
+// bytes that were gone.
+func (c *Core) refuseWatched(id blob.ID) {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	for w := range c.watched {
+		if w.id == id {
+			w.refused.Store(true)
+		}
+	}
 }
 
 // The publish step (a link or rename to an object) is its client saying
