@@ -82,10 +82,11 @@ func (c *Core) fitDisk() bool {
 	if sf.Files > 0 {
 		ifloor := max(int64(sf.Files)/100, inodeFloorLeast)
 		if short := ifloor - int64(sf.Ffree); short > 0 {
+			before := evicted
 			c.locked(func() (victims, error) { return evict(c.ledger.Shed(int(short)), nil) })
-			if evicted > 0 {
+			if evicted > before {
 				c.log.Info("the store's file system is short of inodes: evicted objects for them",
-					zap.Uint64("inodes_free", sf.Ffree), zap.Int64("kept_free", ifloor), zap.Int("evicted", evicted))
+					zap.Uint64("inodes_free", sf.Ffree), zap.Int64("kept_free", ifloor), zap.Int("evicted", evicted-before))
 			}
 		}
 	}
