@@ -97,6 +97,7 @@ func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who bl
 	c.ledger.Create(id, write)
 	h := &Handle{c: c, id: id, write: write, temp: tempName(name)}
 	if write {
+		c.fitDiskSoon()
 		n, borrowed, by := c.reservationFor(t)
 		h.by = by
 		// Learnt before the admission, which may wait for the graces
@@ -342,6 +343,7 @@ const wantGuess = 1
 // admitted before a byte reaches the store (see Config.StrictCapacity).
 func (h *Handle) Write(intr Interrupt, data []byte, off int64) (int, error) {
 	c, end := h.c, off+int64(len(data))
+	c.fitDiskSoon()
 	var err error
 	want, guess := h.want.Swap(0), false
 	if want == wantGuess {

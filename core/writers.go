@@ -258,6 +258,7 @@ func (c *Core) pollLoop() {
 			}
 			if grew {
 				every = c.cfg.PollInterval
+				c.fitDiskSoon() // passthrough writes reach the disk unseen
 			} else {
 				every = min(2*every, pollIdle*c.cfg.PollInterval)
 			}
