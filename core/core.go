@@ -499,9 +499,7 @@ func (c *Core) Start(dropped func(Drop)) {
 		c.fitCapacity()
 		c.fitting.Store(false)
 	}
-	c.disk.mu.Lock()
-	c.disk.asked = c.ledger.Capacity()
-	c.disk.mu.Unlock()
+	c.disk.asked.Store(c.ledger.Capacity())
 	c.fitDisk()
 	if c.cfg.Passthrough {
 		c.wg.Add(1)

@@ -23,11 +23,12 @@ import (
 // makes admissions evict ahead of the stores from then on; where the
 // disk has room again, the capacity goes back up, at most to the one
 // asked for. Inodes are shed the same way, by count. The disk is looked
-// at each second, at once when it refuses a create, and at most every
-// diskLookEvery at each new writer, write through the daemon and round
-// of the passthrough poller that saw a writer grow: looked at each
-// second only, a disk filled behind kvfs's back failed every store for
-// up to that second (an outside tester: 550-732 of them).
+// at each second, at once when it refuses a create, and at each new
+// writer, write through the daemon and round of the passthrough poller
+// that saw a writer grow (at most every diskLookEvery while the disk is
+// far from its floor): looked at each second only, a disk filled behind
+// kvfs's back failed every store for up to that second (an outside
+// tester: 550-732 of them).
 
 const (
 	// The floor of free bytes is a fiftieth of the disk, within these.
@@ -42,18 +43,31 @@ const (
 // diskWatch is the capacity asked for and whether the disk lowered it.
 type diskWatch struct {
 	mu lockorder.Mutex
-	// asked is the capacity before the disk lowered it (Start sets it).
-	asked int64
-	// lowered: the capacity is below asked for the disk's sake; short:
-	// objects were shed for inodes since the disk last had enough.
-	lowered, short bool
-	// looked is when fitDisk last ran (Unix ns), for fitDiskSoon.
+	// asked is the capacity before the disk lowered it (Start sets it);
+	// lowered: the capacity is below it for the disk's sake. Written
+	// under mu, read anywhere (fits).
+	asked   atomic.Int64
+	lowered atomic.Bool
+	// short: objects were shed for inodes since the disk last had
+	// enough.
+	short bool
+	// looked is when fitDisk last ran (Unix ns), for fitDiskSoon;
+	// near: the disk's free space was within a few floors of the floor
+	// then, or the capacity lowered.
 	looked atomic.Int64
+	near   atomic.Bool
 }
 
-// fitDiskSoon is fitDisk, unless it ran within diskLookEvery.
+// fitDiskSoon is fitDisk, unless it ran within diskLookEvery and found
+// the disk far from its floor: near it, a store or a write between two
+// looks could take what the floor keeps (a 1 MiB store takes a
+// millisecond).
 func (c *Core) fitDiskSoon() {
 	now := c.cfg.Now().UnixNano()
+	if c.disk.near.Load() {
+		c.fitDisk()
+		return
+	}
 	if last := c.disk.looked.Load(); now-last >= int64(diskLookEvery) && c.disk.looked.CompareAndSwap(last, now) {
 		c.fitDisk()
 	}
@@ -70,7 +84,8 @@ func (c *Core) fitDisk() bool {
 	}
 	c.disk.mu.Lock()
 	defer c.disk.mu.Unlock()
-	if c.disk.asked == 0 {
+	asked := c.disk.asked.Load()
+	if asked == 0 {
 		return false // not started
 	}
 	evicted := 0
@@ -78,21 +93,21 @@ func (c *Core) fitDisk() bool {
 	bsize := int64(sf.Bsize)
 	floor := min(max(int64(sf.Blocks)*bsize/50, diskFloorLeast), diskFloorMost)
 	avail := int64(sf.Bavail) * bsize
+	c.disk.near.Store(avail < 4*floor || c.disk.lowered.Load())
 	capacity := c.ledger.Capacity()
 	limit := max(c.ledger.Stats().UsedBytes+avail-floor, 0) / BlockSize * BlockSize
 	switch {
 	case avail < floor && limit < capacity:
-		if !c.disk.lowered {
+		if !c.disk.lowered.Swap(true) {
 			c.log.Warn("the store's file system is nearly full: the capacity is lowered to keep room free on it, evicting",
-				zap.Int64("capacity", limit), zap.Int64("asked", c.disk.asked),
+				zap.Int64("capacity", limit), zap.Int64("asked", asked),
 				zap.Int64("disk_free", avail), zap.Int64("kept_free", floor))
 		}
-		c.disk.lowered = true
 		c.locked(func() (victims, error) { return evict(c.ledger.SetCapacity(limit), nil) })
-	case c.disk.lowered && avail > 2*floor:
-		raised := min(limit, c.disk.asked)
-		if raised >= c.disk.asked {
-			c.disk.lowered = false
+	case c.disk.lowered.Load() && avail > 2*floor:
+		raised := min(limit, asked)
+		if raised >= asked {
+			c.disk.lowered.Store(false)
 			c.log.Info("the store's file system has room again: the capacity is back", zap.Int64("capacity", raised))
 		}
 		if raised > capacity {
@@ -114,6 +129,16 @@ func (c *Core) fitDisk() bool {
 		}
 	}
 	return evicted > 0
+}
+
+// tooLarge is the error of a size stated outright past the capacity:
+// EFBIG, or ENOSPC where only the disk's lowering of the capacity keeps
+// it out (the disk lacks the room, not the cache).
+func (c *Core) tooLarge(charge int64) error {
+	if c.disk.lowered.Load() && charge <= c.disk.asked.Load() {
+		return ErrNoSpace
+	}
+	return ErrTooLarge
 }
 
 // diskRefused says whether err is the store's file system refusing a

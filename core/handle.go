@@ -462,7 +462,7 @@ func (c *Core) Truncate(intr Interrupt, id blob.ID, f *os.File, size int64) erro
 // large to store, however it was written.
 func (c *Core) fits(size int64) error {
 	if ledger.Charge(size) > c.ledger.Capacity() {
-		return ErrTooLarge
+		return c.tooLarge(ledger.Charge(size))
 	}
 	return nil
 }
