@@ -423,6 +423,31 @@ func descriptorMount(path string) (string, bool) {
 	return "", false
 }
 
+// heldOnMount is heldOnMounts of the one mount id, of device dev
+// (major:minor; "": not known). A mount's ID is given again once the
+// mount is gone: a descriptor of a new mount with this one's old ID
+// (another test's, in a parallel run) counted as a file of it, and the
+// handles whose RELEASE the kernel dropped stayed unreleased (a
+// fresh-clone CI run: the object was reclaimed as incomplete at the
+// next start). So a descriptor with the ID counts only if its file is on
+// dev, or cannot be asked (its mount's connection ended).
+func heldOnMount(id, dev string) (int, bool) {
+	if id == "" {
+		return 0, false
+	}
+	return anyDescriptor("fdinfo", func(path string) bool {
+		if got, ok := descriptorMount(path); !ok || got != id {
+			return false
+		}
+		var st unix.Stat_t
+		fd := filepath.Join(filepath.Dir(filepath.Dir(path)), "fd", filepath.Base(path))
+		if dev == "" || unix.Stat(fd, &st) != nil {
+			return true
+		}
+		return fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)) == dev
+	})
+}
+
 // heldOnMounts says whether a process holds a file of one of the mounts
 // with the given IDs, and which: /proc/PID/fdinfo names each
 // descriptor's mount, which stays its own when the mount is detached

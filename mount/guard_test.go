@@ -320,3 +320,31 @@ func TestGuardLogsWhereTheDaemonDoes(t *testing.T) {
 		t.Errorf("the guard wrote into the daemon's pipe: %q", b)
 	}
 }
+
+// TestHeldOnMountByDevice: a descriptor counts as a file of a mount only
+// where its mount ID and its device are the mount's: a mount's ID is
+// given again once it is gone, and a new mount's file with the old ID
+// kept a dead mount's handles unreleased (a fresh-clone CI run).
+func TestHeldOnMountByDevice(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	id, ok := descriptorMount(fmt.Sprintf("/proc/self/fdinfo/%d", f.Fd()))
+	if !ok {
+		t.Fatal("no mnt_id in this descriptor's fdinfo")
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if pid, held := heldOnMount(id, dev); !held || pid == 0 {
+		t.Errorf("a file open on mount %s, device %s: held %v (pid %d), want held", id, dev, held, pid)
+	}
+	// Its ID, another device: a new mount that took the ID of a gone one.
+	if pid, held := heldOnMount(id, "0:1"); held {
+		t.Errorf("mount %s on another device: held by pid %d, want not held", id, pid)
+	}
+}

@@ -52,8 +52,9 @@ type Mount struct {
 	// conn is the mount's FUSE connection as it began serving: what a
 	// stop ends when someone else detached the mount (detached.go);
 	// mountID, its ID in the mount table, which the descriptors of its
-	// files name (fdinfo's mnt_id) even once it is detached.
-	conn, mountID string
+	// files name (fdinfo's mnt_id) even once it is detached, and its
+	// device (major:minor), which its files have.
+	conn, mountID, mountDev string
 	// ended: EndDetached ended that mount with its files still open;
 	// served: the mount's server is done (Wait).
 	ended, served atomic.Bool
@@ -411,6 +412,7 @@ func (m *Mount) serving(how string) {
 	if e, ok := m.ownEntry(); ok {
 		m.conn, _ = connectionOf(e)
 		m.mountID = strconv.Itoa(e.ID)
+		m.mountDev = e.Dev
 	}
 }
 
@@ -574,7 +576,7 @@ func (m *Mount) releaseLeft() {
 	if m.ended.Load() || m.mountID == "" {
 		return
 	}
-	if pid, held := heldOnMounts(map[string]bool{m.mountID: true}); held {
+	if pid, held := heldOnMount(m.mountID, m.mountDev); held {
 		m.log.Info("a process still holds a file of the mount, whose connection ended: its handles stay unreleased", zap.Int("pid", pid))
 		return
 	}
