@@ -320,6 +320,11 @@ func TestLoadingReadsAreUses(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(mp, name), data[name], 0o644); err != nil {
 			t.Fatal(err)
 		}
+		// An object takes its place in the LRU order as its writing
+		// ends, at its RELEASE, which comes after close(2) returns: the
+		// next store's could come first (1 run in 20-30: c before b,
+		// and c evicted for d).
+		waitReleased(t, mp)
 	}
 	d.stop()
 	d, open := startLoading(t, dir, mp, "--capacity", capacity, "--grace", "0s", "--serve-while-loading", "1")
