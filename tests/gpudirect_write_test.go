@@ -158,6 +158,7 @@ func TestGPUDirectWriteEvictsColdest(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		p := filepath.Join(d.mp, fmt.Sprintf("old-%d.data", i))
 		putFile(t, p, objectBytes(p, 16<<20))
+		waitReleased(t, d.mp) // its place in the LRU order is taken at its RELEASE
 		old = append(old, p)
 	}
 	p := filepath.Join(d.mp, "new.data")
