@@ -233,18 +233,13 @@ func (s *Store) AddLink(id, parent ID, name string) error {
 // whether it was the file's oldest name (names keep the order they were
 // made in: a new object's first is the one it was created under).
 func (s *Store) RemoveName(parent ID, name string) (id ID, rel string, first bool, err error) {
-	d, id, err := s.child(parent, name)
-	if err != nil {
+	if id, rel, err = s.UnlinkPath(parent, name); err != nil {
 		return 0, "", false, err
-	}
-	if _, isDir := s.dirs[id]; isDir {
-		return 0, "", false, unix.EISDIR
 	}
 	if ls := s.files[id].links(); len(ls) > 0 {
 		first = ls[0] == Name{parent, name}
 	}
-	rel = s.childPath(parent, name)
-	s.dropName(id, d, name)
+	s.dropName(id, s.dirs[parent], name)
 	return id, rel, first, nil
 }
 
