@@ -241,7 +241,7 @@ func capWriters(mnt, store string, log *zap.Logger) {
 			}
 		}
 		if time.Since(looked) >= capHeldEvery {
-			if _, held := heldOnMounts(map[string]bool{mnt: true}); !held {
+			if _, held := heldOnMounts(map[string]string{mnt: ""}); !held {
 				break
 			}
 			looked = time.Now()
@@ -332,9 +332,9 @@ func deadMountHeld(store string) (int, bool) {
 	if pid, ok := deadGuard(store); ok {
 		return pid, true
 	}
-	ids := map[string]bool{}
+	ids := map[string]string{}
 	for _, e := range mountsOfStore(mountinfo.Read(), store) {
-		ids[strconv.Itoa(e.ID)] = true
+		ids[strconv.Itoa(e.ID)] = ""
 	}
 	return heldOnMounts(ids)
 }
@@ -423,20 +423,26 @@ func descriptorMount(path string) (string, bool) {
 	return "", false
 }
 
-// heldOnMount is heldOnMounts of the one mount id, of device dev
-// (major:minor; "": not known). A mount's ID is given again once the
-// mount is gone: a descriptor of a new mount with this one's old ID
-// (another test's, in a parallel run) counted as a file of it, and the
-// handles whose RELEASE the kernel dropped stayed unreleased (a
-// fresh-clone CI run: the object was reclaimed as incomplete at the
-// next start). So a descriptor with the ID counts only if its file is on
-// dev, or cannot be asked (its mount's connection ended).
-func heldOnMount(id, dev string) (int, bool) {
-	if id == "" {
+// heldOnMounts says whether a process holds a file of one of the
+// mounts, by ID, each with its device (major:minor; "": not known), and
+// which: /proc/PID/fdinfo names each descriptor's mount, which stays its
+// own when the mount is detached from the tree (umount -l), where the
+// descriptor's path no longer begins with the mount point. A mount's ID
+// is given again once the mount is gone: a descriptor of a new mount
+// with a gone one's ID (another test's, in a parallel run) counted as a
+// file of it, and its handles whose RELEASE the kernel dropped stayed
+// unreleased (a fresh-clone CI run: the object was reclaimed as
+// incomplete at the next start). So where the device is known, a
+// descriptor with the ID counts only if its file is on it, or cannot be
+// asked (its mount's connection ended).
+func heldOnMounts(devs map[string]string) (int, bool) {
+	if len(devs) == 0 {
 		return 0, false
 	}
 	return anyDescriptor("fdinfo", func(path string) bool {
-		if got, ok := descriptorMount(path); !ok || got != id {
+		id, ok := descriptorMount(path)
+		dev, ours := devs[id]
+		if !ok || !ours {
 			return false
 		}
 		var st unix.Stat_t
@@ -445,20 +451,5 @@ func heldOnMount(id, dev string) (int, bool) {
 			return true
 		}
 		return fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)) == dev
-	})
-}
-
-// heldOnMounts says whether a process holds a file of one of the mounts
-// with the given IDs, and which: /proc/PID/fdinfo names each
-// descriptor's mount, which stays its own when the mount is detached
-// from the tree (umount -l), where the descriptor's path no longer
-// begins with the mount point.
-func heldOnMounts(ids map[string]bool) (int, bool) {
-	if len(ids) == 0 {
-		return 0, false
-	}
-	return anyDescriptor("fdinfo", func(path string) bool {
-		id, ok := descriptorMount(path)
-		return ok && ids[id]
 	})
 }

@@ -340,11 +340,11 @@ func TestHeldOnMountByDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-	if pid, held := heldOnMount(id, dev); !held || pid == 0 {
+	if pid, held := heldOnMounts(map[string]string{id: dev}); !held || pid == 0 {
 		t.Errorf("a file open on mount %s, device %s: held %v (pid %d), want held", id, dev, held, pid)
 	}
 	// Its ID, another device: a new mount that took the ID of a gone one.
-	if pid, held := heldOnMount(id, "0:1"); held {
+	if pid, held := heldOnMounts(map[string]string{id: "0:1"}); held {
 		t.Errorf("mount %s on another device: held by pid %d, want not held", id, pid)
 	}
 }

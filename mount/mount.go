@@ -576,7 +576,7 @@ func (m *Mount) releaseLeft() {
 	if m.ended.Load() || m.mountID == "" {
 		return
 	}
-	if pid, held := heldOnMount(m.mountID, m.mountDev); held {
+	if pid, held := heldOnMounts(map[string]string{m.mountID: m.mountDev}); held {
 		m.log.Info("a process still holds a file of the mount, whose connection ended: its handles stay unreleased", zap.Int("pid", pid))
 		return
 	}
