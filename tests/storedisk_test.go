@@ -43,10 +43,7 @@ func TestUnlinkOnAReadOnlyStore(t *testing.T) {
 	if _, err := os.Stat(trigger); err != nil {
 		t.Skipf("this kernel cannot fail an ext4 file system on purpose: %v", err)
 	}
-	mp := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, mp, _ := mountDirs(t)
 	store := filepath.Join(root, "store")
 	d := startDaemon(t, mp, "--store", store, "--capacity", "16MiB")
 	for _, name := range []string{"a", "b"} {
@@ -126,10 +123,7 @@ func fillDisk(t *testing.T, path string) {
 // back to the one asked for.
 func TestDiskFilledBehindKvfs(t *testing.T) {
 	root := storeDisk(t, 64<<20, "")
-	mp := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, mp, _ := mountDirs(t)
 	const asked = 32 * MiB
 	d := startDaemon(t, mp, "--store", filepath.Join(root, "store"), "--capacity", "32MiB", "--grace", "0s")
 	for i := range 24 {
@@ -180,10 +174,7 @@ func TestDiskFilledBehindKvfs(t *testing.T) {
 // million free.
 func TestStoreDiskOutOfInodes(t *testing.T) {
 	root := storeDisk(t, 32<<20, "", "-N", "512")
-	mp := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, mp, _ := mountDirs(t)
 	d := startDaemon(t, mp, "--store", filepath.Join(root, "store"), "--capacity", "16MiB", "--grace", "0s")
 	var disk unix.Statfs_t
 	if err := unix.Statfs(root, &disk); err != nil {
@@ -228,10 +219,7 @@ func TestStatsOfAFailedStore(t *testing.T) {
 	requireRoot(t)
 	root := loopfs.Mount(t, loopfs.Spec{Mkfs: []string{"mkfs.xfs", "-q", "-f"}, Size: 320 << 20,
 		NoMkfs: "this mkfs.xfs cannot make the file system", NoMount: "this kernel cannot mount the XFS image"})
-	mp := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, mp, _ := mountDirs(t)
 	// No kernel cache: the stat of the root reaches the daemon.
 	d := startDaemon(t, mp, "--store", filepath.Join(root, "store"), "--capacity", "16MiB", "--cache-timeout", "0s")
 	putFile(t, filepath.Join(mp, "a"), objectBytes("a", 100_000))
