@@ -628,10 +628,12 @@ func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) error {
 // its bytes (the writer's handle keeps the inode, empty, until it is
 // released); an object that was complete before the writer opened it
 // keeps its names and goes back to the size it had, so a refused writer
-// never takes a published object down with it.
-func (c *Core) refuse(h *Handle) {
+// never takes a published object down with it. It says whether the
+// object was kept.
+func (c *Core) refuse(h *Handle) (kept bool) {
 	c.mu.Lock()
 	base := c.baseSize(h.id)
+	kept = base >= 0
 	var names []blob.Name
 	if base < 0 {
 		names = c.store.Forget(h.id)
@@ -659,6 +661,7 @@ func (c *Core) refuse(h *Handle) {
 	if len(names) > 0 {
 		c.deliver(drops)
 	}
+	return kept
 }
 
 // Fsync makes the stored bytes durable.
@@ -730,9 +733,14 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 		return nil, false
 	}
 	var err error
-	if h.refused.Load() {
+	refused := h.refused.Load()
+	kept := false
+	if refused {
 		// Its client was told at a close; what was written since goes too.
-		c.refuse(h)
+		// An object complete before it is kept, and published by the last
+		// writer's release, whichever that is (a first writer's release
+		// that came while this one wrote left it to this one).
+		kept = c.refuse(h)
 	} else if err = c.settle(h, true, true, Interrupt{}); err != nil {
 		c.log.Warn("a writer's object could not be admitted at its release", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
@@ -740,7 +748,7 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 	// namespace lock: a link racing this release publishes its name
 	// itself or leaves it to this list, never both (see publish.go).
 	_, pub, rewrote, merr := c.endWriting(h, func() []string {
-		if err != nil || h.refused.Load() {
+		if err != nil || (refused && !kept) {
 			return nil
 		}
 		return c.pathsLocked(h.id)
@@ -748,8 +756,8 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 	if merr != nil {
 		c.log.Warn("clearing a writing marker", zap.Uint64("id", uint64(h.id)), zap.Error(merr))
 	}
-	if err != nil || h.refused.Load() {
-		return nil, false
+	if err != nil || refused {
+		return pub, rewrote
 	}
 	c.counters.stores.Add(1)
 	return pub, rewrote

@@ -475,10 +475,16 @@ func TestRefusedRewriteKeepsPublished(t *testing.T) {
 // the RELEASE: before, the object was removed (an outside tester, 3 of
 // 9 runs, whenever the open came first). A second writer that truncated
 // it first still removes it.
+//
+// Whichever release comes last publishes what is kept: the first
+// writer's release, or the refused writer's when the first's came while
+// it still wrote (an object kept so was never uploaded to a shared tier).
 func TestRefusedWriterBeforeTheFirstRelease(t *testing.T) {
-	for _, cut := range []bool{false, true} {
-		t.Run(fmt.Sprintf("cut=%v", cut), func(t *testing.T) {
-			tc := passthroughCore(t, 8*mib, nil)
+	for _, tt := range []struct{ cut, firstReleasedEarly bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		cut := tt.cut
+		t.Run(fmt.Sprintf("cut=%v/firstReleasedEarly=%v", cut, tt.firstReleasedEarly), func(t *testing.T) {
+			pub := &published{}
+			tc := passthroughCore(t, 8*mib, pub)
 			first, err := tc.Create(blob.RootID, "obj", 0o644, nobody, true)
 			if err != nil {
 				t.Fatal(err)
@@ -493,14 +499,31 @@ func TestRefusedWriterBeforeTheFirstRelease(t *testing.T) {
 			} else {
 				h, err = tc.Open(first.ID(), os.O_RDWR, true, nil)
 			}
+			if tt.firstReleasedEarly {
+				if err != nil {
+					t.Fatal(err)
+				}
+				first.Release()
+				if got := pub.get(); len(got) != 0 {
+					t.Fatalf("published %q while a second writer still wrote", got)
+				}
+			}
 			writePastCapacity(t, tc, h, err)
-			first.Release()
+			if !tt.firstReleasedEarly {
+				first.Release()
+			}
 			e, a, err := tc.Lookup(blob.RootID, "obj")
 			if cut {
 				if !errors.Is(err, ErrNotFound) {
 					t.Fatalf("after the refused truncating writer: %v, want the name gone", err)
 				}
+				if got := pub.get(); len(got) != 0 {
+					t.Fatalf("published %q, an object the refusal removed", got)
+				}
 				return
+			}
+			if got := pub.get(); !slices.Equal(got, []string{"obj"}) {
+				t.Fatalf("published %q after both releases, want the kept object once", got)
 			}
 			if err != nil || e.ID != first.ID() || a.Size != mib {
 				t.Fatalf("after the refused writer and the first's release: %v, size %d; want the object at 1 MiB", err, a.Size)
