@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/kvfs/kvfs/internal/fdwalk"
 	"golang.org/x/sys/unix"
@@ -21,6 +22,42 @@ type FsckReport struct {
 	// PendingUploads are names the remote tier's journal (RemoteName)
 	// still has to upload: not a problem, the next mount uploads them.
 	PendingUploads int `json:"pending_uploads,omitempty"`
+	// Foreign are the entries of the store directory that are not
+	// kvfs's (put there by hand or by another program): not a problem,
+	// kvfs neither serves nor removes them, but they take room on the
+	// store's disk that no capacity counts.
+	Foreign []string `json:"foreign,omitempty"`
+}
+
+// HandoverName is the Unix socket in the store on which its daemon
+// takes handover requests (mount.HandoverSocket).
+const HandoverName = "kvfs.handover"
+
+// ownNames are the store directory's entries kvfs makes, and the one its
+// file system may.
+var ownNames = map[string]bool{
+	LockName: true, FormatName: true, FormatName + ".tmp": true,
+	DataName: true, WritingName: true, RemoteName: true,
+	CheckpointName: true, CheckpointName + ".tmp": true,
+	HintName: true, HintName + ".tmp": true,
+	UsesName: true, oldUsesName: true, HandoverName: true,
+	"lost+found": true, // a store at the root of its own ext4
+}
+
+// foreignNames lists dir's entries that kvfs did not make, sorted.
+func foreignNames(dir string) ([]string, error) {
+	names, err := readNames(dir)
+	if err != nil {
+		return nil, err
+	}
+	var foreign []string
+	for _, n := range names {
+		if !ownNames[n] {
+			foreign = append(foreign, n)
+		}
+	}
+	slices.Sort(foreign)
+	return foreign, nil
 }
 
 // Fsck checks an unmounted store without changing it, or with repair
@@ -52,6 +89,9 @@ func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress
 	}
 	defer lock.Close()
 	if err := checkStoreNames(dir, repair, &rep); err != nil {
+		return rep, err
+	}
+	if rep.Foreign, err = foreignNames(dir); err != nil {
 		return rep, err
 	}
 	if err := checkCheckpoint(dir, repair, &rep); err != nil {

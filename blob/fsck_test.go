@@ -28,7 +28,7 @@ func TestFsckCleanStore(t *testing.T) {
 	rep, err := Fsck(dir, false, ledger.Charge)
 	must(t, "Fsck", err)
 	want := FsckReport{Objects: 3, Bytes: ledger.Charge(5000) + ledger.Charge(1), Dirs: 2}
-	if len(rep.Problems) != 0 || rep.Objects != want.Objects || rep.Bytes != want.Bytes || rep.Dirs != want.Dirs || rep.Repaired {
+	if len(rep.Problems) != 0 || rep.Objects != want.Objects || rep.Bytes != want.Bytes || rep.Dirs != want.Dirs || rep.Repaired || rep.Foreign != nil {
 		t.Fatalf("Fsck of a clean store = %+v, want %+v", rep, want)
 	}
 	if !slices.Equal(before, treeSnapshot(t, dir)) {
@@ -353,5 +353,31 @@ func TestLockIsADirectory(t *testing.T) {
 	}
 	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "move it away") {
 		t.Errorf("open: %v", err)
+	}
+}
+
+// Entries of the store directory that kvfs did not make are listed, not
+// called problems, and left alone by a repair: they are someone's.
+func TestFsckListsForeignEntries(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	mustCreate(t, s, RootID, "a", []byte("a"))
+	s.Close()
+	must(t, "WriteFile", os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("x"), 0o644))
+	must(t, "Mkdir", os.MkdirAll(filepath.Join(dir, "backup", "old"), 0o755))
+	must(t, "Symlink", os.Symlink("/etc", filepath.Join(dir, "kvfs.index.bak")))
+	must(t, "Mkdir", os.Mkdir(filepath.Join(dir, "lost+found"), 0o700)) // its ext4's
+	want := []string{"backup", "kvfs.index.bak", "notes.txt"}
+	for _, repair := range []bool{false, true} {
+		before := treeSnapshot(t, dir)
+		rep, err := Fsck(dir, repair, ledger.Charge)
+		must(t, "Fsck", err)
+		if !slices.Equal(rep.Foreign, want) || len(rep.Problems) != 0 || rep.Repaired || rep.Objects != 1 {
+			t.Fatalf("Fsck (repair %v) = %+v, want foreign %q and no problems", repair, rep, want)
+		}
+		if !slices.Equal(before, treeSnapshot(t, dir)) {
+			t.Fatalf("Fsck (repair %v) changed the store", repair)
+		}
 	}
 }

@@ -198,6 +198,9 @@ func directWrites(path string) (uint64, error) {
 	case err == nil && string(buf[:n]) == WritesPassthrough:
 		return st.Dev, nil
 	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs // named as a place, not as "." (an outside tester's m/../f)
+	}
 	if err := kvfsMount(dir, &st); err != nil {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}

@@ -61,7 +61,7 @@ import (
 
 // HandoverSocket is the Unix socket, in the store directory, on which the
 // daemon serving the store takes handover requests.
-const HandoverSocket = "kvfs.handover"
+const HandoverSocket = blob.HandoverName
 
 const (
 	handoverVersion = 1

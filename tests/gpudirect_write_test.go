@@ -144,6 +144,17 @@ func TestGPUDirectPutCommand(t *testing.T) {
 	if res := runKvfs(t, "put", "--direct", src, plain); !strings.Contains(res.stderr, plain+": ") || strings.Contains(res.stderr, ".kvfs-put.") {
 		t.Errorf("kvfs put to a path outside kvfs: %q; want it named as given, not by the temporary name", res.stderr)
 	}
+	// A relative DST outside kvfs names its directory as a place, not
+	// as "." (an outside tester's m/../f).
+	cwd, _ := os.Getwd()
+	rel := "kvfs-put-relative-refused"
+	if res := runKvfs(t, "put", "--direct", src, rel); res.code != 2 || !strings.Contains(res.stderr, rel+": "+cwd+": not a file on a kvfs mount") {
+		t.Errorf("kvfs put to a relative path outside kvfs: exit %d, %q; want its directory named %s", res.code, res.stderr, cwd)
+	}
+	if _, err := os.Stat(rel); !errors.Is(err, os.ErrNotExist) {
+		os.Remove(rel)
+		t.Fatalf("kvfs put to a relative path outside kvfs created it: %v", err)
+	}
 	if _, err := os.Stat(filepath.Join(d.mp, "x")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a refused kvfs put left an object: %v", err)
 	}

@@ -119,6 +119,7 @@ type fsckReport struct {
 	Problems       []string `json:"problems"`
 	Repaired       bool     `json:"repaired"`
 	PendingUploads int      `json:"pending_uploads"`
+	Foreign        []string `json:"foreign"`
 }
 
 func fsck(t *testing.T, store string, args ...string) (fsckReport, result) {
@@ -144,6 +145,9 @@ func requireCleanFsck(t *testing.T, store string, st kvfsStats) {
 	}
 	if rep.Objects != st.Objects || rep.Bytes != st.UsedBytes {
 		t.Errorf("fsck counts %d objects / %d bytes, the mount had %d / %d", rep.Objects, rep.Bytes, st.Objects, st.UsedBytes)
+	}
+	if len(rep.Foreign) > 0 {
+		t.Errorf("fsck calls %q in the store directory not kvfs's, and only kvfs wrote there", rep.Foreign)
 	}
 }
 
@@ -668,6 +672,20 @@ func TestFsckAfterKill9(t *testing.T) {
 		t.Errorf("fsck --repair: exit %d, %+v, stderr %q; want %d objects, %d bytes", res.code, rep, res.stderr, completed.Objects, completed.UsedBytes)
 	}
 	requireCleanFsck(t, d.store, completed)
+
+	// A file of someone else's beside the store's own is named, not a
+	// problem, and kept.
+	notes := filepath.Join(d.store, "notes.txt")
+	if err := os.WriteFile(notes, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain = runKvfs(t, "fsck", "--store", d.store, "--repair")
+	if plain.code != 0 || !strings.Contains(plain.stdout, `not kvfs's: "notes.txt"`) {
+		t.Errorf("fsck --repair of a store with a file of someone else's: exit %d, stdout %q", plain.code, plain.stdout)
+	}
+	if err := os.Remove(notes); err != nil {
+		t.Errorf("the file fsck --repair was to leave alone: %v", err)
+	}
 
 	d = startDaemon(t, d.mp, flags...)
 	verifyTree(t, d.mp, want)
