@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/internal/lockorder"
@@ -69,6 +70,10 @@ func (c *Core) Install(parent blob.ID, name string, id blob.ID, fetch FetchFunc)
 	return in.finish(), nil
 }
 
+// fetchWait is the longest an install waits for room (see create): room
+// that a grace or a reader's close frees this soon is taken.
+const fetchWait = 250 * time.Millisecond
+
 // installs are the names being installed.
 type installs struct {
 	mu lockorder.Mutex
@@ -119,6 +124,12 @@ func (in *install) create(size int64) (*os.File, error) {
 		return nil, ledgerErr(err)
 	}
 	in.charged = true
+	// A fetch is a reader's cache fill: it waits for room at most
+	// fetchWait, not the wait limit a store waits, and its reader then
+	// has a miss, not a stall (an outside tester: a read waited 5 s and
+	// failed with ENOSPC, which connectors' loads take for an error; a
+	// miss they recompute).
+	in.waited.Store(int64(max(c.cfg.WaitLimit-fetchWait, 0)))
 	err := c.admit(in.id, ledger.Charge(size), &in.waited, Interrupt{}, func() (victims, error) { return c.ledger.Reserve(in.id, size) })
 	if err != nil {
 		return nil, err

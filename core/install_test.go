@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
@@ -474,5 +475,52 @@ func TestInstalledObjectsHaveNoGrace(t *testing.T) {
 	}
 	if tc.exists("a") || tc.exists("b") || !tc.exists("c") {
 		t.Errorf("after three installs of 5 MiB into 8 MiB: a %v, b %v, c %v; want c alone", tc.exists("a"), tc.exists("b"), tc.exists("c"))
+	}
+}
+
+// TestFetchWaitsLittleForRoom: an install (a reader's fetch) that finds
+// no room waits for it at most fetchWait, not the wait limit a store
+// waits (an outside tester's read waited 5 s for room, then failed), and
+// room that comes within it is taken. In a synctest bubble: its clock
+// moves only when every goroutine waits.
+func TestFetchWaitsLittleForRoom(t *testing.T) {
+	for _, freed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "held", true: "freed"}[freed], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tc := newTestCore(t, Config{Capacity: 4 * mib, WaitLimit: time.Hour})
+				id := tc.put("held", 3*mib)
+				r, err := tc.Open(id, os.O_RDONLY, false, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if freed {
+					go func() {
+						time.Sleep(fetchWait / 2)
+						r.Release()
+					}()
+				} else {
+					defer r.Release()
+				}
+				start := time.Now()
+				h, err := tc.Install(blob.RootID, "fetched", tc.NewID(), fetchOf(make([]byte, 2*mib)))
+				waited := time.Since(start)
+				if waited > fetchWait {
+					t.Errorf("the fetch waited %v for room; want at most %v", waited, fetchWait)
+				}
+				if !freed {
+					if !errors.Is(err, ErrNoSpace) || tc.exists("fetched") || !tc.exists("held") {
+						t.Fatalf("fetch with the cache held: %v; want ErrNoSpace, nothing installed, nothing evicted", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("fetch with room freed after %v: %v", fetchWait/2, err)
+				}
+				h.Release()
+				if tc.exists("held") || !tc.exists("fetched") {
+					t.Errorf("after the fetch: held %v, fetched %v; want held evicted for it", tc.exists("held"), tc.exists("fetched"))
+				}
+			})
+		})
 	}
 }

@@ -134,6 +134,14 @@ func (n *remoteNode) local() (release func(), err error) {
 		// the kernel looks the name up again and finds that object.
 		err = core.ErrStale
 	}
+	if errors.Is(err, core.ErrNoSpace) {
+		// No room for it within the fetch's short wait (readers and
+		// graces hold the cache): the reader has a miss, as connectors
+		// take one, not ENOSPC on a read. The name stays; a later open
+		// fetches again.
+		n.fs.log.Debug("remote object not fetched: no room in the cache", zap.String("name", n.path))
+		return nil, fmt.Errorf("%w: %s: no room in the cache: %v", core.ErrNotFetched, n.path, err)
+	}
 	if errors.Is(err, core.ErrNotFetched) || errors.Is(err, core.ErrStale) {
 		// The placeholder is done for: its name leaves the kernel, and
 		// the next lookup asks again.
@@ -158,7 +166,11 @@ func (n *remoteNode) fetch(create func(size int64) (*os.File, error)) error {
 		return create(info.Size)
 	})
 	if remote.Missed(err) {
-		n.fs.log.Info("remote object not fetched", zap.String("name", n.path), zap.Error(err))
+		log := n.fs.log.Info
+		if errors.Is(err, remote.ErrCorrupt) {
+			log = n.fs.log.Warn // the bucket's bytes are damaged: someone must look
+		}
+		log("remote object not fetched", zap.String("name", n.path), zap.Error(err))
 		return fmt.Errorf("%w: %s: %v", core.ErrNotFetched, n.path, err)
 	}
 	return err

@@ -237,6 +237,39 @@ func TestRemoteCorruptObject(t *testing.T) {
 	a.stop()
 }
 
+// 5b. A fetch that finds no room (a reader holds the cache) is a miss:
+// the open answers ENOENT after a short wait, as connectors' loads take
+// a miss, not ENOSPC after the wait limit (an outside tester: 5 s, then
+// an error on a read); once the reader closes, the object is fetched.
+func TestRemoteFetchWithNoRoomIsAMiss(t *testing.T) {
+	srv := s3test.New(t)
+	dir := t.TempDir()
+	a := startRemoteNode(t, srv, dir, "a")
+	b := startRemoteNode(t, srv, dir, "b", "--capacity", "6MiB")
+	data := objectBytes("big", 3*MiB)
+	a.put("big", data)
+	a.uploaded()
+	b.put("local", objectBytes("local", 4*MiB))
+	b.uploaded()
+	held, err := os.Open(finalPath(b.mp, "local"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := stats(t, b.mp).AdmissionFailures
+	if _, err := os.ReadFile(finalPath(b.mp, "big")); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("open of a remote object with the cache held by a reader: %v, want ENOENT (a miss)", err)
+	}
+	if st := stats(t, b.mp); st.AdmissionFailures != refused+1 || st.Objects != 1 {
+		t.Errorf("after the fetch with no room: %+v; want one admission failure counted and the held object kept", st)
+	}
+	held.Close()
+	waitReleased(t, b.mp)
+	b.mustLoad("big", data)
+	assertQuietEqual(t, b.daemon)
+	b.stop()
+	a.stop()
+}
+
 // 6. An object deleted remotely after a positive lookup: the open
 // answers ENOENT and the name leaves the kernel.
 func TestRemoteDeletedAfterLookup(t *testing.T) {
