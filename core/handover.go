@@ -75,15 +75,19 @@ func (h *Handle) State() HandleState {
 // successor loads, or, after PrepareHandover, says what changed since
 // the one it captured. The caller has stopped every request and keeps them
 // stopped until Thaw or its exit.
-func (c *Core) Freeze() (Frozen, error) {
+//
+// A successor that keeps the objects kept for mappings (handOnMapped:
+// it adopts them, AdoptMapped) is passed them (Mapped); for one that
+// does not, their pins go now, as at a stop (see mappings), so the
+// ledger handed on is the handles' alone: kept past the freeze, an
+// unlinked one stayed charged in such a successor for good, with no pin
+// and no name (the ledger no longer the store).
+func (c *Core) Freeze(handOnMapped bool) (Frozen, error) {
 	close(c.done)
 	c.wg.Wait()
-	// The objects kept for mappings are no handles a successor makes
-	// again: their pins go now, as at a stop (see mappings), so the
-	// ledger handed on is the handles' alone. Kept past the freeze, an
-	// unlinked one stayed charged in the successor for good, with no
-	// pin and no name (the ledger no longer the store).
-	c.dropMapped()
+	if !handOnMapped {
+		c.dropMapped()
+	}
 	var fr Frozen
 	c.mu.Lock()
 	if b := c.basis; b != nil {

@@ -92,7 +92,7 @@ func TestHandoverKeepsHandles(t *testing.T) {
 		ids[n] = old.lookupID(n)
 	}
 
-	fr, err := old.Freeze()
+	fr, err := old.Freeze(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestHandoverKeepsHandles(t *testing.T) {
 // successor, with the lock old passes.
 func freezeForSuccessor(t *testing.T, old *testCore, dir string) (Frozen, *blob.Store) {
 	t.Helper()
-	fr, err := old.Freeze()
+	fr, err := old.Freeze(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestHandoverKeepsGrace(t *testing.T) {
 	old.put("old", mib)
 	old.clock.Skip(2 * time.Minute) // old's grace is over
 	fresh := old.put("fresh", 3*mib)
-	fr, err := old.Freeze()
+	fr, err := old.Freeze(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +503,7 @@ func twoPhaseHandover(t *testing.T, seed uint64) {
 	for range 150 {
 		step(old)
 	}
-	frozen, err := old.Freeze()
+	frozen, err := old.Freeze(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -583,7 +583,7 @@ func TestTwoPhaseHandoverKeepsGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Apply(d)
-	fr, err := old.Freeze()
+	fr, err := old.Freeze(false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,9 +113,16 @@ func (c *Core) keepMapped(h *Handle) {
 		time.Sleep(wait)
 		elsewhere, ok, _ = openedElsewhere(h.file)
 	}
-	if !elsewhere || !ok {
-		h.file.Close()
-		c.ledger.Unhold(h.id)
+	c.holdMapped(h.id, h.file, elsewhere && ok)
+}
+
+// holdMapped keeps object id, held (ledger.Hold), pinned with its stored
+// file f while another file has f's inode open (mapped), asking again
+// from now on; where none has (!mapped) it lets both go.
+func (c *Core) holdMapped(id blob.ID, f *os.File, mapped bool) {
+	if !mapped {
+		f.Close()
+		c.ledger.Unhold(id)
 		return
 	}
 	m := &c.mapped
@@ -123,18 +130,54 @@ func (c *Core) keepMapped(h *Handle) {
 	if m.held == nil {
 		m.held = map[blob.ID]*os.File{}
 	}
-	old, held := m.held[h.id]
-	m.held[h.id] = h.file
+	old, held := m.held[id]
+	m.held[id] = f
 	m.mu.Unlock()
 	if held {
 		// Held already, for an earlier handle's mapping: one pin is
-		// enough, and h's file, the newer, is asked from now on (an
-		// earlier mapping still there holds the inode for it too).
+		// enough, and f, the newer, is asked from now on (an earlier
+		// mapping still there holds the inode for it too).
 		old.Close()
-		c.ledger.Unhold(h.id)
+		c.ledger.Unhold(id)
 	}
 	c.wg.Add(1)
-	go c.askSoon(h.id, h.file)
+	go c.askSoon(id, f)
+}
+
+// Mapped lists the objects kept for mappings, each with the stored file
+// kept for it, for a handover to pass on (see AdoptMapped).
+func (c *Core) Mapped() (ids []blob.ID, files []*os.File) {
+	m := &c.mapped
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, f := range m.held {
+		ids = append(ids, id)
+		files = append(files, f)
+	}
+	return ids, files
+}
+
+// AdoptMapped keeps object id pinned for the mapping a predecessor kept
+// it for, over the stored file f it passed (see Mapped): an object with
+// no name left is made again, as a handle's is (AdoptHandle). Asked once,
+// not waited for as at a release (the handover's pause): the file the
+// predecessor passed is the very file it kept, and counts once. Dropped
+// at the freeze instead (before 2026-12-07), such an object could be
+// evicted under its mapping after the takeover, and what was written
+// through the mapping lost.
+func (c *Core) AdoptMapped(id blob.ID, f *os.File) error {
+	h, err := c.AdoptHandle(HandleState{ID: id}, f)
+	if err != nil {
+		return err
+	}
+	err = c.ledger.Hold(id)
+	h.unpin()
+	if err != nil {
+		return ledgerErr(err)
+	}
+	elsewhere, ok, _ := openedElsewhere(f)
+	c.holdMapped(id, f, elsewhere && ok)
+	return nil
 }
 
 // askSoon asks again whether the file kept for object id is open

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/remote"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -72,6 +73,9 @@ type State struct {
 	Rewritten []core.ID `json:"rewritten,omitempty"`
 	// Notices are the kernel notices queued and not sent, in order.
 	Notices []NoticeRecord `json:"notices,omitempty"`
+	// Mapped are the objects the core keeps for mappings (core.Mapped);
+	// their stored files follow the handles'.
+	Mapped []core.ID `json:"mapped,omitempty"`
 }
 
 // Quiesce pauses the kernel notices (the one in the kernel, if any, goes
@@ -107,7 +111,8 @@ func (f *FS) Resume() {
 func (f *FS) Serving() { f.notices.resume() }
 
 // Export describes the kernel's view of a quiesced FS, with the stored
-// file of each handle, in the order of State.Handles.
+// file of each handle, in the order of State.Handles, then of each
+// object kept for a mapping, in the order of State.Mapped.
 func (f *FS) Export() (State, []*os.File) {
 	var st State
 	var files []*os.File
@@ -142,7 +147,9 @@ func (f *FS) Export() (State, []*os.File) {
 	for _, n := range f.notices.take() {
 		st.Notices = append(st.Notices, NoticeRecord{Node: n.node, Name: n.name, Content: n.content})
 	}
-	return st, files
+	mapped, kept := f.core.Mapped()
+	st.Mapped = mapped
+	return st, append(files, kept...)
 }
 
 // Import takes a predecessor's view over, before the FS serves: each
@@ -150,9 +157,10 @@ func (f *FS) Export() (State, []*os.File) {
 // st.Handles) under the number the kernel knows it by. The core has
 // loaded the predecessor's checkpoint; call core.EndHandover after.
 func (f *FS) Import(st State, files []*os.File) error {
-	if len(files) != len(st.Handles) {
-		return fmt.Errorf("import: %d stored files for %d handles", len(files), len(st.Handles))
+	if len(files) != len(st.Handles)+len(st.Mapped) {
+		return fmt.Errorf("import: %d stored files for %d handles and %d mapped objects", len(files), len(st.Handles), len(st.Mapped))
 	}
+	mapped := files[len(st.Handles):]
 	f.noBacking.Store(st.NoBacking)
 	for _, id := range st.Rewritten {
 		f.rewritten.mark(id)
@@ -165,6 +173,13 @@ func (f *FS) Import(st State, files []*os.File) error {
 		h := f.adopt(ch, r.Existing, 0) // its mode is the record's
 		h.passthrough, h.backed = r.Passthrough, r.Backed
 		f.files.putAt(r.Fh, h)
+	}
+	for i, id := range st.Mapped {
+		if err := f.core.AdoptMapped(id, mapped[i]); err != nil {
+			// Not worth the handover: the object is as a stop leaves it.
+			f.log.Warn("an object kept for a mapping is not kept by the new daemon", zap.Uint64("id", uint64(id)), zap.Error(err))
+			mapped[i].Close()
+		}
 	}
 	for _, r := range st.Objects {
 		ob := f.objects.get(r.ID)

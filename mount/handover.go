@@ -114,11 +114,17 @@ type handoverRequest struct {
 	// handing its mount over served that mount from this store, beside
 	// this store's own daemon; an outside tester).
 	Store string `json:"store,omitempty"`
+	// Mapped: the successor keeps the objects kept for mappings
+	// (core.AdoptMapped), whose stored files the offer passes after the
+	// handles'. To one that does not say so (a kvfs from before
+	// 2026-12-07) they are not passed: their pins go at the freeze.
+	Mapped bool `json:"mapped,omitempty"`
 }
 
 // handoverOffer is the old daemon's answer; the descriptors follow it:
 // /dev/fuse, the store's lock, then each handle's stored file in the
-// order of FS.Handles.
+// order of FS.Handles, then each mapped object's in the order of
+// FS.Mapped.
 type handoverOffer struct {
 	Version int    `json:"version"`
 	Error   string `json:"error,omitempty"`
@@ -260,7 +266,7 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	}
 	quiesced := time.Since(start)
 	failpoint("handover-quiesced")
-	fr, err := m.core.Freeze()
+	fr, err := m.core.Freeze(req.Mapped)
 	frozen := time.Since(start)
 	failpoint("handover-frozen")
 	if err != nil {
@@ -464,7 +470,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	// pending uploads is the old daemon's until the pause.
 	prepare := o.Remote == nil
 	store, _ := filepath.Abs(o.Store) // the old daemon's working directory is its own
-	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid(), Prepare: prepare, RequestTimeout: o.RequestTimeout, OpenTruncates: true, Store: store}, nil); err != nil {
+	if err := writeJSON(conn, handoverRequest{Version: handoverVersion, PID: os.Getpid(), Prepare: prepare, RequestTimeout: o.RequestTimeout, OpenTruncates: true, Store: store, Mapped: true}, nil); err != nil {
 		return nil, fmt.Errorf("asking for the mount: %w (%w)", err, errPredecessorGone)
 	}
 	var offer handoverOffer
@@ -603,11 +609,11 @@ func readMemfd(fd, n int) ([]byte, error) {
 // mount preloaded in a first phase, brought up to date), its handles, a
 // server on its connection; nothing is served yet.
 func adopt(o Options, offer *handoverOffer, files []*os.File, pre *Mount) (*Mount, error) {
-	if len(files) < 2 || len(files)-2 != len(offer.FS.Handles) {
+	if len(files) < 2 || len(files)-2 != len(offer.FS.Handles)+len(offer.FS.Mapped) {
 		if pre != nil {
 			pre.closeParts()
 		}
-		return nil, fmt.Errorf("%d descriptors passed for %d handles", len(files), len(offer.FS.Handles))
+		return nil, fmt.Errorf("%d descriptors passed for %d handles and %d mapped objects", len(files), len(offer.FS.Handles), len(offer.FS.Mapped))
 	}
 	dev, lock, stored := files[0], files[1], files[2:]
 	m := pre
@@ -666,6 +672,9 @@ func loadHandedOver(o Options, offer *handoverOffer, lock *os.File) (*Mount, err
 	m.held, m.graced = map[blob.ID]bool{}, map[blob.ID]int64{}
 	for _, h := range offer.FS.Handles {
 		m.held[h.ID] = true
+	}
+	for _, id := range offer.FS.Mapped {
+		m.held[id] = true
 	}
 	for _, g := range offer.Frozen.Graced {
 		m.graced[g.ID] = g.LastClose

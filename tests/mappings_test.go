@@ -196,3 +196,70 @@ func TestOwnGuessBesideALargeObject(t *testing.T) {
 		})
 	}
 }
+
+// TestHandoverKeepsMappings: objects kept for mappings whose descriptors
+// are closed (the C way, with passthrough) stay kept after a handover:
+// the old daemon passes their stored files, and the new one keeps them
+// pinned until the mappings go, an unlinked one's bytes counted as
+// shadow bytes until then. Dropped at the handover before, such an
+// object was evicted under its mapping by the next stores, and what was
+// written through the mapping went with it.
+func TestHandoverKeepsMappings(t *testing.T) {
+	const size = 4 * MiB
+	flags := []string{"--capacity", "16MiB", "--grace", "0s", "--wait-limit", "0s"}
+	d := mountCache(t, flags...)
+	mapC := func(name string) []byte {
+		t.Helper()
+		fd, err := unix.Open(filepath.Join(d.mp, name), unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Ftruncate(fd, size); err != nil {
+			t.Fatal(err)
+		}
+		m, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Munmap(m) })
+		if err := unix.Close(fd); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	kept, gone := mapC("mapped"), mapC("unlinked")
+	if err := os.Remove(filepath.Join(d.mp, "unlinked")); err != nil {
+		t.Fatal(err)
+	}
+	if st := stats(t, d.mp); st.PinnedObjects != 2 || st.ShadowBytes != size {
+		t.Fatalf("before the handover: pinned objects %d, shadow bytes %d; want 2 and %d", st.PinnedObjects, st.ShadowBytes, size)
+	}
+	d = handOver(t, kvfsBin, d, append([]string{"--store", d.store}, flags...)...)
+	if st := stats(t, d.mp); st.PinnedObjects != 2 || st.ShadowBytes != size {
+		t.Errorf("after the handover: pinned objects %d, shadow bytes %d; want 2 and %d", st.PinnedObjects, st.ShadowBytes, size)
+	}
+	for i := range 4 {
+		putFile(t, filepath.Join(d.mp, fmt.Sprintf("f%d", i)), objectBytes("f", size))
+	}
+	want := bytes.Repeat([]byte("z"), size)
+	copy(kept, want)
+	copy(gone, want)
+	if err := unix.Msync(kept, unix.MS_SYNC); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(d.mp, "mapped")); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the mapped object after the handover and 4 stores: read %d bytes (%v); want the %d written through its mapping", len(got), err, size)
+	}
+	if err := unix.Munmap(kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Munmap(gone); err != nil {
+		t.Fatal(err)
+	}
+	var st kvfsStats
+	if !waitFor(func() bool { st = stats(t, d.mp); return st.PinnedObjects == 0 && st.ShadowBytes == 0 }) {
+		t.Fatalf("once the mappings are gone: pinned objects %d, shadow bytes %d; want 0 and 0", st.PinnedObjects, st.ShadowBytes)
+	}
+	assertQuietEqual(t, d)
+	d.stop()
+}
