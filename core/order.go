@@ -124,6 +124,10 @@ func (c *Core) clearDoomed(n blob.Name, rel string) {
 func (c *Core) reap(drops []Drop) {
 	for i := range drops {
 		d := &drops[i]
+		// Said before the names go, as deliver says it after: a crash
+		// between the two (one admission may evict many objects) leaves
+		// the log saying why each stored object vanished.
+		c.log.Debug("dropping", zap.String("why", d.Why.String()), zap.Uint64("id", uint64(d.ID)), zap.Int("names", len(d.Names)))
 		marked := len(d.Names) > 1 && c.markReaped(*d)
 		for _, n := range d.Names {
 			c.reapName(n, d)
