@@ -1,6 +1,7 @@
 package mount
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -56,10 +57,23 @@ func StoreHolder(store string) (int, bool) {
 	return pid, ok
 }
 
-// alive says whether process pid exists.
+// alive says whether process pid exists and has not exited. A process
+// all of whose threads exited is a zombie until its parent waits for it
+// (never, under a PID 1 that reaps nothing; an old daemon after a
+// handover until then): it holds no lock and no file, and is not alive.
+// One whose leader alone exited, its other threads running (see zombie),
+// is.
 func alive(pid int) bool {
-	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-	return err == nil
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) || b[i+2] != 'Z' {
+		return true
+	}
+	return zombie(pid)
 }
 
 // kvfsProcess says whether pid runs this program, or one named kvfs (an
@@ -123,8 +137,12 @@ func lockHolder(locks string, st unix.Stat_t) (int, bool) {
 // or on its way in: it took the lock and has not mounted yet.
 func mounting(pid int, store string) bool {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false // exited: its lock goes with it, soon if not yet
+	if errors.Is(err, fs.ErrNotExist) || err != nil && !alive(pid) {
+		// Exited: its lock goes with it, soon if not yet; or passed on
+		// (a zombie's table is EINVAL, and read as "not ours to read",
+		// an unmount after a handover stopped waiting for the successor
+		// that holds the store: an outside tester).
+		return false
 	}
 	if err != nil {
 		return true // not ours to read: not one to wait for

@@ -2,6 +2,8 @@ package mount
 
 import (
 	"bufio"
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,4 +76,81 @@ func TestStoreHolderFindsFlock(t *testing.T) {
 	if pid, held := awaitReleased(dir, time.Now().Add(time.Minute)); held {
 		t.Fatalf("the store is still held by %d after flock exited", pid)
 	}
+}
+
+// TestStoreHolderPastAZombie: after a handover, the process that took
+// the store's lock has exited, and until its parent waits for it (never,
+// under a PID 1 that reaps nothing) it is a zombie, whose mount table
+// cannot be read; the lock is its successor's, named in the lock file.
+// StoreHolder names the successor, and awaitStopped waits for it: taken
+// for the holder, the zombie read as one serving the store elsewhere,
+// and `kvfs unmount` returned while the successor still held the store
+// (an outside tester: fsck right after it refused, 6 of 15 runs).
+func TestStoreHolderPastAZombie(t *testing.T) {
+	if os.Getenv("KVFS_LOCK_AND_LEAVE") != "" {
+		lockAndLeave()
+		return
+	}
+	dir := t.TempDir()
+	lock := filepath.Join(dir, blob.LockName)
+	if err := os.WriteFile(lock, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	taker := exec.Command(os.Args[0], "-test.run=^TestStoreHolderPastAZombie$")
+	taker.Env = append(os.Environ(), "KVFS_LOCK_AND_LEAVE="+lock)
+	out, err := taker.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := taker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var successor int
+	if _, err := fmt.Fscan(out, &successor); err != nil || successor <= 0 {
+		t.Fatalf("the lock's taker named no successor: %v", err)
+	}
+	defer taker.Wait() // reaps the zombie, at the end
+	defer unix.Kill(successor, unix.SIGKILL)
+	if !waitUntil(func() bool { b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", taker.Process.Pid)); return zombieState(b) }) {
+		t.Fatal("the lock's taker did not become a zombie")
+	}
+	if alive(taker.Process.Pid) {
+		t.Error("a zombie counts as alive")
+	}
+	if pid, held := StoreHolder(dir); !held || pid != successor {
+		t.Errorf("StoreHolder = %d, %v; want the successor %d, which holds the lock", pid, held, successor)
+	}
+	if pid, held := awaitStopped(dir, time.Now().Add(100*time.Millisecond)); !held || pid != successor {
+		t.Errorf("awaitStopped = %d, %v; want the successor %d still holding the store", pid, held, successor)
+	}
+}
+
+// zombieState: a /proc/PID/stat whose state is Z.
+func zombieState(b []byte) bool {
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+// lockAndLeave is TestStoreHolderPastAZombie's lock taker: it takes the
+// lock, starts a successor that inherits it and names itself in the lock
+// file, as a handover's does, says the successor's pid and exits.
+func lockAndLeave() {
+	f, err := os.OpenFile(os.Getenv("KVFS_LOCK_AND_LEAVE"), os.O_RDWR, 0)
+	if err == nil {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	successor := exec.Command("sleep", "60")
+	successor.ExtraFiles = []*os.File{f}
+	if err := successor.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(fmt.Sprintf("%d\n", successor.Process.Pid)), 0)
+	fmt.Println(successor.Process.Pid)
+	os.Exit(0)
 }
