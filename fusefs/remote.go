@@ -38,6 +38,11 @@ type remoteNode struct {
 	installMu sync.Mutex // see core's lock order; held across the install
 	// failed is why the install failed; GUARDED_BY(installMu).
 	failed error
+	// tries counts the installs tried to their end; noRoom is the last
+	// one's miss when it found no room in the cache (GUARDED_BY(
+	// installMu)): the openers that came while it ran share its answer.
+	tries  atomic.Uint64
+	noRoom error
 	// installed: the object is local under id; set under installMu.
 	installed atomic.Bool
 }
@@ -120,6 +125,7 @@ const installMode = 0o644
 // own open holds it: it drops the pin of the install this call made
 // (nothing when the object was local already).
 func (n *remoteNode) local() (release func(), err error) {
+	seen := n.tries.Load()
 	n.installMu.Lock()
 	defer n.installMu.Unlock()
 	switch {
@@ -127,8 +133,16 @@ func (n *remoteNode) local() (release func(), err error) {
 		return func() {}, nil
 	case n.failed != nil:
 		return nil, n.failed
+	case n.noRoom != nil && n.tries.Load() != seen:
+		// It came while another opener's try ran, which found no room:
+		// the same miss, at once (each tried again, waiting its own
+		// 250 ms behind the others': 8 openers of one name, the last
+		// after 2 s; an outside tester).
+		return nil, n.noRoom
 	}
+	n.noRoom = nil
 	hold, err := n.fs.core.Install(n.parent, n.name, n.id, n.fetch)
+	n.tries.Add(1)
 	if errors.Is(err, core.ErrExists) {
 		// Stored (or installed through another placeholder) meanwhile:
 		// the kernel looks the name up again and finds that object.
@@ -140,7 +154,8 @@ func (n *remoteNode) local() (release func(), err error) {
 		// take one, not ENOSPC on a read. The name stays; a later open
 		// fetches again.
 		n.fs.log.Debug("remote object not fetched: no room in the cache", zap.String("name", n.path))
-		return nil, fmt.Errorf("%w: %s: no room in the cache: %v", core.ErrNotFetched, n.path, err)
+		n.noRoom = fmt.Errorf("%w: %s: no room in the cache: %v", core.ErrNotFetched, n.path, err)
+		return nil, n.noRoom
 	}
 	if errors.Is(err, core.ErrNotFetched) || errors.Is(err, core.ErrStale) {
 		// The placeholder is done for: its name leaves the kernel, and

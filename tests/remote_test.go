@@ -262,6 +262,29 @@ func TestRemoteFetchWithNoRoomIsAMiss(t *testing.T) {
 	if st := stats(t, b.mp); st.AdmissionFailures != refused+1 || st.Objects != 1 {
 		t.Errorf("after the fetch with no room: %+v; want one admission failure counted and the held object kept", st)
 	}
+	// Openers of the name at once share a try's miss, not each waiting
+	// for room in turn behind the others (an outside tester: 8 openers,
+	// the last after 2 s): fewer tries than openers.
+	const openers = 8
+	refused = stats(t, b.mp).AdmissionFailures
+	start := make(chan struct{})
+	errs := make(chan error, openers)
+	for range openers {
+		go func() {
+			<-start
+			_, err := os.ReadFile(finalPath(b.mp, "big"))
+			errs <- err
+		}()
+	}
+	close(start)
+	for range openers {
+		if err := <-errs; !errors.Is(err, unix.ENOENT) {
+			t.Errorf("one of %d openers at once: %v, want ENOENT (a miss)", openers, err)
+		}
+	}
+	if tries := stats(t, b.mp).AdmissionFailures - refused; tries >= openers {
+		t.Errorf("%d openers at once made %d fetches that waited for room; want them to share", openers, tries)
+	}
 	held.Close()
 	waitReleased(t, b.mp)
 	b.mustLoad("big", data)
