@@ -77,6 +77,19 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 		deadline = deadline.Add(-time.Duration(spent.Load()))
 		defer func() { spent.Add(int64(c.cfg.Now().Sub(began))) }()
 	}
+	// stalledFrom is when a stalled wait last saw anything in flight move
+	// (stalledAt, ledger.Progress): a wake that moved nothing (a reader's
+	// close of an object it had opened again first) does not start the
+	// stall's wait again.
+	var stalledFrom time.Time
+	var stalledAt uint64
+	// stalledYields: nothing moved since stalledAt, no grace ends, id's
+	// writer is the youngest that waits, and (pinned: the room is readers')
+	// another admission than the others counted waits too.
+	stalledYields := func(pinned bool, others int64) bool {
+		return c.ledger.Progress() == stalledAt && !c.ledger.GraceEnding() &&
+			(!pinned || c.counters.waiting.Load() > others) && c.ledger.Yields(id, true)
+	}
 	for {
 		changed := c.ledger.Changed()
 		behind := c.ledger.Behind(id)
@@ -92,22 +105,56 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 			return ledgerErr(err)
 		}
 		wait := c.ledger.WaitHint(need)
-		left := deadline.Sub(c.cfg.Now())
-		stalling := false
-		if behind {
-			wait, stalling = min(left, stallWait), true
-		} else if pastBudget || wait == 0 {
+		now := c.cfg.Now()
+		left := deadline.Sub(now)
+		stalling, pinned := false, false
+		switch {
+		case behind:
+			stalling = true
+		case pastBudget || wait == 0:
 			if !c.ledger.OthersFinishing(id) && c.ledger.Yields(id, false) {
 				return c.giveWay(id)
 			}
-			wait, stalling = min(left, stallWait), true
+			stalling = true
+		case !c.ledger.OthersFinishing(id) && !c.ledger.GraceEnding():
+			// The room is there, held, and not by objects in their
+			// grace, whose end frees it by itself: by readers' pins,
+			// which readers that open an object again before they close
+			// it never end (a RELEASE comes after close(2) returns), or
+			// by writers that neither write nor wait. Stalled as well
+			// where another writer waits too: one of them giving way
+			// lets the others on (an outside tester: 8 writers and two
+			// such readers in 16 MiB all waited out the wait limit, then
+			// 3-5 were refused at once).
+			stalling, pinned = true, true
 		}
 		if left <= 0 {
 			c.ledger.Refused()
 			return ErrNoSpace
 		}
+		until := time.Duration(-1)
+		if stalling {
+			if p := c.ledger.Progress(); stalledFrom.IsZero() || p != stalledAt {
+				stalledFrom, stalledAt = now, p
+			}
+			until = stalledFrom.Add(stallWait).Sub(now)
+			if until <= 0 {
+				// Stalled for stallWait, and this try, made after the
+				// last wake, failed as well.
+				if stalledYields(pinned, 0) {
+					return c.giveWay(id)
+				}
+				until = stallWait
+			}
+			if !pinned || until < wait {
+				wait = until
+			}
+		}
 		wait = min(wait, left)
-		progress := c.ledger.Progress()
+		// atStall: the wait ends where the stall's does (a wait for
+		// readers' pins may end sooner, at the hint, and the wait limit
+		// sooner still).
+		atStall := stalling && wait == until
 		c.counters.waiting.Add(1)
 		c.ledger.Waiting(id, true)
 		closing, gaveWay, gone := false, false, false
@@ -119,7 +166,7 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 			case <-timer:
 				// (The change is looked at after the grace: a publish
 				// between the two ends the grace and signals a change.)
-				gaveWay = stalling && c.ledger.Progress() == progress && !c.ledger.GraceEnding() && !closed(changed) && c.ledger.Yields(id, true)
+				gaveWay = atStall && !closed(changed) && stalledYields(pinned, 1)
 			case <-c.done:
 				closing = true
 			case <-intr.Done:
@@ -424,6 +471,19 @@ func (c *Core) shareLeast(n int64) int64 { return min(n, max(c.cfg.WriteReserve,
 func (c *Core) reserve(id blob.ID, n int64, borrowed bool) (got bool, want int64, err error) {
 	if n == reserveNothing {
 		return false, 0, nil
+	}
+	if c.ledger.Behind(id) {
+		// Older writers that hold room wait for more: what comes free
+		// is theirs first, as at a write (admit). Taken by the
+		// reservations of the stores that came next (a refused
+		// writer's thread storing again), the room each refusal freed
+		// went to a newcomer, which waited in turn, and the older
+		// writers waited out the limit (an outside tester: 8 threads
+		// into 16 MiB, one refusal every 0.3 s and 16 of 120 refused).
+		if n == 0 {
+			return false, wantGuess, nil
+		}
+		return false, n, nil
 	}
 	if n == 0 {
 		guess := c.guessReservation(id)

@@ -1358,6 +1358,13 @@ func TestYields(t *testing.T) {
 	if !l.Yields(3, true) || l.Yields(2, true) || l.Yields(1, true) {
 		t.Fatalf("Yields stalled with 3 waiting: 1 %v, 2 %v, 3 %v; want only 3", l.Yields(1, true), l.Yields(2, true), l.Yields(3, true))
 	}
+	// But not where 2, older and holding room, waits too: 3, behind it,
+	// would free nothing; 2 gives way.
+	l.Waiting(2, true)
+	if l.Yields(3, true) || !l.Yields(2, true) || l.Yields(1, true) {
+		t.Fatalf("Yields stalled with 2 waiting holding room and 3 behind it: 1 %v, 2 %v, 3 %v; want only 2", l.Yields(1, true), l.Yields(2, true), l.Yields(3, true))
+	}
+	l.Waiting(2, false)
 	l.Waiting(3, false)
 	if !l.Yields(2, true) {
 		t.Fatal("stalled with no one else waiting: 2 does not give way")
