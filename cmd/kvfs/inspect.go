@@ -185,7 +185,7 @@ func cmdFsck(args []string, stdout io.Writer) error {
 			fmt.Fprintln(stdout, "problem:", p)
 		}
 		for _, n := range rep.Foreign {
-			fmt.Fprintf(stdout, "not kvfs's: %q in the store directory, left as it is (its bytes take room on the store's disk that no capacity counts)\n", n)
+			fmt.Fprintf(stdout, "not kvfs's: %q in the store directory, left as it is (kvfs neither serves nor counts it)\n", n)
 		}
 		fmt.Fprintf(stdout, "%s: %d objects, %d bytes charged, %d directories, %d problems",
 			*store, rep.Objects, rep.Bytes, rep.Dirs, len(rep.Problems))
