@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/kvfs/kvfs/internal/s3test"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // Environment of the crash child (see TestMain).
@@ -135,8 +137,12 @@ func TestJournalAfterClose(t *testing.T) {
 		t.Fatalf("journal holds %d entries, want 3 pending and 2 bad", len(ents))
 	}
 	srv.Start()
-	b := newNode(t, srv, "p", nodeOpts{journal: a.journal, store: a.store})
+	core, logs := observer.New(zap.WarnLevel)
+	b := newNode(t, srv, "p", nodeOpts{journal: a.journal, store: a.store, log: zap.New(core)})
 	b.waitUploads(t)
+	if said := logs.FilterMessage("removed from the upload journal what is no entry of it").All(); len(said) != 1 || said[0].ContextMap()["count"] != int64(2) {
+		t.Errorf("the replay said %v of the 2 bad entries it removed; want one warning counting them", said)
+	}
 	if st := b.Stats(); st.Uploads != 3 || a.reqs.count("PUT") != 0 {
 		t.Fatalf("after reopening: %+v; A sent %d PUTs", st, a.reqs.count("PUT"))
 	}
