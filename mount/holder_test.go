@@ -111,7 +111,10 @@ func TestStoreHolderPastAZombie(t *testing.T) {
 	}
 	defer taker.Wait() // reaps the zombie, at the end
 	defer unix.Kill(successor, unix.SIGKILL)
-	if !waitUntil(func() bool { b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", taker.Process.Pid)); return zombieState(b) }) {
+	if !waitUntil(func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", taker.Process.Pid))
+		return zombieState(b)
+	}) {
 		t.Fatal("the lock's taker did not become a zombie")
 	}
 	if alive(taker.Process.Pid) {
