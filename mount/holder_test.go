@@ -111,9 +111,12 @@ func TestStoreHolderPastAZombie(t *testing.T) {
 	}
 	defer taker.Wait() // reaps the zombie, at the end
 	defer unix.Kill(successor, unix.SIGKILL)
+	// A zombie once its threads are all gone (os.Exit's exit_group takes
+	// them a moment after the leader).
 	if !waitUntil(func() bool {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", taker.Process.Pid))
-		return zombieState(b)
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", taker.Process.Pid))
+		return zombieState(b) && err == nil && len(tasks) == 1
 	}) {
 		t.Fatal("the lock's taker did not become a zombie")
 	}
