@@ -74,6 +74,9 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 	id := core.ID(in.NodeId)
 	if r := f.remotes.get(id); r != nil {
 		release, err := r.local()
+		if err != nil && in.Flags&syscall.O_ACCMODE == syscall.O_RDONLY && in.Flags&syscall.O_TRUNC == 0 {
+			err = missed(err)
+		}
 		if err != nil {
 			return f.status("open", err)
 		}

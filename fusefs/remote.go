@@ -150,11 +150,11 @@ func (n *remoteNode) local() (release func(), err error) {
 	}
 	if errors.Is(err, core.ErrNoSpace) {
 		// No room for it within the fetch's short wait (readers and
-		// graces hold the cache): the reader has a miss, as connectors
-		// take one, not ENOSPC on a read. The name stays; a later open
-		// fetches again.
+		// graces hold the cache), or never (larger than the capacity).
+		// The name stays; a later open fetches again. A reader's open
+		// takes it for a miss (see missed).
 		n.fs.log.Debug("remote object not fetched: no room in the cache", zap.String("name", n.path))
-		n.noRoom = fmt.Errorf("%w: %s: no room in the cache: %v", core.ErrNotFetched, n.path, err)
+		n.noRoom = fmt.Errorf("%s: no room in the cache for it: %w", n.path, err)
 		return nil, n.noRoom
 	}
 	if errors.Is(err, core.ErrNotFetched) || errors.Is(err, core.ErrStale) {
@@ -349,3 +349,15 @@ type placeholders = kernelNodes[*remoteNode]
 func (n *remoteNode) nodeID() core.ID      { return n.id }
 func (n *remoteNode) key() nameKey         { return nameKey{n.parent, n.name} }
 func (n *remoteNode) lookupCount() *uint64 { return &n.lookups }
+
+// missed is what a reader's open answers for an object local could not
+// make local: where that was for want of room, a miss (ENOENT), as
+// connectors' loads take one, not ENOSPC on a read, which they take for
+// an error (an outside tester); a writer, a truncate or a link gets
+// ENOSPC, the room being the cache's.
+func missed(err error) error {
+	if errors.Is(err, core.ErrNoSpace) {
+		return fmt.Errorf("%w: %v", core.ErrNotFetched, err)
+	}
+	return err
+}

@@ -247,8 +247,8 @@ func TestRemoteMiss(t *testing.T) {
 
 // TestRemoteLocalChanges: what needs a remote name local (a write, a
 // truncate, a link from it) fetches it first; an object that cannot be
-// admitted is refused (ENOSPC) without leaving anything, and the name
-// stays usable; a local rewrite of a name the bucket holds supersedes
+// admitted is refused (ENOSPC; a miss, ENOENT, to a reader) without
+// leaving anything, and the name stays usable; a local rewrite of a name the bucket holds supersedes
 // the bucket's copy, as an rm and a new store would.
 func TestRemoteLocalChanges(t *testing.T) {
 	srv := s3test.New(t)
@@ -260,8 +260,11 @@ func TestRemoteLocalChanges(t *testing.T) {
 	mustWrite(t, filepath.Join(a.Mnt, "l.data"), orig)
 	a.waitUploads()
 
+	// A reader has a miss; a writer, ENOSPC.
 	_, err := os.ReadFile(filepath.Join(b.Mnt, "big.data"))
-	wantErrno(t, "open of a remote object larger than the capacity", err, syscall.ENOSPC)
+	wantErrno(t, "open for reading of a remote object larger than the capacity", err, syscall.ENOENT)
+	_, err = os.OpenFile(filepath.Join(b.Mnt, "big.data"), os.O_WRONLY, 0)
+	wantErrno(t, "open for writing of a remote object larger than the capacity", err, syscall.ENOSPC)
 	if st := b.M.Stats(); st.Objects != 0 || st.UsedBytes != 0 || st.AdmissionFailures == 0 {
 		t.Errorf("B after the refused fetch: %+v", st.Stats.Stats)
 	}
