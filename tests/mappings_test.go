@@ -34,26 +34,7 @@ func TestMappingOutlivesItsDescriptor(t *testing.T) {
 func mappingOutlivesItsDescriptor(t *testing.T, d *daemon) {
 	const size = 4 * MiB
 	p := filepath.Join(d.mp, "mapped")
-	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Ftruncate(fd, size); err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapped := true
-	defer func() {
-		if mapped {
-			unix.Munmap(m)
-		}
-	}()
-	if err := unix.Close(fd); err != nil {
-		t.Fatal(err)
-	}
+	m := mapTheCWay(t, p, size)
 	fill := func(prefix string) {
 		for i := range 6 {
 			putFile(t, filepath.Join(d.mp, fmt.Sprintf("%s%d", prefix, i)), objectBytes(prefix, size))
@@ -71,7 +52,6 @@ func mappingOutlivesItsDescriptor(t *testing.T, d *daemon) {
 	if err := unix.Munmap(m); err != nil {
 		t.Fatal(err)
 	}
-	mapped = false
 	if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("after munmap: read %d bytes (%v); want the %d written through the mapping", len(got), err, size)
 	}
@@ -208,26 +188,7 @@ func TestHandoverKeepsMappings(t *testing.T) {
 	const size = 4 * MiB
 	flags := []string{"--capacity", "16MiB", "--grace", "0s", "--wait-limit", "0s"}
 	d := mountCache(t, flags...)
-	mapC := func(name string) []byte {
-		t.Helper()
-		fd, err := unix.Open(filepath.Join(d.mp, name), unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Ftruncate(fd, size); err != nil {
-			t.Fatal(err)
-		}
-		m, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Munmap(m) })
-		if err := unix.Close(fd); err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	kept, gone := mapC("mapped"), mapC("unlinked")
+	kept, gone := mapTheCWay(t, filepath.Join(d.mp, "mapped"), size), mapTheCWay(t, filepath.Join(d.mp, "unlinked"), size)
 	if err := os.Remove(filepath.Join(d.mp, "unlinked")); err != nil {
 		t.Fatal(err)
 	}
@@ -262,4 +223,27 @@ func TestHandoverKeepsMappings(t *testing.T) {
 	}
 	assertQuietEqual(t, d)
 	d.stop()
+}
+
+// mapTheCWay maps a new file of size bytes at p shared, read-write, as C
+// programs do (open, ftruncate, mmap, close): only the mapping holds it
+// then. The mapping goes at the test's end, if it is still there.
+func mapTheCWay(t *testing.T, p string, size int) []byte {
+	t.Helper()
+	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(m) }) // EINVAL once unmapped: x/sys knows its mappings
+	if err := unix.Close(fd); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
