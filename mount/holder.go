@@ -1,7 +1,6 @@
 package mount
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -64,16 +63,8 @@ func StoreHolder(store string) (int, bool) {
 // One whose leader alone exited, its other threads running (see zombie),
 // is.
 func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) || b[i+2] != 'Z' {
-		return true
-	}
-	return zombie(pid)
+	st, ok := procState(pid)
+	return ok && (st != 'Z' || threadsLeft(pid))
 }
 
 // kvfsProcess says whether pid runs this program, or one named kvfs (an

@@ -2,7 +2,6 @@ package mount
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -114,9 +113,9 @@ func TestStoreHolderPastAZombie(t *testing.T) {
 	// A zombie once its threads are all gone (os.Exit's exit_group takes
 	// them a moment after the leader).
 	if !waitUntil(func() bool {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", taker.Process.Pid))
+		st, _ := procState(taker.Process.Pid)
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", taker.Process.Pid))
-		return zombieState(b) && err == nil && len(tasks) == 1
+		return st == 'Z' && err == nil && len(tasks) == 1
 	}) {
 		t.Fatal("the lock's taker did not become a zombie")
 	}
@@ -129,12 +128,6 @@ func TestStoreHolderPastAZombie(t *testing.T) {
 	if pid, held := awaitStopped(dir, time.Now().Add(100*time.Millisecond)); !held || pid != successor {
 		t.Errorf("awaitStopped = %d, %v; want the successor %d still holding the store", pid, held, successor)
 	}
-}
-
-// zombieState: a /proc/PID/stat whose state is Z.
-func zombieState(b []byte) bool {
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
 
 // lockAndLeave is TestStoreHolderPastAZombie's lock taker: it takes the

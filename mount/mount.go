@@ -1,6 +1,7 @@
 package mount
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -723,16 +724,28 @@ func statExiting(s string) bool {
 // (treating it as stuck aborted, and with umount2's MNT_FORCE unmounted,
 // a dead mount that the next start would have replaced beneath).
 func zombie(pid int) bool {
+	st, _ := procState(pid)
+	return st == 'Z' && threadsLeft(pid)
+}
+
+// procState reads process pid's state (R, S, D, Z, ...) from
+// /proc/PID/stat; ok is false where it cannot be read (gone), and the
+// state 0 where the line cannot be parsed.
+func procState(pid int) (state byte, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return 0, false
 	}
 	// pid (comm) state ...: comm may hold spaces and parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) || s[i+2] != 'Z' {
-		return false
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, true
 	}
+	return b[i+2], true
+}
+
+// threadsLeft: a zombie pid's leader has threads still running.
+func threadsLeft(pid int) bool {
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	return err == nil && len(tasks) > 1
 }
