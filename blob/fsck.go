@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,16 +34,16 @@ type FsckReport struct {
 // takes handover requests (mount.HandoverSocket).
 const HandoverName = "kvfs.handover"
 
-// ownNames are the store directory's entries kvfs makes, and the one its
-// file system may.
-var ownNames = map[string]bool{
-	LockName: true, FormatName: true, FormatName + ".tmp": true,
-	DataName: true, WritingName: true, RemoteName: true,
-	CheckpointName: true, CheckpointName + ".tmp": true,
-	HintName: true, HintName + ".tmp": true,
-	UsesName: true, oldUsesName: true, HandoverName: true,
-	"lost+found": true, // a store at the root of its own ext4
-}
+// ownNames are the store directory's entries kvfs makes (the layout's
+// before FormatName, and those since), and the one its file system may.
+var ownNames = func() map[string]bool {
+	own := maps.Clone(legacyNames)
+	for _, n := range []string{FormatName, FormatName + ".tmp", HintName + ".tmp", UsesName, oldUsesName, HandoverName,
+		"lost+found"} { // a store at the root of its own ext4
+		own[n] = true
+	}
+	return own
+}()
 
 // foreignNames lists dir's entries that kvfs did not make, sorted.
 func foreignNames(dir string) ([]string, error) {
