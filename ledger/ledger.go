@@ -934,12 +934,7 @@ func (l *Ledger[K]) Yields(id K, stalled bool) bool {
 	// limit; an outside tester.)
 	var oldestHolder uint32
 	if stalled {
-		for i := l.open.first(); i != 0; i = l.open.next(i) {
-			if w := &l.writing.recs[i]; w.waiting > 0 && l.slab.at(w.e).charge > 0 {
-				oldestHolder = i
-				break
-			}
-		}
+		oldestHolder = l.waitingHolder(0)
 	}
 	behind := oldestHolder != 0 // going from the youngest: until oldestHolder
 	yields := false
@@ -1014,12 +1009,18 @@ func (l *Ledger[K]) Behind(id K) bool {
 	if !ok || self.w == 0 || self.charge > 0 {
 		return false
 	}
-	for i := l.open.first(); i != 0 && i != self.w; i = l.open.next(i) {
+	return l.waitingHolder(self.w) != 0
+}
+
+// waitingHolder is the oldest writer, older than the one at until (0:
+// any), that holds room and waits for more, or 0; mu held.
+func (l *Ledger[K]) waitingHolder(until uint32) uint32 {
+	for i := l.open.first(); i != 0 && i != until; i = l.open.next(i) {
 		if w := &l.writing.recs[i]; w.waiting > 0 && l.slab.at(w.e).charge > 0 {
-			return true
+			return i
 		}
 	}
-	return false
+	return 0
 }
 
 // Writing reports how many objects are being written now.
