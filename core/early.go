@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/internal/lockorder"
@@ -113,6 +114,12 @@ type EarlyFile struct {
 	// write and flush of it answers ErrNoSpace, as a core writer's
 	// refused for space does. Set under p.early.ops.
 	refused bool
+	// closed: a close(2) of its writer succeeded, which tells the client
+	// its store is done; released is closed by the RELEASE that ends the
+	// writer, which the kernel sends after that close returned (see
+	// awaitRelease). A moved file has neither.
+	closed   atomic.Bool
+	released chan struct{}
 }
 
 // AllowStores has p take stores of new names, up to budget bytes; with
@@ -204,7 +211,7 @@ func (p *Preview) createLocked(e *early, rel string, mode uint32, who blob.Owner
 		return nil, Attr{}, err
 	}
 	ef := p.newFileLocked(st.Ino)
-	ef.marker, ef.file = id, f
+	ef.marker, ef.file, ef.released = id, f, make(chan struct{})
 	e.made[rel] = ef
 	e.inos[st.Ino]++
 	e.writers[ef] = true
@@ -299,7 +306,25 @@ func (f *EarlyFile) Flush() error {
 	case f.refused:
 		return ErrNoSpace
 	}
+	f.closed.Store(true)
 	return nil
+}
+
+// awaitRelease waits, up to releaseWait, for the RELEASE of f's writer
+// once a close of it succeeded: the link or rename that publishes a
+// store taken while loading returns with its crash marker gone, as a
+// core publish does (Core.awaitRelease). Without it, a kill after
+// LMCache's link and unlink of the temporary name, before the RELEASE
+// in flight, left a completed store marked, and the next start deleted
+// it (TestCrashLoopWhileLoading). No lock held.
+func (f *EarlyFile) awaitRelease() {
+	if f == nil || f.released == nil || !f.closed.Load() {
+		return
+	}
+	select {
+	case <-f.released:
+	case <-time.After(releaseWait):
+	}
 }
 
 // Fsync makes the stored bytes durable; ErrWait for a core handle's.
@@ -321,6 +346,9 @@ func (f *EarlyFile) Release() error {
 	e.ops.RLock()
 	defer e.ops.RUnlock()
 	defer f.file.Close()
+	// A publish waiting goes on: handed on, the core's handle is
+	// released next, in the same request.
+	defer close(f.released)
 	if f.handle != nil {
 		return ErrWait
 	}
@@ -370,8 +398,9 @@ func (p *Preview) Mkdir(rel string, mode uint32, who blob.Owner) (a Attr, err er
 // Link gives the made file at old the new name rel; ErrWait for any
 // other link.
 func (p *Preview) Link(old, rel string) (a Attr, err error) {
+	var f *EarlyFile
 	err = p.change(func(e *early) error {
-		f := e.made[old]
+		f = e.made[old]
 		if f == nil || p.heldLocked(rel) {
 			return ErrWait
 		}
@@ -392,6 +421,9 @@ func (p *Preview) Link(old, rel string) (a Attr, err error) {
 		a = StoredAttr(st)
 		return nil
 	})
+	if err == nil {
+		f.awaitRelease()
+	}
 	return a, err
 }
 
@@ -468,11 +500,12 @@ func (p *Preview) Rename(old, rel string, flags uint32) error {
 	if flags&^unix.RENAME_NOREPLACE != 0 {
 		return ErrWait
 	}
-	return p.change(func(e *early) error {
+	var f *EarlyFile
+	err := p.change(func(e *early) error {
 		if p.heldLocked(rel) {
 			return ErrWait
 		}
-		f := e.made[old]
+		f = e.made[old]
 		if f == nil {
 			// A stored file of more names would be charged twice at
 			// the switch: once by the load, under those, and once
@@ -501,6 +534,10 @@ func (p *Preview) Rename(old, rel string, flags uint32) error {
 		}
 		return nil
 	})
+	if err == nil {
+		f.awaitRelease()
+	}
+	return err
 }
 
 // madeIno says whether a made file has inode ino (it may reuse one that
@@ -739,6 +776,14 @@ func (c *Core) takeWriter(id blob.ID, f *EarlyFile) (*Handle, error) {
 	}
 	if err := c.store.ClearWriting(f.marker); err != nil {
 		c.log.Warn("clearing a writing marker", zap.Uint64("id", uint64(f.marker)), zap.Error(err))
+	}
+	if f.closed.Load() {
+		// Its client was told the store is done: a publish by the
+		// core waits for its release (see Core.awaitRelease), and a
+		// whole writer of it after is refused back to this size.
+		if size, err := h.size(); err == nil {
+			c.settledAt(id, size)
+		}
 	}
 	return h, nil
 }

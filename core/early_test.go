@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
@@ -644,4 +646,130 @@ func TestEarlyWriterRefusedAtSwitch(t *testing.T) {
 	if err := c.CheckInvariants(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestEarlyPublishWaitsForRelease: a link or rename that publishes a
+// store taken while loading, whose writer's close returned, waits (at
+// most releaseWait) for the RELEASE the kernel sends after that close,
+// so the publish returns with the store's crash marker gone: a kill
+// after LMCache's link and unlink of the temporary name left a
+// completed store marked, and the next start deleted it. A writer still
+// open (not closed) is not waited for; nor, after the switch, is its
+// core handle's publish left out: the core's link waits for it too. In
+// a synctest bubble: its clock moves only when every goroutine waits.
+func TestEarlyPublishWaitsForRelease(t *testing.T) {
+	store, pre := loadingStore(t, 1000, mib)
+	marked := func(f *EarlyFile) bool {
+		t.Helper()
+		inos, err := store.WritingInodes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inos[f.ino]
+	}
+	synctest.Test(t, func(t *testing.T) {
+		closed := func(name string) *EarlyFile {
+			t.Helper()
+			f, _, err := pre.Create(name, 0o644, nobody)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(make([]byte, 8*kib), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+		async := func(publish func() error) (<-chan error, time.Time) {
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() { done <- publish() }()
+			synctest.Wait()
+			return done, start
+		}
+
+		// Released while the link waits: it returns then, unmarked.
+		f := closed("tmp1")
+		done, _ := async(func() error { _, err := pre.Link("tmp1", "final1"); return err })
+		select {
+		case err := <-done:
+			t.Fatalf("the link of a closed store returned (%v) before its release", err)
+		default:
+		}
+		if err := f.Release(); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("the link went on waiting after the release")
+		}
+		if marked(f) {
+			t.Fatal("a published store is still marked as being written")
+		}
+
+		// No release comes: the rename waits releaseWait, no more.
+		g := closed("tmp2")
+		done, start := async(func() error { return pre.Rename("tmp2", "final2", 0) })
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited != releaseWait {
+			t.Errorf("the rename waited %v for a release that did not come; want %v", waited, releaseWait)
+		}
+
+		// A writer not closed yet: its link does not wait.
+		h, _, err := pre.Create("tmp3", 0o644, nobody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, start = async(func() error { _, err := pre.Link("tmp3", "final3"); return err })
+		if err := <-done; err != nil || time.Since(start) != 0 {
+			t.Fatalf("the link of a writer still open: %v after %v; want no wait", err, time.Since(start))
+		}
+
+		// Closed while loading, open at the switch: the core's link of
+		// it waits for its core handle's release.
+		c, _, err := Open(store, Config{Capacity: 64 * mib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.AwaitEarly()
+		c.Start(func(Drop) {})
+		writers := c.TakeEarly(pre)
+		if len(writers) != 2 || g.Handle() == nil {
+			t.Fatalf("%d writers went on as core handles, want tmp2's and tmp3's", len(writers))
+		}
+		id := g.Handle().ID()
+		done, _ = async(func() error { _, err := c.Link(id, RootID, "final2b"); return err })
+		select {
+		case err := <-done:
+			t.Fatalf("the core's link of a store closed while loading returned (%v) before its release", err)
+		default:
+		}
+		if err := g.Release(); !errors.Is(err, ErrWait) {
+			t.Fatalf("release of a writer handed on: %v, want ErrWait", err)
+		}
+		g.Handle().Release()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if marked(g) {
+			t.Fatal("a published store is still marked as being written after the switch")
+		}
+		if err := h.Release(); !errors.Is(err, ErrWait) {
+			t.Fatal(err)
+		}
+		h.Handle().Release()
+		if err := c.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
