@@ -503,7 +503,7 @@ func (c *crashLoop) checkStore(d *daemon) {
 			case ok && !k.have[l]:
 				t.Errorf("after kill: %s is in the store, but its last operation removed it or never made it (have %v)", l, k.have)
 			case ok && (st.Size != int64(k.size) || marks[st.Ino]):
-				t.Errorf("after kill: completed object %s has %d bytes (want %d), marked incomplete %v", l, st.Size, k.size, marks[st.Ino])
+				t.Errorf("after kill: completed object %s has %d bytes (want %d), marked incomplete %v; history %q", l, st.Size, k.size, marks[st.Ino], k.hist)
 			case ok:
 				present = append(present, l)
 			case k.have[l]:
@@ -520,7 +520,7 @@ func (c *crashLoop) checkStore(d *daemon) {
 		}
 		k.evicted = false
 		if len(present) > 0 && len(absent) > 0 {
-			t.Errorf("after kill: %s has names %v in the store but lost %v", k.key, present, absent)
+			t.Errorf("after kill: %s has names %v in the store but lost %v; history %q", k.key, present, absent, k.hist)
 		}
 		if len(present) == 0 && (len(absent) > 0 || evicting) {
 			// Evicted while the daemon ran: eviction removes the
