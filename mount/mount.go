@@ -802,8 +802,25 @@ func mountsOfStore(mounts []mountinfo.Entry, store string) []mountinfo.Entry {
 	return out
 }
 
-// ofStore says whether e is a kvfs mount of store (an absolute path).
-func ofStore(e mountinfo.Entry, store string) bool { return e.FSType == FSType && e.Source == store }
+// ofStore says whether e is a kvfs mount of store (an absolute path):
+// by name, or by the directory's identity where the names differ (a
+// bind mount of the store, or the same store named through another
+// one: a start through one waited 30 s on the live daemon serving the
+// other, then named it "starting or stopping", an outside tester).
+func ofStore(e mountinfo.Entry, store string) bool {
+	if e.FSType != FSType {
+		return false
+	}
+	if e.Source == store {
+		return true
+	}
+	a, err := os.Stat(e.Source)
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(store)
+	return err == nil && os.SameFile(a, b)
+}
 
 // ownEntry is the mount at the mount point, if it is a kvfs mount of
 // this store: not once someone detached it.

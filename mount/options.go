@@ -6,6 +6,7 @@ package mount
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -282,13 +283,26 @@ func (o *Options) validate() error {
 		// not (was: "mkdir ...: file exists", exit 1).
 		return usagef("store %s is a symbolic link to %s, which does not exist: make that directory, or give another --store", o.Store, target)
 	}
-	if st, err := os.Stat(o.Store); err == nil && !st.IsDir() {
+	st, err := os.Stat(o.Store)
+	if err == nil && !st.IsDir() {
 		return usagef("store %s is not a directory", o.Store)
+	}
+	if parent := filepath.Dir(o.Store); errors.Is(err, fs.ErrNotExist) && !dirExists(parent) {
+		// The store itself is made, not the path to it: a typo in
+		// --store made the whole chain, and a fresh empty cache there
+		// (an outside tester's /nonexist/deep/store).
+		return usagef("store %s: its parent directory %s does not exist: make it first, or give another --store", o.Store, parent)
 	}
 	if _, err := blob.CheckDir(o.Store); err != nil {
 		return usagef("%v", err)
 	}
 	return nil
+}
+
+// dirExists says whether p is a directory.
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
 
 // holding is the mount that holds path p (the top one at the deepest

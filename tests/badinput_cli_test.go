@@ -257,6 +257,16 @@ func TestBadInputFlags(t *testing.T) {
 			t.Errorf("the link's target was made: %v", err)
 		}
 	})
+	// Was: the whole chain made, like mkdir -p, and a fresh empty cache
+	// served from it (an outside tester's typo).
+	t.Run("store_parent_missing", func(t *testing.T) {
+		dir := t.TempDir()
+		store := filepath.Join(dir, "nonexist", "deep", "store")
+		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", store, mp), store, "parent directory "+filepath.Dir(store)+" does not exist")
+		if _, err := os.Lstat(filepath.Join(dir, "nonexist")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a refused --store made its parents: %v", err)
+		}
+	})
 	// Were exit 1, "opening store: ..." (an outside tester).
 	t.Run("store_data_is_a_file", func(t *testing.T) {
 		store := filepath.Join(t.TempDir(), "store")
