@@ -192,8 +192,8 @@ func (s *Store) readWriting() (*marks, error) {
 // been changed since it was marked: always, but for an intact marker
 // whose file still has the mtime it recorded (see MarkIntact).
 func changedSince(name string, st *unix.Stat_t) bool {
-	mtime, intact := IntactMark(name)
-	return !intact || !Unchanged(st, mtime)
+	m, intact := IntactMark(name)
+	return !intact || !Unchanged(st, m.Mtime)
 }
 
 // remove deletes the markers.

@@ -383,9 +383,9 @@ func TestLoadKeepsIntactUnchanged(t *testing.T) {
 		ids[name] = id
 		f, err := s.Open(id, os.O_RDWR)
 		must(t, "Open "+name, err)
-		mtime, err := s.MarkIntact(f, id)
+		mark, err := s.MarkIntact(f, id)
 		must(t, "MarkIntact", err)
-		if mtime == 0 {
+		if mark.Mtime == 0 {
 			t.Fatalf("%s: marked plainly", name)
 		}
 		must(t, "change "+name, fn(f))
@@ -431,4 +431,95 @@ func TestLoadKeepsIntactUnchanged(t *testing.T) {
 	if err != nil || len(left) != 1 {
 		t.Fatalf("markers after the start: %q, %v; want the kept one", left, err)
 	}
+}
+
+// TestRemarkRecordsAClose: a writer's object whose close recorded its
+// state in the marker (Remark) is kept by a start after a crash that
+// came before its release, if nothing changed it since; one written
+// after the close, or empty at it (a parent that handed its descriptor
+// to a child closes it first), is reclaimed. A second close records
+// again, under the one marker.
+func TestRemarkRecordsAClose(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	if !s.fineTimes() {
+		t.Skip("this file system's timestamps are too coarse to tell a change from none: kvfs marks plainly here")
+	}
+	cases := map[string]func(t *testing.T, f *os.File, id ID){
+		"closed": func(t *testing.T, f *os.File, id ID) {
+			remark(t, s, f, id, Mark{})
+		},
+		"closed twice": func(t *testing.T, f *os.File, id ID) {
+			first := remark(t, s, f, id, Mark{})
+			if _, err := f.WriteAt([]byte("more"), 3); err != nil {
+				t.Fatal(err)
+			}
+			if again := remark(t, s, f, id, first); again == first {
+				t.Fatal("a write after a close left the mtime the marker records")
+			}
+		},
+		"written after": func(t *testing.T, f *os.File, id ID) {
+			remark(t, s, f, id, Mark{})
+			if _, err := f.WriteAt([]byte("x"), 0); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"empty": func(t *testing.T, f *os.File, id ID) {
+			must(t, "Truncate", f.Truncate(0))
+			if mark, err := s.Remark(f, id, Mark{}); err != nil || mark != (Mark{}) {
+				t.Fatalf("Remark of an empty file: %+v, %v; want it left plain", mark, err)
+			}
+		},
+	}
+	for name, fn := range cases {
+		id, f, err := create(s, RootID, name, 0o644, nobody)
+		must(t, "Create", err)
+		if _, err := f.Write([]byte("abc")); err != nil {
+			t.Fatal(err)
+		}
+		fn(t, f, id)
+		f.Close()
+	}
+	s.Close() // a crash: the markers stay
+
+	s, err = Open(dir)
+	must(t, "Open", err)
+	_, rep, err := s.Load()
+	must(t, "Load", err)
+	checkIndex(t, s)
+	got := namespace(s)
+	s.Close()
+	if rep.Incomplete != 2 || !slices.Equal(got, []string{"dir .", "file closed", "file closed twice"}) {
+		t.Fatalf("Load: %+v, namespace %q; want the objects as their closes left them only", rep, got)
+	}
+	if left, err := ReadMarkers(filepath.Join(dir, WritingName)); err != nil || len(left) != 0 {
+		t.Fatalf("markers after the start: %q, %v; want none", left, err)
+	}
+}
+
+// remark is Remark of a marked file that holds bytes: its marker
+// records its mtime, as closed, under one name.
+func remark(t *testing.T, s *Store, f *os.File, id ID, old Mark) Mark {
+	t.Helper()
+	mark, err := s.Remark(f, id, old)
+	must(t, "Remark", err)
+	if mark.Mtime == 0 || !mark.Closed {
+		t.Fatalf("Remark recorded %+v", mark)
+	}
+	names, err := ReadMarkers(filepath.Join(s.Dir(), WritingName))
+	must(t, "ReadMarkers", err)
+	n := 0
+	for _, name := range names {
+		base := filepath.Base(name)
+		if m, ok := IntactMark(name); ok && m == mark && strings.HasPrefix(base, writingName(id)+intactSep) {
+			n++
+		} else if base == writingName(id) || strings.HasPrefix(base, writingName(id)+intactSep) {
+			t.Fatalf("marker %s left beside the one Remark made", name)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d markers of %d recording %+v, want 1", n, id, mark)
+	}
+	return mark
 }

@@ -140,17 +140,47 @@ func ReadMarkers(writing string) ([]string, error) {
 // later still. Where a probe (fineTimes) finds a store's timestamps
 // coarser, objects are marked as MarkWriting marks them.
 
-const intactSep = "@"
+const (
+	intactSep = "@"
+	// closedTag ends the name of a marker a close recorded (Remark):
+	// "<id>@<mtime>c". A kvfs before 2026-12 reads it as plain.
+	closedTag = "c"
+)
 
-// IntactMark reads an intact marker's name: the mtime it recorded, and
+// Mark is what a crash marker records: nothing (the zero Mark, a plain
+// marker), or an mtime (an intact one), taken at a writer's open
+// (MarkIntact) or at a close (Remark, Closed).
+type Mark struct {
+	Mtime  int64
+	Closed bool
+}
+
+// name is the name of id's marker that records m.
+func (m Mark) name(id ID) string {
+	name := writingName(id)
+	if m.Mtime == 0 {
+		return name
+	}
+	name += intactSep + strconv.FormatInt(m.Mtime, 10)
+	if m.Closed {
+		name += closedTag
+	}
+	return name
+}
+
+// IntactMark reads an intact marker's name: what it records, and
 // whether it is one.
-func IntactMark(name string) (mtime int64, ok bool) {
+func IntactMark(name string) (Mark, bool) {
 	_, m, ok := strings.Cut(filepath.Base(name), intactSep)
 	if !ok {
-		return 0, false
+		return Mark{}, false
 	}
+	m, closed := strings.CutSuffix(m, closedTag)
 	mtime, err := strconv.ParseInt(m, 10, 64)
-	return mtime, err == nil
+	if err != nil || mtime == 0 {
+		return Mark{}, false
+	}
+	return Mark{Mtime: mtime, Closed: closed}, true
 }
 
 // Unchanged says whether a file an intact marker recorded mtime of
@@ -159,61 +189,137 @@ func Unchanged(st *unix.Stat_t, mtime int64) bool { return st.Mtim.Nano() == mti
 
 // MarkIntact marks id, a complete object f is a writer of, as
 // MarkWriting does, recording its mtime so that a crash before it
-// changes keeps it. It returns what ClearIntact takes: the mtime, or 0
+// changes keeps it. It returns what ClearIntact takes: the Mark, plain
 // where it marked as MarkWriting does.
-func (s *Store) MarkIntact(f *os.File, id ID) (int64, error) {
+func (s *Store) MarkIntact(f *os.File, id ID) (Mark, error) {
 	var st unix.Stat_t
 	if !s.fineTimes() || unix.Fstat(int(f.Fd()), &st) != nil || st.Mtim.Nano() == 0 {
-		return 0, s.MarkWriting(f, id)
+		return Mark{}, s.MarkWriting(f, id)
 	}
 	s.changes.Add(1)
 	dirfd, _ := s.marker(id)
-	name := writingName(id) + intactSep + strconv.FormatInt(st.Mtim.Nano(), 10)
+	m := Mark{Mtime: st.Mtim.Nano()}
+	name := m.name(id)
 	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), dirfd, name, unix.AT_SYMLINK_FOLLOW)
 	switch err {
 	case nil:
-		return st.Mtim.Nano(), nil
+		return m, nil
 	case unix.ENOENT:
-		return 0, nil // the file has no name left to lose
+		return Mark{}, nil // the file has no name left to lose
 	case unix.EEXIST:
 		// An earlier writer's, whose clear failed: it records the same
 		// mtime, and this writer's release removes it.
-		return st.Mtim.Nano(), nil
+		return m, nil
 	}
-	return 0, &os.PathError{Op: "mark writing", Path: filepath.Join(WritingName, shardName(id), name), Err: err}
+	return Mark{}, &os.PathError{Op: "mark writing", Path: filepath.Join(WritingName, shardName(id), name), Err: err}
 }
 
-// ClearIntact removes the marker MarkIntact made (ClearWriting's, for
-// mtime 0).
-func (s *Store) ClearIntact(id ID, mtime int64) error {
-	if mtime == 0 {
+// Remark records that a close of a writer of id returned with f as it
+// is now: id's marker records f's mtime, as closed, so a crash before f
+// changes again keeps the object as that close left it, unless a process
+// still held a file of the mount when the daemon died (see DemoteClosed)
+// or holds one at the start (DistrustIntact): a duplicate of the
+// descriptor may write on. Writing ends at the RELEASE the kernel sends
+// after the close returned, and a crash in between reclaimed an object
+// its writer was told was stored (an outside tester: 6 of 25 stores
+// under their final name, the daemon killed right after each close).
+// old is what id's marker records; Remark returns what it records now.
+// An empty f is left as it was marked: a parent that hands its
+// descriptor to a child (Popen's stdout) closes it before the child
+// writes.
+func (s *Store) Remark(f *os.File, id ID, old Mark) (Mark, error) {
+	var st unix.Stat_t
+	if !s.fineTimes() || unix.Fstat(int(f.Fd()), &st) != nil || st.Size == 0 || st.Mtim.Nano() == 0 {
+		return old, nil
+	}
+	m := Mark{Mtime: st.Mtim.Nano(), Closed: true}
+	if m == old {
+		return old, nil
+	}
+	s.changes.Add(1)
+	dirfd, _ := s.marker(id)
+	from, to := old.name(id), m.name(id)
+	err := unix.Renameat2(dirfd, from, dirfd, to, unix.RENAME_NOREPLACE)
+	if err == unix.EEXIST {
+		// An earlier marker of the same mtime, whose clear failed: a
+		// link of the same file, so the old name goes.
+		err = unix.Unlinkat(dirfd, from, 0)
+	}
+	switch err {
+	case nil:
+		return m, nil
+	case unix.ENOENT:
+		return old, nil // not marked: the file had no name left to lose
+	}
+	return old, &os.PathError{Op: "remark writing", Path: filepath.Join(WritingName, shardName(id), from), Err: err}
+}
+
+// ClearIntact removes id's marker, which records m (ClearWriting's, for
+// a plain one).
+func (s *Store) ClearIntact(id ID, m Mark) error {
+	if m.Mtime == 0 {
 		return s.ClearWriting(id)
 	}
 	s.changes.Add(1)
-	dirfd, name := s.marker(id)
-	name += intactSep + strconv.FormatInt(mtime, 10)
+	dirfd, _ := s.marker(id)
+	name := m.name(id)
 	if err := unix.Unlinkat(dirfd, name, 0); err != nil && err != unix.ENOENT {
 		return &os.PathError{Op: "clear writing", Path: filepath.Join(WritingName, shardName(id), name), Err: err}
 	}
 	return nil
 }
 
-// Demote makes id's intact marker, which recorded mtime, a plain one
-// (see MarkIntact): its object's mtime is about to be set by a client,
-// so it no longer tells whether the bytes changed.
-func (s *Store) Demote(id ID, mtime int64) error {
+// Demote makes id's intact marker, which records m, a plain one (see
+// MarkIntact): its object's mtime is about to be set by a client, so it
+// no longer tells whether the bytes changed.
+func (s *Store) Demote(id ID, m Mark) error {
 	s.changes.Add(1)
 	dirfd, plain := s.marker(id)
-	intact := plain + intactSep + strconv.FormatInt(mtime, 10)
+	return demote(dirfd, m.name(id), plain, filepath.Join(WritingName, shardName(id)))
+}
+
+// demote renames the intact marker intact in directory dirfd (at, for
+// messages) to its plain name.
+func demote(dirfd int, intact, plain, at string) error {
 	// Both names of one inode: rename does nothing (POSIX), so the
 	// intact one is unlinked after.
 	if err := unix.Renameat(dirfd, intact, dirfd, plain); err != nil && err != unix.ENOENT {
-		return &os.PathError{Op: "demote marker", Path: filepath.Join(WritingName, shardName(id), intact), Err: err}
+		return &os.PathError{Op: "demote marker", Path: filepath.Join(at, intact), Err: err}
 	}
 	if err := unix.Unlinkat(dirfd, intact, 0); err != nil && err != unix.ENOENT {
-		return &os.PathError{Op: "demote marker", Path: filepath.Join(WritingName, shardName(id), intact), Err: err}
+		return &os.PathError{Op: "demote marker", Path: filepath.Join(at, intact), Err: err}
 	}
 	return nil
+}
+
+// DemoteClosed makes plain the markers under the writing/ directory
+// writing that a close recorded (Remark) of the objects held says a
+// process still holds, and says how many: a dead daemon's guard does,
+// for what was held as the daemon died, which may be a duplicate of a
+// closed descriptor that writes on (a shell's redirect, Popen's child).
+// A marker recorded at a writer's open is left: the guard truncates its
+// file if it changes.
+func DemoteClosed(writing string, held func(ID) bool) int {
+	names, _ := ReadMarkers(writing)
+	n := 0
+	for _, name := range names {
+		m, ok := IntactMark(name)
+		plain, _, _ := strings.Cut(filepath.Base(name), intactSep)
+		id, err := strconv.ParseUint(plain, 16, 64)
+		if !ok || !m.Closed || err != nil || !held(ID(id)) {
+			continue
+		}
+		dir := filepath.Join(writing, filepath.Dir(name))
+		d, err := os.Open(dir)
+		if err != nil {
+			continue
+		}
+		if demote(int(d.Fd()), filepath.Base(name), plain, dir) == nil {
+			n++
+		}
+		d.Close()
+	}
+	return n
 }
 
 // fineTimes probes, once, whether the store's file system gives a write

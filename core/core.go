@@ -245,12 +245,13 @@ type Core struct {
 	// IDs in marked: see baseSize.
 	base map[blob.ID]int64
 	// GUARDED_BY(writersMu). INVARIANT: intact has an entry only for IDs
-	// in marked whose marker is intact: the mtime it recorded (see
-	// startWriting).
-	intact map[blob.ID]int64
+	// in marked whose marker is intact: the mtime it records (see
+	// startWriting and remark).
+	intact map[blob.ID]blob.Mark
 	// GUARDED_BY(writersMu). INVARIANT: rewriting holds the IDs in
-	// marked whose first writer opened them complete (see Rewritten).
-	rewriting map[blob.ID]bool
+	// marked whose first writer opened them complete (see Rewritten),
+	// each with the mtime it had then (0: not known, so changed).
+	rewriting map[blob.ID]int64
 	// GUARDED_BY(writersMu): for IDs in marked, the size the last close
 	// settled (settled), and what publishes wait on for the last
 	// release (released, closed then): see awaitRelease.
@@ -398,8 +399,8 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		ledger:     ledger.New[blob.ID](ledger.Config{Capacity: cfg.Capacity, Grace: cfg.Grace, Now: cfg.Now, SizeHint: hint, FirmReservations: cfg.Passthrough}),
 		marked:     map[blob.ID]int{},
 		base:       map[blob.ID]int64{},
-		intact:     map[blob.ID]int64{},
-		rewriting:  map[blob.ID]bool{},
+		intact:     map[blob.ID]blob.Mark{},
+		rewriting:  map[blob.ID]int64{},
 		settled:    map[blob.ID]int64{},
 		released:   map[blob.ID]chan struct{}{},
 		truncating: map[blob.ID]*truncation{},

@@ -46,7 +46,8 @@ func FuzzCore(f *testing.F) {
 // fuzzCoreSeeds: stores, links and renames across the directories, then
 // a crash; a writer left open at a crash; a full cache evicting, with
 // the clock past the grace; a link and a rename of a writer's name;
-// a reader held across an unlink; a clean restart with a writer open.
+// a reader held across an unlink; a clean restart with a writer open;
+// a crash after a writer's close, another writer of the object open.
 var fuzzCoreSeeds = []string{
 	"\x00\x01\x00\x02\x00\x03\x06\x00\x07\x11\x08\x02\x09\x01\x09\x02",
 	"\x02\x00\x02\x03\x04\x01\x09\x02\x00\x05\x09\x01",
@@ -54,6 +55,7 @@ var fuzzCoreSeeds = []string{
 	"\x02\x01\x06\x09\x07\x21\x03\x00\x09\x00\x02\x04\x08\x04\x09\x02\x09\x04",
 	"\x00\x00\x04\x00\x08\x00\x00\x00\x05\x00\x09\x01\x09\x02",
 	"\x01\x0f\x01\x1f\x02\x2f\x09\x03\x01\x3f\x06\x05\x07\x13\x09\x00\x09\x02\x09\x04",
+	"\x02\x10\x0b\x10\x05\x00\x09\x02\x04\x10",
 }
 
 // TestFuzzCoreSeeds: the seeds do what they are for. A core that refused
@@ -64,7 +66,7 @@ func TestFuzzCoreSeeds(t *testing.T) {
 		total.add(runFuzzCore(t, []byte(seed)))
 	}
 	t.Logf("%+v", total)
-	if total.finished == 0 || total.evicted == 0 || total.halfGone == 0 || total.kept == 0 || total.refused == 0 {
+	if total.finished == 0 || total.evicted == 0 || total.halfGone == 0 || total.kept == 0 || total.refused == 0 || total.keptClosed == 0 {
 		t.Fatalf("the seeds exercise too little: %+v", total)
 	}
 }
@@ -75,7 +77,10 @@ type fuzzCounts struct {
 	evicted  int // objects the core evicted
 	refused  int // operations refused for space
 	halfGone int // writers open at a crash, whose names went
-	kept     int // names served again after a restart
+	// keptClosed: objects a writer had open at a crash, kept as another
+	// writer's close left them (see Core.remark)
+	keptClosed int
+	kept       int // names served again after a restart
 }
 
 func (c *fuzzCounts) add(o fuzzCounts) {
@@ -84,6 +89,7 @@ func (c *fuzzCounts) add(o fuzzCounts) {
 	c.refused += o.refused
 	c.halfGone += o.halfGone
 	c.kept += o.kept
+	c.keptClosed += o.keptClosed
 }
 
 // runFuzzCore runs ops (see FuzzCore), then a crash, checking after
@@ -130,6 +136,10 @@ type fuzzCore struct {
 	counts fuzzCounts
 }
 
+// fuzzClient is the client thread of the model's closes, and of some
+// of its creates: this process.
+var fuzzClient = Client(os.Getpid())
+
 // fuzzObj is what an object holds: size bytes of fill.
 type fuzzObj struct {
 	size     int
@@ -142,6 +152,9 @@ type fuzzObj struct {
 	base int
 	// touched: a write reached it since its first writer opened it.
 	touched bool
+	// asClosed: a writer's close admitted it as it is, not empty, and
+	// nothing wrote it since (see Core.remark).
+	asClosed bool
 }
 
 type fuzzHandle struct {
@@ -232,7 +245,7 @@ func (m *fuzzCore) step(op, arg byte) string {
 		h, err := m.c.Open(id, os.O_WRONLY|os.O_APPEND, true, nil)
 		if m.allowed("open for writing", err, ok, ErrStale) {
 			if o := m.objs[id]; o.writers == 0 {
-				o.base, o.finished, o.touched = o.size, false, false
+				o.base, o.finished, o.touched, o.asClosed = o.size, false, false, false
 			}
 			m.objs[id].writers++
 			m.write(h, 1+int(arg>>4)%4)
@@ -250,22 +263,25 @@ func (m *fuzzCore) step(op, arg byte) string {
 			}
 			o := m.objs[id]
 			m.fills++
-			o.size, o.fill, o.finished, o.base = 0, m.fills, false, -1
+			o.size, o.fill, o.finished, o.base, o.asClosed = 0, m.fills, false, -1, false
 			o.writers++
 			m.write(h, 1+int(arg>>4)%4)
 			m.open = append(m.open, &fuzzHandle{h: h, writer: true})
 		}
 		return fmt.Sprintf("rewrite %v, left open", n)
 	case 0, 1:
+		// Op 1's by this process, whose close records the object
+		// complete in its crash marker (see Core.remark); op 0's by a
+		// client not known.
 		n := m.name(arg)
-		h := m.create(n, 1+int(arg>>4)%8)
+		h := m.create(n, 1+int(arg>>4)%8, Client(op%12)*fuzzClient)
 		if h != nil {
 			m.release(h)
 		}
 		return fmt.Sprintf("store %v", n)
 	case 2:
 		n := m.name(arg)
-		if h := m.create(n, 1+int(arg>>4)%4); h != nil {
+		if h := m.create(n, 1+int(arg>>4)%4, fuzzClient); h != nil {
 			m.open = append(m.open, &fuzzHandle{h: h, writer: true})
 		}
 		return fmt.Sprintf("store %v, left open", n)
@@ -368,10 +384,10 @@ func (m *fuzzCore) allowed(op string, err error, named bool, also ...error) bool
 }
 
 // create makes n with units of bytes written, its writer left open (nil
-// if refused).
-func (m *fuzzCore) create(n blob.Name, units int) *Handle {
+// if refused), by client thread by (0: not known).
+func (m *fuzzCore) create(n blob.Name, units int, by Client) *Handle {
 	_, taken := m.names[n]
-	h, err := m.c.Create(n.Parent, n.Name, 0o644, blob.Owner{UID: -1, GID: -1}, true)
+	h, err := m.c.create(by, n.Parent, n.Name, 0o644, blob.Owner{UID: -1, GID: -1}, true)
 	switch {
 	case errors.Is(err, ErrExists) && taken:
 		return nil
@@ -398,6 +414,7 @@ func (m *fuzzCore) write(h *Handle, units int) {
 		n, err := h.Write(Interrupt{}, buf, int64(o.size))
 		o.size += n
 		o.touched = o.touched || n > 0
+		o.asClosed = o.asClosed && n == 0
 		if !m.allowed("write", err, true) {
 			return
 		}
@@ -410,8 +427,13 @@ func (m *fuzzCore) write(h *Handle, units int) {
 func (m *fuzzCore) release(h *Handle) {
 	if h.Writable() {
 		o := m.objs[h.ID()]
-		if !m.allowed("flush", h.Flush(), true) && o.base >= 0 {
-			o.size = o.base
+		if !m.allowed("flush", h.FlushBy(Interrupt{}, fuzzClient), true) {
+			if o.base >= 0 {
+				o.size = o.base
+			}
+			o.asClosed = false
+		} else {
+			o.asClosed = o.size > 0
 		}
 		if o.writers--; o.writers == 0 {
 			o.finished = true
@@ -432,6 +454,9 @@ func (m *fuzzCore) restart(clean bool) {
 		for _, fh := range m.open {
 			if fh.writer && m.untouched(fh.h.ID()) {
 				o := m.objs[fh.h.ID()]
+				if o.asClosed {
+					m.counts.keptClosed++
+				}
 				o.writers, o.finished = 0, true
 				continue
 			}
@@ -499,16 +524,22 @@ func (m *fuzzCore) restart(clean bool) {
 }
 
 // untouched says whether object id, open for writing, is complete as
-// it was when its first writer opened it: it was complete then (no
-// O_TRUNC), no write has reached it since (each was refused before it
-// did), and its crash marker is intact (it records the mtime, which a
-// start finds unchanged). A crash keeps it, with its names and its
-// bytes.
+// it was when its first writer opened it, or as a writer's close left
+// it: it was complete then (no O_TRUNC), or the close admitted it, no
+// write has reached it since (each was refused before it did), and its
+// crash marker is intact (it records the mtime, which a start finds
+// unchanged). A crash keeps it, with its names and its bytes.
 func (m *fuzzCore) untouched(id blob.ID) bool {
 	o := m.objs[id]
 	m.c.writersMu.Lock()
 	defer m.c.writersMu.Unlock()
-	return o.base >= 0 && !o.touched && m.c.intact[id] != 0
+	switch mark := m.c.intact[id]; {
+	case mark.Mtime == 0:
+		return false
+	case mark.Closed:
+		return o.asClosed
+	}
+	return o.base >= 0 && !o.touched
 }
 
 func (m *fuzzCore) describe(id blob.ID) string {

@@ -538,7 +538,10 @@ func (c *Core) settleShort(id blob.ID, f *os.File) {
 // the capacity is ever published. The object stays marked and watched,
 // and keeps its reservation, which its release gives back (see
 // ledger.Settle): unshown for the moment the release takes, shown again
-// by the poller once that passed (showKept).
+// by the poller once that passed (showKept). A close by the process
+// that opened the handle records in its marker the state it left the
+// object in (remark): a crash before the release, with nothing written
+// since, keeps the object.
 func (h *Handle) Flush() error { return h.FlushBy(Interrupt{}, 0) }
 
 // FlushBy is Flush for a close(2) by client thread t (0: not known). A
@@ -556,6 +559,9 @@ func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 	err := h.c.settle(h, false, h.c.byCreator(h, t), intr)
 	if err == nil {
 		h.closedAt.Store(h.c.cfg.Now().UnixNano())
+		if h.c.byOpener(h, t) {
+			h.c.remark(h)
+		}
 	}
 	return err
 }

@@ -40,12 +40,17 @@ type WriterState struct {
 	// at a publish while a writer had it open; the successor marks it
 	// again (see awaitRelease).
 	Early bool `json:"early,omitempty"`
-	// Intact: the object's marker is intact, with this mtime (see
-	// startWriting); the successor clears that marker.
+	// Intact: the object's marker is intact, with this mtime, recorded
+	// at a close if Closed (see startWriting and remark); the successor
+	// clears that marker. (A successor before 2026-12 clears no marker
+	// Closed: a start after it deletes the object as incomplete.)
 	Intact int64 `json:"intact,omitempty"`
+	Closed bool  `json:"closed,omitempty"`
 	// Rewrite: the object was complete when its first writer opened it
-	// (see Config.Rewritten).
-	Rewrite bool `json:"rewrite,omitempty"`
+	// (see Config.Rewritten), with mtime Opened then (Intact may be a
+	// later close's, see remark).
+	Rewrite bool   `json:"rewrite,omitempty"`
+	Opened  *int64 `json:"opened,omitempty"`
 }
 
 // Frozen is what a frozen Core hands on besides its handles.
@@ -107,7 +112,8 @@ func (c *Core) Freeze(handOnMapped bool) (Frozen, error) {
 	c.writersMu.Lock()
 	for id := range c.marked {
 		s, has := c.settled[id]
-		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has, Intact: c.intact[id], Rewrite: c.rewriting[id]})
+		opened, rewrite := c.rewriting[id]
+		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has, Intact: c.intact[id].Mtime, Closed: c.intact[id].Closed, Rewrite: rewrite, Opened: &opened})
 	}
 	c.writersMu.Unlock()
 	c.sizesMu.Lock()
@@ -215,10 +221,15 @@ func (c *Core) adoptWriting(h *Handle) {
 			c.settled[h.id] = w.Settled
 		}
 		if w.Intact != 0 && !w.Early {
-			c.intact[h.id] = w.Intact
+			c.intact[h.id] = blob.Mark{Mtime: w.Intact, Closed: w.Closed}
 		}
 		if w.Rewrite {
-			c.rewriting[h.id] = true
+			// A predecessor before 2026-12 sent no Opened: its marker
+			// kept the mtime of the open.
+			c.rewriting[h.id] = w.Intact
+			if w.Opened != nil {
+				c.rewriting[h.id] = *w.Opened
+			}
 		}
 		remark = w.Early
 	}

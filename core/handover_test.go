@@ -113,9 +113,10 @@ func TestHandoverKeepsHandles(t *testing.T) {
 	for i, w := range fr.Writers {
 		if w.ID == early.ID() {
 			fr.Writers[i].Early = true
-			if err := old.store.ClearWriting(w.ID); err != nil {
+			if err := old.store.ClearIntact(w.ID, blob.Mark{Mtime: w.Intact, Closed: w.Closed}); err != nil {
 				t.Fatal(err)
 			}
+			fr.Writers[i].Intact, fr.Writers[i].Closed = 0, false
 		}
 	}
 

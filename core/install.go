@@ -240,12 +240,12 @@ func (c *Core) unmarkInstall(id blob.ID) {
 	m.Lock()
 	defer m.Unlock()
 	c.writersMu.Lock()
-	last, mtime := c.unmarkLocked(id)
+	last, mark := c.unmarkLocked(id)
 	c.writersMu.Unlock()
 	if !last {
 		return
 	}
-	if err := c.store.ClearIntact(id, mtime); err != nil {
+	if err := c.store.ClearIntact(id, mark); err != nil {
 		c.log.Warn("clearing an install's marker", zap.Uint64("id", uint64(id)), zap.Error(err))
 	}
 }

@@ -36,12 +36,12 @@ func (c *Core) startWriting(h *Handle, born, whole bool) error {
 	if writing {
 		return nil
 	}
-	var mtime int64
+	var mark blob.Mark
 	if first && !born {
 		// The count changes only under the marker's lock: still first.
 		var err error
 		if whole {
-			mtime, err = c.store.MarkIntact(h.file, h.id)
+			mark, err = c.store.MarkIntact(h.file, h.id)
 		} else {
 			err = c.store.MarkWriting(h.file, h.id)
 		}
@@ -56,11 +56,11 @@ func (c *Core) startWriting(h *Handle, born, whole bool) error {
 		if !born {
 			c.base[h.id], _, _ = c.ledger.Size(h.id)
 		}
-		if mtime != 0 {
-			c.intact[h.id] = mtime
+		if mark.Mtime != 0 {
+			c.intact[h.id] = mark
 		}
 		if !born {
-			c.rewriting[h.id] = true
+			c.rewriting[h.id] = mark.Mtime
 		}
 	} else if s, ok := c.settled[h.id]; ok && whole && !born && c.base[h.id] < 0 {
 		// A writer that opens, whole, an object its earlier writer closed
@@ -103,17 +103,18 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 	defer m.Unlock()
 	c.mu.RLock()
 	c.writersMu.Lock()
-	var mtime int64
+	var mark blob.Mark
+	var opened int64
 	var rewrite bool
 	if h.writing {
 		h.writing = false
-		rewrite = c.rewriting[h.id]
-		last, mtime = c.unmarkLocked(h.id)
+		opened, rewrite = c.rewriting[h.id]
+		last, mark = c.unmarkLocked(h.id)
 	}
 	c.writersMu.Unlock()
 	if last && rewrite {
 		var st unix.Stat_t
-		rewrote = mtime == 0 || unix.Fstat(int(h.file.Fd()), &st) != nil || !blob.Unchanged(&st, mtime)
+		rewrote = opened == 0 || unix.Fstat(int(h.file.Fd()), &st) != nil || !blob.Unchanged(&st, opened)
 	}
 	if last {
 		pub = publish()
@@ -123,7 +124,7 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 		if testHookUnmarked != nil {
 			testHookUnmarked()
 		}
-		err = c.store.ClearIntact(h.id, mtime)
+		err = c.store.ClearIntact(h.id, mark)
 	}
 	return last, pub, rewrote, err
 }
@@ -133,15 +134,15 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 var testHookUnmarked func()
 
 // unmarkLocked ends one of id's writers (a handle or an install) and
-// says whether it was the last, whose caller clears the crash marker
-// (an intact one, for a non-zero mtime: see startWriting); publishes
-// waiting for it go on (see awaitRelease). The marker's lock and
-// writersMu held.
-func (c *Core) unmarkLocked(id blob.ID) (last bool, mtime int64) {
+// says whether it was the last, whose caller clears the crash marker,
+// which records mark (see startWriting and remark); publishes waiting
+// for it go on (see awaitRelease). The marker's lock and writersMu
+// held.
+func (c *Core) unmarkLocked(id blob.ID) (last bool, mark blob.Mark) {
 	if c.marked[id]--; c.marked[id] > 0 {
-		return false, 0
+		return false, blob.Mark{}
 	}
-	mtime = c.intact[id]
+	mark = c.intact[id]
 	delete(c.marked, id)
 	delete(c.base, id)
 	delete(c.intact, id)
@@ -151,7 +152,7 @@ func (c *Core) unmarkLocked(id blob.ID) (last bool, mtime int64) {
 		close(done)
 		delete(c.released, id)
 	}
-	return true, mtime
+	return true, mark
 }
 
 // baseSize is the size a refused writer's object goes back to: what it
@@ -443,18 +444,46 @@ func (c *Core) MtimeSet(id blob.ID) {
 	m.Lock()
 	defer m.Unlock()
 	c.writersMu.Lock()
-	mtime := c.intact[id]
+	mark, ok := c.intact[id]
 	c.writersMu.Unlock()
-	if mtime == 0 {
+	if !ok {
 		return
 	}
-	if err := c.store.Demote(id, mtime); err != nil {
+	if err := c.store.Demote(id, mark); err != nil {
 		c.log.Warn("making an intact marker plain", zap.Uint64("id", uint64(id)), zap.Error(err))
 		return
 	}
 	c.writersMu.Lock()
 	delete(c.intact, id)
+	if _, ok := c.rewriting[id]; ok {
+		c.rewriting[id] = 0 // changed, whatever its mtime says
+	}
 	c.writersMu.Unlock()
+}
+
+// remark records that a close of writer h returned: its object's marker
+// records the mtime it has now (blob.Store.Remark), so a crash before
+// the RELEASE that ends writing, or before anything changes the object
+// again, keeps it as the close left it. No lock held.
+func (c *Core) remark(h *Handle) {
+	m := c.marker(h.id)
+	m.Lock()
+	defer m.Unlock()
+	c.writersMu.Lock()
+	writing, old := h.writing, c.intact[h.id]
+	c.writersMu.Unlock()
+	if !writing {
+		return
+	}
+	mark, err := c.store.Remark(h.file, h.id, old)
+	if err != nil {
+		c.log.Warn("recording a closed object's state in its crash marker", zap.Uint64("id", uint64(h.id)), zap.Error(err))
+	}
+	if mark != old {
+		c.writersMu.Lock()
+		c.intact[h.id] = mark
+		c.writersMu.Unlock()
+	}
 }
 
 // A writer's settle reads its object's size, then commits it to the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/internal/failpoint"
 	"github.com/kvfs/kvfs/ramcache"
 	"golang.org/x/sys/unix"
 )
@@ -198,6 +199,9 @@ func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	h, ok := f.files.take(in.Fh)
 	if !ok {
 		return
+	}
+	if h.Writable() {
+		failpoint.Hit("writer-release")
 	}
 	h.ob.forget(h)
 	h.fill.Swap(nil).Abandon()

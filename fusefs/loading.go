@@ -32,7 +32,7 @@ import (
 // core, and from then on every request goes to that FS.
 //
 // The names it answers get node IDs and handle numbers of their own, from
-// loadBase up, so they never meet the core's. Its lookups tell the kernel
+// LoadBase up, so they never meet the core's. Its lookups tell the kernel
 // to keep no file's name (timeouts of zero) and a directory's for a
 // second (loadDirTimeout), so once the FS serves, the next use of each
 // file's name looks it up again and gets the core's ID; until the kernel
@@ -73,8 +73,8 @@ type Loading struct {
 	// exclusively by takeEarly: every writer TakeEarly hands on is in
 	// writers by then.
 	creates sync.RWMutex
-	files   handleTable[*loadFile] // numbered from loadBase
-	dirs    handleTable[*loadDir]  // numbered from loadBase
+	files   handleTable[*loadFile] // numbered from LoadBase
+	dirs    handleTable[*loadDir]  // numbered from LoadBase
 	server  atomic.Pointer[fuse.Server]
 }
 
@@ -88,9 +88,11 @@ type Loading struct {
 // the load has open. Absent names are never kept.
 const loadDirTimeout = time.Second
 
-// loadBase is the first node ID and handle number Loading gives. The
-// core's IDs count up from 1 and never come near.
-const loadBase = 1 << 62
+// LoadBase is the first node ID and handle number Loading gives. The
+// core's IDs count up from 1 and never come near: a kernel inode
+// numbered from it is a load's, not an object's (see the guard's
+// mount.heldObjects).
+const LoadBase = 1 << 62
 
 // loadNode is a name Loading answered: under a parent of its own or the
 // root.
@@ -169,7 +171,7 @@ func NewLoading(pre *core.Preview, cfg LoadingConfig) *Loading {
 		used: map[string]int{}, open: map[core.ID]int{}, backings: map[core.ID]*loadBacking{},
 		writers: map[*core.EarlyFile]*early{}}
 	l.nodes.init()
-	l.next.Store(loadBase)
+	l.next.Store(LoadBase)
 	return l
 }
 
@@ -263,7 +265,7 @@ func (l *Loading) indexed(h *fuse.InHeader) (*FS, fuse.Status) {
 // real is the core's ID for node id, once Ready: a node of the load is
 // looked up again by its path.
 func (l *Loading) real(fs *FS, id uint64) (uint64, fuse.Status) {
-	if id < loadBase {
+	if id < LoadBase {
 		return id, fuse.OK
 	}
 	p, ok := l.path(id)
@@ -287,7 +289,7 @@ func (l *Loading) real(fs *FS, id uint64) (uint64, fuse.Status) {
 // fh is open on: a handle the FS opened, once Ready, on a name the load
 // answered is used by the kernel under the load's node.
 func (l *Loading) handleNode(fs *FS, node *uint64, fh uint64) {
-	if *node >= loadBase {
+	if *node >= LoadBase {
 		if h, put, ok := fs.files.get(fh); ok {
 			*node = uint64(h.ID())
 			put()
@@ -391,7 +393,7 @@ func (l *Loading) entry(parent core.ID, name string, a core.Attr, out *fuse.Entr
 }
 
 func (l *Loading) Forget(nodeid, nlookup uint64) {
-	if nodeid < loadBase {
+	if nodeid < LoadBase {
 		if fs := l.loaded(); fs != nil {
 			fs.Forget(nodeid, nlookup)
 		}
@@ -410,7 +412,7 @@ func (l *Loading) Forget(nodeid, nlookup uint64) {
 // (its listings, too, are the load's: OpenDir), and its requests go to
 // the FS under the core's ID for its path, as every load node's do.
 func (l *Loading) dirBelow(fs *FS, parent uint64, name string, st fuse.Status, out *fuse.EntryOut) {
-	if !st.Ok() || parent < loadBase || out.NodeId == 0 || out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+	if !st.Ok() || parent < LoadBase || out.NodeId == 0 || out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		return
 	}
 	fs.Forget(out.NodeId, 1) // the kernel holds no node of the FS's from this answer
@@ -435,8 +437,8 @@ func (l *Loading) attr(id uint64) (core.Attr, fuse.Status) {
 
 func (l *Loading) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	id := in.NodeId
-	if fh := in.Fh(); fh >= loadBase && in.Flags()&fuse.FUSE_GETATTR_FH != 0 {
-		f, put, ok := l.files.get(fh - loadBase)
+	if fh := in.Fh(); fh >= LoadBase && in.Flags()&fuse.FUSE_GETATTR_FH != 0 {
+		f, put, ok := l.files.get(fh - LoadBase)
 		if !ok {
 			return fuse.EBADF
 		}
@@ -448,18 +450,18 @@ func (l *Loading) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.
 		fillAttr(&out.Attr, core.ID(id), core.StoredAttr(st))
 		return fuse.OK
 	}
-	if n := l.nodes.get(core.ID(id)); id >= loadBase && n != nil && n.key().parent == noParent {
+	if n := l.nodes.get(core.ID(id)); id >= LoadBase && n != nil && n.key().parent == noParent {
 		return l.removedAttr(core.ID(id), out)
 	}
 	if fs := l.loaded(); fs != nil {
 		if st := l.header(fs, &in.InHeader); !st.Ok() {
 			return st
 		}
-		if in.Fh() >= loadBase {
+		if in.Fh() >= LoadBase {
 			in.Flags_ &^= fuse.FUSE_GETATTR_FH
 		}
 		st := fs.GetAttr(cancel, in, out)
-		if st.Ok() && id >= loadBase {
+		if st.Ok() && id >= LoadBase {
 			out.Attr.Ino = id // the kernel's inode is the load's
 		}
 		return st
@@ -550,7 +552,7 @@ func (l *Loading) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 		out.BackingID = id
 		out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
 	}
-	out.Fh = loadBase + l.files.add(lf)
+	out.Fh = LoadBase + l.files.add(lf)
 	return fuse.OK
 }
 
@@ -610,7 +612,7 @@ func (l *Loading) releaseBacking(f *loadFile) {
 }
 
 func (l *Loading) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	if in.Fh < loadBase {
+	if in.Fh < LoadBase {
 		fs, st := l.wait()
 		if !st.Ok() {
 			return nil, st
@@ -618,7 +620,7 @@ func (l *Loading) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 		l.handleNode(fs, &in.NodeId, in.Fh)
 		return fs.Read(cancel, in, buf)
 	}
-	f, put, ok := l.files.get(in.Fh - loadBase)
+	f, put, ok := l.files.get(in.Fh - LoadBase)
 	if !ok {
 		return nil, fuse.EBADF
 	}
@@ -631,7 +633,7 @@ func (l *Loading) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 }
 
 func (l *Loading) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
-	if in.Fh < loadBase {
+	if in.Fh < LoadBase {
 		fs, st := l.wait()
 		if !st.Ok() {
 			return st
@@ -639,7 +641,7 @@ func (l *Loading) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.Lsee
 		l.handleNode(fs, &in.NodeId, in.Fh)
 		return fs.Lseek(cancel, in, out)
 	}
-	f, put, ok := l.files.get(in.Fh - loadBase)
+	f, put, ok := l.files.get(in.Fh - LoadBase)
 	if !ok {
 		return fuse.EBADF
 	}
@@ -653,7 +655,7 @@ func (l *Loading) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.Lsee
 }
 
 func (l *Loading) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	if in.Fh >= loadBase {
+	if in.Fh >= LoadBase {
 		return l.flushEarly(cancel, in)
 	}
 	fs, st := l.wait()
@@ -665,7 +667,7 @@ func (l *Loading) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 func (l *Loading) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	if in.Fh >= loadBase {
+	if in.Fh >= LoadBase {
 		return l.fsyncEarly(cancel, in)
 	}
 	fs, st := l.wait()
@@ -677,8 +679,8 @@ func (l *Loading) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 }
 
 func (l *Loading) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	if in.Fh >= loadBase {
-		if f, ok := l.files.take(in.Fh - loadBase); ok {
+	if in.Fh >= LoadBase {
+		if f, ok := l.files.take(in.Fh - LoadBase); ok {
 			l.releaseBacking(f)
 			if f.early != nil {
 				l.releaseEarly(cancel, f.early)
@@ -707,7 +709,7 @@ func (l *Loading) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 }
 
 func (l *Loading) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	if fs := l.loaded(); fs != nil && in.NodeId < loadBase {
+	if fs := l.loaded(); fs != nil && in.NodeId < LoadBase {
 		if st := l.header(fs, &in.InHeader); !st.Ok() {
 			return st
 		}
@@ -721,12 +723,12 @@ func (l *Loading) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 	if err != nil {
 		return l.errno("opendir", err)
 	}
-	out.Fh = loadBase + l.dirs.add(&loadDir{f: f})
+	out.Fh = LoadBase + l.dirs.add(&loadDir{f: f})
 	return fuse.OK
 }
 
 func (l *Loading) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	if in.Fh < loadBase {
+	if in.Fh < LoadBase {
 		fs, st := l.wait()
 		if !st.Ok() {
 			return st
@@ -737,7 +739,7 @@ func (l *Loading) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.Dir
 }
 
 func (l *Loading) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	if in.Fh < loadBase {
+	if in.Fh < LoadBase {
 		fs, st := l.wait()
 		if !st.Ok() {
 			return st
@@ -752,7 +754,7 @@ func (l *Loading) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse
 // attributes (node ID 0: the kernel makes no entry of it, and a use of
 // the name looks it up).
 func (l *Loading) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
-	d, put, ok := l.dirs.get(in.Fh - loadBase)
+	d, put, ok := l.dirs.get(in.Fh - LoadBase)
 	if !ok {
 		return fuse.EBADF
 	}
@@ -820,8 +822,8 @@ func parseDirents(buf []byte, ents []loadEnt) []loadEnt {
 }
 
 func (l *Loading) ReleaseDir(in *fuse.ReleaseIn) {
-	if in.Fh >= loadBase {
-		if d, ok := l.dirs.take(in.Fh - loadBase); ok {
+	if in.Fh >= LoadBase {
+		if d, ok := l.dirs.take(in.Fh - LoadBase); ok {
 			d.f.Close()
 		}
 		return
@@ -832,7 +834,7 @@ func (l *Loading) ReleaseDir(in *fuse.ReleaseIn) {
 }
 
 func (l *Loading) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	if in.Fh >= loadBase {
+	if in.Fh >= LoadBase {
 		return fuse.OK
 	}
 	fs, st := l.indexed(&in.InHeader)
@@ -922,11 +924,11 @@ func (l *Loading) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.
 	if !st.Ok() {
 		return st
 	}
-	if in.Valid&fuse.FATTR_FH != 0 && in.Fh >= loadBase {
+	if in.Valid&fuse.FATTR_FH != 0 && in.Fh >= LoadBase {
 		in.Valid &^= fuse.FATTR_FH // a handle of the load's: read-only
 	}
 	st = fs.SetAttr(cancel, in, out)
-	if st.Ok() && id >= loadBase {
+	if st.Ok() && id >= LoadBase {
 		out.Attr.Ino = id
 	}
 	return st
@@ -991,7 +993,7 @@ func (l *Loading) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, new
 	if in.Newdir, st = l.real(fs, in.Newdir); !st.Ok() {
 		return st
 	}
-	if st = fs.Rename(cancel, in, oldName, newName); st.Ok() && (parent >= loadBase || newdir >= loadBase) {
+	if st = fs.Rename(cancel, in, oldName, newName); st.Ok() && (parent >= LoadBase || newdir >= LoadBase) {
 		// The kernel moves the name, and a node of the load's found
 		// through it goes with it.
 		l.nodes.moved(nameKey{core.ID(parent), oldName}, nameKey{core.ID(newdir), newName},
@@ -1058,7 +1060,7 @@ func (l *Loading) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.C
 }
 
 func (l *Loading) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	if in.Fh >= loadBase {
+	if in.Fh >= LoadBase {
 		return l.writeEarly(cancel, in, data)
 	}
 	fs, st := l.wait()
@@ -1070,7 +1072,7 @@ func (l *Loading) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (
 }
 
 func (l *Loading) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
-	if in.Fh >= loadBase {
+	if in.Fh >= LoadBase {
 		return l.writeEarly(cancel, in, data...)
 	}
 	fs, st := l.wait()
@@ -1082,7 +1084,7 @@ func (l *Loading) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte
 }
 
 func (l *Loading) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
-	if in.Fh >= loadBase {
+	if in.Fh >= LoadBase {
 		return l.fallocateEarly(cancel, in)
 	}
 	fs, st := l.wait()
@@ -1096,7 +1098,7 @@ func (l *Loading) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.S
 // CopyFileRange from or to a handle of the load's: EXDEV, so the kernel
 // copies by reading and writing.
 func (l *Loading) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
-	if in.FhIn >= loadBase || in.FhOut >= loadBase {
+	if in.FhIn >= LoadBase || in.FhOut >= LoadBase {
 		return 0, fuse.Status(syscall.EXDEV)
 	}
 	fs, st := l.indexed(&in.InHeader)
@@ -1110,7 +1112,7 @@ func (l *Loading) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn
 }
 
 func (l *Loading) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *fuse.IoctlOut, outbuf []byte) fuse.Status {
-	if in.Fh >= loadBase {
+	if in.Fh >= LoadBase {
 		return fuse.Status(syscall.ENOTTY)
 	}
 	fs, st := l.indexed(&in.InHeader)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/internal/failpoint"
 )
 
 // Stores while loading (see core/early.go): a create of a new name, its
@@ -75,7 +76,7 @@ func (l *Loading) createEarly(in *fuse.CreateIn, name string, out *fuse.CreateOu
 	l.open[lf.node]++
 	l.writers[f] = lf.early
 	l.mu.Unlock()
-	out.Fh = loadBase + l.files.add(lf)
+	out.Fh = LoadBase + l.files.add(lf)
 	// Every byte passes the budget (no passthrough, no page cache), as
 	// the FS's writers without passthrough.
 	out.OpenFlags = fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
@@ -200,7 +201,7 @@ func (l *Loading) takeEarly(fs *FS) {
 
 // held is the load's handle fh, held until put; EBADF for none.
 func (l *Loading) held(fh uint64) (lf *loadFile, put func(), st fuse.Status) {
-	lf, put, ok := l.files.get(fh - loadBase)
+	lf, put, ok := l.files.get(fh - LoadBase)
 	if !ok {
 		return nil, nil, fuse.EBADF
 	}
@@ -314,6 +315,7 @@ func (l *Loading) fallocateEarly(cancel <-chan struct{}, in *fuse.FallocateIn) f
 // releaseEarly ends a store's writer: complete now while loading, or
 // handed on to the FS's handle it became.
 func (l *Loading) releaseEarly(cancel <-chan struct{}, e *early) {
+	failpoint.Hit("writer-release")
 	if waits(e.Release()) {
 		if fs, st := l.wait(); st.Ok() && e.fh != 0 {
 			fs.Release(cancel, &fuse.ReleaseIn{Fh: e.fh})

@@ -70,7 +70,7 @@ func TestCreateWhileTheIndexIsTaken(t *testing.T) {
 	}
 	<-readyDone
 
-	lf, put, ok := l.files.get(out.Fh - loadBase)
+	lf, put, ok := l.files.get(out.Fh - LoadBase)
 	if !ok {
 		t.Fatal("the create's handle is not the load's")
 	}

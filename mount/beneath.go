@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/internal/failpoint"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"go.uber.org/zap"
@@ -80,7 +81,7 @@ func (m *Mount) replaceDead(fs fuse.RawFileSystem) (*fuse.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	failpoint("beneath-mounted")
+	failpoint.Hit("beneath-mounted")
 	if err := detach(mp); err != nil {
 		server.Detach()
 		return nil, fmt.Errorf("detaching the dead mount above the new one: %w", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -220,7 +221,11 @@ func RunGuard(pid int, mp, store string, quit *os.File, log *zap.Logger) {
 // not changed since (an intact marker whose mtime still holds, see
 // blob.MarkIntact) is left whole until it changes.
 func capWriters(mnt, store string, log *zap.Logger) {
-	files := openMarked(filepath.Join(store, blob.WritingName))
+	writing := filepath.Join(store, blob.WritingName)
+	if n := blob.DemoteClosed(writing, heldObjects(mnt)); n > 0 {
+		log.Info("objects closed but still held open as the daemon died are reclaimed at the next start, as still being written", zap.Int("objects", n))
+	}
+	files := openMarked(writing)
 	if len(files) == 0 {
 		return
 	}
@@ -282,8 +287,8 @@ func openMarked(dir string) []markedFile {
 	for _, name := range names {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|unix.O_NOFOLLOW, 0)
 		if err == nil {
-			mtime, intact := blob.IntactMark(name)
-			files = append(files, markedFile{f, mtime, intact})
+			m, intact := blob.IntactMark(name)
+			files = append(files, markedFile{f, m.Mtime, intact})
 		}
 	}
 	return files
@@ -411,16 +416,45 @@ func CloseHeldOn(mp string) {
 // descriptorMount is the ID of the mount of the descriptor whose
 // /proc/PID/fdinfo/FD is path.
 func descriptorMount(path string) (string, bool) {
+	mnt, _, ok := descriptorFile(path)
+	return mnt, ok
+}
+
+// descriptorFile is the ID of the mount and the inode number ("": not
+// said, before Linux 5.14) of the descriptor whose /proc/PID/fdinfo/FD
+// is path.
+func descriptorFile(path string) (mnt, ino string, ok bool) {
 	info, err := os.ReadFile(path)
 	if err != nil {
-		return "", false
+		return "", "", false
 	}
 	for _, line := range strings.Split(string(info), "\n") {
-		if id, ok := strings.CutPrefix(line, "mnt_id:"); ok {
-			return strings.TrimSpace(id), true
+		if v, found := strings.CutPrefix(line, "mnt_id:"); found {
+			mnt, ok = strings.TrimSpace(v), true
+		} else if v, found := strings.CutPrefix(line, "ino:"); found {
+			ino = strings.TrimSpace(v)
 		}
 	}
-	return "", false
+	return mnt, ino, ok
+}
+
+// heldObjects says which objects processes hold open on the mount of ID
+// mnt: a kvfs mount's inode numbers are its objects' IDs. Where the
+// kernel does not say a descriptor's inode, or the inode is a load's
+// (a start serving while its index loads numbers its own, which files
+// opened then keep), every object counts as held.
+func heldObjects(mnt string) func(blob.ID) bool {
+	held, unsure := map[blob.ID]bool{}, false
+	anyDescriptor("fdinfo", func(path string) bool {
+		id, ino, ok := descriptorFile(path)
+		if ok && id == mnt {
+			n, err := strconv.ParseUint(ino, 10, 64)
+			held[blob.ID(n)] = true
+			unsure = unsure || err != nil || n >= fusefs.LoadBase
+		}
+		return false // every descriptor
+	})
+	return func(id blob.ID) bool { return unsure || held[id] }
 }
 
 // heldOnMounts says whether a process holds a file of one of the

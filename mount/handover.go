@@ -15,6 +15,7 @@ import (
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/fusefs"
+	"github.com/kvfs/kvfs/internal/failpoint"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"go.uber.org/zap"
@@ -247,7 +248,7 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 		return
 	}
 	log.Info("handing the mount over")
-	failpoint("handover-asked")
+	failpoint.Hit("handover-asked")
 	if m.Loading() {
 		refuseHandover(conn, log, "handover refused; serving on", errStillLoading)
 		return
@@ -265,10 +266,10 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 		return
 	}
 	quiesced := time.Since(start)
-	failpoint("handover-quiesced")
+	failpoint.Hit("handover-quiesced")
 	fr, err := m.core.Freeze(req.Mapped)
 	frozen := time.Since(start)
-	failpoint("handover-frozen")
+	failpoint.Hit("handover-frozen")
 	if err != nil {
 		m.core.Thaw()
 		m.fs.Resume()
@@ -284,7 +285,7 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	guarded := time.Since(start)
 	ok := m.offer(conn, fr, start, log)
 	if ok {
-		failpoint("handover-ready")
+		failpoint.Hit("handover-ready")
 		// From here on the successor serves the mount: this process
 		// writes nothing more, unmounts nothing, and is gone at once.
 		var changed int
@@ -359,7 +360,7 @@ func exchange(conn *net.UnixConn, o handoverOffer, fds []int, step string) (hand
 	if err := writeJSON(conn, o, fds); err != nil {
 		return r, err
 	}
-	failpoint(step)
+	failpoint.Hit(step)
 	return r, readJSON(conn, &r)
 }
 
@@ -420,7 +421,7 @@ func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, log *
 		log.Warn("sending the mount", zap.Error(err))
 		return false
 	}
-	failpoint("handover-offered")
+	failpoint.Hit("handover-offered")
 	var r handoverReply
 	if err := readJSON(conn, &r); err != nil || !r.Ready {
 		log.Warn("the successor did not take the mount", zap.String("its_error", r.Error), zap.Error(err))
@@ -495,7 +496,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 				break
 			}
 			pre.core.Apply(offer.Round)
-			failpoint("takeover-round")
+			failpoint.Hit("takeover-round")
 			if err := writeJSON(conn, handoverReply{Loaded: true}, nil); err != nil {
 				pre.closeParts()
 				return nil, fmt.Errorf("telling the old daemon: %w (%w)", err, errPredecessorGone)
@@ -503,7 +504,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 		}
 	}
 	offered := time.Now()
-	failpoint("takeover-offered")
+	failpoint.Hit("takeover-offered")
 	files := make([]*os.File, len(fds))
 	for i, fd := range fds {
 		files[i] = os.NewFile(uintptr(fd), "handed over")
@@ -518,7 +519,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 		return nil, fmt.Errorf("taking the mount over (the old daemon serves on): %w", err)
 	}
 	adopted := time.Since(offered)
-	failpoint("takeover-adopted")
+	failpoint.Hit("takeover-adopted")
 	undo := func() {}
 	if o.TakingOver != nil {
 		undo = o.TakingOver(offer.PID)
@@ -531,7 +532,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 		m.abandon(files)
 		return nil, fmt.Errorf("telling the old daemon: %w", err)
 	}
-	failpoint("takeover-ready")
+	failpoint.Hit("takeover-ready")
 	m.awaitGone(offer.PID)
 	gone := time.Since(offered)
 	m.core.ClaimStore()
@@ -539,7 +540,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 		log.Warn("the kernel cannot send again the requests the old daemon held; they wait for the connection's end",
 			zap.String("status", errno.String()))
 	}
-	failpoint("takeover-resent")
+	failpoint.Hit("takeover-resent")
 	go m.server.Serve()
 	m.fs.Serving()
 	// paused: from the old daemon's gate closing to this one serving
@@ -584,7 +585,7 @@ func preload(o Options, conn *net.UnixConn, offer *handoverOffer, fd int) (*Moun
 		writeJSON(conn, handoverReply{Error: err.Error()}, nil)
 		return nil, fmt.Errorf("loading the old daemon's checkpoint (it serves on): %w", err)
 	}
-	failpoint("takeover-preloaded")
+	failpoint.Hit("takeover-preloaded")
 	if err := writeJSON(conn, handoverReply{Loaded: true}, nil); err != nil {
 		m.closeParts()
 		return nil, fmt.Errorf("telling the old daemon: %w (%w)", err, errPredecessorGone)
@@ -1005,17 +1006,4 @@ func refuseHandover(conn *net.UnixConn, log *zap.Logger, msg string, err error) 
 	// later and said the old daemon died (an outside tester).
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	writeJSON(conn, handoverOffer{Version: handoverVersion, Error: err.Error(), Usage: errors.Is(err, usageerr.ErrUsage)}, nil)
-}
-
-// failpointName is the step of a handover, or of the replacing of a
-// dead mount, at which this process kills itself ($KVFS_FAILPOINT): the
-// tests of a handover cut short at every step, and of a start killed
-// with its mount beneath the dead one.
-var failpointName = os.Getenv("KVFS_FAILPOINT")
-
-func failpoint(step string) {
-	if failpointName == step {
-		unix.Kill(os.Getpid(), unix.SIGKILL)
-		select {}
-	}
 }
