@@ -431,7 +431,16 @@ func (c *Core) restore(objects []blob.Object, rep *LoadReport) error {
 	evicted := func(v victims, err error) error {
 		for _, victim := range v {
 			c.startDrops = append(c.startDrops, Drop{ID: victim.ID, Why: Evicted, Idle: c.storedIdle(victim.ID)})
-			c.store.Drop(victim.ID)
+			names := c.store.Drop(victim.ID)
+			// Each, as an eviction while serving says it (an outside
+			// tester could not tell these from losses by the count).
+			if ce := c.log.Check(zap.DebugLevel, "evicted to fit the capacity at the start"); ce != nil {
+				base := make([]string, len(names))
+				for i, n := range names {
+					base[i] = n.Name
+				}
+				ce.Write(zap.Uint64("id", uint64(victim.ID)), zap.Strings("names", base))
+			}
 		}
 		rep.Evicted += len(v)
 		if err != nil {

@@ -1,12 +1,15 @@
 package core
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestRestoredIdleFromStore: an object a start restored and nobody used
@@ -73,7 +76,7 @@ func TestRestoredIdleFromStore(t *testing.T) {
 // TestStartEvictionsReported: objects a start evicts to fit a smaller
 // capacity are reported as evictions once the core starts (the metrics'
 // evicted-idle histogram counts them as evictions_total does), each with
-// its stored idle time.
+// its stored idle time, and each logged at debug with its names.
 func TestStartEvictionsReported(t *testing.T) {
 	dir := t.TempDir()
 	tc, _ := openCore(t, dir, Config{Capacity: 1 << 20, Grace: time.Millisecond})
@@ -89,9 +92,19 @@ func TestStartEvictionsReported(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tc, rep := openCore(t, dir, Config{Capacity: 512 * kib, Grace: time.Millisecond})
+	seen, logs := observer.New(zap.DebugLevel)
+	tc, rep := openCore(t, dir, Config{Capacity: 512 * kib, Grace: time.Millisecond, Logger: zap.New(seen)})
 	if rep.Evicted != 2 {
 		t.Fatalf("start evicted %d, want 2", rep.Evicted)
+	}
+	// Each logged, as an eviction while serving is (an outside tester
+	// could not tell them from losses by the count).
+	var logged []string
+	for _, e := range logs.FilterMessage("evicted to fit the capacity at the start").All() {
+		logged = append(logged, fmt.Sprint(e.ContextMap()["names"]))
+	}
+	if len(logged) != 2 {
+		t.Errorf("start evictions logged: %q; want 2, each with its names", logged)
 	}
 	tc.Start(func(d Drop) {
 		tc.mu.Lock()
