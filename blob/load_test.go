@@ -467,7 +467,7 @@ func TestRemarkRecordsAClose(t *testing.T) {
 		},
 		"empty": func(t *testing.T, f *os.File, id ID) {
 			must(t, "Truncate", f.Truncate(0))
-			if mark, err := s.Remark(f, id, Mark{}); err != nil || mark != (Mark{}) {
+			if mark, err := s.Remark(id, fstat(t, f), Mark{}); err != nil || mark != (Mark{}) {
 				t.Fatalf("Remark of an empty file: %+v, %v; want it left plain", mark, err)
 			}
 		},
@@ -498,11 +498,19 @@ func TestRemarkRecordsAClose(t *testing.T) {
 	}
 }
 
+// fstat is f's attributes now.
+func fstat(t *testing.T, f *os.File) *unix.Stat_t {
+	t.Helper()
+	var st unix.Stat_t
+	must(t, "Fstat", unix.Fstat(int(f.Fd()), &st))
+	return &st
+}
+
 // remark is Remark of a marked file that holds bytes: its marker
 // records its mtime, as closed, under one name.
 func remark(t *testing.T, s *Store, f *os.File, id ID, old Mark) Mark {
 	t.Helper()
-	mark, err := s.Remark(f, id, old)
+	mark, err := s.Remark(id, fstat(t, f), old)
 	must(t, "Remark", err)
 	if mark.Mtime == 0 || !mark.Closed {
 		t.Fatalf("Remark recorded %+v", mark)

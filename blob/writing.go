@@ -214,9 +214,11 @@ func (s *Store) MarkIntact(f *os.File, id ID) (Mark, error) {
 	return Mark{}, &os.PathError{Op: "mark writing", Path: filepath.Join(WritingName, shardName(id), name), Err: err}
 }
 
-// Remark records that a close of a writer of id returned with f as it
-// is now: id's marker records f's mtime, as closed, so a crash before f
-// changes again keeps the object as that close left it, unless a process
+// Remark records that a close of a writer of id returned, leaving its
+// file with attributes st (read then: a change after gets a later mtime,
+// see MarkIntact): id's marker records st's mtime, as closed, so a crash
+// before the file changes again keeps the object as that close left it,
+// unless a process
 // still held a file of the mount when the daemon died (see DemoteClosed)
 // or holds one at the start (DistrustIntact): a duplicate of the
 // descriptor may write on. Writing ends at the RELEASE the kernel sends
@@ -224,12 +226,11 @@ func (s *Store) MarkIntact(f *os.File, id ID) (Mark, error) {
 // its writer was told was stored (an outside tester: 6 of 25 stores
 // under their final name, the daemon killed right after each close).
 // old is what id's marker records; Remark returns what it records now.
-// An empty f is left as it was marked: a parent that hands its
+// An empty file is left as it was marked: a parent that hands its
 // descriptor to a child (Popen's stdout) closes it before the child
 // writes.
-func (s *Store) Remark(f *os.File, id ID, old Mark) (Mark, error) {
-	var st unix.Stat_t
-	if !s.fineTimes() || unix.Fstat(int(f.Fd()), &st) != nil || st.Size == 0 || st.Mtim.Nano() == 0 {
+func (s *Store) Remark(id ID, st *unix.Stat_t, old Mark) (Mark, error) {
+	if !s.fineTimes() || st.Size == 0 || st.Mtim.Nano() == 0 {
 		return old, nil
 	}
 	m := Mark{Mtime: st.Mtim.Nano(), Closed: true}

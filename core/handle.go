@@ -556,11 +556,11 @@ func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 	if !h.write {
 		return nil
 	}
-	err := h.c.settle(h, false, h.c.byCreator(h, t), intr)
+	st, err := h.c.settle(h, false, h.c.byCreator(h, t), intr)
 	if err == nil {
 		h.closedAt.Store(h.c.cfg.Now().UnixNano())
 		if h.c.byOpener(h, t) {
-			h.c.remark(h)
+			h.c.remark(h, &st)
 		}
 	}
 	return err
@@ -568,27 +568,35 @@ func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 
 // size is what a writer's stored file holds now.
 func (h *Handle) size() (int64, error) {
-	var st unix.Stat_t
-	err := unix.Fstat(int(h.file.Fd()), &st)
+	st, err := h.stat()
 	return st.Size, err
 }
 
-// settle admits a writer's object at the size its stored file has now;
-// last: its last writer's release, which admits it whole (see
-// ledger.SettleLast).
-func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) error {
+// stat is a writer's stored file's attributes now.
+func (h *Handle) stat() (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Fstat(int(h.file.Fd()), &st)
+	return st, err
+}
+
+// settle admits a writer's object at the size its stored file has now,
+// and returns the file's attributes it read; last: its last writer's
+// release, which admits it whole (see ledger.SettleLast).
+func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) (unix.Stat_t, error) {
 	if h.refused.Load() {
 		c.ledger.Refused()
 		c.refuse(h)
-		return ErrNoSpace
+		return unix.Stat_t{}, ErrNoSpace
 	}
+	var st unix.Stat_t
 	var size int64
 	var err error
 	for {
 		epoch := c.sizeEpoch(h.id)
-		if size, err = h.size(); err != nil {
-			return err
+		if st, err = h.stat(); err != nil {
+			return st, err
 		}
+		size = st.Size
 		if testHookSettling != nil {
 			testHookSettling()
 		}
@@ -626,7 +634,7 @@ func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) error {
 		h.refused.Store(true)
 		c.refuse(h)
 	}
-	return err
+	return st, err
 }
 
 // refuse undoes what a writer did to an object that cannot be admitted.
@@ -747,7 +755,7 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 		// writer's release, whichever that is (a first writer's release
 		// that came while this one wrote left it to this one).
 		kept = c.refuse(h)
-	} else if err = c.settle(h, true, true, Interrupt{}); err != nil {
+	} else if _, err = c.settle(h, true, true, Interrupt{}); err != nil {
 		c.log.Warn("a writer's object could not be admitted at its release", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
 	// The names to publish are taken as the last writer ends, under the

@@ -461,11 +461,11 @@ func (c *Core) MtimeSet(id blob.ID) {
 	c.writersMu.Unlock()
 }
 
-// remark records that a close of writer h returned: its object's marker
-// records the mtime it has now (blob.Store.Remark), so a crash before
-// the RELEASE that ends writing, or before anything changes the object
-// again, keeps it as the close left it. No lock held.
-func (c *Core) remark(h *Handle) {
+// remark records that a close of writer h returned, leaving its object
+// with attributes st: its marker records that state (blob.Store.Remark),
+// so a crash before the RELEASE that ends writing, or before anything
+// changes the object again, keeps it as the close left it. No lock held.
+func (c *Core) remark(h *Handle, st *unix.Stat_t) {
 	m := c.marker(h.id)
 	m.Lock()
 	defer m.Unlock()
@@ -475,7 +475,7 @@ func (c *Core) remark(h *Handle) {
 	if !writing {
 		return
 	}
-	mark, err := c.store.Remark(h.file, h.id, old)
+	mark, err := c.store.Remark(h.id, st, old)
 	if err != nil {
 		c.log.Warn("recording a closed object's state in its crash marker", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
