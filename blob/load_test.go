@@ -336,13 +336,7 @@ func TestLoadRemovesPathsPastPathMax(t *testing.T) {
 			if len(found.Problems) != 2 {
 				t.Fatalf("fsck found %q, want the two paths past PATH_MAX", found.Problems)
 			}
-			s, err = Open(dir)
-			must(t, "Open", err)
-			_, rep, err := s.Load()
-			must(t, "Load", err)
-			checkIndex(t, s)
-			got := namespace(s)
-			s.Close()
+			rep, got := loadNamespace(t, dir)
 			if rep.TooDeep != 2 || rep.Objects != 2 || rep.FromSnapshot != withCheckpoint {
 				t.Fatalf("Load = %+v, want 2 objects kept and 2 entries too deep removed", rep)
 			}
@@ -416,14 +410,7 @@ func TestLoadKeepsIntactUnchanged(t *testing.T) {
 		t.Fatalf("fsck: %d kept and %d incomplete, want 1 and 4: %q", kept, incomplete, found.Problems)
 	}
 
-	s, err = Open(dir)
-	must(t, "Open", err)
-	s.KeepMarkers([]ID{ids["kept"]})
-	_, rep, err := s.Load()
-	must(t, "Load", err)
-	checkIndex(t, s)
-	got := namespace(s)
-	s.Close()
+	rep, got := loadNamespace(t, dir, ids["kept"])
 	if rep.Incomplete != 3 || !slices.Equal(got, []string{"dir .", "file kept", "file unchanged"}) {
 		t.Fatalf("Load: %+v, namespace %q; want the unchanged and the kept objects only", rep, got)
 	}
@@ -483,19 +470,30 @@ func TestRemarkRecordsAClose(t *testing.T) {
 	}
 	s.Close() // a crash: the markers stay
 
-	s, err = Open(dir)
-	must(t, "Open", err)
-	_, rep, err := s.Load()
-	must(t, "Load", err)
-	checkIndex(t, s)
-	got := namespace(s)
-	s.Close()
+	rep, got := loadNamespace(t, dir)
 	if rep.Incomplete != 2 || !slices.Equal(got, []string{"dir .", "file closed", "file closed twice"}) {
 		t.Fatalf("Load: %+v, namespace %q; want the objects as their closes left them only", rep, got)
 	}
 	if left, err := ReadMarkers(filepath.Join(dir, WritingName)); err != nil || len(left) != 0 {
 		t.Fatalf("markers after the start: %q, %v; want none", left, err)
 	}
+}
+
+// loadNamespace opens the store in dir again, keeping the markers of kept (as
+// a handover's successor does), loads it, checks its index, and closes
+// it: what the load reported, and the namespace it loaded.
+func loadNamespace(t *testing.T, dir string, kept ...ID) (LoadReport, []string) {
+	t.Helper()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	defer s.Close()
+	if len(kept) > 0 {
+		s.KeepMarkers(kept)
+	}
+	_, rep, err := s.Load()
+	must(t, "Load", err)
+	checkIndex(t, s)
+	return rep, namespace(s)
 }
 
 // fstat is f's attributes now.
