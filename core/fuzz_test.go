@@ -55,7 +55,7 @@ var fuzzCoreSeeds = []string{
 	"\x02\x01\x06\x09\x07\x21\x03\x00\x09\x00\x02\x04\x08\x04\x09\x02\x09\x04",
 	"\x00\x00\x04\x00\x08\x00\x00\x00\x05\x00\x09\x01\x09\x02",
 	"\x01\x0f\x01\x1f\x02\x2f\x09\x03\x01\x3f\x06\x05\x07\x13\x09\x00\x09\x02\x09\x04",
-	"\x02\x10\x0b\x10\x05\x00\x09\x02\x04\x10",
+	"\x02\x10\x03\x08\x09\x02\x04\x10",
 }
 
 // TestFuzzCoreSeeds: the seeds do what they are for. A core that refused
@@ -160,6 +160,7 @@ type fuzzObj struct {
 type fuzzHandle struct {
 	h      *Handle
 	writer bool
+	byMe   bool // created by fuzzClient, whose close records (Core.remark)
 }
 
 var fuzzFiles = []string{"a", "b", "c"}
@@ -223,8 +224,8 @@ func (m *fuzzCore) stop() {
 	if m.c == nil {
 		return
 	}
-	for _, h := range m.open {
-		m.release(h.h)
+	for _, fh := range m.open {
+		m.release(fh.h, fh.byMe)
 	}
 	m.open = nil
 	m.c.Close()
@@ -276,19 +277,26 @@ func (m *fuzzCore) step(op, arg byte) string {
 		n := m.name(arg)
 		h := m.create(n, 1+int(arg>>4)%8, Client(op%12)*fuzzClient)
 		if h != nil {
-			m.release(h)
+			m.release(h, op%12 == 1)
 		}
 		return fmt.Sprintf("store %v", n)
 	case 2:
 		n := m.name(arg)
 		if h := m.create(n, 1+int(arg>>4)%4, fuzzClient); h != nil {
-			m.open = append(m.open, &fuzzHandle{h: h, writer: true})
+			m.open = append(m.open, &fuzzHandle{h: h, writer: true, byMe: true})
 		}
 		return fmt.Sprintf("store %v, left open", n)
 	case 3:
 		if len(m.open) > 0 {
 			fh := m.open[int(arg)%len(m.open)]
-			if fh.writer {
+			switch {
+			case !fh.writer:
+			case arg&8 != 0:
+				// A close of a duplicate of its descriptor: the handle
+				// stays open.
+				m.flush(fh.h, fh.byMe)
+				return "close a duplicate of an open writer"
+			default:
 				m.write(fh.h, 1+int(arg>>4)%4)
 			}
 		}
@@ -306,7 +314,7 @@ func (m *fuzzCore) step(op, arg byte) string {
 			i := int(arg) % len(m.open)
 			fh := m.open[i]
 			m.open = slices.Delete(m.open, i, i+1)
-			m.release(fh.h)
+			m.release(fh.h, fh.byMe)
 		}
 		return "release a handle"
 	case 6:
@@ -421,26 +429,35 @@ func (m *fuzzCore) write(h *Handle, units int) {
 	}
 }
 
-// release closes h; a writer's object is finished with its last. A
-// writer refused for space takes its object back to its base size, or
-// (reported as a drop) takes its names.
-func (m *fuzzCore) release(h *Handle) {
+// release closes h's last descriptor (flush) and releases it; a
+// writer's object is finished with its last.
+func (m *fuzzCore) release(h *Handle, byMe bool) {
 	if h.Writable() {
 		o := m.objs[h.ID()]
-		if !m.allowed("flush", h.FlushBy(Interrupt{}, fuzzClient), true) {
-			if o.base >= 0 {
-				o.size = o.base
-			}
-			o.asClosed = false
-		} else {
-			o.asClosed = o.size > 0
-		}
+		m.flush(h, byMe)
 		if o.writers--; o.writers == 0 {
 			o.finished = true
 			m.counts.finished++
 		}
 	}
 	h.Release()
+}
+
+// flush is a close(2) of a descriptor of writer h, by fuzzClient. A
+// refused one takes its object back to its base size, or (reported as a
+// drop) takes its names. One by h's creator, the object's one writer,
+// records the object as it is in its crash marker (see Core.remark).
+func (m *fuzzCore) flush(h *Handle, byMe bool) {
+	o := m.objs[h.ID()]
+	switch {
+	case !m.allowed("flush", h.FlushBy(Interrupt{}, fuzzClient), true):
+		if o.base >= 0 {
+			o.size = o.base
+		}
+		o.asClosed = false
+	case byMe && o.writers == 1 && o.size > 0:
+		o.asClosed = true
+	}
 }
 
 // restart stops the core, cleanly (every handle released first, as a

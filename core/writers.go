@@ -470,9 +470,12 @@ func (c *Core) remark(h *Handle, st *unix.Stat_t) {
 	m.Lock()
 	defer m.Unlock()
 	c.writersMu.Lock()
-	writing, old := h.writing, c.intact[h.id]
+	writing, others, old := h.writing, c.marked[h.id] > 1, c.intact[h.id]
 	c.writersMu.Unlock()
-	if !writing {
+	if !writing || others {
+		// Another writer's handle, of another open, may write on (an
+		// outside tester's second O_APPEND open, whose object a crash
+		// served as the first close left it).
 		return
 	}
 	mark, err := c.store.Remark(h.id, st, old)

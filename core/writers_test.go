@@ -1206,3 +1206,60 @@ func TestWaitForAGraceIsNoStall(t *testing.T) {
 		t.Fatalf("%+v: want no refusal, the published object evicted for the two", st)
 	}
 }
+
+// TestCloseBesideAnotherWriterRecordsNothing: the opener's close of a
+// writer records the object complete in its crash marker only where no
+// other writer's handle (another open) has it: that one may write on,
+// and a crash before its release reclaims the object (an outside
+// tester's second O_APPEND open, whose object a crash served as the
+// first close left it). Once the other is released, a close records.
+func TestCloseBesideAnotherWriterRecordsNothing(t *testing.T) {
+	dir := t.TempDir()
+	tc, _ := openCore(t, dir, Config{Capacity: 64 * mib})
+	tc.Start(func(Drop) {})
+	me := Client(os.Getpid())
+	write := func(h *Handle, off int64) {
+		t.Helper()
+		if _, err := h.Write(Interrupt{}, make([]byte, 64*kib), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closedMark := func(id blob.ID) bool {
+		tc.writersMu.Lock()
+		defer tc.writersMu.Unlock()
+		return tc.intact[id].Closed
+	}
+	first, err := tc.createBy(me, "beside")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(first, 0)
+	// Left open: the crash comes while it is.
+	if _, err := tc.Open(first.ID(), os.O_WRONLY|os.O_APPEND, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.FlushBy(Interrupt{}, me); err != nil {
+		t.Fatal(err)
+	}
+	if closedMark(first.ID()) {
+		t.Fatal("the opener's close recorded the object complete with another writer's handle open")
+	}
+	lone, err := tc.createBy(me, "lone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(lone, 0)
+	if err := lone.FlushBy(Interrupt{}, me); err != nil {
+		t.Fatal(err)
+	}
+	if !closedMark(lone.ID()) {
+		t.Fatal("the opener's close of the one writer recorded nothing")
+	}
+	tc.crash()
+	after, rep := openCore(t, dir, Config{Capacity: 64 * mib})
+	defer after.Close()
+	if after.exists("beside") || !after.exists("lone") || rep.Incomplete != 1 {
+		t.Fatalf("after the crash: beside %v, lone %v, %d reclaimed; want lone alone kept",
+			after.exists("beside"), after.exists("lone"), rep.Incomplete)
+	}
+}

@@ -439,22 +439,67 @@ func descriptorFile(path string) (mnt, ino string, ok bool) {
 }
 
 // heldObjects says which objects processes hold open on the mount of ID
-// mnt: a kvfs mount's inode numbers are its objects' IDs. Where the
-// kernel does not say a descriptor's inode, or the inode is a load's
-// (a start serving while its index loads numbers its own, which files
-// opened then keep), every object counts as held.
+// mnt, by a descriptor or by a mapping (the C way to map a file closes
+// its descriptor): a kvfs mount's inode numbers are its objects' IDs.
+// Where the kernel does not say a descriptor's inode, or the inode is a
+// load's (a start serving while its index loads numbers its own, which
+// files opened then keep), every object counts as held.
 func heldObjects(mnt string) func(blob.ID) bool {
 	held, unsure := map[blob.ID]bool{}, false
+	add := func(ino string) {
+		n, err := strconv.ParseUint(ino, 10, 64)
+		held[blob.ID(n)] = true
+		unsure = unsure || err != nil || n >= fusefs.LoadBase
+	}
 	anyDescriptor("fdinfo", func(path string) bool {
-		id, ino, ok := descriptorFile(path)
-		if ok && id == mnt {
-			n, err := strconv.ParseUint(ino, 10, 64)
-			held[blob.ID(n)] = true
-			unsure = unsure || err != nil || n >= fusefs.LoadBase
+		if id, ino, ok := descriptorFile(path); ok && id == mnt {
+			add(ino)
 		}
 		return false // every descriptor
 	})
+	if dev, ok := mountDev(mnt); ok {
+		mappedOn(dev, add)
+	}
 	return func(id blob.ID) bool { return unsure || held[id] }
+}
+
+// mountDev is the device (major:minor) of the mount of ID mnt.
+func mountDev(mnt string) (string, bool) {
+	for _, e := range mountinfo.Read() {
+		if strconv.Itoa(e.ID) == mnt {
+			return e.Dev, true
+		}
+	}
+	return "", false
+}
+
+// mappedOn calls found with the inode number of each file of device dev
+// (major:minor) that a process maps, from /proc/PID/maps (whose devices
+// are in hex).
+func mappedOn(dev string, found func(ino string)) {
+	major, minor, _ := strings.Cut(dev, ":")
+	ma, err1 := strconv.ParseUint(major, 10, 32)
+	mi, err2 := strconv.ParseUint(minor, 10, 32)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	want := fmt.Sprintf("%02x:%02x", ma, mi)
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		maps, err := os.ReadFile(filepath.Join("/proc", p.Name(), "maps"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(maps), "\n") {
+			// start-end perms offset dev inode path
+			if f := strings.Fields(line); len(f) >= 5 && f[3] == want && f[4] != "0" {
+				found(f[4])
+			}
+		}
+	}
 }
 
 // heldOnMounts says whether a process holds a file of one of the

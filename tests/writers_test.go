@@ -585,11 +585,12 @@ func TestCrashDupWriter(t *testing.T) {
 // killed right after their close). A store closed but still held by a
 // duplicate of its descriptor as the daemon died is reclaimed (the
 // duplicate may write on), though the duplicate is closed before the
-// start; so is Popen(stdout=f)'s, whose last close was the child's, not
+// start; so is one mapped with no descriptor left (the C way), and
+// Popen(stdout=f)'s, whose last close was the child's, not
 // the opener's: kvfs cannot tell a child's exit from a forked child's
 // close of a descriptor its parent writes on.
 func TestKilledBeforeRelease(t *testing.T) {
-	for _, kind := range []string{"local_disk", kindShell, kindDD, kindPopen, "held"} {
+	for _, kind := range []string{"local_disk", kindShell, kindDD, kindPopen, "held", "mapped"} {
 		t.Run(kind, func(t *testing.T) {
 			_, mp, store := mountDirs(t)
 			flags := []string{"--store", store, "--capacity", "64MiB"}
@@ -601,6 +602,7 @@ func TestKilledBeforeRelease(t *testing.T) {
 				t.Fatal(err)
 			}
 			held := -1
+			var mapped []byte
 			switch kind {
 			case "local_disk":
 				err = os.WriteFile(obj, data, 0o644)
@@ -619,6 +621,19 @@ func TestKilledBeforeRelease(t *testing.T) {
 					// Another store's release kills the daemon.
 					err = os.WriteFile(filepath.Join(mp, "other"), data, 0o644)
 				}
+			case "mapped":
+				// The C way: open, write, map, close; the mapping holds
+				// the file, and no descriptor shows it.
+				var fd int
+				if fd, err = unix.Open(obj, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err = writeFull(fd, data); err == nil {
+					mapped, err = unix.Mmap(fd, 0, len(data), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+				}
+				if cerr := unix.Close(fd); err == nil {
+					err = cerr
+				}
 			default:
 				if rc := startWriter(t, kind, obj, "", src, 3, 0).wait(t); rc != 0 {
 					err = fmt.Errorf("exit status %d", rc)
@@ -630,12 +645,15 @@ func TestKilledBeforeRelease(t *testing.T) {
 			if !d.waitExited() {
 				t.Fatal("the daemon did not die at the writer's release")
 			}
-			if held >= 0 {
+			if held >= 0 || mapped != nil {
 				// Held until the dead daemon's guard has looked (it makes
-				// the marker plain), as a duplicate's holder that writes
-				// on would be.
+				// the marker plain), as a holder that writes on would be.
 				awaitPlainMarker(t, store)
-				unix.Close(held)
+				if held >= 0 {
+					unix.Close(held)
+				} else {
+					unix.Munmap(mapped)
+				}
 			}
 			d = startDaemon(t, mp, flags...)
 			stored := func(p string) {
@@ -654,6 +672,8 @@ func TestKilledBeforeRelease(t *testing.T) {
 			case "held":
 				requireAbsent(t, mp, "obj", "closed, but held by a duplicate as the daemon died")
 				stored(filepath.Join(mp, "other"))
+			case "mapped":
+				requireAbsent(t, mp, "obj", "closed, but mapped as the daemon died")
 			default:
 				stored(obj)
 			}
