@@ -190,10 +190,13 @@ func (s *Store) readWriting() (*marks, error) {
 
 // changedSince says whether the file a marker named name marks may have
 // been changed since it was marked: always, but for an intact marker
-// whose file still has the mtime it recorded (see MarkIntact).
+// whose file still has the mtime it recorded (see MarkIntact). A close's
+// record (Remark) is trusted only once a dead daemon's guard has vetted
+// it (VetClosed): unvetted, the guard did not run (killed too, a power
+// loss), and whether a holder wrote on is not known.
 func changedSince(name string, st *unix.Stat_t) bool {
 	m, intact := IntactMark(name)
-	return !intact || !Unchanged(st, m.Mtime)
+	return !intact || m.Closed || !Unchanged(st, m.Mtime)
 }
 
 // remove deletes the markers.

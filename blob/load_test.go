@@ -422,12 +422,55 @@ func TestLoadKeepsIntactUnchanged(t *testing.T) {
 
 // TestRemarkRecordsAClose: a writer's object whose close recorded its
 // state in the marker (Remark) is kept by a start after a crash that
-// came before its release, if nothing changed it since; one written
-// after the close, or empty at it (a parent that handed its descriptor
-// to a child closes it first), is reclaimed. A second close records
-// again, under the one marker.
+// came before its release, once the dead daemon's guard vetted the
+// record (VetClosed), if nothing changed the object since; one written
+// after the close, empty at it (a parent that hands its descriptor to a
+// child closes it first), still held as the daemon died, or closed
+// before the vetting's cutoff is reclaimed; and so is every one, where
+// no guard vetted the records (killed too, a power loss). A second
+// close records again, under the one marker.
 func TestRemarkRecordsAClose(t *testing.T) {
-	dir := t.TempDir()
+	for _, c := range []struct {
+		name    string
+		vet     bool
+		cutoff  time.Duration // before now
+		trusted int           // of the 4 closed records (not "held")
+		kept    []string
+	}{
+		{"vetted", true, time.Hour, 3, []string{"closed", "closed twice"}},
+		{"vetted late", true, -time.Hour, 0, nil},
+		{"not vetted", false, 0, 0, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, held := closedStores(t)
+			if c.vet {
+				plain, trusted := VetClosed(filepath.Join(dir, WritingName), func(id ID) bool { return id == held }, time.Now().Add(-c.cutoff).UnixNano())
+				if plain+trusted != 4 || trusted != c.trusted {
+					t.Errorf("VetClosed: %d made plain, %d trusted; want %d trusted of the 4 closed", plain, trusted, c.trusted)
+				}
+			}
+			rep, got := loadNamespace(t, dir)
+			want := []string{"dir ."}
+			for _, k := range c.kept {
+				want = append(want, "file "+k)
+			}
+			if rep.Incomplete != int64(5-len(c.kept)) || !slices.Equal(got, want) {
+				t.Fatalf("Load: %+v, namespace %q; want %q", rep, got, want)
+			}
+			if left, err := ReadMarkers(filepath.Join(dir, WritingName)); err != nil || len(left) != 0 {
+				t.Fatalf("markers after the start: %q, %v; want none", left, err)
+			}
+		})
+	}
+}
+
+// closedStores is a store a crash left with five objects being
+// written, four of them closed by their opener (Remark): "closed",
+// "closed twice", "written after" (the close), "held" (a process held
+// it as the daemon died: its ID is returned), and "empty" (at its
+// close).
+func closedStores(t *testing.T) (dir string, held ID) {
+	dir = t.TempDir()
 	s, err := Open(dir)
 	must(t, "Open", err)
 	if !s.fineTimes() {
@@ -436,6 +479,10 @@ func TestRemarkRecordsAClose(t *testing.T) {
 	cases := map[string]func(t *testing.T, f *os.File, id ID){
 		"closed": func(t *testing.T, f *os.File, id ID) {
 			remark(t, s, f, id, Mark{})
+		},
+		"held": func(t *testing.T, f *os.File, id ID) {
+			remark(t, s, f, id, Mark{})
+			held = id
 		},
 		"closed twice": func(t *testing.T, f *os.File, id ID) {
 			first := remark(t, s, f, id, Mark{})
@@ -469,14 +516,7 @@ func TestRemarkRecordsAClose(t *testing.T) {
 		f.Close()
 	}
 	s.Close() // a crash: the markers stay
-
-	rep, got := loadNamespace(t, dir)
-	if rep.Incomplete != 2 || !slices.Equal(got, []string{"dir .", "file closed", "file closed twice"}) {
-		t.Fatalf("Load: %+v, namespace %q; want the objects as their closes left them only", rep, got)
-	}
-	if left, err := ReadMarkers(filepath.Join(dir, WritingName)); err != nil || len(left) != 0 {
-		t.Fatalf("markers after the start: %q, %v; want none", left, err)
-	}
+	return dir, held
 }
 
 // loadNamespace opens the store in dir again, keeping the markers of kept (as

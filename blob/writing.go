@@ -216,19 +216,17 @@ func (s *Store) MarkIntact(f *os.File, id ID) (Mark, error) {
 
 // Remark records that a close of a writer of id returned, leaving its
 // file with attributes st (read then: a change after gets a later mtime,
-// see MarkIntact): id's marker records st's mtime, as closed, so a crash
-// before the file changes again keeps the object as that close left it,
-// unless a process
-// still held a file of the mount when the daemon died (see DemoteClosed)
-// or holds one at the start (DistrustIntact): a duplicate of the
-// descriptor may write on. Writing ends at the RELEASE the kernel sends
-// after the close returned, and a crash in between reclaimed an object
-// its writer was told was stored (an outside tester: 6 of 25 stores
-// under their final name, the daemon killed right after each close).
-// old is what id's marker records; Remark returns what it records now.
-// An empty file is left as it was marked: a parent that hands its
-// descriptor to a child (Popen's stdout) closes it before the child
-// writes.
+// see MarkIntact): id's marker records st's mtime, as closed. Writing
+// ends at the RELEASE the kernel sends after the close returned, and a
+// crash in between reclaimed an object its writer was told was stored
+// (an outside tester: 6 of 25 stores under their final name, the daemon
+// killed right after each close). Such a record is trusted once a dead
+// daemon's guard vets it (VetClosed: nothing held the object as the
+// daemon died, and the close was just before) and while the file keeps
+// that mtime; a duplicate of the descriptor may write on. old is what
+// id's marker records; Remark returns what it records now. An empty
+// file is left as it was marked: a parent that hands its descriptor to a
+// child (Popen's stdout) closes it before the child writes.
 func (s *Store) Remark(id ID, st *unix.Stat_t, old Mark) (Mark, error) {
 	if !s.fineTimes() || st.Size == 0 || st.Mtim.Nano() == 0 {
 		return old, nil
@@ -280,7 +278,7 @@ func (s *Store) Demote(id ID, m Mark) error {
 }
 
 // demote renames the intact marker intact in directory dirfd (at, for
-// messages) to its plain name.
+// messages) to plain: its plain name, or another intact one.
 func demote(dirfd int, intact, plain, at string) error {
 	// Both names of one inode: rename does nothing (POSIX), so the
 	// intact one is unlinked after.
@@ -293,21 +291,23 @@ func demote(dirfd int, intact, plain, at string) error {
 	return nil
 }
 
-// DemoteClosed makes plain the markers under the writing/ directory
-// writing that a close recorded (Remark) of the objects held says a
-// process still holds, and says how many: a dead daemon's guard does,
-// for what was held as the daemon died, which may be a duplicate of a
-// closed descriptor that writes on (a shell's redirect, Popen's child).
-// A marker recorded at a writer's open is left: the guard truncates its
-// file if it changes.
-func DemoteClosed(writing string, held func(ID) bool) int {
+// VetClosed settles the markers a close recorded (Remark) under the
+// writing/ directory writing, for a start after the daemon died; a dead
+// daemon's guard does it as the daemon dies. A marker of an object held
+// says a process still holds (a duplicate of the closed descriptor, a
+// forked child, a mapping may write on), or one recorded before cutoff
+// (unix nanoseconds: its RELEASE, which follows a close by
+// milliseconds, never came, so something held it), is made plain: the
+// start reclaims the object. The others are made intact ones, which the
+// start trusts while the object's mtime holds. It says how many of each.
+func VetClosed(writing string, held func(ID) bool, cutoff int64) (plain, trusted int) {
 	names, _ := ReadMarkers(writing)
-	n := 0
 	for _, name := range names {
 		m, ok := IntactMark(name)
-		plain, _, _ := strings.Cut(filepath.Base(name), intactSep)
-		id, err := strconv.ParseUint(plain, 16, 64)
-		if !ok || !m.Closed || err != nil || !held(ID(id)) {
+		base := filepath.Base(name)
+		id, _, _ := strings.Cut(base, intactSep)
+		n, err := strconv.ParseUint(id, 16, 64)
+		if !ok || !m.Closed || err != nil {
 			continue
 		}
 		dir := filepath.Join(writing, filepath.Dir(name))
@@ -315,12 +315,20 @@ func DemoteClosed(writing string, held func(ID) bool) int {
 		if err != nil {
 			continue
 		}
-		if demote(int(d.Fd()), filepath.Base(name), plain, dir) == nil {
-			n++
+		to := Mark{Mtime: m.Mtime}.name(ID(n))
+		if held(ID(n)) || m.Mtime < cutoff {
+			to = id
+		}
+		if demote(int(d.Fd()), base, to, dir) == nil {
+			if to == id {
+				plain++
+			} else {
+				trusted++
+			}
 		}
 		d.Close()
 	}
-	return n
+	return plain, trusted
 }
 
 // fineTimes probes, once, whether the store's file system gives a write

@@ -33,6 +33,15 @@ func openCore(t *testing.T, dir string, cfg Config) (*testCore, LoadReport) {
 // stop, handles left open; only the store's lock goes with the process.
 func (tc *testCore) crash() { tc.store.Close() }
 
+// crashVetted is crash, with what a dead daemon's guard does with the
+// closes its writers recorded (blob.VetClosed): no process held them as
+// it died, just after them.
+func (tc *testCore) crashVetted() {
+	dir := tc.store.Dir()
+	tc.crash()
+	blob.VetClosed(filepath.Join(dir, blob.WritingName), func(blob.ID) bool { return false }, 0)
+}
+
 // stored is what the store holds for objects: each inode under data/
 // once, charged as the ledger charges it.
 func stored(t *testing.T, dir string) int64 {

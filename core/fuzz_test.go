@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -491,6 +492,8 @@ func (m *fuzzCore) restart(clean bool) {
 		m.c.wg.Wait()
 		m.c.store.Close()
 		m.c = nil
+		// The dead daemon's guard: its writers died with it.
+		blob.VetClosed(filepath.Join(m.dir, blob.WritingName), func(blob.ID) bool { return false }, 0)
 	}
 	evicted := m.start()
 	// A start that walks the store numbers its directories afresh.

@@ -655,7 +655,7 @@ func TestPublishWaitsForRelease(t *testing.T) {
 	if err := tc.Unlink(blob.RootID, ".tmp1"); err != nil {
 		t.Fatal(err)
 	}
-	tc.crash()
+	tc.crashVetted()
 	after, rep := openCore(t, tc.store.Dir(), Config{Capacity: 64 * mib})
 	defer after.Close()
 	if !after.exists("final1") {
@@ -1255,7 +1255,7 @@ func TestCloseBesideAnotherWriterRecordsNothing(t *testing.T) {
 	if !closedMark(lone.ID()) {
 		t.Fatal("the opener's close of the one writer recorded nothing")
 	}
-	tc.crash()
+	tc.crashVetted()
 	after, rep := openCore(t, dir, Config{Capacity: 64 * mib})
 	defer after.Close()
 	if after.exists("beside") || !after.exists("lone") || rep.Incomplete != 1 {
