@@ -472,11 +472,12 @@ func TestOpenRacingReplace(t *testing.T) {
 			name, tmp := k.path("obj"), k.path(".tmp")
 			const publishes = 300
 			var done atomic.Bool
+			var c racing
 			errs := make(chan error, 2)
 			go func() {
 				defer done.Store(true)
 				r := rand.New(rand.NewPCG(1, 2))
-				for n := 1; n <= publishes; n++ {
+				for n := 1; n <= publishes || c.busy(); n++ {
 					size := 100 + r.IntN(100000)
 					b := bytes.Repeat([]byte{'x'}, size)
 					copy(b, fmt.Sprintf("%d %d\n", n, size))
@@ -491,7 +492,6 @@ func TestOpenRacingReplace(t *testing.T) {
 				}
 				errs <- nil
 			}()
-			var c racing
 			buf := make([]byte, 200000)
 			for !done.Load() {
 				// ENOENT: before the first publish.
@@ -528,10 +528,11 @@ func TestOpenRacingDirectoryExchange(t *testing.T) {
 			}
 			const swaps = 1500
 			var done atomic.Bool
+			var c racing
 			errs := make(chan error, 1)
 			go func() {
 				defer done.Store(true)
-				for range swaps {
+				for n := 0; n < swaps || c.busy(); n++ {
 					if err := unix.Renameat2(unix.AT_FDCWD, k.path("A"), unix.AT_FDCWD, k.path("B"), unix.RENAME_EXCHANGE); err != nil {
 						errs <- err
 						return
@@ -539,7 +540,6 @@ func TestOpenRacingDirectoryExchange(t *testing.T) {
 				}
 				errs <- nil
 			}()
-			var c racing
 			buf := make([]byte, 64<<10)
 			for i := 0; !done.Load(); i++ {
 				p := k.path([]string{"A", "B"}[i%2], fmt.Sprintf("f%d", i/2%4))
@@ -570,7 +570,19 @@ func openAndRead(path string, buf []byte) (int, unix.Stat_t, error) {
 
 // racing counts a racing reader's opens: reads that went through,
 // ESTALE answers, and reads of one object under another's size.
-type racing struct{ reads, stale, bad int }
+type racing struct {
+	reads, stale, bad int
+	// done is reads, for the changer: it changes on until the reader
+	// did enough of them (a loaded machine's reader did 62 in 1,500
+	// exchanges).
+	done atomic.Int64
+}
+
+// racedReads is how many reads make a race.
+const racedReads = 100
+
+// busy says whether the reader has yet to do racedReads.
+func (c *racing) busy() bool { return c.done.Load() < racedReads }
 
 // read opens p and reads it into buf. Each object begins with a label
 // and its size in bytes; a read whose length is
@@ -587,6 +599,7 @@ func (c *racing) read(t *testing.T, p string, buf []byte) error {
 		return err
 	}
 	c.reads++
+	c.done.Store(int64(c.reads))
 	var label string
 	var size int
 	fmt.Sscanf(string(buf[:min(n, 32)]), "%s %d", &label, &size)
@@ -605,7 +618,7 @@ func (c *racing) verdict(t *testing.T, err error, changes int, what string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.reads < 100 {
+	if c.reads < racedReads {
 		t.Fatalf("only %d reads raced %d %s: the test raced nothing", c.reads, changes, what)
 	}
 	if c.bad > 0 {
