@@ -180,7 +180,7 @@ func (s *Store) readWriting() (*marks, error) {
 	m := &marks{inos: make(map[uint64]bool, len(names)), sizes: map[uint64]int64{}, names: names, counted: map[uint64]bool{}}
 	for _, name := range names {
 		var st unix.Stat_t
-		if unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && (s.distrustIntact || changedSince(name, &st)) {
+		if unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && reclaimed(name, &st, s.distrustIntact) {
 			m.inos[st.Ino] = true
 			m.sizes[st.Ino] = st.Size
 		}
@@ -196,7 +196,18 @@ func (s *Store) readWriting() (*marks, error) {
 // loss), and whether a holder wrote on is not known.
 func changedSince(name string, st *unix.Stat_t) bool {
 	m, intact := IntactMark(name)
-	return !intact || m.Closed || !Unchanged(st, m.Mtime)
+	return !intact || m.Closed && !m.Vetted || !Unchanged(st, m.Mtime)
+}
+
+// reclaimed says whether a start reclaims the file a marker named name
+// marks: changed since it was marked, or intact but distrusted (a
+// process holds a file of the dead mount: see DistrustIntact), unless a
+// dead daemon's guard vetted it (nothing held it as the daemon died, and
+// nothing can open it since: an outside tester's readers holding other
+// files at the start had such a store reclaimed).
+func reclaimed(name string, st *unix.Stat_t, distrust bool) bool {
+	m, _ := IntactMark(name)
+	return changedSince(name, st) || distrust && !m.Vetted
 }
 
 // remove deletes the markers.

@@ -410,7 +410,7 @@ func TestLoadKeepsIntactUnchanged(t *testing.T) {
 		t.Fatalf("fsck: %d kept and %d incomplete, want 1 and 4: %q", kept, incomplete, found.Problems)
 	}
 
-	rep, got := loadNamespace(t, dir, ids["kept"])
+	rep, got := loadNamespace(t, dir, func(s *Store) { s.KeepMarkers([]ID{ids["kept"]}) })
 	if rep.Incomplete != 3 || !slices.Equal(got, []string{"dir .", "file kept", "file unchanged"}) {
 		t.Fatalf("Load: %+v, namespace %q; want the unchanged and the kept objects only", rep, got)
 	}
@@ -431,15 +431,19 @@ func TestLoadKeepsIntactUnchanged(t *testing.T) {
 // close records again, under the one marker.
 func TestRemarkRecordsAClose(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		vet     bool
-		cutoff  time.Duration // before now
-		trusted int           // of the 4 closed records (not "held")
-		kept    []string
+		name     string
+		vet      bool
+		cutoff   time.Duration // before now
+		distrust bool          // a process holds a file of the dead mount
+		trusted  int           // of the 4 closed records (not "held")
+		kept     []string
 	}{
-		{"vetted", true, time.Hour, 3, []string{"closed", "closed twice"}},
-		{"vetted late", true, -time.Hour, 0, nil},
-		{"not vetted", false, 0, 0, nil},
+		{"vetted", true, time.Hour, false, 3, []string{"closed", "closed twice"}},
+		// None held these as the daemon died, and none can open
+		// them since (an outside tester's readers of other files).
+		{"vetted, other files held", true, time.Hour, true, 3, []string{"closed", "closed twice"}},
+		{"vetted late", true, -time.Hour, false, 0, nil},
+		{"not vetted", false, 0, false, 0, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, held := closedStores(t)
@@ -449,7 +453,13 @@ func TestRemarkRecordsAClose(t *testing.T) {
 					t.Errorf("VetClosed: %d made plain, %d trusted; want %d trusted of the 4 closed", plain, trusted, c.trusted)
 				}
 			}
-			rep, got := loadNamespace(t, dir)
+			var rep LoadReport
+			var got []string
+			if c.distrust {
+				rep, got = loadNamespace(t, dir, (*Store).DistrustIntact)
+			} else {
+				rep, got = loadNamespace(t, dir)
+			}
 			want := []string{"dir ."}
 			for _, k := range c.kept {
 				want = append(want, "file "+k)
@@ -519,16 +529,17 @@ func closedStores(t *testing.T) (dir string, held ID) {
 	return dir, held
 }
 
-// loadNamespace opens the store in dir again, keeping the markers of kept (as
-// a handover's successor does), loads it, checks its index, and closes
-// it: what the load reported, and the namespace it loaded.
-func loadNamespace(t *testing.T, dir string, kept ...ID) (LoadReport, []string) {
+// loadNamespace opens the store in dir again, sets it up with each of
+// prep (KeepMarkers, as a handover's successor does, DistrustIntact),
+// loads it, checks its index, and closes it: what the load reported,
+// and the namespace it loaded.
+func loadNamespace(t *testing.T, dir string, prep ...func(*Store)) (LoadReport, []string) {
 	t.Helper()
 	s, err := Open(dir)
 	must(t, "Open", err)
 	defer s.Close()
-	if len(kept) > 0 {
-		s.KeepMarkers(kept)
+	for _, p := range prep {
+		p(s)
 	}
 	_, rep, err := s.Load()
 	must(t, "Load", err)

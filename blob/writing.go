@@ -143,16 +143,20 @@ func ReadMarkers(writing string) ([]string, error) {
 const (
 	intactSep = "@"
 	// closedTag ends the name of a marker a close recorded (Remark):
-	// "<id>@<mtime>c". A kvfs before 2026-12 reads it as plain.
+	// "<id>@<mtime>c"; vettedTag, once a dead daemon's guard vouched for
+	// it (VetClosed). A kvfs before 2026-12 reads either as plain.
 	closedTag = "c"
+	vettedTag = "v"
 )
 
 // Mark is what a crash marker records: nothing (the zero Mark, a plain
 // marker), or an mtime (an intact one), taken at a writer's open
-// (MarkIntact) or at a close (Remark, Closed).
+// (MarkIntact) or at a close (Remark, Closed), and vouched for by a dead
+// daemon's guard (Vetted).
 type Mark struct {
 	Mtime  int64
 	Closed bool
+	Vetted bool
 }
 
 // name is the name of id's marker that records m.
@@ -162,7 +166,10 @@ func (m Mark) name(id ID) string {
 		return name
 	}
 	name += intactSep + strconv.FormatInt(m.Mtime, 10)
-	if m.Closed {
+	switch {
+	case m.Vetted:
+		name += vettedTag
+	case m.Closed:
 		name += closedTag
 	}
 	return name
@@ -176,11 +183,12 @@ func IntactMark(name string) (Mark, bool) {
 		return Mark{}, false
 	}
 	m, closed := strings.CutSuffix(m, closedTag)
+	m, vetted := strings.CutSuffix(m, vettedTag)
 	mtime, err := strconv.ParseInt(m, 10, 64)
 	if err != nil || mtime == 0 {
 		return Mark{}, false
 	}
-	return Mark{Mtime: mtime, Closed: closed}, true
+	return Mark{Mtime: mtime, Closed: closed || vetted, Vetted: vetted}, true
 }
 
 // Unchanged says whether a file an intact marker recorded mtime of
@@ -298,8 +306,10 @@ func demote(dirfd int, intact, plain, at string) error {
 // forked child, a mapping may write on), or one recorded before cutoff
 // (unix nanoseconds: its RELEASE, which follows a close by
 // milliseconds, never came, so something held it), is made plain: the
-// start reclaims the object. The others are made intact ones, which the
-// start trusts while the object's mtime holds. It says how many of each.
+// start reclaims the object. The others are marked vetted, which the
+// start trusts while the object's mtime holds, whatever holds other
+// files of the dead mount by then (none held these as it died, and none
+// can open them since). It says how many of each.
 func VetClosed(writing string, held func(ID) bool, cutoff int64) (plain, trusted int) {
 	names, _ := ReadMarkers(writing)
 	for _, name := range names {
@@ -307,7 +317,7 @@ func VetClosed(writing string, held func(ID) bool, cutoff int64) (plain, trusted
 		base := filepath.Base(name)
 		id, _, _ := strings.Cut(base, intactSep)
 		n, err := strconv.ParseUint(id, 16, 64)
-		if !ok || !m.Closed || err != nil {
+		if !ok || !m.Closed || m.Vetted || err != nil {
 			continue
 		}
 		dir := filepath.Join(writing, filepath.Dir(name))
@@ -315,7 +325,7 @@ func VetClosed(writing string, held func(ID) bool, cutoff int64) (plain, trusted
 		if err != nil {
 			continue
 		}
-		to := Mark{Mtime: m.Mtime}.name(ID(n))
+		to := Mark{Mtime: m.Mtime, Closed: true, Vetted: true}.name(ID(n))
 		if held(ID(n)) || m.Mtime < cutoff {
 			to = id
 		}
