@@ -1263,3 +1263,45 @@ func TestCloseBesideAnotherWriterRecordsNothing(t *testing.T) {
 			after.exists("beside"), after.exists("lone"), rep.Incomplete)
 	}
 }
+
+// TestClosedStoreKeptIsPublished: a store a crash came between its
+// opener's close and its RELEASE, kept by the close's record, is
+// published once the next core starts (a shared tier uploads it): its
+// publish, the RELEASE, never came. One reclaimed is not.
+func TestClosedStoreKeptIsPublished(t *testing.T) {
+	dir := t.TempDir()
+	tc, _ := openCore(t, dir, Config{Capacity: 64 * mib})
+	tc.Start(func(Drop) {})
+	me := Client(os.Getpid())
+	for _, name := range []string{"kept", "written"} {
+		h, err := tc.createBy(me, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Write(Interrupt{}, make([]byte, 64*kib), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.FlushBy(Interrupt{}, me); err != nil {
+			t.Fatal(err)
+		}
+		if name == "written" {
+			h.File().WriteAt([]byte("more"), 64*kib) // after the close
+		}
+	}
+	tc.crashVetted()
+	var mu sync.Mutex
+	var published []string
+	after, rep := openCore(t, dir, Config{Capacity: 64 * mib, Published: func(p string) {
+		mu.Lock()
+		defer mu.Unlock()
+		published = append(published, p)
+	}})
+	defer after.Close()
+	after.Start(func(Drop) {})
+	mu.Lock()
+	defer mu.Unlock()
+	if !after.exists("kept") || after.exists("written") || rep.Incomplete != 1 || !slices.Equal(published, []string{"kept"}) {
+		t.Fatalf("after the crash: kept %v, written %v, %d reclaimed, published %q; want kept alone, published",
+			after.exists("kept"), after.exists("written"), rep.Incomplete, published)
+	}
+}
