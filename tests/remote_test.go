@@ -406,6 +406,42 @@ func TestRemoteKill9WithUploadsPending(t *testing.T) {
 	a.stop()
 }
 
+// TestRemoteKilledBeforeRelease: a store whose close returned, the
+// daemon killed before the RELEASE that ends writing (and publishes,
+// and queues the upload), is kept by the restart (see
+// TestKilledBeforeRelease) and uploaded then: another node loads it
+// from the bucket. Before, the restart kept it and the bucket never
+// got it.
+func TestRemoteKilledBeforeRelease(t *testing.T) {
+	srv := s3test.New(t)
+	dir := t.TempDir()
+	mp := filepath.Join(dir, "a")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := append(srv.Env(), "KVFS_FAILPOINT=writer-release")
+	d := startDaemonEnv(t, kvfsBin, env, mp, "--remote", srv.URL(remotePrefix), "--capacity", "64MiB", "--grace", "0s")
+	want := objectBytes("closed", MiB)
+	if err := os.WriteFile(finalPath(d.mp, "closed"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !d.waitExited() {
+		t.Fatal("the daemon did not die at the writer's release")
+	}
+	a := startRemoteNode(t, srv, dir, "a")
+	a.mustLoad("closed", want)
+	if f := a.uploaded(); f.Uploads != 1 {
+		t.Errorf("uploads after the restart: %+v, want the closed store's", f)
+	}
+	if got, _ := remoteObject(t, srv, "closed"); !bytes.Equal(got, want) {
+		t.Fatalf("the closed store is not in the bucket after the restart (%d bytes there)", len(got))
+	}
+	b := startRemoteNode(t, srv, dir, "b")
+	b.mustLoad("closed", want)
+	b.stop()
+	a.stop()
+}
+
 // TestRemoteBadFlags: a bad --remote setting exits 2 with one line
 // naming it, mounts nothing and creates no store.
 func TestRemoteBadFlags(t *testing.T) {
