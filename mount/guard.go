@@ -454,7 +454,8 @@ func descriptorFile(path string) (mnt, ino string, ok bool) {
 // its descriptor): a kvfs mount's inode numbers are its objects' IDs.
 // Where the kernel does not say a descriptor's inode, or the inode is a
 // load's (a start serving while its index loads numbers its own, which
-// files opened then keep), every object counts as held.
+// files opened then keep), or the mount is no longer in the table, every
+// object counts as held.
 func heldObjects(mnt string) func(blob.ID) bool {
 	held, unsure := map[blob.ID]bool{}, false
 	add := func(ino string) {
@@ -470,6 +471,8 @@ func heldObjects(mnt string) func(blob.ID) bool {
 	})
 	if dev, ok := mountDev(mnt); ok {
 		mappedOn(dev, add)
+	} else {
+		unsure = true // detached (umount -l): its mappings cannot be told
 	}
 	return func(id blob.ID) bool { return unsure || held[id] }
 }
