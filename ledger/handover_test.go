@@ -90,3 +90,29 @@ func TestCapacityWhileSet(t *testing.T) {
 		}
 	}
 }
+
+// TestSetCapacityEvictsWhatCanNeverFitFirst: a smaller capacity evicts
+// first the objects larger than all of it, wherever they are in the LRU:
+// they can never fit, and evicting the colder ones before them kept
+// nothing (an outside tester's handover from 64 MiB to 32 MiB: 24 MiB
+// of cold objects evicted, then a recent 40 MiB one).
+func TestSetCapacityEvictsWhatCanNeverFitFirst(t *testing.T) {
+	c := newClock()
+	l := New[ID](Config{Capacity: 64 * blk, Grace: testGrace, Now: c.Now})
+	for id := ID(1); id <= 8; id++ {
+		if _, err := l.Restore(id, 3*blk, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Restore(9, 40*blk, 1); err != nil { // the most recent
+		t.Fatal(err)
+	}
+	victims := l.SetCapacity(32 * blk)
+	mustOK(t, l)
+	if len(victims) != 1 || victims[0].ID != 9 {
+		t.Fatalf("victims %+v, want the 40-block entry alone", victims)
+	}
+	if st := l.Stats(); st.Objects != 8 || st.UsedBytes != 24*blk {
+		t.Fatalf("after: %d objects, %d bytes; want the 8 small ones", st.Objects, st.UsedBytes)
+	}
+}

@@ -1174,12 +1174,28 @@ func (l *Ledger[K]) Drop(id K) {
 // SetCapacity changes the capacity and evicts what no longer fits
 // (sparing, as always, pinned objects and those in their grace period:
 // if those alone are over it, nothing is evicted and the admitted bytes
-// stay over until enough are let go).
+// stay over until enough are let go). Where the cache is over, objects
+// larger than the whole new capacity go first, whatever their place in
+// the LRU: they can never fit, and evicting the colder ones before them
+// only to evict them too emptied the cache (an outside tester: a
+// handover from 64 MiB to 32 MiB evicted 24 MiB of cold objects, then a
+// recently read 40 MiB one, and kept nothing).
 func (l *Ledger[K]) SetCapacity(capacity int64) []Victim[K] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.capacity = capacity
-	victims, err := l.trim(nil)
+	var chosen []*entry[K]
+	if l.used-l.over > capacity {
+		cutoff := l.now().UnixNano() - l.grace
+		for i := l.lru.first(); i != 0; i = l.lru.next(i) {
+			if e := l.slab.at(i); e.charge > capacity && e.pins == 0 && !e.inGrace(cutoff) {
+				chosen = append(chosen, e)
+			}
+		}
+	}
+	victims := l.commitVictims(chosen)
+	more, err := l.trim(nil)
+	victims = append(victims, more...)
 	if err != nil {
 		// Held over the new capacity: no reconciliation, but the
 		// admitted bytes may pass it until enough are let go.
