@@ -119,7 +119,6 @@ func (s *Store) Load() ([]Object, LoadReport, error) {
 			rep.NamelessByte += m.sizes[ino]
 		}
 	}
-	s.closedKept = s.filesOf(m.closed)
 	// Only now that data/ holds nothing half-written: a crash before
 	// this leaves the markers for the next start.
 	m.remove(s)
@@ -161,9 +160,6 @@ type marks struct {
 	// once however many names or tries (a checkpoint given up, then a
 	// walk); guarded by the loader's mu.
 	counted map[uint64]bool
-	// closed: the inodes kept by a close's record a dead daemon's guard
-	// vetted (see VetClosed), stores whose publish never came.
-	closed map[uint64]bool
 }
 
 // readWriting reads writing/.
@@ -181,41 +177,15 @@ func (s *Store) readWriting() (*marks, error) {
 		plain, _, _ := strings.Cut(n, intactSep)
 		return s.kept[plain]
 	})
-	m := &marks{inos: make(map[uint64]bool, len(names)), sizes: map[uint64]int64{}, names: names,
-		counted: map[uint64]bool{}, closed: map[uint64]bool{}}
+	m := &marks{inos: make(map[uint64]bool, len(names)), sizes: map[uint64]int64{}, names: names, counted: map[uint64]bool{}}
 	for _, name := range names {
 		var st unix.Stat_t
-		switch mark, _ := IntactMark(name); {
-		case unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil:
-		case reclaimed(name, &st, s.distrustIntact):
+		if unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && reclaimed(name, &st, s.distrustIntact) {
 			m.inos[st.Ino] = true
 			m.sizes[st.Ino] = st.Size
-		case mark.Vetted:
-			m.closed[st.Ino] = true
 		}
 	}
 	return m, nil
-}
-
-// ClosedKept is the objects the last Load kept by a close's record that
-// a dead daemon's guard vetted (see VetClosed): stores whose writer's
-// close returned just before the crash, their publish (the RELEASE)
-// never come, which the owner publishes.
-func (s *Store) ClosedKept() []ID { return s.closedKept }
-
-// filesOf is the objects, as loaded, whose stored inodes are in inos:
-// one walk of the index, where inos holds any.
-func (s *Store) filesOf(inos map[uint64]bool) []ID {
-	if len(inos) == 0 {
-		return nil
-	}
-	var ids []ID
-	for id, f := range s.files {
-		if inos[f.ino] {
-			ids = append(ids, id)
-		}
-	}
-	return ids
 }
 
 // changedSince says whether the file a marker named name marks may have

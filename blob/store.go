@@ -103,8 +103,6 @@ type Store struct {
 	// and nothing else is.
 	dirs  map[ID]*dir
 	files map[ID]*file
-	// closedKept: see ClosedKept; the owner's, after Load.
-	closedKept []ID
 	// tree counts the changes of directories (one moved or removed, the
 	// index reset or loaded): what every path of a Version rests on.
 	tree atomic.Uint64

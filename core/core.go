@@ -214,9 +214,6 @@ type Core struct {
 	// startDrops are the objects the start evicted to fit the capacity,
 	// reported at Start (without names: the kernel never saw them).
 	startDrops []Drop
-	// startPublished are the stores a crash came between their close
-	// and their publish (blob.Store.ClosedKept), published at Start.
-	startPublished []blob.ID
 	// fitted is how many objects a handover's Core evicted at Start to
 	// fit its capacity (fitCapacity); written by Start only.
 	fitted int
@@ -371,7 +368,6 @@ func Open(store *blob.Store, cfg Config) (*Core, LoadReport, error) {
 	c := newCore(store, cfg, len(objects))
 	c.cfg.Capacity = target
 	c.auditAtStart = brep.FromSnapshot
-	c.startPublished = store.ClosedKept()
 	if err := c.restore(objects, &rep); err != nil {
 		return nil, rep, err
 	}
@@ -509,17 +505,6 @@ func (c *Core) Start(dropped func(Drop)) {
 	c.dropped = dropped
 	c.deliver(c.startDrops)
 	c.startDrops = nil
-	// Kept by the close's record (the shared tier uploads them): their
-	// writers' RELEASE, the publish, never came. The ones the start
-	// evicted have no names.
-	var pub []string
-	c.mu.RLock()
-	for _, id := range c.startPublished {
-		pub = append(pub, c.pathsLocked(id)...)
-	}
-	c.mu.RUnlock()
-	c.startPublished = nil
-	c.publish(pub)
 	if c.fitting.Load() {
 		c.fitCapacity()
 		c.fitting.Store(false)

@@ -262,7 +262,12 @@ func TestBadInputFlags(t *testing.T) {
 	t.Run("store_parent_missing", func(t *testing.T) {
 		dir := t.TempDir()
 		store := filepath.Join(dir, "nonexist", "deep", "store")
-		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", store, mp), store, "parent directory "+filepath.Dir(store)+" does not exist")
+		res := runKvfsTimeout(t, hangGuard, "mount", "--store", store, mp)
+		if _, ok := mountAt(mp); ok {
+			detachAll(mp)
+			t.Errorf("mounted a store whose parent did not exist")
+		}
+		requireUsageError(t, res, store, "parent directory "+filepath.Dir(store)+" does not exist")
 		if _, err := os.Lstat(filepath.Join(dir, "nonexist")); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("a refused --store made its parents: %v", err)
 		}
