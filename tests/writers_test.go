@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -688,15 +689,16 @@ func TestKilledBeforeRelease(t *testing.T) {
 // plain crash marker: one that records no mtime.
 func awaitPlainMarker(t *testing.T, store string) {
 	t.Helper()
-	for deadline := time.Now().Add(hangGuard); time.Now().Before(deadline); time.Sleep(pollEvery) {
+	plain := waitFor(func() bool {
 		names, _ := blob.ReadMarkers(filepath.Join(store, blob.WritingName))
-		for _, n := range names {
-			if _, intact := blob.IntactMark(n); !intact {
-				return
-			}
-		}
+		return slices.ContainsFunc(names, func(n string) bool {
+			_, intact := blob.IntactMark(n)
+			return !intact
+		})
+	})
+	if !plain {
+		t.Errorf("no plain crash marker in %s after %v", store, hangGuard)
 	}
-	t.Errorf("no plain crash marker in %s after %v", store, hangGuard)
 }
 
 // TestCrashPublishedDupWriter: the fs_native store with a duplicate of
