@@ -194,20 +194,18 @@ func (s *Store) readWriting() (*marks, error) {
 // record (Remark) is trusted only once a dead daemon's guard has vetted
 // it (VetClosed): unvetted, the guard did not run (killed too, a power
 // loss), and whether a holder wrote on is not known.
-func changedSince(name string, st *unix.Stat_t) bool {
-	m, intact := IntactMark(name)
-	return !intact || m.Closed && !m.Vetted || !Unchanged(st, m.Mtime)
-}
+func changedSince(name string, st *unix.Stat_t) bool { return reclaimed(name, st, false) }
 
 // reclaimed says whether a start reclaims the file a marker named name
-// marks: changed since it was marked, or intact but distrusted (a
-// process holds a file of the dead mount: see DistrustIntact), unless a
-// dead daemon's guard vetted it (nothing held it as the daemon died, and
-// nothing can open it since: an outside tester's readers holding other
-// files at the start had such a store reclaimed).
+// marks: changed since it was marked (changedSince), or intact but
+// distrusted (a process holds a file of the dead mount: see
+// DistrustIntact), unless a dead daemon's guard vetted it (nothing held
+// it as the daemon died, and nothing can open it since: an outside
+// tester's readers holding other files at the start had such a store
+// reclaimed).
 func reclaimed(name string, st *unix.Stat_t, distrust bool) bool {
-	m, _ := IntactMark(name)
-	return changedSince(name, st) || distrust && !m.Vetted
+	m, intact := IntactMark(name)
+	return !intact || m.Closed && !m.Vetted || !Unchanged(st, m.Mtime) || distrust && !m.Vetted
 }
 
 // remove deletes the markers.
