@@ -606,11 +606,18 @@ func (c *Core) storedBy(h *Handle, size int64) {
 // byCreator says whether client thread t is of the process that created
 // h's object, or either is not known.
 func (c *Core) byCreator(h *Handle, t Client) bool {
+	same, known := c.sameProcess(h, t)
+	return same || !known
+}
+
+// sameProcess says whether client thread t is of the process that
+// opened h, where both are known.
+func (c *Core) sameProcess(h *Handle, t Client) (same, known bool) {
 	if t == 0 || h.by == nil {
-		return true
+		return false, false
 	}
 	p := c.clients.process(t)
-	return p.pid == 0 || p.pid == h.by.pid
+	return p.pid == h.by.pid, p.pid != 0
 }
 
 // byOpener says whether client thread t is known to be of the process
@@ -621,11 +628,8 @@ func (c *Core) byCreator(h *Handle, t Client) bool {
 // head ...; done > f`) closes after each; killed with the daemon, the
 // prefix at a child's close was served as complete (TestCrashDupWriter).
 func (c *Core) byOpener(h *Handle, t Client) bool {
-	if t == 0 || h.by == nil {
-		return false
-	}
-	p := c.clients.process(t)
-	return p.pid != 0 && p.pid == h.by.pid
+	same, known := c.sameProcess(h, t)
+	return same && known
 }
 
 // PublishedBy tells the core a client thread linked or renamed an
