@@ -305,7 +305,7 @@ func (l *Ledger[K]) coldest(need int64, self *entry[K]) ([]*entry[K], int64) {
 	var freed int64
 	for i := l.lru.first(); i != 0 && freed < need; i = l.lru.next(i) {
 		e := l.slab.at(i)
-		if e == self || e.pins > 0 || e.inGrace(cutoff) {
+		if e == self || !e.evictable(cutoff) {
 			continue
 		}
 		chosen = append(chosen, e)

@@ -203,6 +203,10 @@ func (e *entry[K]) final() bool { return e.lastClose == published }
 // publish step still to come.
 func (e *entry[K]) inGrace(cutoff int64) bool { return e.lastClose > 0 && e.lastClose > cutoff }
 
+// evictable says whether e may be evicted: not pinned, and not in its
+// grace period (see inGrace).
+func (e *entry[K]) evictable(cutoff int64) bool { return e.pins == 0 && !e.inGrace(cutoff) }
+
 // New returns an empty ledger.
 func New[K comparable](cfg Config) *Ledger[K] {
 	now := cfg.Now
@@ -784,7 +788,7 @@ func (l *Ledger[K]) Shed(count int) []Victim[K] {
 	cutoff := l.now().UnixNano() - l.grace
 	var chosen []*entry[K]
 	for i := l.lru.first(); i != 0 && len(chosen) < count; i = l.lru.next(i) {
-		if e := l.slab.at(i); e.pins == 0 && !e.inGrace(cutoff) {
+		if e := l.slab.at(i); e.evictable(cutoff) {
 			chosen = append(chosen, e)
 		}
 	}
@@ -1188,7 +1192,7 @@ func (l *Ledger[K]) SetCapacity(capacity int64) []Victim[K] {
 	if l.used-l.over > capacity {
 		cutoff := l.now().UnixNano() - l.grace
 		for i := l.lru.first(); i != 0; i = l.lru.next(i) {
-			if e := l.slab.at(i); e.charge > capacity && e.pins == 0 && !e.inGrace(cutoff) {
+			if e := l.slab.at(i); e.charge > capacity && e.evictable(cutoff) {
 				chosen = append(chosen, e)
 			}
 		}
