@@ -28,6 +28,13 @@ type remoteNode struct {
 // user would give them, plus flags.
 func startRemoteNode(t *testing.T, srv *s3test.Server, dir, name string, flags ...string) *remoteNode {
 	t.Helper()
+	return startRemoteNodeEnv(t, srv, dir, name, nil, flags...)
+}
+
+// startRemoteNodeEnv is startRemoteNode with env added to the daemon's
+// environment.
+func startRemoteNodeEnv(t *testing.T, srv *s3test.Server, dir, name string, env []string, flags ...string) *remoteNode {
+	t.Helper()
 	mp := filepath.Join(dir, name)
 	// A mount point a kill -9 left dead answers stat with ENOTCONN, and
 	// MkdirAll with EEXIST: kvfs mount cleans it up.
@@ -35,7 +42,7 @@ func startRemoteNode(t *testing.T, srv *s3test.Server, dir, name string, flags .
 		t.Fatal(err)
 	}
 	args := append([]string{"--remote", srv.URL(remotePrefix), "--capacity", "64MiB", "--grace", "0s"}, flags...)
-	d := startDaemonEnv(t, kvfsBin, srv.Env(), mp, args...)
+	d := startDaemonEnv(t, kvfsBin, append(srv.Env(), env...), mp, args...)
 	return &remoteNode{daemon: d, fs: &fsNative{base: d.mp, seq: new(atomic.Int64)}}
 }
 

@@ -416,12 +416,7 @@ func TestRemoteKill9WithUploadsPending(t *testing.T) {
 func TestRemoteKilledBeforeRelease(t *testing.T) {
 	srv := s3test.New(t)
 	dir := t.TempDir()
-	mp := filepath.Join(dir, "a")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	env := append(srv.Env(), "KVFS_FAILPOINT=writer-release")
-	d := startDaemonEnv(t, kvfsBin, env, mp, "--remote", srv.URL(remotePrefix), "--capacity", "64MiB", "--grace", "0s")
+	d := startRemoteNodeEnv(t, srv, dir, "a", []string{"KVFS_FAILPOINT=writer-release"})
 	want := objectBytes("closed", MiB)
 	if err := os.WriteFile(finalPath(d.mp, "closed"), want, 0o644); err != nil {
 		t.Fatal(err)
