@@ -282,3 +282,49 @@ func TestLinkedOutsideDuringLink(t *testing.T) {
 		t.Fatal("a link made behind kvfs's back was not seen")
 	}
 }
+
+// TestOpenDuringUnlinkOfAnotherName: an open of an object while kvfs
+// unlinks another of its names, between the unlink's syscall and its
+// commit, meets ENOENT at the index's path for it (that name). It waits
+// for the commit and opens the object by the name it keeps: before, it
+// took the object for vanished and dropped it with every stored name
+// (an outside tester: a reader of an fs_native key while its writer
+// unlinked the temp name; 2 completed stores lost in 20,100).
+func TestOpenDuringUnlinkOfAnotherName(t *testing.T) {
+	tc := newTestCore(t, Config{Capacity: 4 * mib})
+	id := tc.putBytes(".tmp", "bytes")
+	if _, err := tc.Link(id, blob.RootID, "key"); err != nil {
+		t.Fatal(err)
+	}
+	var opened *Handle
+	var openErr error
+	var finished, hooked bool
+	wait := func() {}
+	testHookUnlinked = func() {
+		testHookUnlinked = nil
+		hooked = true
+		// Parked anywhere: for the commit (moves.wait), or, going
+		// through, on the directory lock the unlink holds.
+		finished, wait = goParked(func() { opened, openErr = tc.Open(id, unix.O_RDONLY, false, nil) }, "kvfs/core.", append([]string{"chan receive"}, lockWaits...)...)
+	}
+	defer func() { testHookUnlinked = nil }()
+	if err := tc.Unlink(blob.RootID, ".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	switch {
+	case !hooked:
+		t.Fatal("the unlink ran no hook: the test exercised nothing")
+	case finished:
+		t.Error("the open answered between the unlink's syscall and its commit")
+	case openErr != nil:
+		t.Fatalf("open of the object by its key while its temp name was unlinked: %v", openErr)
+	}
+	opened.Release()
+	if _, err := os.Stat(filepath.Join(tc.store.Dir(), "data", "key")); err != nil {
+		t.Errorf("the key's stored file: %v", err)
+	}
+	if e, _, err := tc.Lookup(blob.RootID, "key"); err != nil || e.ID != id {
+		t.Errorf("lookup of the key: %v, %v; want object %d", e, err, id)
+	}
+}
