@@ -146,7 +146,7 @@ func (s *Store) parseCheckpoint(data []byte, m *marks, rep *LoadReport) ([]Objec
 // included). Nothing parsed from it may keep a pointer into it: names
 // are copied (cpReader.str). unmap ends the mapping.
 func mapCheckpoint(path string) (data []byte, unmap func(), err error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -140,7 +140,7 @@ func checkStoreNames(dir string, repair bool, rep *FsckReport) error {
 				filepath.Join(dir, n), kindOf(st.Mode()))
 		}
 	}
-	for _, n := range []string{CheckpointName, HintName} {
+	for _, n := range ownFiles {
 		p := filepath.Join(dir, n)
 		st, err := os.Lstat(p)
 		if err != nil || st.Mode().IsRegular() {
@@ -148,7 +148,7 @@ func checkStoreNames(dir string, repair bool, rep *FsckReport) error {
 		}
 		if repair {
 			if err := os.Remove(p); err != nil {
-				return fmt.Errorf("removing %s (a %s in place of kvfs's file): %w", p, kindOf(st.Mode()), err)
+				return fmt.Errorf("removing %s (a %s in place of kvfs's file): %w: move it away by hand", p, kindOf(st.Mode()), err)
 			}
 		}
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%s is a %s, not kvfs's file: the running checkpoint cannot be written", n, kindOf(st.Mode())))

@@ -284,6 +284,9 @@ func (s *Store) openLayout() error {
 	if s.data, err = openDir(filepath.Join(s.dir, DataName), 0o755); err != nil {
 		return err
 	}
+	if err := checkOwnFiles(s.dir); err != nil {
+		return err
+	}
 	if s.resolved, err = filepath.EvalSymlinks(s.dir); err != nil {
 		return err
 	}
@@ -295,6 +298,36 @@ func (s *Store) openLayout() error {
 	}
 	return s.openShards()
 }
+
+// ownFiles are the files kvfs rewrites in the store directory, each by
+// way of its temporary (writeDurablyIn).
+var ownFiles = []string{CheckpointName, CheckpointName + ".tmp", HintName, HintName + ".tmp"}
+
+// checkOwnFiles refuses a store whose checkpoint or hint is a directory
+// or a special file:
+// a directory there failed every checkpoint, each logged, for as long
+// as the daemon ran, and a FIFO would hold the start's read of it for
+// ever (an outside tester's directory at kvfs.index mounted, then warned
+// at every --checkpoint-interval). The error is an ENOTDIR, which the
+// mount answers with `kvfs fsck`.
+func checkOwnFiles(dir string) error {
+	for _, n := range ownFiles {
+		p := filepath.Join(dir, n)
+		// A symlink is replaced at the next write, and never read
+		// through (O_NOFOLLOW).
+		if st, err := os.Lstat(p); err == nil && !st.Mode().IsRegular() && st.Mode()&os.ModeSymlink == 0 {
+			return misplaced(fmt.Sprintf("%s is a %s, not kvfs's file", p, kindOf(st.Mode())))
+		}
+	}
+	return nil
+}
+
+// misplaced is what a store holds in place of a file of kvfs's: an
+// ENOTDIR, as where data/ is a file, without that errno's words.
+type misplaced string
+
+func (m misplaced) Error() string        { return string(m) }
+func (m misplaced) Is(target error) bool { return target == unix.ENOTDIR }
 
 func openDir(path string, mode os.FileMode) (*os.File, error) {
 	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, os.ErrExist) {

@@ -280,6 +280,28 @@ func TestBadInputFlags(t *testing.T) {
 		os.WriteFile(filepath.Join(store, "data"), []byte("x"), 0o644)
 		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", store, mp), "data: not a directory", "kvfs fsck --store "+store)
 	})
+	// Were: mounted, then a warning at every checkpoint for as long as
+	// it ran (a directory), or a start that never served (a FIFO): an
+	// outside tester.
+	for _, kind := range []string{"directory", "FIFO"} {
+		t.Run("store_checkpoint_is_a_"+kind, func(t *testing.T) {
+			store := filepath.Join(t.TempDir(), "store")
+			os.MkdirAll(filepath.Join(store, "data"), 0o755)
+			os.WriteFile(filepath.Join(store, "kvfs.format"), []byte("kvfs store v1\n"), 0o644)
+			index := filepath.Join(store, "kvfs.index")
+			if kind == "FIFO" {
+				unix.Mkfifo(index, 0o644)
+			} else {
+				os.MkdirAll(filepath.Join(index, "kept"), 0o755)
+			}
+			res := runKvfsTimeout(t, hangGuard, "mount", "--store", store, mp)
+			if _, ok := mountAt(mp); ok {
+				detachAll(mp)
+				t.Errorf("mounted a store whose checkpoint is a %s", kind)
+			}
+			requireUsageError(t, res, index+" is a ", "not kvfs's file", "kvfs fsck --store "+store)
+		})
+	}
 	t.Run("store_on_a_read_only_file_system", func(t *testing.T) {
 		disk := mountTmpfs(t, t.TempDir(), "1m")
 		os.Mkdir(filepath.Join(disk, "store"), 0o755)
