@@ -31,7 +31,8 @@ import (
 // tester: 550-732 of them).
 
 const (
-	// The floor of free bytes is a fiftieth of the disk, within these.
+	// The floor of free bytes is a fiftieth of the disk, within these;
+	// on a disk of less than 32 MiB, an eighth of it at least.
 	diskFloorLeast = 4 << 20
 	diskFloorMost  = 1 << 30
 	// The floor of free inodes is a hundredth of them, at least this.
@@ -39,6 +40,14 @@ const (
 	// diskLookEvery: the most often stores and writes look at the disk.
 	diskLookEvery = 10 * time.Millisecond
 )
+
+// DiskFloor is the free space kvfs keeps on a store's file system of
+// size bytes. A floor of 4 MiB on a disk of 4 MiB left a capacity of 0
+// on an empty disk, every store refused (an outside tester's tmpfs): a
+// small disk keeps an eighth of itself.
+func DiskFloor(size int64) int64 {
+	return min(max(size/50, min(diskFloorLeast, size/8)), diskFloorMost)
+}
 
 // diskWatch is the capacity asked for and whether the disk lowered it.
 type diskWatch struct {
@@ -91,7 +100,7 @@ func (c *Core) fitDisk() bool {
 	evicted := 0
 	evict := func(v victims, err error) (victims, error) { evicted += len(v); return v, err }
 	bsize := int64(sf.Bsize)
-	floor := min(max(int64(sf.Blocks)*bsize/50, diskFloorLeast), diskFloorMost)
+	floor := DiskFloor(int64(sf.Blocks) * bsize)
 	avail := int64(sf.Bavail) * bsize
 	c.disk.near.Store(avail < 4*floor || c.disk.lowered.Load())
 	capacity := c.ledger.Capacity()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"github.com/kvfs/kvfs/ledger"
@@ -459,12 +460,32 @@ func isDeadMount(mp string) bool {
 // capacityFor derives a capacity from the store's file system: a share
 // of its free space plus what the store already holds.
 func capacityFor(store string, held int64) (int64, error) {
-	room, err := diskRoom(store, held)
-	if err != nil {
+	var sf unix.Statfs_t
+	if err := unix.Statfs(store, &sf); err != nil {
 		return 0, err
 	}
-	c := int64(float64(room) * DefaultCapacityShare)
-	return c / ledger.BlockSize * ledger.BlockSize, nil
+	return defaultCapacity(held+int64(sf.Bavail)*sf.Bsize, int64(sf.Blocks)*sf.Bsize), nil
+}
+
+// defaultCapacity is the capacity that room bytes on a file system of
+// size bytes give: DefaultCapacityShare of it, and never into the free
+// space the core keeps on the disk (core.DiskFloor), which a small disk's
+// share reached: a 20 MiB store's capacity was said as 18 MiB, then
+// lowered to 16 MiB by the first stores (an outside tester).
+func defaultCapacity(room, size int64) int64 {
+	c := min(int64(float64(room)*DefaultCapacityShare), room-core.DiskFloor(size))
+	return max(c, 0) / ledger.BlockSize * ledger.BlockSize
+}
+
+// diskRoom is what the file system holding store can give objects:
+// held bytes of them on it now, and its free space less what the core
+// keeps free (core.DiskFloor).
+func diskRoom(store string, held int64) (int64, error) {
+	var sf unix.Statfs_t
+	if err := unix.Statfs(store, &sf); err != nil {
+		return 0, err
+	}
+	return held + int64(sf.Bavail)*sf.Bsize - core.DiskFloor(int64(sf.Blocks)*sf.Bsize), nil
 }
 
 // largestDefaultCapacity bounds the capacity capacityFor can give store
@@ -474,22 +495,13 @@ func largestDefaultCapacity(store string) int64 {
 	var sf unix.Statfs_t
 	for p := store; ; p = filepath.Dir(p) {
 		if unix.Statfs(p, &sf) == nil {
-			return int64(float64(int64(sf.Blocks)*sf.Bsize) * DefaultCapacityShare)
+			size := int64(sf.Blocks) * sf.Bsize
+			return defaultCapacity(size, size)
 		}
 		if p == filepath.Dir(p) {
 			return 0
 		}
 	}
-}
-
-// diskRoom is what the file system holding store can give objects:
-// held bytes of them on it now, and its free space.
-func diskRoom(store string, held int64) (int64, error) {
-	var sf unix.Statfs_t
-	if err := unix.Statfs(store, &sf); err != nil {
-		return 0, err
-	}
-	return held + int64(sf.Bavail)*sf.Bsize, nil
 }
 
 // physicalMemory is the machine's RAM in bytes (0: unknown).
