@@ -157,3 +157,93 @@ func TestNewWriterBehindAWaitingOne(t *testing.T) {
 		}
 	})
 }
+
+// TestWritersStuckBesideEmptyFilesGiveWay: writers stuck beside a
+// reader's pin give way after stallWait while another client makes,
+// closes and removes empty files all along (a lock file, a marker): its
+// writers' reservations come and go, and no room comes of it. Each of
+// them restarted the stall's wait, and every writer waited out the
+// wait limit (an outside tester: 8 threads into 16 MiB beside a held
+// 12 MiB object and an empty-file loop every 20 ms, 4 of 6 runs stalled
+// 5 s, then 2-7 stores refused at once).
+func TestWritersStuckBesideEmptyFilesGiveWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 5 * time.Second
+		tc := newTestCore(t, Config{Capacity: 16 * mib, PollInterval: time.Hour, WaitLimit: limit})
+		id := tc.put("read", 4*mib)
+		time.Sleep(time.Second) // its grace over
+		r, err := tc.Open(id, os.O_RDONLY, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Release()
+		stop := make(chan struct{})
+		var marker sync.WaitGroup
+		marker.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				h, err := tc.Create(blob.RootID, "lock", 0o644, blob.Owner{UID: -1, GID: -1}, true)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				h.Flush()
+				h.Release()
+				if err := tc.Unlink(blob.RootID, "lock"); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+		defer marker.Wait()
+		defer close(stop)
+		const n = 3
+		var hs []*Handle
+		for i := range n {
+			h, err := tc.Create(blob.RootID, fmt.Sprintf(".tmp%d", i), 0o644, nobody, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.Write(Interrupt{}, make([]byte, 4*mib), 0); err != nil {
+				t.Fatalf("writer %d's first 4 MiB: %v", i, err)
+			}
+			hs = append(hs, h)
+		}
+		start := time.Now()
+		errs := make([]error, n)
+		took := make([]time.Duration, n)
+		var writers sync.WaitGroup
+		for i, h := range hs {
+			writers.Go(func() {
+				_, errs[i] = h.Write(Interrupt{}, make([]byte, 2*mib), 4*mib)
+				if errs[i] != nil {
+					h.Flush()
+					h.Release()
+				}
+				took[i] = time.Since(start)
+			})
+		}
+		writers.Wait()
+		refused := 0
+		for i := range n {
+			t.Logf("writer %d: %v after %v", i, errs[i], took[i])
+			if errs[i] != nil {
+				refused++
+			}
+			if took[i] >= limit {
+				t.Errorf("writer %d waited %v, the whole wait limit", i, took[i])
+			}
+		}
+		if refused != 1 || errs[n-1] == nil {
+			t.Errorf("%d writers refused; want one, the youngest", refused)
+		}
+		for _, h := range hs[:n-1] {
+			h.Flush()
+			h.Release()
+		}
+	})
+}

@@ -146,9 +146,9 @@ type Ledger[K comparable] struct {
 	evictions   int64
 	evicted     int64
 	refusals    int64
-	// moves counts changes of writers' sizes and of charges, and ends of
-	// writing: while it stands still, nothing in flight progresses
-	// (Progress).
+	// moves counts changes of writers' sizes, charges that fell, and
+	// ends of writing, of objects that hold bytes: while it stands
+	// still, nothing in flight progresses (Progress).
 	moves      uint64
 	reconciled int64
 	// followed: the ledger has followed the store (a reconciliation,
