@@ -309,7 +309,21 @@ func TestUnreservedWriter(t *testing.T) {
 		t.Fatalf("a writer that could evict for its reservation: Unreserved %v, %+v", h.Unreserved(), tc.Stats())
 	}
 	h.Release()
+	// Room to grow by one object, none left beside it for the next
+	// store: that room is theirs (a passthrough writer's is never taken
+	// back).
 	if err := tc.Unlink(blob.RootID, "o1"); err != nil {
+		t.Fatal(err)
+	}
+	h, err = tc.Open(tc.lookupID("o2"), os.O_RDWR, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Unreserved() || tc.Stats().ReservedBytes != 0 {
+		t.Fatalf("a writer of an existing object that would take the last free room: Unreserved %v, %+v", h.Unreserved(), tc.Stats())
+	}
+	h.Release()
+	if err := tc.Unlink(blob.RootID, "o3"); err != nil {
 		t.Fatal(err)
 	}
 	h, err = tc.Open(tc.lookupID("o2"), os.O_RDWR, true, nil)
@@ -318,7 +332,7 @@ func TestUnreservedWriter(t *testing.T) {
 	}
 	defer h.Release()
 	if h.Unreserved() || tc.Stats().ReservedBytes != mib {
-		t.Fatalf("a writer of an existing object with free room to grow by one object: Unreserved %v, %+v", h.Unreserved(), tc.Stats())
+		t.Fatalf("a writer of an existing object with free room to grow by one object and one beside: Unreserved %v, %+v", h.Unreserved(), tc.Stats())
 	}
 }
 

@@ -247,3 +247,37 @@ func TestWritersStuckBesideEmptyFilesGiveWay(t *testing.T) {
 		}
 	})
 }
+
+// TestWriterOfAnObjectLeavesRoom: a passthrough writer of an object that
+// exists (a read-write open, a shared writable mapping) that writes
+// nothing leaves the last free room to the next stores: its room to
+// grow (headroom) took all of it, which no one may take back from a
+// passthrough writer, so every other store waited out the wait limit
+// and was refused (an outside tester: 20 of 20).
+func TestWriterOfAnObjectLeavesRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 5 * time.Second
+		tc := newTestCore(t, Config{Capacity: 16 * mib, Passthrough: true, PollInterval: time.Hour, WaitLimit: limit})
+		id := tc.put("held", 12*mib)
+		time.Sleep(time.Second) // its grace over
+		w, err := tc.Open(id, os.O_RDWR, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Release()
+		for i := range 4 {
+			start := time.Now()
+			h, err := tc.Create(blob.RootID, fmt.Sprintf("new%d", i), 0o644, nobody, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err = h.Write(Interrupt{}, make([]byte, 2*mib), 0); err == nil {
+				err = h.Flush()
+			}
+			h.Release()
+			if err != nil || time.Since(start) >= time.Second {
+				t.Errorf("store %d of 2 MiB beside a 12 MiB object open for writing in 16 MiB: %v after %v", i, err, time.Since(start))
+			}
+		}
+	})
+}

@@ -41,6 +41,25 @@ func (l *Ledger[K]) ReserveFreeShare(id K, n, least int64) error {
 	})
 }
 
+// ReserveFreeLeaving is ReserveFree where the free space left after it
+// is at least leave, else ErrBusy with nothing changed: a reservation
+// that is room to grow (a passthrough writer's of an object it opened),
+// which no one can take back while the writer has it, takes none of
+// the last free room the next stores need.
+func (l *Ledger[K]) ReserveFreeLeaving(id K, n, leave int64) error {
+	return l.free(func() ([]Victim[K], error) {
+		e, err := l.writer(id)
+		if err != nil {
+			return nil, err
+		}
+		charge := max(Charge(e.size), l.wr(e).res, Charge(n))
+		if l.capacity-(l.used-l.over)-(charge-e.charge) < leave {
+			return nil, ErrBusy
+		}
+		return l.reserve(id, n)
+	})
+}
+
 // ReserveEvictingAtMost is Reserve where the objects it must evict
 // free at most most bytes, and ErrBusy with nothing changed where they
 // would free more: a reservation that is a guess makes room by evicting
