@@ -316,6 +316,16 @@ func TestBadInputFlags(t *testing.T) {
 		os.Mkdir(filepath.Join(disk, "store"), 0o755)
 		requireUsageError(t, runKvfsTimeout(t, hangGuard, "mount", "--store", filepath.Join(disk, "store"), mp), "no room on its file system")
 	})
+	// Was: the second checked, unsaid (an outside tester).
+	t.Run("fsck_store_given_twice", func(t *testing.T) {
+		a, b := t.TempDir(), t.TempDir()
+		requireUsageError(t, runKvfs(t, "fsck", "--store", a, "--store", b, "--repair"), "--store (--store "+a, "then --store "+b, "give it once")
+		for _, d := range []string{a, b} {
+			if ents, _ := os.ReadDir(d); len(ents) != 0 {
+				t.Errorf("a refused fsck left %d entries in %s", len(ents), d)
+			}
+		}
+	})
 	t.Run("fsck_of_a_plain_directory", func(t *testing.T) {
 		plain := t.TempDir()
 		os.WriteFile(filepath.Join(plain, "f"), []byte("x"), 0o644)

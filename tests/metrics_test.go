@@ -157,6 +157,22 @@ func checkStartup(t *testing.T, s scrape, objects int) {
 	if !hasSample(s, "kvfs_build_info{") || !hasSample(s, "process_resident_memory_bytes") || !hasSample(s, "go_goroutines") {
 		t.Errorf("build info, process or Go runtime series missing")
 	}
+	// The build is named as `kvfs version` names it (was: "(devel)"
+	// beside its "dev", an outside tester).
+	if f := strings.Fields(runKvfs(t, "version").stdout); len(f) < 2 || !hasLabel(s, "kvfs_build_info{", `version="`+f[1]+`"`) {
+		t.Errorf("kvfs_build_info does not name the build as `kvfs version` does (%q)", f)
+	}
+}
+
+// hasLabel says whether a series whose key begins with prefix carries
+// label (name="value").
+func hasLabel(s scrape, prefix, label string) bool {
+	for k := range s {
+		if strings.HasPrefix(k, prefix) && strings.Contains(k, label) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasSample(s scrape, prefix string) bool {

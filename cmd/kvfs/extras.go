@@ -76,7 +76,7 @@ func (x extraFlags) start(o *mount.Options, log *zap.Logger) (*extras, error) {
 	if err := metrics.CheckAddr(*x.metricsAddr); err != nil {
 		return nil, usageerr.Errorf("--metrics-addr: %v", err)
 	}
-	e.metrics = metrics.New()
+	e.metrics = metrics.New(build)
 	o.Observer = e.metrics
 	srv, err := metrics.Listen(*x.metricsAddr)
 	if err != nil && mount.HandoverPossible(*o) {

@@ -156,6 +156,12 @@ func cmdFsck(args []string, stdout io.Writer) error {
 	if *store == "" {
 		return usageerr.Errorf("--store DIR is required")
 	}
+	// No wrapper's defaults come before a check's flags, and a repair of
+	// the store given last where the first was meant is no slip to take
+	// (mount warns instead: an outside tester found fsck silent).
+	if twice := givenTwice(fs, args); len(twice) > 0 {
+		return usageerr.Errorf("a flag given twice: %s; give it once", strings.Join(twice, "; "))
+	}
 	if st, err := os.Stat(*store); errors.Is(err, os.ErrNotExist) {
 		return usageerr.Errorf("store %s does not exist", *store)
 	} else if err != nil || !st.IsDir() {

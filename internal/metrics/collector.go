@@ -146,11 +146,14 @@ func startupMetrics(src Source) []prometheus.Metric {
 	}
 }
 
-// buildInfo is kvfs_build_info: 1, labelled with what built the binary.
-func buildInfo() prometheus.Collector {
-	version, revision, goVersion := "unknown", "unknown", "unknown"
+// buildInfo is kvfs_build_info: 1, labelled with what built the binary:
+// version is its build name (make's, or "dev"), as `kvfs version` and
+// the log say it, where it was the module's version, "(devel)" for
+// every build from a checkout (an outside tester).
+func buildInfo(build string) prometheus.Collector {
+	version, revision, goVersion := build, "unknown", "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		version, goVersion = bi.Main.Version, bi.GoVersion
+		goVersion = bi.GoVersion
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" {
 				revision = s.Value

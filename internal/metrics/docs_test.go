@@ -13,7 +13,7 @@ import (
 // TestEveryMetricDocumented: README.md and docs/metrics.md name every
 // kvfs_* series a mount with a RAM tier exports.
 func TestEveryMetricDocumented(t *testing.T) {
-	m := New()
+	m := New("dev")
 	m.Watch(Source{Stats: distinctStats})
 	m.Dropped(core.Drop{Why: core.Evicted, Idle: time.Second})
 	m.Request(stats.OpLookup, time.Millisecond)

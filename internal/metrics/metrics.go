@@ -54,8 +54,9 @@ type Source struct {
 }
 
 // New makes the registry and the histograms fed as things happen; Watch
-// adds the figures read at scrape time once the mount exists.
-func New() *Metrics {
+// adds the figures read at scrape time once the mount exists. build is
+// the binary's build name, as `kvfs version` and the log say it.
+func New(build string) *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		idle: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -69,7 +70,7 @@ func New() *Metrics {
 			Buckets: LatencyBuckets,
 		}, []string{"op"}),
 	}
-	m.reg.MustRegister(m.idle, m.requests, buildInfo(),
+	m.reg.MustRegister(m.idle, m.requests, buildInfo(build),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

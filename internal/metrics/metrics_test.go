@@ -77,7 +77,7 @@ func sampleValue(s *dto.Metric) float64 {
 func TestEveryStatIsAMetric(t *testing.T) {
 	st := distinctStats()
 	snapshots := 0
-	m := New()
+	m := New("dev")
 	m.Watch(Source{Stats: func() stats.Snapshot { snapshots++; return st }})
 	got := gather(t, m)
 	if snapshots != 1 {
@@ -139,7 +139,7 @@ func flatJSON(t *testing.T, st stats.Snapshot) map[string]float64 {
 // TestNoTierNoTierSeries: a mount without a RAM tier or a remote tier
 // exports none of their series rather than zeros.
 func TestNoTierNoTierSeries(t *testing.T) {
-	m := New()
+	m := New("dev")
 	m.Watch(Source{Stats: func() stats.Snapshot { return stats.Snapshot{} }})
 	for name := range gather(t, m) {
 		if strings.HasPrefix(name, "kvfs_ram_cache") || strings.HasPrefix(name, "kvfs_remote") {
@@ -151,7 +151,7 @@ func TestNoTierNoTierSeries(t *testing.T) {
 // TestBreakerState: every state of the remote tier's breaker is a
 // series, 1 for the state now and 0 for the others.
 func TestBreakerState(t *testing.T) {
-	m := New()
+	m := New("dev")
 	m.Watch(Source{Stats: distinctStats})
 	got := gather(t, m)
 	for state, want := range map[string]float64{remote.BreakerClosed: 0, remote.BreakerOpen: 0, remote.BreakerHalfOpen: 1} {
@@ -165,7 +165,7 @@ func TestBreakerState(t *testing.T) {
 // TestEvictionAge: evictions are observed with their idle time; objects
 // dropped for other reasons are not.
 func TestEvictionAge(t *testing.T) {
-	m := New()
+	m := New("dev")
 	m.Dropped(core.Drop{Why: core.Evicted, Idle: 90 * time.Second})
 	m.Dropped(core.Drop{Why: core.Evicted, Idle: 3 * time.Hour})
 	m.Dropped(core.Drop{Why: core.Vanished, Idle: time.Second})
@@ -182,7 +182,7 @@ func TestEvictionAge(t *testing.T) {
 // TestRequestLatency: each request type gets its own histogram, made at
 // its first request.
 func TestRequestLatency(t *testing.T) {
-	m := New()
+	m := New("dev")
 	m.Request(stats.OpLookup, 20*time.Microsecond)
 	m.Request(stats.OpLookup, 2*time.Millisecond)
 	m.Request(stats.OpCreate, time.Second)
@@ -201,7 +201,7 @@ func TestRequestLatency(t *testing.T) {
 
 // TestStartupFigures: what start-up found is exported as it was.
 func TestStartupFigures(t *testing.T) {
-	m := New()
+	m := New("dev")
 	rep := core.LoadReport{Bytes: 8192, Evicted: 3, Took: 1500 * time.Millisecond}
 	rep.Objects, rep.Incomplete, rep.FromSnapshot = 2, 1, true
 	m.Watch(Source{Stats: func() stats.Snapshot { return stats.Snapshot{} }, Loaded: rep})

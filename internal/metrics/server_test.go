@@ -26,7 +26,7 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := New()
+	m := New("dev")
 	m.Watch(Source{Stats: func() stats.Snapshot { return distinctStats() }})
 	s.Serve(m, zap.NewNop())
 	resp, err := http.Get("http://" + s.Addr() + "/metrics")
