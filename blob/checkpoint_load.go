@@ -37,6 +37,9 @@ type cpLoad struct {
 	// another in between; that moved the directory's change time, so
 	// the directory is listed.
 	taken map[int][]string
+	// reclaimed: objects of the checkpoint dropped as half-written
+	// (dropIncomplete), not gone (LoadReport.Gone).
+	reclaimed map[ID]bool
 	// fresh: directories that are new since the checkpoint, walked.
 	fresh []walkRoot
 }
@@ -122,7 +125,8 @@ func (s *Store) parseCheckpoint(data []byte, m *marks, rep *LoadReport) ([]Objec
 	if err != nil {
 		return nil, err
 	}
-	c := &cpLoad{s: s, l: s.newLoader(m, rep, 0), marks: m, when: when, unsure: map[ID]bool{}, taken: map[int][]string{}}
+	rep.SnapshotClean = r.clean
+	c := &cpLoad{s: s, l: s.newLoader(m, rep, 0), marks: m, when: when, unsure: map[ID]bool{}, taken: map[int][]string{}, reclaimed: map[ID]bool{}}
 	c.l.since = when
 	rep.SnapshotTaken = c.when
 	if err := c.parseDirs(r); err != nil {
@@ -181,7 +185,7 @@ func (s *Store) readHeader(data []byte) (*cpReader, int64, error) {
 	}
 	s.checkpointSize.Store(int64(len(data)))
 	r := &cpReader{b: body, objects: objects}
-	r.u8() // clean stop or not: the same rules hold either way
+	r.clean = r.u8() == 1 // the same rules hold either way; said in the report
 	when := int64(r.u64())
 	if next := r.u64(); r.err == nil && next > s.nextID.Load() {
 		s.nextID.Store(next)
@@ -412,6 +416,7 @@ func validName(name string) bool {
 type cpReader struct {
 	b       []byte
 	objects uint64 // the trailer's count
+	clean   bool   // written at a clean stop (the header's)
 	err     error
 	// names is the arena str copies names into: a chunk holds many, so
 	// the millions of names a checkpoint gives cost their bytes, not a

@@ -247,6 +247,7 @@ func (c *cpLoad) dropIncomplete() {
 			continue
 		}
 		c.s.Drop(o.id)
+		c.reclaimed[o.id] = true
 		c.l.countIncomplete(o.ino, c.marks.sizes[o.ino])
 	}
 }
@@ -301,7 +302,11 @@ func (c *cpLoad) objects() []Object {
 	out := make([]Object, 0, len(c.objs)+len(c.l.objects))
 	uses := c.s.readUses()
 	for i, o := range c.objs {
-		if f, ok := c.s.files[o.id]; ok {
+		f, ok := c.s.files[o.id]
+		if !ok && !c.reclaimed[o.id] {
+			c.l.rep.Gone++
+		}
+		if ok {
 			at := c.when - int64(len(c.objs)-i)
 			if u := uses[f.ino]; u > c.when {
 				at = u // read after the checkpoint began (UsesName)

@@ -41,6 +41,15 @@ type LoadReport struct {
 	// rename carry them past it), removed with everything beneath them:
 	// no name past PATH_MAX can be served.
 	TooDeep int64 `json:"too_deep"`
+	// Gone: objects the checkpoint listed that the store no longer
+	// holds by any name (not those reclaimed as half-written): removed
+	// since it was written, through kvfs before a crash, or behind
+	// kvfs's back (an outside tester deleted objects, and all of data/,
+	// by hand, and the start said nothing of them).
+	Gone int64 `json:"gone"`
+	// SnapshotClean: the checkpoint was written at a clean stop, so
+	// whatever it lists that is Gone went behind kvfs's back.
+	SnapshotClean bool `json:"snapshot_clean,omitempty"`
 	// FromSnapshot: the index came from the checkpoint (see
 	// CheckpointName), not from a walk; SnapshotUnused says why a walk
 	// was needed ("none": there was no checkpoint).

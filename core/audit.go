@@ -287,8 +287,11 @@ func (c *Core) reconcile(id blob.ID) bool {
 	default:
 		if c.ledger.Reconcile(id, st.Size) {
 			resized = true
-			c.behindBack("object size changed behind kvfs; ledger reconciled",
-				zap.Uint64("id", uint64(id)), zap.Int64("ledger", before), zap.Int64("store", st.Size))
+			// (After a crash, a rewrite through kvfs since the
+			// checkpoint the start came from is one too.)
+			name, _ := c.store.Path(id)
+			c.behindBack("object size changed behind kvfs, or since the checkpoint a start came from; ledger reconciled",
+				zap.Uint64("id", uint64(id)), zap.String("name", name), zap.Int64("ledger", before), zap.Int64("store", st.Size))
 			drops = c.dropLocked(c.ledger.Trim(), Evicted)
 		}
 	}

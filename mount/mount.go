@@ -322,7 +322,15 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		zap.Int64("foreign_removed", rep.Foreign), zap.Int64("too_deep_removed", rep.TooDeep), zap.Int("evicted_to_fit", rep.Evicted),
 		zap.Bool("from_snapshot", rep.FromSnapshot), zap.String("snapshot_unused", rep.SnapshotUnused),
 		zap.Int64("dirs_listed", rep.DirsListed), zap.Int64("stated", rep.Stated),
-		zap.Duration("took", rep.Took))
+		zap.Int64("gone", rep.Gone), zap.Duration("took", rep.Took))
+	switch {
+	case rep.Gone > 0 && rep.SnapshotClean:
+		m.log.Warn("objects the clean stop's checkpoint listed are gone from the store: removed behind kvfs's back (kvfs fsck checks a store)",
+			zap.String("store", m.Store), zap.Int64("gone", rep.Gone))
+	case rep.Gone > 0:
+		m.log.Info("objects the last checkpoint listed are gone from the store: removed since it was written, by kvfs before it stopped or behind its back",
+			zap.String("store", m.Store), zap.Int64("gone", rep.Gone))
+	}
 	if asked > 0 {
 		// (A successor preloading a handover has no capacity yet:
 		// the one asked for is what it will have.)
