@@ -250,7 +250,8 @@ func TestCheckpointThenCrash(t *testing.T) {
 	s, objs, rep := reload(t, dir, s)
 	t.Logf("start after the crash: %+v", rep)
 	want := LoadReport{Objects: 12, Dirs: 5, Incomplete: 3, IncompleteByte: 8000 + 9000 + 4, Foreign: 1,
-		FromSnapshot: true, DirsListed: 3, Stated: 8} // root, a, b listed; quiet taken as it is
+		FromSnapshot: true, DirsListed: 3, Stated: 8, // root, a, b listed; quiet taken as it is
+		Gone: 3} // gone, victim (renamed over), olddir/x; not those renamed
 	if rep.SnapshotTaken == 0 {
 		t.Error("the report does not say when the checkpoint was taken")
 	}
