@@ -27,13 +27,7 @@ import (
 func TestWritersStuckBehindReadersGiveWay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 5 * time.Second
-		tc := newTestCore(t, Config{Capacity: 16 * mib, PollInterval: time.Hour, WaitLimit: limit})
-		id := tc.put("read", 4*mib)
-		time.Sleep(time.Second) // its grace over
-		r, err := tc.Open(id, os.O_RDONLY, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tc, id, r := readPinned(t, limit)
 		stop := make(chan struct{})
 		var readers sync.WaitGroup
 		readers.Go(func() {
@@ -55,53 +49,7 @@ func TestWritersStuckBehindReadersGiveWay(t *testing.T) {
 		})
 		defer readers.Wait()
 		defer close(stop)
-		const n = 3
-		var hs []*Handle
-		for i := range n {
-			h, err := tc.Create(blob.RootID, fmt.Sprintf(".tmp%d", i), 0o644, nobody, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := h.Write(Interrupt{}, make([]byte, 4*mib), 0); err != nil {
-				t.Fatalf("writer %d's first 4 MiB: %v", i, err)
-			}
-			hs = append(hs, h)
-		}
-		start := time.Now()
-		errs := make([]error, n)
-		took := make([]time.Duration, n)
-		var writers sync.WaitGroup
-		for i, h := range hs {
-			writers.Go(func() {
-				_, errs[i] = h.Write(Interrupt{}, make([]byte, 2*mib), 4*mib)
-				if errs[i] != nil {
-					h.Flush()
-					h.Release()
-				}
-				took[i] = time.Since(start)
-			})
-		}
-		writers.Wait()
-		refused := 0
-		for i := range n {
-			t.Logf("writer %d: %v after %v", i, errs[i], took[i])
-			if errs[i] != nil {
-				if !errors.Is(errs[i], ErrNoSpace) {
-					t.Errorf("writer %d: %v", i, errs[i])
-				}
-				refused++
-			}
-			if took[i] >= limit {
-				t.Errorf("writer %d waited %v, the whole wait limit", i, took[i])
-			}
-		}
-		if refused != 1 || errs[n-1] == nil {
-			t.Errorf("%d writers refused; want one, the youngest", refused)
-		}
-		for _, h := range hs[:n-1] {
-			h.Flush()
-			h.Release()
-		}
+		stuckWritersGiveWay(t, tc, limit)
 	})
 }
 
@@ -169,13 +117,7 @@ func TestNewWriterBehindAWaitingOne(t *testing.T) {
 func TestWritersStuckBesideEmptyFilesGiveWay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 5 * time.Second
-		tc := newTestCore(t, Config{Capacity: 16 * mib, PollInterval: time.Hour, WaitLimit: limit})
-		id := tc.put("read", 4*mib)
-		time.Sleep(time.Second) // its grace over
-		r, err := tc.Open(id, os.O_RDONLY, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tc, _, r := readPinned(t, limit)
 		defer r.Release()
 		stop := make(chan struct{})
 		var marker sync.WaitGroup
@@ -201,50 +143,7 @@ func TestWritersStuckBesideEmptyFilesGiveWay(t *testing.T) {
 		})
 		defer marker.Wait()
 		defer close(stop)
-		const n = 3
-		var hs []*Handle
-		for i := range n {
-			h, err := tc.Create(blob.RootID, fmt.Sprintf(".tmp%d", i), 0o644, nobody, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := h.Write(Interrupt{}, make([]byte, 4*mib), 0); err != nil {
-				t.Fatalf("writer %d's first 4 MiB: %v", i, err)
-			}
-			hs = append(hs, h)
-		}
-		start := time.Now()
-		errs := make([]error, n)
-		took := make([]time.Duration, n)
-		var writers sync.WaitGroup
-		for i, h := range hs {
-			writers.Go(func() {
-				_, errs[i] = h.Write(Interrupt{}, make([]byte, 2*mib), 4*mib)
-				if errs[i] != nil {
-					h.Flush()
-					h.Release()
-				}
-				took[i] = time.Since(start)
-			})
-		}
-		writers.Wait()
-		refused := 0
-		for i := range n {
-			t.Logf("writer %d: %v after %v", i, errs[i], took[i])
-			if errs[i] != nil {
-				refused++
-			}
-			if took[i] >= limit {
-				t.Errorf("writer %d waited %v, the whole wait limit", i, took[i])
-			}
-		}
-		if refused != 1 || errs[n-1] == nil {
-			t.Errorf("%d writers refused; want one, the youngest", refused)
-		}
-		for _, h := range hs[:n-1] {
-			h.Flush()
-			h.Release()
-		}
+		stuckWritersGiveWay(t, tc, limit)
 	})
 }
 
@@ -280,4 +179,72 @@ func TestWriterOfAnObjectLeavesRoom(t *testing.T) {
 			}
 		}
 	})
+}
+
+// readPinned is a 16 MiB cache whose 4 MiB object id, past its grace,
+// reader r holds; in a synctest bubble.
+func readPinned(t *testing.T, limit time.Duration) (*testCore, blob.ID, *Handle) {
+	t.Helper()
+	tc := newTestCore(t, Config{Capacity: 16 * mib, PollInterval: time.Hour, WaitLimit: limit})
+	id := tc.put("read", 4*mib)
+	time.Sleep(time.Second) // its grace over
+	r, err := tc.Open(id, os.O_RDONLY, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc, id, r
+}
+
+// stuckWritersGiveWay has three writers that hold 4 MiB each of a
+// 16 MiB cache, where the rest is held, write 2 MiB more each; it
+// requires that the youngest alone gives way, before the wait limit.
+func stuckWritersGiveWay(t *testing.T, tc *testCore, limit time.Duration) {
+	t.Helper()
+	const n = 3
+	var hs []*Handle
+	for i := range n {
+		h, err := tc.Create(blob.RootID, fmt.Sprintf(".tmp%d", i), 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Write(Interrupt{}, make([]byte, 4*mib), 0); err != nil {
+			t.Fatalf("writer %d's first 4 MiB: %v", i, err)
+		}
+		hs = append(hs, h)
+	}
+	start := time.Now()
+	errs := make([]error, n)
+	took := make([]time.Duration, n)
+	var writers sync.WaitGroup
+	for i, h := range hs {
+		writers.Go(func() {
+			_, errs[i] = h.Write(Interrupt{}, make([]byte, 2*mib), 4*mib)
+			if errs[i] != nil {
+				h.Flush()
+				h.Release()
+			}
+			took[i] = time.Since(start)
+		})
+	}
+	writers.Wait()
+	refused := 0
+	for i := range n {
+		t.Logf("writer %d: %v after %v", i, errs[i], took[i])
+		if errs[i] != nil {
+			if !errors.Is(errs[i], ErrNoSpace) {
+				t.Errorf("writer %d: %v", i, errs[i])
+			}
+			refused++
+		}
+		if took[i] >= limit {
+			t.Errorf("writer %d waited %v, the whole wait limit", i, took[i])
+		}
+	}
+	if refused != 1 || errs[n-1] == nil {
+		t.Errorf("%d writers refused; want one, the youngest", refused)
+	}
+	for _, h := range hs[:n-1] {
+		h.Flush()
+		h.Release()
+	}
 }
