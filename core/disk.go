@@ -32,7 +32,7 @@ import (
 
 const (
 	// The floor of free bytes is a fiftieth of the disk, within these;
-	// on a disk of less than 32 MiB, an eighth of it at least.
+	// on a disk of less than 8 MiB, half of it.
 	diskFloorLeast = 4 << 20
 	diskFloorMost  = 1 << 30
 	// The floor of free inodes is a hundredth of them, at least this.
@@ -44,9 +44,12 @@ const (
 // DiskFloor is the free space kvfs keeps on a store's file system of
 // size bytes. A floor of 4 MiB on a disk of 4 MiB left a capacity of 0
 // on an empty disk, every store refused (an outside tester's tmpfs): a
-// small disk keeps an eighth of itself.
+// disk under 8 MiB keeps half of itself. Not less: the floor is what
+// writes under way land in before the capacity follows the disk (a
+// write through the daemon is up to 1 MiB; with 1 MiB of an 8 MiB disk
+// kept, a store of 1 MB got ENOSPC from the disk itself).
 func DiskFloor(size int64) int64 {
-	return min(max(size/50, min(diskFloorLeast, size/8)), diskFloorMost)
+	return min(max(size/50, min(diskFloorLeast, size/2)), diskFloorMost)
 }
 
 // diskWatch is the capacity asked for and whether the disk lowered it.
