@@ -248,3 +248,44 @@ func stuckWritersGiveWay(t *testing.T, tc *testCore, limit time.Duration) {
 		h.Release()
 	}
 }
+
+// TestWritersOfManyObjectsLeaveRoom: passthrough writers of many small
+// objects that exist (read-write opens that write nothing) each took
+// room to grow by one object from what was free, leaving one object's
+// room each time, and together all but that: the next stores of larger
+// objects waited out the wait limit and were refused (an outside
+// tester: 12 objects of 1 MiB held so in 16 MiB, 4 of 20 stores of 1-2
+// MiB done). Such room is theirs only while no store needs it: an
+// admission takes back what they have not written.
+func TestWritersOfManyObjectsLeaveRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 5 * time.Second
+		tc := newTestCore(t, Config{Capacity: 16 * mib, Passthrough: true, PollInterval: time.Hour, WaitLimit: limit})
+		var ids []blob.ID
+		for i := range 12 {
+			ids = append(ids, tc.put(fmt.Sprintf("held%d", i), mib))
+		}
+		time.Sleep(time.Second) // their grace over
+		for _, id := range ids {
+			w, err := tc.Open(id, os.O_RDWR, true, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Release()
+		}
+		for i := range 4 {
+			start := time.Now()
+			h, err := tc.Create(blob.RootID, fmt.Sprintf("new%d", i), 0o644, nobody, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err = h.Write(Interrupt{}, make([]byte, 2*mib), 0); err == nil {
+				err = h.Flush()
+			}
+			h.Release()
+			if err != nil || time.Since(start) >= time.Second {
+				t.Errorf("store %d of 2 MiB beside 12 objects of 1 MiB open for writing in 16 MiB: %v after %v (%+v)", i, err, time.Since(start), tc.Stats())
+			}
+		}
+	})
+}

@@ -24,6 +24,10 @@ type writing struct {
 	// settledPast: a settle (a FLUSH) admitted the object past twice its
 	// budget; the next ones past it wait for the last release (settle).
 	settledPast bool
+	// loose: part of res is room to grow that a writer of an existing
+	// object took from free space (ReserveFreeLeaving), which reclaim
+	// takes back even where reservations are firm.
+	loose bool
 	// kept: a close of its only writer's descriptor settled the object
 	// (a FLUSH) and kept the reservation, which no figure shows from
 	// then on: what a duplicate of the descriptor may still write has
