@@ -198,8 +198,8 @@ func (m *model) coldest(need int64, self ID) ([]Victim[ID], bool) {
 		}
 		o := m.objs[id]
 		recent := o.lastClose != 0 && m.now-o.lastClose < int64(fzGrace)
-		if id == self || o.pins > 0 || recent {
-			continue
+		if id == self || o.pins > 0 || recent || o.charge() == 0 {
+			continue // (an empty object frees nothing)
 		}
 		out = append(out, Victim[ID]{ID: id, Charge: o.charge(), LastUse: o.lastUse})
 		freed += o.charge()

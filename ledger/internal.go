@@ -305,14 +305,16 @@ func (l *Ledger[K]) evictSome(need int64, self *entry[K]) ([]Victim[K], error) {
 }
 
 // coldest picks entries from the cold end of the LRU until they free
-// need bytes or none is left; mu held.
+// need bytes or none is left; mu held. An empty object frees nothing:
+// it stays (an outside tester's lock and marker files, 0 bytes each,
+// were evicted for room they never held; Shed, for inodes, takes them).
 func (l *Ledger[K]) coldest(need int64, self *entry[K]) ([]*entry[K], int64) {
 	cutoff := l.now().UnixNano() - l.grace
 	var chosen []*entry[K]
 	var freed int64
 	for i := l.lru.first(); i != 0 && freed < need; i = l.lru.next(i) {
 		e := l.slab.at(i)
-		if e == self || !e.evictable(cutoff) {
+		if e == self || e.charge == 0 || !e.evictable(cutoff) {
 			continue
 		}
 		chosen = append(chosen, e)

@@ -1416,3 +1416,24 @@ func createWriters(t *testing.T, l *Ledger[ID], ids ...ID) {
 		}
 	}
 }
+
+// TestEmptyObjectsAreNotEvictedForRoom: an eviction for bytes passes over
+// empty objects, which free none (an outside tester's lock and marker
+// files were evicted for nothing); an eviction for inodes (Shed) takes
+// them as any other.
+func TestEmptyObjectsAreNotEvictedForRoom(t *testing.T) {
+	l, c := newTest(t, 4*blk)
+	put(t, l, c, 1, 0)
+	for id := ID(2); id <= 5; id++ {
+		put(t, l, c, id, blk)
+	}
+	createWriters(t, l, 6)
+	if v, err := l.Grow(6, blk); err != nil || len(v) != 1 || v[0].ID != 2 {
+		t.Fatalf("Grow(6) evicted %v (%v); want 2, the coldest object that holds bytes, not the empty 1", ids(v), err)
+	}
+	release(l, 6, true)
+	if v := l.Shed(1); len(v) != 1 || v[0].ID != 1 {
+		t.Fatalf("Shed(1) = %v; want the empty object, the coldest", ids(v))
+	}
+	mustOK(t, l)
+}
