@@ -147,38 +147,53 @@ func TestWritersStuckBesideEmptyFilesGiveWay(t *testing.T) {
 	})
 }
 
-// TestWriterOfAnObjectLeavesRoom: a passthrough writer of an object that
-// exists (a read-write open, a shared writable mapping) that writes
-// nothing leaves the last free room to the next stores: its room to
-// grow (headroom) took all of it, which no one may take back from a
-// passthrough writer, so every other store waited out the wait limit
-// and was refused (an outside tester: 20 of 20).
-func TestWriterOfAnObjectLeavesRoom(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const limit = 5 * time.Second
-		tc := newTestCore(t, Config{Capacity: 16 * mib, Passthrough: true, PollInterval: time.Hour, WaitLimit: limit})
-		id := tc.put("held", 12*mib)
-		time.Sleep(time.Second) // its grace over
-		w, err := tc.Open(id, os.O_RDWR, true, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Release()
-		for i := range 4 {
-			start := time.Now()
-			h, err := tc.Create(blob.RootID, fmt.Sprintf("new%d", i), 0o644, nobody, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err = h.Write(Interrupt{}, make([]byte, 2*mib), 0); err == nil {
-				err = h.Flush()
-			}
-			h.Release()
-			if err != nil || time.Since(start) >= time.Second {
-				t.Errorf("store %d of 2 MiB beside a 12 MiB object open for writing in 16 MiB: %v after %v", i, err, time.Since(start))
-			}
-		}
-	})
+// TestWritersOfObjectsLeaveRoom: passthrough writers of objects that
+// exist (read-write opens, shared writable mappings) that write nothing
+// leave the next stores their room. Their room to grow (headroom), which
+// no one could take back from a passthrough writer, took all that was
+// free: one writer of a 12 MiB object in 16 MiB, and every other store
+// waited out the wait limit and was refused (an outside tester: 20 of
+// 20); then, each leaving one object's room, 12 writers of 1 MiB
+// objects together left only that (4 of 20 stores done). Headroom now
+// leaves one object's room, and an admission takes back what of it was
+// not written.
+func TestWritersOfObjectsLeaveRoom(t *testing.T) {
+	for _, c := range []struct {
+		objects int
+		size    int
+	}{{1, 12 * mib}, {12, mib}} {
+		t.Run(fmt.Sprintf("%dx%dMiB", c.objects, c.size/mib), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tc := newTestCore(t, Config{Capacity: 16 * mib, Passthrough: true, PollInterval: time.Hour, WaitLimit: 5 * time.Second})
+				var ids []blob.ID
+				for i := range c.objects {
+					ids = append(ids, tc.put(fmt.Sprintf("held%d", i), c.size))
+				}
+				time.Sleep(time.Second) // their grace over
+				for _, id := range ids {
+					w, err := tc.Open(id, os.O_RDWR, true, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer w.Release()
+				}
+				for i := range 4 {
+					start := time.Now()
+					h, err := tc.Create(blob.RootID, fmt.Sprintf("new%d", i), 0o644, nobody, true)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err = h.Write(Interrupt{}, make([]byte, 2*mib), 0); err == nil {
+						err = h.Flush()
+					}
+					h.Release()
+					if err != nil || time.Since(start) >= time.Second {
+						t.Errorf("store %d of 2 MiB beside objects open for writing: %v after %v (%+v)", i, err, time.Since(start), tc.Stats())
+					}
+				}
+			})
+		})
+	}
 }
 
 // readPinned is a 16 MiB cache whose 4 MiB object id, past its grace,
@@ -247,45 +262,4 @@ func stuckWritersGiveWay(t *testing.T, tc *testCore, limit time.Duration) {
 		h.Flush()
 		h.Release()
 	}
-}
-
-// TestWritersOfManyObjectsLeaveRoom: passthrough writers of many small
-// objects that exist (read-write opens that write nothing) each took
-// room to grow by one object from what was free, leaving one object's
-// room each time, and together all but that: the next stores of larger
-// objects waited out the wait limit and were refused (an outside
-// tester: 12 objects of 1 MiB held so in 16 MiB, 4 of 20 stores of 1-2
-// MiB done). Such room is theirs only while no store needs it: an
-// admission takes back what they have not written.
-func TestWritersOfManyObjectsLeaveRoom(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const limit = 5 * time.Second
-		tc := newTestCore(t, Config{Capacity: 16 * mib, Passthrough: true, PollInterval: time.Hour, WaitLimit: limit})
-		var ids []blob.ID
-		for i := range 12 {
-			ids = append(ids, tc.put(fmt.Sprintf("held%d", i), mib))
-		}
-		time.Sleep(time.Second) // their grace over
-		for _, id := range ids {
-			w, err := tc.Open(id, os.O_RDWR, true, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Release()
-		}
-		for i := range 4 {
-			start := time.Now()
-			h, err := tc.Create(blob.RootID, fmt.Sprintf("new%d", i), 0o644, nobody, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err = h.Write(Interrupt{}, make([]byte, 2*mib), 0); err == nil {
-				err = h.Flush()
-			}
-			h.Release()
-			if err != nil || time.Since(start) >= time.Second {
-				t.Errorf("store %d of 2 MiB beside 12 objects of 1 MiB open for writing in 16 MiB: %v after %v (%+v)", i, err, time.Since(start), tc.Stats())
-			}
-		}
-	})
 }
