@@ -301,17 +301,9 @@ func (c *cpLoad) statNamed(id ID) (unix.Stat_t, error) {
 func (c *cpLoad) objects() []Object {
 	out := make([]Object, 0, len(c.objs)+len(c.l.objects))
 	uses := c.s.readUses()
-	// An object of the checkpoint renamed since is stat'ed under its
-	// new name, as a new object: it is not gone.
-	moved := make(map[uint64]bool, len(c.l.objects))
-	for _, o := range c.l.objects {
-		if f, ok := c.s.files[o.ID]; ok {
-			moved[f.ino] = true
-		}
-	}
 	for i, o := range c.objs {
 		f, ok := c.s.files[o.id]
-		if !ok && !c.reclaimed[o.id] && !moved[o.ino] {
+		if !ok && !c.reclaimed[o.id] {
 			c.l.rep.Gone++
 		}
 		if ok {

@@ -251,7 +251,7 @@ func TestCheckpointThenCrash(t *testing.T) {
 	t.Logf("start after the crash: %+v", rep)
 	want := LoadReport{Objects: 12, Dirs: 5, Incomplete: 3, IncompleteByte: 8000 + 9000 + 4, Foreign: 1,
 		FromSnapshot: true, DirsListed: 3, Stated: 8, // root, a, b listed; quiet taken as it is
-		Gone: 3} // gone, victim (renamed over), olddir/x; not those renamed
+		Gone: 6} // gone, victim (renamed over), olddir/x, and ren, mov and src, renamed
 	if rep.SnapshotTaken == 0 {
 		t.Error("the report does not say when the checkpoint was taken")
 	}
@@ -1161,7 +1161,7 @@ func TestCheckpointRanksNamesMadeSince(t *testing.T) {
 }
 
 // TestLoadSaysWhatWentGone: a start from a checkpoint counts the objects
-// it listed that the store no longer holds by any name (Gone), not
+// it listed that the store no longer holds under a name it listed (Gone), not
 // those reclaimed as half-written, and says whether the checkpoint was
 // a clean stop's, after which only a change behind kvfs's back removes
 // one (an outside tester deleted objects, then all of data/, by hand,

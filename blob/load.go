@@ -42,10 +42,13 @@ type LoadReport struct {
 	// no name past PATH_MAX can be served.
 	TooDeep int64 `json:"too_deep"`
 	// Gone: objects the checkpoint listed that the store no longer
-	// holds by any name (not those reclaimed as half-written): removed
-	// since it was written, through kvfs before a crash, or behind
-	// kvfs's back (an outside tester deleted objects, and all of data/,
-	// by hand, and the start said nothing of them).
+	// holds under any name it listed (not those reclaimed as
+	// half-written): deleted, replaced or renamed since it was written
+	// (a renamed one is indexed anew under its new name; an inode
+	// number, reused, cannot tell it from a new file), through kvfs
+	// before a crash, or behind kvfs's back (an outside tester deleted
+	// objects, and all of data/, by hand, and the start said nothing of
+	// them).
 	Gone int64 `json:"gone"`
 	// SnapshotClean: the checkpoint was written at a clean stop, so
 	// whatever it lists that is Gone went behind kvfs's back.
