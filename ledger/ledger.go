@@ -925,6 +925,26 @@ func (l *Ledger[K]) WaitHint(n int64) time.Duration {
 func (l *Ledger[K]) Yields(id K, stalled bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.yields(id, stalled)
+}
+
+// GiveWay is Yields, and GaveWay where it yields, at once: two writers
+// that asked Yields at the same moment were both told to give way
+// before either noted it (a race test, 2 of 150 runs).
+func (l *Ledger[K]) GiveWay(id K, stalled bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.yields(id, stalled) {
+		return false
+	}
+	if e, ok := l.get(id); ok && e.w != 0 {
+		l.wr(e).gaveWay = true
+	}
+	return true
+}
+
+// yields is Yields; mu held.
+func (l *Ledger[K]) yields(id K, stalled bool) bool {
 	self, ok := l.get(id)
 	if !ok || self.w == 0 {
 		return true
