@@ -17,7 +17,7 @@ import (
 
 // stallWait is how long an admission that other writers keep from room
 // waits with nothing in flight moving at all (ledger.Progress) before
-// the youngest writer that waits gives way (ledger.Yields). A writer
+// the youngest writer that waits gives way (ledger.GiveWay). A writer
 // that writes shows it within the poll interval (2 ms) or its next
 // write.
 const stallWait = 300 * time.Millisecond
@@ -51,7 +51,7 @@ type victims = []ledger.Victim[blob.ID]
 // 4 MiB by `os.replace` into 32 MiB, 0 to 49 refused, within 0.15 s).
 // Where none is, every writer in the way waits to be admitted, and one
 // of them must be refused to give its bytes back: the youngest
-// (ledger.Yields) gives up at once and the others wait for what it frees,
+// (ledger.GiveWay) gives up at once and the others wait for what it frees,
 // so that two stores that cannot both fit do not both fail, and a burst
 // loses one store per refusal that frees room rather than all but the
 // oldest. A wait that sees nothing in flight
@@ -83,14 +83,6 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 	// stall's wait again.
 	var stalledFrom time.Time
 	var stalledAt uint64
-	// stalledYields: nothing moved since stalledAt, no grace ends, id's
-	// writer is the youngest that waits, and (pinned: the room is readers')
-	// another admission than the others counted waits too.
-	// It gives way then (ledger.GiveWay notes it in the same step).
-	stalledYields := func(pinned bool, others int64) bool {
-		return c.ledger.Progress() == stalledAt && !c.ledger.GraceEnding() &&
-			(!pinned || c.counters.waiting.Load() > others) && c.ledger.GiveWay(id, true)
-	}
 	// waiting: id's writer counts as one that waits for room (ledger's
 	// Waiting, the waiting_for_room figure) from its first wait until
 	// the admission ends, its tries in between too: counted only while
@@ -104,11 +96,17 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 			c.counters.waiting.Add(-1)
 		}
 	}()
-	self := func() int64 {
+	// stalledYields: nothing moved since stalledAt, no grace ends, id's
+	// writer is the youngest that waits, and (pinned: the room is readers')
+	// another admission than this one waits too. It gives way then
+	// (ledger.GiveWay notes it in the same step).
+	stalledYields := func(pinned bool) bool {
+		others := int64(0)
 		if waiting {
-			return 1
+			others = 1 // this one
 		}
-		return 0
+		return c.ledger.Progress() == stalledAt && !c.ledger.GraceEnding() &&
+			(!pinned || c.counters.waiting.Load() > others) && c.ledger.GiveWay(id, true)
 	}
 	for {
 		changed := c.ledger.Changed()
@@ -161,7 +159,7 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 			if until <= 0 {
 				// Stalled for stallWait, and this try, made after the
 				// last wake, failed as well.
-				if stalledYields(pinned, self()) {
+				if stalledYields(pinned) {
 					return c.gaveWay()
 				}
 				until = stallWait
@@ -189,7 +187,7 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 			case <-timer:
 				// (The change is looked at after the grace: a publish
 				// between the two ends the grace and signals a change.)
-				gaveWay = atStall && !closed(changed) && stalledYields(pinned, 1)
+				gaveWay = atStall && !closed(changed) && stalledYields(pinned)
 			case <-c.done:
 				closing = true
 			case <-intr.Done:

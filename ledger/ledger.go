@@ -907,7 +907,7 @@ func (l *Ledger[K]) WaitHint(n int64) time.Duration {
 	return time.Duration(l.grace)/4 + time.Millisecond
 }
 
-// Yields says whether id's writer is the one that gives way where
+// GiveWay says whether id's writer is the one that gives way where
 // writers in flight together wrote more than the cache holds and none of
 // them can be admitted until one is refused: the writer whose writing
 // began last of those that hold room (a charge), so that of two stores
@@ -920,17 +920,11 @@ func (l *Ledger[K]) WaitHint(n int64) time.Duration {
 // only once that thread's waiting writer is refused; but not one that
 // holds nothing behind an older writer that waits holding room (Behind):
 // its refusal frees nothing. While a writer that
-// gave way (GaveWay) is still being written, none yields: what it holds
-// comes free at its release, and the next one's turn is after that.
-func (l *Ledger[K]) Yields(id K, stalled bool) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.yields(id, stalled)
-}
-
-// GiveWay is Yields, and GaveWay where it yields, at once: two writers
-// that asked Yields at the same moment were both told to give way
-// before either noted it (a race test, 2 of 150 runs).
+// gave way is still being written, none yields: what it holds comes
+// free at its release, and the next one's turn is after that. Where
+// id's writer gives way, it notes so in the same step: asked and noted
+// apart, two writers that asked at the same moment were both told to
+// give way before either noted it (a race test, 2 of 150 runs).
 func (l *Ledger[K]) GiveWay(id K, stalled bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -943,7 +937,7 @@ func (l *Ledger[K]) GiveWay(id K, stalled bool) bool {
 	return true
 }
 
-// yields is Yields; mu held.
+// yields is GiveWay's answer, noting nothing; mu held.
 func (l *Ledger[K]) yields(id K, stalled bool) bool {
 	self, ok := l.get(id)
 	if !ok || self.w == 0 {
@@ -980,16 +974,6 @@ func (l *Ledger[K]) yields(id K, stalled bool) bool {
 		}
 	}
 	return yields || !stalled && l.writeBytes == 0
-}
-
-// GaveWay notes that id's writer was refused as the one that gives way
-// (Yields).
-func (l *Ledger[K]) GaveWay(id K) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e, ok := l.get(id); ok && e.w != 0 {
-		l.wr(e).gaveWay = true
-	}
 }
 
 // GraceEnding says whether an object that nothing pins is kept from

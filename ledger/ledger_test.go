@@ -1349,33 +1349,32 @@ func TestYields(t *testing.T) {
 		}
 	}
 	// 3, the youngest, holds nothing: 2 is the youngest holding room.
-	if l.Yields(1, false) || !l.Yields(2, false) || l.Yields(3, false) {
-		t.Fatalf("Yields before a stall: 1 %v, 2 %v, 3 %v; want only 2", l.Yields(1, false), l.Yields(2, false), l.Yields(3, false))
+	if yields(l, 1, false) || !yields(l, 2, false) || yields(l, 3, false) {
+		t.Fatalf("Yields before a stall: 1 %v, 2 %v, 3 %v; want only 2", yields(l, 1, false), yields(l, 2, false), yields(l, 3, false))
 	}
 	// Stalled, waiting counts, not holding: 3 waits, so it gives way
 	// (its process holds room elsewhere), and 2 no longer does.
 	l.Waiting(3, true)
-	if !l.Yields(3, true) || l.Yields(2, true) || l.Yields(1, true) {
-		t.Fatalf("Yields stalled with 3 waiting: 1 %v, 2 %v, 3 %v; want only 3", l.Yields(1, true), l.Yields(2, true), l.Yields(3, true))
+	if !yields(l, 3, true) || yields(l, 2, true) || yields(l, 1, true) {
+		t.Fatalf("Yields stalled with 3 waiting: 1 %v, 2 %v, 3 %v; want only 3", yields(l, 1, true), yields(l, 2, true), yields(l, 3, true))
 	}
 	// But not where 2, older and holding room, waits too: 3, behind it,
 	// would free nothing; 2 gives way.
 	l.Waiting(2, true)
-	if l.Yields(3, true) || !l.Yields(2, true) || l.Yields(1, true) {
-		t.Fatalf("Yields stalled with 2 waiting holding room and 3 behind it: 1 %v, 2 %v, 3 %v; want only 2", l.Yields(1, true), l.Yields(2, true), l.Yields(3, true))
+	if yields(l, 3, true) || !yields(l, 2, true) || yields(l, 1, true) {
+		t.Fatalf("Yields stalled with 2 waiting holding room and 3 behind it: 1 %v, 2 %v, 3 %v; want only 2", yields(l, 1, true), yields(l, 2, true), yields(l, 3, true))
 	}
 	l.Waiting(2, false)
 	l.Waiting(3, false)
-	if !l.Yields(2, true) {
+	if !l.GiveWay(2, true) {
 		t.Fatal("stalled with no one else waiting: 2 does not give way")
 	}
 	// 2 gave way: until its writing ends nobody else does, 1 included.
-	l.GaveWay(2)
-	if l.Yields(1, false) || l.Yields(1, true) || l.Yields(3, true) {
+	if yields(l, 1, false) || yields(l, 1, true) || yields(l, 3, true) {
 		t.Fatal("a writer gave way while the one that gave way before still holds its room")
 	}
 	release(l, 2, true)
-	if !l.Yields(1, false) {
+	if !yields(l, 1, false) {
 		t.Fatal("after the one that gave way ended: 1, the only one holding room, does not give way")
 	}
 	mustOK(t, l)
@@ -1405,6 +1404,13 @@ func TestBehind(t *testing.T) {
 	}
 	l.Waiting(3, false)
 	mustOK(t, l)
+}
+
+// yields is GiveWay's answer for id's writer, noting nothing.
+func yields(l *Ledger[ID], id ID, stalled bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.yields(id, stalled)
 }
 
 // createWriters creates ids as objects being written, oldest first.

@@ -19,7 +19,7 @@ type writing struct {
 	// waiting: its writers waiting in an admission for room (Waiting).
 	waiting int32
 	// gaveWay: a writer of it was refused as the one that gives way
-	// (Yields); until its writing ends, what it holds is coming free.
+	// (GiveWay); until its writing ends, what it holds is coming free.
 	gaveWay bool
 	// settledPast: a settle (a FLUSH) admitted the object past twice its
 	// budget; the next ones past it wait for the last release (settle).
