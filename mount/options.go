@@ -460,11 +460,8 @@ func isDeadMount(mp string) bool {
 // capacityFor derives a capacity from the store's file system: a share
 // of its free space plus what the store already holds.
 func capacityFor(store string, held int64) (int64, error) {
-	var sf unix.Statfs_t
-	if err := unix.Statfs(store, &sf); err != nil {
-		return 0, err
-	}
-	return defaultCapacity(held+int64(sf.Bavail)*sf.Bsize, int64(sf.Blocks)*sf.Bsize), nil
+	room, size, err := roomOn(store, held)
+	return defaultCapacity(room, size), err
 }
 
 // defaultCapacity is the capacity that room bytes on a file system of
@@ -481,11 +478,18 @@ func defaultCapacity(room, size int64) int64 {
 // held bytes of them on it now, and its free space less what the core
 // keeps free (core.DiskFloor).
 func diskRoom(store string, held int64) (int64, error) {
+	room, size, err := roomOn(store, held)
+	return room - core.DiskFloor(size), err
+}
+
+// roomOn is held bytes of objects on the file system holding store and
+// its free space, and the size of that file system.
+func roomOn(store string, held int64) (room, size int64, err error) {
 	var sf unix.Statfs_t
 	if err := unix.Statfs(store, &sf); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return held + int64(sf.Bavail)*sf.Bsize - core.DiskFloor(int64(sf.Blocks)*sf.Bsize), nil
+	return held + int64(sf.Bavail)*sf.Bsize, int64(sf.Blocks) * sf.Bsize, nil
 }
 
 // largestDefaultCapacity bounds the capacity capacityFor can give store
