@@ -37,9 +37,9 @@ type cpLoad struct {
 	// another in between; that moved the directory's change time, so
 	// the directory is listed.
 	taken map[int][]string
-	// reclaimed: objects of the checkpoint dropped as half-written
-	// (dropIncomplete), not gone (LoadReport.Gone).
-	reclaimed map[ID]bool
+	// reclaimed: how many objects of the checkpoint were dropped as
+	// half-written (dropIncomplete), not gone (LoadReport.Gone).
+	reclaimed int64
 	// fresh: directories that are new since the checkpoint, walked.
 	fresh []walkRoot
 }
@@ -126,7 +126,7 @@ func (s *Store) parseCheckpoint(data []byte, m *marks, rep *LoadReport) ([]Objec
 		return nil, err
 	}
 	rep.SnapshotClean = r.clean
-	c := &cpLoad{s: s, l: s.newLoader(m, rep, 0), marks: m, when: when, unsure: map[ID]bool{}, taken: map[int][]string{}, reclaimed: map[ID]bool{}}
+	c := &cpLoad{s: s, l: s.newLoader(m, rep, 0), marks: m, when: when, unsure: map[ID]bool{}, taken: map[int][]string{}}
 	c.l.since = when
 	rep.SnapshotTaken = c.when
 	if err := c.parseDirs(r); err != nil {

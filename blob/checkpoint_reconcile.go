@@ -247,7 +247,7 @@ func (c *cpLoad) dropIncomplete() {
 			continue
 		}
 		c.s.Drop(o.id)
-		c.reclaimed[o.id] = true
+		c.reclaimed++
 		c.l.countIncomplete(o.ino, c.marks.sizes[o.ino])
 	}
 }
@@ -301,9 +301,10 @@ func (c *cpLoad) statNamed(id ID) (unix.Stat_t, error) {
 func (c *cpLoad) objects() []Object {
 	out := make([]Object, 0, len(c.objs)+len(c.l.objects))
 	uses := c.s.readUses()
+	c.l.rep.Gone = -c.reclaimed // each reclaimed one is missing below
 	for i, o := range c.objs {
 		f, ok := c.s.files[o.id]
-		if !ok && !c.reclaimed[o.id] {
+		if !ok {
 			c.l.rep.Gone++
 		}
 		if ok {

@@ -304,12 +304,11 @@ func (s *Store) openLayout() error {
 var ownFiles = []string{CheckpointName, CheckpointName + ".tmp", HintName, HintName + ".tmp"}
 
 // checkOwnFiles refuses a store whose checkpoint or hint is a directory
-// or a special file:
-// a directory there failed every checkpoint, each logged, for as long
-// as the daemon ran, and a FIFO would hold the start's read of it for
-// ever (an outside tester's directory at kvfs.index mounted, then warned
-// at every --checkpoint-interval). The error is an ENOTDIR, which the
-// mount answers with `kvfs fsck`.
+// or a special file: a directory there failed every checkpoint, each
+// logged, for as long as the daemon ran, and a FIFO would hold the
+// start's read of it for ever (an outside tester's directory at
+// kvfs.index mounted, then warned at every --checkpoint-interval). The
+// error is an ENOTDIR, which the mount answers with `kvfs fsck`.
 func checkOwnFiles(dir string) error {
 	for _, n := range ownFiles {
 		p := filepath.Join(dir, n)
