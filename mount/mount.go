@@ -198,7 +198,14 @@ func start(o Options, again bool) (*Mount, error) {
 		}
 	}
 	switch {
-	case errors.Is(err, blob.ErrLocked), errors.Is(err, blob.ErrNotStore):
+	case errors.Is(err, blob.ErrLocked):
+		// Named with where it is served: an operator had to look for
+		// the mount (an outside tester).
+		if mp, live := LiveMount(o.Store); live {
+			return nil, usagef("%v, at %s: unmount it there first (`kvfs unmount %s`), or give another --store", err, mp, mp)
+		}
+		return nil, usagef("%v", err)
+	case errors.Is(err, blob.ErrNotStore):
 		return nil, usagef("%v", err)
 	case errors.Is(err, unix.EROFS):
 		// What the store is on, not a failure of kvfs: bad paths are

@@ -199,7 +199,8 @@ func TestBadInputFlags(t *testing.T) {
 		// Was: gigabytes asked for its counters, then the OOM killer.
 		{"--ram-cache", "1P", []string{"--ram-cache 1125899906842624", "more than this machine's memory"}},
 		{"--serve-while-loading", "-2", []string{"--serve-while-loading -2", "-1 (never)"}},
-		{"--serve-while-loading", "many", []string{"invalid value", "many", "not a whole number"}},
+		{"--serve-while-loading", "many", []string{`invalid value "many" for flag --serve-while-loading`, "not a whole number"}},
+		{"--nosuchflag", "1", []string{"flag provided but not defined: --nosuchflag"}},
 		// Was: exit 1 (an outside tester).
 		{"--cpuprofile", "/nonexistent/p", []string{"--cpuprofile /nonexistent/p", "no such file"}},
 		{"--mutexprofile", "/nonexistent/p", []string{"--mutexprofile /nonexistent/p", "no such file"}},

@@ -185,7 +185,7 @@ func TestMountPointIsAVolume(t *testing.T) {
 
 // TestSecondDaemonRefused: a store has one owner; a second daemon on it,
 // named as the first named it or through a bind mount, exits 2 at once
-// saying so, and the first keeps serving.
+// saying so (and where it is served), and the first keeps serving.
 func TestSecondDaemonRefused(t *testing.T) {
 	d := mountCache(t, "--capacity", "16MiB")
 	putFile(t, filepath.Join(d.mp, "before"), objectBytes("before", 5000))
@@ -218,6 +218,9 @@ func TestSecondDaemonRefused(t *testing.T) {
 			t.Fatalf("a second daemon mounted the served store at %s, given as %s", mp2, store)
 		}
 		requireUsageError(t, res, "already served")
+		if store == d.store && !strings.Contains(res.stderr, "at "+d.mp+": unmount it there first") {
+			t.Errorf("the refusal does not say where the store is served (%s):\n%s", d.mp, res.stderr)
+		}
 	}
 	if after := listing(t, d.store); after != before {
 		t.Errorf("the refused daemon changed the store:\nbefore\n%s\nafter\n%s", before, after)

@@ -136,7 +136,7 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 				fs.PrintDefaults()
 				return nil, err
 			}
-			return nil, usageerr.Errorf("%v", explainValue(fs, err))
+			return nil, usageerr.Errorf("%s", twoDashes(explainValue(fs, err)))
 		}
 		left := fs.Args()
 		if len(left) == 0 {
@@ -215,6 +215,14 @@ func flagAsValue(fs *flag.FlagSet) error {
 		}
 	})
 	return err
+}
+
+// twoDashes spells the flag in the flag package's errors as the README
+// and the help do, --capacity (it printed -capacity: an outside tester
+// took it for a disagreement with the docs).
+func twoDashes(err error) string {
+	return strings.NewReplacer("flag -", "flag --", "for -", "for --",
+		"argument: -", "argument: --", "defined: -", "defined: --").Replace(err.Error())
 }
 
 // explainValue replaces the flag package's bare "parse error" for a
