@@ -47,7 +47,7 @@ func (m *Mount) detachLazily(busy error) error {
 			return err
 		}
 		m.log.Warn("unmount busy: detached the mount (umount -l); its open files keep working until they close, "+
-			"a second signal or a new `kvfs mount` of the store ends them", zap.Error(busy), zap.Duration("stop_linger", m.StopLinger))
+			"a second signal or a new `kvfs mount` of the store ends them", zap.String("busy", busy.Error()), zap.Duration("stop_linger", m.StopLinger))
 	} else if conn != "" {
 		// Someone else's umount -l, with files still open on it: the
 		// daemon serves them until they close, as after its own detach.
