@@ -631,14 +631,21 @@ func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) (unix.Stat_t,
 	switch {
 	case err == nil:
 		c.settledAt(h.id, size)
-		if sizes && c.ledger.Unadmitted(h.id) == 0 {
+		if sizes && c.ledger.Unadmitted(h.id) == 0 && (size > 0 || last) {
 			// Sizes the next writers' reservations (not at a close by
 			// another process than the creator: see FlushBy); not a size whose
 			// growth waits, unadmitted, for the last release (see
 			// ledger.Settle): a doomed store written through
 			// descriptors closed as it grew left each next writer
 			// reserved a quarter of the capacity, evicting half the
-			// cache (an outside tester).
+			// cache (an outside tester). Nor an empty object's before
+			// its last release: a shell's redirect (open, dup2, close)
+			// closes its first descriptor before a byte is written,
+			// and that 0, the only size a refused store left, sized
+			// the next store of the shell's children as one of empty
+			// objects, reserved nothing (an outside tester: each next
+			// doomed `cat > big` emptied the cache). An empty object
+			// is one at its release (a lock or marker file).
 			c.published(size)
 			c.storedBy(h, size)
 		}

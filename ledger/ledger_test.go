@@ -1175,46 +1175,69 @@ func TestObserveBudget(t *testing.T) {
 // the cache. Also when a
 // duplicate of its descriptor closed early (a shell's redirect, dd): that
 // close settles the writer and gives its reservation back, and the
-// growth after it was unbounded and emptied the cache.
+// growth after it was unbounded and emptied the cache. Also when it was
+// never reserved, only given the least budget (core's writer of a
+// process that stored only empty objects lately; with none, a shell's
+// doomed `cat > big` emptied the cache: an outside tester).
 func TestDoomedStoreKeepsCache(t *testing.T) {
 	const n = 200
 	for _, how := range []string{"Observe", "Grow", "GrowWithin"} {
 		for _, dup := range []bool{false, true} {
-			l := fullWithWriter(t, n)
-			if dup {
-				if _, err := l.Settle(1000, 0); err != nil {
-					t.Fatal(err)
-				}
+			for _, reserved := range []bool{true, false} {
+				doomedStoreKeepsCache(t, n, how, dup, reserved)
 			}
-			grow := map[string]func(ID, int64) ([]Victim[ID], error){"Observe": l.Observe, "Grow": l.Grow, "GrowWithin": l.GrowWithin}[how]
-			var err error
-			for size := int64(blk); size <= (n+1)*blk; size += blk {
-				if _, err = grow(1000, size); err != nil {
-					break
-				}
-			}
-			want := map[string]error{"Observe": nil, "Grow": ErrTooLarge, "GrowWithin": ErrPastBudget}[how]
-			if !errors.Is(err, want) {
-				t.Fatalf("%s past the budget of a full cache, to past the capacity: %v, want %v", how, err, want)
-			}
-			if st := l.Stats(); st.Evictions > n/4 {
-				t.Fatalf("%s (dup %v): a doomed store evicted %d objects, want at most a quarter of %d", how, dup, st.Evictions, n)
-			}
-			mustOK(t, l)
 		}
 	}
 }
 
-// fullWithWriter is a ledger of n blocks holding n closed one-block
-// objects (1..n), and writer 1000 created with a reservation of a block.
+func doomedStoreKeepsCache(t *testing.T, n int, how string, dup, reserved bool) {
+	l := full(t, n)
+	if reserved {
+		if _, err := l.Reserve(1000, blk); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		l.Budget(1000, 1)
+	}
+	if dup {
+		if _, err := l.Settle(1000, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grow := map[string]func(ID, int64) ([]Victim[ID], error){"Observe": l.Observe, "Grow": l.Grow, "GrowWithin": l.GrowWithin}[how]
+	var err error
+	for size := int64(blk); size <= int64(n+1)*blk; size += blk {
+		if _, err = grow(1000, size); err != nil {
+			break
+		}
+	}
+	want := map[string]error{"Observe": nil, "Grow": ErrTooLarge, "GrowWithin": ErrPastBudget}[how]
+	if !errors.Is(err, want) {
+		t.Fatalf("%s past the budget of a full cache, to past the capacity: %v, want %v", how, err, want)
+	}
+	if st := l.Stats(); st.Evictions > int64(n/4) {
+		t.Fatalf("%s (dup %v, reserved %v): a doomed store evicted %d objects, want at most a quarter of %d", how, dup, reserved, st.Evictions, n)
+	}
+	mustOK(t, l)
+}
+
+// fullWithWriter is full with writer 1000 reserved a block.
 func fullWithWriter(t *testing.T, n int) *Ledger[ID] {
+	t.Helper()
+	l := full(t, n)
+	if _, err := l.Reserve(1000, blk); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// full is a ledger of n blocks holding n closed one-block objects
+// (1..n), and writer 1000 created, reserved nothing.
+func full(t *testing.T, n int) *Ledger[ID] {
 	t.Helper()
 	l, _ := newTest(t, int64(n)*blk)
 	fill(t, l, 1, n)
 	if err := l.Create(1000, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Reserve(1000, blk); err != nil {
 		t.Fatal(err)
 	}
 	return l
