@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kvfs/kvfs/internal/usageerr"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 )
 
 // Config is what `--remote s3://BUCKET[/PREFIX]` and its companion flags
@@ -181,6 +183,18 @@ func (c *Config) checkEndpoint() error {
 	}
 	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" {
 		return usagef("bad remote endpoint %q: no path allowed (the bucket goes in --remote)", Redact(c.Endpoint))
+	}
+	// The host and port the S3 client would refuse (it refused them
+	// only once the store was loaded, exit 1, the store's checkpoint
+	// rewritten) or take and never reach (port 0 or past 65535, every
+	// upload left waiting in the journal): an outside tester.
+	if host := u.Hostname(); !s3utils.IsValidIP(host) && !s3utils.IsValidDomain(host) {
+		return usagef("bad remote endpoint %q: %q is no host name or IP address", Redact(c.Endpoint), host)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return usagef("bad remote endpoint %q: port %s is not 1 to 65535", Redact(c.Endpoint), p)
+		}
 	}
 	if u.User != nil {
 		if pw, ok := u.User.Password(); ok && c.AccessKey == "" {

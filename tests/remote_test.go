@@ -452,6 +452,11 @@ func TestRemoteBadFlags(t *testing.T) {
 		{[]string{"--remote", "s3://B_ad/p"}, []string{"bad --remote", "bucket name"}},
 		{[]string{"--remote", "s3://bucket/a/../b"}, []string{"bad --remote", "'..'"}},
 		{[]string{"--remote", "s3://bucket/p", "--remote-endpoint", "ftp://host"}, []string{"bad remote endpoint", "ftp://host"}},
+		// Were: exit 1 once the store was loaded, or a mount that never
+		// reached its server (an outside tester).
+		{[]string{"--remote", "s3://bucket/p", "--remote-endpoint", "http://:17391"}, []string{"bad remote endpoint", "no host name"}},
+		{[]string{"--remote", "s3://bucket/p", "--remote-endpoint", "http://-bad-.host:80"}, []string{"bad remote endpoint", "no host name"}},
+		{[]string{"--remote", "s3://bucket/p", "--remote-endpoint", "http://127.0.0.1:99999"}, []string{"bad remote endpoint", "port 99999"}},
 		{[]string{"--remote", "s3://bucket/p", "--remote-queue", "-1"}, []string{"--remote-queue -1"}},
 		{[]string{"--remote", "s3://bucket/p", "--remote-timeout", "-1s"}, []string{"--remote-timeout -1s", "negative"}},
 		{[]string{"--remote", "s3://bucket/p", "--remote-exclude", "[x"}, []string{"--remote-exclude", "[x"}},
