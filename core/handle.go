@@ -118,6 +118,12 @@ func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who bl
 		// their directories' locks).
 		f, st, err = c.createStored(parent, name, id, mode, who)
 	}
+	if diskRefused(err) {
+		// A store refused for the disk's room or inodes counts as one
+		// refused (an outside tester: 1,797 creates failed for inodes
+		// with admission_failures at 0).
+		c.ledger.Refused()
+	}
 	if err != nil {
 		c.abandon(id, write)
 		return nil, err

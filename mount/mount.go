@@ -633,7 +633,7 @@ func (m *Mount) Unmount() error {
 // It returns that room, or 0 when the capacity fits.
 func warnSmallDisk(store string, capacity, held int64, log *zap.Logger) int64 {
 	if room, err := diskRoom(store, held); err == nil && capacity > room {
-		log.Warn("the capacity is more than the store's file system can hold: kvfs lowers the capacity to what the disk holds as it fills, evicting (README, Known limits); give a smaller --capacity",
+		log.Warn("the capacity is more than the store's file system can hold: kvfs lowers the capacity to what the disk can hold, evicting, and follows the disk from then on (README, Known limits); give a smaller --capacity",
 			zap.String("store", store), zap.Int64("capacity", capacity), zap.Int64("room", room))
 		return room
 	}

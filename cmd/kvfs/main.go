@@ -437,7 +437,7 @@ func cmdMount(args []string, stdout io.Writer) error {
 		m.Store, m.Mountpoint, m.Capacity, restored, stop, m.Mountpoint)
 	if m.DiskRoom > 0 {
 		// Said here too: a --background daemon's log may be discarded.
-		fmt.Fprintf(stdout, "kvfs: warning: the capacity is more than the store's file system can hold (%d bytes): kvfs lowers the capacity to what the disk holds as it fills, evicting (README, Known limits); give a smaller --capacity\n", m.DiskRoom)
+		fmt.Fprintf(stdout, "kvfs: warning: the capacity is more than the store's file system can hold (%d bytes): kvfs lowers the capacity to what the disk can hold, evicting, and follows the disk from then on (README, Known limits); give a smaller --capacity\n", m.DiskRoom)
 	}
 	x.serve(m, stdout, log)
 	tuning, stopTuning := context.WithCancel(context.Background())
