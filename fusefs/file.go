@@ -74,7 +74,7 @@ func (f *FS) handle(node, fh uint64) (h *handle, put func(), ok bool) {
 func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	id := core.ID(in.NodeId)
 	if r := f.remotes.get(id); r != nil {
-		release, err := r.local()
+		release, err := r.local(writable(in.Flags) && in.Flags&syscall.O_TRUNC != 0)
 		if err != nil && in.Flags&syscall.O_ACCMODE == syscall.O_RDONLY && in.Flags&syscall.O_TRUNC == 0 {
 			err = missed(err)
 		}

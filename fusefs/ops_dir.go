@@ -163,7 +163,7 @@ func (f *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fus
 	}
 	if r := f.remotes.get(id); r != nil {
 		// The object must be local to take another name.
-		release, err := r.local()
+		release, err := r.local(false)
 		if err != nil {
 			return f.status("link", err)
 		}

@@ -140,8 +140,8 @@ func (f *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrO
 	if h == nil {
 		if r := f.remotes.get(id); r != nil {
 			// A truncate, chmod or utimes changes the local object:
-			// it is installed first.
-			release, err := r.local()
+			// it is installed first (empty for a truncate to 0).
+			release, err := r.local(in.Valid&fuse.FATTR_SIZE != 0 && in.Size == 0)
 			if err != nil {
 				return f.status("setattr", err)
 			}

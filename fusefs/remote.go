@@ -123,15 +123,20 @@ const installMode = 0o644
 
 // local makes the object local, once. Call release once the caller's
 // own open holds it: it drops the pin of the install this call made
-// (nothing when the object was local already).
-func (n *remoteNode) local() (release func(), err error) {
+// (nothing when the object was local already). emptied: the caller
+// discards the bytes at once (an open with O_TRUNC), so the object is
+// made local empty, with nothing fetched: fetched first, such an
+// overwrite failed with ENOENT where another node had deleted the key
+// (its placeholder still in the kernel), or the server was down (an
+// outside tester: 7 of 7 first tries of `open(key, "wb")`, `>`, dd).
+func (n *remoteNode) local(emptied bool) (release func(), err error) {
 	seen := n.tries.Load()
 	n.installMu.Lock()
 	defer n.installMu.Unlock()
 	switch {
 	case n.installed.Load():
 		return func() {}, nil
-	case n.failed != nil:
+	case n.failed != nil && !emptied:
 		return nil, n.failed
 	case n.noRoom != nil && n.tries.Load() != seen:
 		// It came while another opener's try ran, which found no room:
@@ -141,7 +146,14 @@ func (n *remoteNode) local() (release func(), err error) {
 		return nil, n.noRoom
 	}
 	n.noRoom = nil
-	hold, err := n.fs.core.Install(n.parent, n.name, n.id, n.fetch)
+	fetch := n.fetch
+	if emptied {
+		fetch = func(create func(int64) (*os.File, error)) error {
+			_, err := create(0)
+			return err
+		}
+	}
+	hold, err := n.fs.core.Install(n.parent, n.name, n.id, fetch)
 	n.tries.Add(1)
 	if errors.Is(err, core.ErrExists) {
 		// Stored (or installed through another placeholder) meanwhile:
@@ -166,6 +178,7 @@ func (n *remoteNode) local() (release func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.failed = nil
 	n.installed.Store(true)
 	n.fs.changed(n.id)
 	return hold.Release, nil
@@ -266,7 +279,7 @@ func (f *FS) localize(from, to nameKey, exchange bool) (release func(), err erro
 		if r == nil {
 			continue
 		}
-		done, err := r.local()
+		done, err := r.local(false)
 		if err != nil {
 			release()
 			return nil, err

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -319,6 +320,76 @@ func TestRemoteDeletedAfterLookup(t *testing.T) {
 		t.Errorf("B holds %d objects", st.Objects)
 	}
 	a.mustLoad("doomed", objectBytes("doomed", MiB)) // A's copy is A's
+	b.stop()
+	a.stop()
+}
+
+// TestRemoteOverwriteOfADeletedKey: B knows a name from the bucket (a
+// lookup), then A deletes the key; B's overwrites of it (open with
+// O_TRUNC, a shell's `>`, and a truncate to 0 by path) store the new
+// bytes, with the server up or down: the old bytes were to be
+// discarded, so nothing is fetched. Each failed with ENOENT at the first
+// try, the fetch of the gone key being a miss (an outside tester: 7 of
+// 7; 6 of 6 with the server down).
+func TestRemoteOverwriteOfADeletedKey(t *testing.T) {
+	srv := s3test.New(t)
+	dir := t.TempDir()
+	a := startRemoteNode(t, srv, dir, "a")
+	b := startRemoteNode(t, srv, dir, "b")
+	keys := []string{"wb", "shell", "truncate", "wb-server-down"}
+	for _, k := range keys {
+		a.put(k, objectBytes(k, MiB))
+	}
+	a.uploaded()
+	for _, k := range keys {
+		if _, err := os.Stat(finalPath(b.mp, k)); err != nil {
+			t.Fatalf("lookup of %s on B: %v", k, err)
+		}
+		if err := os.Remove(finalPath(a.mp, k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.waitRemote("the deletes", func(r remoteFigures) bool { return r.Deletes == int64(len(keys)) && *r.QueueDepth == 0 })
+	overwrite := func(k string) {
+		t.Helper()
+		want := objectBytes(k+"-new", 300000)
+		path := finalPath(b.mp, k)
+		var err error
+		switch k {
+		case "shell":
+			src := filepath.Join(t.TempDir(), "src")
+			if err := os.WriteFile(src, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out []byte
+			if out, err = exec.Command("sh", "-c", `cat "$1" > "$2"`, "sh", src, path).CombinedOutput(); err != nil {
+				err = fmt.Errorf("%v: %s", err, out)
+			}
+		case "truncate":
+			want = nil
+			err = os.Truncate(path, 0)
+		default:
+			err = os.WriteFile(path, want, 0o644)
+		}
+		if err != nil {
+			t.Errorf("overwrite of %s, deleted by A, on B: %v", k, err)
+			return
+		}
+		b.mustLoad(k, want)
+	}
+	for _, k := range keys[:3] {
+		overwrite(k)
+	}
+	srv.Stop()
+	overwrite("wb-server-down")
+	srv.Start()
+	b.uploaded()
+	for _, k := range []string{"wb", "wb-server-down"} {
+		if info, err := srv.Client().StatObject(t.Context(), srv.Bucket, remoteKey(k), minio.StatObjectOptions{}); err != nil || info.Size != 300000 {
+			t.Errorf("the bucket's %s after B's overwrite: %d bytes, %v; want B's 300000", k, info.Size, err)
+		}
+	}
+	assertQuietEqual(t, b.daemon)
 	b.stop()
 	a.stop()
 }
