@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kvfs/kvfs/internal/s3test"
+	"github.com/minio/minio-go/v7"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -169,5 +171,53 @@ func TestJournalIsPrivate(t *testing.T) {
 	}
 	if st.Mode().Perm() != 0o700 {
 		t.Fatalf("the journal directory's mode is %v, want 0700", st.Mode().Perm())
+	}
+}
+
+// TestJournalReplayKeepsUploadsBesideDeletes: uploads accepted within the
+// bound and rms pending beside them (the server down) are all done by
+// the next tier on the journal, with the same bound: the rms take none
+// of the uploads' room, and the replay drops nothing it journaled (an
+// outside tester: with --remote-queue 2, two stores and an rm pending,
+// the restart dropped a store, which never reached the bucket).
+func TestJournalReplayKeepsUploadsBesideDeletes(t *testing.T) {
+	srv := s3test.New(t)
+	bound := func(c *Config) { c.QueueMax, c.BreakerFailures = 2, 1 }
+	a := newNode(t, srv, "p", nodeOpts{cfg: bound})
+	ctx := context.Background()
+	olds := []string{"old0.data", "old1.data", "old2.data", "old3.data"}
+	for _, name := range olds {
+		if err := a.Put(ctx, name, strings.NewReader("old bytes of "+name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Stop()
+	a.Lookup(ctx, "open-the-breaker.data")
+	for _, name := range olds {
+		if !a.Delete(name) {
+			t.Fatalf("the rm of %s was dropped", name)
+		}
+	}
+	news := []string{"new0.data", "new1.data"}
+	for _, name := range news {
+		a.write(t, name, randBytes(t, 4096))
+		if !a.Enqueue(name) {
+			t.Fatalf("the upload of %s, within the bound of 2 beside 4 rms, was dropped", name)
+		}
+	}
+	a.Close()
+	srv.Start()
+	b := newNode(t, srv, "p", nodeOpts{journal: a.journal, store: a.store, cfg: bound})
+	b.waitUploads(t)
+	if st := b.Stats(); st.UploadDropped != 0 || st.Uploads != int64(len(news)) {
+		t.Fatalf("after the replay: %+v; want both uploads done, none dropped", st)
+	}
+	for _, name := range news {
+		getRaw(t, srv.Client(), srv.Bucket, "p/"+name)
+	}
+	for _, name := range olds {
+		if _, err := srv.Client().StatObject(ctx, srv.Bucket, "p/"+name, minio.StatObjectOptions{}); minio.ToErrorResponse(err).StatusCode != http.StatusNotFound {
+			t.Errorf("%s after the replay: %v; want it deleted", name, err)
+		}
 	}
 }

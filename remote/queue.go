@@ -69,10 +69,16 @@ type queue struct {
 	// unsent: pending names ch had no room for, taken by the workers
 	// after each name they settle; GUARDED_BY(mu).
 	unsent []string
-	// INVARIANT: uploads are admitted while len(pending) < max; deletes
-	// always (an rm dropped for a full queue left the key in the bucket,
-	// found again by every node: an outside tester).
+	// INVARIANT: uploads are admitted while the pending names that are
+	// not rms alone are fewer than max; deletes always (an rm dropped
+	// for a full queue left the key in the bucket, found again by every
+	// node: an outside tester), and they take none of the uploads' room
+	// (counted, rms pending took it, and a restart's replay dropped an
+	// upload accepted before: an outside tester).
 	idle chan struct{} // closed while pending is empty; GUARDED_BY(mu)
+	// deletes is how many pending entries are rms alone (opDelete);
+	// GUARDED_BY(mu).
+	deletes int
 }
 
 type entry struct {
@@ -121,7 +127,8 @@ func (q *queue) replay() error {
 			if !strings.HasPrefix(e.Name(), ".") { // not an entry's own temp file
 				invalid = append(invalid, e.Name())
 			}
-		case q.change(name, o) == admitNew:
+		case q.change(name, o, false) == admitNew:
+			// Unbounded: each was admitted when it was journaled.
 			q.schedule(name)
 			queued++
 		default:
@@ -176,25 +183,38 @@ const (
 
 // change makes o pending for name (merged with what is), unless the
 // queue is full. mu taken.
-func (q *queue) change(name string, o op) admission {
+func (q *queue) change(name string, o op, bounded bool) admission {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if e, ok := q.pending[name]; ok {
 		if m := merge(e.op, o); m != e.op {
-			e.op = m
+			q.setOp(e, m)
 			e.gen++
 			return admitChanged
 		}
 		return admitDup
 	}
-	if len(q.pending) >= q.max && o == opUpload {
+	if bounded && len(q.pending)-q.deletes >= q.max && o == opUpload {
 		return admitFull
 	}
 	if len(q.pending) == 0 {
 		q.idle = make(chan struct{})
 	}
-	q.pending[name] = &entry{op: o}
+	e := &entry{}
+	q.setOp(e, o)
+	q.pending[name] = e
 	return admitNew
+}
+
+// setOp sets a pending entry's op, counting the rms alone; mu held.
+func (q *queue) setOp(e *entry, o op) {
+	if e.op == opDelete {
+		q.deletes--
+	}
+	e.op = o
+	if o == opDelete {
+		q.deletes++
+	}
 }
 
 // add journals o for name and hands new names to the workers. It
@@ -202,7 +222,7 @@ func (q *queue) change(name string, o op) admission {
 func (q *queue) add(name string, o op) bool {
 	q.fileMu.Lock()
 	defer q.fileMu.Unlock()
-	a := q.change(name, o)
+	a := q.change(name, o, true)
 	switch a {
 	case admitDup:
 		// Published again (its writer's last release after a reopen):
@@ -285,7 +305,7 @@ func (q *queue) deleted(name string, gen uint64) uint64 {
 	q.mu.Lock()
 	e, ok := q.pending[name]
 	if ok && e.op == opDeleteUpload {
-		e.op = opUpload
+		q.setOp(e, opUpload)
 		e.gen++
 		if e.gen == gen+1 {
 			gen = e.gen
@@ -327,9 +347,11 @@ func (q *queue) forgetLocked(name string) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if _, ok := q.pending[name]; !ok {
+	e, ok := q.pending[name]
+	if !ok {
 		return
 	}
+	q.setOp(e, opUpload)
 	delete(q.pending, name)
 	if len(q.pending) == 0 {
 		close(q.idle)
