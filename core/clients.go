@@ -643,7 +643,7 @@ func (c *Core) PublishedBy(t Client) {
 // endDirectGrace ends the grace of a direct writer's object once its
 // writing ended.
 func (c *Core) endDirectGrace(h *Handle) {
-	if h.refused.Load() || h.temp {
+	if h.doomed() || h.temp {
 		return
 	}
 	if h.direct.Load() || h.by != nil && c.clients.direct(*h.by) {

@@ -24,9 +24,20 @@ type Handle struct {
 	write bool
 	// writing: h holds one of id's crash markers; GUARDED_BY(c.writersMu).
 	writing bool
-	// refused: a write through h was refused for space, so what it
-	// stored is not the object its writer meant: its close removes it.
+	// refused: what h's writer stored is not the object it meant (it
+	// passed the capacity, or a close was refused): its close removes
+	// it.
 	refused atomic.Bool
+	// refusedAt is 1 + the lowest offset of a write through h that was
+	// refused for space (0: none). Such a write stored nothing past its
+	// offset that its writer counts on, and write(2)'s ENOSPC lets it
+	// write again: the object goes at its close unless a later write
+	// through h succeeds at or before that offset (a retry, or a
+	// rewrite from the start). A writer retrying the piece on the same
+	// descriptor once room came free had every later write succeed and
+	// its close answer ENOSPC, its object gone (an outside tester, 2 of
+	// 2); one that skips the piece leaves a hole, and is refused.
+	refusedAt atomic.Int64
 	// unreserved: a writer that opened without room to write into (see
 	// Unreserved): each of its writes is to be admitted before it lands.
 	unreserved bool
@@ -396,7 +407,7 @@ func (h *Handle) Write(intr Interrupt, data []byte, off int64) (int, error) {
 			ledger.Charge(end)-charge, &h.waited, intr, func() (victims, error) { return grow(h.id, end) })
 	}
 	if errors.Is(err, ErrNoSpace) {
-		h.refused.Store(true)
+		h.refusedWrite(off)
 		if c.cfg.StrictCapacity && ledger.Charge(end) <= c.ledger.Capacity() {
 			// Refused past twice its reservation, or with no room:
 			// objects are at least this large now. The next writer is
@@ -418,16 +429,42 @@ func (h *Handle) Write(intr Interrupt, data []byte, off int64) (int, error) {
 	if err != nil {
 		c.settleShort(h.id, h.file)
 	}
-	if errors.Is(err, unix.ENOSPC) {
+	switch {
+	case errors.Is(err, unix.ENOSPC):
 		// The store's disk, fuller than the ledger: the same answer
 		// to the client, admission_failures counts it alike, and the
 		// object goes at its close as a refused one does (it stayed,
 		// a prefix under its final name, charged: an outside tester).
 		c.ledger.Refused()
-		h.refused.Store(true)
+		h.refusedWrite(off)
+	case err == nil:
+		h.wroteAt(off)
 	}
 	return n, err
 }
+
+// refusedWrite notes a write at off through h refused for space (see
+// refusedAt).
+func (h *Handle) refusedWrite(off int64) {
+	for {
+		at := h.refusedAt.Load()
+		if at != 0 && at <= off+1 || h.refusedAt.CompareAndSwap(at, off+1) {
+			return
+		}
+	}
+}
+
+// wroteAt notes a write at off through h that succeeded: one at or
+// before the refused one's offset retried it.
+func (h *Handle) wroteAt(off int64) {
+	if at := h.refusedAt.Load(); at != 0 && off+1 <= at {
+		h.refusedAt.CompareAndSwap(at, 0)
+	}
+}
+
+// doomed says whether h's object goes at its close: refused, or a write
+// refused and not written again (see refusedAt).
+func (h *Handle) doomed() bool { return h.refused.Load() || h.refusedAt.Load() != 0 }
 
 // Truncate sets an object's size, admitted first; f is a writer's stored
 // file, or nil to open one. The object is pinned as written meanwhile, so
@@ -601,7 +638,18 @@ func (h *Handle) stat() (unix.Stat_t, error) {
 // and returns the file's attributes it read; last: its last writer's
 // release, which admits it whole (see ledger.SettleLast).
 func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) (unix.Stat_t, error) {
-	if h.refused.Load() {
+	if h.refusedAt.Load() != 0 && !h.refused.Load() && !last {
+		// A write refused, not yet written again: a close answers
+		// ENOSPC (the object lacks a piece its writer wrote), but a
+		// duplicate of the descriptor may still write it again, so
+		// the object stays until the last release decides. Made final
+		// here, a forked child's close of the inherited descriptor
+		// (exec closes it) refused the writer for good before its
+		// retry (a test's own `kvfs stats`).
+		return unix.Stat_t{}, ErrNoSpace
+	}
+	if h.doomed() {
+		h.refused.Store(true)
 		c.ledger.Refused()
 		c.refuse(h)
 		return unix.Stat_t{}, ErrNoSpace
@@ -772,7 +820,7 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 		return nil, false
 	}
 	var err error
-	refused := h.refused.Load()
+	refused := h.doomed()
 	kept := false
 	if refused {
 		// Its client was told at a close; what was written since goes too.

@@ -73,7 +73,7 @@ type Frozen struct {
 func (h *Handle) State() HandleState {
 	h.c.writersMu.Lock()
 	defer h.c.writersMu.Unlock()
-	return HandleState{ID: h.id, Write: h.write, Writing: h.writing, Refused: h.refused.Load()}
+	return HandleState{ID: h.id, Write: h.write, Writing: h.writing, Refused: h.doomed()}
 }
 
 // Freeze stops the background work and writes the checkpoint a

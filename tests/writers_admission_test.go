@@ -982,3 +982,104 @@ func processRunState(pid int) byte {
 	}
 	return b[j+2]
 }
+
+// TestWriteRetriedAfterENOSPC: a write through the daemon refused for
+// space (readers pin the cache) answers ENOSPC and stores nothing; the
+// writer retries the piece on the same descriptor once the readers are
+// gone, writes the rest, and its close succeeds with the whole object,
+// as on any file system. One that skips the piece instead is refused at
+// its close (its object would have a hole). Before, every writer
+// refused once was refused at its close, its later writes answered
+// success (an outside tester, 2 of 2).
+func TestWriteRetriedAfterENOSPC(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		flags []string
+		flag  int  // O_APPEND: the kernel writes through the daemon
+		retry bool // write the refused piece again, else skip it
+	}{
+		{"append-retry", nil, os.O_APPEND, true},
+		{"pwrite-retry", []string{"--no-passthrough"}, 0, true},
+		{"pwrite-skip", []string{"--no-passthrough"}, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := mountCache(t, append([]string{"--capacity", "16MiB", "--grace", "0s", "--wait-limit", "300ms"}, c.flags...)...)
+			var readers []*os.File
+			for i := range 13 {
+				putFile(t, filepath.Join(d.mp, fmt.Sprintf("r%d", i)), objectBytes(fmt.Sprint(i), MiB))
+			}
+			waitReleased(t, d.mp)
+			for i := range 13 {
+				f, err := os.Open(filepath.Join(d.mp, fmt.Sprintf("r%d", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				readers = append(readers, f)
+			}
+			const pieces = 6
+			want := objectBytes("w", pieces*MiB)
+			w, err := os.OpenFile(filepath.Join(d.mp, "w"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|c.flag, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			write := func(i int) error {
+				p := want[i*MiB : (i+1)*MiB]
+				if c.flag != 0 {
+					_, err := w.Write(p)
+					return err
+				}
+				_, err := w.WriteAt(p, int64(i*MiB))
+				return err
+			}
+			refused := -1
+			for i := range pieces {
+				if err := write(i); err != nil {
+					if !errors.Is(err, unix.ENOSPC) {
+						t.Fatalf("write %d: %v, want ENOSPC or success", i, err)
+					}
+					refused = i
+					break
+				}
+			}
+			if refused < 0 {
+				t.Fatalf("6 MiB written beside 13 MiB pinned in 16 MiB: no write refused")
+			}
+			for _, f := range readers {
+				f.Close()
+			}
+			if !waitFor(func() bool { return stats(t, d.mp).PinnedObjects == 1 }) {
+				t.Fatalf("the readers' objects still pinned: %+v", stats(t, d.mp))
+			}
+			from := refused
+			if !c.retry {
+				from++
+			}
+			for i := from; i < pieces; i++ {
+				if err := write(i); err != nil {
+					t.Fatalf("write %d after the readers closed: %v", i, err)
+				}
+			}
+			err = w.Close()
+			path := filepath.Join(d.mp, "w")
+			if !c.retry {
+				if !errors.Is(err, unix.ENOSPC) {
+					t.Errorf("the close of a writer that skipped its refused piece: %v, want ENOSPC", err)
+				}
+				if _, err := os.Lstat(path); err == nil {
+					t.Error("the object with a hole where its refused piece was is kept")
+				}
+			} else {
+				if err != nil {
+					t.Errorf("the close of a writer that retried its refused piece %d: %v", refused, err)
+				}
+				got, err := os.ReadFile(path)
+				if err != nil || !bytes.Equal(got, want) {
+					t.Errorf("the retried object: %d bytes (%v), want its %d", len(got), err, len(want))
+				}
+			}
+			waitReleased(t, d.mp)
+			ledgerExact(t, d)
+		})
+	}
+}
