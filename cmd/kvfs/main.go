@@ -124,16 +124,19 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(os.Stdout)
 				// The command's lines of the usage, then its flags
 				// (`kvfs help mount` printed the flags alone: an
-				// outside tester).
+				// outside tester), spelt with two dashes as the README
+				// spells them.
 				for _, line := range strings.Split(usage, "\n") {
 					if strings.HasPrefix(strings.TrimSpace(line), "kvfs "+fs.Name()+" ") {
 						fmt.Fprintln(os.Stdout, "usage: "+strings.TrimSpace(line))
 					}
 				}
+				var flags strings.Builder
+				fs.SetOutput(&flags)
 				fs.PrintDefaults()
+				fmt.Fprint(os.Stdout, strings.ReplaceAll("\n"+flags.String(), "\n  -", "\n  --")[1:])
 				return nil, err
 			}
 			return nil, usageerr.Errorf("%s", twoDashes(explainValue(fs, err)))
