@@ -8,10 +8,11 @@ import (
 	"testing"
 )
 
-var helpFlag = regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
+var helpFlag = regexp.MustCompile(`(?m)^  --([a-z0-9-]+)`)
 
-// TestReadmeDocumentsEveryFlag: every flag `kvfs COMMAND -h` lists is
-// named in README.md, so the reference cannot fall behind the code.
+// TestReadmeDocumentsEveryFlag: every flag `kvfs COMMAND -h` lists (as
+// --flag) is named in README.md, so the reference cannot fall behind the
+// code.
 func TestReadmeDocumentsEveryFlag(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -327,20 +326,13 @@ func TestPassthroughStoresOnADiskSmallerThanTheCapacity(t *testing.T) {
 	d := startDaemon(t, mp, "--store", filepath.Join(disk, "store"), "--capacity", "1GiB")
 	const stores, threads = 120, 8
 	cl := &fsNative{base: mp, seq: &atomic.Int64{}}
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	errs := make(chan error, stores)
-	for range threads {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < stores; i = int(next.Add(1)) - 1 {
-				key := fmt.Sprintf("key-%03d", i)
-				if _, err := cl.store(key, objectBytes(key, 2500000+i*4000)); err != nil {
-					errs <- fmt.Errorf("store %s: %w", key, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	inPool(threads, stores, func(i int) {
+		key := fmt.Sprintf("key-%03d", i)
+		if _, err := cl.store(key, objectBytes(key, 2500000+i*4000)); err != nil {
+			errs <- fmt.Errorf("store %s: %w", key, err)
+		}
+	})
 	close(errs)
 	failed := 0
 	for err := range errs {

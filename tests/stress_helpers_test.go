@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -309,4 +310,20 @@ func detachAll(mp string) {
 		}
 		unix.Unmount(mp, unix.MNT_DETACH)
 	}
+}
+
+// inPool runs job(0) to job(jobs-1) on threads goroutines, each taking
+// the next job as it finishes one (a connector's thread pool), and
+// returns when all are done.
+func inPool(threads, jobs int, job func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range threads {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < jobs; i = int(next.Add(1)) - 1 {
+				job(i)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -504,29 +504,22 @@ func TestDoomedRedirectKeepsCache(t *testing.T) {
 func TestBurstLargerThanTheCache(t *testing.T) {
 	d := mountCache(t, "--capacity", "32MiB")
 	const threads, stores, size = 32, 96, 4 * MiB
-	var next atomic.Int64
 	var refused atomic.Int64
-	var wg sync.WaitGroup
 	errs := make(chan error, stores)
-	for range threads {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < stores; i = int(next.Add(1)) - 1 {
-				key := fmt.Sprintf("key-%03d", i)
-				tmp := filepath.Join(d.mp, fmt.Sprintf("%s.tmp.%d", key, i))
-				err := os.WriteFile(tmp, objectBytes(key, size), 0o644)
-				if err == nil {
-					err = os.Rename(tmp, filepath.Join(d.mp, key))
-				}
-				if errnoOf(err) == unix.ENOSPC {
-					refused.Add(1)
-					os.Remove(tmp)
-				} else if err != nil {
-					errs <- fmt.Errorf("%s: %w", key, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	inPool(threads, stores, func(i int) {
+		key := fmt.Sprintf("key-%03d", i)
+		tmp := filepath.Join(d.mp, fmt.Sprintf("%s.tmp.%d", key, i))
+		err := os.WriteFile(tmp, objectBytes(key, size), 0o644)
+		if err == nil {
+			err = os.Rename(tmp, filepath.Join(d.mp, key))
+		}
+		if errnoOf(err) == unix.ENOSPC {
+			refused.Add(1)
+			os.Remove(tmp)
+		} else if err != nil {
+			errs <- fmt.Errorf("%s: %w", key, err)
+		}
+	})
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -830,26 +823,20 @@ func TestStoresBesideAWriterHoldingMostOfTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	const threads, stores, size = 8, 24, 4 * MiB
-	var next, refused atomic.Int64
-	var wg sync.WaitGroup
-	for range threads {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < stores; i = int(next.Add(1)) - 1 {
-				key := fmt.Sprintf("key-%03d", i)
-				tmp := filepath.Join(d.mp, key+".tmp")
-				err := os.WriteFile(tmp, objectBytes(key, size), 0o644)
-				if err == nil {
-					err = os.Rename(tmp, filepath.Join(d.mp, key))
-				}
-				if err != nil {
-					refused.Add(1)
-					t.Logf("%s: %v", key, err)
-					os.Remove(tmp)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	var refused atomic.Int64
+	inPool(threads, stores, func(i int) {
+		key := fmt.Sprintf("key-%03d", i)
+		tmp := filepath.Join(d.mp, key+".tmp")
+		err := os.WriteFile(tmp, objectBytes(key, size), 0o644)
+		if err == nil {
+			err = os.Rename(tmp, filepath.Join(d.mp, key))
+		}
+		if err != nil {
+			refused.Add(1)
+			t.Logf("%s: %v", key, err)
+			os.Remove(tmp)
+		}
+	})
 	if n := refused.Load(); n != 0 {
 		t.Errorf("%d of %d stores failed beside the held writer; want none: 4 MiB is free for each in turn", n, stores)
 	}
