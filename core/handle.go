@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -28,17 +29,19 @@ type Handle struct {
 	// passed the capacity, or a close was refused): its close removes
 	// it.
 	refused atomic.Bool
-	// refusedAt is 1 + the lowest offset of a write through h that was
-	// refused for space (0: none). Such a write stored nothing past its
-	// offset that its writer counts on, and write(2)'s ENOSPC lets it
-	// write again: the object goes at its close unless a later write
-	// through h succeeds at or before that offset (a retry, or a
-	// rewrite from the start). A writer retrying the piece on the same
-	// descriptor once room came free had every later write succeed and
-	// its close answer ENOSPC, its object gone (an outside tester, 2 of
-	// 2); one that skips the piece leaves a hole, and is refused.
-	refusedAt atomic.Int64
-	// unreserved: a writer that opened without room to write into (see
+	// gap is what writes through h refused for space left unwritten:
+	// such a write stored nothing its writer counts on, and write(2)'s
+	// ENOSPC lets it write again. The object goes at its close unless
+	// later writes through h fill the range again, from its start (a
+	// retry, in one piece or several, or a rewrite from the start). A
+	// writer retrying the piece on the same descriptor once room came
+	// free had every later write succeed and its close answer ENOSPC,
+	// its object gone (an outside tester, 2 of 2); one that skips the
+	// piece, or retries only part of it, leaves a hole and is refused
+	// (a re-test: a retry of half a piece, cleared at first, published
+	// 512 KiB of zeros). An appender that skips the piece cannot be told
+	// from one that retries it: both write at the end.
+	gap refusedRange // unreserved: a writer that opened without room to write into (see
 	// Unreserved): each of its writes is to be admitted before it lands.
 	unreserved bool
 	// want: the reservation an unreserved writer was to have
@@ -407,7 +410,7 @@ func (h *Handle) Write(intr Interrupt, data []byte, off int64) (int, error) {
 			ledger.Charge(end)-charge, &h.waited, intr, func() (victims, error) { return grow(h.id, end) })
 	}
 	if errors.Is(err, ErrNoSpace) {
-		h.refusedWrite(off)
+		h.gap.refused(off, end)
 		if c.cfg.StrictCapacity && ledger.Charge(end) <= c.ledger.Capacity() {
 			// Refused past twice its reservation, or with no room:
 			// objects are at least this large now. The next writer is
@@ -436,35 +439,50 @@ func (h *Handle) Write(intr Interrupt, data []byte, off int64) (int, error) {
 		// object goes at its close as a refused one does (it stayed,
 		// a prefix under its final name, charged: an outside tester).
 		c.ledger.Refused()
-		h.refusedWrite(off)
+		h.gap.refused(off, end)
 	case err == nil:
-		h.wroteAt(off)
+		h.gap.wrote(off, end)
 	}
 	return n, err
 }
 
-// refusedWrite notes a write at off through h refused for space (see
-// refusedAt).
-func (h *Handle) refusedWrite(off int64) {
-	for {
-		at := h.refusedAt.Load()
-		if at != 0 && at <= off+1 || h.refusedAt.CompareAndSwap(at, off+1) {
-			return
-		}
+// refusedRange is the range [lo, hi) of a handle's writes refused for
+// space not yet written again (see Handle.gap).
+type refusedRange struct {
+	open   atomic.Bool // a range is left; read without mu on every write
+	mu     sync.Mutex  // a leaf
+	lo, hi int64       // GUARDED_BY(mu)
+}
+
+// refused notes a write of [off, end) refused for space: the range left
+// unwritten spans it and any left before.
+func (g *refusedRange) refused(off, end int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.open.Load() {
+		g.lo, g.hi = off, end
+	}
+	g.lo, g.hi = min(g.lo, off), max(g.hi, end)
+	g.open.Store(true)
+}
+
+// wrote notes a write of [off, end) that succeeded: one that covers the
+// range's start fills the range up to its end.
+func (g *refusedRange) wrote(off, end int64) {
+	if !g.open.Load() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if off <= g.lo && end > g.lo {
+		g.lo = end
+		g.open.Store(g.lo < g.hi)
 	}
 }
 
-// wroteAt notes a write at off through h that succeeded: one at or
-// before the refused one's offset retried it.
-func (h *Handle) wroteAt(off int64) {
-	if at := h.refusedAt.Load(); at != 0 && off+1 <= at {
-		h.refusedAt.CompareAndSwap(at, 0)
-	}
-}
-
-// doomed says whether h's object goes at its close: refused, or a write
-// refused and not written again (see refusedAt).
-func (h *Handle) doomed() bool { return h.refused.Load() || h.refusedAt.Load() != 0 }
+// doomed says whether h's object goes at its close: refused, or a range
+// of refused writes not written again (see gap).
+func (h *Handle) doomed() bool { return h.refused.Load() || h.gap.open.Load() }
 
 // Truncate sets an object's size, admitted first; f is a writer's stored
 // file, or nil to open one. The object is pinned as written meanwhile, so
@@ -638,14 +656,17 @@ func (h *Handle) stat() (unix.Stat_t, error) {
 // and returns the file's attributes it read; last: its last writer's
 // release, which admits it whole (see ledger.SettleLast).
 func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) (unix.Stat_t, error) {
-	if h.refusedAt.Load() != 0 && !h.refused.Load() && !last {
-		// A write refused, not yet written again: a close answers
-		// ENOSPC (the object lacks a piece its writer wrote), but a
-		// duplicate of the descriptor may still write it again, so
-		// the object stays until the last release decides. Made final
-		// here, a forked child's close of the inherited descriptor
-		// (exec closes it) refused the writer for good before its
-		// retry (a test's own `kvfs stats`).
+	if h.gap.open.Load() && !h.refused.Load() && !last && !sizes {
+		// A write refused, not yet written again, and a close by
+		// another process than the writer's (sizes: by the creator,
+		// or not known): it answers ENOSPC (the object lacks a piece),
+		// but the writer may still write it again, so the object
+		// stays until the last release decides. Made final here, a
+		// forked child's close of the inherited descriptor (exec
+		// closes it) refused the writer for good before its retry (a
+		// test's own `kvfs stats`). The writer's own close makes it
+		// final at once: its name is gone when close(2) returns
+		// ENOSPC.
 		return unix.Stat_t{}, ErrNoSpace
 	}
 	if h.doomed() {

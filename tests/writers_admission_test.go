@@ -974,20 +974,30 @@ func processRunState(pid int) byte {
 // space (readers pin the cache) answers ENOSPC and stores nothing; the
 // writer retries the piece on the same descriptor once the readers are
 // gone, writes the rest, and its close succeeds with the whole object,
-// as on any file system. One that skips the piece instead is refused at
-// its close (its object would have a hole). Before, every writer
+// as on any file system, also in two halves. One that skips the piece,
+// writes only half of it, or writes an earlier piece again instead is
+// refused at its close (its object would have a hole: a re-test found a
+// half retry published with 512 KiB of zeros). Before, every writer
 // refused once was refused at its close, its later writes answered
 // success (an outside tester, 2 of 2).
 func TestWriteRetriedAfterENOSPC(t *testing.T) {
+	noPassthrough := []string{"--no-passthrough"}
 	for _, c := range []struct {
 		name  string
 		flags []string
-		flag  int  // O_APPEND: the kernel writes through the daemon
-		retry bool // write the refused piece again, else skip it
+		flag  int // O_APPEND: the kernel writes through the daemon
+		// retry is what the writer does with the refused piece: writes
+		// it again ("whole", or in two "halves"), writes its first
+		// "half" only, writes an earlier piece again ("lower"), or
+		// "skip"s it; then it writes the pieces after it.
+		retry string
 	}{
-		{"append-retry", nil, os.O_APPEND, true},
-		{"pwrite-retry", []string{"--no-passthrough"}, 0, true},
-		{"pwrite-skip", []string{"--no-passthrough"}, 0, false},
+		{"append-retry", nil, os.O_APPEND, "whole"},
+		{"pwrite-retry", noPassthrough, 0, "whole"},
+		{"pwrite-retry-in-halves", noPassthrough, 0, "halves"},
+		{"pwrite-half", noPassthrough, 0, "half"},
+		{"pwrite-lower", noPassthrough, 0, "lower"},
+		{"pwrite-skip", noPassthrough, 0, "skip"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := mountCache(t, append([]string{"--capacity", "16MiB", "--grace", "0s", "--wait-limit", "300ms"}, c.flags...)...)
@@ -1038,20 +1048,32 @@ func TestWriteRetriedAfterENOSPC(t *testing.T) {
 			if !waitFor(func() bool { return stats(t, d.mp).PinnedObjects == 1 }) {
 				t.Fatalf("the readers' objects still pinned: %+v", stats(t, d.mp))
 			}
-			from := refused
-			if !c.retry {
-				from++
+			part := func(i, from, to int) error {
+				_, err := w.WriteAt(want[i*MiB+from:i*MiB+to], int64(i*MiB+from))
+				return err
 			}
-			for i := from; i < pieces; i++ {
-				if err := write(i); err != nil {
-					t.Fatalf("write %d after the readers closed: %v", i, err)
-				}
+			var errs []error
+			switch c.retry {
+			case "whole":
+				errs = append(errs, write(refused))
+			case "halves":
+				errs = append(errs, part(refused, 0, MiB/2), part(refused, MiB/2, MiB))
+			case "half":
+				errs = append(errs, part(refused, 0, MiB/2))
+			case "lower":
+				errs = append(errs, write(0))
+			}
+			for i := refused + 1; i < pieces; i++ {
+				errs = append(errs, write(i))
+			}
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("writes after the readers closed: %v", err)
 			}
 			err = w.Close()
 			path := filepath.Join(d.mp, "w")
-			if !c.retry {
+			if c.retry != "whole" && c.retry != "halves" {
 				if !errors.Is(err, unix.ENOSPC) {
-					t.Errorf("the close of a writer that skipped its refused piece: %v, want ENOSPC", err)
+					t.Errorf("the close of a writer that left part of its refused piece unwritten (%s): %v, want ENOSPC", c.retry, err)
 				}
 				if _, err := os.Lstat(path); err == nil {
 					t.Error("the object with a hole where its refused piece was is kept")
