@@ -336,7 +336,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		// writing one of its own leaves it too: its own deletes are
 		// among these (an outside tester read them as changes behind
 		// kvfs's back).
-		m.log.Warn("objects the clean stop's checkpoint listed are gone from the store: removed, replaced or renamed behind kvfs's back, or by a daemon that started from that checkpoint and crashed before writing its own (kvfs fsck checks a store)",
+		m.log.Warn("objects the clean stop's checkpoint listed are gone from the store: removed, replaced or renamed behind kvfs's back (a store copied file by file has every object replaced), or by a daemon that started from that checkpoint and crashed before writing its own",
 			zap.String("store", m.Store), zap.Int64("gone", rep.Gone))
 	case rep.Gone > 0:
 		m.log.Info("objects the last checkpoint listed are gone from the store: removed, replaced or renamed since it was written, by kvfs before it stopped or behind its back",

@@ -188,6 +188,7 @@ func TestBadInputFlags(t *testing.T) {
 		{"--log-level", "", []string{"--log-level is empty"}}, // was: info, unsaid
 		// Was: the default store, MOUNTPOINT.kvfs-store (an outside tester).
 		{"--store", "", []string{"--store is empty"}},
+		{"--metrics-addr", "", []string{"--metrics-addr is empty"}}, // was: no endpoint, unsaid (an outside tester)
 		// Were: their defaults, unsaid (an outside tester).
 		{"--remote-uploaders", "0", []string{"--remote-uploaders 0", "at least 1"}},
 		{"--remote-queue", "0", []string{"--remote-queue 0", "at least 1"}},

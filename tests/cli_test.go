@@ -729,9 +729,12 @@ func TestMountInsideKvfsMount(t *testing.T) {
 // an outside tester.
 func TestHelpOfACommandAndUnmountOfAStore(t *testing.T) {
 	res := runKvfs(t, "help", "mount")
-	if res.code != 0 || !strings.HasPrefix(res.stdout, "usage: kvfs mount [--store DIR]") || !strings.Contains(res.stdout, "-wait-limit") {
+	if res.code != 0 || !strings.HasPrefix(res.stdout, "usage: kvfs mount [--store DIR]") || !strings.Contains(res.stdout, "--wait-limit") {
 		t.Errorf("kvfs help mount: exit %d, stdout %q; want mount's flags", res.code, res.stdout)
 	}
+	// Help of no command is a usage error (it printed the general usage,
+	// exit 0: an outside tester).
+	requireUsageError(t, runKvfs(t, "help", "bogus"), `no help for "bogus"`)
 	d := mountCache(t, "--capacity", "16MiB")
 	requireUsageError(t, runKvfs(t, "unmount", d.store), d.store, "is the store of the kvfs mount at "+d.mp)
 	if _, ok := mountAt(d.mp); !ok {

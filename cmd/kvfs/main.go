@@ -80,6 +80,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 				// the general usage: an outside tester).
 				return run([]string{args[1], "--help"}, stdout, stderr)
 			}
+			if len(args) > 1 {
+				// Exit 0 and the general usage for a command that is
+				// none (an outside tester).
+				fmt.Fprintf(stderr, "kvfs: no help for %q, which is no command (commands: mount, unmount, stats, fsck, cat, put, version)\n", args[1])
+				return 2
+			}
 			fmt.Fprintln(stdout, usage)
 			return 0
 		}
@@ -294,9 +300,10 @@ func explicitDefaults(fs *flag.FlagSet) error {
 // explicitDefault is the rule for flag name given value v:
 //   - a capacity of 0 asked for is below one block (left out, one is
 //     derived);
-//   - a path or level given as "" is an unset variable in `--store
-//     $DIR`, not a request for the default (an outside tester's `--store
-//     ""` served MOUNTPOINT.kvfs-store at 90% of the disk);
+//   - a path, level or address given as "" is an unset variable in
+//     `--store $DIR`, not a request for the default (an outside tester's
+//     `--store ""` served MOUNTPOINT.kvfs-store at 90% of the disk, and
+//     `--metrics-addr ""` mounted with no endpoint, unsaid);
 //   - 0 for a count or bound of the remote tier that must be at least 1
 //     (an outside tester's `--remote-uploaders 0` mounted with 2;
 //     `--remote-breaker-cooldown 0s`, 10s).
@@ -304,7 +311,7 @@ func explicitDefault(name, v string) error {
 	switch {
 	case name == "capacity" && v == "0":
 		return usageerr.Errorf("capacity 0 is below one block (4096 bytes)")
-	case (name == "store" || name == "log-level") && v == "":
+	case (name == "store" || name == "log-level" || name == "metrics-addr") && v == "":
 		return usageerr.Errorf("--%s is empty: leave it out for its default", name)
 	case slices.Contains([]string{"remote-uploaders", "remote-queue", "remote-breaker-failures", "remote-timeout", "remote-breaker-cooldown"}, name) && (v == "0" || v == "0s"):
 		if v == "0s" {
