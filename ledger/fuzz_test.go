@@ -665,6 +665,16 @@ func (r *fuzzRun) setSize(id ID, o *mObj, size int64) {
 		r.victims(v, nil)
 		return
 	}
+	if o.writers > 0 && size < o.size && o.over > 0 {
+		// A shrink of unadmitted bytes: never refused, what stays past
+		// the admitted charge stays unadmitted.
+		r.errIs(err, nil)
+		r.victims(v, nil)
+		admitted := o.admitted()
+		o.size = size
+		o.over = max(o.charge()-admitted, 0)
+		return
+	}
 	r.admit(o, v, err, size, o.res, false)
 }
 

@@ -542,6 +542,18 @@ func (l *Ledger[K]) setSize(id K, size int64) ([]Victim[K], error) {
 	if !ok {
 		return nil, ErrGone
 	}
+	if e.w != 0 && size < e.size && l.wr(e).over > 0 {
+		// A shrink of bytes partly unadmitted: they were on the disk
+		// already, so it is never refused; the new size's charge past
+		// what was admitted stays unadmitted. Admitted as a new size,
+		// it waited for room and failed while readers pinned the
+		// cache (an outside tester: `kvfs put --direct`'s cut-back
+		// after a refused write answered ENOSPC after a second wait).
+		admitted := e.charge - l.wr(e).over
+		l.resize(e, size, l.wr(e).res)
+		l.setOver(e, max(e.charge-admitted, 0))
+		return nil, nil
+	}
 	return l.admit(e, size, l.wr(e).res, false)
 }
 

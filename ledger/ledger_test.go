@@ -1466,3 +1466,45 @@ func TestEmptyObjectsAreNotEvictedForRoom(t *testing.T) {
 	}
 	mustOK(t, l)
 }
+
+// A shrink of a writer's object that holds unadmitted bytes is never
+// refused: the bytes were on the disk already, and the part of the new
+// size past what was admitted stays unadmitted. It was an admission of
+// the new size, which waited for room and failed with ENOSPC while
+// readers pinned the cache (an outside tester: `kvfs put --direct`'s
+// cut-back after a refused write waited the wait limit a second time
+// and answered ENOSPC).
+func TestShrinkOfUnadmittedNeverRefused(t *testing.T) {
+	l, _ := newTest(t, 8*blk)
+	fill(t, l, 1, 7)
+	for id := ID(1); id <= 7; id++ {
+		if err := l.Open(id, false); err != nil { // readers pin them all
+			t.Fatal(err)
+		}
+	}
+	if err := l.Create(100, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []func(ID, int64) error{l.SetSizeFree, func(id ID, n int64) error { _, err := l.SetSize(id, n); return err }} {
+		if _, err := l.Observe(100, 4*blk); err != nil { // 1 block free
+			t.Fatal(err)
+		}
+		if st := l.Stats(); st.UnadmittedBytes < 3*blk {
+			t.Fatalf("after the growth: %+v, want at least 3 blocks unadmitted", st)
+		}
+		if err := f(100, 3*blk); err != nil {
+			t.Fatalf("a shrink to 3 blocks of 4, at most one admitted: %v", err)
+		}
+		mustOK(t, l)
+		if st := l.Stats(); st.UsedBytes != 10*blk || st.UnadmittedBytes < 2*blk || st.UnadmittedBytes > 3*blk || st.Evictions != 0 {
+			t.Fatalf("after the shrink: %+v, want 10 blocks used, 2 or 3 of them unadmitted, nothing evicted", st)
+		}
+	}
+	if _, err := l.SetSize(100, 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.UnadmittedBytes != 0 || st.UsedBytes != 7*blk {
+		t.Fatalf("after the cut to 0: %+v, want nothing unadmitted, the 7 readers' objects used", st)
+	}
+	mustOK(t, l)
+}
