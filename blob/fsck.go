@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/kvfs/kvfs/internal/fdwalk"
 	"golang.org/x/sys/unix"
@@ -143,6 +144,19 @@ func checkStoreNames(dir string, repair bool, rep *FsckReport) error {
 	for _, n := range ownFiles {
 		p := filepath.Join(dir, n)
 		st, err := os.Lstat(p)
+		if err == nil && st.Mode().IsRegular() && strings.HasSuffix(n, ".tmp") {
+			// A temporary of a checkpoint or hint a daemon was writing
+			// when it stopped (fsck holds the lock: none is writing
+			// now). A start removes it; fsck said nothing of it, and
+			// --repair left it (an outside tester).
+			if repair {
+				if err := os.Remove(p); err != nil {
+					return fmt.Errorf("removing %s: %w", p, err)
+				}
+			}
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s is left from a checkpoint cut short (a start, or --repair, removes it)", n))
+			continue
+		}
 		if err != nil || st.Mode().IsRegular() {
 			continue
 		}

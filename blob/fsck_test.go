@@ -301,6 +301,40 @@ func TestFsckStoreNames(t *testing.T) {
 	}
 }
 
+// TestFsckCheckpointLeftovers: the temporaries of a checkpoint and a hint
+// a daemon was writing when it stopped are problems, which --repair
+// removes as a start does (fsck said nothing of them, and --repair left
+// them: an outside tester).
+func TestFsckCheckpointLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	charge := func(n int64) int64 { return n }
+	for _, n := range []string{CheckpointName + ".tmp", HintName + ".tmp"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("cut short"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := Fsck(dir, false, charge)
+	if err != nil || len(rep.Problems) != 2 || !strings.Contains(rep.Problems[0], "left from a checkpoint cut short") {
+		t.Fatalf("fsck of a store with checkpoint leftovers: %+v, %v", rep, err)
+	}
+	if rep, err = Fsck(dir, true, charge); err != nil || !rep.Repaired {
+		t.Fatalf("repair: %+v, %v", rep, err)
+	}
+	if rep, err = Fsck(dir, false, charge); err != nil || len(rep.Problems) != 0 {
+		t.Fatalf("after the repair: %+v, %v", rep, err)
+	}
+	for _, n := range []string{CheckpointName + ".tmp", HintName + ".tmp"} {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
+			t.Errorf("%s left after the repair", n)
+		}
+	}
+}
+
 // TestFsckDamagedCheckpoint: a checkpoint no start can use is a problem
 // (the next start walks the whole store), which --repair removes; an
 // outside tester's fsck said "0 problems" for 5 kinds of damage.
