@@ -188,7 +188,7 @@ func (c *Config) checkEndpoint() error {
 	// only once the store was loaded, exit 1, the store's checkpoint
 	// rewritten) or take and never reach (port 0 or past 65535, every
 	// upload left waiting in the journal): an outside tester.
-	if host := u.Hostname(); !s3utils.IsValidIP(host) && !s3utils.IsValidDomain(host) {
+	if host := u.Hostname(); !s3utils.IsValidIP(host) && (!s3utils.IsValidDomain(host) || looksNumeric(host) || strings.Contains(host, "..")) {
 		return usagef("bad remote endpoint %q: %q is no host name or IP address", Redact(c.Endpoint), host)
 	}
 	if p := u.Port(); p != "" {
@@ -203,6 +203,13 @@ func (c *Config) checkEndpoint() error {
 	}
 	c.Endpoint = u.Scheme + "://" + u.Host
 	return nil
+}
+
+// looksNumeric says whether host is digits and dots alone: an IPv4
+// address if anything, which the S3 client's domain check takes as a
+// name (256.1.1.1 mounted, every request failing: an outside tester).
+func looksNumeric(host string) bool {
+	return strings.Trim(host, "0123456789.") == ""
 }
 
 // Redact is s with any password in it (a URL's userinfo,

@@ -76,6 +76,8 @@ func TestConfigFinish(t *testing.T) {
 		{"--remote", "s3://bucket", "--remote-endpoint", "http://127.0.0.1:99999"},
 		{"--remote", "s3://bucket", "--remote-endpoint", "http://127.0.0.1:0"},
 		{"--remote", "s3://bucket", "--remote-endpoint", "http://127.0.0.1:65536"},
+		{"--remote", "s3://bucket", "--remote-endpoint", "http://256.1.1.1:80"},
+		{"--remote", "s3://bucket", "--remote-endpoint", "http://a..b:80"},
 		{"--remote", "s3://bucket", "--remote-queue", "-1"},
 		{"--remote", "s3://bucket", "--remote-timeout", "-1s"},
 		{"--remote", "s3://bucket", "--remote-access-key", "AK"},
