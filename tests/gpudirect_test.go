@@ -368,3 +368,40 @@ func TestGPUDirectStoreRefusesODirect(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUDirectNameRemovedWhilePinned: an object whose last name goes
+// (an rm, a rename over it) between the loader's pin and its open of the
+// stored file is read whole through the pin: the stored file has no name
+// left (kvfs names none, or the name it gave is gone). The loader got a
+// miss or an error for an object it held (an outside tester: 13-65 of
+// about 3,000 direct loads racing a connector's deletes). The pin is
+// made here, deterministically, by opening a held descriptor's
+// /proc/self/fd link after the unlink.
+func TestGPUDirectNameRemovedWhilePinned(t *testing.T) {
+	d := mountCache(t, "--capacity", "64MiB")
+	r := newReader(t, gpudirect.Options{Chunk: 64 << 10, Depth: 3})
+	for _, how := range []string{"rm", "rename-over"} {
+		p := filepath.Join(d.mp, how+".data")
+		want := objectBytes(p, 3*MiB+123)
+		putFile(t, p, want)
+		held, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if how == "rm" {
+			err = os.Remove(p)
+		} else {
+			putFile(t, p+".new", objectBytes("new", MiB))
+			err = os.Rename(p+".new", p)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := directRead(t, r, fmt.Sprintf("/proc/self/fd/%d", held.Fd())); !bytes.Equal(got, want) {
+			t.Errorf("%s: %d bytes back of the pinned object's %d, equal %v", how, len(got), len(want), bytes.Equal(got, want))
+		}
+		held.Close()
+	}
+	waitReleased(t, d.mp)
+	assertQuietEqual(t, d)
+}
