@@ -629,23 +629,12 @@ func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 	if !h.write {
 		return nil
 	}
-	own := h.c.byCreator(h, t)
-	st, err := h.c.settle(h, false, own, intr)
-	switch {
-	case err != nil:
-	case own:
+	st, err := h.c.settle(h, false, h.c.byCreator(h, t), intr)
+	if err == nil {
 		h.closedAt.Store(h.c.cfg.Now().UnixNano())
 		if h.c.byOpener(h, t) {
 			h.c.remark(h, &st)
 		}
-	default:
-		// Another process's close (a forked child's exec closes the
-		// descriptor it inherited): the writer holds its own, so its
-		// reservation stays shown, not kept unshown until the poller
-		// looks (an outside tester's `kvfs stats`, run from the
-		// writer's process, showed idle writers' reservations as
-		// kept_bytes, reserved 0).
-		h.c.ledger.Show(h.id)
 	}
 	return err
 }

@@ -844,24 +844,3 @@ func checkServed(t testing.TB, mp string, done map[string]int, why string) {
 		t.Fatalf("%s: walking %s: %v", why, mp, err)
 	}
 }
-
-// TestIdleWriterShownAcrossAChildsClose: a writer holds a new object
-// open, writing nothing, while its process runs a child (here the
-// test's own `kvfs stats`, whose exec closes the descriptor it
-// inherited): the writer's reservation stays shown as reserved, not as
-// kept_bytes, which a close of the writer's own descriptor means (an
-// outside tester saw kept_bytes 12 MiB and reserved 0 for three idle
-// writers whose process ran `kvfs stats`).
-func TestIdleWriterShownAcrossAChildsClose(t *testing.T) {
-	d := mountCache(t, "--capacity", "64MiB")
-	putFile(t, filepath.Join(d.mp, "first"), objectBytes("first", 4*MiB))
-	waitReleased(t, d.mp)
-	f, err := os.Create(filepath.Join(d.mp, "w"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if st := stats(t, d.mp); st.KeptBytes != 0 || st.ReservedBytes == 0 {
-		t.Errorf("an idle writer beside a child's close: kept %d, reserved %d; want its reservation reserved, none kept", st.KeptBytes, st.ReservedBytes)
-	}
-}
