@@ -274,16 +274,7 @@ func TestFsckStoreNames(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, CheckpointName), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Fsck(dir, false, charge)
-	if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "directory") {
-		t.Fatalf("fsck of a store whose checkpoint is a directory: %+v, %v", rep, err)
-	}
-	if rep, err = Fsck(dir, true, charge); err != nil || !rep.Repaired {
-		t.Fatalf("repair: %+v, %v", rep, err)
-	}
-	if rep, err = Fsck(dir, false, charge); err != nil || len(rep.Problems) != 0 {
-		t.Fatalf("after the repair: %+v, %v", rep, err)
-	}
+	repairs(t, dir, "a store whose checkpoint is a directory", 1, "directory")
 
 	outside := t.TempDir()
 	if err := os.WriteFile(filepath.Join(outside, "junk"), nil, 0o644); err != nil {
@@ -312,22 +303,12 @@ func TestFsckCheckpointLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	charge := func(n int64) int64 { return n }
 	for _, n := range []string{CheckpointName + ".tmp", HintName + ".tmp"} {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte("cut short"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rep, err := Fsck(dir, false, charge)
-	if err != nil || len(rep.Problems) != 2 || !strings.Contains(rep.Problems[0], "left from a checkpoint cut short") {
-		t.Fatalf("fsck of a store with checkpoint leftovers: %+v, %v", rep, err)
-	}
-	if rep, err = Fsck(dir, true, charge); err != nil || !rep.Repaired {
-		t.Fatalf("repair: %+v, %v", rep, err)
-	}
-	if rep, err = Fsck(dir, false, charge); err != nil || len(rep.Problems) != 0 {
-		t.Fatalf("after the repair: %+v, %v", rep, err)
-	}
+	repairs(t, dir, "a store with checkpoint leftovers", 2, "left from a checkpoint cut short")
 	for _, n := range []string{CheckpointName + ".tmp", HintName + ".tmp"} {
 		if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
 			t.Errorf("%s left after the repair", n)
@@ -413,5 +394,22 @@ func TestFsckListsForeignEntries(t *testing.T) {
 		if !slices.Equal(before, treeSnapshot(t, dir)) {
 			t.Fatalf("Fsck (repair %v) changed the store", repair)
 		}
+	}
+}
+
+// repairs checks that fsck of dir (what) finds n problems, the first
+// saying want, and that --repair mends them all.
+func repairs(t *testing.T, dir, what string, n int, want string) {
+	t.Helper()
+	charge := func(n int64) int64 { return n }
+	rep, err := Fsck(dir, false, charge)
+	if err != nil || len(rep.Problems) != n || !strings.Contains(rep.Problems[0], want) {
+		t.Fatalf("fsck of %s: %+v, %v; want %d problems, saying %q", what, rep, err, n, want)
+	}
+	if rep, err = Fsck(dir, true, charge); err != nil || !rep.Repaired {
+		t.Fatalf("repair of %s: %+v, %v", what, rep, err)
+	}
+	if rep, err = Fsck(dir, false, charge); err != nil || len(rep.Problems) != 0 {
+		t.Fatalf("after the repair of %s: %+v, %v", what, rep, err)
 	}
 }
