@@ -41,7 +41,8 @@ type Handle struct {
 	// (a re-test: a retry of half a piece, cleared at first, published
 	// 512 KiB of zeros). An appender that skips the piece cannot be told
 	// from one that retries it: both write at the end.
-	gap refusedRange // unreserved: a writer that opened without room to write into (see
+	gap refusedRange
+	// unreserved: a writer that opened without room to write into (see
 	// Unreserved): each of its writes is to be admitted before it lands.
 	unreserved bool
 	// want: the reservation an unreserved writer was to have
