@@ -594,9 +594,9 @@ func (c *Core) observed(id blob.ID, size int64) {
 // can evict (a cache over a capacity the disk lowered meanwhile is
 // trimmed as any admission trims it), so it runs as admissions do: its
 // victims' names go with them. Their names were left behind, listed and
-// answering ESTALE for good, objects the ledger no longer held (a 6 MiB
+// answering ESTALE for good, objects the ledger no longer held (a 10 MiB
 // store through the daemon that the disk refused half-way, on a store
-// disk of 8 MiB).
+// disk of 12 MiB: 5 of 12 names).
 func (c *Core) settleShort(id blob.ID, f *os.File) {
 	var st unix.Stat_t
 	if size, _, _ := c.ledger.Size(id); unix.Fstat(int(f.Fd()), &st) == nil && st.Size < size {
