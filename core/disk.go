@@ -122,19 +122,18 @@ func (c *Core) fitDisk() bool {
 	st := c.ledger.Stats()
 	limit := min(max(st.UsedBytes-st.ReservedBytes+avail-floor, 0)/BlockSize*BlockSize, asked)
 	step := floor / 4
+	lower := limit < capacity && (avail < floor || limit < capacity-step)
+	raise := !lower && c.disk.lowered.Load() && (limit >= asked || limit > capacity+step)
 	switch {
-	case limit < capacity && (avail < floor || limit < capacity-step):
-		if !c.disk.lowered.Swap(true) {
-			c.log.Warn("the store's file system holds less than the capacity: the capacity is lowered to what it can hold, keeping room free on it, evicting",
-				zap.Int64("capacity", limit), zap.Int64("asked", asked),
-				zap.Int64("disk_free", avail), zap.Int64("kept_free", floor))
-		}
-		c.locked(func() (victims, error) { return evict(c.ledger.SetCapacity(limit), nil) })
-	case c.disk.lowered.Load() && (limit >= asked || limit > capacity+step):
-		if limit >= asked {
-			c.disk.lowered.Store(false)
-			c.log.Info("the store's file system has room again: the capacity is back", zap.Int64("capacity", limit))
-		}
+	case lower && !c.disk.lowered.Swap(true):
+		c.log.Warn("the store's file system holds less than the capacity: the capacity is lowered to what it can hold, keeping room free on it, evicting",
+			zap.Int64("capacity", limit), zap.Int64("asked", asked),
+			zap.Int64("disk_free", avail), zap.Int64("kept_free", floor))
+	case raise && limit >= asked:
+		c.disk.lowered.Store(false)
+		c.log.Info("the store's file system has room again: the capacity is back", zap.Int64("capacity", limit))
+	}
+	if lower || raise {
 		c.locked(func() (victims, error) { return evict(c.ledger.SetCapacity(limit), nil) })
 	}
 	if sf.Files > 0 {

@@ -351,7 +351,7 @@ func (q *queue) forgetLocked(name string) {
 	if !ok {
 		return
 	}
-	q.setOp(e, opUpload)
+	q.setOp(e, opUpload) // counted no more among the rms alone
 	delete(q.pending, name)
 	if len(q.pending) == 0 {
 		close(q.idle)
