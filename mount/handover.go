@@ -550,8 +550,7 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	// evicted 19,000 objects said 0.69 s where no client call took
 	// over 44 ms (an outside tester).
 	paused := time.Since(time.Unix(0, offer.GateClosed))
-	m.core.Start(m.dropped)
-	m.Capacity = m.core.Capacity() // a preloaded core fits it as it starts
+	m.start()
 	// The start's message counts them (an outside tester: a handover to
 	// a smaller capacity said "16 objects restored", then held 8).
 	m.Loaded.Evicted += m.core.Fitted()

@@ -131,7 +131,7 @@ func (m *Mount) finishLoading(store *blob.Store) {
 	}
 	m.capStore()
 	m.core.AwaitEarly() // Ready has the core take the Preview's stores
-	m.core.Start(m.dropped)
+	m.start()
 	m.loading.Ready(m.fs)
 	m.serving("loaded")
 }

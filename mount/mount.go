@@ -372,12 +372,22 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 }
 
 func (m *Mount) mount() error {
-	m.core.Start(m.dropped)
+	m.start()
 	if err := m.serve(m.fs.Instrument(m.requestTimer())); err != nil {
 		return err
 	}
 	m.serving("mounted")
 	return nil
+}
+
+// start starts the core, and takes the capacity in force from it: a
+// start fits the capacity to the store's disk (and a preloaded core to
+// the one asked for), and the start's message and systemd's STATUS= say
+// the capacity it serves with, not the one asked for (an outside tester:
+// `--capacity 1T` on a 64 GB disk said 1 TB, where stats and df said 64).
+func (m *Mount) start() {
+	m.core.Start(m.dropped)
+	m.Capacity = m.core.Capacity()
 }
 
 // serve mounts fs and serves it.

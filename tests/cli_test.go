@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -478,6 +479,13 @@ func capacityPastTheDisk(t *testing.T, passthrough bool) {
 	// shows where the daemon's log is discarded (an outside tester).
 	if !d.printed("kvfs: warning: the capacity is more than the store's file system can hold (") {
 		t.Errorf("no warning of a capacity past the disk beside the serving line:\n%s", d.out)
+	}
+	// The serving line says the capacity in force, as stats and df do,
+	// not the 1 GiB asked for (an outside tester).
+	if m := regexp.MustCompile(`kvfs: serving .*, capacity (\d+) bytes`).FindStringSubmatch(d.outSoFar()); m == nil {
+		t.Errorf("no serving line:\n%s", d.outSoFar())
+	} else if c, _ := strconv.ParseInt(m[1], 10, 64); c >= 64*MiB {
+		t.Errorf("the serving line says capacity %d on a 64 MiB disk; want the capacity in force", c)
 	}
 	var disk, sf unix.Statfs_t
 	for i := range 100 { // past the disk
