@@ -201,7 +201,12 @@ func TestBadInputFlags(t *testing.T) {
 		{"--ram-cache", "1P", []string{"--ram-cache 1125899906842624", "more than this machine's memory"}},
 		{"--serve-while-loading", "-2", []string{"--serve-while-loading -2", "-1 (never)"}},
 		{"--serve-while-loading", "many", []string{`invalid value "many" for flag --serve-while-loading`, "not a whole number"}},
-		{"--nosuchflag", "1", []string{"flag provided but not defined: --nosuchflag"}},
+		{"--nosuchflag", "1", []string{"mount: --nosuchflag: no such flag", `run "kvfs mount -h"`}},
+		// Were: "flag provided but not defined: --nosuchflag" and "--o",
+		// not as typed, and no word of the helper's form (an outside
+		// tester).
+		{"-nosuchflag", "1", []string{"mount: -nosuchflag: no such flag"}},
+		{"-o", "capacity=1G", []string{"mount: -o: kvfs mount takes flags", "kvfs STORE MOUNTPOINT -o capacity=1GiB"}},
 		// Was: exit 1 (an outside tester).
 		{"--cpuprofile", "/nonexistent/p", []string{"--cpuprofile /nonexistent/p", "no such file"}},
 		{"--mutexprofile", "/nonexistent/p", []string{"--mutexprofile /nonexistent/p", "no such file"}},

@@ -145,6 +145,9 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 				fmt.Fprint(os.Stdout, strings.ReplaceAll("\n"+flags.String(), "\n  -", "\n  --")[1:])
 				return nil, err
 			}
+			if undefined := undefinedFlag(fs, args, err); undefined != nil {
+				return nil, undefined
+			}
 			return nil, usageerr.Errorf("%s", twoDashes(explainValue(fs, err)))
 		}
 		left := fs.Args()
@@ -224,6 +227,32 @@ func flagAsValue(fs *flag.FlagSet) error {
 		}
 	})
 	return err
+}
+
+// undefinedFlag names a flag the command does not have as it was typed
+// (the flag package says -o for --o and -o alike, which twoDashes made
+// --o), and points `-o` given to `kvfs mount` at the mount helper's form,
+// where options are mount(8)'s (an outside tester typed `kvfs mount -o
+// capacity=1G MNT` and was told only of a flag --o). Nil for other errors.
+func undefinedFlag(fs *flag.FlagSet, args []string, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return nil
+	}
+	typed := "--" + name
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if flagName, _, _ := strings.Cut(a, "="); strings.HasPrefix(flagName, "-") && strings.TrimLeft(flagName, "-") == name {
+			typed = flagName
+			break
+		}
+	}
+	if name == "o" && fs.Name() == "mount" {
+		return usageerr.Errorf("%s: kvfs mount takes flags (--capacity 1GiB); -o OPTION[,OPTION...] is mount(8)'s form, for fstab: `kvfs STORE MOUNTPOINT -o capacity=1GiB`", typed)
+	}
+	return usageerr.Errorf("%s: no such flag; run \"kvfs %s -h\" for its flags", typed, fs.Name())
 }
 
 // twoDashes spells the flag in the flag package's errors as the README
