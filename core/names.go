@@ -227,6 +227,21 @@ func (c *Core) ListPage(parent blob.ID, after uint64, max int) ([]blob.DirEntry,
 	return c.store.ListPage(parent, after, max)
 }
 
+// DirParent is the directory that holds directory id: the root for the
+// root, as on any file system, and 0 for a directory not indexed.
+func (c *Core) DirParent(id blob.ID) blob.ID {
+	if id == blob.RootID {
+		return id
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.store.DirName(id)
+	if !ok {
+		return 0
+	}
+	return n.Parent
+}
+
 // Mkdir makes a directory.
 func (c *Core) Mkdir(parent blob.ID, name string, mode uint32, who blob.Owner) (blob.ID, unix.Stat_t, error) {
 	id, st, err := c.mkdir(parent, name, mode, who)

@@ -125,8 +125,10 @@ func (f *FS) addPlus(dir core.ID, e fuse.DirEntry, out *fuse.DirEntryList) bool 
 func (s *dirStream) fill(c *core.Core, pos uint64) error {
 	s.pos, s.page, s.more = pos, s.page[:0], false
 	if pos < offDotDot {
+		// ".." carries its directory's inode number, as on ext4 (it
+		// was 0, which go-fuse sends as 2^32-1: an outside tester).
 		s.page = append(s.page, fuse.DirEntry{Name: ".", Ino: uint64(s.id), Mode: syscall.S_IFDIR, Off: offDot},
-			fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Off: offDotDot})[pos:]
+			fuse.DirEntry{Name: "..", Ino: uint64(c.DirParent(s.id)), Mode: syscall.S_IFDIR, Off: offDotDot})[pos:]
 	}
 	after := uint64(0)
 	if pos > offDotDot {

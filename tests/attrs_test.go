@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
@@ -171,4 +173,64 @@ func TestTimesAsExt4KeepsThem(t *testing.T) {
 	d = startDaemon(t, d.mp, "--store", d.store, "--capacity", "8MiB")
 	check("after a restart")
 	d.stop()
+}
+
+// TestDotDotInodeInListings: a listing's ".." entry carries the inode
+// number of the directory above, as stat(2) of it says and as on ext4:
+// the root's is its own, a moved directory's is its new parent's. It
+// was 2^32-1 everywhere (an outside tester, with getdents64).
+func TestDotDotInodeInListings(t *testing.T) {
+	d := mountCache(t)
+	for _, dir := range []string{"a", "a/b", "c"} {
+		if err := os.Mkdir(filepath.Join(d.mp, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(dir, parent string) {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(d.mp, parent), &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := dotDotIno(t, filepath.Join(d.mp, dir)); got != st.Ino {
+			t.Errorf("%q's listing: .. has inode %d; %q's is %d", dir, got, parent, st.Ino)
+		}
+	}
+	check(".", ".")
+	check("a", ".")
+	check("a/b", "a")
+	if err := os.Rename(filepath.Join(d.mp, "a/b"), filepath.Join(d.mp, "c/b")); err != nil {
+		t.Fatal(err)
+	}
+	check("c/b", "c")
+}
+
+// dotDotIno lists dir with getdents64 and returns its ".." entry's inode
+// number.
+func dotDotIno(t *testing.T, dir string) uint64 {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatalf("%s: no .. entry", dir)
+		}
+		for b := buf[:n]; len(b) > 0; {
+			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+			ino, reclen := binary.NativeEndian.Uint64(b), binary.NativeEndian.Uint16(b[16:])
+			name, _, _ := bytes.Cut(b[19:reclen], []byte{0})
+			if string(name) == ".." {
+				return ino
+			}
+			b = b[reclen:]
+		}
+	}
 }

@@ -135,7 +135,9 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 				// outside tester), spelt with two dashes as the README
 				// spells them.
 				for _, line := range strings.Split(usage, "\n") {
-					if strings.HasPrefix(strings.TrimSpace(line), "kvfs "+fs.Name()+" ") {
+					// (`kvfs version` has no arguments: -h printed
+					// nothing, an outside tester.)
+					if l := strings.TrimSpace(line); l == "kvfs "+fs.Name() || strings.HasPrefix(l, "kvfs "+fs.Name()+" ") {
 						fmt.Fprintln(os.Stdout, "usage: "+strings.TrimSpace(line))
 					}
 				}

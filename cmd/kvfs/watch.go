@@ -67,15 +67,15 @@ func watchStats(mp string, interval time.Duration, count int, stdout io.Writer) 
 			line := fmt.Sprintf("%s state=loading expected_objects=%d loading_seconds=%.1f",
 				cur.at.UTC().Format(time.RFC3339), cur.loading.ExpectedObjects, cur.loading.Seconds)
 			if tty {
-				line = fmt.Sprintf("\x1b[H\x1b[2Jkvfs %s   %s   every %v (Ctrl-C to quit)\n\nloading its index: %d objects expected, %.1f s so far; loads, stores of new names, deletes, moves and mkdir are served; other changes wait for it",
-					mp, cur.at.Format("15:04:05"), interval, cur.loading.ExpectedObjects, cur.loading.Seconds)
+				line = fmt.Sprintf("\x1b[H\x1b[2J%sloading its index: %d objects expected, %.1f s so far; loads, stores of new names, deletes, moves and mkdir are served; other changes wait for it",
+					watchHeader(mp, cur.at, interval, i, count), cur.loading.ExpectedObjects, cur.loading.Seconds)
 			}
 			fmt.Fprintln(stdout, line)
 			prev = nil // rates start from the first reading of the index
 			continue
 		}
 		if tty {
-			fmt.Fprint(stdout, "\x1b[H\x1b[2J"+viewBlock(mp, prev, cur, interval))
+			fmt.Fprint(stdout, "\x1b[H\x1b[2J"+watchHeader(mp, cur.at, interval, i, count)+viewBlock(prev, cur, interval))
 		} else {
 			fmt.Fprintln(stdout, viewLine(prev, cur))
 		}
@@ -153,11 +153,21 @@ func viewLine(prev *sample, cur sample) string {
 	return strings.Join(f, " ")
 }
 
-// viewBlock is the terminal view: a bar for used/capacity, then counts
-// and rates.
-func viewBlock(mp string, prev *sample, cur sample, interval time.Duration) string {
+// watchHeader heads the terminal view of reading i (from 0) of count
+// (0: until interrupted); a view that ends by itself does not say
+// Ctrl-C (an outside tester).
+func watchHeader(mp string, at time.Time, interval time.Duration, i, count int) string {
+	end := "Ctrl-C to quit"
+	if count > 0 {
+		end = fmt.Sprintf("reading %d of %d", i+1, count)
+	}
+	return fmt.Sprintf("kvfs %s   %s   every %v (%s)\n\n", mp, at.Format("15:04:05"), interval, end)
+}
+
+// viewBlock is the terminal view below its header: a bar for
+// used/capacity, then counts and rates.
+func viewBlock(prev *sample, cur sample, interval time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "kvfs %s   %s   every %v (Ctrl-C to quit)\n\n", mp, cur.at.Format("15:04:05"), interval)
 	fmt.Fprintf(&b, "used      %s %5.1f%%  %s / %s\n", bar(cur.UsedBytes, cur.CapacityBytes, 30),
 		pct(cur.UsedBytes, cur.CapacityBytes), human(cur.UsedBytes), human(cur.CapacityBytes))
 	fmt.Fprintf(&b, "objects   %d   pinned %d (%s)   shadow %s\n", cur.Objects, cur.PinnedObjects, human(cur.PinnedBytes), human(cur.ShadowBytes))

@@ -42,11 +42,19 @@ func TestViewOptionalCounters(t *testing.T) {
 			t.Errorf("line %q lacks %q", line, want)
 		}
 	}
-	block := viewBlock("/mnt", &withOld, withNew, time.Second)
+	block := viewBlock(&withOld, withNew, time.Second)
 	for _, want := range []string{"[#######", "25.0%", "1000.0 KiB / 3.9 MiB", "stores 2.0", "loads 10.0", "lookups   90.0% found now   78.0% since mount"} {
 		if !strings.Contains(block, want) {
 			t.Errorf("view lacks %q:\n%s", want, block)
 		}
+	}
+	// A view of a fixed count of readings does not say Ctrl-C (an
+	// outside tester); one that runs until interrupted does.
+	if h := watchHeader("/mnt", t0, time.Second, 1, 3); !strings.Contains(h, "(reading 2 of 3)") || strings.Contains(h, "Ctrl-C") {
+		t.Errorf("header of reading 2 of 3: %q", h)
+	}
+	if h := watchHeader("/mnt", t0, time.Second, 1, 0); !strings.Contains(h, "Ctrl-C to quit") {
+		t.Errorf("header of an endless watch: %q", h)
 	}
 	if first := viewLine(nil, oldS); strings.Contains(first, "/s=") {
 		t.Errorf("first line has rates without a previous reading: %q", first)
