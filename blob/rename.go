@@ -126,6 +126,12 @@ func (s *Store) CommitRename(p RenamePlan) (replaced ID, lost []Name) {
 // checkRename applies rename(2)'s rules before the store is touched; mu
 // held.
 func (s *Store) checkRename(src, dst ID, exists bool, to *dir, flags uint32) error {
+	if flags&unix.RENAME_WHITEOUT != 0 {
+		// A whiteout is a character device left in the old name's
+		// place: kvfs stores directories and regular files only, and
+		// refuses mknod of one with EPERM too.
+		return unix.EPERM
+	}
 	if flags&^(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 ||
 		flags == unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE {
 		return unix.EINVAL

@@ -98,6 +98,13 @@ func TestBadInputNames(t *testing.T) {
 		wantErrno(t, "mknod of a character device", unix.Mknod(p("dev"), unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))), unix.EPERM)
 		wantErrno(t, "mknod of a socket", unix.Mknod(p("sock"), unix.S_IFSOCK|0o600, 0), unix.EPERM)
 		wantErrno(t, "mknod of a regular file", unix.Mknod(p("plain"), unix.S_IFREG|0o644, 0), 0)
+		// A whiteout leaves a character device in the name's place:
+		// refused as mknod of one is, and the file stays where it was
+		// (was: EINVAL, an outside tester).
+		wantErrno(t, "RENAME_WHITEOUT", unix.Renameat2(unix.AT_FDCWD, p("plain"), unix.AT_FDCWD, p("moved"), unix.RENAME_WHITEOUT), unix.EPERM)
+		if _, err := os.Stat(p("plain")); err != nil {
+			t.Errorf("the file a refused RENAME_WHITEOUT named: %v", err)
+		}
 		os.Remove(p("plain"))
 	})
 
