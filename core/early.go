@@ -643,6 +643,15 @@ func (c *Core) takeEarly(p *Preview) (writers []*EarlyFile, pub []string) {
 	return writers, pub
 }
 
+// Removed is how many names clients removed or moved away while
+// loading, so far.
+func (p *Preview) Removed() int {
+	e := &p.early
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.gone)
+}
+
 // resolve is the index's entry for rel ("" is the root).
 func (c *Core) resolve(rel string) (blob.Entry, error) {
 	if rel == "" {

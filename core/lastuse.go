@@ -150,6 +150,15 @@ func (c *Core) recordUses() {
 	}
 }
 
+// UsedPath is Used for the object the index holds at rel, a path under
+// the root; the index alone answers (nothing is stat'ed or counted as a
+// lookup), and a directory or a path it does not hold is no use.
+func (c *Core) UsedPath(rel string) {
+	if e, err := c.resolve(rel); err == nil && !e.Dir {
+		c.Used(e.ID)
+	}
+}
+
 // Used notes a read of id that the mount served before the index was
 // built (fusefs.Loading): as a read's open and release would, it moves id
 // to the back of the LRU order and notes the use for a crash's order.

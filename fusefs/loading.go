@@ -195,10 +195,13 @@ func (l *Loading) Ready(fs *FS) {
 	used := slices.SortedFunc(maps.Keys(l.used), func(a, b string) int { return l.used[a] - l.used[b] })
 	l.used = nil
 	l.mu.Unlock()
+	// Found in the index alone: a lookup through the core stats the
+	// stored name, and took one moved or removed while loading, after
+	// the load had indexed it, for an object vanished behind kvfs's back
+	// before takeEarly settled the move (and counted a lookup no client
+	// made).
 	for _, p := range used {
-		if id, err := fs.lookupPath(p); err == nil {
-			fs.core.Used(id)
-		}
+		fs.core.UsedPath(p)
 	}
 	l.takeEarly(fs)
 	l.fs.Store(fs)
@@ -217,6 +220,10 @@ func (l *Loading) Ready(fs *FS) {
 		fs.queue(notice{node: n.parent, name: n.name})
 	}
 }
+
+// Removed is how many stored or made names clients removed or moved away
+// while loading.
+func (l *Loading) Removed() int { return l.pre.Removed() }
 
 // Held is how many of the load's names the kernel still holds and how
 // many of its handles are open: a handover waits until both are none,

@@ -330,7 +330,19 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		zap.Bool("from_snapshot", rep.FromSnapshot), zap.String("snapshot_unused", rep.SnapshotUnused),
 		zap.Int64("dirs_listed", rep.DirsListed), zap.Int64("stated", rep.Stated),
 		zap.Int64("gone", rep.Gone), zap.Duration("took", rep.Took))
+	var removed int64 // names clients removed or moved while the index loaded
+	if m.loading != nil {
+		removed = int64(m.loading.Removed())
+	}
 	switch {
+	case rep.Gone > 0 && removed > 0:
+		// The load finds gone what clients removed or moved through the
+		// mount meanwhile, and cannot tell those from changes behind
+		// kvfs's back (an outside tester read the warning below for its
+		// own rm and mv while loading); the start-up audit warns of
+		// those it finds.
+		m.log.Info("objects the checkpoint listed are gone from the store: removed or moved by clients while the index loaded, or since the checkpoint was written",
+			zap.String("store", m.Store), zap.Int64("gone", rep.Gone), zap.Int64("names_removed_while_loading", removed))
 	case rep.Gone > 0 && rep.SnapshotClean:
 		// A daemon that started from that checkpoint and crashed before
 		// writing one of its own leaves it too: its own deletes are
