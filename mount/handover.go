@@ -72,6 +72,15 @@ const (
 	quiesceLimit = 10 * time.Second
 	// readyLimit bounds how long it waits for its successor to load.
 	readyLimit = 10 * time.Minute
+	// pauseLimit bounds how long the old daemon, its gate closed, waits
+	// for the word of a successor that loaded before the pause (two
+	// phases): what is left it does in milliseconds. One stopped or
+	// stuck (Ctrl-Z of a `kvfs mount` in the foreground, a debugger)
+	// held every client of the mount for as long (an outside tester:
+	// 20 s of a 20 s SIGSTOP); after this the old daemon kills it and
+	// serves on. A successor that loads in the pause (one phase) has
+	// readyLimit.
+	pauseLimit = 10 * time.Second
 	// goneLimit bounds how long the successor waits for the old daemon
 	// to exit after "ready" before it kills it.
 	goneLimit = 10 * time.Second
@@ -204,16 +213,26 @@ func (m *Mount) listenHandover() {
 // this process's own user (a daemon run by a user through fusermount3
 // and its successor).
 func trustedPeer(conn *net.UnixConn) (uint32, bool) {
+	cred, ok := peerCred(conn)
+	if !ok {
+		return 0, false
+	}
+	return cred.Uid, cred.Uid == 0 || int(cred.Uid) == os.Geteuid()
+}
+
+// peerCred is the credentials of the process at the other end of a
+// handover connection.
+func peerCred(conn *net.UnixConn) (*unix.Ucred, bool) {
 	raw, err := conn.SyscallConn()
 	if err != nil {
-		return 0, false
+		return nil, false
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
-		return 0, false
+		return nil, false
 	}
-	return cred.Uid, cred.Uid == 0 || int(cred.Uid) == os.Geteuid()
+	return cred, true
 }
 
 // handOver serves one successor's request; it returns only if the
@@ -283,7 +302,11 @@ func (m *Mount) handOver(conn *net.UnixConn) {
 	m.guard.Stop()
 	m.guard = nil
 	guarded := time.Since(start)
-	ok := m.offer(conn, fr, start, log)
+	limit := readyLimit
+	if req.Prepare {
+		limit = pauseLimit
+	}
+	ok := m.offer(conn, fr, start, limit, log)
 	if ok {
 		failpoint.Hit("handover-ready")
 		// From here on the successor serves the mount: this process
@@ -395,8 +418,11 @@ func (m *Mount) startOwnGuard() {
 	m.guard = g
 }
 
-// offer sends the frozen mount and waits for the successor's word.
-func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, log *zap.Logger) bool {
+// offer sends the frozen mount and waits up to limit for the
+// successor's word. A successor that gave none (it may hold the passed
+// connection and lock, and say "ready" later) is killed, and gone,
+// before offer returns false: two daemons never serve one mount.
+func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, limit time.Duration, log *zap.Logger) bool {
 	st, files := m.fs.Export()
 	dev, err := m.server.DupFD()
 	if err != nil {
@@ -416,18 +442,52 @@ func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, log *
 	}
 	o := handoverOffer{Version: handoverVersion, PID: os.Getpid(), Mountpoint: m.Mountpoint,
 		Init: m.server.InitState(), Frozen: fr, FS: st, Writers: writers, Stalled: time.Since(start), GateClosed: start.UnixNano()}
-	conn.SetDeadline(time.Now().Add(readyLimit))
+	pid := peerPID(conn)
+	conn.SetDeadline(time.Now().Add(limit))
 	if err := writeJSON(conn, o, fds); err != nil {
 		log.Warn("sending the mount", zap.Error(err))
+		m.endSuccessor(pid, log)
 		return false
 	}
 	failpoint.Hit("handover-offered")
 	var r handoverReply
-	if err := readJSON(conn, &r); err != nil || !r.Ready {
-		log.Warn("the successor did not take the mount", zap.String("its_error", r.Error), zap.Error(err))
+	err = readJSON(conn, &r)
+	if err != nil {
+		log.Warn("the successor gave no word of the mount; ending it", zap.Duration("limit", limit), zap.Error(err))
+		m.endSuccessor(pid, log)
+		return false
+	}
+	if !r.Ready {
+		// It said so, and closed what was passed.
+		log.Warn("the successor did not take the mount", zap.String("its_error", r.Error))
 		return false
 	}
 	return true
+}
+
+// endSuccessor kills the successor (pid, 0: unknown) that was offered
+// the mount and did not answer, and waits until it is gone, with the
+// descriptors it was passed; a service manager that it told it was the
+// main process is told this one is again.
+func (m *Mount) endSuccessor(pid int, log *zap.Logger) {
+	if pid > 0 {
+		exited(pid, closedLimit, func(pfd int) {
+			log.Warn("killing the successor that did not answer", zap.Int("pid", pid))
+			unix.PidfdSendSignal(pfd, unix.SIGKILL, nil, 0)
+		})
+	}
+	if m.ServingOn != nil {
+		m.ServingOn()
+	}
+}
+
+// peerPID is the process at the other end of a handover connection (0:
+// unknown).
+func peerPID(conn *net.UnixConn) int {
+	if cred, ok := peerCred(conn); ok {
+		return int(cred.Pid)
+	}
+	return 0
 }
 
 // quiesce closes the gate (fusefs.FS.Quiesce) at a moment when no
@@ -452,6 +512,23 @@ func (m *Mount) quiesce() (time.Time, error) {
 			return closed, fmt.Errorf("%w, again and again for %v", err, quiesceLimit)
 		}
 		time.Sleep(wait)
+	}
+}
+
+// errHandoverCancelled: a signal to the successor (Options.Cancel) ended
+// the takeover before it told the old daemon it was ready. Before, the
+// takeover went on and the signal then stopped the new daemon: the
+// mount was gone, with no daemon left (an outside tester: Ctrl-C of the
+// handover's `kvfs mount`, 6 of 6).
+var errHandoverCancelled = errors.New("the handover was cancelled by a signal; the old daemon serves on")
+
+// cancelled says whether o's Cancel was closed.
+func cancelled(o Options) bool {
+	select {
+	case <-o.Cancel:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -495,6 +572,11 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 			if offer.Round == nil {
 				break
 			}
+			if cancelled(o) {
+				writeJSON(conn, handoverReply{Error: errHandoverCancelled.Error()}, nil)
+				pre.closeParts()
+				return nil, errHandoverCancelled
+			}
 			pre.core.Apply(offer.Round)
 			failpoint.Hit("takeover-round")
 			if err := writeJSON(conn, handoverReply{Loaded: true}, nil); err != nil {
@@ -509,17 +591,30 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 	for i, fd := range fds {
 		files[i] = os.NewFile(uintptr(fd), "handed over")
 	}
+	if cancelled(o) {
+		writeJSON(conn, handoverReply{Error: errHandoverCancelled.Error()}, nil)
+		closeFiles(files)
+		if pre != nil {
+			pre.closeParts()
+		}
+		return nil, errHandoverCancelled
+	}
 	m, err := adopt(o, &offer, files, pre)
 	if err != nil {
 		// Not ours: the old daemon serves on.
 		writeJSON(conn, handoverReply{Error: err.Error()}, nil)
-		for _, f := range files {
-			f.Close()
-		}
+		closeFiles(files)
 		return nil, fmt.Errorf("taking the mount over (the old daemon serves on): %w", err)
 	}
 	adopted := time.Since(offered)
 	failpoint.Hit("takeover-adopted")
+	if cancelled(o) {
+		// The last moment a signal can still leave the mount with the
+		// old daemon: once told "ready", it exits.
+		writeJSON(conn, handoverReply{Error: errHandoverCancelled.Error()}, nil)
+		m.abandon(files)
+		return nil, errHandoverCancelled
+	}
 	undo := func() {}
 	if o.TakingOver != nil {
 		undo = o.TakingOver(offer.PID)
@@ -937,6 +1032,11 @@ func HandoverPossible(o Options) bool {
 func (m *Mount) abandon(files []*os.File) {
 	m.server.Detach()
 	m.closeParts()
+	closeFiles(files)
+}
+
+// closeFiles closes the descriptors a takeover was passed.
+func closeFiles(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}

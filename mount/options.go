@@ -95,6 +95,14 @@ type Options struct {
 	// service manager's main process changes then); undo is called if
 	// the old daemon serves on after all.
 	TakingOver func(from int) (undo func())
+	// ServingOn, when set, is called as this daemon serves on after a
+	// successor it offered the mount to was ended for giving no answer
+	// (it may have told a service manager it was the main process).
+	ServingOn func()
+	// Cancel, when set and closed while this daemon takes a live mount
+	// over, ends the takeover if it has not yet told the old daemon it
+	// is ready: the old daemon serves on (a signal to `kvfs mount`).
+	Cancel <-chan struct{}
 }
 
 // Defaults for the options a user leaves out.

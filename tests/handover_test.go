@@ -1049,3 +1049,96 @@ func TestHandoverSocketOfAnotherStore(t *testing.T) {
 	i.stop()
 	h.stop()
 }
+
+// TestHandoverSuccessorStoppedOrSignalled: a successor stopped or
+// signalled before it has told the old daemon it is ready leaves the
+// mount to the old daemon, which serves on, the same mount, with every
+// object and a held descriptor as they were:
+//   - stopped in the pause (Ctrl-Z of a foreground `kvfs mount`, a
+//     debugger): the old daemon, its gate closed, kills it after
+//     pauseLimit (10 s) and serves on. It waited up to 10 minutes, and
+//     every client of the mount with it (an outside tester: 20 s of a
+//     20 s SIGSTOP);
+//   - SIGTERM (Ctrl-C, a service manager's stop) while it loads or in
+//     the pause: it cancels the takeover and exits non-zero. It took
+//     the mount over, then stopped as for any signal, unmounting it,
+//     with no daemon left (the same tester, 6 of 6).
+func TestHandoverSuccessorStoppedOrSignalled(t *testing.T) {
+	requireRoot(t)
+	for _, c := range []struct {
+		name, step string
+		signal     bool
+	}{
+		{"stopped-in-the-pause", "takeover-offered", false},
+		{"signalled-while-loading", "takeover-preloaded", true},
+		{"signalled-in-the-pause", "takeover-offered", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, mp, store := mountDirs(t)
+			flags := []string{"--store", store, "--capacity", "64MiB"}
+			old := startDaemon(t, mp, flags...)
+			data := make([]byte, 300*KiB)
+			fillObject(data, "obj")
+			if err := os.WriteFile(filepath.Join(mp, "obj.data"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			held, err := os.Open(filepath.Join(mp, "obj.data"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			d := spawnDaemon(t, kvfsBin, []string{"KVFS_FAILPOINT=" + c.step + ":stop"}, mp, store, flags...)
+			if !waitFor(func() bool { return runState(d.cmd.Process.Pid) == "T" }) {
+				t.Fatalf("the successor did not stop at %s:\n%s", c.step, d.outSoFar())
+			}
+			if c.signal {
+				d.cmd.Process.Signal(unix.SIGTERM)
+				d.cmd.Process.Signal(unix.SIGCONT)
+			}
+			if !d.waitExited() {
+				t.Fatalf("the successor still runs:\n%s", d.outSoFar())
+			}
+			if !old.alive() {
+				t.Fatalf("the old daemon is gone:\nold:\n%s\nnew:\n%s", old.outSoFar(), d.outSoFar())
+			}
+			if c.signal && !strings.Contains(d.outSoFar(), "the handover was cancelled by a signal; the old daemon serves on") {
+				t.Errorf("the signalled successor's word:\n%s", d.outSoFar())
+			}
+			if !c.signal && !strings.Contains(old.outSoFar(), "the successor gave no word of the mount") {
+				t.Errorf("the old daemon's word of the stopped successor:\n%s", old.outSoFar())
+			}
+			if m, ok := mountAt(mp); !ok || m.ID != old.mountID {
+				t.Fatalf("mount ID %d (%v), the old mount's %d", m.ID, ok, old.mountID)
+			}
+			got := make([]byte, len(data))
+			if n, err := held.ReadAt(got, 0); n != len(got) || err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("the held descriptor reads %d bytes, %v", n, err)
+			}
+			held.Close()
+			if got, err := os.ReadFile(filepath.Join(mp, "obj.data")); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("obj.data: %d bytes, %v", len(got), err)
+			}
+			if err := os.WriteFile(filepath.Join(mp, "after.data"), data, 0o644); err != nil {
+				t.Fatalf("a store after: %v", err)
+			}
+			if n := daemonsOf(store); n != 1 {
+				t.Fatalf("%d daemons serve the store", n)
+			}
+			st := stats(t, mp)
+			old.stop()
+			requireCleanFsck(t, store, st)
+		})
+	}
+}
+
+// runState is the state letter of process pid ("T": stopped), or "".
+func runState(pid int) string {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) {
+		return string(stat[i+2])
+	}
+	return ""
+}

@@ -441,7 +441,14 @@ func cmdMount(args []string, stdout io.Writer) error {
 		}
 		return func() { sdNotify(fmt.Sprintf("MAINPID=%d", from)) }
 	}
-	m, err := mount.Start(o)
+	o.ServingOn = func() {
+		// A successor that did not answer was killed, perhaps after it
+		// told systemd it was the main process: this one is again.
+		if err := sdNotify(fmt.Sprintf("MAINPID=%d", os.Getpid())); err != nil {
+			log.Warn("sd_notify MAINPID", zap.Error(err))
+		}
+	}
+	m, err := startCancellable(o, sigs)
 	if err != nil {
 		return err
 	}
@@ -574,6 +581,36 @@ func cmdUnmount(args []string, stdout io.Writer) error {
 	}
 	os.Chdir("/")
 	return mount.UnmountWithin(mp, o)
+}
+
+// startCancellable is mount.Start, where a signal that comes meanwhile
+// cancels a takeover of a live mount that has not yet told the old
+// daemon it is ready, which then serves on (Ctrl-C of a handover's
+// `kvfs mount`, or a service manager's stop, took the mount over and
+// then unmounted it, leaving no daemon: an outside tester). Any other
+// start goes on, and the signal is handled once it has: a stop.
+func startCancellable(o mount.Options, sigs chan os.Signal) (*mount.Mount, error) {
+	cancel, started, watched := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var early os.Signal
+	go func() {
+		defer close(watched)
+		select {
+		case early = <-sigs:
+			close(cancel)
+		case <-started:
+		}
+	}()
+	o.Cancel = cancel
+	m, err := mount.Start(o)
+	close(started)
+	<-watched
+	if early != nil {
+		select {
+		case sigs <- early: // handled as a stop once serving
+		default:
+		}
+	}
+	return m, err
 }
 
 // cmdVersion prints the build (make's -X main.build, or "dev") and the

@@ -2,21 +2,35 @@
 // that cut the daemon short exactly there: $KVFS_FAILPOINT names the
 // step. Steps are a handover's, a dead mount's replacement's, and a
 // writer's RELEASE (a kill between a close(2) that returned and the
-// release the kernel sends after it).
+// release the kernel sends after it). "STEP:stop" stops the process
+// there instead (SIGSTOP), as a Ctrl-Z or a debugger would, for the
+// test to signal, continue or kill.
 package failpoint
 
 import (
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-var name = os.Getenv("KVFS_FAILPOINT")
+var name, stop = parse(os.Getenv("KVFS_FAILPOINT"))
 
-// Hit kills this process with SIGKILL if step is $KVFS_FAILPOINT.
+func parse(v string) (string, bool) {
+	step, action, _ := strings.Cut(v, ":")
+	return step, action == "stop"
+}
+
+// Hit kills this process with SIGKILL if step is $KVFS_FAILPOINT, or
+// stops it with SIGSTOP if that is step:stop.
 func Hit(step string) {
-	if name == step {
-		unix.Kill(os.Getpid(), unix.SIGKILL)
-		select {}
+	if name != step {
+		return
 	}
+	if stop {
+		unix.Kill(os.Getpid(), unix.SIGSTOP)
+		return
+	}
+	unix.Kill(os.Getpid(), unix.SIGKILL)
+	select {}
 }
