@@ -25,7 +25,7 @@ run: build
 	@# Fails on the dead mount a crash left (ENOTCONN), which the mount
 	@# below replaces; a real problem is the mount's to name.
 	@mkdir -p $(MNT) 2>/dev/null || true
-	$(BIN) mount $(ARGS) $(MNT)
+	$(strip $(BIN) mount $(ARGS) $(MNT))
 
 # vet also fails on any of kvfs's Go files (not third_party's) that
 # gofmt would change.

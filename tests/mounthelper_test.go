@@ -157,8 +157,12 @@ func TestMountHelper(t *testing.T) {
 	// A handover through the helper sets the per-mount flags it asks
 	// for, clearing noexec: it kept the first mount's before (an
 	// outside tester found ro kept so).
-	if out, err := mountCmd("mount", "-t", "fuse.kvfs", store, mp, "-o", "capacity=16M,grace=0s,log="+log); err != nil {
+	// capacity= twice: the last is taken, and mount(8) shows the
+	// warning (the daemon's log alone had it: an outside tester).
+	if out, err := mountCmd("mount", "-t", "fuse.kvfs", store, mp, "-o", "capacity=8M,capacity=16M,grace=0s,log="+log); err != nil {
 		t.Fatalf("mount -t fuse.kvfs over the live mount (a handover): %v: %s", err, out)
+	} else if !strings.Contains(out, "kvfs: warning: a flag given twice, the last is taken: --capacity") {
+		t.Errorf("mount(8) with capacity= twice said: %q", out)
 	}
 	if !h.gone() {
 		t.Fatalf("the daemon %d did not hand its mount over", h.pid)

@@ -225,6 +225,14 @@ func (h *helperMountOpts) detach(stderr io.Writer) int {
 	out := h.collect(r)
 	if last := lastLine(out); last == readyLine {
 		cmd.Process.Release()
+		// The daemon's warnings for its user (a flag given twice, a
+		// capacity past the disk): mount(8) shows the helper's stderr,
+		// and without log= the daemon's output goes nowhere else.
+		for line := range strings.Lines(string(out)) {
+			if strings.HasPrefix(line, "kvfs: warning:") {
+				fmt.Fprint(stderr, line)
+			}
+		}
 		return 0
 	}
 	return h.failed(cmd, out, stderr)

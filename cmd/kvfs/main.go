@@ -399,6 +399,10 @@ func cmdMount(args []string, stdout io.Writer) error {
 	o.Logger = log.Named("mount")
 	for _, twice := range givenTwice(mf.fs, args) {
 		o.Logger.Warn("a flag given twice: the last is taken", zap.String("flag", twice))
+		// Said on the output too, which mount(8)'s helper passes on
+		// where the log goes nowhere (an outside tester's fstab line
+		// with capacity= twice).
+		fmt.Fprintf(stdout, "kvfs: warning: a flag given twice, the last is taken: %s\n", twice)
 	}
 	mount.ShedQuotaExemption(o, o.Logger)
 	x, err := mf.extra.start(&o, log)
