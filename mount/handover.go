@@ -1,6 +1,7 @@
 package mount
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -451,7 +452,9 @@ func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, limit
 	}
 	failpoint.Hit("handover-offered")
 	var r handoverReply
+	stopWatching := watchStopped(conn, pid, pauseLimit)
 	err = readJSON(conn, &r)
+	stopWatching()
 	if err != nil {
 		log.Warn("the successor gave no word of the mount; ending it", zap.Duration("limit", limit), zap.Error(err))
 		m.endSuccessor(pid, log)
@@ -479,6 +482,52 @@ func (m *Mount) endSuccessor(pid int, log *zap.Logger) {
 	if m.ServingOn != nil {
 		m.ServingOn()
 	}
+}
+
+// watchStopped ends conn's wait (its read deadline, now) once process
+// pid has been stopped (SIGSTOP, Ctrl-Z, a debugger's trap) for limit:
+// a successor that loads in the pause has minutes, but none for being
+// stopped. The returned func ends the watch.
+func watchStopped(conn *net.UnixConn, pid int, limit time.Duration) (stop func()) {
+	done := make(chan struct{})
+	if pid <= 0 {
+		return func() {}
+	}
+	go func() {
+		tick := time.NewTicker(limit / 50)
+		defer tick.Stop()
+		var since time.Time
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if !processStopped(pid) {
+				since = time.Time{}
+				continue
+			}
+			if since.IsZero() {
+				since = time.Now()
+			}
+			if time.Since(since) >= limit {
+				conn.SetReadDeadline(time.Now())
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// processStopped says whether process pid is stopped: by a signal (T)
+// or by a tracer (t).
+func processStopped(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')') // comm may hold spaces and parentheses
+	return i > 0 && i+2 < len(stat) && (stat[i+2] == 'T' || stat[i+2] == 't')
 }
 
 // peerPID is the process at the other end of a handover connection (0:

@@ -1066,17 +1066,25 @@ func TestHandoverSocketOfAnotherStore(t *testing.T) {
 func TestHandoverSuccessorStoppedOrSignalled(t *testing.T) {
 	requireRoot(t)
 	for _, c := range []struct {
-		name, step string
-		signal     bool
+		name, step     string
+		signal, remote bool
 	}{
-		{"stopped-in-the-pause", "takeover-offered", false},
-		{"signalled-while-loading", "takeover-preloaded", true},
-		{"signalled-in-the-pause", "takeover-offered", true},
+		{"stopped-in-the-pause", "takeover-offered", false, false},
+		// One phase (a remote tier): the successor loads in the pause,
+		// which may take minutes, but none for being stopped.
+		{"stopped-in-the-pause-one-phase", "takeover-offered", false, true},
+		{"signalled-while-loading", "takeover-preloaded", true, false},
+		{"signalled-in-the-pause", "takeover-offered", true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, mp, store := mountDirs(t)
 			flags := []string{"--store", store, "--capacity", "64MiB"}
-			old := startDaemon(t, mp, flags...)
+			var env []string
+			if c.remote {
+				srv := s3test.New(t)
+				flags, env = append(flags, "--remote", srv.URL(remotePrefix)), srv.Env()
+			}
+			old := startDaemonEnv(t, kvfsBin, env, mp, flags...)
 			data := make([]byte, 300*KiB)
 			fillObject(data, "obj")
 			if err := os.WriteFile(filepath.Join(mp, "obj.data"), data, 0o644); err != nil {
@@ -1087,7 +1095,7 @@ func TestHandoverSuccessorStoppedOrSignalled(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer held.Close()
-			d := spawnDaemon(t, kvfsBin, []string{"KVFS_FAILPOINT=" + c.step + ":stop"}, mp, store, flags...)
+			d := spawnDaemon(t, kvfsBin, append([]string{"KVFS_FAILPOINT=" + c.step + ":stop"}, env...), mp, store, flags...)
 			if !waitFor(func() bool { return runState(d.cmd.Process.Pid) == "T" }) {
 				t.Fatalf("the successor did not stop at %s:\n%s", c.step, d.outSoFar())
 			}

@@ -10,6 +10,7 @@ package failpoint
 import (
 	"os"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,6 +30,10 @@ func Hit(step string) {
 	}
 	if stop {
 		unix.Kill(os.Getpid(), unix.SIGSTOP)
+		// Continued: a moment for the signals sent while it was stopped
+		// to reach their handlers (os/signal's goroutine), as they
+		// would have in the time the stop stood for, before the step.
+		time.Sleep(100 * time.Millisecond)
 		return
 	}
 	unix.Kill(os.Getpid(), unix.SIGKILL)
