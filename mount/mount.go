@@ -319,7 +319,15 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		Graced:             m.graced,
 	})
 	if err != nil {
-		store.Close()
+		if !errors.Is(err, blob.ErrStopped) {
+			// A load stopped by the mount's end leaves the store open:
+			// a mount that stops while loading serves the files still
+			// open in it until they close (the Preview reads the
+			// store), and its stored directories closed under it
+			// answered EBADF (an outside tester). The process's exit
+			// closes it.
+			store.Close()
+		}
 		return err
 	}
 	asked := m.Capacity // 0: the default, a share of the disk's room

@@ -472,3 +472,69 @@ func TestLoadingNamesHoldAHandover(t *testing.T) {
 	}
 	next.stop()
 }
+
+// TestLoadingStoppedWithFilesOpen: a stop while loading that finds files
+// open (a reader, a listing) detaches the mount and serves them until
+// they close, as a stop of a loaded mount does; then the daemon exits
+// as any stop while loading does. The stopped load closed the store
+// under them: their fstat and getdents answered EBADF (an outside
+// tester: in-flight client calls failed with EBADF after a SIGTERM
+// mid-load).
+func TestLoadingStoppedWithFilesOpen(t *testing.T) {
+	dir, mp := loadingDirs(t)
+	d := startDaemon(t, mp, "--serve-while-loading", "-1")
+	if err := os.Mkdir(filepath.Join(mp, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(mp, "d", fmt.Sprint(i)), []byte{byte(i)}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.stop()
+	d, open := startLoading(t, dir, mp, "--serve-while-loading", "1", "--log-level", "info")
+	reader, err := os.Open(filepath.Join(mp, "d", "3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	listing, err := os.Open(filepath.Join(mp, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listing.Close()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Detached (the files keep it busy), then the load let go, which
+	// stops at its first step.
+	if !waitFor(func() bool { m, ok := mountAt(mp); return !ok || m.FSType != "fuse.kvfs" }) {
+		t.Fatalf("still mounted after SIGTERM while loading:\n%s", d.outSoFar())
+	}
+	open()
+	if !waitFor(func() bool { return strings.Contains(d.outSoFar(), "the load stopped") }) {
+		t.Fatalf("the load did not stop:\n%s", d.outSoFar())
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(reader.Fd()), &st); err != nil || st.Size != 1 {
+		t.Errorf("fstat of a file held across a stop while loading: size %d, %v", st.Size, err)
+	}
+	if b := make([]byte, 2); true {
+		if n, err := reader.ReadAt(b, 0); n != 1 || b[0] != 3 {
+			t.Errorf("reading a file held across a stop while loading: %d bytes %v, %v", n, b[:n], err)
+		}
+	}
+	if names, err := listing.Readdirnames(-1); err != nil || len(names) != 5 {
+		t.Errorf("listing a directory held across a stop while loading: %v, %v", names, err)
+	}
+	reader.Close()
+	listing.Close()
+	if !d.waitExited() || d.waitErr != nil || !d.printed("before its index was built") {
+		t.Fatalf("the daemon whose mount was stopped while loading exited %v:\n%s", d.waitErr, d.outSoFar())
+	}
+	d = startDaemon(t, mp, "--serve-while-loading", "-1")
+	if names := dirNames(t, filepath.Join(mp, "d")); len(names) != 5 {
+		t.Fatalf("after a stop while loading, the next start serves %v", names)
+	}
+	d.stop()
+}
