@@ -97,16 +97,23 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 		}
 	}()
 	// stalledYields: nothing moved since stalledAt, no grace ends, id's
-	// writer is the youngest that waits, and (pinned: the room is readers')
-	// another admission than this one waits too. It gives way then
-	// (ledger.GiveWay notes it in the same step).
-	stalledYields := func(pinned bool) bool {
+	// writer is the youngest that waits, and another admission than this
+	// one waits too. It gives way then (ledger.GiveWay notes it in the
+	// same step). Alone, what it would give back lets no one on: the
+	// room is held by readers, or by writers that neither write nor wait
+	// (an idle writer of a stored object), whose close frees it; it
+	// waits for that up to the limit. It gave way after stallWait where
+	// writers held the room (an outside tester: a 2 GiB fallocate beside
+	// a 5 GiB object held open for writing by another process, refused
+	// after 0.3 s, 10 of 10). A thread that holds one file open while it
+	// waits to write another waits out the limit then.
+	stalledYields := func() bool {
 		others := int64(0)
 		if waiting {
 			others = 1 // this one
 		}
 		return c.ledger.Progress() == stalledAt && !c.ledger.GraceEnding() &&
-			(!pinned || c.counters.waiting.Load() > others) && c.ledger.GiveWay(id, true)
+			c.counters.waiting.Load() > others && c.ledger.GiveWay(id, true)
 	}
 	for {
 		changed := c.ledger.Changed()
@@ -159,7 +166,7 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 			if until <= 0 {
 				// Stalled for stallWait, and this try, made after the
 				// last wake, failed as well.
-				if stalledYields(pinned) {
+				if stalledYields() {
 					return c.gaveWay()
 				}
 				until = stallWait
@@ -187,7 +194,7 @@ func (c *Core) admit(id blob.ID, need int64, spent *atomic.Int64, intr Interrupt
 			case <-timer:
 				// (The change is looked at after the grace: a publish
 				// between the two ends the grace and signals a change.)
-				gaveWay = atStall && !closed(changed) && stalledYields(pinned)
+				gaveWay = atStall && !closed(changed) && stalledYields()
 			case <-c.done:
 				closing = true
 			case <-intr.Done:

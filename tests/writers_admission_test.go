@@ -1098,3 +1098,55 @@ func TestWriteRetriedAfterENOSPC(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreWaitsForAnIdleWriter: a store that needs the room an open,
+// idle writer of a stored object holds (opened for writing, writing
+// nothing, or rewriting in place) waits for that writer's close, up to
+// --wait-limit, as it waits for a reader's; with passthrough it was
+// refused after 0.3 s, as if the two were writers stuck on each other
+// (an outside tester: a 2 GiB fallocate beside a 5 GiB object held
+// open O_WRONLY, 10 of 10). Two stores that wait for each other still
+// give way (TestTwoStoresThatCannotBothFit).
+func TestStoreWaitsForAnIdleWriter(t *testing.T) {
+	for _, mode := range [][]string{nil, {"--no-passthrough"}} {
+		t.Run(fmt.Sprintf("%v", mode), func(t *testing.T) {
+			d := mountCache(t, append([]string{"--capacity", "16MiB", "--grace", "0s", "--wait-limit", "10s"}, mode...)...)
+			h := filepath.Join(d.mp, "H")
+			// 2 MiB left: J is reserved nothing at its create.
+			putFile(t, h, objectBytes("H", 14*MiB))
+			waitReleased(t, d.mp)
+			writer, err := os.OpenFile(h, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer writer.Close()
+			j, err := os.Create(filepath.Join(d.mp, "J"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			done := make(chan error, 1)
+			go func() { done <- unix.Fallocate(int(j.Fd()), 0, 0, 8*MiB) }()
+			// J's admission waits for H's room; H's writer is idle.
+			if !waitFor(func() bool { return stats(t, d.mp).WaitingForRoom > 0 }) {
+				t.Fatalf("J's fallocate did not wait: %v", <-done)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("J's fallocate ended while H's writer was open: %v; want it to wait for H's close", err)
+			case <-time.After(time.Second): // past the 0.3 s it gave way after
+			}
+			if err := writer.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("J's fallocate once H's writer closed: %v", err)
+			}
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitReleased(t, d.mp)
+			ledgerExact(t, d)
+		})
+	}
+}
