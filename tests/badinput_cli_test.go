@@ -206,7 +206,8 @@ func TestBadInputFlags(t *testing.T) {
 		// not as typed, and no word of the helper's form (an outside
 		// tester).
 		{"-nosuchflag", "1", []string{"mount: -nosuchflag: no such flag"}},
-		{"-o", "capacity=1G", []string{"mount: -o: kvfs mount takes flags", "kvfs STORE MOUNTPOINT -o capacity=1GiB"}},
+		{"-o", "capacity=2T,grace=3s", []string{"mount: -o: kvfs mount takes flags", "kvfs STORE MOUNTPOINT -o capacity=2T,grace=3s`"}},
+		{"-ocapacity=1G", "--grace=1s", []string{"mount: -ocapacity: kvfs mount takes flags", "kvfs STORE MOUNTPOINT -o capacity=1G`"}}, // mount(8)'s joined form
 		// Was: exit 1 (an outside tester).
 		{"--cpuprofile", "/nonexistent/p", []string{"--cpuprofile /nonexistent/p", "no such file"}},
 		{"--mutexprofile", "/nonexistent/p", []string{"--mutexprofile /nonexistent/p", "no such file"}},

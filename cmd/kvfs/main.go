@@ -251,8 +251,24 @@ func undefinedFlag(fs *flag.FlagSet, args []string, err error) error {
 			break
 		}
 	}
-	if name == "o" && fs.Name() == "mount" {
-		return usageerr.Errorf("%s: kvfs mount takes flags (--capacity 1GiB); -o OPTION[,OPTION...] is mount(8)'s form, for fstab: `kvfs STORE MOUNTPOINT -o capacity=1GiB`", typed)
+	if fs.Name() == "mount" && (name == "o" || strings.HasPrefix(typed, "-o") && !strings.HasPrefix(typed, "--")) {
+		// -o OPTS, -o=OPTS, or mount(8)'s joined -oOPTS: shown back as
+		// the helper's form with the options given.
+		opts := "capacity=1GiB"
+		for i, a := range args {
+			if a == typed || strings.HasPrefix(a, typed+"=") || name != "o" && strings.HasPrefix(a, "-o") {
+				switch _, v, inline := strings.Cut(a, "="); {
+				case name != "o":
+					opts = strings.TrimPrefix(a, "-o")
+				case inline:
+					opts = v
+				case i+1 < len(args):
+					opts = args[i+1]
+				}
+				break
+			}
+		}
+		return usageerr.Errorf("%s: kvfs mount takes flags (--capacity 1GiB); -o OPTION[,OPTION...] is mount(8)'s form, for fstab: `kvfs STORE MOUNTPOINT -o %s`", typed, opts)
 	}
 	return usageerr.Errorf("%s: no such flag; run \"kvfs %s -h\" for its flags", typed, fs.Name())
 }
