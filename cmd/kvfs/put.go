@@ -83,7 +83,7 @@ func readSource(src string, limit int64) (data []byte, mode os.FileMode, err err
 	umask := os.FileMode(unix.Umask(0))
 	unix.Umask(int(umask))
 	if src == "-" {
-		data, err = readAtMost(os.Stdin, "standard input", limit)
+		data, err = readAtMost(os.Stdin, "standard input", limit, 0)
 		return data, 0o644 &^ umask, err
 	}
 	f, err := os.Open(src)
@@ -98,7 +98,11 @@ func readSource(src string, limit int64) (data []byte, mode os.FileMode, err err
 			case fi.Mode().IsRegular() && limit > 0 && fi.Size() > limit:
 				return nil, 0, usageerr.Errorf("SRC %s is %d bytes, more than the cache's capacity (%d): it can never be stored", src, fi.Size(), limit)
 			}
-			data, err = readAtMost(f, src, limit)
+			hint := int64(0)
+			if fi.Mode().IsRegular() {
+				hint = fi.Size()
+			}
+			data, err = readAtMost(f, src, limit, hint)
 		}
 	}
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.EISDIR) || errors.Is(err, os.ErrPermission) {
@@ -108,16 +112,39 @@ func readSource(src string, limit int64) (data []byte, mode os.FileMode, err err
 }
 
 // readAtMost reads r whole, refusing it once it holds more than limit
-// bytes (0: no limit).
-func readAtMost(r io.Reader, name string, limit int64) ([]byte, error) {
-	if limit <= 0 {
-		return io.ReadAll(r)
+// bytes (0: no limit); hint is its size where known (a regular file).
+func readAtMost(r io.Reader, name string, limit, hint int64) ([]byte, error) {
+	if limit > 0 {
+		r = io.LimitReader(r, limit+1)
 	}
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err == nil && int64(len(data)) > limit {
+	data, err := readSized(r, hint)
+	if err == nil && limit > 0 && int64(len(data)) > limit {
 		return nil, usageerr.Errorf("SRC %s holds more than the cache's capacity (%d bytes): it can never be stored", name, limit)
 	}
 	return data, err
+}
+
+// readSized reads r whole into one buffer of hint bytes (and a little
+// room to see its end), growing it only if r holds more: io.ReadAll
+// grows by copying, and `kvfs put --direct` of a 2 GiB file peaked at
+// 4.6 GB of memory, of 6 GiB at 14.6 GB (an outside tester).
+func readSized(r io.Reader, hint int64) ([]byte, error) {
+	if hint <= 0 {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, 0, hint+4096)
+	for {
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			return buf, err
+		case len(buf) == cap(buf):
+			buf = append(buf, 0)[:len(buf)] // grown since its stat
+		}
+	}
 }
 
 // capacityAt is the capacity of the file system holding dir (a kvfs
