@@ -24,12 +24,7 @@ func TestCreateWhileTheIndexIsTaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pre, err := core.NewPreview(store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pre.AllowStores(1 << 20)
-	l := NewLoading(pre, LoadingConfig{})
+	_, l := newLoading(t, store)
 
 	created, proceed := make(chan struct{}), make(chan struct{})
 	testHookEarlyCreated = func() { close(created); <-proceed }
@@ -103,12 +98,7 @@ func TestLoadingReadsNotedFromTheIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pre, err := core.NewPreview(store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pre.AllowStores(1 << 20)
-	l := NewLoading(pre, LoadingConfig{})
+	pre, l := newLoading(t, store)
 	for _, name := range []string{"a", "b"} { // read while loading
 		var e fuse.EntryOut
 		if st := l.Lookup(nil, &fuse.InHeader{NodeId: uint64(core.RootID)}, name, &e); !st.Ok() {
@@ -141,4 +131,16 @@ func TestLoadingReadsNotedFromTheIndex(t *testing.T) {
 	if _, _, err := c.Lookup(core.RootID, "a.moved"); err != nil {
 		t.Errorf("a's new name after the switch: %v", err)
 	}
+}
+
+// newLoading is a Loading over store's Preview, which takes stores of up
+// to 1 MiB.
+func newLoading(t *testing.T, store *blob.Store) (*core.Preview, *Loading) {
+	t.Helper()
+	pre, err := core.NewPreview(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre.AllowStores(1 << 20)
+	return pre, NewLoading(pre, LoadingConfig{})
 }
