@@ -309,3 +309,53 @@ func TestStoreWaitsForAnIdleWriter(t *testing.T) {
 		})
 	}
 }
+
+// TestMetadataBesideItsOwnDataFile: a thread that keeps its data file
+// open while it writes its metadata file into a full cache, whose other
+// room a reader holds, has the metadata's few bytes admitted by evicting
+// a small object: its whole reservation cannot come (the data file's
+// unwritten reservation keeps it until the thread closes that file), so
+// once that wait is stalled with no other writer waiting, the bytes are
+// admitted alone. It waited out the limit and was refused (an outside
+// tester: 4 KiB of metadata refused after 5 s, 4 of 4). In a synctest
+// bubble.
+func TestMetadataBesideItsOwnDataFile(t *testing.T) {
+	for _, passthrough := range []bool{true, false} {
+		t.Run(fmt.Sprint("passthrough=", passthrough), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const limit = time.Hour
+				tc := newTestCore(t, Config{Capacity: 32 * mib, Passthrough: passthrough, PollInterval: time.Hour, WaitLimit: limit})
+				held := tc.put("held", 20*mib)
+				tc.put("prev0", 4*mib)
+				tc.put("prev1", 4*mib)
+				time.Sleep(time.Second) // their graces over
+				r, err := tc.Open(held, os.O_RDONLY, false, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, err := tc.Create(blob.RootID, "d.tmp", 0o644, nobody, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := data.Write(Interrupt{}, make([]byte, 4*mib), 0); err != nil {
+					t.Fatalf("the data file's write: %v", err)
+				}
+				meta, err := tc.Create(blob.RootID, "d.meta", 0o644, nobody, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				began := time.Now()
+				if _, err := meta.Write(Interrupt{}, make([]byte, 4096), 0); err != nil {
+					t.Fatalf("the metadata file's 4 KiB beside its open data file: %v after %v", err, time.Since(began))
+				}
+				if waited := time.Since(began); waited >= limit {
+					t.Errorf("the metadata waited %v", waited)
+				}
+				for _, h := range []*Handle{meta, data, r} {
+					h.Flush()
+					h.Release()
+				}
+			})
+		})
+	}
+}
