@@ -123,27 +123,22 @@ func (c *Core) admitting(id blob.ID, need int64, spent *atomic.Int64, intr Inter
 	// same step). Alone, what it would give back lets no one on: the
 	// room is held by readers, or by writers that neither write nor wait
 	// (an idle writer of a stored object), whose close frees it; it
-	// waits for that up to the limit. It gave way after stallWait where
-	// writers held the room (an outside tester: a 2 GiB fallocate beside
-	// a 5 GiB object held open for writing by another process, refused
-	// after 0.3 s, 10 of 10). A thread that holds one file open while it
-	// waits to write another waits out the limit then.
-	stalledYields := func() bool {
-		others := int64(0)
+	// waits for that up to the limit (or, waiting for a whole
+	// reservation, does without it: admitWhole). It gave way after
+	// stallWait where writers held the room (an outside tester: a 2 GiB
+	// fallocate beside a 5 GiB object held open for writing by another
+	// process, refused after 0.3 s, 10 of 10).
+	othersWait := func() bool {
+		self := int64(0)
 		if waiting {
-			others = 1 // this one
+			self = 1
 		}
-		return c.ledger.Progress() == stalledAt && !c.ledger.GraceEnding() &&
-			c.counters.waiting.Load() > others && c.ledger.GiveWay(id, true)
+		return c.counters.waiting.Load() > self
 	}
-	// stalledAlone: as stalledYields, but no other admission waits.
-	stalledAlone := func() bool {
-		others := int64(0)
-		if waiting {
-			others = 1
-		}
-		return whole && c.ledger.Progress() == stalledAt && !c.ledger.GraceEnding() && c.counters.waiting.Load() <= others
-	}
+	stalled := func() bool { return c.ledger.Progress() == stalledAt && !c.ledger.GraceEnding() }
+	stalledYields := func() bool { return stalled() && othersWait() && c.ledger.GiveWay(id, true) }
+	// stalledAlone: stalled, and no other admission waits.
+	stalledAlone := func() bool { return whole && stalled() && !othersWait() }
 	for {
 		changed := c.ledger.Changed()
 		behind := c.ledger.Behind(id)
