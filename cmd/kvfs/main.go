@@ -256,7 +256,7 @@ func undefinedFlag(fs *flag.FlagSet, args []string, err error) error {
 		// the helper's form with the options given.
 		opts := "capacity=1GiB"
 		for i, a := range args {
-			if a == typed || strings.HasPrefix(a, typed+"=") || name != "o" && strings.HasPrefix(a, "-o") {
+			if a == typed || strings.HasPrefix(a, typed+"=") {
 				switch _, v, inline := strings.Cut(a, "="); {
 				case name != "o":
 					opts = strings.TrimPrefix(a, "-o")
