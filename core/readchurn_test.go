@@ -273,41 +273,37 @@ func stuckWritersGiveWay(t *testing.T, tc *testCore, limit time.Duration) {
 // fallocate beside a 5 GiB object held open O_WRONLY by a passthrough
 // mount, refused after 0.3 s, 10 of 10). In a synctest bubble.
 func TestStoreWaitsForAnIdleWriter(t *testing.T) {
-	for _, passthrough := range []bool{true, false} {
-		t.Run(fmt.Sprint("passthrough=", passthrough), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				tc := newTestCore(t, Config{Capacity: 16 * mib, Passthrough: passthrough, PollInterval: time.Hour, WaitLimit: 10 * time.Second})
-				// 2 MiB left: J is reserved nothing at its create (a
-				// quarter of the capacity does not fit), as a writer
-				// beside a large object in a full cache is.
-				id := tc.put("H", 14*mib)
-				time.Sleep(time.Second) // its grace over
-				w, err := tc.Open(id, os.O_WRONLY, true, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				j, err := tc.Create(blob.RootID, "J", 0o644, nobody, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				done := make(chan error, 1)
-				go func() { done <- j.Allocate(Interrupt{}, 0, 8*mib, 0) }()
-				time.Sleep(2 * time.Second) // past stallWait
-				select {
-				case err := <-done:
-					t.Fatalf("J's fallocate ended while H's writer was open: %v; want it to wait for H's close", err)
-				default:
-				}
-				w.Flush()
-				w.Release()
-				if err := <-done; err != nil {
-					t.Fatalf("J's fallocate once H's writer closed: %v", err)
-				}
-				j.Flush()
-				j.Release()
-			})
-		})
-	}
+	inBubbleBothModes(t, func(t *testing.T, passthrough bool) {
+		tc := newTestCore(t, Config{Capacity: 16 * mib, Passthrough: passthrough, PollInterval: time.Hour, WaitLimit: 10 * time.Second})
+		// 2 MiB left: J is reserved nothing at its create (a
+		// quarter of the capacity does not fit), as a writer
+		// beside a large object in a full cache is.
+		id := tc.put("H", 14*mib)
+		time.Sleep(time.Second) // its grace over
+		w, err := tc.Open(id, os.O_WRONLY, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := tc.Create(blob.RootID, "J", 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- j.Allocate(Interrupt{}, 0, 8*mib, 0) }()
+		time.Sleep(2 * time.Second) // past stallWait
+		select {
+		case err := <-done:
+			t.Fatalf("J's fallocate ended while H's writer was open: %v; want it to wait for H's close", err)
+		default:
+		}
+		w.Flush()
+		w.Release()
+		if err := <-done; err != nil {
+			t.Fatalf("J's fallocate once H's writer closed: %v", err)
+		}
+		j.Flush()
+		j.Release()
+	})
 }
 
 // TestMetadataBesideItsOwnDataFile: a thread that keeps its data file
@@ -320,42 +316,48 @@ func TestStoreWaitsForAnIdleWriter(t *testing.T) {
 // tester: 4 KiB of metadata refused after 5 s, 4 of 4). In a synctest
 // bubble.
 func TestMetadataBesideItsOwnDataFile(t *testing.T) {
+	inBubbleBothModes(t, func(t *testing.T, passthrough bool) {
+		const limit = time.Hour
+		tc := newTestCore(t, Config{Capacity: 32 * mib, Passthrough: passthrough, PollInterval: time.Hour, WaitLimit: limit})
+		held := tc.put("held", 20*mib)
+		tc.put("prev0", 4*mib)
+		tc.put("prev1", 4*mib)
+		time.Sleep(time.Second) // their graces over
+		r, err := tc.Open(held, os.O_RDONLY, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := tc.Create(blob.RootID, "d.tmp", 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := data.Write(Interrupt{}, make([]byte, 4*mib), 0); err != nil {
+			t.Fatalf("the data file's write: %v", err)
+		}
+		meta, err := tc.Create(blob.RootID, "d.meta", 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		if _, err := meta.Write(Interrupt{}, make([]byte, 4096), 0); err != nil {
+			t.Fatalf("the metadata file's 4 KiB beside its open data file: %v after %v", err, time.Since(began))
+		}
+		if waited := time.Since(began); waited >= limit {
+			t.Errorf("the metadata waited %v", waited)
+		}
+		for _, h := range []*Handle{meta, data, r} {
+			h.Flush()
+			h.Release()
+		}
+	})
+}
+
+// inBubbleBothModes runs f in a synctest bubble, as a subtest, with
+// passthrough and without.
+func inBubbleBothModes(t *testing.T, f func(t *testing.T, passthrough bool)) {
 	for _, passthrough := range []bool{true, false} {
 		t.Run(fmt.Sprint("passthrough=", passthrough), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const limit = time.Hour
-				tc := newTestCore(t, Config{Capacity: 32 * mib, Passthrough: passthrough, PollInterval: time.Hour, WaitLimit: limit})
-				held := tc.put("held", 20*mib)
-				tc.put("prev0", 4*mib)
-				tc.put("prev1", 4*mib)
-				time.Sleep(time.Second) // their graces over
-				r, err := tc.Open(held, os.O_RDONLY, false, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				data, err := tc.Create(blob.RootID, "d.tmp", 0o644, nobody, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := data.Write(Interrupt{}, make([]byte, 4*mib), 0); err != nil {
-					t.Fatalf("the data file's write: %v", err)
-				}
-				meta, err := tc.Create(blob.RootID, "d.meta", 0o644, nobody, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				began := time.Now()
-				if _, err := meta.Write(Interrupt{}, make([]byte, 4096), 0); err != nil {
-					t.Fatalf("the metadata file's 4 KiB beside its open data file: %v after %v", err, time.Since(began))
-				}
-				if waited := time.Since(began); waited >= limit {
-					t.Errorf("the metadata waited %v", waited)
-				}
-				for _, h := range []*Handle{meta, data, r} {
-					h.Flush()
-					h.Release()
-				}
-			})
+			synctest.Test(t, func(t *testing.T) { f(t, passthrough) })
 		})
 	}
 }
