@@ -466,15 +466,22 @@ func TestHandoverKilledAtEveryStep(t *testing.T) {
 					t.Fatalf("%s: %d bytes, %v", name, len(got), err)
 				}
 			}
-			// Never two daemons on the store.
-			if n := daemonsOf(store); n != 1 {
-				t.Fatalf("%d daemons serve the store", n)
-			}
-			st := stats(t, mp)
-			serving.stop()
-			requireCleanFsck(t, store, st)
+			stopTheOneDaemon(t, serving, store)
 		})
 	}
+}
+
+// stopTheOneDaemon checks that d is the one daemon serving store (never
+// two after a handover), stops it, and checks the store clean against
+// d's last figures.
+func stopTheOneDaemon(t *testing.T, d *daemon, store string) {
+	t.Helper()
+	if n := daemonsOf(store); n != 1 {
+		t.Fatalf("%d daemons serve the store", n)
+	}
+	st := stats(t, d.mp)
+	d.stop()
+	requireCleanFsck(t, store, st)
 }
 
 // daemonsOf counts the live kvfs mount processes whose command line
@@ -1129,12 +1136,7 @@ func TestHandoverSuccessorStoppedOrSignalled(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(mp, "after.data"), data, 0o644); err != nil {
 				t.Fatalf("a store after: %v", err)
 			}
-			if n := daemonsOf(store); n != 1 {
-				t.Fatalf("%d daemons serve the store", n)
-			}
-			st := stats(t, mp)
-			old.stop()
-			requireCleanFsck(t, store, st)
+			stopTheOneDaemon(t, old, store)
 		})
 	}
 }
