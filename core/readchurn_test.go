@@ -306,6 +306,57 @@ func TestStoreWaitsForAnIdleWriter(t *testing.T) {
 	})
 }
 
+// TestIdleWriterStartsNoGrace: a writer of a stored object that closes
+// having written nothing starts no grace period, so a store waiting for
+// the room it held goes on at its close; a writer that wrote starts one
+// (its store may have a publish step to come). The idle writer's close
+// started a grace, and the store waited it out (an outside tester: 4.0 s
+// for a holder closing at 2 s, where a reader's close gave 2.0 s). In a
+// synctest bubble.
+func TestIdleWriterStartsNoGrace(t *testing.T) {
+	for _, wrote := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wrote=%v", wrote), func(t *testing.T) {
+			inBubbleBothModes(t, func(t *testing.T, passthrough bool) {
+				const grace = 5 * time.Second
+				tc := newTestCore(t, Config{Capacity: 16 * mib, Passthrough: passthrough, PollInterval: time.Hour, Grace: grace, WaitLimit: time.Hour})
+				id := tc.put("H", 14*mib)
+				time.Sleep(2 * grace) // its grace over
+				w, err := tc.Open(id, os.O_WRONLY, true, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if wrote {
+					if _, err := w.Write(Interrupt{}, []byte("x"), 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				j, err := tc.Create(blob.RootID, "J", 0o644, nobody, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() { done <- j.Allocate(Interrupt{}, 0, 8*mib, 0) }()
+				time.Sleep(2 * time.Second)
+				w.Flush()
+				w.Release()
+				closed := time.Now()
+				if err := <-done; err != nil {
+					t.Fatalf("J's fallocate once H's writer closed: %v", err)
+				}
+				waited := time.Since(closed)
+				if !wrote && waited > 0 {
+					t.Errorf("J waited %v past the close of a writer that wrote nothing; want it to go on at the close", waited)
+				}
+				if wrote && waited < grace {
+					t.Errorf("J waited %v past the close of a writer that wrote; want the grace, %v", waited, grace)
+				}
+				j.Flush()
+				j.Release()
+			})
+		})
+	}
+}
+
 // TestMetadataBesideItsOwnDataFile: a thread that keeps its data file
 // open while it writes its metadata file into a full cache, whose other
 // room a reader holds, has the metadata's few bytes admitted by evicting

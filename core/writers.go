@@ -96,7 +96,9 @@ func (c *Core) watchLocked(h *Handle) {
 // count at zero, says what to publish; then the marker goes. rewrote:
 // the object was complete when its first writer opened it, and its
 // writers changed it (an intact marker's mtime moved; a plain marker's
-// object is taken as changed).
+// object is taken as changed). Writers that changed nothing leave the
+// object's grace as it was (see ledger.Unchanged): an idle writer held
+// its room, and at its close a store waiting for that room goes on.
 func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []string, rewrote bool, err error) {
 	m := c.marker(h.id)
 	m.Lock()
@@ -115,6 +117,10 @@ func (c *Core) endWriting(h *Handle, publish func() []string) (last bool, pub []
 	if last && rewrite {
 		var st unix.Stat_t
 		rewrote = opened == 0 || unix.Fstat(int(h.file.Fd()), &st) != nil || !blob.Unchanged(&st, opened)
+		if !rewrote {
+			// Nothing to publish: its close starts no grace.
+			c.ledger.Unchanged(h.id)
+		}
 	}
 	if last {
 		pub = publish()

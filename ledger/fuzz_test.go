@@ -29,6 +29,8 @@ type mObj struct {
 	nlink, pins, writers int
 	lastClose, lastUse   int64
 	final                bool
+	priorClose           int64 // lastClose when its first writer opened
+	unchanged            bool  // Unchanged since the last writer opened
 }
 
 // charge is what the object costs: its size, or its reservation while a
@@ -474,10 +476,16 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 	case 28:
 		r.m.evictAtMost = max(2*mCharge(fzSize(arg)), 1)
 		r.reserve(id, o, fzSize(arg))
+	case 29:
+		r.desc = fmt.Sprintf("Unchanged(%d)", id)
+		r.l.Unchanged(id)
+		if o != nil && o.writers > 0 {
+			o.unchanged = true
+		}
 	}
 }
 
-const fzOps = 29
+const fzOps = 30
 
 func (r *fuzzRun) budget(id ID, o *mObj, n int64) {
 	r.desc = fmt.Sprintf("Budget(%d, %d)", id, n)
@@ -556,6 +564,10 @@ func (r *fuzzRun) open(id ID, o *mObj, write bool) {
 	o.pins++
 	if write {
 		r.m.startWriter(o)
+		if o.writers == 0 {
+			o.priorClose = o.lastClose
+		}
+		o.unchanged = false
 		o.writers++
 		o.kept = false // a writer that has not closed: shown again
 	}
@@ -590,7 +602,11 @@ func (r *fuzzRun) close(id ID, o *mObj, write bool) {
 		if o.writers == 0 {
 			r.m.endWriter(id)
 		}
-		if !o.final {
+		switch {
+		case o.final:
+		case o.writers == 0 && o.unchanged:
+			o.lastClose = o.priorClose
+		default:
 			o.lastClose = r.m.now
 		}
 	}

@@ -65,10 +65,12 @@ func (l *Ledger[K]) pin(e *entry[K], write bool) {
 	if write {
 		if e.w == 0 {
 			e.w = l.writing.alloc(e.self)
+			l.wr(e).priorClose = e.lastClose
 			l.writeBytes += e.charge
 			l.open.pushBack(e.w)
 		}
 		l.wr(e).writers++
+		l.wr(e).unchanged = false // this one may change it
 		// A writer opening now has not closed: what is reserved shows
 		// again.
 		l.keep(e, false)

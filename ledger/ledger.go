@@ -363,12 +363,16 @@ func (l *Ledger[K]) close(id K, write, use bool) (released bool, victims []Victi
 	if !ok || e.pins == 0 || (write && l.writers(e) == 0) {
 		return false, nil
 	}
+	closed := l.now().UnixNano()
 	if write && l.writers(e) == 1 {
+		if w := l.wr(e); w.unchanged {
+			closed = w.priorClose
+		}
 		victims = l.endWriting(e)
 	}
 	l.unpin(e, write)
 	if write && !e.final() {
-		e.lastClose = l.now().UnixNano()
+		e.lastClose = closed
 	}
 	if use {
 		l.use(e) // notes it
@@ -411,6 +415,20 @@ func (l *Ledger[K]) EndGrace(id K) {
 		e.lastClose = published
 		l.note(e)
 		l.signal()
+	}
+}
+
+// Unchanged tells the ledger that id's writers, all of which are to
+// close, changed nothing of the object they opened whole: the last
+// one's close does not start a grace period (there is no store to
+// publish), and the object keeps the grace it had before they opened,
+// so room an idle writer held comes free at its close. A writer that
+// opens before that close voids it.
+func (l *Ledger[K]) Unchanged(id K) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.get(id); ok && e.w != 0 {
+		l.wr(e).unchanged = true
 	}
 }
 

@@ -34,6 +34,11 @@ type writing struct {
 	// the room, and stat, df and the stats say what the object holds
 	// (see Ledger.kept).
 	kept bool
+	// priorClose is the entry's lastClose when its first writer opened, and
+	// unchanged says its writers changed nothing (Unchanged): the last
+	// writer's close then gives it back instead of starting a grace.
+	priorClose int64
+	unchanged  bool
 	// e is the entry's slot in the slab.
 	e uint32
 	// links is the record's place in the open list (Ledger.open).
