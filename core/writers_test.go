@@ -277,14 +277,23 @@ func TestGraceEndsAtPublish(t *testing.T) {
 	if !tc.exists("tmp") {
 		t.Fatal("the object went before its temp name was unlinked, after a delete of another of its names")
 	}
+	// Another client renames the name it was linked to: the same (an
+	// outside tester: the rename ended the grace, 5 of 5).
+	if err := tc.Rename(blob.RootID, "final", blob.RootID, "moved", 0); err != nil {
+		t.Fatal(err)
+	}
+	refused("between3", "whose linked name another client renamed, its temp name still there")
+	if !tc.exists("tmp") || !tc.exists("moved") {
+		t.Fatal("the object went before its temp name was unlinked, after a rename of another of its names")
+	}
 	if err := tc.Unlink(blob.RootID, "tmp"); err != nil {
 		t.Fatal(err)
 	}
 	// A third object needs the room: the published one goes, although
 	// the grace (an hour) has not run out; the unpublished one stays.
 	store("third")
-	if tc.exists("final") || !tc.exists("unpublished") || !tc.exists("third") {
-		t.Fatalf("final %v unpublished %v third %v", tc.exists("final"), tc.exists("unpublished"), tc.exists("third"))
+	if tc.exists("moved") || !tc.exists("unpublished") || !tc.exists("third") {
+		t.Fatalf("moved %v unpublished %v third %v", tc.exists("moved"), tc.exists("unpublished"), tc.exists("third"))
 	}
 }
 
