@@ -2,6 +2,8 @@ package core
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"os"
 	"path"
 	"slices"
@@ -202,6 +204,33 @@ func (cl *clients) process(t Client) proc {
 	cl.procs[t] = p
 	cl.mu.Unlock()
 	return p
+}
+
+// pfExiting is the kernel's PF_EXITING, in the flags of /proc/TID/stat:
+// the task is in exit(2), closing its descriptors.
+const pfExiting = 0x4
+
+// exiting says whether client thread t is exiting, or gone: its close
+// of a descriptor is its exit's, not a close it made (a child that
+// execs closes what it inherited close-on-exec, and goes on). False
+// where /proc does not say.
+func exiting(t Client) bool {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(t), 10) + "/stat")
+	if err != nil {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	// pid (comm) state ppid pgrp session tty_nr tpgid flags ...: the
+	// command may hold spaces and parentheses, the last ')' ends it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
 }
 
 // procStatus reads /proc/TID/status of client thread t, with an open, reads

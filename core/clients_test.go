@@ -577,6 +577,66 @@ func TestCloseByAnotherProcessSizesNothing(t *testing.T) {
 	}
 }
 
+// TestExecCloseShowsTheReservation: a close of a writer's descriptor by
+// another process that is not exiting (a child's exec closing what it
+// inherited close-on-exec, while the opener writes on) leaves the
+// writer's reservation shown, as an open writer's; the close of a
+// process that is gone (a child's exit) keeps it unshown for the moment
+// its RELEASE takes, as the opener's close does. Before, every close
+// hid it: a holder of idle writers that ran `df` or `kvfs stats` saw
+// the cache empty while stores were refused (an outside tester, 4 of
+// 4).
+func TestExecCloseShowsTheReservation(t *testing.T) {
+	// Processes that go on, a writer's opener or closer.
+	alive := func() Client {
+		p := exec.Command("sleep", "60")
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Process.Kill(); p.Wait() })
+		return Client(p.Process.Pid)
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name           string
+		opener, closer Client
+		shown          bool
+	}{
+		{"exec", alive(), alive(), true},
+		{"exit", alive(), Client(gone.Process.Pid), false},
+		{"opener", alive(), 0, false},
+	} {
+		if c.closer == 0 {
+			c.closer = c.opener
+		}
+		// A core of its own: the writer is its first, reserved a
+		// quarter of the cache.
+		tc := passthroughCore(t, 64*mib, nil)
+		h, err := tc.createBy(c.opener, c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := tc.Stats().ReservedBytes
+		if res == 0 {
+			t.Fatalf("%s: the writer was reserved nothing", c.name)
+		}
+		if err := h.FlushBy(Interrupt{}, c.closer); err != nil {
+			t.Fatal(err)
+		}
+		st := tc.Stats()
+		if c.shown && (st.ReservedBytes != res || st.KeptBytes != 0) {
+			t.Errorf("after a close by a process that goes on (%s): reserved %d, kept %d; want the reservation, %d, shown", c.name, st.ReservedBytes, st.KeptBytes, res)
+		}
+		if !c.shown && (st.ReservedBytes != 0 || st.KeptBytes != res) {
+			t.Errorf("after a close by the %s: reserved %d, kept %d; want the reservation, %d, kept unshown", c.name, st.ReservedBytes, st.KeptBytes, res)
+		}
+		h.Release()
+	}
+}
+
 // TestClientsLearnThreadsOfAPublisher: in a process whose threads store
 // both ways (fs_native's link from some, open(key, "wb") from others),
 // a thread that leaves the objects it creates, leftStreak times in a

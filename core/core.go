@@ -161,6 +161,11 @@ type Config struct {
 	// Graced are the objects a predecessor closed within its grace
 	// period, with when (ledger.Closed): each keeps the rest of it.
 	Graced map[blob.ID]int64
+	// HeldInTree, when set, says whether process pid or a process it
+	// forked holds object id open on the mount now, by a descriptor or a
+	// mapping (what the daemon's guard asks of every process as the
+	// daemon dies). See watchClosed.
+	HeldInTree func(pid int, id blob.ID) bool
 }
 
 // Why says why an object's names were dropped.

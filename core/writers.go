@@ -476,8 +476,9 @@ func (c *Core) MtimeSet(id blob.ID) {
 // remark records that a close of writer h returned, leaving its object
 // with attributes st: its marker records that state (blob.Store.Remark),
 // so a crash before the RELEASE that ends writing, or before anything
-// changes the object again, keeps it as the close left it. No lock held.
-func (c *Core) remark(h *Handle, st *unix.Stat_t) {
+// changes the object again, keeps it as the close left it. It says
+// whether the marker records a close. No lock held.
+func (c *Core) remark(h *Handle, st *unix.Stat_t) (recorded bool) {
 	m := c.marker(h.id)
 	m.Lock()
 	defer m.Unlock()
@@ -488,7 +489,7 @@ func (c *Core) remark(h *Handle, st *unix.Stat_t) {
 		// Another writer's handle, of another open, may write on (an
 		// outside tester's second O_APPEND open, whose object a crash
 		// served as the first close left it).
-		return
+		return false
 	}
 	mark, err := c.store.Remark(h.id, st, old)
 	if err != nil {
@@ -499,6 +500,69 @@ func (c *Core) remark(h *Handle, st *unix.Stat_t) {
 		c.intact[h.id] = mark
 		c.writersMu.Unlock()
 	}
+	return mark.Closed
+}
+
+// closedHeldWait is how long the RELEASE of a writer whose opener
+// closed it may take before kvfs asks what still holds the object: it
+// follows the close of a lone descriptor by microseconds, by tens of
+// milliseconds on a loaded node.
+const closedHeldWait = 2 * time.Millisecond
+
+// watchClosed asks, once closedHeldWait has passed since writer h's
+// opener closed it and its RELEASE has still not come, whether the
+// opener or a process it forked holds the object (a duplicate of the
+// descriptor, a child's inherited one, a mapping): one that does may
+// write on, so the marker no longer records the close (unrecordClosed),
+// and a crash reclaims the object. The dead daemon's guard asks every
+// process the same as the daemon dies, and vouches for the record where
+// nothing holds the object; but a holder killed with the daemon (a
+// container's kill) was gone by then, and the prefix the opener's close
+// left was kept as complete (an outside tester: a child forked to write
+// the second half, killed with the daemon 20 ms after the parent's
+// close, 10 of 10). What is left is a kill within closedHeldWait and
+// the look of the close, and a holder outside the opener's tree (a
+// descriptor passed over a socket, a child whose parent exited).
+func (c *Core) watchClosed(h *Handle) {
+	if c.cfg.HeldInTree == nil || h.by == nil {
+		return
+	}
+	pid, done := int(h.by.pid), c.done
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		select {
+		case <-done: // a stop or a handover: the marker is as it was left
+			return
+		case <-c.cfg.After(closedHeldWait):
+		}
+		if !h.released() && c.cfg.HeldInTree(pid, h.id) {
+			c.unrecordClosed(h)
+		}
+	}()
+}
+
+// unrecordClosed makes writer h's marker plain while h still writes:
+// something holds its object after its opener's close (watchClosed).
+func (c *Core) unrecordClosed(h *Handle) {
+	m := c.marker(h.id)
+	m.Lock()
+	defer m.Unlock()
+	c.writersMu.Lock()
+	mark, ok := c.intact[h.id]
+	writing := h.writing
+	c.writersMu.Unlock()
+	if !ok || !writing || !mark.Closed {
+		return
+	}
+	if err := c.store.Demote(h.id, mark); err != nil {
+		c.log.Warn("making a closed object's crash marker plain", zap.Uint64("id", uint64(h.id)), zap.Error(err))
+		return
+	}
+	c.writersMu.Lock()
+	delete(c.intact, h.id)
+	c.writersMu.Unlock()
+	c.log.Debug("a closed object is still held: its crash marker no longer records the close", zap.Uint64("id", uint64(h.id)))
 }
 
 // A writer's settle reads its object's size, then commits it to the

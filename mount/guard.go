@@ -477,6 +477,49 @@ func heldObjects(mnt string) func(blob.ID) bool {
 	return func(id blob.ID) bool { return unsure || held[id] }
 }
 
+// treeLimit bounds the processes heldInTree looks at.
+const treeLimit = 1024
+
+// heldInTree says whether process pid, or a process it forked (its
+// descendants, from /proc/PID/task/TID/children), holds object id of the
+// mount of ID mnt by a descriptor or a mapping, as heldObjects finds
+// them; where the kernel does not say a descriptor's inode, one of the
+// mount counts. It looks at the opener's tree alone: a writer's RELEASE
+// that is late is asked about while the store goes on, and a scan of
+// every process on a node of many is the guard's, once.
+func heldInTree(mnt string, pid int, id blob.ID) bool {
+	dev, devOK := mountDev(mnt)
+	want := strconv.FormatUint(uint64(id), 10)
+	queue := []int{pid}
+	for n := 0; n < len(queue) && n < treeLimit; n++ {
+		p := strconv.Itoa(queue[n])
+		dir := filepath.Join("/proc", p, "fdinfo")
+		fds, _ := os.ReadDir(dir)
+		for _, fd := range fds {
+			if m, ino, ok := descriptorFile(filepath.Join(dir, fd.Name())); ok && m == mnt && (ino == want || ino == "") {
+				return true
+			}
+		}
+		if devOK {
+			held := false
+			mappedBy(p, dev, func(ino string) { held = held || ino == want })
+			if held {
+				return true
+			}
+		}
+		tasks, _ := os.ReadDir(filepath.Join("/proc", p, "task"))
+		for _, t := range tasks {
+			b, _ := os.ReadFile(filepath.Join("/proc", p, "task", t.Name(), "children"))
+			for _, c := range strings.Fields(string(b)) {
+				if child, err := strconv.Atoi(c); err == nil {
+					queue = append(queue, child)
+				}
+			}
+		}
+	}
+	return false
+}
+
 // mountDev is the device (major:minor) of the mount of ID mnt.
 func mountDev(mnt string) (string, bool) {
 	for _, e := range mountinfo.Read() {
@@ -491,6 +534,17 @@ func mountDev(mnt string) (string, bool) {
 // (major:minor) that a process maps, from /proc/PID/maps (whose devices
 // are in hex).
 func mappedOn(dev string, found func(ino string)) {
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err == nil {
+			mappedBy(p.Name(), dev, found)
+		}
+	}
+}
+
+// mappedBy calls found with the inode number of each file of device dev
+// (major:minor) that process pid maps.
+func mappedBy(pid, dev string, found func(ino string)) {
 	major, minor, _ := strings.Cut(dev, ":")
 	ma, err1 := strconv.ParseUint(major, 10, 32)
 	mi, err2 := strconv.ParseUint(minor, 10, 32)
@@ -498,20 +552,14 @@ func mappedOn(dev string, found func(ino string)) {
 		return
 	}
 	want := fmt.Sprintf("%02x:%02x", ma, mi)
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil {
-			continue
-		}
-		maps, err := os.ReadFile(filepath.Join("/proc", p.Name(), "maps"))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(maps), "\n") {
-			// start-end perms offset dev inode path
-			if f := strings.Fields(line); len(f) >= 5 && f[3] == want && f[4] != "0" {
-				found(f[4])
-			}
+	maps, err := os.ReadFile(filepath.Join("/proc", pid, "maps"))
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		// start-end perms offset dev inode path
+		if f := strings.Fields(line); len(f) >= 5 && f[3] == want && f[4] != "0" {
+			found(f[4])
 		}
 	}
 }

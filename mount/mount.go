@@ -56,6 +56,9 @@ type Mount struct {
 	// files name (fdinfo's mnt_id) even once it is detached, and its
 	// device (major:minor), which its files have.
 	conn, mountID, mountDev string
+	// servedID is mountID for the core's writers (heldInTree); nil
+	// until set.
+	servedID atomic.Pointer[string]
 	// ended: EndDetached ended that mount with its files still open;
 	// served: the mount's server is done (Wait).
 	ended, served atomic.Bool
@@ -317,6 +320,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		Rewritten:          m.rewriteHook(),
 		Held:               m.held,
 		Graced:             m.graced,
+		HeldInTree:         m.heldInTree,
 	})
 	if err != nil {
 		if !errors.Is(err, blob.ErrStopped) {
@@ -463,7 +467,16 @@ func (m *Mount) serving(how string) {
 		m.conn, _ = connectionOf(e)
 		m.mountID = strconv.Itoa(e.ID)
 		m.mountDev = e.Dev
+		id := m.mountID
+		m.servedID.Store(&id)
 	}
+}
+
+// heldInTree is the core's HeldInTree, on this mount (false until its
+// ID is known).
+func (m *Mount) heldInTree(pid int, id blob.ID) bool {
+	mnt := m.servedID.Load()
+	return mnt != nil && heldInTree(*mnt, pid, id)
 }
 
 // mountOptions are the server's options, for a new mount and for one

@@ -151,7 +151,7 @@ var Fields = []Field{
 	coreField("waiting_for_room", Gauge, "waiting", "Writes, closes, truncates and fallocates waiting for room now (up to --wait-limit, or until their client is killed).", func(s *core.Stats) *int64 { return &s.WaitingForRoom }),
 	coreField("reconciliations", Counter, "", "Times the ledger followed an object changed behind kvfs's back.", func(s *core.Stats) *int64 { return &s.Reconciliations }),
 	coreField("reserved_bytes", Gauge, "", "Space admitted to open writers beyond what they have written.", func(s *core.Stats) *int64 { return &s.ReservedBytes }),
-	coreField("kept_bytes", Gauge, "", "Reservations not shown for the moment after a close of a copy of a writer's descriptor (until its release, or 100 ms): admission counts them.", func(s *core.Stats) *int64 { return &s.KeptBytes }),
+	coreField("kept_bytes", Gauge, "", "Reservations not shown for the moment after a close of a copy of a writer's descriptor by its opener or an exiting process (until its release, or 100 ms): admission counts them.", func(s *core.Stats) *int64 { return &s.KeptBytes }),
 	coreField("unadmitted_bytes", Gauge, "", "Bytes passthrough writers wrote beyond what could be admitted (over the capacity until they close).", func(s *core.Stats) *int64 { return &s.UnadmittedBytes }),
 	coreField("overshoot_max_bytes", Gauge, "", "The most used bytes have been over the capacity in the last 10 to 20 s (0 in normal operation; a passthrough writer past its budget, twice its reservation or a quarter of the capacity, is over until its close).", func(s *core.Stats) *int64 { return &s.OvershootMaxBytes }),
 	LookupHits,
