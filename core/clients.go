@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/ledger"
@@ -210,11 +211,31 @@ func (cl *clients) process(t Client) proc {
 // the task is in exit(2), closing its descriptors.
 const pfExiting = 0x4
 
+// exitingWait bounds exiting's read of /proc/TID/stat.
+const exitingWait = 2 * time.Millisecond
+
 // exiting says whether client thread t is exiting, or gone: its close
 // of a descriptor is its exit's, not a close it made (a child that
 // execs closes what it inherited close-on-exec, and goes on). False
-// where /proc does not say.
+// where /proc does not say, or not within exitingWait: a task in
+// execve holds its exec lock while it closes those descriptors, and a
+// read of its stat waits for that lock, so a FLUSH that waited for the
+// read never ended, nor the exec, nor the read (an outside tester's
+// children of a writer hung for good, and the daemon's thread with
+// them). The read that gave up ends once the exec goes on.
 func exiting(t Client) bool {
+	answer := make(chan bool, 1)
+	go func() { answer <- readExiting(t) }()
+	select {
+	case e := <-answer:
+		return e
+	case <-time.After(exitingWait):
+		return false
+	}
+}
+
+// readExiting reads whether thread t is exiting, or gone.
+func readExiting(t Client) bool {
 	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(t), 10) + "/stat")
 	if err != nil {
 		return errors.Is(err, fs.ErrNotExist)

@@ -229,6 +229,8 @@ type Core struct {
 	dirs    dirLocks
 	tree    lockorder.RWMutex
 	markers [markerStripes]lockorder.Mutex
+	// stilled: the core is stopped or frozen (see still).
+	stilled atomic.Bool
 	mu      lockorder.RWMutex
 
 	doomedMu lockorder.Mutex
@@ -538,6 +540,7 @@ func (c *Core) Start(dropped func(Drop)) {
 func (c *Core) Close() error {
 	close(c.done)
 	c.wg.Wait()
+	c.still()
 	c.dropMapped()
 	err := c.checkpoint(true)
 	if err != nil {

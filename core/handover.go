@@ -90,6 +90,7 @@ func (h *Handle) State() HandleState {
 func (c *Core) Freeze(handOnMapped bool) (Frozen, error) {
 	close(c.done)
 	c.wg.Wait()
+	c.still()
 	if !handOnMapped {
 		c.dropMapped()
 	}
@@ -129,6 +130,7 @@ func (c *Core) Freeze(handOnMapped bool) (Frozen, error) {
 // Thaw starts the background work again after a Freeze whose handover
 // failed.
 func (c *Core) Thaw() {
+	c.stilled.Store(false)
 	c.done = make(chan struct{})
 	c.Start(c.dropped)
 }

@@ -503,6 +503,18 @@ func (c *Core) remark(h *Handle, st *unix.Stat_t) (recorded bool) {
 	return mark.Closed
 }
 
+// still stops unrecordClosed for good (until unstill): it sets
+// stilled, then takes each marker lock once, so one that checked before
+// has made its change when still returns. A stop and a freeze still the
+// core before they hand on or write what the markers record.
+func (c *Core) still() {
+	c.stilled.Store(true)
+	for i := range c.markers {
+		c.markers[i].Lock()
+		c.markers[i].Unlock() // a barrier: nothing to do inside
+	}
+}
+
 // closedHeldWait is how long the RELEASE of a writer whose opener
 // closed it may take before kvfs asks what still holds the object: it
 // follows the close of a lone descriptor by microseconds, by tens of
@@ -527,16 +539,14 @@ func (c *Core) watchClosed(h *Handle) {
 	if c.cfg.HeldInTree == nil || h.by == nil {
 		return
 	}
-	pid, done := int(h.by.pid), c.done
-	c.wg.Add(1)
+	pid := int(h.by.pid)
 	go func() {
-		defer c.wg.Done()
-		select {
-		case <-done: // a stop or a handover: the marker is as it was left
-			return
-		case <-c.cfg.After(closedHeldWait):
-		}
-		if !h.released() && c.cfg.HeldInTree(pid, h.id) {
+		// Not one of the background goroutines a stop or a freeze waits
+		// for: its look at /proc can wait on a process that waits on a
+		// request the freeze holds. unrecordClosed does nothing once
+		// the core is stilled.
+		<-c.cfg.After(closedHeldWait)
+		if !h.released() && !c.stilled.Load() && c.cfg.HeldInTree(pid, h.id) {
 			c.unrecordClosed(h)
 		}
 	}()
@@ -544,6 +554,8 @@ func (c *Core) watchClosed(h *Handle) {
 
 // unrecordClosed makes writer h's marker plain while h still writes:
 // something holds its object after its opener's close (watchClosed).
+// Not once the core is stilled (see still): a successor owns the
+// markers then.
 func (c *Core) unrecordClosed(h *Handle) {
 	m := c.marker(h.id)
 	m.Lock()
@@ -552,7 +564,7 @@ func (c *Core) unrecordClosed(h *Handle) {
 	mark, ok := c.intact[h.id]
 	writing := h.writing
 	c.writersMu.Unlock()
-	if !ok || !writing || !mark.Closed {
+	if !ok || !writing || !mark.Closed || c.stilled.Load() {
 		return
 	}
 	if err := c.store.Demote(h.id, mark); err != nil {

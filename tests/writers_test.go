@@ -732,6 +732,56 @@ func TestClosedButHeldByAChild(t *testing.T) {
 	requireCleanFsck(t, store, st)
 }
 
+// TestExecBesideAWriter: a process that holds a writer open starts a
+// child (os/exec, as Python's os.system and glibc's system() do, by
+// vfork and exec); the child's exec closes the inherited descriptor, a
+// FLUSH from a process in execve. The daemon asked /proc whether that
+// process was exiting, and a read of an execve'ing task's stat waits
+// for its exec, which waited for the FLUSH: the child and a daemon
+// thread hung for good (an outside tester: os.system("true") beside an
+// open writer, 3 of 3, both modes).
+func TestExecBesideAWriter(t *testing.T) {
+	for _, mode := range []string{"passthrough", "no-passthrough"} {
+		t.Run(mode, func(t *testing.T) {
+			_, mp, store := mountDirs(t)
+			flags := []string{"--store", store, "--capacity", "64MiB"}
+			if mode == "no-passthrough" {
+				flags = append(flags, "--no-passthrough")
+			}
+			d := startDaemon(t, mp, flags...)
+			f, err := os.Create(filepath.Join(mp, "held"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(make([]byte, MiB)); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				done := make(chan error, 1)
+				child := exec.Command("true")
+				go func() { done <- child.Run() }()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatalf("child %d: %v", i, err)
+					}
+				case <-time.After(hangGuard):
+					if child.Process != nil {
+						child.Process.Kill()
+					}
+					t.Fatalf("child %d of a process holding a writer did not end in %v", i, hangGuard)
+				}
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			st := assertQuietEqual(t, d)
+			d.stop()
+			requireCleanFsck(t, store, st)
+		})
+	}
+}
+
 // awaitPlainMarker waits (bounded) until store's writing/ holds a
 // plain crash marker: one that records no mtime.
 func awaitPlainMarker(t *testing.T, store string) {
