@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -452,7 +454,7 @@ func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, limit
 	}
 	failpoint.Hit("handover-offered")
 	var r handoverReply
-	stopWatching := watchStopped(conn, pid, pauseLimit)
+	stopWatching := watchStalled(conn, pid, pauseLimit)
 	err = readJSON(conn, &r)
 	stopWatching()
 	if err != nil {
@@ -486,11 +488,14 @@ func (m *Mount) endSuccessor(pid int, log *zap.Logger) {
 	}
 }
 
-// watchStopped ends conn's wait (its read deadline, now) once process
-// pid has been stopped (SIGSTOP, Ctrl-Z, a debugger's trap) for limit:
-// a successor that loads in the pause has minutes, but none for being
-// stopped. The returned func ends the watch.
-func watchStopped(conn *net.UnixConn, pid int, limit time.Duration) (stop func()) {
+// watchStalled ends conn's wait (its read deadline, now) once process
+// pid has made no progress for limit: stopped (SIGSTOP, Ctrl-Z, a
+// debugger's trap) or stuck (a deadlock, a hung disk), it used less
+// than a hundredth of a core and moved less than stallIO bytes through
+// its reads and writes meanwhile. A successor that loads in the pause
+// has minutes, but none for not loading: a stuck one held every client
+// for the 10 minutes of readyLimit. The returned func ends the watch.
+func watchStalled(conn *net.UnixConn, pid int, limit time.Duration) (stop func()) {
 	done := make(chan struct{})
 	if pid <= 0 {
 		return func() {}
@@ -498,19 +503,18 @@ func watchStopped(conn *net.UnixConn, pid int, limit time.Duration) (stop func()
 	go func() {
 		tick := time.NewTicker(limit / 50)
 		defer tick.Stop()
-		var since time.Time
+		base, ok := progressOf(pid)
+		since := time.Now()
 		for {
 			select {
 			case <-done:
 				return
 			case <-tick.C:
 			}
-			if !processStopped(pid) {
-				since = time.Time{}
+			now, ok2 := progressOf(pid)
+			if !ok || !ok2 || now.cpu-base.cpu >= limit/100 || now.io-base.io >= stallIO {
+				base, ok, since = now, ok2, time.Now()
 				continue
-			}
-			if since.IsZero() {
-				since = time.Now()
 			}
 			if time.Since(since) >= limit {
 				conn.SetReadDeadline(time.Now())
@@ -521,15 +525,53 @@ func watchStopped(conn *net.UnixConn, pid int, limit time.Duration) (stop func()
 	return func() { close(done) }
 }
 
-// processStopped says whether process pid is stopped: by a signal (T)
-// or by a tracer (t).
-func processStopped(pid int) bool {
+// stallIO is the I/O (bytes read and written, by any syscall) that
+// counts as progress in watchStalled's window.
+const stallIO = 1 << 20
+
+// progress is what a process has done: CPU time, and bytes through its
+// reads and writes.
+type progress struct {
+	cpu time.Duration
+	io  int64
+}
+
+// clockTick is the unit of /proc/PID/stat's times (USER_HZ).
+const clockTick = 10 * time.Millisecond
+
+// progressOf reads process pid's progress from /proc (ok false: it
+// cannot be read).
+func progressOf(pid int) (p progress, ok bool) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return p, false
 	}
 	i := bytes.LastIndexByte(stat, ')') // comm may hold spaces and parentheses
-	return i > 0 && i+2 < len(stat) && (stat[i+2] == 'T' || stat[i+2] == 't')
+	if i < 0 {
+		return p, false
+	}
+	f := strings.Fields(string(stat[i+1:])) // from the state, field 3
+	if len(f) < 13 {
+		return p, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return p, false
+	}
+	p.cpu = time.Duration(utime+stime) * clockTick
+	io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return p, false
+	}
+	for _, line := range strings.Split(string(io), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if k == "rchar" || k == "wchar" {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			p.io += n
+		}
+	}
+	return p, true
 }
 
 // peerPID is the process at the other end of a handover connection (0:

@@ -1073,15 +1073,18 @@ func TestHandoverSocketOfAnotherStore(t *testing.T) {
 func TestHandoverSuccessorStoppedOrSignalled(t *testing.T) {
 	requireRoot(t)
 	for _, c := range []struct {
-		name, step     string
-		signal, remote bool
+		name, step           string
+		signal, remote, hang bool
 	}{
-		{"stopped-in-the-pause", "takeover-offered", false, false},
+		{"stopped-in-the-pause", "takeover-offered", false, false, false},
 		// One phase (a remote tier): the successor loads in the pause,
-		// which may take minutes, but none for being stopped.
-		{"stopped-in-the-pause-one-phase", "takeover-offered", false, true},
-		{"signalled-while-loading", "takeover-preloaded", true, false},
-		{"signalled-in-the-pause", "takeover-offered", true, false},
+		// which may take minutes, but none for being stopped, or stuck
+		// (running, and doing nothing: it held the clients for the 10
+		// minutes of the load's limit).
+		{"stopped-in-the-pause-one-phase", "takeover-offered", false, true, false},
+		{"stuck-in-the-pause-one-phase", "takeover-offered", false, true, true},
+		{"signalled-while-loading", "takeover-preloaded", true, false, false},
+		{"signalled-in-the-pause", "takeover-offered", true, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, mp, store := mountDirs(t)
@@ -1102,8 +1105,12 @@ func TestHandoverSuccessorStoppedOrSignalled(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer held.Close()
-			d := spawnDaemon(t, kvfsBin, append([]string{"KVFS_FAILPOINT=" + c.step + ":stop"}, env...), mp, store, flags...)
-			if !waitFor(func() bool { return runState(d.cmd.Process.Pid) == "T" }) {
+			action := "stop"
+			if c.hang {
+				action = "hang"
+			}
+			d := spawnDaemon(t, kvfsBin, append([]string{"KVFS_FAILPOINT=" + c.step + ":" + action}, env...), mp, store, flags...)
+			if !c.hang && !waitFor(func() bool { return runState(d.cmd.Process.Pid) == "T" }) {
 				t.Fatalf("the successor did not stop at %s:\n%s", c.step, d.outSoFar())
 			}
 			if c.signal {
