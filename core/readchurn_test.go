@@ -284,12 +284,7 @@ func TestStoreWaitsForAnIdleWriter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j, err := tc.Create(blob.RootID, "J", 0o644, nobody, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- j.Allocate(Interrupt{}, 0, 8*mib, 0) }()
+		j, done := tc.storeBeside(t)
 		time.Sleep(2 * time.Second) // past stallWait
 		select {
 		case err := <-done:
@@ -304,6 +299,18 @@ func TestStoreWaitsForAnIdleWriter(t *testing.T) {
 		j.Flush()
 		j.Release()
 	})
+}
+
+// storeBeside creates J and starts its fallocate of 8 MiB, which says
+// on done how it ended.
+func (tc *testCore) storeBeside(t *testing.T) (*Handle, <-chan error) {
+	j, err := tc.Create(blob.RootID, "J", 0o644, nobody, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- j.Allocate(Interrupt{}, 0, 8*mib, 0) }()
+	return j, done
 }
 
 // TestIdleWriterStartsNoGrace: a writer of a stored object that closes
@@ -330,12 +337,7 @@ func TestIdleWriterStartsNoGrace(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				j, err := tc.Create(blob.RootID, "J", 0o644, nobody, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				done := make(chan error, 1)
-				go func() { done <- j.Allocate(Interrupt{}, 0, 8*mib, 0) }()
+				j, done := tc.storeBeside(t)
 				time.Sleep(2 * time.Second)
 				w.Flush()
 				w.Release()
