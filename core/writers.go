@@ -503,7 +503,7 @@ func (c *Core) remark(h *Handle, st *unix.Stat_t) (recorded bool) {
 	return mark.Closed
 }
 
-// still stops unrecordClosed for good (until unstill): it sets
+// still stops unrecordClosed for good (until Thaw): it sets
 // stilled, then takes each marker lock once, so one that checked before
 // has made its change when still returns. A stop and a freeze still the
 // core before they hand on or write what the markers record.
