@@ -652,6 +652,9 @@ func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 		return nil
 	}
 	h.closedAt.Store(h.c.cfg.Now().UnixNano())
+	if !h.c.cfg.Passthrough {
+		h.c.showKeptLater(h)
+	}
 	if opener && h.c.remark(h, &st) {
 		h.c.watchClosed(h)
 	}

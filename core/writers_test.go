@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
@@ -102,6 +103,38 @@ func TestWritingEndsAtRelease(t *testing.T) {
 	if st := tc.Stats(); st.UsedBytes != 3*mib || st.Stores != 1 {
 		t.Fatalf("after the release: %+v", st)
 	}
+}
+
+// TestKeptShownWithoutPassthrough: without passthrough too, a
+// reservation that a close kept unshown is shown again once no RELEASE
+// came in the moment one takes (releaseWait). The poller that shows it
+// watches passthrough writers only, and it stayed hidden until the
+// writer's release (an outside tester: a shell's redirect whose child
+// wrote and exited, 6 of 6). In a synctest bubble.
+func TestKeptShownWithoutPassthrough(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tc := newTestCore(t, Config{Capacity: 64 * mib, PollInterval: time.Hour, Grace: time.Hour})
+		h, err := tc.Create(blob.RootID, "obj", 0o644, nobody, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Write(Interrupt{}, make([]byte, 4096), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		kept := tc.Stats().KeptBytes
+		if kept == 0 {
+			t.Fatalf("after the close: %+v; want the reservation past 4 KiB kept unshown", tc.Stats())
+		}
+		time.Sleep(releaseWait)
+		synctest.Wait()
+		if st := tc.Stats(); st.KeptBytes != 0 || st.ReservedBytes != kept {
+			t.Errorf("a releaseWait after the close: %+v; want the %d bytes kept shown as reserved", st, kept)
+		}
+		h.Release()
+	})
 }
 
 // Writers whose first close comes before their first byte (Popen's
