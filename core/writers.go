@@ -332,10 +332,14 @@ func (c *Core) showKept(h *Handle, now int64) {
 // used_bytes and df until the writer's release (an outside tester: 6 of
 // 6 with --no-passthrough, 0 of 6 with passthrough).
 func (c *Core) showKeptLater(h *Handle) {
+	done := c.done
 	go func() {
-		<-c.cfg.After(releaseWait)
-		if !h.released() {
-			c.showKept(h, c.cfg.Now().UnixNano())
+		select {
+		case <-done:
+		case <-c.cfg.After(releaseWait):
+			if !h.released() {
+				c.showKept(h, c.cfg.Now().UnixNano())
+			}
 		}
 	}()
 }
@@ -555,13 +559,17 @@ func (c *Core) watchClosed(h *Handle) {
 	if c.cfg.HeldInTree == nil || h.by == nil {
 		return
 	}
-	pid := int(h.by.pid)
+	pid, done := int(h.by.pid), c.done
 	go func() {
 		// Not one of the background goroutines a stop or a freeze waits
 		// for: its look at /proc can wait on a process that waits on a
 		// request the freeze holds. unrecordClosed does nothing once
 		// the core is stilled.
-		<-c.cfg.After(closedHeldWait)
+		select {
+		case <-done:
+			return
+		case <-c.cfg.After(closedHeldWait):
+		}
 		if !h.released() && !c.stilled.Load() && c.cfg.HeldInTree(pid, h.id) {
 			c.unrecordClosed(h)
 		}
