@@ -635,6 +635,27 @@ func TestExecCloseShowsTheReservation(t *testing.T) {
 		}
 		h.Release()
 	}
+	// A writer of an object it opened, not created: its opener is not
+	// known, and its close hides the reservation as the opener's would
+	// (a close of the test's own O_RDWR|O_DIRECT rewrite showed it, and
+	// a fresh-clone CI run's st_blocks read the 16 MiB reservation).
+	tc := passthroughCore(t, 64*mib, nil)
+	id := tc.put("stored", mib)
+	h, err := tc.Open(id, os.O_RDWR, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := tc.Stats().ReservedBytes
+	if res == 0 {
+		t.Fatal("the writer of an opened object was reserved nothing")
+	}
+	if err := h.FlushBy(Interrupt{}, Client(os.Getpid())); err != nil {
+		t.Fatal(err)
+	}
+	if st := tc.Stats(); st.ReservedBytes != 0 || st.KeptBytes != res {
+		t.Errorf("after the close of an opened object's writer: reserved %d, kept %d; want the reservation, %d, kept unshown", st.ReservedBytes, st.KeptBytes, res)
+	}
+	h.Release()
 }
 
 // TestClientsLearnThreadsOfAPublisher: in a process whose threads store

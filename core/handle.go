@@ -640,10 +640,14 @@ func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 	if err != nil {
 		return err
 	}
-	opener := h.c.byOpener(h, t)
-	if !opener && t != 0 && !exiting(t) {
+	same, known := h.c.sameProcess(h, t)
+	opener := same && known
+	if known && !same && !exiting(t) {
 		// Another process's close that is not its exit's: a child's
 		// exec closing what it inherited, while its parent writes on.
+		// (Where the opener is not known, a writer of an object that
+		// it opened rather than created, its close is taken as the
+		// opener's, as before.)
 		// Its writing does not look ended (see ledger.Show): hidden,
 		// the parent's idle writers' room was gone from used_bytes and
 		// df for a child's `df` or `kvfs stats`, and the cache looked
