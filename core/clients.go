@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/procstat"
 	"github.com/kvfs/kvfs/ledger"
 
 	"golang.org/x/sys/unix"
@@ -207,10 +208,6 @@ func (cl *clients) process(t Client) proc {
 	return p
 }
 
-// pfExiting is the kernel's PF_EXITING, in the flags of /proc/TID/stat:
-// the task is in exit(2), closing its descriptors.
-const pfExiting = 0x4
-
 // exitingWait bounds exiting's read of /proc/TID/stat.
 const exitingWait = 2 * time.Millisecond
 
@@ -269,24 +266,14 @@ func (e *execing) note(t Client) {
 	e.at[t] = time.Now()
 }
 
-// readExiting reads whether thread t is exiting, or gone.
+// readExiting reads whether thread t is exiting, or gone (a zombie
+// too).
 func readExiting(t Client) bool {
-	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(t), 10) + "/stat")
+	line, err := procstat.Read(int(t))
 	if err != nil {
 		return errors.Is(err, fs.ErrNotExist)
 	}
-	// pid (comm) state ppid pgrp session tty_nr tpgid flags ...: the
-	// command may hold spaces and parentheses, the last ')' ends it.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 7 {
-		return false
-	}
-	flags, err := strconv.ParseUint(f[6], 10, 64)
-	return err == nil && flags&pfExiting != 0
+	return procstat.Exiting(line) || procstat.State(line) == 'Z'
 }
 
 // procStatus reads /proc/TID/status of client thread t, with an open, reads

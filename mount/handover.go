@@ -1,7 +1,6 @@
 package mount
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/failpoint"
 	"github.com/kvfs/kvfs/internal/mountinfo"
+	"github.com/kvfs/kvfs/internal/procstat"
 	"github.com/kvfs/kvfs/internal/usageerr"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -536,30 +536,16 @@ type progress struct {
 	io  int64
 }
 
-// clockTick is the unit of /proc/PID/stat's times (USER_HZ).
-const clockTick = 10 * time.Millisecond
-
 // progressOf reads process pid's progress from /proc (ok false: it
 // cannot be read).
 func progressOf(pid int) (p progress, ok bool) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	line, err := procstat.Read(pid)
 	if err != nil {
 		return p, false
 	}
-	i := bytes.LastIndexByte(stat, ')') // comm may hold spaces and parentheses
-	if i < 0 {
+	if p.cpu, ok = procstat.CPU(line); !ok {
 		return p, false
 	}
-	f := strings.Fields(string(stat[i+1:])) // from the state, field 3
-	if len(f) < 13 {
-		return p, false
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return p, false
-	}
-	p.cpu = time.Duration(utime+stime) * clockTick
 	io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
 	if err != nil {
 		return p, false

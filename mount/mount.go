@@ -1,7 +1,6 @@
 package mount
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/mountinfo"
+	"github.com/kvfs/kvfs/internal/procstat"
 	"github.com/kvfs/kvfs/ramcache"
 	"github.com/kvfs/kvfs/remote"
 	"go.uber.org/zap"
@@ -759,24 +759,8 @@ func releaseStuckOwner(store string, log *zap.Logger) {
 // do_exit). Its guard's pipe stays open until then, so only this tells
 // the guard.
 func exiting(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	return err == nil && statExiting(string(b))
-}
-
-// statExiting reads a /proc/PID/stat line: a state other than Z, and the
-// flags (its ninth field) with PF_EXITING.
-func statExiting(s string) bool {
-	const pfExiting = 0x4
-	i := strings.LastIndexByte(s, ')') // comm may hold spaces and parentheses
-	if i < 0 {
-		return false
-	}
-	f := strings.Fields(s[i+1:]) // state, ppid, pgrp, session, tty_nr, tpgid, flags, ...
-	if len(f) < 7 || f[0] == "Z" {
-		return false
-	}
-	flags, err := strconv.ParseUint(f[6], 10, 64)
-	return err == nil && flags&pfExiting != 0
+	line, err := procstat.Read(pid)
+	return err == nil && procstat.Exiting(line)
 }
 
 // zombie: pid's thread group leader has exited while other threads of
@@ -794,16 +778,11 @@ func zombie(pid int) bool {
 // /proc/PID/stat; ok is false where it cannot be read (gone), and the
 // state 0 where the line cannot be parsed.
 func procState(pid int) (state byte, ok bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	line, err := procstat.Read(pid)
 	if err != nil {
 		return 0, false
 	}
-	// pid (comm) state ...: comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, true
-	}
-	return b[i+2], true
+	return procstat.State(line), true
 }
 
 // threadsLeft: a zombie pid's leader has threads still running.

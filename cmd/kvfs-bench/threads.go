@@ -1,17 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/kvfs/kvfs/internal/procstat"
 	"golang.org/x/sys/unix"
 )
 
@@ -214,19 +212,12 @@ func processCPU(pid int) time.Duration {
 	if pid == 0 {
 		return 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	line, err := procstat.Read(pid)
 	if err != nil {
 		return 0
 	}
-	// Fields after the command, which may hold spaces, in parentheses:
-	// state is the first, utime and stime the 12th and 13th.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
+	cpu, _ := procstat.CPU(line)
+	return cpu
 }
 
 // errEnough is an op's way of saying its thread has done its share.
