@@ -84,6 +84,15 @@ func newTestCore(t *testing.T, cfg Config) *testCore {
 // put stores a closed object of size bytes.
 func (tc *testCore) put(name string, size int) blob.ID {
 	tc.t.Helper()
+	h := tc.flushed(name, size)
+	h.Release()
+	return h.ID()
+}
+
+// flushed creates name, writes size bytes and closes it (a FLUSH): its
+// RELEASE is the caller's.
+func (tc *testCore) flushed(name string, size int) *Handle {
+	tc.t.Helper()
 	h, err := tc.Create(blob.RootID, name, 0o644, blob.Owner{UID: -1, GID: -1}, true)
 	if err != nil {
 		tc.t.Fatalf("create %s: %v", name, err)
@@ -96,8 +105,7 @@ func (tc *testCore) put(name string, size int) blob.ID {
 	if err := h.Flush(); err != nil {
 		tc.t.Fatalf("flush %s: %v", name, err)
 	}
-	h.Release()
-	return h.ID()
+	return h
 }
 
 func (tc *testCore) exists(name string) bool {

@@ -114,16 +114,7 @@ func TestWritingEndsAtRelease(t *testing.T) {
 func TestKeptShownWithoutPassthrough(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tc := newTestCore(t, Config{Capacity: 64 * mib, PollInterval: time.Hour, Grace: time.Hour})
-		h, err := tc.Create(blob.RootID, "obj", 0o644, nobody, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := h.Write(Interrupt{}, make([]byte, 4096), 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		h := tc.flushed("obj", 4096)
 		kept := tc.Stats().KeptBytes
 		if kept == 0 {
 			t.Fatalf("after the close: %+v; want the reservation past 4 KiB kept unshown", tc.Stats())
@@ -800,16 +791,7 @@ func TestTruncateDuringSettle(t *testing.T) {
 	for _, size := range []int64{3 * mib, 1} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			tc := newTestCore(t, Config{Capacity: 64 * mib})
-			h, err := tc.Create(blob.RootID, "f", 0o644, nobody, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := h.Write(Interrupt{}, make([]byte, 4096), 0); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			h := tc.flushed("f", 4096)
 			// The release's settle is the last: nothing after it would
 			// read the size again.
 			var once sync.Once
