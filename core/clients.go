@@ -692,18 +692,6 @@ func (c *Core) sameProcess(h *Handle, t Client) (same, known bool) {
 	return p.pid == h.by.pid, p.pid != 0
 }
 
-// byOpener says whether client thread t is known to be of the process
-// that opened h. Only such a close records its object as complete at a
-// crash (see remark): a close by another process may be a child's of a
-// descriptor it inherited (its exit, or a fork's close-on-exec) while
-// the opener writes on, and a shell's loop of children (`for ...; do
-// head ...; done > f`) closes after each; killed with the daemon, the
-// prefix at a child's close was served as complete (TestCrashDupWriter).
-func (c *Core) byOpener(h *Handle, t Client) bool {
-	same, known := c.sameProcess(h, t)
-	return same && known
-}
-
 // PublishedBy tells the core a client thread linked or renamed an
 // object (whether it succeeded or not).
 func (c *Core) PublishedBy(t Client) {

@@ -641,17 +641,16 @@ func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 		return err
 	}
 	same, known := h.c.sameProcess(h, t)
-	opener := same && known
 	if known && !same && !exiting(t) {
 		// Another process's close that is not its exit's: a child's
 		// exec closing what it inherited, while its parent writes on.
-		// (Where the opener is not known, a writer of an object that
-		// it opened rather than created, its close is taken as the
-		// opener's, as before.)
 		// Its writing does not look ended (see ledger.Show): hidden,
 		// the parent's idle writers' room was gone from used_bytes and
 		// df for a child's `df` or `kvfs stats`, and the cache looked
 		// empty while stores were refused (an outside tester, 4 of 4).
+		// Where the opener is not known (a writer of an object it
+		// opened rather than created), its close is taken as the
+		// opener's.
 		h.c.ledger.Show(h.id)
 		return nil
 	}
@@ -659,7 +658,14 @@ func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 	if !h.c.cfg.Passthrough {
 		h.c.showKeptLater(h)
 	}
-	if opener && h.c.remark(h, &st) {
+	// Only a close known to be by the opener's process records its
+	// object as complete at a crash (see remark): a close by another
+	// process may be a child's of a descriptor it inherited (its exit,
+	// or a fork's close-on-exec) while the opener writes on, and a
+	// shell's loop of children (`for ...; do head ...; done > f`)
+	// closes after each; killed with the daemon, the prefix at a
+	// child's close was served as complete (TestCrashDupWriter).
+	if same && known && h.c.remark(h, &st) {
 		h.c.watchClosed(h)
 	}
 	return nil
