@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,9 +14,46 @@ import (
 )
 
 // pointLockDirs may hold the locks of mount points (lockMountpoint),
-// the first that exists: directories every user may make files in, one
-// per machine.
-var pointLockDirs = []string{"/run/lock", os.TempDir()}
+// the first that exists. Root's are in a directory only root may write
+// (/run/kvfs, made as needed): in /run/lock, where every user may make
+// files, a local user could make root's lock file first and hold it, and
+// every root mount at that point waited its limit and failed (an outside
+// tester's report). Other users' are in their own runtime directory
+// where it is theirs, else in the shared directories, where a file that
+// is not theirs is left alone (openPointLock).
+func pointLockDirs() []string {
+	if os.Geteuid() == 0 {
+		if err := ownDir(rootLockDir, true); err == nil {
+			return []string{rootLockDir}
+		}
+	}
+	var dirs []string
+	if rt := os.Getenv("XDG_RUNTIME_DIR"); rt != "" && filepath.IsAbs(rt) && ownDir(rt, false) == nil {
+		dirs = append(dirs, rt)
+	}
+	return append(dirs, "/run/lock", os.TempDir())
+}
+
+// rootLockDir holds root's mount point locks.
+const rootLockDir = "/run/kvfs"
+
+// ownDir checks that dir is a directory of this user that no one else
+// may write in, making it first if make is set.
+func ownDir(dir string, make bool) error {
+	if make {
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return fmt.Errorf("%s is not a directory of uid %d that only it may write in", dir, os.Geteuid())
+	}
+	return nil
+}
 
 // pointLockLimit bounds the wait for another start at the same mount
 // point to mount (or fail).
@@ -36,6 +74,10 @@ func lockMountpoint(mp string, log *zap.Logger) (unlock func(), err error) {
 	deadline := time.Now().Add(pointLockLimit)
 	for waited := false; ; {
 		fd, name, err := openPointLock(paths)
+		if errors.Is(err, errForeignLock) {
+			log.Warn("mount point not locked: starts at it are not kept one at a time", zap.String("lock", name), zap.Error(err))
+			return func() {}, nil
+		}
 		if err != nil {
 			log.Debug("mount point not locked", zap.String("lock", name), zap.Error(err))
 			return func() {}, nil
@@ -72,22 +114,38 @@ func PointLockFiles(mp string) []string {
 	sum := sha256.Sum256([]byte(mp))
 	base := "kvfs-mountpoint-" + hex.EncodeToString(sum[:12]) + ".lock"
 	var paths []string
-	for _, dir := range pointLockDirs {
+	for _, dir := range pointLockDirs() {
 		paths = append(paths, filepath.Join(dir, base))
 	}
 	return paths
 }
 
+// errForeignLock: a mount point's lock file is not this user's plain file.
+var errForeignLock = errors.New("the lock file of this mount point is not a plain file of this user: another user made it")
+
 // openPointLock opens (making it) the first of paths whose directory
-// exists.
+// exists. A file there that is not this user's plain file (another
+// user's, a FIFO, whose open would have waited for a writer for good) is
+// not used: the start then goes on unlocked.
 func openPointLock(paths []string) (fd int, name string, err error) {
 	err = unix.ENOENT
 	for _, name = range paths {
-		if fd, err = unix.Open(name, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644); !errors.Is(err, unix.ENOENT) {
+		if fd, err = unix.Open(name, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o644); !errors.Is(err, unix.ENOENT) {
 			break
 		}
 	}
-	return fd, name, err
+	if err != nil {
+		return -1, name, err
+	}
+	var st unix.Stat_t
+	if err = unix.Fstat(fd, &st); err == nil && (st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid()) {
+		err = fmt.Errorf("%w: %s (mode %#o, uid %d)", errForeignLock, name, st.Mode, st.Uid)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, name, err
+	}
+	return fd, name, nil
 }
 
 // sameFile says whether fd is the file at name.
