@@ -166,6 +166,11 @@ type Config struct {
 	// mapping (what the daemon's guard asks of every process as the
 	// daemon dies). See watchClosed.
 	HeldInTree func(pid int, id blob.ID) bool
+	// IdleWriters, when set, returns which of ids, objects whose one
+	// writer process pid created and holds, only the thread of pid that
+	// waits for room can write while it waits: pid has that one thread,
+	// and no process it forked holds them. See loosenIdle.
+	IdleWriters func(pid int, ids []blob.ID) []blob.ID
 }
 
 // Why says why an object's names were dropped.

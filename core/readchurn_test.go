@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -411,6 +412,78 @@ func inBubbleBothModes(t *testing.T, f func(t *testing.T, passthrough bool)) {
 	for _, passthrough := range []bool{true, false} {
 		t.Run(fmt.Sprint("passthrough=", passthrough), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) { f(t, passthrough) })
+		})
+	}
+}
+
+// TestIdleWritersOfTheWaitingProcessLoosen: with passthrough a writer's
+// reservation is firm, never taken back for another writer; but where
+// the writers that hold the room are the waiting thread's own process's,
+// and nothing but that thread can write to them (Config.IdleWriters: a
+// process of one thread, its children holding none of them), what they
+// have not written is taken back for it. A process that opened 8 files
+// into an empty cache before writing any, its first four each reserved
+// a quarter, had its fifth file's first write refused at the wait
+// limit. Where they may be written meanwhile (IdleWriters says none is
+// idle) it waits as before; without passthrough reservations were
+// never firm, and nothing is asked.
+func TestIdleWritersOfTheWaitingProcessLoosen(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		passthrough, idle bool
+	}{
+		{"idle", true, true},
+		{"written elsewhere", true, false},
+		{"no passthrough", false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const limit = 10 * time.Second
+				me := Client(os.Getpid())
+				var asked []int
+				tc := newTestCore(t, Config{Capacity: 64 * mib, Passthrough: c.passthrough, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: limit,
+					IdleWriters: func(pid int, ids []blob.ID) []blob.ID {
+						asked = append(asked, pid)
+						if c.idle {
+							return ids
+						}
+						return nil
+					}})
+				var hs []*Handle
+				for i := range 8 {
+					h, err := tc.createBy(me, fmt.Sprintf("o%d", i))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer h.Release()
+					hs = append(hs, h)
+				}
+				if st := tc.Stats(); st.ReservedBytes != 64*mib {
+					t.Fatalf("8 writers with no size known: %+v; want the first 4 reserved a quarter each", st)
+				}
+				for _, h := range hs[:4] {
+					if _, err := h.File().WriteAt(make([]byte, 4096), 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				began := time.Now()
+				_, err := hs[4].Write(Interrupt{By: me}, make([]byte, 4096), 0)
+				waited := time.Since(began)
+				switch {
+				case c.passthrough && !c.idle:
+					if !errors.Is(err, ErrNoSpace) || waited < limit {
+						t.Errorf("the fifth writer's write beside writers that may write: %v after %v; want ENOSPC at the wait limit, %v", err, waited, limit)
+					}
+				case err != nil || waited != 0:
+					t.Errorf("the fifth writer's write: %v after %v; want it admitted at once", err, waited)
+				}
+				if c.passthrough && (len(asked) == 0 || slices.ContainsFunc(asked, func(p int) bool { return p != os.Getpid() })) {
+					t.Errorf("IdleWriters asked about %v; want this process (once an admission)", asked)
+				}
+				if !c.passthrough && len(asked) != 0 {
+					t.Errorf("IdleWriters asked about %v without passthrough; want nothing asked", asked)
+				}
+			})
 		})
 	}
 }

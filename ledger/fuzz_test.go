@@ -31,6 +31,7 @@ type mObj struct {
 	final                bool
 	priorClose           int64 // lastClose when its first writer opened
 	unchanged            bool  // Unchanged since the last writer opened
+	loose                bool  // Loosen: reclaimed even where firm
 }
 
 // charge is what the object costs: its size, or its reservation while a
@@ -94,15 +95,12 @@ func (m *model) endWriter(id ID) {
 // reclaim predicts the reservations taken back for need bytes.
 func (m *model) reclaim(need int64, self ID) int64 {
 	var got int64
-	if m.firm {
-		return 0
-	}
 	for _, id := range m.writing {
 		o := m.objs[id]
 		if got >= need {
 			break
 		}
-		if id == self || o.res <= mCharge(o.size) {
+		if id == self || o.res <= mCharge(o.size) || m.firm && !o.loose {
 			continue
 		}
 		take := min(o.res-mCharge(o.size), mCharge(need-got))
@@ -275,7 +273,7 @@ func (m *model) room(need, total int64, self ID, freeOnly bool) ([]Victim[ID], e
 func (m *model) couldMake(need int64, self ID) bool {
 	free := fzCap - m.admitted()
 	for _, id := range m.writing {
-		if o := m.objs[id]; !m.firm && id != self && o.res > mCharge(o.size) {
+		if o := m.objs[id]; (!m.firm || o.loose) && id != self && o.res > mCharge(o.size) {
 			free += o.res - mCharge(o.size)
 		}
 	}
@@ -482,10 +480,20 @@ func (r *fuzzRun) do(op, slot int, arg byte) {
 		if o != nil && o.writers > 0 {
 			o.unchanged = true
 		}
+	case 30:
+		r.desc = fmt.Sprintf("Loosen(%d)", id)
+		got, want := r.l.Loosen(id), int64(0)
+		if o != nil && o.writers == 1 {
+			o.loose = true
+			want = max(o.res-mCharge(o.size), 0)
+		}
+		if got != want {
+			r.failf("= %d, want %d", got, want)
+		}
 	}
 }
 
-const fzOps = 30
+const fzOps = 31
 
 func (r *fuzzRun) budget(id ID, o *mObj, n int64) {
 	r.desc = fmt.Sprintf("Budget(%d, %d)", id, n)
@@ -619,7 +627,7 @@ func (r *fuzzRun) close(id ID, o *mObj, write bool) {
 // when they cannot make the room for what o left unadmitted.
 func (m *model) endWriting(o *mObj) []Victim[ID] {
 	unadmitted := o.over > 0
-	o.over, o.res, o.budget, o.settledPast, o.kept = 0, 0, 0, false, false
+	o.over, o.res, o.budget, o.settledPast, o.kept, o.loose = 0, 0, 0, false, false, false
 	over := m.admitted() - fzCap
 	if over <= 0 {
 		return nil

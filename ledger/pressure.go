@@ -70,6 +70,23 @@ func (l *Ledger[K]) ReserveFreeLeaving(id K, n, leave int64) error {
 	})
 }
 
+// Loosen makes what id's lone writer reserved and has not written
+// loose: an admission that finds no room takes it back (reclaim), firm
+// reservations or not. For a writer that nothing can write to while
+// the admission waits: its one process's one thread is the one that
+// waits (see core's loosenIdle). It returns what is loose now; 0 where
+// id has no lone writer.
+func (l *Ledger[K]) Loosen(id K) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, err := l.writer(id)
+	if err != nil || l.writers(e) != 1 {
+		return 0
+	}
+	l.wr(e).loose = true
+	return l.spare(e, nil)
+}
+
 // ReserveEvictingAtMost is Reserve where the objects it must evict
 // free at most most bytes, and ErrBusy with nothing changed where they
 // would free more: a reservation that is a guess makes room by evicting

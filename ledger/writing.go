@@ -25,8 +25,9 @@ type writing struct {
 	// budget; the next ones past it wait for the last release (settle).
 	settledPast bool
 	// loose: part of res is room to grow that a writer of an existing
-	// object took from free space (ReserveFreeLeaving), which reclaim
-	// takes back even where reservations are firm.
+	// object took from free space (ReserveFreeLeaving), or its writer
+	// cannot write while another waits (Loosen), which reclaim takes
+	// back even where reservations are firm.
 	loose bool
 	// kept: a close of its only writer's descriptor settled the object
 	// (a FLUSH) and kept the reservation, which no figure shows from

@@ -15,6 +15,7 @@ import (
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/mountinfo"
+	"github.com/kvfs/kvfs/internal/procstat"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -488,23 +489,39 @@ const treeLimit = 1024
 // that is late is asked about while the store goes on, and a scan of
 // every process on a node of many is the guard's, once.
 func heldInTree(mnt string, pid int, id blob.ID) bool {
-	dev, devOK := mountDev(mnt)
 	want := strconv.FormatUint(uint64(id), 10)
+	held := false
+	inTree(mnt, pid, true, func(ino string) bool {
+		held = ino == want || ino == ""
+		return held
+	})
+	return held
+}
+
+// inTree calls found with the inode number of each file of the mount
+// of ID mnt that a process pid forked holds, and pid itself where self
+// is set, by a descriptor or a mapping ("" for a descriptor whose inode
+// the kernel does not say), until found returns true. whole: it looked
+// at every process of the tree (at most treeLimit), and none stopped it.
+func inTree(mnt string, pid int, self bool, found func(ino string) bool) (whole bool) {
+	dev, devOK := mountDev(mnt)
 	queue := []int{pid}
 	for n := 0; n < len(queue) && n < treeLimit; n++ {
 		p := strconv.Itoa(queue[n])
-		dir := filepath.Join("/proc", p, "fdinfo")
-		fds, _ := os.ReadDir(dir)
-		for _, fd := range fds {
-			if m, ino, ok := descriptorFile(filepath.Join(dir, fd.Name())); ok && m == mnt && (ino == want || ino == "") {
-				return true
+		if n > 0 || self {
+			dir := filepath.Join("/proc", p, "fdinfo")
+			fds, _ := os.ReadDir(dir)
+			for _, fd := range fds {
+				if m, ino, ok := descriptorFile(filepath.Join(dir, fd.Name())); ok && m == mnt && found(ino) {
+					return false
+				}
 			}
-		}
-		if devOK {
-			held := false
-			mappedBy(p, dev, func(ino string) { held = held || ino == want })
-			if held {
-				return true
+			if devOK {
+				stop := false
+				mappedBy(p, dev, func(ino string) { stop = stop || found(ino) })
+				if stop {
+					return false
+				}
 			}
 		}
 		tasks, _ := os.ReadDir(filepath.Join("/proc", p, "task"))
@@ -517,7 +534,34 @@ func heldInTree(mnt string, pid int, id blob.ID) bool {
 			}
 		}
 	}
-	return false
+	return len(queue) <= treeLimit
+}
+
+// idleWriters is which of ids, objects of the mount of ID mnt that
+// process pid writes, only the thread of pid that waits can write
+// while it waits: pid has one thread, and no process it forked holds
+// them (nor, where the kernel does not say a descriptor's inode, any
+// file of the mount). See core.Config.IdleWriters.
+func idleWriters(mnt string, pid int, ids []blob.ID) []blob.ID {
+	line, err := procstat.Read(pid)
+	if err != nil || procstat.Threads(line) != 1 {
+		return nil
+	}
+	held := map[string]bool{}
+	whole := inTree(mnt, pid, false, func(ino string) bool {
+		held[ino] = true
+		return ino == ""
+	})
+	if !whole {
+		return nil
+	}
+	var idle []blob.ID
+	for _, id := range ids {
+		if !held[strconv.FormatUint(uint64(id), 10)] {
+			idle = append(idle, id)
+		}
+	}
+	return idle
 }
 
 // mountDev is the device (major:minor) of the mount of ID mnt.

@@ -321,6 +321,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		Held:               m.held,
 		Graced:             m.graced,
 		HeldInTree:         m.heldInTree,
+		IdleWriters:        m.idleWriters,
 	})
 	if err != nil {
 		if !errors.Is(err, blob.ErrStopped) {
@@ -477,6 +478,16 @@ func (m *Mount) serving(how string) {
 func (m *Mount) heldInTree(pid int, id blob.ID) bool {
 	mnt := m.servedID.Load()
 	return mnt != nil && heldInTree(*mnt, pid, id)
+}
+
+// idleWriters is the core's IdleWriters, on this mount (none until its
+// ID is known).
+func (m *Mount) idleWriters(pid int, ids []blob.ID) []blob.ID {
+	mnt := m.servedID.Load()
+	if mnt == nil {
+		return nil
+	}
+	return idleWriters(*mnt, pid, ids)
 }
 
 // mountOptions are the server's options, for a new mount and for one

@@ -7,6 +7,7 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1146,6 +1147,72 @@ func TestStoreWaitsForAnIdleWriter(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitReleased(t, d.mp)
+			ledgerExact(t, d)
+		})
+	}
+}
+
+// oneThreadOpensMany: a process of one thread opens n files for
+// writing (f0 ... f<n-1>), then writes 4 KiB into each and closes them.
+// With "hold", a child forked first keeps f0 open (closing its copies
+// of the others before the parent writes) until the parent is done.
+// Any error ends it with status 1.
+const oneThreadOpensMany = `
+import os, sys
+d, n, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "hold"
+fds = [os.open(os.path.join(d, "f%d" % i), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644) for i in range(n)]
+if hold:
+    done_r, done_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for fd in fds[1:] + [done_w, ready_r]:
+            os.close(fd)
+        os.write(ready_w, b"r")
+        os.read(done_r, 1)
+        os._exit(0)
+    os.close(done_r)
+    os.close(ready_w)
+    os.read(ready_r, 1)
+for i, fd in enumerate(fds):
+    os.write(fd, bytes([65 + i]) * 4096)
+for fd in fds:
+    os.close(fd)
+if hold:
+    os.close(done_w)
+    os.waitpid(pid, 0)
+`
+
+// TestOneThreadOpensMoreThanTheCacheReserves: a process of one thread
+// that opens more files for writing than an empty cache can reserve
+// before it writes any (8 into 256 MiB, the first four reserved a
+// quarter each) stores them all: while its one thread waits in the
+// fifth file's first write, nothing can write to its first four, so
+// what they reserved and did not write is taken back for it. With
+// passthrough (the default as root) reservations are firm, and the
+// fifth and every later file were refused at the wait limit (4 of 8,
+// 20 s). The same with a child holding the first file: that one's
+// reservation stays, the others' do not.
+func TestOneThreadOpensMoreThanTheCacheReserves(t *testing.T) {
+	py := requirePython(t)
+	for _, hold := range []string{"alone", "hold"} {
+		t.Run(hold, func(t *testing.T) {
+			d := mountCache(t, "--capacity", "256MiB")
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if out, err := exec.CommandContext(ctx, py, "-c", oneThreadOpensMany, d.mp, "8", hold).CombinedOutput(); err != nil {
+				t.Fatalf("one thread opening 8 files, then writing 4 KiB into each (%s): %v: %s", hold, err, out)
+			}
+			st := waitReleased(t, d.mp)
+			if st.Objects != 8 || st.AdmissionFailures != 0 {
+				t.Errorf("after 8 stores of 4 KiB into an empty 256 MiB cache: %d objects, %d admission failures; want 8 and none", st.Objects, st.AdmissionFailures)
+			}
+			for i := range 8 {
+				b, err := os.ReadFile(filepath.Join(d.mp, fmt.Sprintf("f%d", i)))
+				if err != nil || !bytes.Equal(b, bytes.Repeat([]byte{byte(65 + i)}, 4096)) {
+					t.Errorf("f%d: %d bytes, %v; want its 4 KiB", i, len(b), err)
+				}
+			}
 			ledgerExact(t, d)
 		})
 	}

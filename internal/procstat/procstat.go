@@ -68,3 +68,14 @@ func CPU(line string) (cpu time.Duration, ok bool) {
 	}
 	return time.Duration(utime+stime) * clockTick, true
 }
+
+// Threads is the number of threads of the line's process (the 20th
+// field); 0 where it cannot be read.
+func Threads(line string) int {
+	f := Fields(line)
+	if len(f) < 18 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[17])
+	return n
+}

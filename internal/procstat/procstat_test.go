@@ -50,3 +50,20 @@ func TestStateAndCPU(t *testing.T) {
 		t.Error("CPU of a short line ok")
 	}
 }
+
+// TestThreads: the 20th field, of a line read and of a short one.
+func TestThreads(t *testing.T) {
+	if n := Threads("7 (a) b (c) S 1 7 7 0 -1 4194560 0 0 0 0 250 30 0 0 20 0 3 0 99"); n != 3 {
+		t.Errorf("Threads = %d, want 3", n)
+	}
+	if n := Threads("1 (x) S 1"); n != 0 {
+		t.Errorf("Threads of a short line = %d, want 0", n)
+	}
+	line, err := Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := Threads(line); n < 1 {
+		t.Errorf("Threads of this process = %d, want at least 1", n)
+	}
+}
