@@ -139,7 +139,13 @@ func (c *Core) admitting(id blob.ID, need int64, spent *atomic.Int64, intr Inter
 	stalledYields := func() bool { return stalled() && othersWait() && c.ledger.GiveWay(id, true) }
 	// stalledAlone: stalled, and no other admission waits.
 	stalledAlone := func() bool { return whole && stalled() && !othersWait() }
-	loosened := false
+	// loosenedAt: when this admission last asked whether its process's
+	// other writers are idle (loosenIdle): at its first wait, and again
+	// each stallWait while it waits, as a child that held them may have
+	// closed them or exited meanwhile (an outside tester: asked once,
+	// while a child held them, a write waited out the limit though the
+	// child exited a second in, 6 of 6).
+	var loosenedAt time.Time
 	for {
 		changed := c.ledger.Changed()
 		behind := c.ledger.Behind(id)
@@ -154,8 +160,8 @@ func (c *Core) admitting(id blob.ID, need int64, spent *atomic.Int64, intr Inter
 			}
 			return ledgerErr(err)
 		}
-		if !loosened {
-			loosened = true
+		if t := c.cfg.Now(); loosenedAt.IsZero() || t.Sub(loosenedAt) >= stallWait {
+			loosenedAt = t
 			if c.loosenIdle(id, intr.By) {
 				continue
 			}

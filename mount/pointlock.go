@@ -134,6 +134,10 @@ func openPointLock(paths []string) (fd int, name string, err error) {
 			break
 		}
 	}
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EISDIR) {
+		// A symbolic link (O_NOFOLLOW) or a directory at the name.
+		return -1, name, fmt.Errorf("%w: %s: %w", errForeignLock, name, err)
+	}
 	if err != nil {
 		return -1, name, err
 	}

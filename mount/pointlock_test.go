@@ -12,7 +12,8 @@ import (
 
 // A lock file that another user made where every user may make files
 // (a FIFO, whose open would wait for a writer for good, or a plain file
-// it holds locked) is not used: the start goes on, unlocked, at once.
+// it holds locked, a symbolic link, a directory) is not used: the start
+// goes on, unlocked, at once, with a warning.
 func TestForeignPointLockIsNotUsed(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.lock")
@@ -21,6 +22,23 @@ func TestForeignPointLockIsNotUsed(t *testing.T) {
 	}
 	if _, _, err := openPointLock([]string{fifo}); !errors.Is(err, errForeignLock) {
 		t.Fatalf("a FIFO as the lock: %v, want errForeignLock", err)
+	}
+
+	link := filepath.Join(dir, "link.lock")
+	if err := os.Symlink(filepath.Join(dir, "target"), link); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "dir.lock")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{link, sub} {
+		if _, _, err := openPointLock([]string{p}); !errors.Is(err, errForeignLock) {
+			t.Errorf("%s as the lock: %v, want errForeignLock (a warning)", filepath.Base(p), err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "target")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the symbolic link's target: %v; want it never made", err)
 	}
 
 	own := filepath.Join(dir, "own.lock")

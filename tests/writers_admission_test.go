@@ -1155,12 +1155,17 @@ func TestStoreWaitsForAnIdleWriter(t *testing.T) {
 // oneThreadOpensMany: a process of one thread opens n files for
 // writing (f0 ... f<n-1>), then writes 4 KiB into each and closes them.
 // With "hold", a child forked first keeps f0 open (closing its copies
-// of the others before the parent writes) until the parent is done.
-// Any error ends it with status 1.
+// of the others before the parent writes) until the parent is done;
+// with "exits", a child forked first keeps them all open for a second,
+// then exits. Any error ends it with status 1.
 const oneThreadOpensMany = `
-import os, sys
-d, n, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "hold"
+import os, sys, time
+d, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+hold = mode == "hold"
 fds = [os.open(os.path.join(d, "f%d" % i), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644) for i in range(n)]
+if mode == "exits" and os.fork() == 0:
+    time.sleep(1)
+    os._exit(0)
 if hold:
     done_r, done_w = os.pipe()
     ready_r, ready_w = os.pipe()
@@ -1192,10 +1197,13 @@ if hold:
 // passthrough (the default as root) reservations are firm, and the
 // fifth and every later file were refused at the wait limit (4 of 8,
 // 20 s). The same with a child holding the first file: that one's
-// reservation stays, the others' do not.
+// reservation stays, the others' do not; and with a child that holds
+// them all for a second, then exits: the wait asks again, and goes on
+// once it is gone (an outside tester: asked once, the fifth file was
+// refused at the wait limit, 6 of 6).
 func TestOneThreadOpensMoreThanTheCacheReserves(t *testing.T) {
 	py := requirePython(t)
-	for _, hold := range []string{"alone", "hold"} {
+	for _, hold := range []string{"alone", "hold", "exits"} {
 		t.Run(hold, func(t *testing.T) {
 			d := mountCache(t, "--capacity", "256MiB")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
