@@ -263,7 +263,7 @@ func scanData(root string, incomplete map[uint64]bool, charge func(int64) int64,
 				rep.Bytes += charge(st.Size)
 			}
 		default:
-			rep.Problems = append(rep.Problems, fmt.Sprintf("foreign entry %s (%s): kvfs stores only directories and regular files", rel, typ))
+			rep.Problems = append(rep.Problems, fmt.Sprintf("foreign entry %s (%s): kvfs stores only directories and regular files", rel, entryMode(typ, st)))
 		}
 		return nil
 	})
@@ -299,3 +299,12 @@ func (e inUse) Error() string {
 	return e.dir + " is in use by a live kvfs daemon: unmount it first"
 }
 func (e inUse) Is(target error) bool { return target == ErrLocked }
+
+// entryMode is an entry's type and permissions, as ls shows them
+// (prw-r--r--), where its attributes were read; its type alone else.
+func entryMode(typ fs.FileMode, st *unix.Stat_t) fs.FileMode {
+	if st == nil {
+		return typ
+	}
+	return typ.Type() | fs.FileMode(st.Mode&0o777)
+}

@@ -413,3 +413,17 @@ func repairs(t *testing.T, dir, what string, n int, want string) {
 		t.Fatalf("after the repair of %s: %+v, %v", what, rep, err)
 	}
 }
+
+// TestFsckShowsForeignModes: a foreign entry is shown with its type and
+// permissions, as ls shows them (it showed "p---------" for a FIFO of
+// mode 0640: an outside tester).
+func TestFsckShowsForeignModes(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, "Open", err)
+	s.Close()
+	must(t, "Mkfifo", unix.Mkfifo(filepath.Join(dir, DataName, "fifo"), 0o640))
+	rep, err := Fsck(dir, false, ledger.Charge)
+	must(t, "Fsck", err)
+	wantProblems(t, rep.Problems, []string{"foreign entry fifo (prw-r-----)"})
+}

@@ -135,21 +135,22 @@ func DefaultStore(mountpoint string) string {
 }
 
 // ParseSize reads a size: plain bytes, or a number with K, M, G, T or P, with
-// or without "iB" or "B" (all binary: 64MiB, 64M and 64MB are 64<<20), in
-// either case, with spaces around the unit ("64 mib").
+// or without "iB", "i" or "B" (all binary: 64MiB, 64Mi, 64M and 64MB are
+// 64<<20; 64Mi as Kubernetes writes it), in either case, with spaces
+// around the unit ("64 mib").
 func ParseSize(s string) (int64, error) {
 	upper := strings.ToUpper(strings.TrimSpace(s))
 	digits := strings.IndexFunc(upper, func(r rune) bool { return r < '0' || r > '9' })
 	if digits < 0 {
 		digits = len(upper)
 	}
-	// The unit: none or B (bytes), or K, M, G, T or P, alone or with B
-	// or iB (64M, 64MB, 64MiB: all 2^20), and nothing else: a stray
-	// letter ("64iB") is not bytes.
+	// The unit: none or B (bytes), or K, M, G, T or P, alone or with B,
+	// I or iB (64M, 64MB, 64Mi, 64MiB: all 2^20), and nothing else: a
+	// stray letter ("64iB") is not bytes.
 	unit, shift := strings.TrimSpace(upper[digits:]), 0
 	if unit != "" && unit != "B" {
 		i := strings.IndexByte("KMGTP", unit[0])
-		if rest := unit[1:]; i < 0 || rest != "" && rest != "B" && rest != "IB" {
+		if rest := unit[1:]; i < 0 || rest != "" && rest != "B" && rest != "I" && rest != "IB" {
 			unit = "?"
 		} else {
 			shift = 10 * (i + 1)
@@ -449,7 +450,7 @@ func emptyMountpoint(mp string) error {
 		return usagef("mount point %s: %v", mp, err)
 	}
 	if len(ents) > 0 {
-		return usagef("mount point %s is not empty (%d entries); kvfs would hide them", mp, len(ents))
+		return usagef("mount point %s is not empty (%s); kvfs would hide them", mp, entries(len(ents)))
 	}
 	return nil
 }
@@ -523,4 +524,12 @@ func physicalMemory() int64 {
 		return 0
 	}
 	return int64(si.Totalram) * int64(si.Unit)
+}
+
+// entries is n entries, in words.
+func entries(n int) string {
+	if n == 1 {
+		return "1 entry"
+	}
+	return strconv.Itoa(n) + " entries"
 }

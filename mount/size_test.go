@@ -8,13 +8,14 @@ func TestParseSize(t *testing.T) {
 	good := map[string]int64{
 		"4096": 4096, "4096B": 4096, " 64K ": 64 << 10, "64kb": 64 << 10, "64KiB": 64 << 10,
 		"64M": 64 << 20, "64MiB": 64 << 20, "64 MiB": 64 << 20, "10g": 10 << 30, "2TiB": 2 << 40, "1P": 1 << 50,
+		"10Gi": 10 << 30, "64mi": 64 << 20,
 	}
 	for in, want := range good {
 		if got, err := ParseSize(in); err != nil || got != want {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "B", "MiB", "64iB", "8192iB", "64KiBB", "64MiBs", "64X", "1.5G", "-1", "64 M iB", "0x10"} {
+	for _, in := range []string{"", "B", "MiB", "64iB", "64i", "8192iB", "64KiBB", "64MiBs", "64X", "1.5G", "-1", "64 M iB", "0x10"} {
 		if got, err := ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q) = %d, want an error", in, got)
 		}

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/kvfs/kvfs/internal/gctune"
 	"github.com/kvfs/kvfs/internal/usageerr"
@@ -164,6 +165,15 @@ func parse(fs *flag.FlagSet, args []string, n int, what string) ([]string, error
 	}
 	if err := flagAsValue(fs); err != nil {
 		return nil, err
+	}
+	if n >= 0 && len(rest) > n {
+		for _, a := range rest {
+			if sizeUnit(a) {
+				// `--capacity 1 G MNT` (an outside tester: the answer
+				// spoke of arguments, not of the size).
+				return nil, usageerr.Errorf("%q looks like the unit of a size set apart from its number: write a size as one word (like --capacity 10GiB)", a)
+			}
+		}
 	}
 	if (n >= 0 && len(rest) != n) || (n < 0 && len(rest) == 0) {
 		return nil, usageerr.Errorf("want %s, got %d arguments", what, len(rest))
@@ -656,4 +666,13 @@ func cmdVersion(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "kvfs %s (%s)\n", build, strings.Join(parts, ", "))
 	return nil
+}
+
+// sizeUnit says whether a is a size's unit alone (G, MiB, Ki, ...).
+func sizeUnit(a string) bool {
+	if a == "" || strings.IndexFunc(a, func(r rune) bool { return !unicode.IsLetter(r) }) >= 0 {
+		return false
+	}
+	_, err := mount.ParseSize("1" + a)
+	return err == nil
 }

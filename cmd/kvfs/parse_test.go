@@ -26,6 +26,7 @@ func TestParseFlagsAnywhere(t *testing.T) {
 		{args: []string{"a", "--store", "s", "b"}, n: -1, store: "s", rest: []string{"a", "b"}},
 		{args: []string{"mnt", "mnt2", "--background"}, n: 1, fails: true},
 		{args: []string{"mnt", "--no-such-flag"}, n: 1, fails: true},
+		{args: []string{"--store", "1", "G", "mnt"}, n: 1, fails: true},
 	} {
 		fs := flag.NewFlagSet("mount", flag.ContinueOnError)
 		store := fs.String("store", "", "")
