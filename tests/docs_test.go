@@ -43,6 +43,8 @@ func TestBadInputDocNamesTests(t *testing.T) {
 	}
 	var sources strings.Builder
 	files, _ := filepath.Glob("../*/*_test.go")
+	deeper, _ := filepath.Glob("../*/*/*_test.go") // cmd/kvfs, internal/...
+	files = append(files, deeper...)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
