@@ -121,7 +121,7 @@ func PointLockFiles(mp string) []string {
 }
 
 // errForeignLock: a mount point's lock file is not this user's plain file.
-var errForeignLock = errors.New("the lock file of this mount point is not a plain file of this user: another user made it")
+var errForeignLock = errors.New("the lock file of this mount point is not a plain file of this user (another user's file, a FIFO, a symbolic link or a directory)")
 
 // openPointLock opens (making it) the first of paths whose directory
 // exists. A file there that is not this user's plain file (another
