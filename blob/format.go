@@ -94,8 +94,12 @@ func checkContents(dir string) (mark bool, err error) {
 	if onlyOurs(names) || onlyLegacyNames(names) && hasLegacyLayout(dir) {
 		return true, nil
 	}
-	return false, notStoref("%s is not empty and is not a kvfs store (it has %d entries and no %s); "+
-		"kvfs makes a store only of an empty directory", dir, len(names), FormatName)
+	entries := fmt.Sprintf("%d entries", len(names))
+	if len(names) == 1 {
+		entries = "1 entry"
+	}
+	return false, notStoref("%s is not empty and is not a kvfs store (it has %s and no %s); "+
+		"kvfs makes a store only of an empty directory", dir, entries, FormatName)
 }
 
 // onlyOurs: the directory is empty but for what Open itself writes before

@@ -602,7 +602,7 @@ func TestRestartKeepsWhatTheDeadMountCovers(t *testing.T) {
 	d.kill9()
 
 	res := runKvfs(t, "mount", "--store", d.store, "--capacity", "64MiB", d.mp)
-	if res.code != 2 || !strings.Contains(res.stderr, "is not empty under its dead mount (1 entries)") {
+	if res.code != 2 || !strings.Contains(res.stderr, "is not empty under its dead mount (1 entry)") {
 		t.Errorf("kvfs mount over a dead mount covering a file: exit %d, stderr %q; want 2 and the reason", res.code, res.stderr)
 	}
 	if m, ok := mountAt(d.mp); !ok || m.ID != d.mountID {
