@@ -276,11 +276,12 @@ func (c *Core) admitting(id blob.ID, need int64, spent *atomic.Int64, intr Inter
 // mappings waits for, while it closes descriptors of the mount.
 const idleLookWait = 20 * time.Millisecond
 
-// loosenIdle, before id's admission by client thread t first waits for
-// room, makes loose (ledger.Loosen) what the other writers of t's
-// process reserved and have not written, where nothing else can write
-// to them while t waits: t's process has no other thread and no process
-// it forked holds them (Config.IdleWriters). With passthrough a
+// loosenIdle, as id's admission by client thread t waits for room (at
+// its first wait, then each stallWait), makes loose (ledger.Loosen)
+// what the other writers of t's process reserved and have not written,
+// where nothing else can write to them while t waits: t's process has
+// no other thread and no process it forked holds them
+// (Config.IdleWriters). With passthrough a
 // writer's reservation is firm, never taken back for another (its
 // writes reach the store unasked); but a process of one thread that
 // opened more files than the cache could reserve before writing any (8
