@@ -38,9 +38,9 @@ func pointLockDirs() []string {
 const rootLockDir = "/run/kvfs"
 
 // ownDir checks that dir is a directory of this user that no one else
-// may write in, making it first if make is set.
-func ownDir(dir string, make bool) error {
-	if make {
+// may write in, making it first if create is set.
+func ownDir(dir string, create bool) error {
+	if create {
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
@@ -124,9 +124,10 @@ func PointLockFiles(mp string) []string {
 var errForeignLock = errors.New("the lock file of this mount point is not a plain file of this user (another user's file, a FIFO, a symbolic link or a directory)")
 
 // openPointLock opens (making it) the first of paths whose directory
-// exists. A file there that is not this user's plain file (another
-// user's, a FIFO, whose open would have waited for a writer for good) is
-// not used: the start then goes on unlocked.
+// exists. An entry there that is not this user's plain file (another
+// user's, a FIFO, whose open would have waited for a writer for good, a
+// symbolic link, a directory) is not used (errForeignLock): the start
+// then goes on unlocked.
 func openPointLock(paths []string) (fd int, name string, err error) {
 	err = unix.ENOENT
 	for _, name = range paths {
