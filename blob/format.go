@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kvfs/kvfs/internal/usageerr"
 	"golang.org/x/sys/unix"
 )
 
@@ -94,12 +95,8 @@ func checkContents(dir string) (mark bool, err error) {
 	if onlyOurs(names) || onlyLegacyNames(names) && hasLegacyLayout(dir) {
 		return true, nil
 	}
-	entries := fmt.Sprintf("%d entries", len(names))
-	if len(names) == 1 {
-		entries = "1 entry"
-	}
 	return false, notStoref("%s is not empty and is not a kvfs store (it has %s and no %s); "+
-		"kvfs makes a store only of an empty directory", dir, entries, FormatName)
+		"kvfs makes a store only of an empty directory", dir, usageerr.Entries(len(names)), FormatName)
 }
 
 // onlyOurs: the directory is empty but for what Open itself writes before

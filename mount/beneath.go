@@ -171,7 +171,7 @@ func coveredEmpty(mp string) error {
 	case err != nil:
 		return fmt.Errorf("reading the directory under the dead mount: %w", err)
 	case n > 0:
-		return usagef("mount point %s is not empty under its dead mount (%s); kvfs would hide them", mp, entries(n))
+		return usagef("mount point %s is not empty under its dead mount (%s); kvfs would hide them", mp, usageerr.Entries(n))
 	}
 	return nil
 }

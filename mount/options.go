@@ -450,7 +450,7 @@ func emptyMountpoint(mp string) error {
 		return usagef("mount point %s: %v", mp, err)
 	}
 	if len(ents) > 0 {
-		return usagef("mount point %s is not empty (%s); kvfs would hide them", mp, entries(len(ents)))
+		return usagef("mount point %s is not empty (%s); kvfs would hide them", mp, usageerr.Entries(len(ents)))
 	}
 	return nil
 }
@@ -524,12 +524,4 @@ func physicalMemory() int64 {
 		return 0
 	}
 	return int64(si.Totalram) * int64(si.Unit)
-}
-
-// entries is n entries, in words.
-func entries(n int) string {
-	if n == 1 {
-		return "1 entry"
-	}
-	return strconv.Itoa(n) + " entries"
 }

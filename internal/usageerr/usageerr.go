@@ -21,3 +21,12 @@ func (e usageError) Is(target error) bool { return target == ErrUsage }
 func Errorf(format string, args ...any) error {
 	return usageError{fmt.Sprintf(format, args...)}
 }
+
+// Entries is n entries of a directory, in words, for a refusal that
+// counts them ("1 entry", "3 entries").
+func Entries(n int) string {
+	if n == 1 {
+		return "1 entry"
+	}
+	return fmt.Sprintf("%d entries", n)
+}

@@ -18,3 +18,12 @@ func TestErrorfIsUsage(t *testing.T) {
 		t.Fatal("an error that only reads \"usage\" matched")
 	}
 }
+
+// TestEntries: one entry, and more.
+func TestEntries(t *testing.T) {
+	for n, want := range map[int]string{0: "0 entries", 1: "1 entry", 8: "8 entries"} {
+		if got := Entries(n); got != want {
+			t.Errorf("Entries(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
