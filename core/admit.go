@@ -3,16 +3,14 @@ package core
 import (
 	"errors"
 	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/internal/procstat"
 	"github.com/kvfs/kvfs/ledger"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // stallWait is how long an admission that other writers keep from room
@@ -372,20 +370,12 @@ func (i Interrupt) gone() bool {
 	if i.By == 0 {
 		return false
 	}
-	b, err := procStatus(i.By)
+	b, err := procstat.Status(int(i.By))
 	if err != nil {
 		return errors.Is(err, os.ErrNotExist)
 	}
-	const sigkill = 1 << (unix.SIGKILL - 1)
-	state := statusLine(b, "State")
-	return strings.HasPrefix(state, "Z") || strings.HasPrefix(state, "X") ||
-		pending(statusLine(b, "SigPnd"))&sigkill != 0 || pending(statusLine(b, "ShdPnd"))&sigkill != 0
-}
-
-// pending is a /proc status signal mask.
-func pending(mask string) uint64 {
-	n, _ := strconv.ParseUint(mask, 16, 64)
-	return n
+	state := procstat.StatusState(b)
+	return state == 'Z' || state == 'X' || procstat.KillPending(b)
 }
 
 // closed says whether ch is closed: the ledger changed since a wait

@@ -1,10 +1,8 @@
 package core
 
 import (
-	"bytes"
 	"errors"
 	"io/fs"
-	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -15,8 +13,6 @@ import (
 	"github.com/kvfs/kvfs/blob"
 	"github.com/kvfs/kvfs/internal/procstat"
 	"github.com/kvfs/kvfs/ledger"
-
-	"golang.org/x/sys/unix"
 )
 
 // Writers that store under final names.
@@ -197,7 +193,7 @@ func (cl *clients) process(t Client) proc {
 	if ok {
 		return p
 	}
-	b, _ := procStatus(t)
+	b, _ := procstat.Status(int(t))
 	p = proc{pid: statusField(b, "Tgid"), parent: statusField(b, "PPid")}
 	cl.mu.Lock()
 	if cl.procs == nil || len(cl.procs) >= maxClients {
@@ -276,54 +272,11 @@ func readExiting(t Client) bool {
 	return procstat.Exiting(line) || procstat.State(line) == 'Z'
 }
 
-// procStatus reads /proc/TID/status of client thread t, with an open, reads
-// and a close: os.ReadFile adds an fstat and four fcntl calls (its
-// attempt to poll the file), each store of a new process paid them.
-func procStatus(t Client) ([]byte, error) {
-	path := "/proc/" + strconv.FormatUint(uint64(t), 10) + "/status"
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	b := make([]byte, 0, 2048) // a status file is about 1.5 KB
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := unix.Read(fd, b[len(b):cap(b)])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		}
-		if n == 0 {
-			return b, nil
-		}
-		b = b[:len(b)+n]
-	}
-}
-
 // statusField is the number in the line "key:" of a /proc status file;
 // 0 when there is none.
 func statusField(status []byte, key string) int32 {
-	n, _ := strconv.ParseInt(statusLine(status, key), 10, 32)
+	n, _ := strconv.ParseInt(procstat.StatusLine(status, key), 10, 32)
 	return int32(n)
-}
-
-// statusLine is what the line "key:" of a /proc status file says, its
-// blanks trimmed ("" when there is none).
-func statusLine(status []byte, key string) string {
-	i := bytes.Index(status, []byte("\n"+key+":"))
-	if i < 0 {
-		return ""
-	}
-	line := status[i+len(key)+2:]
-	if j := bytes.IndexByte(line, '\n'); j >= 0 {
-		line = line[:j]
-	}
-	return string(bytes.TrimSpace(line))
 }
 
 // created notes object made created by thread t of process p, and says

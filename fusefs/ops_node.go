@@ -3,12 +3,14 @@ package fusefs
 import (
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/core"
+	"github.com/kvfs/kvfs/internal/procstat"
 	"github.com/kvfs/kvfs/internal/stats"
 	"golang.org/x/sys/unix"
 )
@@ -269,20 +271,11 @@ func hasAccess(c *fuse.Caller, uid, gid, mode, mask uint32) bool {
 // inGroup says whether process pid has gid among its supplementary
 // groups.
 func inGroup(pid, gid uint32) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/status")
+	b, err := procstat.Status(int(pid))
 	if err != nil {
 		return false
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if groups, ok := strings.CutPrefix(line, "Groups:"); ok {
-			for _, g := range strings.Fields(groups) {
-				if g == strconv.Itoa(int(gid)) {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return slices.Contains(strings.Fields(procstat.StatusLine(b, "Groups")), strconv.Itoa(int(gid)))
 }
 
 func (f *FS) StatFs(cancel <-chan struct{}, header *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {

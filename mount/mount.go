@@ -810,31 +810,8 @@ func threadsLeft(pid int) bool {
 // SIGKILLed stat(1) waiting for a request its FUSE daemon had read:
 // state D, flags 0x400000, SigPnd and ShdPnd 0x100).
 func killed(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	return err == nil && statusKilled(string(b))
-}
-
-// statusKilled reads a /proc/PID/status: a state other than Z, and
-// SIGKILL among the signals pending for the thread (SigPnd) or for the
-// whole process (ShdPnd).
-func statusKilled(s string) bool {
-	const sigkill = 1 << (unix.SIGKILL - 1)
-	pending := false
-	for line := range strings.Lines(s) {
-		key, val, _ := strings.Cut(strings.TrimSpace(line), ":")
-		val = strings.TrimSpace(val)
-		switch key {
-		case "State":
-			if strings.HasPrefix(val, "Z") {
-				return false
-			}
-		case "SigPnd", "ShdPnd":
-			if set, err := strconv.ParseUint(val, 16, 64); err == nil && set&sigkill != 0 {
-				pending = true
-			}
-		}
-	}
-	return pending
+	b, err := procstat.Status(pid)
+	return err == nil && procstat.StatusState(b) != 'Z' && procstat.KillPending(b)
 }
 
 // dying: pid was killed, or began to exit, and has not finished: one of

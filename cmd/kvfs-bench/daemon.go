@@ -9,11 +9,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/kvfs/kvfs/internal/procstat"
 	"github.com/kvfs/kvfs/internal/stats"
 	"golang.org/x/sys/unix"
 )
@@ -197,18 +199,12 @@ func (d *daemon) waitExit(timeout time.Duration) bool {
 
 // rssBytes is the daemon's resident memory, from /proc.
 func (d *daemon) rssBytes() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	b, err := procstat.Status(d.cmd.Process.Pid)
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			var kb int64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:")), "%d", &kb)
-			return kb << 10
-		}
-	}
-	return 0
+	kb, _ := strconv.ParseInt(strings.TrimSuffix(procstat.StatusLine(b, "VmRSS"), " kB"), 10, 64)
+	return kb << 10
 }
 
 // stats runs `kvfs stats --json` against the mount.

@@ -1,7 +1,9 @@
-// Package procstat reads the line of /proc/PID/stat (proc(5)), whose
-// command, in parentheses, may itself hold spaces and parentheses: the
-// last ')' ends it. The daemon, its guard and the bench read a task's
-// state, flags and CPU time from it.
+// Package procstat reads what /proc says of a task. Its stat line
+// (proc(5)), whose command, in parentheses, may itself hold spaces and
+// parentheses (the last ')' ends it), gives the daemon, its guard and
+// the bench a task's state, flags, CPU time and threads; its status
+// file (status.go), a line a key, gives its process, groups, memory and
+// the signals pending.
 package procstat
 
 import (
