@@ -113,6 +113,7 @@ func (c *Core) admitting(id blob.ID, need int64, spent *atomic.Int64, intr Inter
 		if waiting {
 			c.ledger.Waiting(id, false)
 			c.counters.waiting.Add(-1)
+			c.clients.waiting(intr.By, id, -1)
 		}
 	}()
 	// stalledYields: nothing moved since stalledAt, no grace ends, id's
@@ -227,6 +228,7 @@ func (c *Core) admitting(id blob.ID, need int64, spent *atomic.Int64, intr Inter
 			waiting = true
 			c.counters.waiting.Add(1)
 			c.ledger.Waiting(id, true)
+			c.clients.waiting(intr.By, id, 1)
 		}
 		closing, gaveWay, alone, gone := false, false, false, false
 		timer := c.cfg.After(wait)
@@ -278,8 +280,9 @@ const idleLookWait = 20 * time.Millisecond
 // its first wait, then each stallWait), makes loose (ledger.Loosen)
 // what the other writers of t's process reserved and have not written,
 // where nothing else can write to them while t waits: t's process has
-// no other thread and no process it forked holds them
-// (Config.IdleWriters). With passthrough a
+// no other thread and no process it forked holds them, but processes
+// of one thread that wait for room too (Config.IdleWriters; clients
+// counts the threads that wait). With passthrough a
 // writer's reservation is firm, never taken back for another (its
 // writes reach the store unasked); but a process of one thread that
 // opened more files than the cache could reserve before writing any (8
@@ -308,7 +311,8 @@ func (c *Core) loosenIdle(id blob.ID, t Client) bool {
 		return false
 	}
 	got := make(chan []blob.ID, 1)
-	go func() { got <- c.cfg.IdleWriters(int(p.pid), ids) }()
+	waits := c.clients.waitsNow()
+	go func() { got <- c.cfg.IdleWriters(int(p.pid), ids, waits) }()
 	var idle []blob.ID
 	select {
 	case idle = <-got:

@@ -106,6 +106,46 @@ type clients struct {
 	// GUARDED_BY(mu).
 	left  map[Client]*leftRun
 	learn map[int32]*learning // GUARDED_BY(mu): process -> what its creates, and its children's, showed
+	// waits: thread -> the object its admission waits for room to
+	// write now, and how many of them (see loosenIdle); GUARDED_BY(mu).
+	waits map[Client]waitFor
+}
+
+// waitFor is what a thread's admissions wait for: room for object id.
+type waitFor struct {
+	id blob.ID
+	n  int
+}
+
+// waiting notes that an admission of object id by thread t began (d 1)
+// or ended (d -1) a wait for room.
+func (cl *clients) waiting(t Client, id blob.ID, d int) {
+	if t == 0 {
+		return
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.waits == nil {
+		cl.waits = map[Client]waitFor{}
+	}
+	w := cl.waits[t]
+	if w.id, w.n = id, w.n+d; w.n <= 0 {
+		delete(cl.waits, t)
+	} else {
+		cl.waits[t] = w
+	}
+}
+
+// waitsNow is which threads' admissions wait for room now, and for which
+// objects.
+func (cl *clients) waitsNow() Waits {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	w := make(Waits, len(cl.waits))
+	for t, f := range cl.waits {
+		w[int(t)] = f.id
+	}
+	return w
 }
 
 // learning is what one process's creates, and its children's, showed.

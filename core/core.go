@@ -169,9 +169,17 @@ type Config struct {
 	// IdleWriters, when set, returns which of ids, objects whose one
 	// writer process pid created and holds, only the thread of pid that
 	// waits for room can write while it waits: pid has that one thread,
-	// and no process it forked holds them. See loosenIdle.
-	IdleWriters func(pid int, ids []blob.ID) []blob.ID
+	// and no process it forked holds them but processes of one thread
+	// that cannot write meanwhile either, their thread waiting too: for
+	// room (waits), or in a write into an object whose admission waits
+	// for room, behind it (the kernel lets one write into a file at a
+	// time). See loosenIdle.
+	IdleWriters func(pid int, ids []blob.ID, waits Waits) []blob.ID
 }
+
+// Waits is a moment's view of the admissions that wait for room: by
+// client thread, the object its admission waits for room to write.
+type Waits map[int]blob.ID
 
 // Why says why an object's names were dropped.
 type Why int

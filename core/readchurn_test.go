@@ -448,7 +448,7 @@ func TestIdleWritersOfTheWaitingProcessLoosen(t *testing.T) {
 				var asked []int
 				start := time.Now()
 				tc := newTestCore(t, Config{Capacity: 64 * mib, Passthrough: c.passthrough, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: limit,
-					IdleWriters: func(pid int, ids []blob.ID) []blob.ID {
+					IdleWriters: func(pid int, ids []blob.ID, _ Waits) []blob.ID {
 						asked = append(asked, pid)
 						if c.idleAfter != never && time.Since(start) >= c.idleAfter {
 							return ids
@@ -496,4 +496,56 @@ func TestIdleWritersOfTheWaitingProcessLoosen(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestIdleWritersBesideAWaitingChild: the writers a waiting process of
+// one thread holds are idle too where the only other process holding
+// them waits for room itself (Config.IdleWriters' waits): a child
+// forked after the opens, writing into the very file its parent waits
+// on, and the parent both waited out the wait limit (an outside
+// tester, 2 of 2). The core tells IdleWriters which threads wait.
+func TestIdleWritersBesideAWaitingChild(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 10 * time.Second
+		me, child := Client(os.Getpid()), Client(1<<30-7)
+		var hs []*Handle
+		tc := newTestCore(t, Config{Capacity: 64 * mib, Passthrough: true, PollInterval: time.Hour, Grace: time.Hour, WaitLimit: limit,
+			IdleWriters: func(pid int, ids []blob.ID, waits Waits) []blob.ID {
+				// The child holds them all: idle only while it waits, for
+				// room to write the fifth object.
+				if id, ok := waits[int(child)]; ok && id == hs[4].ID() {
+					return ids
+				}
+				return nil
+			}})
+		for i := range 8 {
+			h, err := tc.createBy(me, fmt.Sprintf("o%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Release()
+			hs = append(hs, h)
+		}
+		for _, h := range hs[:4] {
+			if _, err := h.File().WriteAt(make([]byte, 4096), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		began := time.Now()
+		childErr := make(chan error, 1)
+		go func() {
+			_, err := hs[4].Write(Interrupt{By: child}, make([]byte, 4096), 4096)
+			childErr <- err
+		}()
+		synctest.Wait() // the child's write waits for room
+		if _, err := hs[4].Write(Interrupt{By: me}, make([]byte, 4096), 8192); err != nil || time.Since(began) != 0 {
+			t.Errorf("the parent's write beside its waiting child: %v after %v; want it admitted at once", err, time.Since(began))
+		}
+		if err := <-childErr; err != nil || time.Since(began) > stallWait {
+			t.Errorf("the child's write: %v after %v; want it admitted within %v", err, time.Since(began), stallWait)
+		}
+		if w := tc.clients.waitsNow(); len(w) != 0 {
+			t.Errorf("threads still counted as waiting for room after their admissions: %v", w)
+		}
+	})
 }

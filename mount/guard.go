@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/fusefs"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/procstat"
@@ -491,19 +492,20 @@ const treeLimit = 1024
 func heldInTree(mnt string, pid int, id blob.ID) bool {
 	want := strconv.FormatUint(uint64(id), 10)
 	held := false
-	inTree(mnt, pid, true, func(ino string) bool {
+	inTree(mnt, pid, true, func(_ int, ino string) bool {
 		held = ino == want || ino == ""
 		return held
 	})
 	return held
 }
 
-// inTree calls found with the inode number of each file of the mount
-// of ID mnt that a process pid forked holds, and pid itself where self
-// is set, by a descriptor or a mapping ("" for a descriptor whose inode
-// the kernel does not say), until found returns true. whole: it looked
-// at every process of the tree (at most treeLimit), and none stopped it.
-func inTree(mnt string, pid int, self bool, found func(ino string) bool) (whole bool) {
+// inTree calls found with each process that pid forked, and pid itself
+// where self is set, and the inode number of each file of the mount of
+// ID mnt it holds, by a descriptor or a mapping ("" for a descriptor
+// whose inode the kernel does not say), until found returns true.
+// whole: it looked at every process of the tree (at most treeLimit),
+// and none stopped it.
+func inTree(mnt string, pid int, self bool, found func(pid int, ino string) bool) (whole bool) {
 	dev, devOK := mountDev(mnt)
 	queue := []int{pid}
 	for n := 0; n < len(queue) && n < treeLimit; n++ {
@@ -512,13 +514,13 @@ func inTree(mnt string, pid int, self bool, found func(ino string) bool) (whole 
 			dir := filepath.Join("/proc", p, "fdinfo")
 			fds, _ := os.ReadDir(dir)
 			for _, fd := range fds {
-				if m, ino, ok := descriptorFile(filepath.Join(dir, fd.Name())); ok && m == mnt && found(ino) {
+				if m, ino, ok := descriptorFile(filepath.Join(dir, fd.Name())); ok && m == mnt && found(queue[n], ino) {
 					return false
 				}
 			}
 			if devOK {
 				stop := false
-				mappedBy(p, dev, func(ino string) { stop = stop || found(ino) })
+				mappedBy(p, dev, func(ino string) { stop = stop || found(queue[n], ino) })
 				if stop {
 					return false
 				}
@@ -541,14 +543,26 @@ func inTree(mnt string, pid int, self bool, found func(ino string) bool) (whole 
 // process pid writes, only the thread of pid that waits can write
 // while it waits: pid has one thread, and no process it forked holds
 // them (nor, where the kernel does not say a descriptor's inode, any
-// file of the mount). See core.Config.IdleWriters.
-func idleWriters(mnt string, pid int, ids []blob.ID) []blob.ID {
-	line, err := procstat.Read(pid)
-	if err != nil || procstat.Threads(line) != 1 {
+// file of the mount) but processes of one thread that cannot write
+// meanwhile either (blocked): an outside tester's child, forked after
+// the opens, writing into the very file its parent waited on, and the
+// parent both waited out the wait limit, 2 of 2. See
+// core.Config.IdleWriters.
+func idleWriters(mnt string, pid int, ids []blob.ID, waits core.Waits) []blob.ID {
+	if line, err := procstat.Read(pid); err != nil || procstat.Threads(line) != 1 {
 		return nil
 	}
 	held := map[string]bool{}
-	whole := inTree(mnt, pid, false, func(ino string) bool {
+	isBlocked := map[int]bool{}
+	whole := inTree(mnt, pid, false, func(p int, ino string) bool {
+		b, ok := isBlocked[p]
+		if !ok {
+			b = blocked(mnt, p, waits)
+			isBlocked[p] = b
+		}
+		if b {
+			return false
+		}
 		held[ino] = true
 		return ino == ""
 	})
@@ -562,6 +576,76 @@ func idleWriters(mnt string, pid int, ids []blob.ID) []blob.ID {
 		}
 	}
 	return idle
+}
+
+// blocked says whether process pid cannot write while admissions wait
+// for room (waits): it has one thread, and that thread's admission
+// waits, or it is in a write into an object of the mount of ID mnt
+// whose admission waits: the kernel lets one write into a file at a
+// time (the inode's lock), so it waits behind that one (measured: a
+// forked child's pwrite64 into the file its parent's write waited on
+// slept in fuse_file_write_iter, no request sent).
+func blocked(mnt string, pid int, waits core.Waits) bool {
+	line, err := procstat.Read(pid)
+	if err != nil || procstat.Threads(line) != 1 {
+		return false
+	}
+	if _, ok := waits[pid]; ok {
+		return true
+	}
+	fd, ok := writingTo(pid)
+	if !ok {
+		return false
+	}
+	m, ino, ok := descriptorFile(filepath.Join("/proc", strconv.Itoa(pid), "fdinfo", strconv.Itoa(fd)))
+	if !ok || m != mnt {
+		return false
+	}
+	for _, id := range waits {
+		if strconv.FormatUint(uint64(id), 10) == ino {
+			return true
+		}
+	}
+	return false
+}
+
+// writeArg is, for each system call that writes into a file through a
+// descriptor, the argument that is that descriptor.
+var writeArg = map[int]int{
+	unix.SYS_WRITE:           0,
+	unix.SYS_PWRITE64:        0,
+	unix.SYS_WRITEV:          0,
+	unix.SYS_PWRITEV:         0,
+	unix.SYS_PWRITEV2:        0,
+	unix.SYS_FALLOCATE:       0,
+	unix.SYS_FTRUNCATE:       0,
+	unix.SYS_SENDFILE:        0,
+	unix.SYS_COPY_FILE_RANGE: 2,
+	unix.SYS_SPLICE:          2,
+}
+
+// writingTo is the descriptor process pid's thread is writing through
+// now (/proc/PID/syscall: the call's number and its arguments in hex),
+// if it is in such a call.
+func writingTo(pid int) (fd int, ok bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "syscall"))
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 7 {
+		return 0, false // "running", or "-1 ..." outside a call
+	}
+	nr, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0, false
+	}
+	arg, ok := writeArg[nr]
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimPrefix(f[1+arg], "0x"), 16, 32)
+	return int(n), err == nil
 }
 
 // mountDev is the device (major:minor) of the mount of ID mnt.

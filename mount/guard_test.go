@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/kvfs/kvfs/blob"
+	"github.com/kvfs/kvfs/core"
 	"github.com/kvfs/kvfs/internal/mountinfo"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -338,5 +340,70 @@ func TestHeldOnMountByDevice(t *testing.T) {
 	// Its ID, another device: a new mount that took the ID of a gone one.
 	if pid, held := heldOnMounts(map[string]string{id: "0:1"}); held {
 		t.Errorf("mount %s on another device: held by pid %d, want not held", id, pid)
+	}
+}
+
+// TestBlockedBehindAWrite: a process of one thread in a write into an
+// object an admission waits for cannot write anything else meanwhile
+// (blocked): here a head(1) blocked writing into a full FIFO, the FIFO
+// standing in for the waited-for object (its inode number as the
+// object's ID, its mount's ID as the mount's). A write into another
+// object, or on another mount, is not blocked so.
+func TestBlockedBehindAWrite(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Held open for reading and writing, never read: the child's open
+	// does not wait for a reader, and its writes fill the pipe.
+	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mnt, ok := descriptorMount(fmt.Sprintf("/proc/self/fdinfo/%d", f.Fd()))
+	if !ok {
+		t.Fatal("no mnt_id in this descriptor's fdinfo")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("head", "-c", "1000000", "/dev/zero")
+	out, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	for deadline := time.Now().Add(time.Minute); ; {
+		if fd, ok := writingTo(pid); ok && fd == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("head(1) never read as writing through its descriptor 1 (/proc/%d/syscall)", pid)
+		}
+		runtime.Gosched()
+	}
+	waited := blob.ID(st.Ino)
+	if !blocked(mnt, pid, core.Waits{1: waited}) {
+		t.Errorf("a write into the waited-for object: not blocked")
+	}
+	if blocked(mnt, pid, core.Waits{1: waited + 1}) {
+		t.Errorf("a write into another object than the waited-for one: blocked")
+	}
+	if blocked(mnt+"0", pid, core.Waits{1: waited}) {
+		t.Errorf("a write on another mount: blocked")
+	}
+	if !blocked(mnt, pid, core.Waits{pid: waited + 1}) {
+		t.Errorf("a process of one thread whose admission waits: not blocked")
+	}
+	if blocked(mnt, os.Getpid(), core.Waits{os.Getpid(): waited}) {
+		t.Errorf("this test's process, of several threads: blocked")
 	}
 }

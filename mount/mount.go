@@ -482,12 +482,12 @@ func (m *Mount) heldInTree(pid int, id blob.ID) bool {
 
 // idleWriters is the core's IdleWriters, on this mount (none until its
 // ID is known).
-func (m *Mount) idleWriters(pid int, ids []blob.ID) []blob.ID {
+func (m *Mount) idleWriters(pid int, ids []blob.ID, waits core.Waits) []blob.ID {
 	mnt := m.servedID.Load()
 	if mnt == nil {
 		return nil
 	}
-	return idleWriters(*mnt, pid, ids)
+	return idleWriters(*mnt, pid, ids, waits)
 }
 
 // mountOptions are the server's options, for a new mount and for one

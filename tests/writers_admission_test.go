@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1157,7 +1158,9 @@ func TestStoreWaitsForAnIdleWriter(t *testing.T) {
 // With "hold", a child forked first keeps f0 open (closing its copies
 // of the others before the parent writes) until the parent is done;
 // with "exits", a child forked first keeps them all open for a second,
-// then exits. Any error ends it with status 1.
+// then exits; with "child-writes-K", a child forked first, holding them
+// all, writes 4 KiB of "c" at 4 KiB into fK (f4: the file the parent's
+// write waits on), and exits. Any error ends it with status 1.
 const oneThreadOpensMany = `
 import os, sys, time
 d, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -1166,6 +1169,18 @@ fds = [os.open(os.path.join(d, "f%d" % i), os.O_CREAT | os.O_EXCL | os.O_WRONLY,
 if mode == "exits" and os.fork() == 0:
     time.sleep(1)
     os._exit(0)
+writer = 0
+if mode.startswith("child-writes-"):
+    k = int(mode.rsplit("-", 1)[1])
+    writer = os.fork()
+    if writer == 0:
+        time.sleep(0.1)
+        try:
+            os.pwrite(fds[k], b"c" * 4096, 4096)
+        except OSError as e:
+            print("the child's write into f%d:" % k, e, file=sys.stderr)
+            os._exit(1)
+        os._exit(0)
 if hold:
     done_r, done_w = os.pipe()
     ready_r, ready_w = os.pipe()
@@ -1186,6 +1201,8 @@ for fd in fds:
 if hold:
     os.close(done_w)
     os.waitpid(pid, 0)
+if writer and os.waitpid(writer, 0)[1] != 0:
+    sys.exit(1)
 `
 
 // TestOneThreadOpensMoreThanTheCacheReserves: a process of one thread
@@ -1200,10 +1217,16 @@ if hold:
 // reservation stays, the others' do not; and with a child that holds
 // them all for a second, then exits: the wait asks again, and goes on
 // once it is gone (an outside tester: asked once, the fifth file was
-// refused at the wait limit, 6 of 6).
+// refused at the wait limit, 6 of 6); and with a child of one thread
+// that writes into the file the parent waits on, or into another of
+// them: blocked behind the parent's write (the kernel's lock of the
+// file), or waiting for room itself, it cannot write into the others
+// meanwhile (an outside tester: into the same file, both waited out the
+// wait limit, 2 of 2; into another, the child's write was refused at
+// 0.3 s, 3 of 3).
 func TestOneThreadOpensMoreThanTheCacheReserves(t *testing.T) {
 	py := requirePython(t)
-	for _, hold := range []string{"alone", "hold", "exits"} {
+	for _, hold := range []string{"alone", "hold", "exits", "child-writes-4", "child-writes-5"} {
 		t.Run(hold, func(t *testing.T) {
 			d := mountCache(t, "--capacity", "256MiB")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -1216,9 +1239,13 @@ func TestOneThreadOpensMoreThanTheCacheReserves(t *testing.T) {
 				t.Errorf("after 8 stores of 4 KiB into an empty 256 MiB cache: %d objects, %d admission failures; want 8 and none", st.Objects, st.AdmissionFailures)
 			}
 			for i := range 8 {
+				want := bytes.Repeat([]byte{byte(65 + i)}, 4096)
+				if hold == "child-writes-"+strconv.Itoa(i) {
+					want = append(want, bytes.Repeat([]byte("c"), 4096)...)
+				}
 				b, err := os.ReadFile(filepath.Join(d.mp, fmt.Sprintf("f%d", i)))
-				if err != nil || !bytes.Equal(b, bytes.Repeat([]byte{byte(65 + i)}, 4096)) {
-					t.Errorf("f%d: %d bytes, %v; want its 4 KiB", i, len(b), err)
+				if err != nil || !bytes.Equal(b, want) {
+					t.Errorf("f%d: %d bytes, %v; want its %d", i, len(b), err, len(want))
 				}
 			}
 			ledgerExact(t, d)
