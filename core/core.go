@@ -272,6 +272,11 @@ type Core struct {
 	// marked whose first writer opened them complete (see Rewritten),
 	// each with the mtime it had then (0: not known, so changed).
 	rewriting map[blob.ID]int64
+	// GUARDED_BY(writersMu). INVARIANT: unseen holds IDs in marked only:
+	// objects a writer may have written into where the daemon does not
+	// see (Handle.WritesBypass), so that where its bytes went is not
+	// known (see baseSize).
+	unseen map[blob.ID]bool
 	// GUARDED_BY(writersMu): for IDs in marked, the size the last close
 	// settled (settled), and what publishes wait on for the last
 	// release (released, closed then): see awaitRelease.
@@ -421,6 +426,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		base:       map[blob.ID]int64{},
 		intact:     map[blob.ID]blob.Mark{},
 		rewriting:  map[blob.ID]int64{},
+		unseen:     map[blob.ID]bool{},
 		settled:    map[blob.ID]int64{},
 		released:   map[blob.ID]chan struct{}{},
 		truncating: map[blob.ID]*truncation{},

@@ -42,6 +42,10 @@ type Handle struct {
 	// 512 KiB of zeros). An appender that skips the piece cannot be told
 	// from one that retries it: both write at the end.
 	gap refusedRange
+	// base: the size its object was admitted at when h began writing,
+	// which a write through the daemon below it overwrites (see
+	// Core.overwrote); -1: none (a new object, or overwritten already).
+	base atomic.Int64
 	// unreserved: a writer that opened without room to write into (see
 	// Unreserved): each of its writes is to be admitted before it lands.
 	unreserved bool
@@ -435,6 +439,12 @@ func (h *Handle) Write(intr Interrupt, data []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if off < h.base.Load() {
+		// Before the bytes land: a refusal meanwhile must not give the
+		// object back as it was.
+		c.overwrote(h.id, off)
+		h.base.Store(-1)
+	}
 	n, err := h.file.WriteAt(data, off)
 	if err != nil {
 		c.settleShort(h.id, h.file)
@@ -560,6 +570,10 @@ func (h *Handle) Allocate(intr Interrupt, off, size int64, mode uint32) error {
 			return err
 		}
 	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE:
+		if off < h.base.Load() {
+			c.overwrote(h.id, off) // its bytes there are zeros now
+			h.base.Store(-1)
+		}
 	case unix.FALLOC_FL_KEEP_SIZE:
 		// Blocks within the charge (the size rounded up to a block) are
 		// paid for already; past it they would be store bytes that no
@@ -764,15 +778,16 @@ func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) (unix.Stat_t,
 }
 
 // refuse undoes what a writer did to an object that cannot be admitted.
-// An object it created, or whose bytes it truncated, loses every name and
-// its bytes (the writer's handle keeps the inode, empty, until it is
-// released); an object that was complete before the writer opened it
-// keeps its names and goes back to the size it had, so a refused writer
-// never takes a published object down with it. It says whether the
-// object was kept.
+// An object it created, or whose bytes it truncated or overwrote (or
+// may have: see baseSize), loses every name and its bytes (the writer's
+// handle keeps the inode, empty, until it is released); an object that
+// was complete before the writer opened it, and that its writers only
+// appended to, keeps its names and goes back to the size it had, so a
+// refused appender never takes a published object down with it. It
+// says whether the object was kept.
 func (c *Core) refuse(h *Handle) (kept bool) {
 	c.mu.Lock()
-	base := c.baseSize(h.id)
+	base := c.baseSize(h.id, h.file)
 	kept = base >= 0
 	var names []blob.Name
 	if base < 0 {

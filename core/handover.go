@@ -51,6 +51,9 @@ type WriterState struct {
 	// later close's, see remark).
 	Rewrite bool   `json:"rewrite,omitempty"`
 	Opened  *int64 `json:"opened,omitempty"`
+	// Unseen: a writer may have written into it where the daemon does
+	// not see (see Core.unseen).
+	Unseen bool `json:"unseen,omitempty"`
 }
 
 // Frozen is what a frozen Core hands on besides its handles.
@@ -114,7 +117,7 @@ func (c *Core) Freeze(handOnMapped bool) (Frozen, error) {
 	for id := range c.marked {
 		s, has := c.settled[id]
 		opened, rewrite := c.rewriting[id]
-		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has, Intact: c.intact[id].Mtime, Closed: c.intact[id].Closed, Rewrite: rewrite, Opened: &opened})
+		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has, Intact: c.intact[id].Mtime, Closed: c.intact[id].Closed, Rewrite: rewrite, Opened: &opened, Unseen: c.unseen[id]})
 	}
 	c.writersMu.Unlock()
 	c.sizesMu.Lock()
@@ -233,10 +236,14 @@ func (c *Core) adoptWriting(h *Handle) {
 				c.rewriting[h.id] = *w.Opened
 			}
 		}
+		if w.Unseen {
+			c.unseen[h.id] = true
+		}
 		remark = w.Early
 	}
 	c.marked[h.id]++
 	h.writing = true
+	h.base.Store(c.base[h.id])
 	c.writersMu.Unlock()
 	if remark {
 		if err := c.store.MarkWriting(h.file, h.id); err != nil {

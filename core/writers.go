@@ -1,6 +1,7 @@
 package core
 
 import (
+	"os"
 	"syscall"
 	"time"
 
@@ -76,6 +77,7 @@ func (c *Core) startWriting(h *Handle, born, whole bool) error {
 	}
 	c.marked[h.id]++
 	h.writing = true
+	h.base.Store(c.base[h.id])
 	return nil
 }
 
@@ -153,6 +155,7 @@ func (c *Core) unmarkLocked(id blob.ID) (last bool, mark blob.Mark) {
 	delete(c.base, id)
 	delete(c.intact, id)
 	delete(c.rewriting, id)
+	delete(c.unseen, id)
 	delete(c.settled, id)
 	if done, ok := c.released[id]; ok {
 		close(done)
@@ -163,15 +166,28 @@ func (c *Core) unmarkLocked(id blob.ID) (last bool, mark blob.Mark) {
 
 // baseSize is the size a refused writer's object goes back to: what it
 // was admitted at when its first writer opened it, or -1 when it was
-// created by a writer or truncated by one since, so nothing of it was
-// ever complete. mu held (any writer's refusal serialises there).
-func (c *Core) baseSize(id blob.ID) int64 {
+// created by a writer, or truncated or overwritten below that size by
+// one since, so nothing of it is complete (see overwrote). A writer
+// that may have written unseen (writesUnseen) leaves it complete only
+// if nothing was written at all: the stored file (f) still has the
+// mtime it had at the first writer's open. mu held (any writer's
+// refusal serialises there).
+func (c *Core) baseSize(id blob.ID, f *os.File) int64 {
 	c.writersMu.Lock()
-	defer c.writersMu.Unlock()
-	if b, ok := c.base[id]; ok {
-		return b
+	b, ok := c.base[id]
+	opened, rewrite := c.rewriting[id]
+	unseen := c.unseen[id]
+	c.writersMu.Unlock()
+	switch {
+	case !ok:
+		return -1
+	case b > 0 && unseen:
+		var st unix.Stat_t
+		if !rewrite || opened == 0 || unix.Fstat(int(f.Fd()), &st) != nil || !blob.Unchanged(&st, opened) {
+			return -1
+		}
 	}
-	return -1
+	return b
 }
 
 // cutAtOpen records that object id's writing began with an open that
@@ -185,6 +201,35 @@ func (c *Core) cutAtOpen(id blob.ID) {
 	defer c.writersMu.Unlock()
 	if b, ok := c.base[id]; ok && b == 0 {
 		c.base[id] = -1
+	}
+}
+
+// overwrote records that a write through the daemon at off changed the
+// bytes of object id below the size it was admitted at: they are not
+// the object that was complete any more, and a refusal removes it
+// instead of giving back its old size with the refused writer's bytes
+// in it (an outside tester: `dd conv=notrunc` of 200 MiB over a 4 MiB
+// object in 64 MiB was refused ENOSPC, and the object stayed, 4 MiB of
+// the refused writer's zeros, 11 of 11).
+func (c *Core) overwrote(id blob.ID, off int64) {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if b, ok := c.base[id]; ok && off < b {
+		c.base[id] = -1
+	}
+}
+
+// WritesBypass records that the kernel writes writer h's bytes into
+// its object's stored file without the daemon (passthrough), so where
+// they land is not seen: a refusal then takes the object down unless
+// nothing was written at all (see baseSize). The adapter calls it for a
+// writer of an existing object it serves so.
+func (h *Handle) WritesBypass() {
+	c := h.c
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if h.write && c.marked[h.id] > 0 {
+		c.unseen[h.id] = true
 	}
 }
 

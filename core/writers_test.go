@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -471,14 +472,14 @@ func TestOverloadWaitsForWritersThatFinish(t *testing.T) {
 	}
 }
 
-// writePastCapacity has writer h (opened with err) write 12 MiB through
-// passthrough into an 8 MiB cache: its close fails ENOSPC.
-func writePastCapacity(t *testing.T, tc *testCore, h *Handle, err error) {
+// writePastCapacity has writer h (opened with err) write 12 MiB at off
+// through passthrough into an 8 MiB cache: its close fails ENOSPC.
+func writePastCapacity(t *testing.T, tc *testCore, h *Handle, err error, off int64) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.File().WriteAt(make([]byte, 12*mib), 0)
+	h.File().WriteAt(make([]byte, 12*mib), off)
 	tc.Poll()
 	if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("rewrite past the capacity: %v", err)
@@ -486,13 +487,14 @@ func writePastCapacity(t *testing.T, tc *testCore, h *Handle, err error) {
 	h.Release()
 }
 
-// A second writer whose close fails gives the object back at the size it
-// had: it does not take down the object a first writer published.
+// A second writer, an appender, whose close fails gives the object back
+// at the size it had: it does not take down the object a first writer
+// published.
 func TestRefusedRewriteKeepsPublished(t *testing.T) {
 	tc := passthroughCore(t, 8*mib, nil)
 	id := tc.put("obj", mib)
-	h, err := tc.Open(id, os.O_RDWR, true, nil)
-	writePastCapacity(t, tc, h, err)
+	h, err := tc.Open(id, os.O_RDWR|os.O_APPEND, true, nil)
+	writePastCapacity(t, tc, h, err, mib)
 	e, a, err := tc.Lookup(blob.RootID, "obj")
 	if err != nil || e.ID != id || a.Size != mib {
 		t.Fatalf("after the refused rewrite: %v, size %d", err, a.Size)
@@ -530,7 +532,7 @@ func TestRefusedWriterBeforeTheFirstRelease(t *testing.T) {
 			if cut {
 				h, err = tc.OpenTruncated(first.ID(), os.O_RDWR, true, nil)
 			} else {
-				h, err = tc.Open(first.ID(), os.O_RDWR, true, nil)
+				h, err = tc.Open(first.ID(), os.O_RDWR|os.O_APPEND, true, nil)
 			}
 			if tt.firstReleasedEarly {
 				if err != nil {
@@ -541,7 +543,7 @@ func TestRefusedWriterBeforeTheFirstRelease(t *testing.T) {
 					t.Fatalf("published %q while a second writer still wrote", got)
 				}
 			}
-			writePastCapacity(t, tc, h, err)
+			writePastCapacity(t, tc, h, err, mib)
 			if !tt.firstReleasedEarly {
 				first.Release()
 			}
@@ -585,12 +587,76 @@ func TestRefusedTruncatingRewriteRemoved(t *testing.T) {
 			} else {
 				h, err = tc.OpenTruncated(id, os.O_RDWR, true, nil)
 			}
-			writePastCapacity(t, tc, h, err)
+			writePastCapacity(t, tc, h, err, 0)
 			if _, _, err := tc.Lookup(blob.RootID, "obj"); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("after the refused rewrite: %v, want the name gone", err)
 			}
 			if st := tc.Stats(); st.UsedBytes != 0 || st.Objects != 0 {
 				t.Fatalf("after the refused rewrite: %+v", st)
+			}
+		})
+	}
+}
+
+// A refused writer that overwrote the object's bytes, or may have,
+// takes the object down as a refused new store does: given back at its
+// old size, it held the refused writer's bytes and read as complete (an
+// outside tester: `dd conv=notrunc` of 200 MiB over a 4 MiB object in
+// 64 MiB, 11 of 11, with passthrough and without). Only an object its
+// refused writers wrote past the end of, seen so, is kept. The adapter
+// serves such writers through the daemon, but where another handle of
+// the object is open by passthrough, a writer follows it (bypass).
+func TestRefusedOverwriteRemoved(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		bypass bool // written by passthrough (h.File()), Handle.WritesBypass called
+		flags  int
+		off    int64
+		kept   bool
+	}{
+		{"passthrough, over its bytes", true, os.O_RDWR, 0, false},
+		// The daemon does not see where a passthrough writer writes.
+		{"passthrough, past its end", true, os.O_RDWR, mib, false},
+		{"through the daemon, over its bytes", false, os.O_RDWR, mib / 2, false},
+		{"through the daemon, past its end", false, os.O_RDWR, mib, true},
+		{"through the daemon, appending", false, os.O_RDWR | os.O_APPEND, mib, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tc := newTestCore(t, Config{Capacity: 8 * mib, Passthrough: true})
+			id := tc.put("obj", mib)
+			old := tc.readName("obj")
+			h, err := tc.Open(id, c.flags, true, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.bypass {
+				h.WritesBypass()
+				writePastCapacity(t, tc, h, err, c.off)
+			} else {
+				chunk := bytes.Repeat([]byte{0xee}, mib)
+				for off := c.off; ; off += mib {
+					if _, err := h.Write(Interrupt{}, chunk, off); err != nil {
+						break
+					}
+				}
+				if err := h.Flush(); !errors.Is(err, ErrNoSpace) {
+					t.Fatalf("close after a refused write: %v", err)
+				}
+				h.Release()
+			}
+			got, err := os.ReadFile(filepath.Join(tc.store.Dir(), blob.DataName, "obj"))
+			switch {
+			case c.kept && (err != nil || !bytes.Equal(got, old)):
+				t.Errorf("after the refused writer: %d bytes, %v; want the object as it was", len(got), err)
+			case !c.kept && !errors.Is(err, os.ErrNotExist):
+				t.Errorf("after the refused writer: %d bytes, %v; want the object gone", len(got), err)
+			}
+			want := int64(0)
+			if c.kept {
+				want = mib
+			}
+			if st := tc.Stats(); st.UsedBytes != want || st.ReservedBytes != 0 {
+				t.Errorf("after the refused writer: %+v; want %d used", st, want)
 			}
 		})
 	}

@@ -110,9 +110,12 @@ func (f *FS) adopt(ch *core.Handle, existing bool, flags uint32) *handle {
 	h := &handle{Handle: ch, ob: ob, existing: existing}
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
-	h.passthrough = ob.passthroughLocked(ch, flags)
+	h.passthrough = ob.passthroughLocked(ch, flags, existing)
 	if ch.Writable() && existing {
 		f.rewritten.mark(ch.ID())
+		if h.passthrough {
+			ch.WritesBypass()
+		}
 	}
 	// A plain reader the daemon serves beside a writer, or of an object
 	// changed in place before, reads with direct I/O: from the page
@@ -160,12 +163,22 @@ func (ob *object) writingLocked() bool {
 // that had just closed (core's appending), so only a handle really open
 // makes it passthrough. Without passthrough the kernel places every
 // write itself.
-func (ob *object) passthroughLocked(ch *core.Handle, flags uint32) bool {
+//
+// So does a writer of an existing object that did not cut it (no
+// O_TRUNC: `dd conv=notrunc`, an in-place rewrite): the core sees where
+// each write lands, and a refused writer that wrote over the object's
+// bytes takes the object down, where one that only wrote past them
+// leaves it as it was. A passthrough writer's bytes are not seen
+// (core's WritesBypass): its refusal takes the object down whatever it
+// wrote. Connectors store new objects, and rewrite, if ever, with
+// O_TRUNC.
+func (ob *object) passthroughLocked(ch *core.Handle, flags uint32, existing bool) bool {
 	if len(ob.handles) > 0 {
 		return ob.handles[0].passthrough
 	}
 	appending := ch.Writable() && flags&syscall.O_APPEND != 0
-	return ob.fs.cfg.Passthrough && !ch.Unreserved() && !appending
+	inPlace := ch.Writable() && existing && flags&syscall.O_TRUNC == 0
+	return ob.fs.cfg.Passthrough && !ch.Unreserved() && !appending && !inPlace
 }
 
 // opened makes the FUSE handle of a core handle that opened an existing

@@ -5,6 +5,7 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvfs/kvfs/internal/loopfs"
 
@@ -448,5 +450,40 @@ func TestReadersBesideAnInPlaceRewrite(t *testing.T) {
 				d.stop()
 			})
 		}
+	}
+}
+
+// TestRefusedOverwriteRemoved: a writer that overwrites an object in
+// place (`dd conv=notrunc`) past what the cache can hold is refused
+// (ENOSPC at its close), and the object goes, as a refused new store
+// does: its old bytes are gone. It stayed under its name at its old
+// size, holding the refused writer's first bytes, and read as complete
+// (an outside tester, 11 of 11, in every mode). An appender's refusal
+// (`>>`) leaves the object as it was.
+func TestRefusedOverwriteRemoved(t *testing.T) {
+	for _, mode := range [][]string{nil, {"--no-passthrough"}, {"--strict-capacity"}} {
+		t.Run(strings.Join(append([]string{"default"}, mode...), ""), func(t *testing.T) {
+			d := mountCache(t, append([]string{"--capacity", "16MiB", "--wait-limit", "1s"}, mode...)...)
+			obj, kept := filepath.Join(d.mp, "obj"), filepath.Join(d.mp, "kept")
+			putFile(t, obj, objectBytes("obj", 4*MiB))
+			putFile(t, kept, objectBytes("kept", 4*MiB))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, "dd", "if=/dev/zero", "of="+obj, "bs=1M", "count=64", "conv=notrunc").CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "No space left on device") {
+				t.Fatalf("dd conv=notrunc of 64 MiB over a 4 MiB object in 16 MiB: %v: %s; want ENOSPC", err, out)
+			}
+			if b, err := os.ReadFile(obj); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the overwritten object after the refusal: %d bytes (zeros: %v), %v; want it gone", len(b), len(b) > 0 && !bytes.ContainsFunc(b, func(r rune) bool { return r != 0 }), err)
+			}
+			out, err = exec.CommandContext(ctx, "sh", "-c", `head -c 64M /dev/zero >> "$1"`, "sh", kept).CombinedOutput()
+			if err == nil {
+				t.Fatalf("an append of 64 MiB into 16 MiB: stored: %s", out)
+			}
+			if b, err := os.ReadFile(kept); err != nil || !bytes.Equal(b, objectBytes("kept", 4*MiB)) {
+				t.Errorf("the appended object after the refusal: %d bytes, %v; want it as it was", len(b), err)
+			}
+			ledgerExact(t, d)
+		})
 	}
 }
