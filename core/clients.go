@@ -257,18 +257,31 @@ const exitingWait = 2 * time.Millisecond
 // children of a writer hung for good, and the daemon's thread with
 // them). The read that gave up ends once the exec goes on.
 func exiting(t Client) bool {
+	e, _ := exitState(t)
+	return e
+}
+
+// exitState is exiting, and the signal that ended t where one did (see
+// procstat.ExitSignal): a writer killed while it wrote.
+func exitState(t Client) (exiting bool, signal int) {
 	if inExec.recent(t) {
-		return false
+		return false, 0
 	}
-	answer := make(chan bool, 1)
+	answer := make(chan exitRead, 1)
 	go func() { answer <- readExiting(t) }()
 	select {
 	case e := <-answer:
-		return e
+		return e.exiting, e.signal
 	case <-time.After(exitingWait):
 		inExec.note(t)
-		return false
+		return false, 0
 	}
+}
+
+// exitRead is what readExiting read.
+type exitRead struct {
+	exiting bool
+	signal  int
 }
 
 // inExec remembers the threads whose stat a read waited on (see
@@ -303,13 +316,17 @@ func (e *execing) note(t Client) {
 }
 
 // readExiting reads whether thread t is exiting, or gone (a zombie
-// too).
-func readExiting(t Client) bool {
+// too), and the signal that ended it.
+func readExiting(t Client) exitRead {
 	line, err := procstat.Read(int(t))
 	if err != nil {
-		return errors.Is(err, fs.ErrNotExist)
+		return exitRead{exiting: errors.Is(err, fs.ErrNotExist)}
 	}
-	return procstat.Exiting(line) || procstat.State(line) == 'Z'
+	e := procstat.Exiting(line) || procstat.State(line) == 'Z'
+	if !e {
+		return exitRead{}
+	}
+	return exitRead{exiting: true, signal: procstat.ExitSignal(line)}
 }
 
 // statusField is the number in the line "key:" of a /proc status file;

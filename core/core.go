@@ -277,6 +277,10 @@ type Core struct {
 	// see (Handle.WritesBypass), so that where its bytes went is not
 	// known (see baseSize).
 	unseen map[blob.ID]bool
+	// GUARDED_BY(writersMu). INVARIANT: killed holds IDs in marked only:
+	// objects a process closed as a signal ended it (the signal's
+	// number), while it held them for writing (see killedWriting).
+	killed map[blob.ID]int
 	// GUARDED_BY(writersMu): for IDs in marked, the size the last close
 	// settled (settled), and what publishes wait on for the last
 	// release (released, closed then): see awaitRelease.
@@ -427,6 +431,7 @@ func newCore(store *blob.Store, cfg Config, hint int) *Core {
 		intact:     map[blob.ID]blob.Mark{},
 		rewriting:  map[blob.ID]int64{},
 		unseen:     map[blob.ID]bool{},
+		killed:     map[blob.ID]int{},
 		settled:    map[blob.ID]int64{},
 		released:   map[blob.ID]chan struct{}{},
 		truncating: map[blob.ID]*truncation{},

@@ -655,7 +655,14 @@ func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 		return err
 	}
 	same, known := h.c.sameProcess(h, t)
-	if known && !same && !exiting(t) {
+	exitingNow, signal := false, 0
+	if known && !same || t != 0 && h.c.cfg.Published != nil {
+		exitingNow, signal = exitState(t)
+	}
+	if signal != 0 {
+		h.c.killedWriting(h, signal)
+	}
+	if known && !same && !exitingNow {
 		// Another process's close that is not its exit's: a child's
 		// exec closing what it inherited, while its parent writes on.
 		// Its writing does not look ended (see ledger.Show): hidden,
@@ -909,12 +916,17 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 	// The names to publish are taken as the last writer ends, under the
 	// namespace lock: a link racing this release publishes its name
 	// itself or leaves it to this list, never both (see publish.go).
+	killed := c.killedBy(h.id)
 	_, pub, rewrote, merr := c.endWriting(h, func() []string {
-		if err != nil || (refused && !kept) {
+		if err != nil || (refused && !kept) || killed != 0 {
 			return nil
 		}
 		return c.pathsLocked(h.id)
 	})
+	if killed != 0 && c.cfg.Published != nil && len(pub) == 0 && !refused && err == nil {
+		c.log.Info("a process holding an object for writing was ended by a signal: the object is kept here and not published to the shared tier",
+			zap.Uint64("id", uint64(h.id)), zap.Int("signal", killed))
+	}
 	if merr != nil {
 		c.log.Warn("clearing a writing marker", zap.Uint64("id", uint64(h.id)), zap.Error(merr))
 	}

@@ -54,6 +54,9 @@ type WriterState struct {
 	// Unseen: a writer may have written into it where the daemon does
 	// not see (see Core.unseen).
 	Unseen bool `json:"unseen,omitempty"`
+	// Killed: a process a signal ended held it for writing (see
+	// Core.killed).
+	Killed int `json:"killed,omitempty"`
 }
 
 // Frozen is what a frozen Core hands on besides its handles.
@@ -117,7 +120,7 @@ func (c *Core) Freeze(handOnMapped bool) (Frozen, error) {
 	for id := range c.marked {
 		s, has := c.settled[id]
 		opened, rewrite := c.rewriting[id]
-		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has, Intact: c.intact[id].Mtime, Closed: c.intact[id].Closed, Rewrite: rewrite, Opened: &opened, Unseen: c.unseen[id]})
+		fr.Writers = append(fr.Writers, WriterState{ID: id, Base: c.base[id], Settled: s, HasSettled: has, Intact: c.intact[id].Mtime, Closed: c.intact[id].Closed, Rewrite: rewrite, Opened: &opened, Unseen: c.unseen[id], Killed: c.killed[id]})
 	}
 	c.writersMu.Unlock()
 	c.sizesMu.Lock()
@@ -238,6 +241,9 @@ func (c *Core) adoptWriting(h *Handle) {
 		}
 		if w.Unseen {
 			c.unseen[h.id] = true
+		}
+		if w.Killed != 0 {
+			c.killed[h.id] = w.Killed
 		}
 		remark = w.Early
 	}

@@ -156,6 +156,7 @@ func (c *Core) unmarkLocked(id blob.ID) (last bool, mark blob.Mark) {
 	delete(c.intact, id)
 	delete(c.rewriting, id)
 	delete(c.unseen, id)
+	delete(c.killed, id)
 	delete(c.settled, id)
 	if done, ok := c.released[id]; ok {
 		close(done)
@@ -231,6 +232,30 @@ func (h *Handle) WritesBypass() {
 	if h.write && c.marked[h.id] > 0 {
 		c.unseen[h.id] = true
 	}
+}
+
+// killedWriting records that a process a signal ended closed writer h
+// as it died (the kernel closes a dying process's files): it may have
+// been killed mid-write, and what it left is a prefix that reads as
+// complete. The object stays here, as a file system keeps what was
+// written, but its last release does not publish it (Config.Published:
+// the shared tier), so other nodes miss it rather than load a prefix
+// (an outside tester: a writer of its final name killed mid-write had
+// its cut object uploaded and read by every node, 5 of 6 kills).
+func (c *Core) killedWriting(h *Handle, signal int) {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	if c.marked[h.id] > 0 {
+		c.killed[h.id] = signal
+	}
+}
+
+// killedBy is the signal that ended a process as it held object id for
+// writing, if any did (see killedWriting).
+func (c *Core) killedBy(id blob.ID) int {
+	c.writersMu.Lock()
+	defer c.writersMu.Unlock()
+	return c.killed[id]
 }
 
 // truncated records a truncate of an object being written: below the

@@ -8,7 +8,9 @@ package tests
 // fusefs.TestRemoteNegativeCache.
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -552,4 +554,51 @@ func TestRemoteBadFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRemoteWriterKilledMidWrite: a writer of an object's final name
+// killed by a signal while it holds the object (here between two
+// writes) leaves what it wrote on its node, as a file system does, but
+// the object is not uploaded: what a killed writer left reads as
+// complete, and uploaded it reached every node (an outside tester: 5 of
+// 6 kills mid-write had the prefix on every node and in the bucket).
+// A writer that ends of itself is uploaded as ever.
+func TestRemoteWriterKilledMidWrite(t *testing.T) {
+	srv := s3test.New(t)
+	a := startRemoteNode(t, srv, t.TempDir(), "a")
+	want := objectBytes("killed", 512<<10)
+	p := finalPath(a.mp, "killed")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The shell writes, then execs a sleep that keeps the descriptor:
+	// the kill ends the holder, whose exit closes it.
+	cmd := exec.CommandContext(ctx, "sh", "-c", `exec 3>"$1"; cat >&3; echo written; exec sleep 60`, "sh", p)
+	cmd.Stdin = bytes.NewReader(want)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "written\n" {
+		t.Fatalf("the writer: %q, %v", line, err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	a.put("control", objectBytes("control", 512<<10))
+	a.uploaded()
+	if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("the killed writer's object on its node: %d bytes, %v; want what it wrote", len(got), err)
+	}
+	if got, _ := remoteObject(t, srv, "killed"); got != nil {
+		t.Errorf("the killed writer's object is in the bucket (%d bytes); want it kept off the shared tier", len(got))
+	}
+	if got, _ := remoteObject(t, srv, "control"); got == nil {
+		t.Error("a store by a writer that ended of itself is not in the bucket")
+	}
+	a.stop()
 }

@@ -56,6 +56,24 @@ func Exiting(line string) bool {
 	return err == nil && flags&pfExiting != 0
 }
 
+// ExitSignal is the signal that ended the line's task, where it is in
+// its exit (or through it): its exit code (the 52nd field, what
+// waitpid(2) will report, set as the exit begins, before its files are
+// closed), when that says a signal; 0 where it exits of itself, is not
+// exiting, or the field is not shown (Linux before 3.5, a reader that
+// may not trace the task).
+func ExitSignal(line string) int {
+	f := Fields(line)
+	if len(f) < 50 {
+		return 0
+	}
+	code, err := strconv.ParseUint(f[49], 10, 32)
+	if err != nil {
+		return 0
+	}
+	return int(code & 0x7f)
+}
+
 // CPU is the time the line's task has run, user and system (the 14th
 // and 15th fields); ok is false where they cannot be read.
 func CPU(line string) (cpu time.Duration, ok bool) {

@@ -2,6 +2,7 @@ package procstat
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -65,5 +66,39 @@ func TestThreads(t *testing.T) {
 	}
 	if n := Threads(line); n < 1 {
 		t.Errorf("Threads of this process = %d, want at least 1", n)
+	}
+}
+
+// TestExitSignal: the exit code's signal, from the 52nd field, as a
+// dying task's line shows it once its exit began (9: SIGKILL; 256: an
+// exit(1), no signal); 0 for a line too short to have it.
+func TestExitSignal(t *testing.T) {
+	line := func(code string) string {
+		f := make([]string, 49)
+		for i := range f {
+			f[i] = "0"
+		}
+		f[0], f[6] = "D", "4194308"
+		return "7 (a) b) " + strings.Join(f, " ") + " " + code
+	}
+	for l, want := range map[string]int{
+		line("9"):                9,
+		line("15"):               15,
+		line("137"):              9, // a core dump's bit set
+		line("256"):              0,
+		line("0"):                0,
+		"7 (a) D 1 7 7 0 -1 4 0": 0,
+		"garbage":                0,
+	} {
+		if got := ExitSignal(l); got != want {
+			t.Errorf("ExitSignal(%q) = %d, want %d", l, got, want)
+		}
+	}
+	own, err := Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(Fields(own)) < 50 || ExitSignal(own) != 0 {
+		t.Errorf("this live process's line: %d fields, signal %d", len(Fields(own)), ExitSignal(own))
 	}
 }
