@@ -195,3 +195,52 @@ func TestLoadingLookupAcrossTheSwitch(t *testing.T) {
 		t.Errorf("notices pending %+v; want the kernel told to forget obj", pending)
 	}
 }
+
+// TestLoadingDirectoryUsedAfterTheSwitch: once loaded, a request made
+// through a directory node of the load's (a path walk that reached it
+// before the switch, which goes on through it) has the kernel forget
+// the name it found or made there: each such name keeps that directory
+// in the kernel, unreachable by any new walk, so never looked up again,
+// and every handover was refused for it (an outside tester: 5 starts in
+// 6, "1 names"/"2 names", past 100 s). Absent names are names there too.
+func TestLoadingDirectoryUsedAfterTheSwitch(t *testing.T) {
+	dir := t.TempDir()
+	store, err := blob.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, blob.DataName, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, blob.DataName, "d", "obj"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, l := newLoading(t, store)
+	var d fuse.EntryOut
+	if st := l.Lookup(nil, &fuse.InHeader{NodeId: uint64(core.RootID)}, "d", &d); !st.Ok() || d.NodeId < LoadBase {
+		t.Fatalf("lookup of d while loading: %v, node %d", st, d.NodeId)
+	}
+	c, _, err := core.Open(store, core.Config{Capacity: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.AwaitEarly()
+	c.Start(func(core.Drop) {})
+	fs := New(c, Config{})
+	l.Ready(fs)
+	for _, name := range []string{"obj", "absent"} {
+		var out fuse.EntryOut
+		if st := l.Lookup(nil, &fuse.InHeader{NodeId: d.NodeId}, name, &out); !st.Ok() && st != fuse.ENOENT {
+			t.Fatalf("lookup of d/%s through the load's node, once loaded: %v", name, st)
+		}
+	}
+	fs.notices.mu.Lock()
+	pending := slices.Clone(fs.notices.pending)
+	fs.notices.mu.Unlock()
+	for _, name := range []string{"obj", "absent"} {
+		if !slices.Contains(pending, notice{node: core.ID(d.NodeId), name: name}) {
+			t.Errorf("notices pending %+v; want the kernel told to forget d/%s under the load's node", pending, name)
+		}
+	}
+}

@@ -188,6 +188,20 @@ func (p *kernelNodes[N]) init() {
 	p.byID, p.byName = map[core.ID]N{}, map[nameKey]N{}
 }
 
+// some is up to n of the nodes, in no order, each with its lookups not
+// yet forgotten.
+func (p *kernelNodes[N]) some(n int) (nodes []N, lookups []uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, x := range p.byID {
+		if len(nodes) == n {
+			break
+		}
+		nodes, lookups = append(nodes, x), append(lookups, *x.lookupCount())
+	}
+	return nodes, lookups
+}
+
 // get is node id, or the zero N.
 func (p *kernelNodes[N]) get(id core.ID) N {
 	if p.n.Load() == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/kvfs/kvfs/blob"
@@ -173,7 +174,7 @@ func (m *Mount) loadHeld() error {
 		return nil
 	}
 	if names, handles := m.loading.Held(); names+handles > 0 {
-		return fmt.Errorf("%w (%d names, %d open handles)", errLoadsHeld, names, handles)
+		return fmt.Errorf("%w (%d names, %d open handles; names: %s)", errLoadsHeld, names, handles, strings.Join(m.loading.HeldNames(3), ", "))
 	}
 	return nil
 }
