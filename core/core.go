@@ -167,13 +167,13 @@ type Config struct {
 	// daemon dies). See watchClosed.
 	HeldInTree func(pid int, id blob.ID) bool
 	// IdleWriters, when set, returns which of ids, objects whose one
-	// writer process pid created and holds, only the thread of pid that
-	// waits for room can write while it waits: pid has that one thread,
-	// and no process it forked holds them but processes of one thread
-	// that cannot write meanwhile either, their thread waiting too: for
-	// room (waits), or in a write into an object whose admission waits
-	// for room, behind it (the kernel lets one write into a file at a
-	// time). See loosenIdle.
+	// writer process pid created and holds, no one can write while the
+	// admissions in waits wait: pid and every process it forked that
+	// holds them have one thread, which cannot write meanwhile: it
+	// waits for room (waits, the asking thread included), or is in a
+	// write into an object whose admission waits for room, behind it
+	// (the kernel lets one write into a file at a time). See
+	// loosenIdle.
 	IdleWriters func(pid int, ids []blob.ID, waits Waits) []blob.ID
 }
 

@@ -540,16 +540,16 @@ func inTree(mnt string, pid int, self bool, found func(pid int, ino string) bool
 }
 
 // idleWriters is which of ids, objects of the mount of ID mnt that
-// process pid writes, only the thread of pid that waits can write
-// while it waits: pid has one thread, and no process it forked holds
-// them (nor, where the kernel does not say a descriptor's inode, any
-// file of the mount) but processes of one thread that cannot write
-// meanwhile either (blocked): an outside tester's child, forked after
+// process pid writes, no one can write while the admissions in waits
+// wait: pid cannot (blocked: its one thread waits, or writes behind a
+// waiting write), and no process it forked holds them (nor, where the
+// kernel does not say a descriptor's inode, any file of the mount) but
+// processes that cannot either: an outside tester's child, forked after
 // the opens, writing into the very file its parent waited on, and the
 // parent both waited out the wait limit, 2 of 2. See
 // core.Config.IdleWriters.
 func idleWriters(mnt string, pid int, ids []blob.ID, waits core.Waits) []blob.ID {
-	if line, err := procstat.Read(pid); err != nil || procstat.Threads(line) != 1 {
+	if !blocked(mnt, pid, waits) {
 		return nil
 	}
 	held := map[string]bool{}

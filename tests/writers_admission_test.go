@@ -1160,7 +1160,9 @@ func TestStoreWaitsForAnIdleWriter(t *testing.T) {
 // with "exits", a child forked first keeps them all open for a second,
 // then exits; with "child-writes-K", a child forked first, holding them
 // all, writes 4 KiB of "c" at 4 KiB into fK (f4: the file the parent's
-// write waits on), and exits. Any error ends it with status 1.
+// write waits on), and exits; "child-first-K" is the same with the
+// child's write made first (the parent writes 0.2 s later). Any error
+// ends it with status 1.
 const oneThreadOpensMany = `
 import os, sys, time
 d, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -1170,17 +1172,21 @@ if mode == "exits" and os.fork() == 0:
     time.sleep(1)
     os._exit(0)
 writer = 0
-if mode.startswith("child-writes-"):
+if mode.startswith("child-writes-") or mode.startswith("child-first-"):
     k = int(mode.rsplit("-", 1)[1])
+    first = mode.startswith("child-first-")
     writer = os.fork()
     if writer == 0:
-        time.sleep(0.1)
+        if not first:
+            time.sleep(0.1)
         try:
             os.pwrite(fds[k], b"c" * 4096, 4096)
         except OSError as e:
             print("the child's write into f%d:" % k, e, file=sys.stderr)
             os._exit(1)
         os._exit(0)
+    if first:
+        time.sleep(0.2)
 if hold:
     done_r, done_w = os.pipe()
     ready_r, ready_w = os.pipe()
@@ -1223,10 +1229,12 @@ if writer and os.waitpid(writer, 0)[1] != 0:
 // file), or waiting for room itself, it cannot write into the others
 // meanwhile (an outside tester: into the same file, both waited out the
 // wait limit, 2 of 2; into another, the child's write was refused at
-// 0.3 s, 3 of 3).
+// 0.3 s, 3 of 3); and with the child's write into that file made
+// first, the parent's then waiting for the file's lock behind it (a
+// re-test: with 16 MiB writes, 4 of 4 waited out the limit).
 func TestOneThreadOpensMoreThanTheCacheReserves(t *testing.T) {
 	py := requirePython(t)
-	for _, hold := range []string{"alone", "hold", "exits", "child-writes-4", "child-writes-5"} {
+	for _, hold := range []string{"alone", "hold", "exits", "child-writes-4", "child-writes-5", "child-first-4"} {
 		t.Run(hold, func(t *testing.T) {
 			d := mountCache(t, "--capacity", "256MiB")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -1240,7 +1248,7 @@ func TestOneThreadOpensMoreThanTheCacheReserves(t *testing.T) {
 			}
 			for i := range 8 {
 				want := bytes.Repeat([]byte{byte(65 + i)}, 4096)
-				if hold == "child-writes-"+strconv.Itoa(i) {
+				if hold == "child-writes-"+strconv.Itoa(i) || hold == "child-first-"+strconv.Itoa(i) {
 					want = append(want, bytes.Repeat([]byte("c"), 4096)...)
 				}
 				b, err := os.ReadFile(filepath.Join(d.mp, fmt.Sprintf("f%d", i)))
