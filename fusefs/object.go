@@ -113,7 +113,9 @@ func (f *FS) adopt(ch *core.Handle, existing bool, flags uint32) *handle {
 	h.passthrough = ob.passthroughLocked(ch, flags, existing)
 	if ch.Writable() && existing {
 		f.rewritten.mark(ch.ID())
-		if h.passthrough {
+		if h.passthrough && flags&syscall.O_APPEND == 0 {
+			// (A passthrough appender appends whatever it does after:
+			// see passthroughLocked.)
 			ch.WritesBypass()
 		}
 	}

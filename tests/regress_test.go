@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -459,7 +460,9 @@ func TestReadersBesideAnInPlaceRewrite(t *testing.T) {
 // does: its old bytes are gone. It stayed under its name at its old
 // size, holding the refused writer's first bytes, and read as complete
 // (an outside tester, 11 of 11, in every mode). An appender's refusal
-// (`>>`) leaves the object as it was.
+// (`>>`) leaves the object as it was, also where a reader that held it
+// open first made the appender passthrough (a re-test: removed, 10 of
+// 10, and the reader read nothing).
 func TestRefusedOverwriteRemoved(t *testing.T) {
 	for _, mode := range [][]string{nil, {"--no-passthrough"}, {"--strict-capacity"}} {
 		t.Run(strings.Join(append([]string{"default"}, mode...), ""), func(t *testing.T) {
@@ -476,6 +479,11 @@ func TestRefusedOverwriteRemoved(t *testing.T) {
 			if b, err := os.ReadFile(obj); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the overwritten object after the refusal: %d bytes (zeros: %v), %v; want it gone", len(b), len(b) > 0 && !bytes.ContainsFunc(b, func(r rune) bool { return r != 0 }), err)
 			}
+			reader, err := os.Open(kept)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reader.Close()
 			out, err = exec.CommandContext(ctx, "sh", "-c", `head -c 64M /dev/zero >> "$1"`, "sh", kept).CombinedOutput()
 			if err == nil {
 				t.Fatalf("an append of 64 MiB into 16 MiB: stored: %s", out)
@@ -483,6 +491,10 @@ func TestRefusedOverwriteRemoved(t *testing.T) {
 			if b, err := os.ReadFile(kept); err != nil || !bytes.Equal(b, objectBytes("kept", 4*MiB)) {
 				t.Errorf("the appended object after the refusal: %d bytes, %v; want it as it was", len(b), err)
 			}
+			if b, err := io.ReadAll(reader); err != nil || !bytes.Equal(b, objectBytes("kept", 4*MiB)) {
+				t.Errorf("a reader open before the refused appender: %d bytes, %v; want the object as it was", len(b), err)
+			}
+			reader.Close()
 			ledgerExact(t, d)
 		})
 	}
