@@ -145,7 +145,7 @@ func checkIndex(t *testing.T, s *Store) {
 		}
 		idOf[st.Ino] = id
 		links := uint64(len(s.files[id].links())) + markers[st.Ino]
-		if st.Nlink != links {
+		if uint64(st.Nlink) != links {
 			fail("%s: nlink %d, want %d (names + write markers)", rel, st.Nlink, links)
 		}
 	}

@@ -16,19 +16,25 @@ func statAt(dirfd int, name string, st *unix.Stat_t) error {
 		return err
 	}
 	*st = unix.Stat_t{
-		Dev:     unix.Mkdev(x.Dev_major, x.Dev_minor),
-		Ino:     x.Ino,
-		Nlink:   uint64(x.Nlink),
-		Mode:    uint32(x.Mode),
-		Uid:     x.Uid,
-		Gid:     x.Gid,
-		Rdev:    unix.Mkdev(x.Rdev_major, x.Rdev_minor),
-		Size:    int64(x.Size),
-		Blksize: int64(x.Blksize),
-		Blocks:  int64(x.Blocks),
-		Atim:    unix.Timespec{Sec: x.Atime.Sec, Nsec: int64(x.Atime.Nsec)},
-		Mtim:    unix.Timespec{Sec: x.Mtime.Sec, Nsec: int64(x.Mtime.Nsec)},
-		Ctim:    unix.Timespec{Sec: x.Ctime.Sec, Nsec: int64(x.Ctime.Nsec)},
+		Dev:    unix.Mkdev(x.Dev_major, x.Dev_minor),
+		Ino:    x.Ino,
+		Mode:   uint32(x.Mode),
+		Uid:    x.Uid,
+		Gid:    x.Gid,
+		Rdev:   unix.Mkdev(x.Rdev_major, x.Rdev_minor),
+		Size:   int64(x.Size),
+		Blocks: int64(x.Blocks),
+		Atim:   unix.Timespec{Sec: x.Atime.Sec, Nsec: int64(x.Atime.Nsec)},
+		Mtim:   unix.Timespec{Sec: x.Mtime.Sec, Nsec: int64(x.Mtime.Nsec)},
+		Ctim:   unix.Timespec{Sec: x.Ctime.Sec, Nsec: int64(x.Ctime.Nsec)},
 	}
+	// Their types differ by architecture (uint32 and int32 on arm64,
+	// which did not build before).
+	setNum(&st.Nlink, x.Nlink)
+	setNum(&st.Blksize, x.Blksize)
 	return nil
 }
+
+// setNum sets a number of whichever integer type unix.Stat_t gives it on
+// this architecture.
+func setNum[T ~int32 | ~int64 | ~uint32 | ~uint64](dst *T, v uint32) { *dst = T(v) }
