@@ -917,13 +917,13 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 	// namespace lock: a link racing this release publishes its name
 	// itself or leaves it to this list, never both (see publish.go).
 	killed := c.killedBy(h.id)
-	_, pub, rewrote, merr := c.endWriting(h, func() []string {
+	last, pub, rewrote, merr := c.endWriting(h, func() []string {
 		if err != nil || (refused && !kept) || killed != 0 {
 			return nil
 		}
 		return c.pathsLocked(h.id)
 	})
-	if killed != 0 && c.cfg.Published != nil && len(pub) == 0 && !refused && err == nil {
+	if last && killed != 0 && c.cfg.Published != nil && !refused && err == nil {
 		c.log.Info("a process holding an object for writing was ended by a signal: the object is kept here and not published to the shared tier",
 			zap.Uint64("id", uint64(h.id)), zap.Int("signal", killed))
 	}

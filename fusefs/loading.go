@@ -410,11 +410,11 @@ func (l *Loading) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name str
 		// Ready came after this lookup began, and may have listed the
 		// names to drop before its node was made: the kernel is told
 		// to forget this one too, or it would hold it, and a handover
-		// would wait for it, until a client looked it up again (an
-		// outside tester's handover stayed refused for 38 s and more,
-		// "2 names" held, 1 start in 5 under lookups from 6 threads).
-		// The notice waits in the kernel for the directory's lock,
-		// which the lookup holds until its answer is in.
+		// would wait for it, until a client looked it up again (found
+		// reading the code for an outside tester's refused handovers,
+		// whose cause was the one under describes). The notice waits
+		// in the kernel for the directory's lock, which the lookup
+		// holds until its answer is in.
 		fs.queue(notice{node: parent, name: name})
 	}
 	return fuse.OK
