@@ -455,15 +455,7 @@ func TestIdleWritersOfTheWaitingProcessLoosen(t *testing.T) {
 						}
 						return nil
 					}})
-				var hs []*Handle
-				for i := range 8 {
-					h, err := tc.createBy(me, fmt.Sprintf("o%d", i))
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer h.Release()
-					hs = append(hs, h)
-				}
+				hs := tc.eightWriters(me)
 				if st := tc.Stats(); st.ReservedBytes != 64*mib {
 					t.Fatalf("8 writers with no size known: %+v; want the first 4 reserved a quarter each", st)
 				}
@@ -518,14 +510,7 @@ func TestIdleWritersBesideAWaitingChild(t *testing.T) {
 				}
 				return nil
 			}})
-		for i := range 8 {
-			h, err := tc.createBy(me, fmt.Sprintf("o%d", i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer h.Release()
-			hs = append(hs, h)
-		}
+		hs = tc.eightWriters(me)
 		for _, h := range hs[:4] {
 			if _, err := h.File().WriteAt(make([]byte, 4096), 0); err != nil {
 				t.Fatal(err)
@@ -548,4 +533,20 @@ func TestIdleWritersBesideAWaitingChild(t *testing.T) {
 			t.Errorf("threads still counted as waiting for room after their admissions: %v", w)
 		}
 	})
+}
+
+// eightWriters creates o0 ... o7 for writing, as client by; they are
+// released as the test ends.
+func (tc *testCore) eightWriters(by Client) []*Handle {
+	tc.t.Helper()
+	var hs []*Handle
+	for i := range 8 {
+		h, err := tc.createBy(by, fmt.Sprintf("o%d", i))
+		if err != nil {
+			tc.t.Fatal(err)
+		}
+		tc.t.Cleanup(h.Release)
+		hs = append(hs, h)
+	}
+	return hs
 }

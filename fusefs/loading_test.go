@@ -172,14 +172,7 @@ func TestLoadingLookupAcrossTheSwitch(t *testing.T) {
 	}()
 	<-looked
 
-	c, _, err := core.Open(store, core.Config{Capacity: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.AwaitEarly()
-	c.Start(func(core.Drop) {})
-	fs := New(c, Config{})
+	fs := loadedFS(t, store)
 	l.Ready(fs)
 	close(proceed)
 	if st := <-done; !st.Ok() || out.NodeId < LoadBase {
@@ -188,9 +181,7 @@ func TestLoadingLookupAcrossTheSwitch(t *testing.T) {
 	if names, _ := l.Held(); names != 1 {
 		t.Fatalf("%d names of the load's held, want the lookup's", names)
 	}
-	fs.notices.mu.Lock()
-	pending := slices.Clone(fs.notices.pending)
-	fs.notices.mu.Unlock()
+	pending := pendingNotices(fs)
 	if !slices.Contains(pending, notice{node: core.RootID, name: "obj"}) {
 		t.Errorf("notices pending %+v; want the kernel told to forget obj", pending)
 	}
@@ -220,14 +211,7 @@ func TestLoadingDirectoryUsedAfterTheSwitch(t *testing.T) {
 	if st := l.Lookup(nil, &fuse.InHeader{NodeId: uint64(core.RootID)}, "d", &d); !st.Ok() || d.NodeId < LoadBase {
 		t.Fatalf("lookup of d while loading: %v, node %d", st, d.NodeId)
 	}
-	c, _, err := core.Open(store, core.Config{Capacity: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.AwaitEarly()
-	c.Start(func(core.Drop) {})
-	fs := New(c, Config{})
+	fs := loadedFS(t, store)
 	l.Ready(fs)
 	for _, name := range []string{"obj", "absent"} {
 		var out fuse.EntryOut
@@ -235,12 +219,30 @@ func TestLoadingDirectoryUsedAfterTheSwitch(t *testing.T) {
 			t.Fatalf("lookup of d/%s through the load's node, once loaded: %v", name, st)
 		}
 	}
-	fs.notices.mu.Lock()
-	pending := slices.Clone(fs.notices.pending)
-	fs.notices.mu.Unlock()
+	pending := pendingNotices(fs)
 	for _, name := range []string{"obj", "absent"} {
 		if !slices.Contains(pending, notice{node: core.ID(d.NodeId), name: name}) {
 			t.Errorf("notices pending %+v; want the kernel told to forget d/%s under the load's node", pending, name)
 		}
 	}
+}
+
+// loadedFS is the FS a load switches to, over store's core.
+func loadedFS(t *testing.T, store *blob.Store) *FS {
+	t.Helper()
+	c, _, err := core.Open(store, core.Config{Capacity: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.AwaitEarly()
+	c.Start(func(core.Drop) {})
+	return New(c, Config{})
+}
+
+// pendingNotices are the kernel notices fs has queued and not sent.
+func pendingNotices(fs *FS) []notice {
+	fs.notices.mu.Lock()
+	defer fs.notices.mu.Unlock()
+	return slices.Clone(fs.notices.pending)
 }
