@@ -227,7 +227,9 @@ func TestLoadingDirectoryUsedAfterTheSwitch(t *testing.T) {
 	}
 }
 
-// loadedFS is the FS a load switches to, over store's core.
+// loadedFS is the FS a load switches to, over store's core, its notices
+// kept pending for the test to read (with no kernel, its sender would
+// take and drop them, at a moment of its own).
 func loadedFS(t *testing.T, store *blob.Store) *FS {
 	t.Helper()
 	c, _, err := core.Open(store, core.Config{Capacity: 64 << 20})
@@ -237,7 +239,11 @@ func loadedFS(t *testing.T, store *blob.Store) *FS {
 	t.Cleanup(func() { c.Close() })
 	c.AwaitEarly()
 	c.Start(func(core.Drop) {})
-	return New(c, Config{})
+	fs := New(c, Config{})
+	fs.notices.mu.Lock()
+	fs.notices.paused = true
+	fs.notices.mu.Unlock()
+	return fs
 }
 
 // pendingNotices are the kernel notices fs has queued and not sent.
