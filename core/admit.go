@@ -278,11 +278,12 @@ const idleLookWait = 20 * time.Millisecond
 
 // loosenIdle, as id's admission by client thread t waits for room (at
 // its first wait, then each stallWait), makes loose (ledger.Loosen)
-// what the other writers of t's process reserved and have not written,
-// where nothing else can write to them while t waits: t's process has
-// no other thread and no process it forked holds them, but processes
-// of one thread that wait for room too (Config.IdleWriters; clients
-// counts the threads that wait). With passthrough a
+// what the other writers of id's maker's process (t's, or its parent's)
+// reserved and have not written, where nothing can write to them while
+// t waits: that process, and every process it forked that holds them,
+// has one thread, which waits for room or writes behind a write that
+// does (Config.IdleWriters; clients counts the threads that wait). With
+// passthrough a
 // writer's reservation is firm, never taken back for another (its
 // writes reach the store unasked); but a process of one thread that
 // opened more files than the cache could reserve before writing any (8

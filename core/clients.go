@@ -244,25 +244,20 @@ func (cl *clients) process(t Client) proc {
 	return p
 }
 
-// exitingWait bounds exiting's read of /proc/TID/stat.
+// exitingWait bounds exitState's read of /proc/TID/stat.
 const exitingWait = 2 * time.Millisecond
 
-// exiting says whether client thread t is exiting, or gone: its close
-// of a descriptor is its exit's, not a close it made (a child that
-// execs closes what it inherited close-on-exec, and goes on). False
-// where /proc does not say, or not within exitingWait: a task in
-// execve holds its exec lock while it closes those descriptors, and a
-// read of its stat waits for that lock, so a FLUSH that waited for the
-// read never ended, nor the exec, nor the read (an outside tester's
-// children of a writer hung for good, and the daemon's thread with
-// them). The read that gave up ends once the exec goes on.
-func exiting(t Client) bool {
-	e, _ := exitState(t)
-	return e
-}
-
-// exitState is exiting, and the signal that ended t where one did (see
-// procstat.ExitSignal): a writer killed while it wrote.
+// exitState says whether client thread t is exiting, or gone, and the
+// signal that ended it where one did (see procstat.ExitSignal: a writer
+// killed while it wrote). Exiting, its close of a descriptor is its
+// exit's, not a close it made (a child that execs closes what it
+// inherited close-on-exec, and goes on). False where /proc does not
+// say, or not within exitingWait: a task in execve holds its exec lock
+// while it closes those descriptors, and a read of its stat waits for
+// that lock, so a FLUSH that waited for the read never ended, nor the
+// exec, nor the read (an outside tester's children of a writer hung for
+// good, and the daemon's thread with them). The read that gave up ends
+// once the exec goes on.
 func exitState(t Client) (exiting bool, signal int) {
 	if inExec.recent(t) {
 		return false, 0

@@ -44,7 +44,7 @@ type Handle struct {
 	gap refusedRange
 	// base: the size its object was admitted at when h began writing,
 	// which a write through the daemon below it overwrites (see
-	// Core.overwrote); -1: none (a new object, or overwritten already).
+	// Core.changedBelow); -1: none (a new object, or overwritten already).
 	base atomic.Int64
 	// unreserved: a writer that opened without room to write into (see
 	// Unreserved): each of its writes is to be admitted before it lands.
@@ -442,7 +442,7 @@ func (h *Handle) Write(intr Interrupt, data []byte, off int64) (int, error) {
 	if off < h.base.Load() {
 		// Before the bytes land: a refusal meanwhile must not give the
 		// object back as it was.
-		c.overwrote(h.id, off)
+		c.changedBelow(h.id, off)
 		h.base.Store(-1)
 	}
 	n, err := h.file.WriteAt(data, off)
@@ -529,7 +529,7 @@ func (c *Core) Truncate(intr Interrupt, id blob.ID, f *os.File, size int64) erro
 	if err != nil {
 		return err
 	}
-	c.truncated(id, size)
+	c.changedBelow(id, size)
 	if err := f.Truncate(size); err != nil {
 		c.settleShort(id, f)
 		return err
@@ -571,7 +571,7 @@ func (h *Handle) Allocate(intr Interrupt, off, size int64, mode uint32) error {
 		}
 	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE:
 		if off < h.base.Load() {
-			c.overwrote(h.id, off) // its bytes there are zeros now
+			c.changedBelow(h.id, off) // its bytes there are zeros now
 			h.base.Store(-1)
 		}
 	case unix.FALLOC_FL_KEEP_SIZE:

@@ -168,9 +168,9 @@ func (c *Core) unmarkLocked(id blob.ID) (last bool, mark blob.Mark) {
 // baseSize is the size a refused writer's object goes back to: what it
 // was admitted at when its first writer opened it, or -1 when it was
 // created by a writer, or truncated or overwritten below that size by
-// one since, so nothing of it is complete (see overwrote). A writer
-// that may have written unseen (writesUnseen) leaves it complete only
-// if nothing was written at all: the stored file (f) still has the
+// one since, so nothing of it is complete (see changedBelow). A writer
+// that may have written unseen (Handle.WritesBypass) leaves it complete
+// only if nothing was written at all: the stored file (f) still has the
 // mtime it had at the first writer's open. mu held (any writer's
 // refusal serialises there).
 func (c *Core) baseSize(id blob.ID, f *os.File) int64 {
@@ -195,27 +195,12 @@ func (c *Core) baseSize(id blob.ID, f *os.File) int64 {
 // cut it to 0 bytes (O_TRUNC): nothing of it is complete, and a refusal
 // removes it, as it removes a new store, instead of leaving it empty
 // under its name (an outside tester's rewrites refused ENOSPC; a cut in
-// a SETATTR after the open was already so, see truncated). An object
+// a SETATTR after the open was already so, see changedBelow). An object
 // empty before (base 0) is as well gone.
 func (c *Core) cutAtOpen(id blob.ID) {
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
 	if b, ok := c.base[id]; ok && b == 0 {
-		c.base[id] = -1
-	}
-}
-
-// overwrote records that a write through the daemon at off changed the
-// bytes of object id below the size it was admitted at: they are not
-// the object that was complete any more, and a refusal removes it
-// instead of giving back its old size with the refused writer's bytes
-// in it (an outside tester: `dd conv=notrunc` of 200 MiB over a 4 MiB
-// object in 64 MiB was refused ENOSPC, and the object stayed, 4 MiB of
-// the refused writer's zeros, 11 of 11).
-func (c *Core) overwrote(id blob.ID, off int64) {
-	c.writersMu.Lock()
-	defer c.writersMu.Unlock()
-	if b, ok := c.base[id]; ok && off < b {
 		c.base[id] = -1
 	}
 }
@@ -258,13 +243,17 @@ func (c *Core) killedBy(id blob.ID) int {
 	return c.killed[id]
 }
 
-// truncated records a truncate of an object being written: below the
-// size it was admitted at, its old bytes are gone, and a refusal removes
-// it instead of restoring them.
-func (c *Core) truncated(id blob.ID, size int64) {
+// changedBelow records that object id, being written, changed at
+// offset at: a truncate to at, or a write or punched hole there through
+// the daemon. Below the size it was admitted at its old bytes are gone,
+// and a refusal removes it instead of giving back that size with other
+// bytes in it (an outside tester: `dd conv=notrunc` of 200 MiB over a
+// 4 MiB object in 64 MiB was refused ENOSPC, and the object stayed, 4
+// MiB of the refused writer's zeros, 11 of 11).
+func (c *Core) changedBelow(id blob.ID, at int64) {
 	c.writersMu.Lock()
 	defer c.writersMu.Unlock()
-	if b, ok := c.base[id]; ok && size < b {
+	if b, ok := c.base[id]; ok && at < b {
 		c.base[id] = -1
 	}
 }

@@ -41,14 +41,7 @@ func TestCreateWhileTheIndexIsTaken(t *testing.T) {
 	}()
 	<-created
 
-	c, _, err := core.Open(store, core.Config{Capacity: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.AwaitEarly()
-	c.Start(func(core.Drop) {})
-	fs := New(c, Config{})
+	fs := loadedFS(t, store)
 	readyDone := make(chan struct{})
 	go func() { l.Ready(fs); close(readyDone) }()
 	<-taking
@@ -76,7 +69,7 @@ func TestCreateWhileTheIndexIsTaken(t *testing.T) {
 	if lf.early.fh == 0 {
 		t.Fatal("the writer open at the switch became no FS handle")
 	}
-	if st := c.Stats(); st.PinnedObjects != 1 {
+	if st := fs.core.Stats(); st.PinnedObjects != 1 {
 		t.Fatalf("%d objects pinned after the switch, want the open writer's", st.PinnedObjects)
 	}
 }
