@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -438,3 +439,47 @@ func TestStoreInsideKvfsMountRefused(t *testing.T) {
 // after the others (t.Parallel; make integration's -parallel), each on
 // its own mount and store.
 func waitsOnTimers(t *testing.T) { t.Parallel() }
+
+// TestUnmountDeadMountInUse: `kvfs unmount` of a mount whose daemon was
+// killed detaches it though a process still has its working directory
+// or a file open there: nothing it holds can be served any more, and
+// `kvfs stats` says unmount detaches it (an outside tester: EBUSY and
+// exit 1 after 7.6 s of retries, 3 of 3). The store serves again after.
+func TestUnmountDeadMountInUse(t *testing.T) {
+	for _, held := range []string{"cwd", "open file"} {
+		t.Run(held, func(t *testing.T) {
+			d := mountCache(t, "--capacity", "16MiB")
+			path := filepath.Join(d.mp, "obj")
+			putFile(t, path, objectBytes("obj", 5000))
+			waitReleased(t, d.mp)
+			user := exec.Command("sleep", "600")
+			if held == "cwd" {
+				user.Dir = d.mp
+			} else {
+				f, err := os.Open(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+			}
+			if err := user.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { user.Process.Kill(); user.Wait() }()
+			d.kill9()
+			if err := unix.Statfs(d.mp, new(unix.Statfs_t)); !errors.Is(err, unix.ENOTCONN) {
+				t.Fatalf("statfs of the killed daemon's mount: %v, want ENOTCONN", err)
+			}
+			res := runKvfsTimeout(t, 60*time.Second, "unmount", "--timeout", "20s", d.mp)
+			if res.code != 0 || !strings.Contains(res.stdout, "detached") {
+				t.Fatalf("kvfs unmount of a dead mount in use (%s): exit %d, stdout %q, stderr %q; want exit 0, detached", held, res.code, res.stdout, res.stderr)
+			}
+			if _, ok := mountAt(d.mp); ok {
+				t.Fatalf("a mount is left at %s after kvfs unmount", d.mp)
+			}
+			d2 := startDaemon(t, d.mp, "--store", d.store, "--capacity", "16MiB")
+			readBackPlain(t, path, objectBytes("obj", 5000))
+			d2.stop()
+		})
+	}
+}
