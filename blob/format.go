@@ -149,15 +149,20 @@ func IsStore(dir string) bool {
 	return err == nil && len(names) > 0 && onlyLegacyNames(names)
 }
 
-// StoreAbove finds a store that holds path: path itself or a directory
-// above it.
+// StoreAbove finds the store that holds path: path itself or a
+// directory above it, the outermost where several look like one. Stores
+// do not nest (CheckDir), but a store's objects may carry its marks'
+// names: an object named kvfs.format at a mount's root made the store's
+// data directory look like the store (an outside tester's refusal named
+// STORE/data).
 func StoreAbove(path string) (string, bool) {
+	found := ""
 	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
 		if IsStore(p) {
-			return p, true
+			found = p
 		}
 		if p == filepath.Dir(p) {
-			return "", false
+			return found, found != ""
 		}
 	}
 }

@@ -126,6 +126,12 @@ func TestOpenRefusesNested(t *testing.T) {
 	if dir, ok := StoreAbove(filepath.Join(outer, DataName, "objects", "x")); !ok || dir != outer {
 		t.Fatalf("StoreAbove = %q, %v", dir, ok)
 	}
+	// An object named as the store's mark, at the cache's root: the
+	// store is still the outer one.
+	must(t, "write", os.WriteFile(filepath.Join(outer, DataName, FormatName), []byte("an object"), 0o644))
+	if dir, ok := StoreAbove(filepath.Join(outer, DataName, "objects", "x")); !ok || dir != outer {
+		t.Fatalf("StoreAbove with an object named %s = %q, %v; want %s", FormatName, dir, ok, outer)
+	}
 }
 
 func mkdirIn(t *testing.T, base, name string) string {

@@ -73,6 +73,15 @@ func Fsck(dir string, repair bool, charge func(size int64) int64) (FsckReport, e
 // FsckWith is Fsck reporting its walk's progress to p (nil: to nobody).
 func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress) (FsckReport, error) {
 	rep := FsckReport{Problems: []string{}} // [] in JSON when there are none
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return rep, err
+	}
+	if outer, ok := StoreAbove(filepath.Dir(abs)); ok {
+		// A directory of the store's (its data, an object directory),
+		// which may even hold an object named as the mark.
+		return rep, notStoref("%s is inside the kvfs store %s: check that (kvfs fsck --store %s)", dir, outer, outer)
+	}
 	if !IsStore(dir) {
 		return rep, notStoref("%s is not a kvfs store (no %s)", dir, FormatName)
 	}

@@ -171,6 +171,29 @@ func TestFsckNotAStore(t *testing.T) {
 	}
 }
 
+// TestFsckInsideAStore: fsck of a store's data directory, or of an
+// object directory, names the store to check, also where an object is
+// named as the store's mark (an outside tester read "not a kvfs store
+// (no kvfs.format)"; with such an object, data looked like a store).
+func TestFsckInsideAStore(t *testing.T) {
+	outer := t.TempDir()
+	s, err := Open(outer)
+	must(t, "open", err)
+	must(t, "close", s.Close())
+	must(t, "mkdir", os.Mkdir(filepath.Join(outer, DataName, "objects"), 0o755))
+	for _, markObject := range []bool{false, true} {
+		if markObject {
+			must(t, "write", os.WriteFile(filepath.Join(outer, DataName, FormatName), []byte("an object"), 0o644))
+		}
+		for _, inner := range []string{filepath.Join(outer, DataName), filepath.Join(outer, DataName, "objects")} {
+			_, err := Fsck(inner, false, ledger.Charge)
+			if !errors.Is(err, ErrNotStore) || !strings.Contains(err.Error(), "inside the kvfs store "+outer) {
+				t.Errorf("Fsck(%s) with an object named %s: %v: %v; want a refusal naming %s", inner, FormatName, markObject, err, outer)
+			}
+		}
+	}
+}
+
 // TestFsckUnknownFormat: a store of a format this kvfs does not know is
 // refused as mount refuses it, with or without repair, and left as it
 // was (no lock file made, its objects not judged by v1's rules); the

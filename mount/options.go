@@ -157,6 +157,11 @@ func ParseSize(s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseUint(upper[:digits], 10, 63)
+	if errors.Is(err, strconv.ErrRange) && unit != "?" {
+		// A number, too large for bytes (it said "want bytes": an
+		// outside tester's 9223372036854775808).
+		return 0, usagef("size %q is too large", s)
+	}
 	if err != nil || unit == "?" {
 		return 0, usagef("bad size %q: want bytes or a number with K, M, G, T or P (like 64MiB or 10G)", s)
 	}

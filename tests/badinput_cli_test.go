@@ -173,8 +173,8 @@ func TestBadInputFlags(t *testing.T) {
 		{"--capacity", "MiB", []string{"bad size", "MiB"}},
 		{"--capacity", "0x100000", []string{"bad size", "0x100000"}},
 		{"--capacity", "1e9", []string{"bad size", "1e9"}},
-		{"--capacity", "\u22128M", []string{"bad size", "\u22128M"}}, // a Unicode minus
-		{"--capacity", "99999999999999999999", []string{"bad size", "99999999999999999999"}},
+		{"--capacity", "\u22128M", []string{"bad size", "\u22128M"}},                             // a Unicode minus
+		{"--capacity", "99999999999999999999", []string{"is too large", "99999999999999999999"}}, // was: "bad size ... want bytes"
 		{"--capacity", "16777216T", []string{"16777216T", "too large"}},
 		{"--capacity", "8E", []string{"bad size", "8E"}},
 		{"--grace", "abc", []string{"grace", "abc"}},

@@ -128,7 +128,8 @@ func TestGPUDirectPutCommand(t *testing.T) {
 		{[]string{"put", "--direct", src, filepath.Join(d.mp, "nodir", "x")}, "no such file"},
 		{[]string{"put", "--direct", "--chunk", "5000", src, filepath.Join(d.mp, "x")}, "multiple of 4096"},
 		{[]string{"put", "--direct", "--chunk", "0", src, filepath.Join(d.mp, "x")}, "a chunk from 4KiB to 1GiB"}, // was: the default
-		{[]string{"put", "--direct", "--depth", "0", src, filepath.Join(d.mp, "x")}, "depth"},
+		{[]string{"put", "--direct", "--depth", "0", src, filepath.Join(d.mp, "x")}, "--depth 0: want a depth"},   // was: "--gpu -1 --chunk 4194304 --depth 0"
+		{[]string{"put", "--direct", filepath.Join(d.mp, "put-4097.data"), filepath.Join(d.mp, "put-4097.data")}, "are the same file"},
 		{[]string{"put", "--direct", "--bogus", src, filepath.Join(d.mp, "x")}, "bogus"},
 		{[]string{"put", "--direct", "/dev/zero", filepath.Join(d.mp, "x")}, "is a device"},
 		{[]string{"put", "--direct", huge, filepath.Join(d.mp, "x")}, "more than the cache's capacity"},
@@ -141,6 +142,7 @@ func TestGPUDirectPutCommand(t *testing.T) {
 	if _, err := os.Stat(plain); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("kvfs put to a path outside kvfs created it: %v", err)
 	}
+	readBackPlain(t, filepath.Join(d.mp, "put-4097.data"), objectBytes(src, 4097))
 	if res := runKvfs(t, "put", "--direct", src, plain); !strings.Contains(res.stderr, plain+": ") || strings.Contains(res.stderr, ".kvfs-put.") {
 		t.Errorf("kvfs put to a path outside kvfs: %q; want it named as given, not by the temporary name", res.stderr)
 	}

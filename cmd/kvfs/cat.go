@@ -25,6 +25,21 @@ type catJob struct {
 	unTimed time.Duration
 }
 
+// checkDirectFlags checks the direct path's flags of cat and put, each
+// named alone: "--chunk 1048576 --depth 0" blamed a chunk no one gave
+// (an outside tester).
+func checkDirectFlags(gpu int, chunk int64, depth int) error {
+	switch {
+	case gpu < -1:
+		return usageerr.Errorf("--gpu %d: want a device ordinal (0, 1, ...)", gpu)
+	case chunk <= 0 || chunk > 1<<30:
+		return usageerr.Errorf("--chunk %d: want a chunk from 4KiB to 1GiB", chunk)
+	case depth <= 0 || depth > gpudirect.MaxDepth:
+		return usageerr.Errorf("--depth %d: want a depth from 1 to %d", depth, gpudirect.MaxDepth)
+	}
+	return nil
+}
+
 func cmdCat(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("cat", flag.ContinueOnError)
 	direct := fs.Bool("direct", false, "read through the direct path (pin through the mount, O_DIRECT on the stored file); required")
@@ -40,11 +55,8 @@ func cmdCat(args []string, stdout io.Writer) error {
 	if !*direct {
 		return usageerr.Errorf("--direct is required (kvfs cat reads only through the direct path; plain reads are cat(1))")
 	}
-	if *gpu < -1 {
-		return usageerr.Errorf("--gpu %d: want a device ordinal (0, 1, ...)", *gpu)
-	}
-	if chunk <= 0 || chunk > 1<<30 || *depth <= 0 || *depth > gpudirect.MaxDepth {
-		return usageerr.Errorf("--chunk %d --depth %d: want a chunk from 4KiB to 1GiB and a depth from 1 to %d", chunk, *depth, gpudirect.MaxDepth)
+	if err := checkDirectFlags(*gpu, chunk, *depth); err != nil {
+		return err
 	}
 	r, err := gpudirect.NewReader(gpudirect.Options{Chunk: int(chunk), Depth: *depth})
 	if err != nil {

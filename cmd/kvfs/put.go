@@ -41,11 +41,18 @@ func cmdPut(args []string, stdout io.Writer) error {
 	if !*direct {
 		return usageerr.Errorf("--direct is required (kvfs put writes only through the direct path; plain writes are cp(1))")
 	}
-	if *gpu < -1 || chunk <= 0 || chunk > 1<<30 || *depth <= 0 || *depth > gpudirect.MaxDepth {
-		return usageerr.Errorf("--gpu %d --chunk %d --depth %d: want a device ordinal, a chunk from 4KiB to 1GiB and a depth from 1 to %d", *gpu, chunk, *depth, gpudirect.MaxDepth)
+	if err := checkDirectFlags(*gpu, chunk, *depth); err != nil {
+		return err
 	}
 	if st, err := os.Stat(args[1]); err == nil && st.IsDir() || strings.HasSuffix(args[1], "/") {
 		return usageerr.Errorf("DST %s is a directory: name the object to write", args[1])
+	}
+	// As cp(1) refuses it: the object would be written over with itself
+	// (it was, exit 0: an outside tester).
+	if src, err := os.Stat(args[0]); err == nil {
+		if dst, err := os.Stat(args[1]); err == nil && os.SameFile(src, dst) {
+			return usageerr.Errorf("SRC %s and DST %s are the same file", args[0], args[1])
+		}
 	}
 	data, mode, err := readSource(args[0], capacityAt(filepath.Dir(args[1])))
 	if err != nil {
