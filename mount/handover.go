@@ -153,6 +153,9 @@ type handoverOffer struct {
 	GateClosed int64           `json:"gate_closed,omitempty"` // when, unix nanoseconds
 	Writers    []blob.ID       `json:"writers,omitempty"`
 	Settings   json.RawMessage `json:"settings,omitempty"`
+	// Capacity is the old daemon's: a successor given no --capacity
+	// warns where its default differs.
+	Capacity int64 `json:"capacity,omitempty"`
 	// Prepared: not the mount yet but phase one, a handover checkpoint
 	// for the successor to load while this daemon serves on; one
 	// descriptor follows, a memfd of Checkpoint bytes.
@@ -444,7 +447,7 @@ func (m *Mount) offer(conn *net.UnixConn, fr core.Frozen, start time.Time, limit
 		fds = append(fds, int(f.Fd()))
 	}
 	o := handoverOffer{Version: handoverVersion, PID: os.Getpid(), Mountpoint: m.Mountpoint,
-		Init: m.server.InitState(), Frozen: fr, FS: st, Writers: writers, Stalled: time.Since(start), GateClosed: start.UnixNano()}
+		Init: m.server.InitState(), Frozen: fr, FS: st, Writers: writers, Stalled: time.Since(start), GateClosed: start.UnixNano(), Capacity: m.core.Capacity()}
 	pid := peerPID(conn)
 	conn.SetDeadline(time.Now().Add(limit))
 	if err := writeJSON(conn, o, fds); err != nil {
@@ -736,6 +739,13 @@ func takeOver(o Options, conn *net.UnixConn) (*Mount, error) {
 		zap.Duration("offer_received", offered.Sub(time.Unix(0, offer.GateClosed))),
 		zap.Duration("adopted", adopted), zap.Duration("old_gone", gone),
 		zap.Duration("paused", paused), zap.Duration("took", m.TookOver))
+	if c := m.core.Capacity(); o.Capacity == 0 && offer.Capacity != 0 && c != offer.Capacity {
+		// The default is worked out again from the disk's free space:
+		// an operator restarting in place with fewer flags saw a 64
+		// MiB cache become 71 GB with one info line (an outside tester).
+		log.Warn("the capacity changed at this handover: no --capacity was given, and the default is worked out again from the disk's free space; give --capacity to keep the old one",
+			zap.Int64("old_capacity", offer.Capacity), zap.Int64("capacity", c))
+	}
 	m.serving("serving the mount taken over")
 	return m, nil
 }

@@ -719,6 +719,27 @@ func TestHandoverToSmallerCapacity(t *testing.T) {
 	d.stop()
 }
 
+// TestHandoverWithoutCapacityWarns: a handover given no --capacity
+// works the default out again from the disk's free space; where that
+// changes the capacity, the successor warns and says how to keep it (an
+// outside tester's 64 MiB cache became 71 GB with one info line). One
+// given --capacity changes it without a warning.
+func TestHandoverWithoutCapacityWarns(t *testing.T) {
+	const warning = "the capacity changed at this handover"
+	d := mountCache(t, "--capacity", "16MiB")
+	putFile(t, filepath.Join(d.mp, "o"), objectBytes("o", 5000))
+	d = handOver(t, kvfsBin, d, "--store", d.store)
+	if out := d.out.String(); !strings.Contains(out, warning) || !strings.Contains(out, `"old_capacity": 16777216`) {
+		t.Errorf("a handover with no --capacity from 16 MiB to %d bytes did not warn:\n%s", stats(t, d.mp).CapacityBytes, out)
+	}
+	d = handOver(t, kvfsBin, d, "--store", d.store, "--capacity", "32MiB")
+	if out := d.out.String(); strings.Contains(out, warning) {
+		t.Errorf("a handover given --capacity warned:\n%s", out)
+	}
+	readBackPlain(t, filepath.Join(d.mp, "o"), objectBytes("o", 5000))
+	d.stop()
+}
+
 // TestHandoverKeepsAllowOther: whether other users get in is fixed by
 // the kernel when the mount is made (allow_other, default_permissions),
 // so a handover that would change --allow-other is refused, in either
