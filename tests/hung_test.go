@@ -483,3 +483,31 @@ func TestUnmountDeadMountInUse(t *testing.T) {
 		})
 	}
 }
+
+// TestUnmountOfABindMount: `kvfs unmount` of a bind mount of a kvfs
+// mount removes that one and says the daemon serves on at the other (it
+// said nothing, exit 0: an outside tester); the other serves on.
+func TestUnmountOfABindMount(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	putFile(t, filepath.Join(d.mp, "o"), objectBytes("o", 5000))
+	bind := filepath.Join(t.TempDir(), "bind")
+	if err := os.Mkdir(bind, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(d.mp, bind, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("bind mount (needs root): %v", err)
+	}
+	defer unix.Unmount(bind, unix.MNT_DETACH)
+	res := runKvfsTimeout(t, 60*time.Second, "unmount", bind)
+	if res.code != 0 || !strings.Contains(res.stdout, "also mounted at "+d.mp) {
+		t.Fatalf("kvfs unmount of a bind mount: exit %d, stdout %q, stderr %q; want exit 0 naming %s", res.code, res.stdout, res.stderr, d.mp)
+	}
+	if _, ok := mountAt(bind); ok {
+		t.Errorf("the bind mount is left at %s", bind)
+	}
+	if !d.alive() {
+		t.Fatalf("the daemon exited at the bind mount's unmount:\n%s", d.out)
+	}
+	readBackPlain(t, filepath.Join(d.mp, "o"), objectBytes("o", 5000))
+	d.stop()
+}
