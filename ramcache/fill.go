@@ -8,17 +8,18 @@ const pageSize = 4096
 
 // Fill assembles a copy of one object from the reads that already pass
 // through the daemon, so filling costs one memory copy per byte and no
-// extra I/O. It is put in the tier when every page has been read, unless
-// Drop cancelled it meanwhile.
+// extra I/O, and nothing for a reader that sends no read. It is put in
+// the tier when every page has been read, unless Drop cancelled it
+// meanwhile.
 type Fill struct {
 	c     *Cache
 	id    uint64
 	stamp Stamp
-	data  []byte
 
 	mu sync.Mutex
-	// GUARDED_BY(mu). have marks the pages copied; left counts those
-	// still missing.
+	// GUARDED_BY(mu). data is the copy, made at the first read; have
+	// marks the pages copied; left counts those still missing.
+	data []byte
 	have []uint64
 	left int
 	done bool
@@ -40,8 +41,7 @@ func (c *Cache) StartFill(id uint64, st Stamp) *Fill {
 	if c.fillBytes+st.Size > c.capacity {
 		return nil
 	}
-	c.fillBytes += st.Size
-	f.data = make([]byte, st.Size)
+	c.fillBytes += st.Size // its buffer comes with its first read (Add)
 	c.filling[id] = append(c.filling[id], f)
 	return f
 }
@@ -65,6 +65,14 @@ func (f *Fill) Add(off int64, b []byte) {
 	defer f.mu.Unlock()
 	if f.done {
 		return
+	}
+	if f.data == nil {
+		// Made here, not at the open: a reader whose pages the kernel
+		// still caches (FOPEN_KEEP_CACHE) sends no read, and a buffer
+		// of the object's size made and dropped at each such open cost
+		// about 0.5 ms an open (an outside tester: warm reads of objects
+		// up to 16 MiB at a third of the rate without the tier).
+		f.data = make([]byte, f.stamp.Size)
 	}
 	copy(f.data[off:end], b[:end-off])
 	for p := first; p < last; p++ {

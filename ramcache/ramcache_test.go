@@ -3,6 +3,7 @@ package ramcache
 import (
 	"bytes"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -219,4 +220,35 @@ func TestConcurrent(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
+}
+
+// TestFillWithoutReadsCostsNoBuffer: a fill whose reader sends no read
+// (the kernel still caches its pages) makes no buffer of the object's
+// size. Made at each open, such buffers held warm reads of objects up to
+// 16 MiB through the tier to a third of the rate without it (an outside
+// tester; 3.7-4.4 GB/s against 7.3-8.7 here, 8.4-10.2 after).
+func TestFillWithoutReadsCostsNoBuffer(t *testing.T) {
+	c := newCache(t, 64<<20)
+	const size, opens = 16 << 20, 50
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range opens {
+		f := c.StartFill(uint64(i%4+1), Stamp{Size: size, Mtime: 1})
+		if f == nil {
+			t.Fatal("no fill")
+		}
+		f.Abandon()
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > opens*size/16 {
+		t.Fatalf("%d fills that saw no read allocated %d bytes; want far less than their objects' %d", opens, got, opens*size)
+	}
+	// One that is read still fills.
+	obj := object(size, 3)
+	f := c.StartFill(9, Stamp{Size: size, Mtime: 1})
+	fillAll(f, obj, 1<<20, rand.New(rand.NewPCG(3, 4)))
+	c.Wait()
+	if got, ok := c.Get(9, Stamp{Size: size, Mtime: 1}); !ok || !bytes.Equal(got, obj) {
+		t.Fatalf("a fill read whole: ok=%v", ok)
+	}
 }
