@@ -216,6 +216,9 @@ func (o *Options) validate() error {
 	if within(o.Store, mp) || within(mp, o.Store) {
 		return usagef("store %s and mount point %s must not contain each other", o.Store, mp)
 	}
+	if err := StoreAccess(o.Store); err != nil {
+		return err
+	}
 	if e, ok := holding(o.Store); ok && e.FSType == FSType {
 		// Its bytes would be counted twice, and the outer cache would
 		// evict the store's own files as objects.
@@ -335,6 +338,23 @@ func holding(p string) (mountinfo.Entry, bool) {
 	return mountinfo.At(point)
 }
 
+// StoreAccess refuses a store that exists but that this user may not
+// enter, naming its owner and mode: another user's store said "open
+// .../kvfs.format: permission denied" to mount, and to fsck that a
+// daemon no longer held its lock (it did, and the lock file was not
+// readable: an outside tester).
+func StoreAccess(store string) error {
+	var st unix.Stat_t
+	if unix.Stat(store, &st) != nil {
+		return nil // absent: made, or refused, later
+	}
+	if err := unix.Access(store, unix.R_OK|unix.X_OK); errors.Is(err, unix.EACCES) {
+		return usagef("store %s belongs to uid %d (mode %04o), and this user (uid %d) may not enter it: run kvfs as its owner or root",
+			store, st.Uid, st.Mode&0o7777, os.Geteuid())
+	}
+	return nil
+}
+
 // answers refuses a path on a FUSE mount whose daemon does not answer a
 // statfs within unmountProbe; a dead one (ENOTCONN) answers at once.
 func answers(p string) error {
@@ -343,7 +363,7 @@ func answers(p string) error {
 		return nil
 	}
 	if InTime(unmountProbe, func() error { return unix.Statfs(e.Point, new(unix.Statfs_t)) }) == ErrTimedOut {
-		return usagef("%s is on the FUSE mount %s, whose daemon did not answer within %v (hung or stopped); `kvfs unmount --force %s` ends it", p, e.Point, unmountProbe, e.Point)
+		return usagef("%s is on the FUSE mount %s, whose daemon did not answer within %v (hung or stopped); %s", p, e.Point, unmountProbe, ForceHint(e.Point))
 	}
 	return nil
 }

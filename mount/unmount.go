@@ -166,20 +166,34 @@ func plainUnmount(mp string, until time.Time) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.EBUSY):
-		if inner := mountedInside(mp); inner != "" {
-			// No process to look for (an outside tester's nested mount).
-			return fmt.Errorf("unmounting %s: %w: %s is mounted inside it; unmount that first", mp, err, inner)
-		}
-		return fmt.Errorf("unmounting %s: %w: a process has a file open in it or its working directory there "+
-			"(fuser -vm %s names them); close them, or `kvfs unmount --force` aborts the mount's connection and detaches it", mp, err, mp)
+		return busy(mp)
 	case !errors.Is(err, unix.EPERM):
 		return fmt.Errorf("unmounting %s: %w", mp, err)
 	}
 	out, err := exec.Command("fusermount3", "-u", mp).CombinedOutput()
+	for err != nil && strings.Contains(string(out), "busy") && time.Now().Before(until) {
+		time.Sleep(50 * time.Millisecond)
+		out, err = exec.Command("fusermount3", "-u", mp).CombinedOutput()
+	}
+	if err != nil && strings.Contains(string(out), "busy") {
+		// A user's mount: fusermount3's own "Device or resource busy"
+		// said neither why nor what to do (an outside tester).
+		return busy(mp)
+	}
 	if err != nil {
 		return fmt.Errorf("unmounting %s: %s", mp, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// busy is the error for a mount that stays busy: why, and what to do.
+func busy(mp string) error {
+	if inner := mountedInside(mp); inner != "" {
+		// No process to look for (an outside tester's nested mount).
+		return fmt.Errorf("unmounting %s: %w: %s is mounted inside it; unmount that first", mp, unix.EBUSY, inner)
+	}
+	return fmt.Errorf("unmounting %s: %w: a process has a file open in it or its working directory there "+
+		"(fuser -vm %s names them); close them, or `kvfs unmount --force` aborts the mount's connection and detaches it", mp, unix.EBUSY, mp)
 }
 
 // errUnmountedMeanwhile: the mount to abort was gone, unmounted by the
@@ -190,6 +204,11 @@ var errUnmountedMeanwhile = errors.New("unmounted meanwhile")
 // forceUnmount aborts the mount's FUSE connection, then detaches it.
 func forceUnmount(mp string, e mountinfo.Entry, deadline time.Time, report func(string)) error {
 	left := func() time.Duration { return max(time.Until(deadline), 200*time.Millisecond) }
+	if !mayAbort(e) {
+		// Detached unaborted, its clients stay hung and no one can
+		// reach it to abort it after.
+		return fmt.Errorf("cannot abort the FUSE connection of %s, and left it mounted: %s", mp, forceHint(mp, false))
+	}
 	var how string
 	err := InTime(left()/2, func() (err error) { how, err = abortConnection(mp, e); return err })
 	if errors.Is(err, errUnmountedMeanwhile) {
@@ -238,6 +257,37 @@ func abortConnection(mp string, e mountinfo.Entry) (string, error) {
 		return "", fmt.Errorf("umount2(MNT_FORCE): %w (and fusectl is not mounted at %s)", err, fusectl)
 	}
 	return "umount2 with MNT_FORCE; fusectl is not mounted at " + fusectl, nil
+}
+
+// ForceHint says how the mount at mp, whose daemon does not answer, is
+// ended: by `kvfs unmount --force`, where this process may abort its
+// connection (root, or fusectl mounted: its abort file is the mount
+// owner's); else only root can, and the hint says how. A user's `kvfs
+// unmount --force` without either detached the mount it could not
+// abort: its hung clients stayed hung, the store stayed held, and root's
+// `umount -f` could no longer reach it (an outside tester).
+func ForceHint(mp string) string {
+	e, ok := mountinfo.At(mp)
+	return forceHint(mp, !ok || mayAbort(e))
+}
+
+func forceHint(mp string, may bool) string {
+	if may {
+		return fmt.Sprintf("`kvfs unmount --force %s` ends it", mp)
+	}
+	return fmt.Sprintf("only root can end it here (fusectl is not mounted at %s): as root, `umount -f %s`, or `mount -t fusectl fusectl %s`, after which `kvfs unmount --force %s` works as its owner", fusectl, mp, fusectl, mp)
+}
+
+// mayAbort says whether this process may abort e's FUSE connection:
+// through fusectl's abort file, or by umount2(MNT_FORCE), which needs
+// root.
+func mayAbort(e mountinfo.Entry) bool { return mayAbortAs(e, os.Geteuid(), fusectl) }
+
+func mayAbortAs(e mountinfo.Entry, euid int, ctl string) bool {
+	if conn, ok := connectionOf(e); ok && unix.Access(abortFile(ctl, conn), unix.W_OK) == nil {
+		return true
+	}
+	return euid == 0
 }
 
 // abortFile is connection conn's abort file in fusectl mounted at root.

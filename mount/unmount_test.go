@@ -68,3 +68,34 @@ func TestForceUnmountOfAMountGoneMeanwhile(t *testing.T) {
 		t.Fatalf("forceUnmount of a mount gone meanwhile said %q; want only that it finished", said)
 	}
 }
+
+// TestMayAbortAs: a user may abort its mount's connection only through
+// fusectl's abort file; without it, only root may (umount2 MNT_FORCE),
+// and the hint for a hung mount says so rather than sending the user to
+// a --force that would leave the mount detached and its clients hung
+// (an outside tester's non-root daemon, stuck exiting after kill -9).
+func TestMayAbortAs(t *testing.T) {
+	ctl := t.TempDir()
+	e := mountinfo.Entry{Dev: "0:53"}
+	if mayAbortAs(e, 1000, ctl) {
+		t.Error("a user may abort with no fusectl")
+	}
+	if !mayAbortAs(e, 0, ctl) {
+		t.Error("root may not abort with no fusectl")
+	}
+	if err := os.MkdirAll(filepath.Join(ctl, "53"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(abortFile(ctl, "53"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !mayAbortAs(e, 1000, ctl) {
+		t.Error("a user may not abort through a writable abort file")
+	}
+	if h := forceHint("/m", false); !strings.Contains(h, "only root") || !strings.Contains(h, "umount -f /m") || strings.HasPrefix(h, "`kvfs unmount --force") {
+		t.Errorf("the hint where this user cannot abort: %q", h)
+	}
+	if h := forceHint("/m", true); h != "`kvfs unmount --force /m` ends it" {
+		t.Errorf("the hint where this user can abort: %q", h)
+	}
+}

@@ -540,3 +540,31 @@ func TestUnprivilegedMountSaysWhy(t *testing.T) {
 		t.Errorf("the refused mount made or opened its store: %v", err)
 	}
 }
+
+// TestStoreOfAnotherUser: a store this user may not enter (another
+// user's, mode 0700, as a user's daemon makes it) is refused by mount
+// and fsck naming its owner and mode; fsck said a live daemon "no
+// longer holds its lock (was kvfs.lock removed?)" and mount "open
+// .../kvfs.format: permission denied" (an outside tester). The store's
+// daemon serves on.
+func TestStoreOfAnotherUser(t *testing.T) {
+	d, bin := nobodyMount(t)
+	putFile(t, filepath.Join(d.mp, "kept"), []byte("kept\n"))
+	if err := os.Chmod(d.store, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mp := filepath.Join(filepath.Dir(d.mp), "mnt2")
+	if err := os.Mkdir(mp, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, argv := range [][]string{{bin, "fsck", "--store", d.store}, {bin, "mount", "--store", d.store, mp}} {
+		code, out := asNobody(t, argv...)
+		if code != 2 || !strings.Contains(out, "belongs to uid 0 (mode 0700)") || strings.Contains(out, "no longer holds its lock") {
+			t.Errorf("nobody's %v: exit %d, %q; want exit 2 naming the store's owner and mode", argv[1:], code, out)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(d.mp, "kept")); err != nil || string(got) != "kept\n" || !d.alive() {
+		t.Fatalf("kept after nobody's attempts: %q, %v (daemon alive: %v)", got, err, d.alive())
+	}
+	d.stop()
+}

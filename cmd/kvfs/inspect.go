@@ -93,7 +93,7 @@ func statsJSON(mp string) ([]byte, error) {
 	var b []byte
 	err := mount.InTime(statsWait, func() (err error) { b, err = readStatsXattr(mp); return err })
 	if errors.Is(err, mount.ErrTimedOut) {
-		return nil, fmt.Errorf("%s: the daemon did not answer within %v (hung or stopped); `kvfs unmount --force %s` ends it", mp, statsWait, mp)
+		return nil, fmt.Errorf("%s: the daemon did not answer within %v (hung or stopped); %s", mp, statsWait, mount.ForceHint(mp))
 	}
 	return b, err
 }
@@ -166,6 +166,9 @@ func cmdFsck(args []string, stdout io.Writer) error {
 		return usageerr.Errorf("store %s does not exist", *store)
 	} else if err != nil || !st.IsDir() {
 		return usageerr.Errorf("store %s is not a directory", *store)
+	}
+	if err := mount.StoreAccess(*store); err != nil {
+		return err
 	}
 	if abs, err := filepath.Abs(*store); err == nil {
 		if _, held := mount.StoreHolder(abs); !held {
