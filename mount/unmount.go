@@ -66,15 +66,18 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 	if err != nil {
 		return err
 	}
+	probe := min(unmountProbe, o.Timeout/4)
 	if o.Force {
 		o.Report("--force: not waiting for the daemon")
-		return forceUnmount(mp, e, deadline, o.Report)
+		// Asked only where it decides anything: whether a mount this
+		// user cannot abort may be detached (see forceUnmount).
+		hung := !mayAbort(e) && errors.Is(InTime(probe, func() error { return unix.Statfs(mp, new(unix.Statfs_t)) }), ErrTimedOut)
+		return forceUnmount(mp, e, deadline, hung, o.Report)
 	}
-	probe := min(unmountProbe, o.Timeout/4)
 	switch err := InTime(probe, func() error { return unix.Statfs(mp, new(unix.Statfs_t)) }); {
 	case errors.Is(err, ErrTimedOut):
 		o.Report(fmt.Sprintf("the daemon of %s did not answer statfs within %v", mp, probe))
-		return forceUnmount(mp, e, deadline, o.Report)
+		return forceUnmount(mp, e, deadline, true, o.Report)
 	case errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED):
 		return unmountDead(mp, o.Report)
 	}
@@ -112,7 +115,7 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 		return nil
 	}
 	o.Report(fmt.Sprintf("unmounting %s did not finish in time", mp))
-	return forceUnmount(mp, e, deadline, o.Report)
+	return forceUnmount(mp, e, deadline, true, o.Report)
 }
 
 // unmountDead removes the mount at mp whose daemon is gone (its
@@ -202,12 +205,22 @@ func busy(mp string) error {
 var errUnmountedMeanwhile = errors.New("unmounted meanwhile")
 
 // forceUnmount aborts the mount's FUSE connection, then detaches it.
-func forceUnmount(mp string, e mountinfo.Entry, deadline time.Time, report func(string)) error {
+// Where this user may not abort it (mayAbort), a mount whose daemon
+// answers is detached alone (its daemon serves what is open until it is
+// closed), and one whose daemon is hung is left mounted: detached, its
+// clients stayed hung, and no one could reach it to abort it after (an
+// outside tester's non-root daemon, stuck exiting after kill -9).
+func forceUnmount(mp string, e mountinfo.Entry, deadline time.Time, hung bool, report func(string)) error {
 	left := func() time.Duration { return max(time.Until(deadline), 200*time.Millisecond) }
-	if !mayAbort(e) {
-		// Detached unaborted, its clients stay hung and no one can
-		// reach it to abort it after.
+	if !mayAbort(e) && hung {
 		return fmt.Errorf("cannot abort the FUSE connection of %s, and left it mounted: %s", mp, forceHint(mp, false))
+	}
+	if !mayAbort(e) {
+		if err := InTime(left(), func() error { return detach(mp) }); err != nil {
+			return fmt.Errorf("detaching %s: %w", mp, err)
+		}
+		report(fmt.Sprintf("detached %s (lazy unmount) without aborting its connection, which only root can here: its daemon serves what is open there until it is closed, then exits", mp))
+		return nil
 	}
 	var how string
 	err := InTime(left()/2, func() (err error) { how, err = abortConnection(mp, e); return err })

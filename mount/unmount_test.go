@@ -61,7 +61,7 @@ func TestForceUnmountOfAMountGoneMeanwhile(t *testing.T) {
 	}
 	var said []string
 	gone := mountinfo.Entry{ID: -1, Dev: "bogus", Point: t.TempDir()}
-	if err := forceUnmount(gone.Point, gone, time.Now().Add(time.Second), func(s string) { said = append(said, s) }); err != nil {
+	if err := forceUnmount(gone.Point, gone, time.Now().Add(time.Second), true, func(s string) { said = append(said, s) }); err != nil {
 		t.Fatalf("forceUnmount of a mount gone meanwhile: %v", err)
 	}
 	if len(said) != 1 || !strings.Contains(said[0], "the unmount finished meanwhile") {
