@@ -338,6 +338,30 @@ func holding(p string) (mountinfo.Entry, bool) {
 	return mountinfo.At(point)
 }
 
+// Unbound is path with its symlinks resolved and, where it lies in a
+// bind mount of a directory, reached through a mount of its file
+// system's root instead: a store's data directory reached through a
+// symlink or a bind mount is then seen inside its store (an outside
+// tester's fsck through either checked a cache's data directory, which
+// held an object named kvfs.format, as a store, and wrote into it).
+func Unbound(path string) string {
+	p := resolved(path)
+	e, ok := holding(p)
+	if !ok || e.Root == "/" || e.Root == "" {
+		return p
+	}
+	rel, err := filepath.Rel(e.Point, p)
+	if err != nil {
+		return p
+	}
+	for _, m := range mountinfo.Read() {
+		if m.Dev == e.Dev && m.Root == "/" {
+			return filepath.Join(m.Point, e.Root, rel)
+		}
+	}
+	return p
+}
+
 // StoreAccess refuses a store that exists but that this user may not
 // enter, naming its owner and mode: another user's store said "open
 // .../kvfs.format: permission denied" to mount, and to fsck that a
@@ -345,8 +369,8 @@ func holding(p string) (mountinfo.Entry, bool) {
 // readable: an outside tester).
 func StoreAccess(store string) error {
 	var st unix.Stat_t
-	if unix.Stat(store, &st) != nil {
-		return nil // absent: made, or refused, later
+	if unix.Stat(store, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil // absent, or not a directory: made, or refused, later
 	}
 	if err := unix.Access(store, unix.R_OK|unix.X_OK); errors.Is(err, unix.EACCES) {
 		return usagef("store %s belongs to uid %d (mode %04o), and this user (uid %d) may not enter it: run kvfs as its owner or root",

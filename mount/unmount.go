@@ -195,8 +195,14 @@ func busy(mp string) error {
 		// No process to look for (an outside tester's nested mount).
 		return fmt.Errorf("unmounting %s: %w: %s is mounted inside it; unmount that first", mp, unix.EBUSY, inner)
 	}
+	force := "`kvfs unmount --force` aborts the mount's connection and detaches it"
+	if e, ok := mountinfo.At(mp); ok && !mayAbort(e) {
+		// A user who may not abort it (an outside tester was sent to
+		// an abort that only root could do).
+		force = "`kvfs unmount --force` detaches it, its daemon serving what is open there until it is closed"
+	}
 	return fmt.Errorf("unmounting %s: %w: a process has a file open in it or its working directory there "+
-		"(fuser -vm %s names them); close them, or `kvfs unmount --force` aborts the mount's connection and detaches it", mp, unix.EBUSY, mp)
+		"(fuser -vm %s names them); close them, or %s", mp, unix.EBUSY, mp, force)
 }
 
 // errUnmountedMeanwhile: the mount to abort was gone, unmounted by the

@@ -79,12 +79,12 @@ func TestStoreAdoptionRefused(t *testing.T) {
 		{"stopped_store_data", func(t *testing.T, dir string) (string, string) {
 			makeStore(t, filepath.Join(dir, "S"))
 			return filepath.Join(dir, "S", "data"), mkMp(t, dir)
-		}, []string{"inside the kvfs store", "/S"}, []string{"not a kvfs store"}},
+		}, []string{"inside the kvfs store", "/S"}, []string{"inside the kvfs store", "/S: check that"}}, // fsck said "not a kvfs store
 		{"store_inside_store", func(t *testing.T, dir string) (string, string) {
 			makeStore(t, filepath.Join(dir, "S"))
 			os.Mkdir(filepath.Join(dir, "S", "data", "inner"), 0o755)
 			return filepath.Join(dir, "S", "data", "inner"), mkMp(t, dir)
-		}, []string{"inside the kvfs store", "/S"}, []string{"not a kvfs store"}},
+		}, []string{"inside the kvfs store", "/S"}, []string{"inside the kvfs store", "/S: check that"}},
 		{"new_store_inside_store", func(t *testing.T, dir string) (string, string) {
 			makeStore(t, filepath.Join(dir, "S"))
 			return filepath.Join(dir, "S", "beside"), mkMp(t, dir)

@@ -368,6 +368,50 @@ func TestFsckOfALiveStore(t *testing.T) {
 	d.stop()
 }
 
+// TestFsckOfAStoresDataByAnotherPath: fsck of a store's data directory,
+// reached directly, through a symlink or through a bind mount, and with
+// an object named kvfs.format at the cache's root (which made it look
+// like a store), is refused naming the store, and writes nothing there
+// (an outside tester's fsck through a symlink checked it as a store and
+// made kvfs.lock in it, an object at the next start; --repair made data/
+// and writing/ there).
+func TestFsckOfAStoresDataByAnotherPath(t *testing.T) {
+	requireRoot(t)
+	_, mp, store := mountDirs(t)
+	d := startDaemon(t, mp, "--store", store, "--capacity", "16MiB")
+	putFile(t, filepath.Join(mp, "kvfs.format"), []byte("kvfs store v1\n"))
+	if err := os.Mkdir(filepath.Join(mp, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(store, "data")
+	dir := t.TempDir()
+	link, bind := filepath.Join(dir, "link"), filepath.Join(dir, "bind")
+	if err := os.Symlink(data, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(bind, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(data, bind, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(bind, unix.MNT_DETACH)
+	before := listing(t, data)
+	for _, p := range []string{data, link, filepath.Join(link, "sub"), bind, filepath.Join(bind, "sub")} {
+		for _, repair := range []bool{false, true} {
+			args := []string{"fsck", "--store", p}
+			if repair {
+				args = append(args, "--repair")
+			}
+			requireUsageError(t, runKvfs(t, args...), "is inside the kvfs store "+store)
+		}
+	}
+	if after := listing(t, data); after != before {
+		t.Errorf("fsck wrote into the store's data directory:\n%s\nwas:\n%s", after, before)
+	}
+	d.stop()
+}
+
 // TestStoreLockedByAnotherProgram: a store whose lock another program
 // holds (here this test, as `flock STORE/kvfs.lock CMD` would) is
 // refused at once, naming that program (was: a 30 s wait for a kvfs

@@ -563,6 +563,10 @@ func TestStoreOfAnotherUser(t *testing.T) {
 			t.Errorf("nobody's %v: exit %d, %q; want exit 2 naming the store's owner and mode", argv[1:], code, out)
 		}
 	}
+	// A directory inside it (was: "is not a directory").
+	if code, out := asNobody(t, bin, "fsck", "--store", filepath.Join(d.store, "data")); code != 2 || !strings.Contains(out, "may not reach it") {
+		t.Errorf("nobody's fsck of the store's data: exit %d, %q; want exit 2, may not reach it", code, out)
+	}
 	if got, err := os.ReadFile(filepath.Join(d.mp, "kept")); err != nil || string(got) != "kept\n" || !d.alive() {
 		t.Fatalf("kept after nobody's attempts: %q, %v (daemon alive: %v)", got, err, d.alive())
 	}

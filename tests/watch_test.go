@@ -140,3 +140,27 @@ func TestStatsWatchOfAMountThatGoes(t *testing.T) {
 		t.Errorf("the watch of a mount unmounted under it: %v, %q; want exit 1 saying it went away", err, stderr.String())
 	}
 }
+
+// TestStatsWatchAcrossAHandover: the successor's counters start from 0,
+// and the watch takes the fall as a restart: no negative rate, and the
+// line says counters_restarted=1 (an outside tester read stores/s=-28195.6
+// and a lookups share worked out from two negative deltas).
+func TestStatsWatchAcrossAHandover(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB")
+	for i := range 20 {
+		putFile(t, filepath.Join(d.mp, fmt.Sprintf("o%d", i)), objectBytes(fmt.Sprint(i), 4096))
+	}
+	lines := watchLines(t, d.mp)
+	awaitLine(t, lines, "20 stores", func(f map[string]string) bool { return num(f, "stores") >= 20 })
+	d = handOver(t, kvfsBin, d, "--store", d.store, "--capacity", "16MiB")
+	f := awaitLine(t, lines, "the successor's counters", func(f map[string]string) bool { return num(f, "stores") < 20 })
+	if f["counters_restarted"] != "1" {
+		t.Errorf("the first line after the handover: %v; want counters_restarted=1", f)
+	}
+	for k, v := range f {
+		if strings.HasSuffix(k, "/s") && strings.HasPrefix(v, "-") || k == "lookups_found%" {
+			t.Errorf("the first line after the handover has %s=%s: a rate across the restart", k, v)
+		}
+	}
+	d.stop()
+}

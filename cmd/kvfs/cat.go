@@ -32,8 +32,8 @@ func checkDirectFlags(gpu int, chunk int64, depth int) error {
 	switch {
 	case gpu < -1:
 		return usageerr.Errorf("--gpu %d: want a device ordinal (0, 1, ...)", gpu)
-	case chunk <= 0 || chunk > 1<<30:
-		return usageerr.Errorf("--chunk %d: want a chunk from 4KiB to 1GiB", chunk)
+	case chunk <= 0 || chunk > 1<<30 || chunk%gpudirect.Align != 0:
+		return usageerr.Errorf("--chunk %d: want a chunk from 4KiB to 1GiB, a multiple of 4096", chunk)
 	case depth <= 0 || depth > gpudirect.MaxDepth:
 		return usageerr.Errorf("--depth %d: want a depth from 1 to %d", depth, gpudirect.MaxDepth)
 	}

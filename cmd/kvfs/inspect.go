@@ -164,6 +164,10 @@ func cmdFsck(args []string, stdout io.Writer) error {
 	}
 	if st, err := os.Stat(*store); errors.Is(err, os.ErrNotExist) {
 		return usageerr.Errorf("store %s does not exist", *store)
+	} else if errors.Is(err, os.ErrPermission) {
+		// Inside another user's store, say: "is not a directory" was
+		// untrue (an outside tester).
+		return usageerr.Errorf("store %s: this user (uid %d) may not reach it: a directory on its path is not this user's to enter", *store, os.Geteuid())
 	} else if err != nil || !st.IsDir() {
 		return usageerr.Errorf("store %s is not a directory", *store)
 	}
@@ -171,6 +175,9 @@ func cmdFsck(args []string, stdout io.Writer) error {
 		return err
 	}
 	if abs, err := filepath.Abs(*store); err == nil {
+		if outer, ok := blob.StoreAbove(filepath.Dir(mount.Unbound(abs))); ok {
+			return usageerr.Errorf("%s is inside the kvfs store %s: check that (kvfs fsck --store %s)", *store, outer, outer)
+		}
 		if _, held := mount.StoreHolder(abs); !held {
 			if mp, live := mount.LiveMount(abs); live {
 				return usageerr.Errorf("%s is served at %s by a kvfs daemon that no longer holds its lock (was %s removed?): unmount it first",

@@ -74,10 +74,21 @@ func watchStats(mp string, interval time.Duration, count int, stdout io.Writer) 
 			prev = nil // rates start from the first reading of the index
 			continue
 		}
+		restarted := prev != nil && countersFell(prev, &cur)
+		if restarted {
+			// A handover or a restart: the counters start again from
+			// 0, and rates across it were negative (an outside tester:
+			// stores/s=-28195.6).
+			prev = nil
+		}
 		if tty {
 			fmt.Fprint(stdout, "\x1b[H\x1b[2J"+watchHeader(mp, cur.at, interval, i, count)+viewBlock(prev, cur, interval))
 		} else {
-			fmt.Fprintln(stdout, viewLine(prev, cur))
+			line := viewLine(prev, cur)
+			if restarted {
+				line += " counters_restarted=1"
+			}
+			fmt.Fprintln(stdout, line)
 		}
 		prev = &cur
 	}
@@ -95,6 +106,20 @@ func watchColumns() []stats.Field {
 		}
 	}
 	return out
+}
+
+// countersFell says whether a counter went down from prev to cur: the
+// daemon that answers counts from its own start (a handover's successor,
+// or a restart).
+func countersFell(prev, cur *sample) bool {
+	for _, f := range append([]stats.Field{stats.LookupHits, stats.LookupMisses}, columns...) {
+		a, okA := f.Int(&prev.Snapshot)
+		b, okB := f.Int(&cur.Snapshot)
+		if f.Kind == stats.Counter && okA && okB && b < a {
+			return true
+		}
+	}
+	return false
 }
 
 // perSecond is f's change per second from prev to cur, if both have it and

@@ -17,6 +17,7 @@ type Entry struct {
 	ID     int
 	Parent int    // the ID of the mount it is mounted on
 	Dev    string // major:minor
+	Root   string // the directory of its file system it shows ("/", or a bind mount's)
 	Point  string // where it is mounted
 	FSType string // "fuse.kvfs" for kvfs
 	Source string // kvfs names its store here
@@ -49,7 +50,7 @@ func Parse(r io.Reader) []Entry {
 		if len(fields) < 5 {
 			continue
 		}
-		e := Entry{Dev: fields[2], Point: unescape(fields[4])}
+		e := Entry{Dev: fields[2], Root: unescape(fields[3]), Point: unescape(fields[4])}
 		e.ID, _ = strconv.Atoi(fields[0])
 		e.Parent, _ = strconv.Atoi(fields[1])
 		for i, f := range fields {
