@@ -136,8 +136,10 @@ func (c *Core) admitting(id blob.ID, need int64, spent *atomic.Int64, intr Inter
 	}
 	stalled := func() bool { return c.ledger.Progress() == stalledAt && !c.ledger.GraceEnding() }
 	stalledYields := func() bool { return stalled() && othersWait() && c.ledger.GiveWay(id, true) }
-	// stalledAlone: stalled, and no other admission waits.
-	stalledAlone := func() bool { return whole && stalled() && !othersWait() }
+	// stalledAlone: stalled, and no other admission waits, or id's
+	// writer would free nothing by giving way (ledger.Inert), which it
+	// then does not (a stopped writer's wait beside it had it refused).
+	stalledAlone := func() bool { return whole && stalled() && (!othersWait() || c.ledger.Inert(id)) }
 	// loosenedAt: when this admission last asked whether its process's
 	// other writers are idle (loosenIdle): at its first wait, and again
 	// each stallWait while it waits, as a child that held them may have

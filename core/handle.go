@@ -119,6 +119,9 @@ func (c *Core) create(t Client, parent blob.ID, name string, mode uint32, who bl
 		c.fitDiskSoon()
 		n, borrowed, by := c.reservationFor(t)
 		h.by = by
+		if by != nil {
+			c.ledger.Group(id, by.pid)
+		}
 		// Learnt before the admission, which may wait for the graces
 		// that learning ends (clients.created).
 		h.createdBy(t)

@@ -967,6 +967,47 @@ func (l *Ledger[K]) GiveWay(id K, stalled bool) bool {
 	return true
 }
 
+// Group notes the process that made id, being written (g > 0): a
+// stalled writer of it that holds nothing gives way only where another
+// writer of that process holds room its refusal may free (see yields).
+func (l *Ledger[K]) Group(id K, g int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.get(id); ok && e.w != 0 && g > 0 {
+		l.wr(e).group = g
+	}
+}
+
+// Inert says whether a refusal of id's writer would free nothing: it
+// holds nothing, and its process (Group) no other writer that holds
+// room. Such a writer does not give way when stalled (yields); a wait
+// for a whole reservation does without it instead (core's admitWhole).
+func (l *Ledger[K]) Inert(id K) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.get(id)
+	return ok && e.w != 0 && l.inert(e, l.holdingGroups())
+}
+
+// holdingGroups are the processes (Group) with a writer that holds
+// room; mu held.
+func (l *Ledger[K]) holdingGroups() map[int32]int {
+	held := map[int32]int{}
+	for i := l.open.first(); i != 0; i = l.open.next(i) {
+		if w := &l.writing.recs[i]; w.group != 0 && l.slab.at(w.e).charge > 0 {
+			held[w.group]++
+		}
+	}
+	return held
+}
+
+// inert: e, being written, holds nothing, and is of a known process no
+// other writer of which holds room; mu held.
+func (l *Ledger[K]) inert(e *entry[K], held map[int32]int) bool {
+	w := l.wr(e)
+	return e.charge == 0 && w.group != 0 && held[w.group] == 0
+}
+
 // yields is GiveWay's answer, noting nothing; mu held.
 func (l *Ledger[K]) yields(id K, stalled bool) bool {
 	self, ok := l.get(id)
@@ -980,9 +1021,19 @@ func (l *Ledger[K]) yields(id K, stalled bool) bool {
 	// the youngest in turn: 8 writers into 16 MiB each refused one store
 	// every 0.3 s for nothing while the older writers waited out the
 	// limit; an outside tester.)
+	// Nor does a writer that holds nothing and whose process holds no
+	// other room (inert): its refusal frees nothing either. A writer
+	// stopped (SIGSTOP) as it waited for room, older, had the next store
+	// of a cache that readers held give way 0.3 s in, where alone it
+	// waited for the readers to close and was stored (an outside tester,
+	// 3 of 3). A thread whose data file holds room while its metadata
+	// file's write waits still gives way: its refusal lets it close the
+	// data file.
 	var oldestHolder uint32
+	var held map[int32]int
 	if stalled {
 		oldestHolder = l.waitingHolder(0)
+		held = l.holdingGroups()
 	}
 	behind := oldestHolder != 0 // going from the youngest: until oldestHolder
 	yields := false
@@ -992,7 +1043,7 @@ func (l *Ledger[K]) yields(id K, stalled bool) bool {
 		if w.gaveWay && e != self {
 			return false
 		}
-		stuck := stalled && (e == self || w.waiting > 0) && !(behind && e.charge == 0)
+		stuck := stalled && (e == self || w.waiting > 0) && !(behind && e.charge == 0) && !l.inert(e, held)
 		if !yields && (stuck || !stalled && e.charge > 0) {
 			if e != self {
 				return false

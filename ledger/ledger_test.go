@@ -1403,6 +1403,42 @@ func TestYields(t *testing.T) {
 	mustOK(t, l)
 }
 
+// TestInertWritersDoNotYield: stalled, a waiting writer that holds
+// nothing and whose process (Group) holds no other room does not give
+// way, its refusal freeing nothing; one whose process holds room
+// elsewhere does, and so does one of no known process.
+func TestInertWritersDoNotYield(t *testing.T) {
+	l, _ := newTest(t, 64*blk)
+	createWriters(t, l, 1, 2, 3)
+	l.Group(1, 10)
+	l.Group(2, 20)
+	l.Group(3, 30)
+	l.Waiting(2, true)
+	l.Waiting(3, true)
+	if yields(l, 3, true) || yields(l, 2, true) || !l.Inert(3) || !l.Inert(2) {
+		t.Fatalf("stalled, two writers of their own processes holding nothing: 2 yields %v, 3 yields %v, inert %v %v; want neither to yield",
+			yields(l, 2, true), yields(l, 3, true), l.Inert(2), l.Inert(3))
+	}
+	// 1 holds room and is of 3's process: 3's refusal may free it.
+	l.Group(1, 30)
+	if _, err := l.Grow(1, 8*blk); err != nil {
+		t.Fatal(err)
+	}
+	if !yields(l, 3, true) || l.Inert(3) || yields(l, 2, true) {
+		t.Fatalf("3's process holds room: 3 yields %v (inert %v), 2 yields %v; want 3 only", yields(l, 3, true), l.Inert(3), yields(l, 2, true))
+	}
+	// A writer of no known process gives way as before.
+	createWriters(t, l, 4)
+	l.Waiting(4, true)
+	if !yields(l, 4, true) || l.Inert(4) {
+		t.Fatalf("a writer of no known process: yields %v, inert %v; want it to give way", yields(l, 4, true), l.Inert(4))
+	}
+	for _, id := range []ID{2, 3, 4} {
+		l.Waiting(id, false)
+	}
+	mustOK(t, l)
+}
+
 // TestBehind: a writer that holds no room comes after an older writer
 // that holds room and waits for more; not after one that waits holding
 // nothing, nor after a younger one; a writer that holds room is behind

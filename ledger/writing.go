@@ -21,6 +21,9 @@ type writing struct {
 	// gaveWay: a writer of it was refused as the one that gives way
 	// (GiveWay); until its writing ends, what it holds is coming free.
 	gaveWay bool
+	// group: the process that made it (Group; 0: not known), whose
+	// other writers a refusal of it may free (see yields).
+	group int32
 	// settledPast: a settle (a FLUSH) admitted the object past twice its
 	// budget; the next ones past it wait for the last release (settle).
 	settledPast bool

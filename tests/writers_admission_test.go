@@ -1260,3 +1260,51 @@ func TestOneThreadOpensMoreThanTheCacheReserves(t *testing.T) {
 		})
 	}
 }
+
+// TestStoppedWaiterBesideAStore: with --strict-capacity and a reader
+// holding the whole cache, a writer stopped (SIGSTOP) while its first
+// write waits for room does not make the next store give way: that
+// store holds nothing, nor does its process elsewhere, so its refusal
+// would free nothing; it waits for the reader, as it does alone, and is
+// stored once the reader closes (an outside tester: refused 0.31 s in,
+// 3 of 3, where alone it waited 2.09 s and was stored).
+func TestStoppedWaiterBesideAStore(t *testing.T) {
+	d := mountCache(t, "--capacity", "16MiB", "--strict-capacity", "--wait-limit", "30s")
+	big := filepath.Join(d.mp, "big")
+	putFile(t, big, objectBytes(big, 16*MiB))
+	reader, err := os.Open(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	dd := func(name string, mib int) (*exec.Cmd, chan error) {
+		cmd := exec.Command("dd", "if=/dev/zero", "of="+filepath.Join(d.mp, name), "bs=1M", fmt.Sprintf("count=%d", mib))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		return cmd, done
+	}
+	stopped, stoppedDone := dd("stopped", 8)
+	defer func() { stopped.Process.Signal(syscall.SIGCONT); stopped.Process.Kill(); <-stoppedDone }()
+	if !waitFor(func() bool { return stats(t, d.mp).WaitingForRoom >= 1 }) {
+		t.Fatal("the first writer never waited for room")
+	}
+	stopped.Process.Signal(syscall.SIGSTOP)
+	_, storeDone := dd("store", 2)
+	if !waitFor(func() bool { return stats(t, d.mp).WaitingForRoom >= 2 }) {
+		t.Fatal("the store never waited for room")
+	}
+	// Past the stall's wait (0.3 s) several times over: it waits on.
+	if waitWithin(2*time.Second, func() bool { return len(storeDone) > 0 }) {
+		t.Fatalf("the store ended while the reader held the cache: %v (gave way beside the stopped writer); %+v", <-storeDone, stats(t, d.mp))
+	}
+	reader.Close()
+	if err := <-storeDone; err != nil {
+		t.Fatalf("the store once the reader closed: %v; %+v", err, stats(t, d.mp))
+	}
+	if st, err := os.Stat(filepath.Join(d.mp, "store")); err != nil || st.Size() != 2*MiB {
+		t.Fatalf("the stored object: %v, %v; want 2 MiB", st, err)
+	}
+}
