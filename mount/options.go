@@ -285,7 +285,7 @@ func (o *Options) validate() error {
 		// takeover, and the restart after a kill -9).
 		from = filepath.Dir(mp)
 	}
-	if outer, ok := blob.StoreAbove(from); ok {
+	if outer, ok := blob.StoreAbove(Unbound(from)); ok {
 		return usagef("mount point %s is inside the kvfs store %s", mp, outer)
 	}
 	// Inside another kvfs mount: its directory is an object directory of
@@ -295,6 +295,13 @@ func (o *Options) validate() error {
 	// a handover or a dead mount's replacement is for.
 	if e, ok := holding(filepath.Dir(mp)); ok && e.FSType == FSType {
 		return usagef("mount point %s is inside the kvfs mount %s: mount it elsewhere", mp, e.Point)
+	}
+	if outer, ok := blob.StoreAbove(filepath.Dir(Unbound(o.Store))); ok {
+		// Reached through a bind mount (symlinks are resolved above):
+		// a store's data directory bound elsewhere, with an object
+		// named kvfs.format at the cache's root, was taken for a store
+		// and written into (an outside tester, 3 of 3).
+		return usagef("store %s is inside the kvfs store %s", o.Store, outer)
 	}
 	if target, err := os.Readlink(o.Store); err == nil {
 		// resolved reads every link that leads somewhere: this one does

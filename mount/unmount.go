@@ -79,7 +79,13 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 		o.Report(fmt.Sprintf("the daemon of %s did not answer statfs within %v", mp, probe))
 		return forceUnmount(mp, e, deadline, true, o.Report)
 	case errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED):
-		return unmountDead(mp, o.Report)
+		err := unmountDead(mp, o.Report)
+		if other := otherMountOf(e); err == nil && other != "" {
+			// Its bind mounts are dead too, and stay (an outside
+			// tester's, unsaid).
+			o.Report(fmt.Sprintf("the same dead mount is also mounted at %s (a bind mount of it): `kvfs unmount %s` removes that", other, other))
+		}
+		return err
 	}
 	if who := callerInside(mp); who != "" {
 		// Busy for as long as the caller's shell stays there: retrying

@@ -406,8 +406,22 @@ func TestFsckOfAStoresDataByAnotherPath(t *testing.T) {
 			requireUsageError(t, runKvfs(t, args...), "is inside the kvfs store "+store)
 		}
 	}
+	// Nor is it mounted as a store (an outside tester's mount through
+	// the bind made data/, writing/ and kvfs.index there).
+	mp2 := filepath.Join(dir, "mp2")
+	if err := os.Mkdir(mp2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{link, bind, filepath.Join(bind, "sub")} {
+		res := runKvfsTimeout(t, hangGuard, "mount", "--store", p, "--capacity", "16MiB", mp2)
+		if _, ok := mountAt(mp2); ok {
+			detachAll(mp2)
+			t.Fatalf("kvfs mount --store %s mounted", p)
+		}
+		requireUsageError(t, res, "is inside the kvfs store "+store)
+	}
 	if after := listing(t, data); after != before {
-		t.Errorf("fsck wrote into the store's data directory:\n%s\nwas:\n%s", after, before)
+		t.Errorf("fsck or mount wrote into the store's data directory:\n%s\nwas:\n%s", after, before)
 	}
 	d.stop()
 }

@@ -509,5 +509,20 @@ func TestUnmountOfABindMount(t *testing.T) {
 		t.Fatalf("the daemon exited at the bind mount's unmount:\n%s", d.out)
 	}
 	readBackPlain(t, filepath.Join(d.mp, "o"), objectBytes("o", 5000))
-	d.stop()
+	// A dead mount's unmount names its dead bind mount, which stays
+	// (it was left unsaid: an outside tester).
+	if err := unix.Mount(d.mp, bind, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	d.kill9()
+	res = runKvfsTimeout(t, 60*time.Second, "unmount", d.mp)
+	if res.code != 0 || !strings.Contains(res.stdout, "also mounted at "+bind) {
+		t.Fatalf("kvfs unmount of a dead mount with a bind mount: exit %d, stdout %q, stderr %q; want exit 0 naming %s", res.code, res.stdout, res.stderr, bind)
+	}
+	if res := runKvfsTimeout(t, 60*time.Second, "unmount", bind); res.code != 0 {
+		t.Fatalf("kvfs unmount of the dead bind mount: exit %d, %q", res.code, res.stderr)
+	}
+	if _, ok := mountAt(bind); ok {
+		t.Errorf("the dead bind mount is left at %s", bind)
+	}
 }

@@ -112,7 +112,7 @@ func readStatsXattr(mp string) ([]byte, error) {
 		// mount, or enter it (without --allow-other, only its mounter
 		// may).
 		if e, ok := mountinfo.At(mp); ok && e.FSType == mount.FSType && !slices.Contains(strings.Split(e.SuperOptions, ","), "allow_other") {
-			return nil, fmt.Errorf("%v: a kvfs mount admits only the user who mounted it (and root) unless mounted with --allow-other", err)
+			return nil, fmt.Errorf("%v: a kvfs mount admits only the user who mounted it, not even root, unless mounted with --allow-other", err)
 		}
 		return nil, err
 	} else if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {

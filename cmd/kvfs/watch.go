@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvfs/kvfs/internal/mountinfo"
 	"github.com/kvfs/kvfs/internal/progress"
 	"github.com/kvfs/kvfs/internal/stats"
 	"github.com/kvfs/kvfs/internal/usageerr"
+	"github.com/kvfs/kvfs/mount"
 )
 
 // sample is one reading of a mount's stats: what `kvfs stats --json`
@@ -21,12 +23,18 @@ type sample struct {
 	stats.Snapshot
 	loading *stats.Loading
 	at      time.Time
+	// daemon: the pid holding the mount's store (0: not known), which
+	// a handover or a restart changes.
+	daemon int
 }
 
 // readSample asks a live mount for its figures through the root's stats
 // extended attribute.
 func readSample(mp string) (sample, error) {
 	s := sample{at: time.Now()}
+	if e, ok := mountinfo.At(mp); ok && e.FSType == mount.FSType {
+		s.daemon, _ = mount.StoreHolder(e.Source)
+	}
 	b, err := statsJSON(mp)
 	if err != nil {
 		return s, err
@@ -74,11 +82,12 @@ func watchStats(mp string, interval time.Duration, count int, stdout io.Writer) 
 			prev = nil // rates start from the first reading of the index
 			continue
 		}
-		restarted := prev != nil && countersFell(prev, &cur)
+		restarted := prev != nil && (countersFell(prev, &cur) || prev.daemon != 0 && cur.daemon != 0 && prev.daemon != cur.daemon)
 		if restarted {
 			// A handover or a restart: the counters start again from
 			// 0, and rates across it were negative (an outside tester:
-			// stores/s=-28195.6).
+			// stores/s=-28195.6), or, where the new daemon's had passed
+			// the old one's already, too low (another's).
 			prev = nil
 		}
 		if tty {
