@@ -9,13 +9,16 @@ func TestParse(t *testing.T) {
 	in := `22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
 36 22 0:32 / /tmp/with\040space rw,nosuid shared:7 - fuse.kvfs /var/a\134store rw,user_id=0,group_id=0,default_permissions
 short line
-37 36 0:33 / /tmp/with\040space rw - fuse.kvfs /var/other rw,allow_other`
+37 36 0:33 / /tmp/with\040space rw - fuse.kvfs /var/other rw,allow_other
+38 22 8:1 /srv/s\040x/data /mnt/bound rw - ext4 /dev/vda rw`
 	got := Parse(strings.NewReader(in))
 	want := []Entry{
-		{ID: 22, Parent: 1, Dev: "8:1", Point: "/", FSType: "ext4", Source: "/dev/vda", SuperOptions: "rw"},
-		{ID: 36, Parent: 22, Dev: "0:32", Point: "/tmp/with space", FSType: "fuse.kvfs", Source: `/var/a\store`,
+		{ID: 22, Parent: 1, Dev: "8:1", Root: "/", Point: "/", FSType: "ext4", Source: "/dev/vda", SuperOptions: "rw"},
+		{ID: 36, Parent: 22, Dev: "0:32", Root: "/", Point: "/tmp/with space", FSType: "fuse.kvfs", Source: `/var/a\store`,
 			SuperOptions: "rw,user_id=0,group_id=0,default_permissions"},
-		{ID: 37, Parent: 36, Dev: "0:33", Point: "/tmp/with space", FSType: "fuse.kvfs", Source: "/var/other", SuperOptions: "rw,allow_other"},
+		{ID: 37, Parent: 36, Dev: "0:33", Root: "/", Point: "/tmp/with space", FSType: "fuse.kvfs", Source: "/var/other", SuperOptions: "rw,allow_other"},
+		// A bind mount of a directory: its root is that directory.
+		{ID: 38, Parent: 22, Dev: "8:1", Root: "/srv/s x/data", Point: "/mnt/bound", FSType: "ext4", Source: "/dev/vda", SuperOptions: "rw"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Parse = %+v", got)
