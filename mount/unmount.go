@@ -83,7 +83,7 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 		if other := otherMountOf(e); err == nil && other != "" {
 			// Its bind mounts are dead too, and stay (an outside
 			// tester's, unsaid).
-			o.Report(fmt.Sprintf("the same dead mount is also mounted at %s (a bind mount of it): `kvfs unmount %s` removes that", other, other))
+			o.Report(fmt.Sprintf("the same dead mount is also mounted at %s (bind mounts of it): `kvfs unmount` of each removes it", other))
 		}
 		return err
 	}
@@ -333,15 +333,17 @@ func connectionOf(e mountinfo.Entry) (string, bool) {
 	return strconv.FormatUint(major<<20|minor, 10), true
 }
 
-// otherMountOf names a mount, other than e, of e's FUSE connection (the
-// same device: a bind mount of it), or "".
+// otherMountOf names the mounts, other than e, of e's FUSE connection
+// (the same device: bind mounts of it), or "" (all of them: an outside
+// tester's second dead bind mount went unnamed).
 func otherMountOf(e mountinfo.Entry) string {
+	var others []string
 	for _, m := range mountinfo.Read() {
 		if m.Dev == e.Dev && m.ID != e.ID {
-			return m.Point
+			others = append(others, m.Point)
 		}
 	}
-	return ""
+	return strings.Join(others, ", ")
 }
 
 // stillMounted: the mount e is still in this process's mount table.

@@ -159,7 +159,15 @@ func TestStatsWatchAcrossAHandover(t *testing.T) {
 			for i := range 5 {
 				putFile(t, filepath.Join(d.mp, fmt.Sprintf("o%d", i)), objectBytes(fmt.Sprint(i), 4096))
 			}
-			lines := watchLinesEvery(t, d.mp, interval)
+			// Named relative to the working directory, as a user
+			// types it (a relative mount point found no daemon to
+			// know: an outside tester's `kvfs stats --watch m`).
+			cwd, _ := os.Getwd()
+			rel, err := filepath.Rel(cwd, d.mp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := watchLinesEvery(t, rel, interval)
 			awaitLine(t, lines, "5 stores", func(f map[string]string) bool { return num(f, "stores") == 5 })
 			d = handOver(t, kvfsBin, d, "--store", d.store, "--capacity", "16MiB")
 			for i := range 20 {
