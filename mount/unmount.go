@@ -399,6 +399,17 @@ func mountOwner(e mountinfo.Entry) (int, bool) {
 // looking at any mount point: stat, lstat or readlink of a hung FUSE
 // mount's root can wait for its daemon, and a mount point is never a
 // symlink. Paths are cleaned lexically ("a/b/.." is "a").
+// Point is p absolute, its symlinks read, never through a mount point
+// (quietResolve): how mountinfo names it, where a stat of a stopped
+// daemon's mount would wait for good.
+func Point(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return quietResolve(abs)
+}
+
 func quietResolve(p string) string {
 	points := map[string]bool{}
 	for _, e := range mountinfo.Read() {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -33,7 +32,10 @@ type sample struct {
 // extended attribute.
 func readSample(mp string) (sample, error) {
 	s := sample{at: time.Now()}
-	if e, ok := mountinfo.At(mountPoint(mp)); ok && e.FSType == mount.FSType {
+	// As mountinfo names it (a relative path found no mount, and the
+	// watch no daemon: an outside tester's `kvfs stats --watch m`),
+	// never by a stat of the mount (a stopped daemon's waits for good).
+	if e, ok := mountinfo.At(mount.Point(mp)); ok && e.FSType == mount.FSType {
 		s.daemon, _ = mount.StoreHolder(e.Source)
 	}
 	b, err := statsJSON(mp)
@@ -48,20 +50,6 @@ func readSample(mp string) (sample, error) {
 		return s, fmt.Errorf("reading stats of %s: %w", mp, err)
 	}
 	return s, nil
-}
-
-// mountPoint is mp as mountinfo names it: absolute, its symlinks read
-// (a relative one found no mount, and the watch no daemon: an outside
-// tester's `kvfs stats --watch m`).
-func mountPoint(mp string) string {
-	abs, err := filepath.Abs(mp)
-	if err != nil {
-		return mp
-	}
-	if r, err := filepath.EvalSymlinks(abs); err == nil {
-		return r
-	}
-	return abs
 }
 
 // watchStats prints mp's stats every interval, count times (0: until
