@@ -412,6 +412,9 @@ func TestFsckOfAStoresDataByAnotherPath(t *testing.T) {
 	if err := os.Mkdir(mp2, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Should kvfs mount after all, it serves until the timeout kills
+	// it: its dead mount must not outlive the test.
+	t.Cleanup(func() { detachAll(mp2) })
 	for _, p := range []string{link, bind, filepath.Join(bind, "sub")} {
 		res := runKvfsTimeout(t, hangGuard, "mount", "--store", p, "--capacity", "16MiB", mp2)
 		if _, ok := mountAt(mp2); ok {
