@@ -62,6 +62,17 @@ func foreignNames(dir string) ([]string, error) {
 	return foreign, nil
 }
 
+// InsideStore refuses dir (ErrNotStore) when a store holds real, the
+// absolute path dir names, below its own directory: a directory of the
+// store's (its data, an object directory), which may even hold an
+// object named as the mark; it names the store to check instead.
+func InsideStore(dir, real string) error {
+	if outer, ok := StoreAbove(filepath.Dir(real)); ok {
+		return notStoref("%s is inside the kvfs store %s: check that (kvfs fsck --store %s)", dir, outer, outer)
+	}
+	return nil
+}
+
 // Fsck checks an unmounted store without changing it, or with repair
 // reclaims what start-up would: files left half-written by a crash and
 // anything that is neither a directory nor a regular file. charge is what
@@ -77,10 +88,8 @@ func FsckWith(dir string, repair bool, charge func(size int64) int64, p Progress
 	if err != nil {
 		return rep, err
 	}
-	if outer, ok := StoreAbove(filepath.Dir(abs)); ok {
-		// A directory of the store's (its data, an object directory),
-		// which may even hold an object named as the mark.
-		return rep, notStoref("%s is inside the kvfs store %s: check that (kvfs fsck --store %s)", dir, outer, outer)
+	if err := InsideStore(dir, abs); err != nil {
+		return rep, err
 	}
 	if !IsStore(dir) {
 		return rep, notStoref("%s is not a kvfs store (no %s)", dir, FormatName)

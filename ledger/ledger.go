@@ -991,11 +991,11 @@ func (l *Ledger[K]) Inert(id K) bool {
 
 // holdingGroups are the processes (Group) with a writer that holds
 // room; mu held.
-func (l *Ledger[K]) holdingGroups() map[int32]int {
-	held := map[int32]int{}
+func (l *Ledger[K]) holdingGroups() map[int32]bool {
+	held := map[int32]bool{}
 	for i := l.open.first(); i != 0; i = l.open.next(i) {
 		if w := &l.writing.recs[i]; w.group != 0 && l.slab.at(w.e).charge > 0 {
-			held[w.group]++
+			held[w.group] = true
 		}
 	}
 	return held
@@ -1003,9 +1003,9 @@ func (l *Ledger[K]) holdingGroups() map[int32]int {
 
 // inert: e, being written, holds nothing, and is of a known process no
 // other writer of which holds room; mu held.
-func (l *Ledger[K]) inert(e *entry[K], held map[int32]int) bool {
+func (l *Ledger[K]) inert(e *entry[K], held map[int32]bool) bool {
 	w := l.wr(e)
-	return e.charge == 0 && w.group != 0 && held[w.group] == 0
+	return e.charge == 0 && w.group != 0 && !held[w.group]
 }
 
 // yields is GiveWay's answer, noting nothing; mu held.
@@ -1030,7 +1030,7 @@ func (l *Ledger[K]) yields(id K, stalled bool) bool {
 	// file's write waits still gives way: its refusal lets it close the
 	// data file.
 	var oldestHolder uint32
-	var held map[int32]int
+	var held map[int32]bool
 	if stalled {
 		oldestHolder = l.waitingHolder(0)
 		held = l.holdingGroups()

@@ -67,14 +67,15 @@ func UnmountWithin(mountpoint string, o UnmountOptions) error {
 		return err
 	}
 	probe := min(unmountProbe, o.Timeout/4)
+	statfs := func() error { return unix.Statfs(mp, new(unix.Statfs_t)) }
 	if o.Force {
 		o.Report("--force: not waiting for the daemon")
 		// Asked only where it decides anything: whether a mount this
 		// user cannot abort may be detached (see forceUnmount).
-		hung := !mayAbort(e) && errors.Is(InTime(probe, func() error { return unix.Statfs(mp, new(unix.Statfs_t)) }), ErrTimedOut)
+		hung := !mayAbort(e) && errors.Is(InTime(probe, statfs), ErrTimedOut)
 		return forceUnmount(mp, e, deadline, hung, o.Report)
 	}
-	switch err := InTime(probe, func() error { return unix.Statfs(mp, new(unix.Statfs_t)) }); {
+	switch err := InTime(probe, statfs); {
 	case errors.Is(err, ErrTimedOut):
 		o.Report(fmt.Sprintf("the daemon of %s did not answer statfs within %v", mp, probe))
 		return forceUnmount(mp, e, deadline, true, o.Report)

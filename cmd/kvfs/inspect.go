@@ -175,8 +175,8 @@ func cmdFsck(args []string, stdout io.Writer) error {
 		return err
 	}
 	if abs, err := filepath.Abs(*store); err == nil {
-		if outer, ok := blob.StoreAbove(filepath.Dir(mount.Unbound(abs))); ok {
-			return usageerr.Errorf("%s is inside the kvfs store %s: check that (kvfs fsck --store %s)", *store, outer, outer)
+		if err := blob.InsideStore(*store, mount.Unbound(abs)); err != nil {
+			return usageerr.Errorf("%v", err)
 		}
 		if _, held := mount.StoreHolder(abs); !held {
 			if mp, live := mount.LiveMount(abs); live {
