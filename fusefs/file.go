@@ -99,6 +99,13 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 	}
 	if truncating {
 		f.truncated(id)
+	} else if writable(in.Flags) {
+		// Its reservation is charged now, which st_blocks shows; the
+		// attributes the kernel cached at the lookup did not, until
+		// their timeout, while du (through a listing) and df did (an
+		// outside tester: `exec 3<>x`). Dropping attributes alone takes
+		// no lock an opening caller holds (see Flush).
+		f.server.InodeNotify(in.NodeId, -1, 0)
 	}
 	f.serve(f.opened(ch, in.Flags), out)
 	return fuse.OK

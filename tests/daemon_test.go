@@ -494,6 +494,24 @@ func stats(t testing.TB, mp string) kvfsStats {
 	return st
 }
 
+// statsHere reads the ledger as kvfs stats does (the root's
+// user.kvfs.stats) from this process: a `kvfs stats` forked from a
+// process holding a writer closes its copy of the descriptor at exec,
+// and that close is a FLUSH, which settles the writer.
+func statsHere(t testing.TB, mp string) kvfsStats {
+	t.Helper()
+	buf := make([]byte, 4096)
+	n, err := unix.Getxattr(mp, "user.kvfs.stats", buf)
+	if err != nil {
+		t.Fatalf("reading %s's stats: %v", mp, err)
+	}
+	var st kvfsStats
+	if err := json.Unmarshal(buf[:n], &st); err != nil {
+		t.Fatalf("%s's stats: %v in %q", mp, err, buf[:n])
+	}
+	return st
+}
+
 // statsJSON runs `kvfs stats --json MP`, requires exit 0, decodes what
 // it printed into v and returns it.
 func statsJSON(t testing.TB, mp string, v any) string {

@@ -8,7 +8,6 @@ package tests
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -567,21 +566,8 @@ func TestTwoStoresThatCannotBothFit(t *testing.T) {
 				}
 			}
 		}
-		// Read in this process: a `kvfs stats` forked from it would close
-		// its copies of the writers' descriptors at exec, and each close
-		// is a FLUSH that admits.
-		used := func() int64 {
-			buf := make([]byte, 4096)
-			n, err := unix.Getxattr(d.mp, "user.kvfs.stats", buf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var st kvfsStats
-			if err := json.Unmarshal(buf[:n], &st); err != nil {
-				t.Fatal(err)
-			}
-			return st.UsedBytes
-		}
+		// Read in this process (statsHere).
+		used := func() int64 { return statsHere(t, d.mp).UsedBytes }
 		if !waitFor(func() bool { return used() == 18*MiB }) {
 			t.Fatalf("the daemon never saw the 18 MiB written: used %d", used())
 		}

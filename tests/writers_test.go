@@ -405,6 +405,58 @@ func TestForkedWritersHoldReservations(t *testing.T) {
 	ledgerExact(t, d)
 }
 
+// TestInPlaceWriterShowsItsReservation: a writer that opens a stored
+// object without truncating it (`exec 3<>x`, `>>`, an r+ mapping) is
+// charged a reservation at its open; its st_blocks shows it at once, as
+// used and df do. The object was stat'ed before the open, so the
+// attributes the kernel cached then (the charge before the reservation)
+// had stood in for a minute. And an empty file made by mknod shows no
+// blocks.
+func TestInPlaceWriterShowsItsReservation(t *testing.T) {
+	d := mountCache(t, "--capacity", "32MiB")
+	x := filepath.Join(d.mp, "x")
+	putFile(t, x, objectBytes("x", 4*MiB))
+	waitReleased(t, d.mp)
+	for _, flags := range []int{os.O_RDWR, os.O_WRONLY | os.O_APPEND} {
+		fi, err := os.Stat(x) // the kernel caches its attributes
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := fi.Sys().(*syscall.Stat_t).Blocks * 512
+		f, err := os.OpenFile(x, flags, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := statsHere(t, d.mp) // a forked `kvfs stats` would close it (a FLUSH)
+		if fi, err = os.Stat(x); err != nil {
+			t.Fatal(err)
+		}
+		blocks := fi.Sys().(*syscall.Stat_t).Blocks * 512
+		df, err := dfUsed(d.mp)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ReservedBytes == 0 || blocks != st.UsedBytes || df != st.UsedBytes {
+			t.Errorf("open %#x of a stored 4 MiB object: st_blocks %d bytes (%d before the open), used %d, reserved %d, df %d; want st_blocks == used == df, with a reservation",
+				flags, blocks, before, st.UsedBytes, st.ReservedBytes, df)
+		}
+		waitReleased(t, d.mp)
+	}
+	// mknod(2) of a regular file is a create and a close in one request:
+	// its reply's attributes, which the kernel keeps, are the closed
+	// empty file's (they carried the create's reservation).
+	node := filepath.Join(d.mp, "node")
+	if err := unix.Mknod(node, unix.S_IFREG|0o644, 0); err != nil {
+		t.Fatal(err)
+	}
+	var nst unix.Stat_t
+	if err := unix.Stat(node, &nst); err != nil || nst.Blocks != 0 || nst.Size != 0 {
+		t.Errorf("an empty file made by mknod: %d blocks, size %d, %v; want 0 blocks, as on ext4", nst.Blocks, nst.Size, err)
+	}
+	ledgerExact(t, d)
+}
+
 // TestShellLoopTurnsOver: a bash loop stores each object from a process
 // of its own (`head -c N > key`), under its final name, leaving each
 // unpublished when the next child creates, so after a few stores its
