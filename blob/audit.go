@@ -80,7 +80,7 @@ func (s *Store) WalkDirs(stop <-chan struct{}, batch func(rel string, names []Wa
 // walkDir lists one directory for WalkDirs, and returns the paths of its
 // subdirectories.
 func (s *Store) walkDir(stop <-chan struct{}, rel string, batch func(string, []WalkedName)) (subs []string, err error) {
-	f, err := s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	f, err := s.openListing(rel)
 	if err != nil {
 		return nil, nil
 	}

@@ -356,7 +356,7 @@ func (s *Store) verifyDirs(cp *Checkpoint, head []byte, shared func(func())) {
 // notes in verified those it listed or knew to. shared runs the
 // comparison with the index under the owner's lock.
 func (s *Store) dirHolds(cp *Checkpoint, d cpDir, verified map[string]heldDir, shared func(func())) bool {
-	f, err := s.openBeneath(d.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	f, err := s.openListing(d.path)
 	if err != nil {
 		return false
 	}

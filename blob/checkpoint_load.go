@@ -379,7 +379,7 @@ func (c *cpLoad) checkDirs() *sync.WaitGroup {
 // same as recorded (and vouched for), or else what it holds now.
 func (s *Store) checkDir(cd *cpLoadDir) dirCheck {
 	start := time.Now()
-	f, err := s.openBeneath(cd.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	f, err := s.openListing(cd.path)
 	if err != nil {
 		return dirCheck{gone: true}
 	}

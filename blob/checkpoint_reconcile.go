@@ -86,7 +86,7 @@ func (c *cpLoad) reconcileDir(cd *cpLoadDir) error {
 	if len(changed) == 0 {
 		return nil
 	}
-	f, err := c.s.openBeneath(cd.path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	f, err := c.s.openListing(cd.path)
 	if err != nil {
 		return err
 	}

@@ -333,7 +333,7 @@ func (l *loader) walk(d *dir, rel string) {
 // is neither a directory nor a regular file, and what was being written
 // at the crash; it touches no shared state but the report's counters.
 func (l *loader) read(rel string) ([]entry, error) {
-	f, err := l.s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	f, err := l.s.openListing(rel)
 	if err != nil {
 		return nil, err
 	}
