@@ -114,6 +114,12 @@ var vfsOpts = map[string]uintptr{"rw": 0, "ro": unix.MS_RDONLY, "dev": 0, "nodev
 	"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "strictatime": unix.MS_STRICTATIME,
 	"auto": 0, "noauto": 0, "user": 0, "nouser": 0, "users": 0, "_netdev": 0, "nofail": 0}
 
+// vfsClears are the generic options that undo another's flag, as
+// mount(8) takes them: the later of `ro,rw` wins (the first did: an
+// outside tester). Atime options combine as the kernel combines them
+// for mount(8) (strictatime over noatime, noatime over relatime).
+var vfsClears = map[string]uintptr{"rw": unix.MS_RDONLY, "exec": unix.MS_NOEXEC, "atime": unix.MS_NOATIME}
+
 func parseHelper(args []string) (*helperMountOpts, error) {
 	store, err := filepath.Abs(strings.TrimPrefix(args[0], "kvfs#"))
 	if err != nil || args[0] == "" {
@@ -156,7 +162,7 @@ func (h *helperMountOpts) option(o string) error {
 		f.Close()
 		h.log = val
 	case !hasVal && isVFSOpt(key):
-		h.msFlags |= vfsOpts[key]
+		h.msFlags = h.msFlags&^vfsClears[key] | vfsOpts[key]
 	case isFlag, key == "log":
 		return fmt.Errorf("mount option %q: want %s", o, optionForm(name))
 	default:

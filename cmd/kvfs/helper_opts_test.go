@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestHelperOptionsMapToFlags: every kvfs mount flag an -o option may
@@ -30,6 +32,28 @@ func TestHelperOptionsMapToFlags(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), strings.ReplaceAll(name, "-", "_")+"=") {
 			t.Errorf("refusal %v does not list %s", err, name)
+		}
+	}
+}
+
+// TestHelperLaterVFSOptionWins: a generic option undone by a later one
+// is undone, as mount(8) takes them; atime options combine as the
+// kernel combines them.
+func TestHelperLaterVFSOptionWins(t *testing.T) {
+	for opts, want := range map[string]uintptr{
+		"ro,rw":                 0,
+		"rw,ro":                 unix.MS_RDONLY,
+		"noexec,exec,ro":        unix.MS_RDONLY,
+		"exec,noexec":           unix.MS_NOEXEC,
+		"noatime,atime":         0,
+		"noatime,relatime":      unix.MS_NOATIME,
+		"strictatime,noatime":   unix.MS_STRICTATIME | unix.MS_NOATIME,
+		"ro,noatime,rw,noexec":  unix.MS_NOATIME | unix.MS_NOEXEC,
+		"defaults,ro,nofail,rw": 0,
+	} {
+		h, err := parseHelper([]string{"/s", "/m", "-o", opts})
+		if err != nil || h.msFlags != want {
+			t.Errorf("-o %s: flags %#x, %v; want %#x", opts, h.msFlags, err, want)
 		}
 	}
 }
