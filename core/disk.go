@@ -52,6 +52,10 @@ func DiskFloor(size int64) int64 {
 	return min(max(size/50, min(diskFloorLeast, size/2)), diskFloorMost)
 }
 
+// inodeFloor is the free inodes kvfs keeps on a store's file system of
+// files inodes.
+func inodeFloor(files uint64) int64 { return max(int64(files)/100, inodeFloorLeast) }
+
 // diskWatch is the capacity asked for and whether the disk lowered it.
 type diskWatch struct {
 	mu lockorder.Mutex
@@ -137,7 +141,7 @@ func (c *Core) fitDisk() bool {
 		c.locked(func() (victims, error) { return evict(c.ledger.SetCapacity(limit), nil) })
 	}
 	if sf.Files > 0 {
-		ifloor := max(int64(sf.Files)/100, inodeFloorLeast)
+		ifloor := inodeFloor(sf.Files)
 		if short := ifloor - int64(sf.Ffree); short > 0 {
 			if !c.disk.short {
 				c.log.Warn("the store's file system is short of inodes: evicting objects to keep some free",

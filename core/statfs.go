@@ -18,7 +18,7 @@ type Statfs struct {
 	// Files and FreeFiles: kvfs has no limit on inodes, so df -i shows
 	// the objects and directories held (its IUsed) plus a constant
 	// stock free (freeInodes), or the store's file system's free inodes
-	// where it has fewer.
+	// less the floor kvfs keeps free there, where that is fewer.
 	Files, FreeFiles uint64
 	NameMax          uint32
 }
@@ -43,7 +43,11 @@ func (c *Core) Statfs() Statfs {
 			free, blocks = disk, st.UsedBytes+disk
 		}
 		if sf.Files > 0 {
-			ffree = min(ffree, sf.Ffree)
+			// Less the floor it keeps: a create past it evicts an
+			// object, so df -i counted as free inodes no store could
+			// have (an outside tester: 64 free on a full store's
+			// mount, and its IUse% never reached 100).
+			ffree = min(ffree, uint64(max(int64(sf.Ffree)-inodeFloor(sf.Files), 0)))
 		}
 	}
 	return Statfs{
