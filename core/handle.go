@@ -848,8 +848,8 @@ func (h *Handle) Fsync(dataOnly bool) error {
 // bytes are seen first, so fstat(2) shows their charge.
 func (h *Handle) Attr() (Attr, error) {
 	if st := h.born.Swap(nil); st != nil {
-		_, charge, _ := h.c.ledger.Shown(h.id)
-		return Attr{Stat_t: *st, Charge: charge, Links: 1}, nil
+		_, charge, writing, _ := h.c.ledger.Shown(h.id)
+		return Attr{Stat_t: *st, Charge: charge, Links: 1, Writing: writing}, nil
 	}
 	if h.write {
 		h.c.observe(h)

@@ -16,6 +16,10 @@ type Attr struct {
 	unix.Stat_t
 	Charge int64
 	Links  int
+	// Writing: the file has writers open, so its charge (and, with
+	// passthrough, its size) may change with no request to the mount:
+	// the kernel must not keep these attributes (see fusefs).
+	Writing bool
 }
 
 // Lookup resolves a name, a connector's question: it counts in the
@@ -125,14 +129,14 @@ func (c *Core) fileAttr(id blob.ID, a Attr, err error) (Attr, bool, error) {
 	case err != nil:
 		return a, false, err
 	}
-	size, charge, ok := c.ledger.Shown(id)
+	size, charge, writing, ok := c.ledger.Shown(id)
 	if !ok {
 		return a, false, ErrStale
 	}
-	if size != a.Size && c.ledger.Writers(id) == 0 {
+	if size != a.Size && !writing {
 		return a, true, nil
 	}
-	a.Charge = charge
+	a.Charge, a.Writing = charge, writing
 	return a, false, nil
 }
 
@@ -433,14 +437,14 @@ func (c *Core) Link(id, parent blob.ID, name string) (Attr, error) {
 // linkedAttr are a just linked file's attributes, from what the link read
 // of it (st) when that agrees with the ledger, else read again.
 func (c *Core) linkedAttr(id blob.ID, st unix.Stat_t) (Attr, error) {
-	size, charge, ok := c.ledger.Shown(id)
-	if st.Ino == 0 || !ok || (size != st.Size && c.ledger.Writers(id) == 0) {
+	size, charge, writing, ok := c.ledger.Shown(id)
+	if st.Ino == 0 || !ok || (size != st.Size && !writing) {
 		return c.Getattr(id, nil)
 	}
 	c.mu.RLock()
 	links := c.store.Links(id)
 	c.mu.RUnlock()
-	return Attr{Stat_t: st, Charge: charge, Links: links}, nil
+	return Attr{Stat_t: st, Charge: charge, Links: links, Writing: writing}, nil
 }
 
 // link links, and reports the path to publish (see publishableLocked)

@@ -371,7 +371,7 @@ func (r *fuzzRun) check() {
 		if !ok || size != o.size || charge != c {
 			r.failf("Size(%d) = %d/%d/%v, model %d/%d", o.id, size, charge, ok, o.size, c)
 		}
-		if _, charge, _ := r.l.Shown(o.id); charge != shown {
+		if _, charge, _, _ := r.l.Shown(o.id); charge != shown {
 			r.failf("Shown(%d) charge %d, model %d", o.id, charge, shown)
 		}
 		if w := r.l.Writers(o.id); w != o.writers {

@@ -882,24 +882,28 @@ func (l *Ledger[K]) Forget(id K) bool {
 }
 
 // Size reports an inode's size and charge.
-func (l *Ledger[K]) Size(id K) (size, charge int64, ok bool) { return l.size(id, false) }
-
-// Shown is Size as stat(2) shows it (st_blocks): without a reservation
-// kept past a close (see Settle).
-func (l *Ledger[K]) Shown(id K) (size, charge int64, ok bool) { return l.size(id, true) }
-
-func (l *Ledger[K]) size(id K, shown bool) (size, charge int64, ok bool) {
+func (l *Ledger[K]) Size(id K) (size, charge int64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.get(id)
 	if !ok {
 		return 0, 0, false
 	}
-	charge = e.charge
-	if shown {
-		charge -= l.keptOf(e)
+	return e.size, e.charge, true
+}
+
+// Shown is Size as stat(2) shows it (st_blocks): without a reservation
+// kept past a close (see Settle). writing: the inode has write handles
+// open, so what is shown may change with no request (a reservation kept
+// at a close, shown again after it, a passthrough writer's growth).
+func (l *Ledger[K]) Shown(id K) (size, charge int64, writing, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.get(id)
+	if !ok {
+		return 0, 0, false, false
 	}
-	return e.size, charge, true
+	return e.size, e.charge - l.keptOf(e), l.writers(e) > 0, true
 }
 
 // Writers reports how many write handles an inode has open.

@@ -1073,7 +1073,7 @@ func TestReserveAndSettle(t *testing.T) {
 	}
 	// Kept, and shown nowhere: st_blocks and the stats say what the
 	// object holds, as a client that closed its file expects.
-	if _, shown, _ := l.Shown(100); shown != blk {
+	if _, shown, _, _ := l.Shown(100); shown != blk {
 		t.Fatalf("charge shown after a close %d, want one block", shown)
 	}
 	if st := l.Stats(); st.UsedBytes != 7*blk || st.ReservedBytes != 0 || st.PinnedBytes != blk {

@@ -443,6 +443,39 @@ func TestInPlaceWriterShowsItsReservation(t *testing.T) {
 		}
 		waitReleased(t, d.mp)
 	}
+	// A shell holding the writer (`exec 3<>x`) runs a command, which
+	// inherits the descriptor and closes it as it exits: a FLUSH whose
+	// RELEASE never comes. The reservation is hidden for a moment, then
+	// shown again, with no request to the mount; a stat in that moment
+	// had the kernel keep the hidden figure for the cache timeout.
+	blocks := func() int64 {
+		var st unix.Stat_t
+		if err := unix.Stat(x, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Blocks * 512
+	}
+	f, err := os.OpenFile(x, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	child := exec.Command("true")
+	child.ExtraFiles = []*os.File{f}
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
+	hidden := blocks()
+	var st kvfsStats
+	if !waitFor(func() bool { st = statsHere(t, d.mp); return st.KeptBytes == 0 && st.ReservedBytes > 0 }) {
+		t.Fatalf("the reservation a child's exit hid was never shown again: %+v", st)
+	}
+	if got := blocks(); got != st.UsedBytes {
+		t.Errorf("a writer whose child exited: st_blocks %d bytes (%d while hidden), used %d, reserved %d; want st_blocks == used",
+			got, hidden, st.UsedBytes, st.ReservedBytes)
+	}
+	f.Close()
+	waitReleased(t, d.mp)
 	// mknod(2) of a regular file is a create and a close in one request:
 	// its reply's attributes, which the kernel keeps, are the closed
 	// empty file's (they carried the create's reservation).
