@@ -266,13 +266,24 @@ func pwriteFull(fd int, b []byte, off int64) (int, error) {
 // as overwrites of allocated blocks, several at once. (ext4 serialises
 // O_DIRECT writes that extend a file, each one journalling the new size:
 // 1 MiB writes four at a time ran at 0.6 of one 32 MiB write here, and
-// at 0.98 preallocated; docs/gpudirect.md has the table.) It is a write to the stored file like the
-// others, behind no request to the daemon: kvfs's poller sees the size
-// at once and admits it as any writer's growth (ahead of the bytes,
-// which is when eviction should run), and the close settles it. Where
-// the store refuses it, the writes extend the file as they go.
+// at 0.98 preallocated; docs/gpudirect.md has the table.) It asks
+// through the handle on the mount first, so that kvfs admits the whole
+// size before any byte lands, evicting for it: allocated in the stored
+// file directly, it was growth the poller saw, and growth past a
+// writer's budget (twice its reservation, at most half the capacity) is
+// admitted only at the close, the store over the capacity meanwhile by
+// up to the object (an outside tester: a 1 GiB put into 1200 MiB beside
+// a cold 1 GiB object, 889 MB over). Where the mount refuses it (an
+// object that can never fit, EFBIG; no room within the wait limit,
+// ENOSPC), the stored file is allocated directly, as before: the writes
+// go on, the poller cuts what it cannot admit, and the close refuses
+// the object (ENOSPC) and removes it, as any writer's. Where the store
+// refuses that too, the writes extend the file as they go.
 func (f *File) preallocate(start, size int64) {
-	if size > 0 && f.direct {
+	if size <= 0 || !f.direct {
+		return
+	}
+	if unix.Fallocate(int(f.pin.Fd()), 0, start, size) != nil {
 		unix.Fallocate(int(f.data.Fd()), 0, start, size)
 	}
 }

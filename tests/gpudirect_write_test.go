@@ -194,6 +194,34 @@ func TestGPUDirectWriteEvictsColdest(t *testing.T) {
 	}
 }
 
+// A direct write of an object larger than a writer's budget (a quarter
+// of the capacity, twice its reservation) is admitted whole before its
+// bytes land: its preallocation goes through the mount, and the cold
+// object it needs the room of is evicted first. Allocated in the stored
+// file behind the daemon, it was growth past the budget, admitted only
+// at the close, the store over the capacity by up to the object
+// meanwhile (an outside tester: 889 MB over with a 1 GiB put into 1200
+// MiB).
+func TestGPUDirectWriteAdmittedAhead(t *testing.T) {
+	d := mountCache(t, "--capacity", "48MiB", "--grace", "0s")
+	cold := filepath.Join(d.mp, "cold.data")
+	putFile(t, cold, objectBytes(cold, 32<<20))
+	waitReleased(t, d.mp)
+	p := filepath.Join(d.mp, "new.data")
+	want := objectBytes(p, 32<<20+5)
+	if err := directWrite(t, newWriter(t, gpudirect.Options{}), p, want); err != nil {
+		t.Fatalf("a direct write that fits once the cold object is evicted: %v", err)
+	}
+	readBackPlain(t, p, want)
+	if _, err := os.Stat(cold); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the cold object is still there (%v)", err)
+	}
+	if st := assertQuietEqual(t, d); st.OvershootMaxBytes != 0 || st.Evictions != 1 {
+		t.Fatalf("overshoot_max_bytes %d, %d evictions; want the cold object evicted before the new one's bytes, never over the capacity",
+			st.OvershootMaxBytes, st.Evictions)
+	}
+}
+
 // A direct write that can never fit fails at close with ENOSPC, and kvfs
 // removes it: no name, no stored file, no charge.
 func TestGPUDirectWriteNeverFits(t *testing.T) {
