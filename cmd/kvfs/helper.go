@@ -112,13 +112,15 @@ func isBoolFlag(f *flag.Flag) bool {
 var vfsOpts = map[string]uintptr{"rw": 0, "ro": unix.MS_RDONLY, "dev": 0, "nodev": 0, "suid": 0, "nosuid": 0,
 	"exec": 0, "noexec": unix.MS_NOEXEC, "async": 0, "defaults": 0, "relatime": 0, "atime": 0,
 	"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "strictatime": unix.MS_STRICTATIME,
-	"auto": 0, "noauto": 0, "user": 0, "nouser": 0, "users": 0, "_netdev": 0, "nofail": 0}
+	"auto": 0, "noauto": 0, "user": 0, "nouser": 0, "users": 0, "_netdev": 0, "nofail": 0,
+	"diratime": 0, "norelatime": 0, "nostrictatime": 0}
 
 // vfsClears are the generic options that undo another's flag, as
 // mount(8) takes them: the later of `ro,rw` wins (the first did: an
 // outside tester). Atime options combine as the kernel combines them
 // for mount(8) (strictatime over noatime, noatime over relatime).
-var vfsClears = map[string]uintptr{"rw": unix.MS_RDONLY, "exec": unix.MS_NOEXEC, "atime": unix.MS_NOATIME}
+var vfsClears = map[string]uintptr{"rw": unix.MS_RDONLY, "exec": unix.MS_NOEXEC, "atime": unix.MS_NOATIME,
+	"diratime": unix.MS_NODIRATIME, "nostrictatime": unix.MS_STRICTATIME}
 
 func parseHelper(args []string) (*helperMountOpts, error) {
 	store, err := filepath.Abs(strings.TrimPrefix(args[0], "kvfs#"))

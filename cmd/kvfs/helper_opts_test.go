@@ -41,15 +41,17 @@ func TestHelperOptionsMapToFlags(t *testing.T) {
 // kernel combines them.
 func TestHelperLaterVFSOptionWins(t *testing.T) {
 	for opts, want := range map[string]uintptr{
-		"ro,rw":                 0,
-		"rw,ro":                 unix.MS_RDONLY,
-		"noexec,exec,ro":        unix.MS_RDONLY,
-		"exec,noexec":           unix.MS_NOEXEC,
-		"noatime,atime":         0,
-		"noatime,relatime":      unix.MS_NOATIME,
-		"strictatime,noatime":   unix.MS_STRICTATIME | unix.MS_NOATIME,
-		"ro,noatime,rw,noexec":  unix.MS_NOATIME | unix.MS_NOEXEC,
-		"defaults,ro,nofail,rw": 0,
+		"ro,rw":                                0,
+		"rw,ro":                                unix.MS_RDONLY,
+		"noexec,exec,ro":                       unix.MS_RDONLY,
+		"exec,noexec":                          unix.MS_NOEXEC,
+		"noatime,atime":                        0,
+		"noatime,relatime":                     unix.MS_NOATIME,
+		"strictatime,noatime":                  unix.MS_STRICTATIME | unix.MS_NOATIME,
+		"ro,noatime,rw,noexec":                 unix.MS_NOATIME | unix.MS_NOEXEC,
+		"defaults,ro,nofail,rw":                0,
+		"nodiratime,diratime":                  0,
+		"strictatime,nostrictatime,norelatime": 0,
 	} {
 		h, err := parseHelper([]string{"/s", "/m", "-o", opts})
 		if err != nil || h.msFlags != want {
