@@ -153,6 +153,11 @@ type Config struct {
 	// open with O_RDWR to read) is not a rewrite. Same rules as
 	// Published.
 	Rewritten func(path string)
+	// Reshown, when set, is told of a file whose writer's reservation,
+	// hidden at a close, is shown again (showKept): what stat(2) shows
+	// of it changed with no request to the mount. Called without locks
+	// held, from the poller; it must not call back into the Core.
+	Reshown func(id blob.ID)
 	// Held are the objects a predecessor's open handles hold (a
 	// handover): each is pinned as soon as the start restores it, until
 	// EndHandover. Non-nil, even empty, marks a handover's start, which

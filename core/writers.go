@@ -380,6 +380,9 @@ func (c *Core) poll(all bool) (n int, grew bool) {
 func (c *Core) showKept(h *Handle, now int64) {
 	if at := h.closedAt.Load(); at != 0 && time.Duration(now-at) >= releaseWait && h.closedAt.CompareAndSwap(at, 0) {
 		c.ledger.Show(h.id)
+		if c.cfg.Reshown != nil {
+			c.cfg.Reshown(h.id)
+		}
 	}
 }
 

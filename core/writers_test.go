@@ -111,10 +111,13 @@ func TestWritingEndsAtRelease(t *testing.T) {
 // came in the moment one takes (releaseWait). The poller that shows it
 // watches passthrough writers only, and it stayed hidden until the
 // writer's release (an outside tester: a shell's redirect whose child
-// wrote and exited, 6 of 6). In a synctest bubble.
+// wrote and exited, 6 of 6). The file system is told (Reshown), so that
+// the kernel drops the attributes it caches. In a synctest bubble.
 func TestKeptShownWithoutPassthrough(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tc := newTestCore(t, Config{Capacity: 64 * mib, PollInterval: time.Hour, Grace: time.Hour})
+		var reshown []blob.ID
+		tc := newTestCore(t, Config{Capacity: 64 * mib, PollInterval: time.Hour, Grace: time.Hour,
+			Reshown: func(id blob.ID) { reshown = append(reshown, id) }})
 		h := tc.flushed("obj", 4096)
 		kept := tc.Stats().KeptBytes
 		if kept == 0 {
@@ -124,6 +127,9 @@ func TestKeptShownWithoutPassthrough(t *testing.T) {
 		synctest.Wait()
 		if st := tc.Stats(); st.KeptBytes != 0 || st.ReservedBytes != kept {
 			t.Errorf("a releaseWait after the close: %+v; want the %d bytes kept shown as reserved", st, kept)
+		}
+		if len(reshown) != 1 || reshown[0] != h.ID() {
+			t.Errorf("told Reshown of %v; want %v once", reshown, h.ID())
 		}
 		h.Release()
 	})

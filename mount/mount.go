@@ -38,10 +38,12 @@ type Mount struct {
 	DiskRoom int64
 	server   *fuse.Server
 	fs       *fusefs.FS
-	core     *core.Core
-	ram      *ramcache.Cache // nil without --ram-cache
-	tier     *remote.Tier    // nil without --remote
-	log      *zap.Logger
+	// attrs is fs once made, for the core's poller (reshown).
+	attrs atomic.Pointer[fusefs.FS]
+	core  *core.Core
+	ram   *ramcache.Cache // nil without --ram-cache
+	tier  *remote.Tier    // nil without --remote
+	log   *zap.Logger
 	// quotaBytes is the store's project quota limit; 0: not capped.
 	quotaBytes int64
 	guard      *Guard // nil without Options.Guard
@@ -318,6 +320,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 		Logger:             m.log.Named("core"),
 		Published:          m.publishHook(),
 		Rewritten:          m.rewriteHook(),
+		Reshown:            m.reshown,
 		Held:               m.held,
 		Graced:             m.graced,
 		HeldInTree:         m.heldInTree,
@@ -393,6 +396,7 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 	}
 	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), CacheTimeout: m.CacheTimeout, RAM: m.ram, Logger: m.log.Named("fusefs"),
 		Remote: m.tier, Stats: m.statsJSON})
+	m.attrs.Store(m.fs)
 	return nil
 }
 
