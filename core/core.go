@@ -229,6 +229,8 @@ type Core struct {
 	log    *zap.Logger
 	store  *blob.Store
 	ledger *ledger.Ledger[blob.ID]
+	// passedWarn paces the warning of writers past the capacity.
+	passedWarn logLimit
 	// dropped receives every object whose names kvfs dropped (see Start).
 	dropped func(Drop)
 	// began is when this core was made: no restored object was used

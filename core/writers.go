@@ -446,8 +446,11 @@ func (c *Core) observeWatched(h *Handle) bool {
 			return false
 		}
 		if !h.refused.Swap(true) {
-			c.log.Warn("a writer passed the capacity: refused, what it writes is cut as it writes, and its close answers ENOSPC",
-				zap.Uint64("id", uint64(h.id)), zap.Int64("size", size), zap.Int64("capacity", c.ledger.Capacity()))
+			if ok, skipped := c.passedWarn.allow(c.cfg.Now(), passedWarnEvery); ok {
+				c.log.Warn("a writer passed the capacity: refused, what it writes is cut as it writes, and its close answers ENOSPC",
+					zap.Uint64("id", uint64(h.id)), zap.Int64("size", size), zap.Int64("capacity", c.ledger.Capacity()),
+					zap.Int("more_since_last_logged", skipped))
+			}
 		}
 		// Its bytes were in the store, past the capacity, until cut: the
 		// overshoot shows them, seen at the first poll or not. What
