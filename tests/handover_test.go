@@ -1147,7 +1147,10 @@ func TestHandoverSuccessorStoppedOrSignalled(t *testing.T) {
 			if c.signal && !strings.Contains(d.outSoFar(), "the handover was cancelled by a signal; the old daemon serves on") {
 				t.Errorf("the signalled successor's word:\n%s", d.outSoFar())
 			}
-			if !c.signal && !strings.Contains(old.outSoFar(), "the successor gave no word of the mount") {
+			// The old daemon logs it, then ends the successor: its line
+			// may still be in the pipe the test reads its output from
+			// (a fresh-clone CI run, under load).
+			if !c.signal && !old.printed("the successor gave no word of the mount") {
 				t.Errorf("the old daemon's word of the stopped successor:\n%s", old.outSoFar())
 			}
 			if m, ok := mountAt(mp); !ok || m.ID != old.mountID {
