@@ -680,13 +680,6 @@ func (c *Core) storedBy(h *Handle, size int64) {
 	}
 }
 
-// byCreator says whether client thread t is of the process that created
-// h's object, or either is not known.
-func (c *Core) byCreator(h *Handle, t Client) bool {
-	same, known := c.sameProcess(h, t)
-	return same || !known
-}
-
 // sameProcess says whether client thread t is of the process that
 // opened h, where both are known.
 func (c *Core) sameProcess(h *Handle, t Client) (same, known bool) {

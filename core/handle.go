@@ -653,29 +653,28 @@ func (h *Handle) FlushBy(intr Interrupt, t Client) error {
 	if !h.write {
 		return nil
 	}
-	st, err := h.c.settle(h, false, h.c.byCreator(h, t), intr)
-	if err != nil {
-		return err
-	}
 	same, known := h.c.sameProcess(h, t)
 	exitingNow, signal := false, 0
 	if known && !same || t != 0 && h.c.cfg.Published != nil {
 		exitingNow, signal = exitState(t)
 	}
+	// Another process's close that is not its exit's: a child's exec
+	// closing what it inherited, while its parent writes on. Its
+	// writing does not look ended (see ledger.Show): hidden, the
+	// parent's idle writers' room was gone from used_bytes and df for a
+	// child's `df` or `kvfs stats`, and the cache looked empty while
+	// stores were refused (an outside tester, 4 of 4). Where the opener
+	// is not known (a writer of an object it opened rather than
+	// created), its close is taken as the opener's.
+	goesOn := known && !same && !exitingNow
+	st, err := h.c.settle(h, false, same || !known, !goesOn, intr)
+	if err != nil {
+		return err
+	}
 	if signal != 0 {
 		h.c.killedWriting(h, signal)
 	}
-	if known && !same && !exitingNow {
-		// Another process's close that is not its exit's: a child's
-		// exec closing what it inherited, while its parent writes on.
-		// Its writing does not look ended (see ledger.Show): hidden,
-		// the parent's idle writers' room was gone from used_bytes and
-		// df for a child's `df` or `kvfs stats`, and the cache looked
-		// empty while stores were refused (an outside tester, 4 of 4).
-		// Where the opener is not known (a writer of an object it
-		// opened rather than created), its close is taken as the
-		// opener's.
-		h.c.ledger.Show(h.id)
+	if goesOn {
 		return nil
 	}
 	h.closedAt.Store(h.c.cfg.Now().UnixNano())
@@ -710,8 +709,10 @@ func (h *Handle) stat() (unix.Stat_t, error) {
 
 // settle admits a writer's object at the size its stored file has now,
 // and returns the file's attributes it read; last: its last writer's
-// release, which admits it whole (see ledger.SettleLast).
-func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) (unix.Stat_t, error) {
+// release, which admits it whole (see ledger.SettleLast); hide: a close
+// that may end the writing, which keeps the reservation unshown for a
+// moment (see ledger.Settle and SettleShown).
+func (c *Core) settle(h *Handle, last, sizes, hide bool, intr Interrupt) (unix.Stat_t, error) {
 	if h.gap.open.Load() && !h.refused.Load() && !last && !sizes {
 		// A write refused, not yet written again, and a close by
 		// another process than the writer's (sizes: by the creator,
@@ -748,8 +749,11 @@ func (c *Core) settle(h *Handle, last, sizes bool, intr Interrupt) (unix.Stat_t,
 		c.observed(h.id, size)
 		known, _, _ := c.ledger.Size(h.id)
 		free, settle := c.ledger.SettleFree, c.ledger.Settle
-		if last {
+		switch {
+		case last:
 			free, settle = c.ledger.SettleLastFree, c.ledger.SettleLast
+		case !hide:
+			free, settle = c.ledger.SettleShownFree, c.ledger.SettleShown
 		}
 		err = c.admitFirstFree(h.id, func() error { return free(h.id, size) },
 			ledger.Charge(size)-ledger.Charge(known), &h.waited, intr, func() (victims, error) { return settle(h.id, size) })
@@ -913,7 +917,7 @@ func (c *Core) endWrite(h *Handle) (pub []string, rewrote bool) {
 		// writer's release, whichever that is (a first writer's release
 		// that came while this one wrote left it to this one).
 		kept = c.refuse(h)
-	} else if _, err = c.settle(h, true, true, Interrupt{}); err != nil {
+	} else if _, err = c.settle(h, true, true, false, Interrupt{}); err != nil {
 		c.log.Warn("a writer's object could not be admitted at its release", zap.Uint64("id", uint64(h.id)), zap.Error(err))
 	}
 	// The names to publish are taken as the last writer ends, under the

@@ -634,7 +634,19 @@ func (l *Ledger[K]) observe(id K, size int64) ([]Victim[K], error) {
 func (l *Ledger[K]) Settle(id K, size int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.settle(id, size, false)
+	return l.settle(id, size, false, true)
+}
+
+// SettleShown is Settle at a close known not to end the writing (another
+// process's, which goes on): its reservation stays an open writer's,
+// shown, and one an earlier close kept is shown again (see Show), in
+// the same step. Settled, then shown, a stat between the two steps saw
+// the reservation gone that the stats before and after both showed (an
+// outside tester, sampling st_blocks beside a shell loop's children).
+func (l *Ledger[K]) SettleShown(id K, size int64) ([]Victim[K], error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.settle(id, size, false, false)
 }
 
 // SettleLast is Settle as the last writer's handle is released: writing
@@ -644,13 +656,20 @@ func (l *Ledger[K]) Settle(id K, size int64) ([]Victim[K], error) {
 func (l *Ledger[K]) SettleLast(id K, size int64) ([]Victim[K], error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.settle(id, size, true)
+	return l.settle(id, size, true, false)
 }
 
-func (l *Ledger[K]) settle(id K, size int64, last bool) ([]Victim[K], error) {
+// settle settles id at size; hide: a close that may end the writing
+// keeps the reservation unshown (Settle), else it is shown (SettleShown).
+func (l *Ledger[K]) settle(id K, size int64, last, hide bool) ([]Victim[K], error) {
 	v, err := l.settleAdmit(id, size, last)
-	if e, ok := l.get(id); ok && err == nil && !last && l.writers(e) == 1 {
-		l.keep(e, true)
+	if e, ok := l.get(id); ok && err == nil && !last {
+		switch {
+		case !hide:
+			l.keep(e, false)
+		case l.writers(e) == 1:
+			l.keep(e, true)
+		}
 	}
 	return v, err
 }

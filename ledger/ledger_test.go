@@ -1079,6 +1079,21 @@ func TestReserveAndSettle(t *testing.T) {
 	if st := l.Stats(); st.UsedBytes != 7*blk || st.ReservedBytes != 0 || st.PinnedBytes != blk {
 		t.Fatalf("after a close: %+v; want the kept block unshown", st)
 	}
+	// A close known not to end the writing (another process's, which
+	// goes on) shows what an earlier close kept, in the same step, and
+	// keeps nothing itself.
+	if v, err := l.SettleShown(100, blk); err != nil || len(v) != 0 {
+		t.Fatalf("SettleShown = %v, %v", v, err)
+	}
+	if _, shown, _, _ := l.Shown(100); shown != 2*blk {
+		t.Fatalf("charge shown after another process's close %d, want the reservation's two blocks", shown)
+	}
+	if st := l.Stats(); st.UsedBytes != 8*blk || st.ReservedBytes != blk || st.KeptBytes != 0 {
+		t.Fatalf("after another process's close: %+v; want the reservation shown, nothing kept", st)
+	}
+	if v, err := l.Settle(100, blk); err != nil || len(v) != 0 {
+		t.Fatalf("Settle = %v, %v", v, err)
+	}
 	// Admission counts it: the cache is full.
 	if err := l.Create(101, true); err != nil {
 		t.Fatal(err)

@@ -105,11 +105,15 @@ func (l *Ledger[K]) ObserveFree(id K, size int64) error {
 }
 
 func (l *Ledger[K]) SettleFree(id K, size int64) error {
-	return l.free(func() ([]Victim[K], error) { return l.settle(id, size, false) })
+	return l.free(func() ([]Victim[K], error) { return l.settle(id, size, false, true) })
+}
+
+func (l *Ledger[K]) SettleShownFree(id K, size int64) error {
+	return l.free(func() ([]Victim[K], error) { return l.settle(id, size, false, false) })
 }
 
 func (l *Ledger[K]) SettleLastFree(id K, size int64) error {
-	return l.free(func() ([]Victim[K], error) { return l.settle(id, size, true) })
+	return l.free(func() ([]Victim[K], error) { return l.settle(id, size, true, false) })
 }
 
 func (l *Ledger[K]) GrowFree(id K, end int64) error {
