@@ -396,10 +396,6 @@ func mountOwner(e mountinfo.Entry) (int, bool) {
 	return 0, false
 }
 
-// quietResolve resolves the symlinks of an absolute path without
-// looking at any mount point: stat, lstat or readlink of a hung FUSE
-// mount's root can wait for its daemon, and a mount point is never a
-// symlink. Paths are cleaned lexically ("a/b/.." is "a").
 // Point is p absolute, its symlinks read, never through a mount point
 // (quietResolve): how mountinfo names it, where a stat of a stopped
 // daemon's mount would wait for good.
@@ -411,6 +407,10 @@ func Point(p string) string {
 	return quietResolve(abs)
 }
 
+// quietResolve resolves the symlinks of an absolute path without
+// looking at any mount point: stat, lstat or readlink of a hung FUSE
+// mount's root can wait for its daemon, and a mount point is never a
+// symlink. Paths are cleaned lexically ("a/b/.." is "a").
 func quietResolve(p string) string {
 	points := map[string]bool{}
 	for _, e := range mountinfo.Read() {
