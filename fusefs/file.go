@@ -103,9 +103,8 @@ func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fu
 		// Its reservation is charged now, which st_blocks shows; the
 		// attributes the kernel cached at the lookup did not, until
 		// their timeout, while du (through a listing) and df did (an
-		// outside tester: `exec 3<>x`). Dropping attributes alone takes
-		// no lock an opening caller holds (see Flush).
-		f.server.InodeNotify(in.NodeId, -1, 0)
+		// outside tester: `exec 3<>x`).
+		f.AttrsChanged(id)
 	}
 	f.serve(f.opened(ch, in.Flags), out)
 	return fuse.OK
@@ -178,9 +177,8 @@ func (f *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	err := h.Handle.FlushBy(interruptOf(cancel, &in.Caller), core.Client(in.Caller.Pid))
 	// The charge st_blocks reports has just settled (an open writer's is
 	// at least its reservation): the kernel's cached attributes go before
-	// close(2) returns. Dropping attributes alone (offset -1) takes no
-	// lock a closing caller holds, so it is safe from this handler.
-	f.server.InodeNotify(in.NodeId, -1, 0)
+	// close(2) returns.
+	f.AttrsChanged(core.ID(in.NodeId))
 	if h.ob.cached.Load() || h.existing && !h.passthrough {
 		f.changed(h.ID())
 	}

@@ -151,12 +151,14 @@ func (f *FS) Dropped(d core.Drop) {
 }
 
 // AttrsChanged has the kernel drop the attributes it caches of file id,
-// which changed with no request to the mount (core.Config.Reshown), at
-// once: attributes alone take no lock a client holds (see Flush), so
-// no notice queue is needed. A stat in the same clock tick as the last
-// reply would reuse that reply's attributes, their timeout of 0 for a
-// file with writers notwithstanding (an outside tester: st_blocks a
-// reservation short of used_bytes for a sample, 1-4 in 500-800).
+// whose charge changed where no reply carries it (an open's reservation,
+// a close's settle, core.Config.Reshown), at once: dropping attributes
+// alone takes no lock a client holds, so it is safe from a request's
+// handler and needs no notice queue. A stat in the same clock tick as
+// the last reply would reuse that reply's attributes, their timeout of
+// 0 for a file with writers notwithstanding (an outside tester:
+// st_blocks a reservation short of used_bytes for a sample, 1-4 in
+// 500-800).
 func (f *FS) AttrsChanged(id core.ID) {
 	if f.server != nil {
 		f.server.InodeNotify(uint64(id), -1, 0)

@@ -38,12 +38,10 @@ type Mount struct {
 	DiskRoom int64
 	server   *fuse.Server
 	fs       *fusefs.FS
-	// attrs is fs once made, for the core's poller (reshown).
-	attrs atomic.Pointer[fusefs.FS]
-	core  *core.Core
-	ram   *ramcache.Cache // nil without --ram-cache
-	tier  *remote.Tier    // nil without --remote
-	log   *zap.Logger
+	core     *core.Core
+	ram      *ramcache.Cache // nil without --ram-cache
+	tier     *remote.Tier    // nil without --remote
+	log      *zap.Logger
 	// quotaBytes is the store's project quota limit; 0: not capped.
 	quotaBytes int64
 	guard      *Guard // nil without Options.Guard
@@ -396,7 +394,6 @@ func (m *Mount) build(store *blob.Store, open func(core.Config) (*core.Core, cor
 	}
 	m.fs = fusefs.New(c, fusefs.Config{Passthrough: m.passthrough(), CacheTimeout: m.CacheTimeout, RAM: m.ram, Logger: m.log.Named("fusefs"),
 		Remote: m.tier, Stats: m.statsJSON})
-	m.attrs.Store(m.fs)
 	return nil
 }
 

@@ -27,12 +27,9 @@ func (m *Mount) dropped(d core.Drop) {
 
 // reshown is the core's Config.Reshown: the kernel drops the attributes
 // it caches of a file whose writer's reservation the core shows again.
-// The core's poller may run before the file system is made (attrs).
-func (m *Mount) reshown(id core.ID) {
-	if fs := m.attrs.Load(); fs != nil {
-		fs.AttrsChanged(id)
-	}
-}
+// The core asks only after a close (a FLUSH) that fs served, so fs is
+// made by then.
+func (m *Mount) reshown(id core.ID) { m.fs.AttrsChanged(id) }
 
 // requestTimer is what times FUSE requests: nothing without an observer
 // (they are still counted).
